@@ -1,0 +1,114 @@
+#include "engine/evaluator.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/ascii.h"
+#include "engine/model_runner.h"
+
+namespace heavykv {
+
+std::string EvalResult::ToJson() const {
+  return absl::StrFormat(
+      "{\"policy\":\"%s\",\"budget\":\"%s\",\"budget_tokens\":%d,\"window\":%d,\"windows\":%d,"
+      "\"tokens\":%d,\"ppl\":%.6f,\"top1\":%.6f}",
+      policy, budget, budget_tokens, window, windows, tokens, ppl, top1);
+}
+
+std::vector<int32_t> BuildEvalStream(const Tokenizer& tokenizer, absl::string_view text) {
+  std::vector<int32_t> stream;
+  // A blank line is two newlines in a row (possibly with spaces between, which StripAscii drops).
+  for (absl::string_view story : absl::StrSplit(text, "\n\n")) {
+    story = absl::StripAsciiWhitespace(story);
+    if (story.empty()) continue;
+    std::vector<int32_t> ids = tokenizer.Encode(std::string_view(story.data(), story.size()), /*bos=*/true, /*eos=*/false);
+    stream.insert(stream.end(), ids.begin(), ids.end());
+  }
+  return stream;
+}
+
+absl::StatusOr<std::vector<EvalResult>> Evaluate(const Model& model,
+                                                 std::span<const int32_t> stream,
+                                                 const EvalOptions& options) {
+  const ModelConfig& c = model.config;
+  const int32_t W = options.window > 0 ? options.window : c.seq_len;
+  if (W < 2 || W > c.seq_len) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("window ", W, " must be in [2, context length ", c.seq_len, "]"));
+  }
+  int32_t windows = static_cast<int32_t>(stream.size() / W);
+  if (options.max_windows > 0) windows = std::min(windows, options.max_windows);
+  if (windows == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("the text has ", stream.size(),
+                                                   " tokens, fewer than one window of ", W));
+  }
+  if (options.configs.empty()) return absl::InvalidArgumentError("no policy to evaluate");
+
+  // One sequence per (configuration, window), all stepped together.
+  const size_t num_cfg = options.configs.size();
+  std::vector<std::unique_ptr<EvictionPolicy>> policies;
+  std::vector<EvalResult> results(num_cfg);
+  int64_t pages = 0;
+  const KvShape shape = KvShapeFor(c, options.block_size);
+  for (size_t i = 0; i < num_cfg; ++i) {
+    const EvalConfig& cfg = options.configs[i];
+    absl::StatusOr<std::unique_ptr<EvictionPolicy>> p =
+        MakePolicy(cfg.policy, options.recent_fraction);
+    if (!p.ok()) return p.status();
+    policies.push_back(*std::move(p));
+    EvalResult& r = results[i];
+    r.policy = cfg.policy;
+    const bool full = cfg.policy == "full";
+    r.budget = full ? "full" : cfg.budget.ToString();
+    r.budget_tokens = full ? W : std::min(W, cfg.budget.Resolve(W));
+    r.window = W;
+    r.windows = windows;
+    r.tokens = int64_t(windows) * (W - 1);
+    pages += int64_t(windows) * ((r.budget_tokens + 1 + shape.block_size - 1) / shape.block_size);
+  }
+  absl::StatusOr<std::unique_ptr<KvCache>> cache = KvCache::Create(shape, pages);
+  if (!cache.ok()) return cache.status();
+  ModelRunner runner(model, cache->get());
+
+  const size_t num_seq = num_cfg * windows;
+  std::vector<SequenceKv> kv(num_seq);
+  for (size_t s = 0; s < num_seq; ++s) {
+    const EvalResult& r = results[s / windows];
+    const bool full = r.policy == "full";
+    kv[s].policy = full ? nullptr : policies[s / windows].get();
+    kv[s].budget = full ? kUnboundedBudget : r.budget_tokens;
+  }
+  std::vector<double> nll(num_cfg, 0.0);
+  std::vector<int64_t> hits(num_cfg, 0);
+  std::vector<SequenceStep> steps(num_seq);
+  for (int32_t pos = 0; pos + 1 < W; ++pos) {
+    for (size_t s = 0; s < num_seq; ++s) {
+      const int64_t w = s % windows;
+      steps[s] = SequenceStep{&kv[s], stream.subspan(w * W + pos, 1), pos, false};
+    }
+    absl::StatusOr<std::span<const float>> logits = runner.Forward(steps);
+    if (!logits.ok()) return logits.status();
+    for (size_t s = 0; s < num_seq; ++s) {
+      const float* row = logits->data() + s * c.vocab_size;
+      const int32_t target = stream[(s % windows) * W + pos + 1];
+      const float* best = std::max_element(row, row + c.vocab_size);
+      double sum = 0.0;
+      for (int32_t v = 0; v < c.vocab_size; ++v) sum += std::exp(double(row[v]) - *best);
+      nll[s / windows] += std::log(sum) + *best - row[target];
+      hits[s / windows] += (best - row) == target;
+    }
+  }
+  for (size_t s = 0; s < num_seq; ++s) (*cache)->Release(kv[s]);
+  for (size_t i = 0; i < num_cfg; ++i) {
+    results[i].ppl = std::exp(nll[i] / results[i].tokens);
+    results[i].top1 = double(hits[i]) / results[i].tokens;
+  }
+  return results;
+}
+
+}  // namespace heavykv

@@ -1,0 +1,58 @@
+// Evaluate: quality of eviction policies x budgets against the full cache, by teacher forcing.
+//
+// Semantics (shared with an independent implementation, so numbers compare): the text is split
+// into stories at blank lines, each encoded with BOS first, concatenated into one token stream
+// and cut into consecutive non-overlapping windows of W tokens (the last partial window dropped).
+// Each window runs from an empty cache one token per step; perplexity is exp(mean NLL) over the
+// W-1 next-token predictions of all windows, top-1 the share whose argmax is the next token.
+// All (configuration, window) sequences of a run are batched into the same forward steps.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+#include "memory/eviction_policy.h"
+
+namespace heavykv {
+
+struct EvalConfig {
+  std::string policy;
+  KvBudget budget;
+};
+
+struct EvalOptions {
+  int32_t window = 0;       // W; 0 means the model's seq_len
+  int32_t max_windows = 0;  // 0 means every full window of the stream
+  std::vector<EvalConfig> configs;
+  double recent_fraction = 0.5;  // h2o
+  int32_t block_size = 16;
+};
+
+struct EvalResult {
+  std::string policy;
+  std::string budget;         // as given ("full" for the full cache)
+  int32_t budget_tokens = 0;  // resolved against W
+  int32_t window = 0;
+  int32_t windows = 0;
+  int64_t tokens = 0;  // predictions scored
+  double ppl = 0;
+  double top1 = 0;
+
+  std::string ToJson() const;
+};
+
+// The eval token stream of `text`: stories split at blank lines, each BOS + its encoding.
+std::vector<int32_t> BuildEvalStream(const Tokenizer& tokenizer, absl::string_view text);
+
+// One result per configuration, in order (a "full" configuration ignores its budget).
+absl::StatusOr<std::vector<EvalResult>> Evaluate(const Model& model,
+                                                 std::span<const int32_t> stream,
+                                                 const EvalOptions& options);
+
+}  // namespace heavykv

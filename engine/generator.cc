@@ -1,0 +1,81 @@
+#include "engine/generator.h"
+
+#include <chrono>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "engine/tokenizer.h"
+
+namespace heavykv {
+namespace {
+
+double SecondsSince(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+}  // namespace
+
+absl::StatusOr<GenerateResult> Generate(ModelRunner& runner, std::span<const int32_t> prompt,
+                                        const GenerateOptions& options,
+                                        const std::function<void(int32_t, int32_t)>& on_token) {
+  const ModelConfig& c = runner.model().config;
+  if (prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
+  if (options.steps < static_cast<int32_t>(prompt.size()) || options.steps > c.seq_len) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "steps ", options.steps, " must be in [prompt tokens ", prompt.size(),
+        ", context length ", c.seq_len, "]"));
+  }
+  if (options.prefill_chunk <= 0) {
+    return absl::InvalidArgumentError("prefill chunk must be positive");
+  }
+
+  SequenceKv kv;
+  kv.policy = options.policy;
+  kv.budget = options.policy != nullptr ? options.budget : kUnboundedBudget;
+  absl::Cleanup release = [&] { runner.cache().Release(kv); };
+
+  GenerateResult result;
+  result.tokens.assign(prompt.begin(), prompt.end());
+  result.num_prompt_tokens = static_cast<int32_t>(prompt.size());
+  for (size_t i = 1; i < prompt.size(); ++i) on_token(prompt[i - 1], prompt[i]);
+
+  Sampler sampler(options.sampling);
+  std::vector<float> logits(c.vocab_size);
+  auto t0 = std::chrono::steady_clock::now();
+  int32_t pos = 0;
+  // Prefill: the prompt in chunks; the last chunk's logits give the first new token.
+  std::span<const float> out;
+  while (pos < static_cast<int32_t>(prompt.size())) {
+    int32_t n = std::min<int32_t>(options.prefill_chunk, prompt.size() - pos);
+    SequenceStep step{&kv, prompt.subspan(pos, n), pos, false};
+    absl::StatusOr<std::span<const float>> r = runner.Forward({&step, 1});
+    if (!r.ok()) return r.status();
+    out = *r;
+    pos += n;
+  }
+  result.prefill_seconds = SecondsSince(t0);
+  t0 = std::chrono::steady_clock::now();
+  result.finish_reason = "length";
+  while (true) {
+    logits.assign(out.begin(), out.end());
+    const int32_t next = sampler.Sample(logits);
+    if (next == kBosId || next == kEosId) {
+      result.finish_reason = "eos";
+      break;
+    }
+    on_token(result.tokens.back(), next);
+    result.tokens.push_back(next);
+    if (pos >= options.steps) break;  // run.c runs the model at positions [0, steps)
+    SequenceStep step{&kv, {&result.tokens.back(), 1}, pos, false};
+    absl::StatusOr<std::span<const float>> r = runner.Forward({&step, 1});
+    if (!r.ok()) return r.status();
+    out = *r;
+    ++pos;
+  }
+  result.decode_seconds = SecondsSince(t0);
+  result.peak_pages = kv.peak_pages;
+  result.tokens_evicted = kv.tokens_evicted;
+  return result;
+}
+
+}  // namespace heavykv

@@ -1,0 +1,44 @@
+// Generate: runs one sequence from its prompt to completion, the way llama2.c run.c's generate()
+// does: the prompt is fed (in chunks here, instead of one token at a time), then tokens are
+// sampled until `steps` positions are filled or the model emits BOS/EOS.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model_runner.h"
+#include "engine/sampler.h"
+#include "memory/eviction_policy.h"
+
+namespace heavykv {
+
+struct GenerateOptions {
+  int32_t steps = 256;  // positions in all: prompt tokens + new tokens (llama2.c's -n)
+  SamplingParams sampling;
+  const EvictionPolicy* policy = nullptr;  // null: full cache
+  int32_t budget = kUnboundedBudget;       // tokens kept per (layer, kv head)
+  int32_t prefill_chunk = 256;             // prompt tokens per forward step
+};
+
+struct GenerateResult {
+  std::vector<int32_t> tokens;  // prompt followed by the generated tokens
+  int32_t num_prompt_tokens = 0;
+  std::string finish_reason;  // "length" or "eos"
+  int32_t peak_pages = 0;
+  int64_t tokens_evicted = 0;  // per (layer, kv head)
+  double prefill_seconds = 0;
+  double decode_seconds = 0;
+};
+
+// Calls on_token(prev, token) for every token after the first of the prompt (prompt tokens are
+// echoed, as run.c does) as soon as it is known. The sequence's pages are returned before it
+// returns, also on error.
+absl::StatusOr<GenerateResult> Generate(ModelRunner& runner, std::span<const int32_t> prompt,
+                                        const GenerateOptions& options,
+                                        const std::function<void(int32_t, int32_t)>& on_token);
+
+}  // namespace heavykv

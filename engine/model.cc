@@ -1,0 +1,144 @@
+#include "engine/model.h"
+
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+
+namespace heavykv {
+namespace {
+
+constexpr int64_t kHeaderBytes = 7 * sizeof(int32_t);
+
+struct FileCloser {
+  void operator()(std::FILE* f) const { std::fclose(f); }
+};
+using File = std::unique_ptr<std::FILE, FileCloser>;
+
+absl::StatusOr<ModelConfig> ParseHeader(std::FILE* f, const std::string& path) {
+  int32_t h[7];
+  if (std::fread(h, sizeof(int32_t), 7, f) != 7) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": truncated checkpoint (shorter than the 28-byte header)"));
+  }
+  ModelConfig c;
+  c.dim = h[0];
+  c.hidden_dim = h[1];
+  c.num_layers = h[2];
+  c.num_heads = h[3];
+  c.num_kv_heads = h[4];
+  c.shared_classifier = h[5] > 0;
+  c.vocab_size = h[5] > 0 ? h[5] : -h[5];
+  c.seq_len = h[6];
+  if (absl::Status s = c.Validate(); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
+  }
+  return c;
+}
+
+// Reads `n` floats of the checkpoint into dst.
+bool ReadFloats(std::FILE* f, float* dst, int64_t n) {
+  return std::fread(dst, sizeof(float), static_cast<size_t>(n), f) == static_cast<size_t>(n);
+}
+
+}  // namespace
+
+int64_t ModelConfig::NumParams() const {
+  const int64_t d = dim, hid = hidden_dim, L = num_layers, kv = kv_dim(), V = vocab_size;
+  int64_t per_layer = 2 * d + d * d * 2 + 2 * d * kv + 3 * d * hid;
+  return V * d + L * per_layer + d + (shared_classifier ? 0 : V * d);
+}
+
+absl::Status ModelConfig::Validate() const {
+  if (dim <= 0 || hidden_dim <= 0 || num_layers <= 0 || num_heads <= 0 || num_kv_heads <= 0 ||
+      vocab_size <= 0 || seq_len <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inconsistent header: every field must be positive (dim ", dim, ", hidden_dim ",
+        hidden_dim, ", n_layers ", num_layers, ", n_heads ", num_heads, ", n_kv_heads ",
+        num_kv_heads, ", vocab_size ", vocab_size, ", seq_len ", seq_len, ")"));
+  }
+  if (dim % num_heads != 0 || head_dim() % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("inconsistent header: dim ", dim,
+                                                   " must split into ", num_heads,
+                                                   " heads of an even size"));
+  }
+  if (num_heads % num_kv_heads != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("inconsistent header: n_heads ", num_heads,
+                                                   " is not a multiple of n_kv_heads ",
+                                                   num_kv_heads));
+  }
+  if (int64_t(dim) * vocab_size > (int64_t(1) << 40) || int64_t(dim) * hidden_dim > (int64_t(1) << 36)) {
+    return absl::InvalidArgumentError("inconsistent header: dimensions are implausibly large");
+  }
+  return absl::OkStatus();
+}
+
+int64_t Model::WeightBytes() const {
+  const ModelConfig& c = config;
+  // Rows of the embedding are only gathered; a shared classifier reads it whole, once.
+  int64_t floats = c.NumParams() - (c.shared_classifier ? 0 : int64_t(c.vocab_size) * c.dim);
+  return floats * int64_t(sizeof(float));
+}
+
+absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& path) {
+  File f(std::fopen(path.c_str(), "rb"));
+  if (!f) return absl::NotFoundError(absl::StrCat("cannot open model file ", path));
+  return ParseHeader(f.get(), path);
+}
+
+absl::StatusOr<Model> LoadModel(const std::string& path) {
+  File f(std::fopen(path.c_str(), "rb"));
+  if (!f) return absl::NotFoundError(absl::StrCat("cannot open model file ", path));
+  absl::StatusOr<ModelConfig> cfg = ParseHeader(f.get(), path);
+  if (!cfg.ok()) return cfg.status();
+  const ModelConfig& c = *cfg;
+
+  const int64_t d = c.dim, hid = c.hidden_dim, L = c.num_layers, kv = c.kv_dim();
+  const int64_t rope_floats = int64_t(c.seq_len) * c.head_dim();  // real + imaginary tables
+  const int64_t expected = kHeaderBytes + (c.NumParams() + rope_floats) * int64_t(sizeof(float));
+  std::error_code ec;
+  const int64_t actual = static_cast<int64_t>(std::filesystem::file_size(path, ec));
+  if (ec || actual != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": file is ", actual, " bytes but its header (dim ", c.dim, ", hidden ",
+        c.hidden_dim, ", layers ", c.num_layers, ", heads ", c.num_heads, "/", c.num_kv_heads,
+        ", vocab ", c.vocab_size, ", seq_len ", c.seq_len,
+        c.shared_classifier ? ", shared classifier" : ", separate classifier", ") implies ",
+        expected, actual < expected ? ": truncated" : ": trailing data"));
+  }
+
+  Model m;
+  m.config = c;
+  m.layers.resize(L);
+  m.embedding.resize(c.vocab_size * d);
+  bool ok = ReadFloats(f.get(), m.embedding.data(), c.vocab_size * d);
+  // The checkpoint stores each tensor for all layers at once; read them into the fused layout.
+  auto read_per_layer = [&](auto member, int64_t offset, int64_t n, int64_t total) {
+    for (int64_t l = 0; l < L && ok; ++l) {
+      std::vector<float>& dst = m.layers[l].*member;
+      if (dst.empty()) dst.resize(total);
+      ok = ReadFloats(f.get(), dst.data() + offset, n);
+    }
+  };
+  read_per_layer(&LayerWeights::rms_att, 0, d, d);
+  read_per_layer(&LayerWeights::wqkv, 0, d * d, (d + 2 * kv) * d);
+  read_per_layer(&LayerWeights::wqkv, d * d, kv * d, 0);
+  read_per_layer(&LayerWeights::wqkv, d * d + kv * d, kv * d, 0);
+  read_per_layer(&LayerWeights::wo, 0, d * d, d * d);
+  read_per_layer(&LayerWeights::rms_ffn, 0, d, d);
+  read_per_layer(&LayerWeights::w13, 0, hid * d, 2 * hid * d);
+  read_per_layer(&LayerWeights::w2, 0, d * hid, d * hid);
+  read_per_layer(&LayerWeights::w13, hid * d, hid * d, 0);
+  m.rms_final.resize(d);
+  ok = ok && ReadFloats(f.get(), m.rms_final.data(), d);
+  ok = ok && std::fseek(f.get(), rope_floats * int64_t(sizeof(float)), SEEK_CUR) == 0;
+  if (ok && !c.shared_classifier) {
+    m.classifier_storage.resize(c.vocab_size * d);
+    ok = ReadFloats(f.get(), m.classifier_storage.data(), c.vocab_size * d);
+  }
+  if (!ok) return absl::DataLossError(absl::StrCat(path, ": read error while loading weights"));
+  return m;
+}
+
+}  // namespace heavykv

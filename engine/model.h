@@ -1,0 +1,66 @@
+// Model: a Llama-family transformer's configuration and fp32 weights, loaded from a llama2.c
+// checkpoint (header of seven int32, then fp32 tensors) into a layout fused for batched GEMMs.
+//
+// Checkpoint: dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len; a positive
+// vocab_size means the classifier shares the token embedding, a negative one that a separate
+// classifier follows the RoPE tables. n_kv_heads < n_heads is grouped-query attention.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace heavykv {
+
+struct ModelConfig {
+  int32_t dim = 0;
+  int32_t hidden_dim = 0;
+  int32_t num_layers = 0;
+  int32_t num_heads = 0;
+  int32_t num_kv_heads = 0;
+  int32_t vocab_size = 0;
+  int32_t seq_len = 0;
+  bool shared_classifier = true;
+
+  int32_t head_dim() const { return dim / num_heads; }
+  int32_t kv_dim() const { return num_kv_heads * head_dim(); }
+  int32_t group_size() const { return num_heads / num_kv_heads; }  // query heads per kv head
+  int32_t qkv_dim() const { return dim + 2 * kv_dim(); }
+  // Parameters as stored in the checkpoint (without the RoPE tables).
+  int64_t NumParams() const;
+  absl::Status Validate() const;
+};
+
+// Weights in the fused layout the runner multiplies with (each matrix [out][in], row-major):
+struct LayerWeights {
+  std::vector<float> rms_att;  // [dim]
+  std::vector<float> wqkv;     // [dim + 2*kv_dim][dim]: rows of wq, then wk, then wv
+  std::vector<float> wo;       // [dim][dim]
+  std::vector<float> rms_ffn;  // [dim]
+  std::vector<float> w13;      // [2*hidden][dim]: rows of w1 (gate), then w3 (up)
+  std::vector<float> w2;       // [dim][hidden]
+};
+
+struct Model {
+  ModelConfig config;
+  std::vector<float> embedding;  // [vocab][dim]
+  std::vector<LayerWeights> layers;
+  std::vector<float> rms_final;  // [dim]
+  std::vector<float> classifier_storage;  // [vocab][dim]; empty when shared with the embedding
+
+  const float* classifier() const {
+    return config.shared_classifier ? embedding.data() : classifier_storage.data();
+  }
+  // Bytes of weights a decode step reads (every matrix once, the classifier once).
+  int64_t WeightBytes() const;
+};
+
+// Loads a llama2.c checkpoint. NOT_FOUND if it cannot be opened; INVALID_ARGUMENT with the
+// reason if the header is inconsistent or the file size does not match the header.
+absl::StatusOr<Model> LoadModel(const std::string& path);
+// Reads only the header.
+absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& path);
+
+}  // namespace heavykv

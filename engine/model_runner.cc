@@ -1,0 +1,134 @@
+#include "engine/model_runner.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/ops.h"
+#include "kernels/cpu/paged_attention.h"
+
+namespace heavykv {
+
+KvShape KvShapeFor(const ModelConfig& config, int32_t block_size) {
+  KvShape s;
+  s.num_layers = config.num_layers;
+  s.num_kv_heads = config.num_kv_heads;
+  s.head_dim = config.head_dim();
+  s.block_size = block_size;
+  return s;
+}
+
+ModelRunner::ModelRunner(const Model& model, KvCache* cache) : model_(model), cache_(cache) {}
+
+absl::StatusOr<std::span<const float>> ModelRunner::Forward(
+    std::span<const SequenceStep> steps) {
+  const ModelConfig& c = model_.config;
+  const int64_t dim = c.dim, kv_dim = c.kv_dim(), qkv_dim = c.qkv_dim(), hid = c.hidden_dim;
+  const int32_t hd = c.head_dim(), G = c.group_size(), n_kv = c.num_kv_heads;
+
+  // Validate the plan and reserve the slots of the new tokens, before touching any state.
+  int64_t T = 0, rows = 0;
+  std::vector<int64_t> first_token(steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const SequenceStep& st = steps[i];
+    if (st.tokens.empty()) return absl::InvalidArgumentError("a sequence step has no tokens");
+    if (st.start_pos < 0 || st.start_pos + int64_t(st.tokens.size()) > c.seq_len) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "positions ", st.start_pos, "..", st.start_pos + st.tokens.size() - 1,
+          " exceed the model's context length ", c.seq_len));
+    }
+    for (int32_t tok : st.tokens) {
+      if (tok < 0 || tok >= c.vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("token id ", tok, " is outside the vocabulary [0, ", c.vocab_size, ")"));
+      }
+    }
+    first_token[i] = T;
+    T += st.tokens.size();
+    rows += st.all_logits ? st.tokens.size() : 1;
+  }
+  for (const SequenceStep& st : steps) {
+    if (absl::Status s = cache_->Reserve(*st.kv, st.tokens.size()); !s.ok()) return s;
+  }
+
+  x_.resize(T * dim);
+  xb_.resize(T * dim);
+  qkv_.resize(T * qkv_dim);
+  att_.resize(T * dim);
+  hb_.resize(T * 2 * hid);
+  hb2_.resize(T * hid);
+  pos_.resize(T);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    for (size_t j = 0; j < steps[i].tokens.size(); ++j) {
+      const int64_t t = first_token[i] + j;
+      pos_[t] = steps[i].start_pos + static_cast<int32_t>(j);
+      std::memcpy(&x_[t * dim], &model_.embedding[int64_t(steps[i].tokens[j]) * dim],
+                  dim * sizeof(float));
+    }
+  }
+
+  const int64_t num_tasks = int64_t(steps.size()) * n_kv;
+  for (int32_t l = 0; l < c.num_layers; ++l) {
+    const LayerWeights& w = model_.layers[l];
+    cpu::RmsNorm(x_.data(), w.rms_att.data(), xb_.data(), T, dim);
+    cpu::MatmulNT(xb_.data(), w.wqkv.data(), qkv_.data(), T, qkv_dim, dim);
+    cpu::Rope(qkv_.data(), T, qkv_dim, dim + kv_dim, hd, pos_.data());
+
+#pragma omp parallel for schedule(dynamic, 1)
+    for (int64_t task = 0; task < num_tasks; ++task) {
+      const SequenceStep& st = steps[task / n_kv];
+      const int32_t h = static_cast<int32_t>(task % n_kv);
+      const int32_t n = static_cast<int32_t>(st.tokens.size());
+      const int32_t old = st.kv->num_slots;
+      const int64_t t0 = first_token[task / n_kv];
+      PagedKvHead kv = cache_->View(*st.kv, l, h, old + n);
+      for (int32_t i = 0; i < n; ++i) {  // append this step's K/V rows to the head
+        const float* row = &qkv_[(t0 + i) * qkv_dim];
+        std::memcpy(kv.KRow(old + i), row + dim + int64_t(h) * hd, hd * sizeof(float));
+        std::memcpy(kv.VRow(old + i), row + dim + kv_dim + int64_t(h) * hd, hd * sizeof(float));
+        kv.Pos(old + i) = st.start_pos + i;
+        kv.Score(old + i) = 0.0f;
+      }
+      cpu::AttentionArgs a;
+      a.kv = kv;
+      a.num_old = old;
+      a.num_q = n;
+      a.group = G;
+      a.q = &qkv_[t0 * qkv_dim + int64_t(h) * G * hd];
+      a.q_stride = qkv_dim;
+      a.out = &att_[t0 * dim + int64_t(h) * G * hd];
+      a.out_stride = dim;
+      a.accumulate_scores = st.kv->policy != nullptr && st.kv->policy->needs_scores();
+      thread_local std::vector<float> scratch;
+      scratch.resize(cpu::AttentionScratchFloats(old + n, G));
+      cpu::PagedAttention(a, scratch.data());
+      cache_->EvictHead(*st.kv, l, h, old + n, st.start_pos + n - 1);
+    }
+
+    cpu::MatmulNT(att_.data(), w.wo.data(), x_.data(), T, dim, dim, /*accumulate=*/true);
+    cpu::RmsNorm(x_.data(), w.rms_ffn.data(), xb_.data(), T, dim);
+    cpu::MatmulNT(xb_.data(), w.w13.data(), hb_.data(), T, 2 * hid, dim);
+    cpu::SwiGlu(hb_.data(), hb2_.data(), T, hid);
+    cpu::MatmulNT(hb2_.data(), w.w2.data(), x_.data(), T, dim, hid, /*accumulate=*/true);
+  }
+
+  for (const SequenceStep& st : steps) {
+    cache_->Commit(*st.kv, st.kv->num_slots + static_cast<int32_t>(st.tokens.size()));
+  }
+
+  // Final norm and classifier only for the rows whose logits are wanted.
+  int64_t r = 0;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const int64_t n = steps[i].tokens.size();
+    const int64_t from = steps[i].all_logits ? first_token[i] : first_token[i] + n - 1;
+    const int64_t count = steps[i].all_logits ? n : 1;
+    cpu::RmsNorm(&x_[from * dim], model_.rms_final.data(), &xb_[r * dim], count, dim);
+    r += count;
+  }
+  logits_.resize(rows * c.vocab_size);
+  cpu::MatmulNT(xb_.data(), model_.classifier(), logits_.data(), rows, c.vocab_size, dim);
+  return std::span<const float>(logits_);
+}
+
+}  // namespace heavykv

@@ -1,0 +1,61 @@
+// ModelRunner: executes one batched forward step of the model over many sequences whose KV
+// caches live in the shared KvCache.
+//
+// The runner never decides admission or scheduling: it is handed a step plan (which tokens of
+// which sequences) and returns logits. Within the step every weight matrix is applied with one
+// GEMM over all tokens of all sequences; attention and per-head eviction run in parallel over
+// (sequence, kv head). After the attention of each layer, every (layer, kv head) over its budget
+// evicts down to the budget (the chunk's tokens all attend first), as H2O specifies.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model.h"
+#include "memory/kv_cache.h"
+
+namespace heavykv {
+
+// The KvShape that holds `config`'s K/V with pages of `block_size` slots.
+KvShape KvShapeFor(const ModelConfig& config, int32_t block_size);
+
+// One sequence's part of a step.
+struct SequenceStep {
+  SequenceKv* kv = nullptr;          // the sequence's cache, changed through the KvCache
+  std::span<const int32_t> tokens;   // fed at positions [start_pos, start_pos + tokens.size())
+  int32_t start_pos = 0;
+  bool all_logits = false;           // logits for every token (scoring) or only for the last
+};
+
+class ModelRunner {
+ public:
+  // `model` and `cache` must outlive the runner; the cache's shape must match the model.
+  ModelRunner(const Model& model, KvCache* cache);
+
+  // Runs one step. Returns the logits [rows][vocab]: for each step in order, one row per token if
+  // all_logits else one row for its last token. The span is valid until the next Forward().
+  // RESOURCE_EXHAUSTED if the pool cannot hold the new tokens (the step did not run; a sequence
+  // may keep pages it reserved, which its next Commit or Release returns). INVALID_ARGUMENT for a
+  // token id outside the vocabulary or a position past the model's context.
+  absl::StatusOr<std::span<const float>> Forward(std::span<const SequenceStep> steps);
+
+  const Model& model() const { return model_; }
+  KvCache& cache() { return *cache_; }
+
+ private:
+  const Model& model_;
+  KvCache* cache_;
+  // Activations, sized for the largest step seen. Rows are tokens of the step.
+  std::vector<float> x_;       // [T][dim] residual stream
+  std::vector<float> xb_;      // [T][dim] normalised input of a sub-block
+  std::vector<float> qkv_;     // [T][dim + 2*kv_dim]
+  std::vector<float> att_;     // [T][dim]
+  std::vector<float> hb_;      // [T][2*hidden]
+  std::vector<float> hb2_;     // [T][hidden]
+  std::vector<float> logits_;  // [rows][vocab]
+  std::vector<int32_t> pos_;   // [T]
+};
+
+}  // namespace heavykv

@@ -1,0 +1,222 @@
+// The llama2.c BPE tokenizer. Every rule here mirrors karpathy/llama2.c run.c so that our token ids
+// (and therefore model outputs) match the reference implementation byte for byte; where run.c's
+// behaviour is accidental (C-string truncation, sscanf leniency) we copy it on purpose.
+#include "engine/tokenizer.h"
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <iterator>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace heavykv {
+namespace {
+
+// Ids 3..258 are the byte-fallback tokens <0x00>..<0xFF>; a usable vocabulary has at least these.
+constexpr int32_t kByteTokenOffset = 3;
+constexpr int32_t kMinVocabSize = kByteTokenOffset + 256;
+
+// run.c starts the best-merge search at -1e10, so a pair whose score is <= -1e10 never merges.
+constexpr float kNoMergeScore = -1e10f;
+
+// A little-endian cursor over the file contents that reports how far it got when it runs out.
+class Reader {
+ public:
+  explicit Reader(const std::string& data) : data_(data) {}
+
+  bool AtEnd() const { return pos_ == data_.size(); }
+  size_t pos() const { return pos_; }
+
+  template <typename T>
+  bool Read(T* out) {
+    if (data_.size() - pos_ < sizeof(T)) return false;
+    std::memcpy(out, data_.data() + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return true;
+  }
+
+  bool ReadBytes(size_t n, std::string* out) {
+    if (data_.size() - pos_ < n) return false;
+    out->assign(data_.data() + pos_, n);
+    pos_ += n;
+    return true;
+  }
+
+ private:
+  const std::string& data_;
+  size_t pos_ = 0;
+};
+
+// run.c's isprint()/isspace() run in the default "C" locale; spelling them out keeps the answer
+// independent of whatever locale the embedding program has set.
+bool IsCPrint(unsigned char c) { return c >= 0x20 && c <= 0x7E; }
+bool IsCSpace(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+}  // namespace
+
+absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& path, int32_t vocab_size) {
+  if (vocab_size < kMinVocabSize) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer ", path, ": vocab_size ", vocab_size, " is below ", kMinVocabSize,
+                     " (3 special tokens + 256 byte-fallback tokens)"));
+  }
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return absl::NotFoundError(absl::StrCat("cannot open tokenizer file ", path));
+  std::string data((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  if (file.bad()) return absl::InvalidArgumentError(absl::StrCat("error reading tokenizer ", path));
+
+  Reader reader(data);
+  Tokenizer tok;
+  if (!reader.Read(&tok.max_token_length_)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer ", path, ": truncated: no max_token_length header"));
+  }
+  if (tok.max_token_length_ <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tokenizer ", path, ": invalid max_token_length ", tok.max_token_length_));
+  }
+  // The file does not store its vocabulary size, so read every token it holds: that tells a
+  // truncated file (ends inside a token) apart from a wrong vocab_size (clean end, wrong count).
+  // run.c itself would silently ignore extra tokens; we reject them as a model/tokenizer mismatch.
+  while (!reader.AtEnd()) {
+    const int32_t id = static_cast<int32_t>(tok.pieces_.size());
+    float score;
+    int32_t len;
+    if (!reader.Read(&score) || !reader.Read(&len)) {
+      return absl::InvalidArgumentError(absl::StrCat("tokenizer ", path,
+                                                     ": truncated in the header of token ", id,
+                                                     " at byte ", reader.pos()));
+    }
+    // run.c sizes its merge buffer from max_token_length; a longer piece would overflow it.
+    if (len < 0 || len > tok.max_token_length_) {
+      return absl::InvalidArgumentError(absl::StrCat("tokenizer ", path, ": token ", id,
+                                                     " has invalid length ", len,
+                                                     " (max_token_length ",
+                                                     tok.max_token_length_, ")"));
+    }
+    std::string piece;
+    if (!reader.ReadBytes(static_cast<size_t>(len), &piece)) {
+      return absl::InvalidArgumentError(absl::StrCat("tokenizer ", path,
+                                                     ": truncated in the bytes of token ", id,
+                                                     " (needs ", len, " bytes)"));
+    }
+    // run.c handles pieces as C strings (strcmp, sprintf "%s"), so a NUL byte ends the piece.
+    piece.resize(std::strlen(piece.c_str()));
+    tok.pieces_.push_back(std::move(piece));
+    tok.scores_.push_back(score);
+    if (static_cast<int32_t>(tok.pieces_.size()) > vocab_size) break;
+  }
+  const int32_t found = static_cast<int32_t>(tok.pieces_.size());
+  if (found != vocab_size) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer ", path, ": vocabulary size mismatch: expected ", vocab_size,
+                     " tokens, file has ", found > vocab_size ? "at least " : "", found));
+  }
+  // run.c finds pieces by bsearch over the vocabulary sorted with qsort, which on a duplicated
+  // piece may return either id. Real llama2.c tokenizers have no duplicates; we pin the lowest id
+  // (emplace keeps the first) so the choice is at least deterministic.
+  tok.ids_.reserve(tok.pieces_.size());
+  for (int32_t id = 0; id < found; ++id) tok.ids_.emplace(tok.pieces_[id], id);
+  return tok;
+}
+
+std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool bos, bool eos) const {
+  // run.c receives a C string: anything after an embedded NUL is invisible to it.
+  const size_t nul = text.find('\0');
+  if (nul != std::string_view::npos) text = text.substr(0, nul);
+
+  auto lookup = [this](const std::string& s) -> int32_t {
+    auto it = ids_.find(s);
+    return it == ids_.end() ? -1 : it->second;
+  };
+
+  std::vector<int32_t> tokens;
+  tokens.reserve(text.size() + 3);
+  if (bos) tokens.push_back(kBosId);
+  // SentencePiece's add_dummy_prefix: the text is encoded as if it started with a space.
+  if (!text.empty()) {
+    const int32_t space = lookup(" ");
+    // run.c would push -1 here (and crash later) if " " were missing; the byte token is the
+    // closest well-defined choice. Every llama2.c tokenizer we know has a " " piece.
+    tokens.push_back(space != -1 ? space : ' ' + kByteTokenOffset);
+  }
+
+  // Split into UTF-8 code points exactly as run.c does: a non-continuation byte starts a new code
+  // point; continuation bytes (10xxxxxx) are appended up to 4 bytes. Stray continuation bytes
+  // therefore group with each other, which is what run.c does too.
+  std::string code_point;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if ((c & 0xC0) != 0x80) code_point.clear();
+    code_point.push_back(static_cast<char>(c));
+    const bool next_is_continuation =
+        i + 1 < text.size() && (static_cast<unsigned char>(text[i + 1]) & 0xC0) == 0x80;
+    if (next_is_continuation && code_point.size() < 4) continue;
+    const int32_t id = lookup(code_point);
+    if (id != -1) {
+      tokens.push_back(id);
+    } else {
+      // Byte fallback: the first 3 ids are <unk>, <s>, </s>, then one token per byte value.
+      for (unsigned char b : code_point) {
+        tokens.push_back(static_cast<int32_t>(b) + kByteTokenOffset);
+      }
+    }
+    code_point.clear();
+  }
+
+  // Greedy BPE: merge the best-scoring adjacent pair until none merges. Quadratic, like run.c, but
+  // prompts are short and matching run.c's tie-breaking (first pair wins) matters more.
+  std::string merged;
+  while (true) {
+    float best_score = kNoMergeScore;
+    int32_t best_id = -1;
+    size_t best_idx = 0;
+    for (size_t i = 0; i + 1 < tokens.size(); ++i) {
+      merged.assign(pieces_[tokens[i]]);
+      merged.append(pieces_[tokens[i + 1]]);
+      const int32_t id = lookup(merged);
+      if (id != -1 && scores_[id] > best_score) {
+        best_score = scores_[id];
+        best_id = id;
+        best_idx = i;
+      }
+    }
+    if (best_id == -1) break;
+    tokens[best_idx] = best_id;
+    tokens.erase(tokens.begin() + static_cast<std::ptrdiff_t>(best_idx) + 1);
+  }
+
+  if (eos) tokens.push_back(kEosId);
+  return tokens;
+}
+
+std::string Tokenizer::Decode(int32_t prev_token, int32_t token) const {
+  // run.c would read out of bounds; an id the vocabulary lacks decodes to nothing instead.
+  if (token < 0 || token >= vocab_size()) return std::string();
+  std::string_view piece = pieces_[token];
+  // SentencePiece strips the dummy-prefix space from the first piece after BOS.
+  if (prev_token == kBosId && !piece.empty() && piece.front() == ' ') piece.remove_prefix(1);
+  // Use sscanf itself rather than a stricter parser: run.c accepts whatever this format accepts
+  // (note it never checks the closing '>'), and we want the same bytes out.
+  const std::string piece_str(piece);
+  unsigned char byte_val = 0;
+  if (std::sscanf(piece_str.c_str(), "<0x%02hhX>", &byte_val) == 1) {
+    // run.c returns a one-byte C string, so byte 0x00 decodes to the empty string.
+    if (byte_val == 0) return std::string();
+    return std::string(1, static_cast<char>(byte_val));
+  }
+  return piece_str;
+}
+
+bool Tokenizer::IsPrintablePiece(std::string_view piece) {
+  // Raw byte tokens can be control bytes or fragments of a UTF-8 sequence; run.c drops a lone
+  // byte that is neither printable nor whitespace rather than emit garbage to the terminal.
+  if (piece.size() != 1) return true;
+  const auto b = static_cast<unsigned char>(piece[0]);
+  return IsCPrint(b) || IsCSpace(b);
+}
+
+}  // namespace heavykv

@@ -1,0 +1,73 @@
+#include "kernels/cpu/ops.h"
+
+#include <cmath>
+
+namespace heavykv::cpu {
+
+void RmsNorm(const float* x, const float* w, float* out, int64_t rows, int64_t dim) {
+#pragma omp parallel for if (rows > 4)
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* xr = x + t * dim;
+    float* o = out + t * dim;
+    float ss = 0.0f;
+    for (int64_t j = 0; j < dim; ++j) ss += xr[j] * xr[j];
+    ss /= dim;
+    ss += 1e-5f;
+    ss = 1.0f / std::sqrt(ss);
+    for (int64_t j = 0; j < dim; ++j) o[j] = w[j] * (ss * xr[j]);
+  }
+}
+
+void Rope(float* x, int64_t rows, int64_t row_stride, int64_t rot_dim, int64_t head_dim,
+          const int32_t* pos) {
+#pragma omp parallel for if (rows > 4)
+  for (int64_t t = 0; t < rows; ++t) {
+    // The angle depends only on (pos, i mod head_dim): compute each once per row with the same
+    // float operations as run.c, so rotations agree with it bit for bit.
+    float cos_tab[512], sin_tab[512];
+    for (int64_t i = 0; i < head_dim; i += 2) {
+      float freq = 1.0f / powf(10000.0f, i / (float)head_dim);
+      float val = pos[t] * freq;
+      cos_tab[i / 2] = cosf(val);
+      sin_tab[i / 2] = sinf(val);
+    }
+    float* r = x + t * row_stride;
+    for (int64_t i = 0; i < rot_dim; i += 2) {
+      int64_t j = (i % head_dim) / 2;
+      float v0 = r[i], v1 = r[i + 1];
+      r[i] = v0 * cos_tab[j] - v1 * sin_tab[j];
+      r[i + 1] = v0 * sin_tab[j] + v1 * cos_tab[j];
+    }
+  }
+}
+
+void SwiGlu(const float* gu, float* out, int64_t rows, int64_t hidden) {
+#pragma omp parallel for if (rows > 4)
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* g = gu + t * 2 * hidden;
+    const float* u = g + hidden;
+    float* o = out + t * hidden;
+    for (int64_t i = 0; i < hidden; ++i) {
+      float val = g[i];
+      val *= (1.0f / (1.0f + expf(-val)));
+      o[i] = val * u[i];
+    }
+  }
+}
+
+void Add(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void Softmax(float* x, int64_t n) {
+  float max_val = x[0];
+  for (int64_t i = 1; i < n; ++i) max_val = x[i] > max_val ? x[i] : max_val;
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = expf(x[i] - max_val);
+    sum += x[i];
+  }
+  for (int64_t i = 0; i < n; ++i) x[i] /= sum;
+}
+
+}  // namespace heavykv::cpu

@@ -1,0 +1,26 @@
+// Elementwise and row-wise kernels of the Llama forward pass (CPU), written to match
+// llama2.c run.c's arithmetic so that greedy decoding reproduces it.
+#pragma once
+
+#include <cstdint>
+
+namespace heavykv::cpu {
+
+// out[t] = w * x[t] / sqrt(mean(x[t]^2) + 1e-5) for each of `rows` rows of `dim`.
+void RmsNorm(const float* x, const float* w, float* out, int64_t rows, int64_t dim);
+
+// Rotates, in place, the first `rot_dim` entries of row t of x [rows][row_stride] (pairs (2i,
+// 2i+1), frequency 10000^(-(2i mod head_dim)/head_dim)) by angle pos[t] * frequency.
+void Rope(float* x, int64_t rows, int64_t row_stride, int64_t rot_dim, int64_t head_dim,
+          const int32_t* pos);
+
+// out[t][i] = silu(gu[t][i]) * gu[t][hidden + i] for gu [rows][2*hidden], out [rows][hidden].
+void SwiGlu(const float* gu, float* out, int64_t rows, int64_t hidden);
+
+// x[i] += y[i].
+void Add(float* x, const float* y, int64_t n);
+
+// In-place softmax of x[n] (max-subtracted, as run.c).
+void Softmax(float* x, int64_t n);
+
+}  // namespace heavykv::cpu

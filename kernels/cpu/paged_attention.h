@@ -1,0 +1,37 @@
+// Paged attention on the CPU: one (sequence, kv head) and the query heads of its GQA group,
+// reading K/V through the sequence's block table. It also yields what H2O needs: the attention
+// probability every slot received, summed over the group's query heads, added to the slot score.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/paged_kv.h"
+
+namespace heavykv::cpu {
+
+struct AttentionArgs {
+  // K/V of the kv head. Slots [0, num_old) are cached tokens, slots [num_old, num_old + num_q)
+  // hold this step's new tokens in order; query i sees slots [0, num_old + i] (causal).
+  PagedKvHead kv;
+  int32_t num_old = 0;
+  int32_t num_q = 1;
+  int32_t group = 1;  // query heads served by this kv head
+  // Query i, head g of the group: q + i * q_stride + g * head_dim  [head_dim]
+  const float* q = nullptr;
+  int64_t q_stride = 0;
+  // Output row with the same layout as q.
+  float* out = nullptr;
+  int64_t out_stride = 0;
+  // When true, kv.Score(s) += sum over queries and group heads of the probability of slot s.
+  bool accumulate_scores = false;
+};
+
+// Scratch floats PagedAttention needs for a head with `num_slots` slots and `group` heads.
+inline int64_t AttentionScratchFloats(int32_t num_slots, int32_t group) {
+  return int64_t(num_slots) * group;
+}
+
+// Runs attention for one (sequence, kv head). `scratch` has AttentionScratchFloats() floats.
+void PagedAttention(const AttentionArgs& args, float* scratch);
+
+}  // namespace heavykv::cpu

@@ -1,0 +1,43 @@
+// PagedKvHead: the plain page-table view through which kernels read and write the K/V slots of
+// one (sequence, layer, kv head). Kernels never see the allocator; the engine builds this view
+// from the KvCache (memory/), which owns the storage.
+//
+// Slot s of the view lives on page pages[s / block_size] at row s % block_size:
+//   K row : k   + pages[p] * page_stride      + r * head_dim   [head_dim] floats
+//   V row : v   + pages[p] * page_stride      + r * head_dim   [head_dim] floats
+//   pos   : pos + pages[p] * meta_page_stride + r              position of the token held
+//   score : score + pages[p] * meta_page_stride + r            accumulated attention (H2O)
+// Keys are stored after RoPE at their original positions.
+#pragma once
+
+#include <cstdint>
+
+namespace heavykv {
+
+struct PagedKvHead {
+  const int32_t* pages = nullptr;  // [ceil(num_slots / block_size)] page ids
+  int32_t num_slots = 0;
+  int32_t block_size = 16;
+  int32_t head_dim = 0;
+  float* k = nullptr;
+  float* v = nullptr;
+  int64_t page_stride = 0;  // floats between the same row of two consecutive page ids
+  int32_t* pos = nullptr;
+  float* score = nullptr;
+  int64_t meta_page_stride = 0;  // entries between two consecutive page ids in pos/score
+
+  float* KRow(int32_t s) const {
+    return k + pages[s / block_size] * page_stride + int64_t(s % block_size) * head_dim;
+  }
+  float* VRow(int32_t s) const {
+    return v + pages[s / block_size] * page_stride + int64_t(s % block_size) * head_dim;
+  }
+  int32_t& Pos(int32_t s) const {
+    return pos[pages[s / block_size] * meta_page_stride + s % block_size];
+  }
+  float& Score(int32_t s) const {
+    return score[pages[s / block_size] * meta_page_stride + s % block_size];
+  }
+};
+
+}  // namespace heavykv

@@ -1,0 +1,141 @@
+#include "memory/eviction_policy.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+
+namespace heavykv {
+namespace {
+
+// Appends the `num_evict` candidates with the smallest key; ties broken by the older position.
+// `Key(slot)` returns the value to minimise. O(n) expected with nth_element.
+template <typename KeyFn>
+void EvictSmallest(const HeadSlots& slots, std::vector<int32_t>& candidates, int32_t num_evict,
+                   KeyFn key, std::vector<int32_t>* victims) {
+  auto less = [&](int32_t a, int32_t b) {
+    auto ka = key(a), kb = key(b);
+    if (ka != kb) return ka < kb;
+    return slots.pos[a] < slots.pos[b];
+  };
+  if (num_evict == 1) {  // the decode case: one linear scan
+    victims->push_back(*std::min_element(candidates.begin(), candidates.end(), less));
+    return;
+  }
+  std::nth_element(candidates.begin(), candidates.begin() + (num_evict - 1), candidates.end(),
+                   less);
+  victims->insert(victims->end(), candidates.begin(), candidates.begin() + num_evict);
+}
+
+// Candidates: the slots whose position is in [first_pos, last_pos].
+std::vector<int32_t> SlotsInRange(const HeadSlots& slots, int32_t first_pos, int32_t last_pos) {
+  std::vector<int32_t> out;
+  out.reserve(slots.pos.size());
+  for (int32_t i = 0; i < static_cast<int32_t>(slots.pos.size()); ++i) {
+    if (slots.pos[i] >= first_pos && slots.pos[i] <= last_pos) out.push_back(i);
+  }
+  return out;
+}
+
+class FullPolicy final : public EvictionPolicy {
+ public:
+  absl::string_view name() const override { return "full"; }
+  void ChooseVictims(const HeadSlots& slots, int32_t budget, int32_t newest_pos,
+                     int32_t num_evict, std::vector<int32_t>* victims) const override {
+    // Reached only when a caller gives "full" a finite budget: behave as a window then.
+    std::vector<int32_t> all = SlotsInRange(slots, INT32_MIN, INT32_MAX);
+    EvictSmallest(slots, all, num_evict, [&](int32_t s) { return slots.pos[s]; }, victims);
+  }
+};
+
+class WindowPolicy final : public EvictionPolicy {
+ public:
+  absl::string_view name() const override { return "window"; }
+  void ChooseVictims(const HeadSlots& slots, int32_t budget, int32_t newest_pos,
+                     int32_t num_evict, std::vector<int32_t>* victims) const override {
+    std::vector<int32_t> all = SlotsInRange(slots, INT32_MIN, INT32_MAX);
+    EvictSmallest(slots, all, num_evict, [&](int32_t s) { return slots.pos[s]; }, victims);
+  }
+};
+
+class SinkPolicy final : public EvictionPolicy {
+ public:
+  absl::string_view name() const override { return "sink"; }
+  void ChooseVictims(const HeadSlots& slots, int32_t budget, int32_t newest_pos,
+                     int32_t num_evict, std::vector<int32_t>* victims) const override {
+    // Keep at least one recent slot (the newest token) even for tiny budgets.
+    int32_t num_sinks = std::min(kNumSinkTokens, budget - 1);
+    std::vector<int32_t> cands = SlotsInRange(slots, num_sinks, INT32_MAX);
+    EvictSmallest(slots, cands, num_evict, [&](int32_t s) { return slots.pos[s]; }, victims);
+  }
+};
+
+class H2OPolicy final : public EvictionPolicy {
+ public:
+  explicit H2OPolicy(double recent_fraction) : recent_fraction_(recent_fraction) {}
+  absl::string_view name() const override { return "h2o"; }
+  bool needs_scores() const override { return true; }
+  void ChooseVictims(const HeadSlots& slots, int32_t budget, int32_t newest_pos,
+                     int32_t num_evict, std::vector<int32_t>* victims) const override {
+    int32_t num_recent = static_cast<int32_t>(std::floor(budget * recent_fraction_));
+    // The `num_recent` newest tokens are all still held (none of them could have been evicted
+    // before: they were recent at every earlier step), so "recent" is a position range.
+    std::vector<int32_t> cands = SlotsInRange(slots, INT32_MIN, newest_pos - num_recent);
+    EvictSmallest(slots, cands, num_evict, [&](int32_t s) { return slots.score[s]; }, victims);
+  }
+
+ private:
+  double recent_fraction_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakePolicy(absl::string_view name,
+                                                           double recent_fraction) {
+  if (name == "full") return std::make_unique<FullPolicy>();
+  if (name == "window") return std::make_unique<WindowPolicy>();
+  if (name == "sink") return std::make_unique<SinkPolicy>();
+  if (name == "h2o") {
+    if (!(recent_fraction > 0.0 && recent_fraction <= 1.0)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("h2o recent_fraction must be in (0, 1], got ", recent_fraction));
+    }
+    return std::make_unique<H2OPolicy>(recent_fraction);
+  }
+  return absl::InvalidArgumentError(absl::StrCat("unknown KV policy \"", name,
+                                                 "\"; choose one of: ",
+                                                 absl::StrJoin(kPolicyNames, ", ")));
+}
+
+absl::StatusOr<KvBudget> KvBudget::Parse(absl::string_view text) {
+  double v = 0;
+  if (!absl::SimpleAtod(text, &v) || !std::isfinite(v) || v <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "KV budget \"", text, "\" must be a token count (e.g. 128) or a fraction in (0, 1]"));
+  }
+  KvBudget b;
+  // "1" means the whole sequence (fraction 1.0); any value > 1 is a token count.
+  b.is_fraction = v <= 1.0;
+  if (!b.is_fraction && v != std::floor(v)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV budget ", text, " is over 1, so it must be a whole token count"));
+  }
+  if (!b.is_fraction && v > kUnboundedBudget) {
+    return absl::InvalidArgumentError(absl::StrCat("KV budget ", text, " is too large"));
+  }
+  b.value = v;
+  return b;
+}
+
+int32_t KvBudget::Resolve(int32_t max_len) const {
+  if (!is_fraction) return static_cast<int32_t>(value);
+  return std::max<int32_t>(1, static_cast<int32_t>(std::floor(value * max_len)));
+}
+
+std::string KvBudget::ToString() const {
+  return is_fraction ? absl::StrCat(value) : absl::StrCat(static_cast<int64_t>(value));
+}
+
+}  // namespace heavykv

@@ -1,0 +1,146 @@
+#include "memory/kv_cache.h"
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace heavykv {
+
+int64_t KvShape::PageBytes() const {
+  return PageFloats() * int64_t(sizeof(float)) +
+         PageMetaEntries() * int64_t(sizeof(int32_t) + sizeof(float));
+}
+
+int32_t KvCache::PagesForBytes(const KvShape& shape, int64_t bytes) {
+  return static_cast<int32_t>(std::max<int64_t>(1, bytes / shape.PageBytes()));
+}
+
+absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvShape& shape,
+                                                         int32_t num_pages) {
+  if (shape.num_layers <= 0 || shape.num_kv_heads <= 0 || shape.head_dim <= 0) {
+    return absl::InvalidArgumentError("KV shape must have positive layers, kv heads, head_dim");
+  }
+  if (shape.block_size <= 0 || shape.block_size > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("block size must be in [1, 1024], got ", shape.block_size));
+  }
+  if (num_pages <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("KV pool needs at least one page, got ",
+                                                   num_pages));
+  }
+  return std::unique_ptr<KvCache>(new KvCache(shape, num_pages));
+}
+
+KvCache::KvCache(const KvShape& shape, int32_t num_pages)
+    : shape_(shape),
+      alloc_(num_pages),
+      kv_(static_cast<size_t>(shape.PageFloats()) * num_pages),
+      pos_(static_cast<size_t>(shape.PageMetaEntries()) * num_pages),
+      score_(static_cast<size_t>(shape.PageMetaEntries()) * num_pages) {}
+
+int32_t KvCache::PagesNeeded(const SequenceKv& seq, int32_t num_new) const {
+  int64_t slots = int64_t(seq.num_slots) + num_new;
+  int64_t pages = (slots + shape_.block_size - 1) / shape_.block_size;
+  return static_cast<int32_t>(std::max<int64_t>(0, pages - int64_t(seq.pages.size())));
+}
+
+absl::Status KvCache::Reserve(SequenceKv& seq, int32_t num_new) {
+  int32_t need = PagesNeeded(seq, num_new);
+  if (need > alloc_.num_pages_free()) {
+    return absl::ResourceExhaustedError(absl::StrCat("KV pool has ", alloc_.num_pages_free(),
+                                                     " free pages, sequence needs ", need));
+  }
+  for (int32_t i = 0; i < need; ++i) seq.pages.push_back(*alloc_.Allocate());
+  seq.peak_pages = std::max<int32_t>(seq.peak_pages, static_cast<int32_t>(seq.pages.size()));
+  return absl::OkStatus();
+}
+
+PagedKvHead KvCache::View(const SequenceKv& seq, int32_t layer, int32_t kv_head,
+                          int32_t num_slots) {
+  const int64_t bs = shape_.block_size, hd = shape_.head_dim;
+  const int64_t lh = int64_t(layer) * shape_.num_kv_heads + kv_head;
+  PagedKvHead v;
+  v.pages = seq.pages.data();
+  v.num_slots = num_slots;
+  v.block_size = shape_.block_size;
+  v.head_dim = shape_.head_dim;
+  v.page_stride = shape_.PageFloats();
+  v.k = kv_.data() + lh * 2 * bs * hd;
+  v.v = v.k + bs * hd;
+  v.meta_page_stride = shape_.PageMetaEntries();
+  v.pos = pos_.data() + lh * bs;
+  v.score = score_.data() + lh * bs;
+  return v;
+}
+
+void KvCache::EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, int32_t held,
+                        int32_t newest_pos) {
+  if (held <= seq.budget || seq.policy == nullptr) return;
+  const int32_t num_evict = held - seq.budget;
+  PagedKvHead h = View(seq, layer, kv_head, held);
+
+  // Gather the policy's plain view. Per-thread scratch: EvictHead runs inside parallel loops.
+  thread_local std::vector<int32_t> pos, victims;
+  thread_local std::vector<float> score;
+  thread_local std::vector<uint8_t> is_victim;
+  pos.resize(held);
+  for (int32_t s = 0; s < held; ++s) pos[s] = h.Pos(s);
+  HeadSlots slots{pos, {}};
+  if (seq.policy->needs_scores()) {
+    score.resize(held);
+    for (int32_t s = 0; s < held; ++s) score[s] = h.Score(s);
+    slots.score = score;
+  }
+  victims.clear();
+  seq.policy->ChooseVictims(slots, seq.budget, newest_pos, num_evict, &victims);
+
+  is_victim.assign(held, 0);
+  for (int32_t s : victims) {
+    if (s < 0 || s >= held || is_victim[s]) {
+      std::fprintf(stderr, "policy %s chose an invalid or repeated victim slot %d\n",
+                   std::string(seq.policy->name()).c_str(), s);
+      std::abort();
+    }
+    is_victim[s] = 1;
+  }
+  if (static_cast<int32_t>(victims.size()) != num_evict) {
+    std::fprintf(stderr, "policy %s chose %zu victims, %d needed\n",
+                 std::string(seq.policy->name()).c_str(), victims.size(), num_evict);
+    std::abort();
+  }
+  // Survivors beyond the budget move into the holes left by victims below it.
+  const int32_t keep = seq.budget;
+  const size_t row_bytes = sizeof(float) * shape_.head_dim;
+  int32_t mover = keep;
+  for (int32_t hole = 0; hole < keep; ++hole) {
+    if (!is_victim[hole]) continue;
+    while (is_victim[mover]) ++mover;
+    std::memcpy(h.KRow(hole), h.KRow(mover), row_bytes);
+    std::memcpy(h.VRow(hole), h.VRow(mover), row_bytes);
+    h.Pos(hole) = h.Pos(mover);
+    h.Score(hole) = h.Score(mover);
+    ++mover;
+  }
+}
+
+void KvCache::Commit(SequenceKv& seq, int32_t held) {
+  const int32_t kept = seq.policy != nullptr ? std::min(held, seq.budget) : held;
+  seq.tokens_evicted += held - kept;
+  seq.num_slots = kept;
+  const size_t pages_used = (size_t(kept) + shape_.block_size - 1) / shape_.block_size;
+  while (seq.pages.size() > pages_used) {
+    alloc_.Free(seq.pages.back());
+    seq.pages.pop_back();
+  }
+}
+
+void KvCache::Release(SequenceKv& seq) {
+  for (int32_t p : seq.pages) alloc_.Free(p);
+  seq.pages.clear();
+  seq.num_slots = 0;
+}
+
+}  // namespace heavykv

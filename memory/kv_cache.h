@@ -1,0 +1,96 @@
+// KvCache: the one shared pool of fixed-size KV pages and the per-sequence block tables on it.
+//
+// The pool is allocated once at start. A page holds `block_size` token slots for every layer and
+// kv head: K and V rows, and per slot the position of the token held and its accumulated
+// attention score. All (layer, kv head) pairs of a sequence hold the same number of tokens, so one
+// block table serves all heads, yet each head keeps its own tokens: when a head evicts, a newer
+// token of that head moves into the victim's slot (per-slot position and score make that legal).
+// Per-head eviction is thus O(1) data movement per evicted token and needs no per-head tables.
+//
+// Ownership: KvCache owns all KV storage and is the only code that allocates, frees or compacts
+// it. Callers own their SequenceKv values (ids only, no pointers) and may only change them
+// through KvCache methods. Kernels write new rows and read/accumulate through View().
+//
+// A step on a sequence: Reserve(n) -> kernels append n rows at slots [num_slots, num_slots+n) of
+// every (layer, head) and attend -> EvictHead() on every (layer, head) -> Commit(). Between steps
+// a sequence holds ceil(num_slots / block_size) <= ceil(budget / block_size) pages.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/paged_kv.h"
+#include "memory/eviction_policy.h"
+#include "memory/page_allocator.h"
+
+namespace heavykv {
+
+struct KvShape {
+  int32_t num_layers = 0;
+  int32_t num_kv_heads = 0;
+  int32_t head_dim = 0;
+  int32_t block_size = 16;
+
+  // Bytes of one page: K+V rows plus position and score per slot, for every layer and kv head.
+  int64_t PageBytes() const;
+  int64_t PageFloats() const {
+    return int64_t(num_layers) * num_kv_heads * 2 * block_size * head_dim;
+  }
+  int64_t PageMetaEntries() const { return int64_t(num_layers) * num_kv_heads * block_size; }
+};
+
+// One sequence's cache state. Mutated only by KvCache.
+struct SequenceKv {
+  std::vector<int32_t> pages;  // block table: slot s is on pages[s / block_size]
+  int32_t num_slots = 0;       // tokens held by every (layer, kv head)
+  int32_t budget = kUnboundedBudget;
+  const EvictionPolicy* policy = nullptr;  // not owned; null means never evict
+  int32_t peak_pages = 0;
+  int64_t tokens_evicted = 0;  // per (layer, head): tokens dropped from the sequence so far
+};
+
+class KvCache {
+ public:
+  static absl::StatusOr<std::unique_ptr<KvCache>> Create(const KvShape& shape, int32_t num_pages);
+  // Number of pages that fit in `bytes` (at least 1).
+  static int32_t PagesForBytes(const KvShape& shape, int64_t bytes);
+
+  const KvShape& shape() const { return shape_; }
+  const PageAllocator& allocator() const { return alloc_; }
+
+  // Ensures seq has slots for `num_new` more tokens (num_slots + num_new). All-or-nothing: on
+  // RESOURCE_EXHAUSTED nothing was allocated.
+  absl::Status Reserve(SequenceKv& seq, int32_t num_new);
+  // Pages a sequence needs to take `num_new` more tokens; 0 when it has room.
+  int32_t PagesNeeded(const SequenceKv& seq, int32_t num_new) const;
+
+  // View of (layer, kv_head) over `num_slots` slots (may exceed seq.num_slots during a step).
+  PagedKvHead View(const SequenceKv& seq, int32_t layer, int32_t kv_head, int32_t num_slots);
+
+  // After attention of a step in which (layer, kv_head) holds `held` tokens (the newest at
+  // `newest_pos`): if held > budget, asks the policy for held - budget victims and compacts the
+  // survivors into slots [0, budget). Thread-safe across distinct (seq, layer, head).
+  void EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, int32_t held,
+                 int32_t newest_pos);
+
+  // Ends a step in which every head held `held` tokens: num_slots = min(held, budget) (held when
+  // there is no policy), pages past
+  // the last used slot go back to the pool.
+  void Commit(SequenceKv& seq, int32_t held);
+  // Returns every page of seq to the pool and resets it.
+  void Release(SequenceKv& seq);
+
+ private:
+  KvCache(const KvShape& shape, int32_t num_pages);
+
+  KvShape shape_;
+  PageAllocator alloc_;
+  std::vector<float> kv_;       // [num_pages][num_layers][num_kv_heads][2][block_size][head_dim]
+  std::vector<int32_t> pos_;    // [num_pages][num_layers][num_kv_heads][block_size]
+  std::vector<float> score_;    // [num_pages][num_layers][num_kv_heads][block_size]
+};
+
+}  // namespace heavykv

@@ -1,0 +1,58 @@
+// FlagSet: the flags of one `heavykv` subcommand. Each subcommand owns its flags, so an unknown or
+// malformed flag is reported with the subcommand's name and its list of flags.
+//
+//   FlagSet flags("run", "heavykv run --model FILE [flags]");
+//   flags.String("model", &model_path, "llama2.c checkpoint");
+//   if (absl::Status s = flags.Parse(argc, argv); !s.ok()) ...
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+
+namespace heavykv::cli {
+
+class FlagSet {
+ public:
+  FlagSet(std::string command, std::string usage);
+
+  void String(const std::string& name, std::string* dst, const std::string& help);
+  void Int(const std::string& name, int64_t* dst, const std::string& help);
+  void Double(const std::string& name, double* dst, const std::string& help);
+  void Bool(const std::string& name, bool* dst, const std::string& help);
+
+  // Parses argv[first..argc): "--name value", "--name=value", a bare "--name" for booleans;
+  // other arguments are positional. "--help" sets help_requested(). INVALID_ARGUMENT on an
+  // unknown flag, a missing value or a value of the wrong type.
+  absl::Status Parse(int argc, char** argv, int first = 2);
+
+  bool IsSet(const std::string& name) const;
+  bool help_requested() const { return help_; }
+  const std::vector<std::string>& positional() const { return positional_; }
+  std::string Help() const;
+
+ private:
+  struct Flag {
+    std::string name, help, default_text;
+    bool is_bool = false;
+    bool set = false;
+    std::function<bool(const std::string&)> assign;
+  };
+  Flag* Find(const std::string& name);
+
+  std::string command_, usage_;
+  std::vector<Flag> flags_;
+  std::vector<std::string> positional_;
+  bool help_ = false;
+};
+
+// Splits "a,b,c" into its non-empty parts.
+std::vector<std::string> SplitList(const std::string& list);
+
+// `s` as a JSON string literal (quotes included).
+std::string JsonQuote(const std::string& s);
+
+}  // namespace heavykv::cli

@@ -1,0 +1,108 @@
+// heavykv eval: perplexity and top-1 agreement of policies x budgets on a text file.
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "engine/evaluator.h"
+#include "server/cli_flags.h"
+#include "server/commands.h"
+
+namespace heavykv::cli {
+
+int EvalCommand(int argc, char** argv) {
+  std::string model_path, tokenizer_path, text_path, policies = "full,window,sink,h2o";
+  std::string budgets = "0.2";
+  int64_t window = 0, max_windows = 0, block_size = 16, threads = 0;
+  double recent_fraction = 0.5;
+  bool json = false;
+  FlagSet flags("eval", "heavykv eval --model FILE --tokenizer FILE --text FILE [flags]");
+  flags.String("model", &model_path, "llama2.c checkpoint (required)");
+  flags.String("tokenizer", &tokenizer_path, "llama2.c tokenizer; without it --text holds token ids");
+  flags.String("text", &text_path, "stories separated by blank lines (required)");
+  flags.Int("window", &window, "tokens per window; 0 = context length");
+  flags.Int("max-windows", &max_windows, "windows to evaluate; 0 = all");
+  flags.String("policy", &policies, "comma list of KV policies");
+  flags.String("kv-budget", &budgets, "comma list of budgets: token counts or fractions of the window");
+  flags.Double("recent-fraction", &recent_fraction, "h2o: share of the budget kept for recent tokens");
+  flags.Int("block-size", &block_size, "token slots per KV page");
+  flags.Int("threads", &threads, "CPU threads; 0 = every core");
+  flags.Bool("json", &json, "JSON lines on stdout (the table goes to stderr)");
+  absl::Status st = flags.Parse(argc, argv);
+  auto fail = [](const absl::Status& s) {
+    std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+    return 2;
+  };
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  if (!st.ok()) return fail(st);
+  if (model_path.empty() || text_path.empty()) {
+    return fail(absl::InvalidArgumentError("--model and --text are required"));
+  }
+  if (window < 0 || max_windows < 0 || block_size <= 0 || block_size > 1024) {
+    return fail(absl::InvalidArgumentError(
+        "--window and --max-windows must be >= 0, --block-size in [1, 1024]"));
+  }
+  SetThreads(threads);
+  absl::StatusOr<Model> model = LoadModel(model_path);
+  if (!model.ok()) return fail(model.status());
+  absl::StatusOr<std::optional<Tokenizer>> tok =
+      LoadOptionalTokenizer(tokenizer_path, model->config.vocab_size);
+  if (!tok.ok()) return fail(tok.status());
+  std::ifstream in(text_path, std::ios::binary);
+  if (!in) return fail(absl::NotFoundError(absl::StrCat("cannot open --text ", text_path)));
+  std::stringstream buf;
+  buf << in.rdbuf();
+  std::vector<int32_t> stream;
+  if (*tok) {
+    stream = BuildEvalStream(**tok, buf.str());
+  } else {
+    for (absl::string_view part :
+         absl::StrSplit(buf.str(), absl::ByAnyChar(" \t\n,"), absl::SkipEmpty())) {
+      int32_t id;
+      if (!absl::SimpleAtoi(part, &id)) {
+        return fail(absl::InvalidArgumentError(
+            absl::StrCat("without --tokenizer, --text must hold token ids; got \"", part, "\"")));
+      }
+      stream.push_back(id);
+    }
+  }
+
+  EvalOptions opt;
+  opt.window = static_cast<int32_t>(window);
+  opt.max_windows = static_cast<int32_t>(max_windows);
+  opt.recent_fraction = recent_fraction;
+  opt.block_size = static_cast<int32_t>(block_size);
+  std::vector<std::string> budget_list = SplitList(budgets);
+  if (budget_list.empty()) return fail(absl::InvalidArgumentError("--kv-budget is empty"));
+  for (const std::string& p : SplitList(policies)) {
+    if (p == "full") {  // the budget does not apply: evaluate once
+      opt.configs.push_back({p, KvBudget{}});
+      continue;
+    }
+    for (const std::string& b : budget_list) {
+      absl::StatusOr<KvBudget> kb = KvBudget::Parse(b);
+      if (!kb.ok()) return fail(kb.status());
+      opt.configs.push_back({p, *kb});
+    }
+  }
+  absl::StatusOr<std::vector<EvalResult>> results = Evaluate(*model, stream, opt);
+  if (!results.ok()) return fail(results.status());
+
+  std::FILE* table = json ? stderr : stdout;
+  std::fprintf(table, "%-8s %8s %8s %8s %8s %10s %8s\n", "policy", "budget", "tokens", "window",
+               "windows", "ppl", "top1");
+  for (const EvalResult& r : *results) {
+    std::fprintf(table, "%-8s %8d %8lld %8d %8d %10.4f %8.4f\n", r.policy.c_str(),
+                 r.budget_tokens, static_cast<long long>(r.tokens), r.window, r.windows, r.ppl,
+                 r.top1);
+    if (json) std::printf("%s\n", r.ToJson().c_str());
+  }
+  return 0;
+}
+
+}  // namespace heavykv::cli

@@ -1,0 +1,183 @@
+// heavykv run: one generation on the CPU engine, printed as llama2.c run.c prints it.
+#include <chrono>
+#include <cstdio>
+#include <random>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "engine/generator.h"
+#include "kernels/cpu/gemm.h"
+#include "server/cli_flags.h"
+#include "server/commands.h"
+
+namespace heavykv::cli {
+
+absl::StatusOr<std::optional<Tokenizer>> LoadOptionalTokenizer(const std::string& path,
+                                                               int32_t vocab_size) {
+  if (path.empty()) return std::optional<Tokenizer>();
+  absl::StatusOr<Tokenizer> t = Tokenizer::Load(path, vocab_size);
+  if (!t.ok()) return t.status();
+  return std::optional<Tokenizer>(*std::move(t));
+}
+
+absl::StatusOr<std::vector<int32_t>> PromptTokens(const std::optional<Tokenizer>& tok,
+                                                  const std::string& prompt) {
+  if (tok) return tok->Encode(prompt, /*bos=*/true, /*eos=*/false);
+  std::vector<int32_t> ids;
+  for (absl::string_view part : absl::StrSplit(prompt, absl::ByAnyChar(" \t\n,"),
+                                              absl::SkipEmpty())) {
+    int32_t id;
+    if (!absl::SimpleAtoi(part, &id)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "without --tokenizer the prompt must be token ids separated by spaces; got \"", part,
+          "\""));
+    }
+    ids.push_back(id);
+  }
+  if (ids.empty() || ids[0] != kBosId) ids.insert(ids.begin(), kBosId);
+  return ids;
+}
+
+absl::StatusOr<int32_t> PoolPages(const KvShape& shape, int64_t kv_pages, int64_t kv_pool_mb,
+                                  int32_t default_pages) {
+  if (kv_pages < 0 || kv_pool_mb < 0) {
+    return absl::InvalidArgumentError("--kv-pages and --kv-pool-mb must not be negative");
+  }
+  if (kv_pages > INT32_MAX) return absl::InvalidArgumentError("--kv-pages is too large");
+  if (kv_pages > 0) return static_cast<int32_t>(kv_pages);
+  if (kv_pool_mb > 0) return KvCache::PagesForBytes(shape, kv_pool_mb << 20);
+  return default_pages;
+}
+
+void SetThreads(int64_t threads) {
+  cpu::SetNumThreads(threads > 0 ? static_cast<int>(threads)
+                                 : static_cast<int>(std::thread::hardware_concurrency()));
+}
+
+int RunCommand(int argc, char** argv) {
+  std::string model_path, tokenizer_path, prompt, policy_name = "full", budget_text = "1";
+  int64_t steps = 256, top_k = 0, seed = -1, block_size = 16, kv_pages = 0, kv_pool_mb = 0;
+  int64_t prefill_chunk = 256, threads = 0;
+  double temperature = 1.0, top_p = 0.9, recent_fraction = 0.5;
+  bool json = false;
+  FlagSet flags("run", "heavykv run --model FILE [--tokenizer FILE] [--prompt TEXT] [flags]");
+  flags.String("model", &model_path, "llama2.c checkpoint (required)");
+  flags.String("tokenizer", &tokenizer_path, "llama2.c tokenizer; without it prompts and output are token ids");
+  flags.String("prompt", &prompt, "prompt text (token ids without --tokenizer)");
+  flags.Int("steps", &steps, "positions to run, prompt included (llama2.c -n); 0 = context length");
+  flags.Double("temperature", &temperature, "0 = greedy");
+  flags.Double("top-p", &top_p, "nucleus sampling; 1 = off");
+  flags.Int("top-k", &top_k, "keep the k most likely tokens; 0 = off");
+  flags.Int("seed", &seed, "sampling seed; -1 = from the clock");
+  flags.String("policy", &policy_name, "KV policy: full, window, sink, h2o");
+  flags.String("kv-budget", &budget_text, "tokens kept per head: a count, or a fraction of steps");
+  flags.Double("recent-fraction", &recent_fraction, "h2o: share of the budget kept for recent tokens");
+  flags.Int("block-size", &block_size, "token slots per KV page");
+  flags.Int("kv-pages", &kv_pages, "KV pool size in pages; 0 = what the sequence needs");
+  flags.Int("kv-pool-mb", &kv_pool_mb, "KV pool size in MiB (if --kv-pages is 0)");
+  flags.Int("prefill-chunk", &prefill_chunk, "prompt tokens per forward step");
+  flags.Int("threads", &threads, "CPU threads; 0 = every core");
+  flags.Bool("json", &json, "print one JSON object with text, tokens and timings");
+  absl::Status st = flags.Parse(argc, argv);
+  auto fail = [](const absl::Status& s) {
+    std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
+    return 2;
+  };
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  if (!st.ok()) return fail(st);
+  if (model_path.empty()) return fail(absl::InvalidArgumentError("--model is required"));
+  SetThreads(threads);
+
+  absl::StatusOr<Model> model = LoadModel(model_path);
+  if (!model.ok()) return fail(model.status());
+  const ModelConfig& c = model->config;
+  absl::StatusOr<std::optional<Tokenizer>> tok = LoadOptionalTokenizer(tokenizer_path, c.vocab_size);
+  if (!tok.ok()) return fail(tok.status());
+  absl::StatusOr<std::vector<int32_t>> ids = PromptTokens(*tok, prompt);
+  if (!ids.ok()) return fail(ids.status());
+  if (steps == 0 || steps > c.seq_len) steps = c.seq_len;
+  if (steps < 0 || steps < int64_t(ids->size())) {
+    return fail(absl::InvalidArgumentError(absl::StrCat(
+        "--steps ", steps, " is below the prompt's ", ids->size(), " tokens")));
+  }
+  if (temperature < 0 || !(top_p >= 0 && top_p <= 1) || top_k < 0 || top_k > c.vocab_size) {
+    return fail(absl::InvalidArgumentError(
+        "need --temperature >= 0, --top-p in [0, 1], --top-k in [0, vocab size]"));
+  }
+  absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy = MakePolicy(policy_name, recent_fraction);
+  if (!policy.ok()) return fail(policy.status());
+  absl::StatusOr<KvBudget> budget = KvBudget::Parse(budget_text);
+  if (!budget.ok()) return fail(budget.status());
+  const bool full = policy_name == "full";
+
+  GenerateOptions opt;
+  opt.steps = static_cast<int32_t>(steps);
+  opt.sampling.temperature = static_cast<float>(temperature);
+  opt.sampling.top_p = static_cast<float>(top_p);
+  opt.sampling.top_k = static_cast<int32_t>(top_k);
+  opt.sampling.seed = seed >= 0 ? uint64_t(seed)
+                                : uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
+  opt.policy = full ? nullptr : policy->get();
+  opt.budget = full ? kUnboundedBudget : budget->Resolve(opt.steps);
+  opt.prefill_chunk = static_cast<int32_t>(std::max<int64_t>(1, prefill_chunk));
+
+  if (block_size <= 0 || block_size > 1024) {
+    return fail(absl::InvalidArgumentError("--block-size must be in [1, 1024]"));
+  }
+  const KvShape shape = KvShapeFor(c, static_cast<int32_t>(block_size));
+  const int64_t held = std::min<int64_t>(opt.steps, opt.budget) + opt.prefill_chunk;
+  absl::StatusOr<int32_t> pages =
+      PoolPages(shape, kv_pages, kv_pool_mb, static_cast<int32_t>((held + block_size - 1) / block_size));
+  if (!pages.ok()) return fail(pages.status());
+  absl::StatusOr<std::unique_ptr<KvCache>> cache = KvCache::Create(shape, *pages);
+  if (!cache.ok()) return fail(cache.status());
+  ModelRunner runner(*model, cache->get());
+
+  std::string text;
+  auto on_token = [&](int32_t prev, int32_t token) {
+    std::string piece;
+    if (*tok) {
+      piece = (*tok)->Decode(prev, token);
+      if (!Tokenizer::IsPrintablePiece(piece)) piece.clear();
+    } else {
+      piece = absl::StrCat(token, " ");
+    }
+    text += piece;
+    if (!json) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+  };
+  absl::StatusOr<GenerateResult> r = Generate(runner, *ids, opt, on_token);
+  if (!r.ok()) {
+    if (!json) std::fputc('\n', stdout);
+    return fail(r.status());
+  }
+  const int32_t completion = static_cast<int32_t>(r->tokens.size()) - r->num_prompt_tokens;
+  const double tok_s = r->decode_seconds > 0 ? (completion - 1) / r->decode_seconds : 0;
+  if (json) {
+    std::printf(
+        "{\"text\":%s,\"token_ids\":[%s],\"prompt_tokens\":%d,\"completion_tokens\":%d,"
+        "\"finish_reason\":\"%s\",\"policy\":\"%s\",\"kv_budget\":%d,\"peak_pages\":%d,"
+        "\"kv_tokens_evicted\":%lld,\"seed\":%llu,\"prefill_seconds\":%.6f,"
+        "\"decode_seconds\":%.6f,\"decode_tokens_per_second\":%.2f}\n",
+        JsonQuote(text).c_str(), absl::StrJoin(r->tokens, ",").c_str(), r->num_prompt_tokens,
+        completion, r->finish_reason.c_str(), policy_name.c_str(),
+        full ? -1 : opt.budget, r->peak_pages, static_cast<long long>(r->tokens_evicted),
+        static_cast<unsigned long long>(opt.sampling.seed), r->prefill_seconds,
+        r->decode_seconds, tok_s);
+  } else {
+    std::fputc('\n', stdout);
+    std::fprintf(stderr, "achieved tok/s: %.1f (policy %s, peak pages %d, evicted %lld)\n", tok_s,
+                 policy_name.c_str(), r->peak_pages, static_cast<long long>(r->tokens_evicted));
+  }
+  return 0;
+}
+
+}  // namespace heavykv::cli

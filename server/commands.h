@@ -1,0 +1,34 @@
+// The `heavykv` subcommands. Each parses its own flags from argv[2..] and returns the process
+// exit code; errors are printed to stderr as one line that says what to change.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/model.h"
+#include "engine/tokenizer.h"
+#include "memory/kv_cache.h"
+
+namespace heavykv::cli {
+
+int RunCommand(int argc, char** argv);        // heavykv run
+int EvalCommand(int argc, char** argv);       // heavykv eval
+int MakeModelCommand(int argc, char** argv);  // heavykv make-model
+
+// Shared by the subcommands.
+absl::StatusOr<std::optional<Tokenizer>> LoadOptionalTokenizer(const std::string& path,
+                                                               int32_t vocab_size);
+// Prompt tokens: encoded text with BOS when a tokenizer is given, else whitespace-separated ids
+// (BOS prepended when the list is empty or does not start with it).
+absl::StatusOr<std::vector<int32_t>> PromptTokens(const std::optional<Tokenizer>& tok,
+                                                  const std::string& prompt);
+// Pool size from --kv-pages, else --kv-pool-mb, else `default_pages`.
+absl::StatusOr<int32_t> PoolPages(const KvShape& shape, int64_t kv_pages, int64_t kv_pool_mb,
+                                  int32_t default_pages);
+// Applies --threads (0: every core).
+void SetThreads(int64_t threads);
+
+}  // namespace heavykv::cli

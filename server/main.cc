@@ -1,0 +1,29 @@
+// heavykv: one executable, subcommands like `vllm serve` / `vllm bench`.
+#include <cstdio>
+#include <cstring>
+
+#include "server/commands.h"
+
+namespace {
+
+constexpr char kUsage[] =
+    "usage: heavykv COMMAND [flags]   (heavykv COMMAND --help for its flags)\n"
+    "commands:\n"
+    "  run         generate text from a prompt on the CPU engine\n"
+    "  eval        perplexity of KV policies x budgets against the full cache\n"
+    "  make-model  write a random-weight llama2.c checkpoint at a real model's shape\n";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "help")) {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const char* cmd = argv[1];
+  if (!std::strcmp(cmd, "run")) return heavykv::cli::RunCommand(argc, argv);
+  if (!std::strcmp(cmd, "eval")) return heavykv::cli::EvalCommand(argc, argv);
+  if (!std::strcmp(cmd, "make-model")) return heavykv::cli::MakeModelCommand(argc, argv);
+  std::fprintf(stderr, "heavykv: unknown command \"%s\"\n%s", cmd, kUsage);
+  return 2;
+}
