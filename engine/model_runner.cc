@@ -69,13 +69,20 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
   }
 
   const int64_t num_tasks = int64_t(steps.size()) * n_kv;
+  // Attention multiply-adds of the step, to decide whether forking threads pays off.
+  int64_t attention_work = 0;
+  for (const SequenceStep& st : steps) {
+    attention_work += (int64_t(st.kv->num_slots) + st.tokens.size()) * st.tokens.size();
+  }
+  attention_work *= int64_t(c.num_heads) * hd;
+  const bool parallel_attention = num_tasks > 1 && attention_work > (int64_t(1) << 16);
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = model_.layers[l];
     cpu::RmsNorm(x_.data(), w.rms_att.data(), xb_.data(), T, dim);
     cpu::MatmulNT(xb_.data(), w.wqkv.data(), qkv_.data(), T, qkv_dim, dim);
     cpu::Rope(qkv_.data(), T, qkv_dim, dim + kv_dim, hd, pos_.data());
 
-#pragma omp parallel for schedule(dynamic, 1)
+#pragma omp parallel for schedule(dynamic, 1) if (parallel_attention)
     for (int64_t task = 0; task < num_tasks; ++task) {
       const SequenceStep& st = steps[task / n_kv];
       const int32_t h = static_cast<int32_t>(task % n_kv);

@@ -75,8 +75,8 @@ absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& path, int32_t vocab
         absl::StrCat("tokenizer ", path, ": truncated: no max_token_length header"));
   }
   if (tok.max_token_length_ <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tokenizer ", path, ": invalid max_token_length ", tok.max_token_length_));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer ", path, ": invalid max_token_length ", tok.max_token_length_));
   }
   // The file does not store its vocabulary size, so read every token it holds: that tells a
   // truncated file (ends inside a token) apart from a wrong vocab_size (clean end, wrong count).
@@ -92,10 +92,9 @@ absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& path, int32_t vocab
     }
     // run.c sizes its merge buffer from max_token_length; a longer piece would overflow it.
     if (len < 0 || len > tok.max_token_length_) {
-      return absl::InvalidArgumentError(absl::StrCat("tokenizer ", path, ": token ", id,
-                                                     " has invalid length ", len,
-                                                     " (max_token_length ",
-                                                     tok.max_token_length_, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tokenizer ", path, ": token ", id, " has invalid length ", len,
+                       " (max_token_length ", tok.max_token_length_, ")"));
     }
     std::string piece;
     if (!reader.ReadBytes(static_cast<size_t>(len), &piece)) {
@@ -116,8 +115,8 @@ absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& path, int32_t vocab
                      " tokens, file has ", found > vocab_size ? "at least " : "", found));
   }
   // run.c finds pieces by bsearch over the vocabulary sorted with qsort, which on a duplicated
-  // piece may return either id. Real llama2.c tokenizers have no duplicates; we pin the lowest id
-  // (emplace keeps the first) so the choice is at least deterministic.
+  // piece may return either id (tok512.bin has no duplicates). We pin the lowest id (emplace keeps
+  // the first) so that the choice is at least deterministic.
   tok.ids_.reserve(tok.pieces_.size());
   for (int32_t id = 0; id < found; ++id) tok.ids_.emplace(tok.pieces_[id], id);
   return tok;

@@ -82,8 +82,8 @@ std::vector<int32_t> ObserveRandomU32Shr8(uint64_t seed, int n) {
 
 TEST(SamplerTest, RngStreamMatchesRunC) {
   // random_u32 for seed 42: 1456360119, 3359763283, 3393612768, 4054632243; >> 8 below.
-  EXPECT_EQ(ObserveRandomU32Shr8(42, 4), (std::vector<int32_t>{5688906, 13124075, 13256299,
-                                                                15838407}));
+  EXPECT_EQ(ObserveRandomU32Shr8(42, 4),
+            (std::vector<int32_t>{5688906, 13124075, 13256299, 15838407}));
   // Seed 0 is replaced by the fixed constant 0x9E3779B97F4A7C15 (xorshift would stay at 0).
   EXPECT_EQ(ObserveRandomU32Shr8(0, 3), (std::vector<int32_t>{885683, 5555276, 11027955}));
 }
@@ -139,12 +139,12 @@ TEST(SamplerTest, SmallTopPSamplesOnlyTheTopToken) {
 
 TEST(SamplerTest, FrequenciesMatchSoftmax) {
   constexpr int kSamples = 200000;  // standard error <= 0.0012 per token
-  ExpectNear(Frequencies({.temperature = 1.0f, .top_p = 1.0f, .top_k = 0, .seed = 5}, kLogits,
-                         kSamples),
-             Softmax(kLogits, 1.0), 0.006);
-  ExpectNear(Frequencies({.temperature = 0.5f, .top_p = 0.0f, .top_k = 0, .seed = 6}, kLogits,
-                         kSamples),
-             Softmax(kLogits, 0.5), 0.006);
+  ExpectNear(
+      Frequencies({.temperature = 1.0f, .top_p = 1.0f, .top_k = 0, .seed = 5}, kLogits, kSamples),
+      Softmax(kLogits, 1.0), 0.006);
+  ExpectNear(
+      Frequencies({.temperature = 0.5f, .top_p = 0.0f, .top_k = 0, .seed = 6}, kLogits, kSamples),
+      Softmax(kLogits, 0.5), 0.006);
 }
 
 TEST(SamplerTest, TopKFrequenciesAreRenormalised) {
@@ -154,9 +154,9 @@ TEST(SamplerTest, TopKFrequenciesAreRenormalised) {
   want[2] = e2 / (e2 + e6 + e4);
   want[6] = e6 / (e2 + e6 + e4);
   want[4] = e4 / (e2 + e6 + e4);
-  ExpectNear(Frequencies({.temperature = 1.0f, .top_p = 1.0f, .top_k = 3, .seed = 11}, kLogits,
-                         200000),
-             want, 0.006);
+  ExpectNear(
+      Frequencies({.temperature = 1.0f, .top_p = 1.0f, .top_k = 3, .seed = 11}, kLogits, 200000),
+      want, 0.006);
 }
 
 TEST(SamplerTest, TopPFrequenciesAreTheRenormalisedNucleus) {
@@ -167,9 +167,9 @@ TEST(SamplerTest, TopPFrequenciesAreTheRenormalisedNucleus) {
   ASSERT_GT(p[2] + p[6] + p[4], 0.8);
   std::vector<double> want(kLogits.size(), 0.0);
   for (int i : {2, 6, 4}) want[i] = p[i] / (p[2] + p[6] + p[4]);
-  ExpectNear(Frequencies({.temperature = 1.0f, .top_p = 0.8f, .top_k = 0, .seed = 12}, kLogits,
-                         200000),
-             want, 0.006);
+  ExpectNear(
+      Frequencies({.temperature = 1.0f, .top_p = 0.8f, .top_k = 0, .seed = 12}, kLogits, 200000),
+      want, 0.006);
 }
 
 }  // namespace

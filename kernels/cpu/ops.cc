@@ -3,9 +3,15 @@
 #include <cmath>
 
 namespace heavykv::cpu {
+namespace {
+
+// Elements below which a row-wise op runs on the calling thread: forking costs more.
+constexpr int64_t kParallelMin = 1 << 16;
+
+}  // namespace
 
 void RmsNorm(const float* x, const float* w, float* out, int64_t rows, int64_t dim) {
-#pragma omp parallel for if (rows > 4)
+#pragma omp parallel for if (rows * dim > kParallelMin)
   for (int64_t t = 0; t < rows; ++t) {
     const float* xr = x + t * dim;
     float* o = out + t * dim;
@@ -20,7 +26,7 @@ void RmsNorm(const float* x, const float* w, float* out, int64_t rows, int64_t d
 
 void Rope(float* x, int64_t rows, int64_t row_stride, int64_t rot_dim, int64_t head_dim,
           const int32_t* pos) {
-#pragma omp parallel for if (rows > 4)
+#pragma omp parallel for if (rows * rot_dim > kParallelMin)
   for (int64_t t = 0; t < rows; ++t) {
     // The angle depends only on (pos, i mod head_dim): compute each once per row with the same
     // float operations as run.c, so rotations agree with it bit for bit.
@@ -42,7 +48,7 @@ void Rope(float* x, int64_t rows, int64_t row_stride, int64_t rot_dim, int64_t h
 }
 
 void SwiGlu(const float* gu, float* out, int64_t rows, int64_t hidden) {
-#pragma omp parallel for if (rows > 4)
+#pragma omp parallel for if (rows * hidden > kParallelMin)
   for (int64_t t = 0; t < rows; ++t) {
     const float* g = gu + t * 2 * hidden;
     const float* u = g + hidden;

@@ -1,0 +1,124 @@
+// heavykv eval against an independent implementation of the same semantics: on
+// eval_stories.txt with W=512 and 4 windows its perplexities must agree within 0.5%.
+#include "engine/evaluator.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <sstream>
+
+#include "engine/model_runner.h"
+#include "kernels/cpu/gemm.h"
+#include "tests/test_util.h"
+
+namespace heavykv {
+namespace {
+
+class EvalTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cpu::SetNumThreads(1);
+    model_ = std::make_unique<Model>(*LoadModel(testing::ModelPath()));
+    tok_ = std::make_unique<Tokenizer>(*Tokenizer::Load(testing::TokenizerPath(), 512));
+    std::ifstream in(testing::SourcePath("tests/data/eval_stories.txt"));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    stream_ = BuildEvalStream(*tok_, ss.str());
+  }
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Tokenizer> tok_;
+  std::vector<int32_t> stream_;
+};
+
+TEST_F(EvalTest, StreamIsStoriesEachStartingWithBos) {
+  EXPECT_EQ(std::count(stream_.begin(), stream_.end(), kBosId), 60);  // 60 stories in the file
+  EXPECT_EQ(stream_[0], kBosId);
+  EXPECT_GT(stream_.size(), 4u * 512);
+}
+
+TEST_F(EvalTest, AgreesWithIndependentImplementation) {
+  struct Ref {
+    const char* policy;
+    int32_t budget;
+    double ppl;
+  };
+  const Ref refs[] = {{"full", 0, 2.8661},    {"window", 102, 2.9029}, {"sink", 102, 2.9213},
+                      {"h2o", 102, 2.9323},   {"window", 51, 3.0305},  {"sink", 51, 3.0549},
+                      {"h2o", 51, 3.0720},    {"window", 256, 2.8666}, {"sink", 256, 2.8671},
+                      {"h2o", 256, 2.8669}};
+  EvalOptions opt;
+  opt.window = 512;
+  opt.max_windows = 4;
+  for (const Ref& r : refs) {
+    opt.configs.push_back({r.policy, *KvBudget::Parse(std::to_string(r.budget == 0 ? 1 : r.budget))});
+  }
+  absl::StatusOr<std::vector<EvalResult>> res = Evaluate(*model_, stream_, opt);
+  ASSERT_TRUE(res.ok()) << res.status();
+  ASSERT_EQ(res->size(), std::size(refs));
+  for (size_t i = 0; i < res->size(); ++i) {
+    const EvalResult& r = (*res)[i];
+    SCOPED_TRACE(r.ToJson());
+    EXPECT_EQ(r.windows, 4);
+    EXPECT_EQ(r.tokens, 4 * 511);
+    EXPECT_NEAR(r.ppl, refs[i].ppl, 0.005 * refs[i].ppl);
+    EXPECT_GT(r.top1, 0.5);
+    EXPECT_LT(r.top1, 0.8);
+    if (refs[i].budget > 0) EXPECT_EQ(r.budget_tokens, refs[i].budget);
+  }
+  // Fractions resolve against the window: 0.2 of 512 is the 102-token budget above.
+  opt.configs = {{"h2o", *KvBudget::Parse("0.2")}};
+  absl::StatusOr<std::vector<EvalResult>> frac = Evaluate(*model_, stream_, opt);
+  ASSERT_TRUE(frac.ok());
+  EXPECT_EQ((*frac)[0].budget_tokens, 102);
+  EXPECT_NEAR((*frac)[0].ppl, (*res)[3].ppl, 1e-6);  // other batch, other rounding
+}
+
+TEST_F(EvalTest, OneWindowEqualsADirectTeacherForcedLoop) {
+  // Evaluate batches every (configuration, window) sequence; a plain single-sequence loop over
+  // the first window, scoring each prediction itself, must give the same perplexity.
+  EvalOptions opt;
+  opt.window = 512;
+  opt.max_windows = 1;
+  opt.configs = {{"h2o", *KvBudget::Parse("102")}, {"full", KvBudget{}}};
+  auto res = Evaluate(*model_, stream_, opt);
+  ASSERT_TRUE(res.ok()) << res.status();
+  auto h2o = *MakePolicy("h2o");
+  for (int which = 0; which < 2; ++which) {
+    auto cache = *KvCache::Create(KvShapeFor(model_->config, 16), 64);
+    ModelRunner runner(*model_, cache.get());
+    SequenceKv kv;
+    kv.policy = which == 0 ? h2o.get() : nullptr;
+    kv.budget = which == 0 ? 102 : kUnboundedBudget;
+    double nll = 0;
+    for (int32_t pos = 0; pos < 511; ++pos) {
+      SequenceStep step{&kv, std::span<const int32_t>(stream_).subspan(pos, 1), pos, false};
+      auto logits = runner.Forward({&step, 1});
+      ASSERT_TRUE(logits.ok());
+      double mx = *std::max_element(logits->begin(), logits->end()), sum = 0;
+      for (float v : *logits) sum += std::exp(v - mx);
+      nll += std::log(sum) + mx - (*logits)[stream_[pos + 1]];
+    }
+    EXPECT_EQ((*res)[which].tokens, 511);
+    EXPECT_NEAR((*res)[which].ppl, std::exp(nll / 511), 1e-6 * (*res)[which].ppl);
+  }
+  // Eviction costs quality on this window too, but little at 20%.
+  EXPECT_GT((*res)[0].ppl, (*res)[1].ppl);
+  EXPECT_LT((*res)[0].ppl, 1.1 * (*res)[1].ppl);
+}
+
+TEST_F(EvalTest, RejectsBadOptions) {
+  EvalOptions opt;
+  opt.window = 513;  // over the context length
+  opt.configs = {{"full", KvBudget{}}};
+  EXPECT_TRUE(absl::IsInvalidArgument(Evaluate(*model_, stream_, opt).status()));
+  opt.window = 512;
+  opt.configs = {{"lru", KvBudget{}}};
+  EXPECT_TRUE(absl::IsInvalidArgument(Evaluate(*model_, stream_, opt).status()));
+  opt.configs = {{"full", KvBudget{}}};
+  std::vector<int32_t> short_stream(100, 5);
+  EXPECT_TRUE(absl::IsInvalidArgument(Evaluate(*model_, short_stream, opt).status()));
+}
+
+}  // namespace
+}  // namespace heavykv

@@ -1,0 +1,235 @@
+// The batched forward step: a batch gives each sequence the same logits as running it alone,
+// chunked prefill equals token-by-token feeding, bad plans are rejected without side effects,
+// and each kv head keeps its own tokens.
+#include "engine/model_runner.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <memory>
+#include <random>
+#include <set>
+
+#include "kernels/cpu/gemm.h"
+#include "tests/test_util.h"
+
+namespace heavykv {
+namespace {
+
+// A sequence of the test: its prompt, how many tokens it decodes (fed greedily from its own
+// logits), and the step at which it joins the batch.
+struct Script {
+  std::vector<int32_t> prompt;
+  int32_t decode = 0;
+  int32_t join = 0;
+};
+
+std::unique_ptr<Model> Load(const std::string& path) {
+  absl::StatusOr<Model> m = LoadModel(path);
+  EXPECT_TRUE(m.ok()) << m.status();
+  return std::make_unique<Model>(*std::move(m));
+}
+
+int32_t ArgmaxRow(const float* row, int32_t n) {
+  return static_cast<int32_t>(std::max_element(row, row + n) - row);
+}
+
+// Runs the scripts batched (each joins at its step; prefill in chunks of `chunk`) and returns
+// per script the logits rows of every step in which it took part.
+std::vector<std::vector<std::vector<float>>> RunBatched(const Model& model,
+                                                        const std::vector<Script>& scripts,
+                                                        const EvictionPolicy* policy,
+                                                        int32_t budget, int32_t chunk,
+                                                        bool batched) {
+  const int32_t V = model.config.vocab_size;
+  auto cache = *KvCache::Create(KvShapeFor(model.config, 8), 512);
+  ModelRunner runner(model, cache.get());
+  std::vector<std::vector<std::vector<float>>> out(scripts.size());
+  // Per-script state.
+  struct State {
+    SequenceKv kv;
+    std::vector<int32_t> tokens;
+    int32_t fed = 0, decoded = 0;
+  };
+  std::vector<State> st(scripts.size());
+  for (size_t i = 0; i < scripts.size(); ++i) {
+    st[i].kv.policy = policy;
+    st[i].kv.budget = budget;
+    st[i].tokens = scripts[i].prompt;
+  }
+  auto done = [&](size_t i) {
+    return st[i].decoded == scripts[i].decode && st[i].fed == int32_t(st[i].tokens.size());
+  };
+  // Alone: one script at a time, all steps; batched: every live script in every step.
+  for (size_t only = 0; only < (batched ? 1 : scripts.size()); ++only) {
+    for (int32_t step = 0;; ++step) {
+      std::vector<SequenceStep> plan;
+      std::vector<size_t> who;
+      for (size_t i = 0; i < scripts.size(); ++i) {
+        if (!batched && i != only) continue;
+        if ((batched && step < scripts[i].join) || done(i)) continue;
+        State& s = st[i];
+        int32_t n = std::min<int32_t>(chunk, s.tokens.size() - s.fed);
+        plan.push_back({&s.kv, std::span<const int32_t>(s.tokens).subspan(s.fed, n), s.fed, false});
+        who.push_back(i);
+      }
+      if (plan.empty()) {
+        bool all_done = true;
+        for (size_t i = 0; i < scripts.size(); ++i) all_done &= (!batched && i != only) || done(i);
+        if (all_done) break;
+        continue;
+      }
+      absl::StatusOr<std::span<const float>> logits = runner.Forward(plan);
+      EXPECT_TRUE(logits.ok()) << logits.status();
+      if (!logits.ok()) return out;
+      for (size_t r = 0; r < who.size(); ++r) {
+        State& s = st[who[r]];
+        const float* row = logits->data() + r * V;
+        out[who[r]].emplace_back(row, row + V);
+        s.fed += plan[r].tokens.size();
+        if (s.fed == int32_t(s.tokens.size()) && s.decoded < scripts[who[r]].decode) {
+          s.tokens.push_back(ArgmaxRow(row, V));
+          ++s.decoded;
+        }
+      }
+    }
+  }
+  for (State& s : st) cache->Release(s.kv);
+  EXPECT_EQ(cache->allocator().num_pages_used(), 0);
+  return out;
+}
+
+std::vector<Script> MakeScripts(int32_t vocab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<Script> scripts;
+  const int32_t lens[] = {1, 9, 23, 40, 5};
+  for (int i = 0; i < 5; ++i) {
+    Script s;
+    s.prompt.push_back(1);
+    for (int j = 1; j < lens[i]; ++j) s.prompt.push_back(3 + rng() % (vocab - 3));
+    s.decode = 30 + 3 * i;
+    s.join = 2 * i;
+    scripts.push_back(s);
+  }
+  return scripts;
+}
+
+double MaxAbsDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  double m = 0;
+  for (size_t i = 0; i < a.size(); ++i) m = std::max(m, std::fabs(double(a[i]) - b[i]));
+  return m;
+}
+
+class BatchParity : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+
+TEST_P(BatchParity, BatchEqualsAlone) {
+  const auto& [which, policy_name] = GetParam();
+  cpu::SetNumThreads(2);
+  testing::TempDir dir;
+  std::unique_ptr<Model> model;
+  if (which == "bundled") {
+    model = Load(testing::ModelPath());
+  } else {
+    ASSERT_TRUE(WriteRandomModel(testing::SmallGqaConfig(), 3, dir.File("gqa.bin")).ok());
+    model = Load(dir.File("gqa.bin"));
+  }
+  auto policy = *MakePolicy(policy_name);
+  const EvictionPolicy* p = policy_name == "full" ? nullptr : policy.get();
+  const int32_t budget = policy_name == "full" ? kUnboundedBudget : 17;
+  std::vector<Script> scripts = MakeScripts(model->config.vocab_size, 5);
+  auto alone = RunBatched(*model, scripts, p, budget, 8, false);
+  auto batch = RunBatched(*model, scripts, p, budget, 8, true);
+  ASSERT_EQ(alone.size(), batch.size());
+  for (size_t i = 0; i < scripts.size(); ++i) {
+    ASSERT_EQ(alone[i].size(), batch[i].size()) << "script " << i;
+    for (size_t t = 0; t < alone[i].size(); ++t) {
+      EXPECT_LE(MaxAbsDiff(alone[i][t], batch[i][t]), 1e-4) << "script " << i << " step " << t;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Models, BatchParity,
+                         ::testing::Combine(::testing::Values("bundled", "gqa"),
+                                            ::testing::Values("full", "window", "sink", "h2o")));
+
+TEST(ModelRunnerTest, ChunkedPrefillEqualsTokenByToken) {
+  cpu::SetNumThreads(2);
+  std::unique_ptr<Model> model = Load(testing::ModelPath());
+  std::vector<Script> scripts = MakeScripts(512, 11);
+  for (Script& s : scripts) s.join = 0;
+  auto one = RunBatched(*model, scripts, nullptr, kUnboundedBudget, 1, true);
+  auto chunked = RunBatched(*model, scripts, nullptr, kUnboundedBudget, 16, true);
+  for (size_t i = 0; i < scripts.size(); ++i) {
+    // Compare the logits after the whole prompt and of every decode step: the last rows.
+    const size_t decode = scripts[i].decode;
+    ASSERT_GE(one[i].size(), decode);
+    ASSERT_GE(chunked[i].size(), decode);
+    for (size_t k = 1; k <= decode; ++k) {
+      EXPECT_LE(MaxAbsDiff(one[i][one[i].size() - k], chunked[i][chunked[i].size() - k]), 1e-4);
+    }
+  }
+}
+
+TEST(ModelRunnerTest, RejectsBadPlansWithoutSideEffects) {
+  std::unique_ptr<Model> model = Load(testing::ModelPath());
+  auto cache = *KvCache::Create(KvShapeFor(model->config, 16), 4);
+  ModelRunner runner(*model, cache.get());
+  SequenceKv kv;
+  std::vector<int32_t> bad = {1, 512};
+  SequenceStep step{&kv, bad, 0, false};
+  absl::Status s = runner.Forward({&step, 1}).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_EQ(cache->allocator().num_pages_used(), 0);
+  std::vector<int32_t> ok = {1, 5};
+  step = {&kv, ok, 511, false};  // positions 511, 512: past the context of 512
+  EXPECT_TRUE(absl::IsInvalidArgument(runner.Forward({&step, 1}).status()));
+  step = {&kv, {}, 0, false};
+  EXPECT_TRUE(absl::IsInvalidArgument(runner.Forward({&step, 1}).status()));
+  // 4 pages of 16 slots: 65 tokens do not fit. Recoverable, nothing allocated.
+  std::vector<int32_t> many(65, 5);
+  step = {&kv, many, 0, false};
+  EXPECT_TRUE(absl::IsResourceExhausted(runner.Forward({&step, 1}).status()));
+  EXPECT_EQ(cache->allocator().num_pages_used(), 0);
+  // The runner still works afterwards.
+  step = {&kv, ok, 0, false};
+  EXPECT_TRUE(runner.Forward({&step, 1}).ok());
+  cache->Release(kv);
+  EXPECT_EQ(cache->allocator().num_pages_used(), 0);
+}
+
+TEST(ModelRunnerTest, KvHeadsKeepTheirOwnTokensUnderH2o) {
+  std::unique_ptr<Model> model = Load(testing::ModelPath());
+  auto cache = *KvCache::Create(KvShapeFor(model->config, 16), 16);
+  ModelRunner runner(*model, cache.get());
+  auto h2o = *MakePolicy("h2o");
+  SequenceKv kv;
+  kv.policy = h2o.get();
+  kv.budget = 32;
+  std::vector<int32_t> tokens = {1};
+  for (int32_t pos = 0; pos < 200; ++pos) {
+    SequenceStep step{&kv, std::span<const int32_t>(tokens).subspan(pos, 1), pos, false};
+    auto logits = runner.Forward({&step, 1});
+    ASSERT_TRUE(logits.ok());
+    tokens.push_back(ArgmaxRow(logits->data(), 512));
+    ASSERT_LE(kv.num_slots, 32);
+    ASSERT_LE(kv.pages.size(), 2u);
+  }
+  // Collect the kept positions of every (layer, kv head); H2O heads attend differently, so
+  // they keep different sets. The 16 most recent tokens are in every set.
+  std::set<std::set<int32_t>> distinct;
+  for (int32_t l = 0; l < model->config.num_layers; ++l) {
+    for (int32_t h = 0; h < model->config.num_kv_heads; ++h) {
+      PagedKvHead view = cache->View(kv, l, h, kv.num_slots);
+      std::set<int32_t> kept;
+      for (int32_t s = 0; s < kv.num_slots; ++s) kept.insert(view.Pos(s));
+      ASSERT_EQ(kept.size(), 32u);
+      for (int32_t p = 199 - 15; p <= 199; ++p) EXPECT_TRUE(kept.count(p)) << p;
+      distinct.insert(kept);
+    }
+  }
+  EXPECT_GT(distinct.size(), 5u);
+  cache->Release(kv);
+}
+
+}  // namespace
+}  // namespace heavykv
