@@ -10,33 +10,44 @@
 namespace heavykv {
 namespace {
 
-// Appends the `num_evict` candidates with the smallest key; ties broken by the older position.
-// `Key(slot)` returns the value to minimise. O(n) expected with nth_element.
+// Appends the `num_evict` slots with the smallest key(slot) among those whose position is in
+// [first_pos, last_pos]; ties go to the older position. The decode case (one victim) is a single
+// pass with no allocation; larger chunks select with nth_element over per-thread scratch.
 template <typename KeyFn>
-void EvictSmallest(const HeadSlots& slots, std::vector<int32_t>& candidates, int32_t num_evict,
-                   KeyFn key, std::vector<int32_t>* victims) {
+void EvictSmallest(const HeadSlots& slots, int32_t first_pos, int32_t last_pos,
+                   int32_t num_evict, KeyFn key, std::vector<int32_t>* victims) {
+  const int32_t n = static_cast<int32_t>(slots.pos.size());
   auto less = [&](int32_t a, int32_t b) {
     auto ka = key(a), kb = key(b);
     if (ka != kb) return ka < kb;
     return slots.pos[a] < slots.pos[b];
   };
-  if (num_evict == 1) {  // the decode case: one linear scan
-    victims->push_back(*std::min_element(candidates.begin(), candidates.end(), less));
+  if (num_evict == 1) {
+    int32_t best = -1;
+    for (int32_t i = 0; i < n; ++i) {
+      if (slots.pos[i] < first_pos || slots.pos[i] > last_pos) continue;
+      if (best < 0 || less(i, best)) best = i;
+    }
+    if (best >= 0) victims->push_back(best);
     return;
   }
+  thread_local std::vector<int32_t> candidates;
+  candidates.clear();
+  for (int32_t i = 0; i < n; ++i) {
+    if (slots.pos[i] >= first_pos && slots.pos[i] <= last_pos) candidates.push_back(i);
+  }
+  num_evict = std::min<int32_t>(num_evict, candidates.size());
+  if (num_evict == 0) return;
   std::nth_element(candidates.begin(), candidates.begin() + (num_evict - 1), candidates.end(),
                    less);
   victims->insert(victims->end(), candidates.begin(), candidates.begin() + num_evict);
 }
 
-// Candidates: the slots whose position is in [first_pos, last_pos].
-std::vector<int32_t> SlotsInRange(const HeadSlots& slots, int32_t first_pos, int32_t last_pos) {
-  std::vector<int32_t> out;
-  out.reserve(slots.pos.size());
-  for (int32_t i = 0; i < static_cast<int32_t>(slots.pos.size()); ++i) {
-    if (slots.pos[i] >= first_pos && slots.pos[i] <= last_pos) out.push_back(i);
-  }
-  return out;
+// Evicts the oldest tokens: by position, with no range restriction.
+void EvictOldest(const HeadSlots& slots, int32_t first_pos, int32_t num_evict,
+                 std::vector<int32_t>* victims) {
+  EvictSmallest(slots, first_pos, INT32_MAX, num_evict,
+                [&](int32_t s) { return slots.pos[s]; }, victims);
 }
 
 class FullPolicy final : public EvictionPolicy {
@@ -45,8 +56,7 @@ class FullPolicy final : public EvictionPolicy {
   void ChooseVictims(const HeadSlots& slots, int32_t budget, int32_t newest_pos,
                      int32_t num_evict, std::vector<int32_t>* victims) const override {
     // Reached only when a caller gives "full" a finite budget: behave as a window then.
-    std::vector<int32_t> all = SlotsInRange(slots, INT32_MIN, INT32_MAX);
-    EvictSmallest(slots, all, num_evict, [&](int32_t s) { return slots.pos[s]; }, victims);
+    EvictOldest(slots, INT32_MIN, num_evict, victims);
   }
 };
 
@@ -55,8 +65,7 @@ class WindowPolicy final : public EvictionPolicy {
   absl::string_view name() const override { return "window"; }
   void ChooseVictims(const HeadSlots& slots, int32_t budget, int32_t newest_pos,
                      int32_t num_evict, std::vector<int32_t>* victims) const override {
-    std::vector<int32_t> all = SlotsInRange(slots, INT32_MIN, INT32_MAX);
-    EvictSmallest(slots, all, num_evict, [&](int32_t s) { return slots.pos[s]; }, victims);
+    EvictOldest(slots, INT32_MIN, num_evict, victims);
   }
 };
 
@@ -66,9 +75,8 @@ class SinkPolicy final : public EvictionPolicy {
   void ChooseVictims(const HeadSlots& slots, int32_t budget, int32_t newest_pos,
                      int32_t num_evict, std::vector<int32_t>* victims) const override {
     // Keep at least one recent slot (the newest token) even for tiny budgets.
-    int32_t num_sinks = std::min(kNumSinkTokens, budget - 1);
-    std::vector<int32_t> cands = SlotsInRange(slots, num_sinks, INT32_MAX);
-    EvictSmallest(slots, cands, num_evict, [&](int32_t s) { return slots.pos[s]; }, victims);
+    const int32_t num_sinks = std::max(0, std::min(kNumSinkTokens, budget - 1));
+    EvictOldest(slots, num_sinks, num_evict, victims);
   }
 };
 
@@ -79,11 +87,11 @@ class H2OPolicy final : public EvictionPolicy {
   bool needs_scores() const override { return true; }
   void ChooseVictims(const HeadSlots& slots, int32_t budget, int32_t newest_pos,
                      int32_t num_evict, std::vector<int32_t>* victims) const override {
-    int32_t num_recent = static_cast<int32_t>(std::floor(budget * recent_fraction_));
+    const int32_t num_recent = static_cast<int32_t>(std::floor(budget * recent_fraction_));
     // The `num_recent` newest tokens are all still held (none of them could have been evicted
     // before: they were recent at every earlier step), so "recent" is a position range.
-    std::vector<int32_t> cands = SlotsInRange(slots, INT32_MIN, newest_pos - num_recent);
-    EvictSmallest(slots, cands, num_evict, [&](int32_t s) { return slots.score[s]; }, victims);
+    EvictSmallest(slots, INT32_MIN, newest_pos - num_recent, num_evict,
+                  [&](int32_t s) { return slots.score[s]; }, victims);
   }
 
  private:

@@ -35,9 +35,9 @@ class EvictionPolicy {
   virtual absl::string_view name() const = 0;
   // True when the attention kernels must accumulate per-slot scores for this policy.
   virtual bool needs_scores() const { return false; }
-  // Appends to `victims` exactly `num_evict` distinct slot indices of `slots` to drop so that
-  // `budget` tokens remain. `newest_pos` is the largest position held. Requires
-  // 0 < num_evict <= slots.pos.size() - budget... callers pass num_evict = size - budget.
+  // Appends to `victims` exactly `num_evict` (= slots.pos.size() - budget, > 0) distinct slot
+  // indices of `slots` to drop so that `budget` tokens remain. `newest_pos` is the largest
+  // position held. Called concurrently for different heads: implementations keep no state.
   virtual void ChooseVictims(const HeadSlots& slots, int32_t budget, int32_t newest_pos,
                              int32_t num_evict, std::vector<int32_t>* victims) const = 0;
 };

@@ -82,18 +82,23 @@ void KvCache::EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, i
   const int32_t num_evict = held - seq.budget;
   PagedKvHead h = View(seq, layer, kv_head, held);
 
-  // Gather the policy's plain view. Per-thread scratch: EvictHead runs inside parallel loops.
+  // Gather the policy's plain view, a page at a time. Per-thread scratch: EvictHead runs inside
+  // parallel loops.
   thread_local std::vector<int32_t> pos, victims;
   thread_local std::vector<float> score;
   thread_local std::vector<uint8_t> is_victim;
+  const bool scores = seq.policy->needs_scores();
   pos.resize(held);
-  for (int32_t s = 0; s < held; ++s) pos[s] = h.Pos(s);
-  HeadSlots slots{pos, {}};
-  if (seq.policy->needs_scores()) {
-    score.resize(held);
-    for (int32_t s = 0; s < held; ++s) score[s] = h.Score(s);
-    slots.score = score;
+  if (scores) score.resize(held);
+  const int32_t bs = shape_.block_size;
+  for (int32_t s0 = 0; s0 < held; s0 += bs) {
+    const int64_t meta = int64_t(h.pages[s0 / bs]) * h.meta_page_stride;
+    const int32_t rows = std::min(bs, held - s0);
+    std::memcpy(&pos[s0], h.pos + meta, rows * sizeof(int32_t));
+    if (scores) std::memcpy(&score[s0], h.score + meta, rows * sizeof(float));
   }
+  HeadSlots slots{pos, {}};
+  if (scores) slots.score = score;
   victims.clear();
   seq.policy->ChooseVictims(slots, seq.budget, newest_pos, num_evict, &victims);
 
@@ -130,7 +135,20 @@ void KvCache::Commit(SequenceKv& seq, int32_t held) {
   const int32_t kept = seq.policy != nullptr ? std::min(held, seq.budget) : held;
   seq.tokens_evicted += held - kept;
   seq.num_slots = kept;
-  const size_t pages_used = (size_t(kept) + shape_.block_size - 1) / shape_.block_size;
+  FreeUnusedPages(seq);
+}
+
+void KvCache::Truncate(SequenceKv& seq, int32_t num_slots) {
+  if (num_slots < 0 || num_slots > seq.num_slots) {
+    std::fprintf(stderr, "KvCache::Truncate to %d slots of %d\n", num_slots, seq.num_slots);
+    std::abort();
+  }
+  seq.num_slots = num_slots;
+  FreeUnusedPages(seq);
+}
+
+void KvCache::FreeUnusedPages(SequenceKv& seq) {
+  const size_t pages_used = (size_t(seq.num_slots) + shape_.block_size - 1) / shape_.block_size;
   while (seq.pages.size() > pages_used) {
     alloc_.Free(seq.pages.back());
     seq.pages.pop_back();

@@ -77,14 +77,18 @@ class KvCache {
                  int32_t newest_pos);
 
   // Ends a step in which every head held `held` tokens: num_slots = min(held, budget) (held when
-  // there is no policy), pages past
-  // the last used slot go back to the pool.
+  // there is no policy); pages past the last used slot go back to the pool.
   void Commit(SequenceKv& seq, int32_t held);
+  // Drops the newest tokens so that seq holds `num_slots` (<= its current count) and returns the
+  // pages past them. Valid only while no head has compacted since those tokens were appended
+  // (e.g. a full-cache sequence): a rollback, as for a preempted or rejected suffix.
+  void Truncate(SequenceKv& seq, int32_t num_slots);
   // Returns every page of seq to the pool and resets it.
   void Release(SequenceKv& seq);
 
  private:
   KvCache(const KvShape& shape, int32_t num_pages);
+  void FreeUnusedPages(SequenceKv& seq);
 
   KvShape shape_;
   PageAllocator alloc_;

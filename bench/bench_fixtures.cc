@@ -1,0 +1,111 @@
+#include "bench/bench_fixtures.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <random>
+
+#include "engine/make_model.h"
+
+namespace heavykv::bench {
+namespace {
+
+std::string& ScratchDir() {
+  static std::string dir = "/tmp/heavykv-bench";
+  return dir;
+}
+
+void Die(const absl::Status& s) {
+  std::fprintf(stderr, "bench: %s\n", std::string(s.message()).c_str());
+  std::exit(1);
+}
+
+}  // namespace
+
+void SetScratchDir(const std::string& dir) { ScratchDir() = dir; }
+
+const Model& Stories110M() {
+  static const Model* model = [] {
+    ModelConfig c = *NamedShape("stories110M");
+    c.seq_len = 4608;  // room for 4096 cached tokens plus the benchmark's decode steps
+    std::filesystem::create_directories(ScratchDir());
+    const std::string path = ScratchDir() + "/stories110M-4608.bin";
+    absl::StatusOr<ModelConfig> have = ReadModelConfig(path);
+    if (!have.ok() || have->seq_len != c.seq_len) {
+      if (absl::Status s = WriteRandomModel(c, 1, path); !s.ok()) Die(s);
+    }
+    absl::StatusOr<Model> m = LoadModel(path);
+    if (!m.ok()) Die(m.status());
+    return new Model(*std::move(m));
+  }();
+  return *model;
+}
+
+double DecodeFlopsPerToken(const ModelConfig& c, int64_t context) {
+  const double d = c.dim, hid = c.hidden_dim, kv = c.kv_dim();
+  const double matmul = c.num_layers * (d * (d + 2 * kv) + d * d + 3 * d * hid) +
+                        double(c.vocab_size) * d;
+  const double attention = c.num_layers * 4.0 * double(context) * d;  // q.k and p.v per head
+  return 2 * matmul + attention;
+}
+
+double KvBytesPerToken(const ModelConfig& c, int64_t context) {
+  return double(context) * c.num_layers * c.kv_dim() * 2 * sizeof(float);
+}
+
+std::unique_ptr<Batch> MakeBatch(const Model& model, int32_t batch, int32_t context,
+                                 const std::string& policy, int32_t budget) {
+  auto b = std::make_unique<Batch>();
+  const KvShape shape = KvShapeFor(model.config, 16);
+  const int32_t held = std::min(context, budget) + 1;
+  const int32_t pages = batch * ((held + shape.block_size - 1) / shape.block_size + 1);
+  b->cache = *KvCache::Create(shape, pages);
+  std::mt19937 rng(42);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  b->seqs.resize(batch);
+  for (int32_t i = 0; i < batch; ++i) {
+    SequenceKv& s = b->seqs[i];
+    if (policy != "full") {
+      b->policies.push_back(*MakePolicy(policy));
+      s.policy = b->policies.back().get();
+      s.budget = budget;
+    }
+    const int32_t fill = std::min(context, budget);
+    if (absl::Status st = b->cache->Reserve(s, fill); !st.ok()) Die(st);
+    for (int32_t l = 0; l < shape.num_layers; ++l) {
+      for (int32_t h = 0; h < shape.num_kv_heads; ++h) {
+        PagedKvHead v = b->cache->View(s, l, h, fill);
+        for (int32_t slot = 0; slot < fill; ++slot) {
+          for (int32_t d = 0; d < shape.head_dim; ++d) {
+            v.KRow(slot)[d] = normal(rng);
+            v.VRow(slot)[d] = normal(rng);
+          }
+          v.Pos(slot) = context - fill + slot;
+          v.Score(slot) = uniform(rng);
+        }
+      }
+    }
+    b->cache->Commit(s, fill);
+    b->tokens.push_back(3 + i);
+  }
+  b->next_pos = context;
+  return b;
+}
+
+void DecodeStep(ModelRunner& runner, Batch& b, int32_t context) {
+  const int32_t seq_len = runner.model().config.seq_len;
+  if (b.next_pos >= seq_len) b.next_pos = context;  // positions wrap; the context stays fixed
+  std::vector<SequenceStep> steps(b.seqs.size());
+  for (size_t i = 0; i < b.seqs.size(); ++i) {
+    steps[i] = SequenceStep{&b.seqs[i], {&b.tokens[i], 1}, b.next_pos, false};
+  }
+  absl::StatusOr<std::span<const float>> r = runner.Forward(steps);
+  if (!r.ok()) Die(r.status());
+  for (SequenceKv& s : b.seqs) {
+    if (s.policy == nullptr) b.cache->Truncate(s, s.num_slots - 1);
+  }
+  ++b.next_pos;
+}
+
+}  // namespace heavykv::bench

@@ -1,0 +1,45 @@
+// Fixtures shared by the benchmarks: random-weight models at real shapes (written once per run
+// into a scratch directory), sequences whose caches are filled synthetically to a context length,
+// and FLOP/byte counts of a decode step.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/model.h"
+#include "engine/model_runner.h"
+#include "memory/kv_cache.h"
+
+namespace heavykv::bench {
+
+// Directory for generated models (--bench_dir, default /tmp/heavykv-bench).
+void SetScratchDir(const std::string& dir);
+
+// The stories110M shape with a context long enough for the 4096-token benchmarks, loaded once.
+const Model& Stories110M();
+
+// Multiply-adds x2 of one decode token: every matrix and the classifier, plus attention over
+// `context` cached tokens.
+double DecodeFlopsPerToken(const ModelConfig& c, int64_t context);
+// Bytes of K and V one decode token reads at `context`.
+double KvBytesPerToken(const ModelConfig& c, int64_t context);
+
+// `batch` sequences whose every (layer, kv head) holds `context` random K/V rows at positions
+// [0, context) with random scores, as if they had been prefilled.
+struct Batch {
+  std::unique_ptr<KvCache> cache;
+  std::vector<std::unique_ptr<EvictionPolicy>> policies;
+  std::vector<SequenceKv> seqs;
+  std::vector<int32_t> tokens;  // one decode token per sequence
+  int32_t next_pos = 0;
+};
+std::unique_ptr<Batch> MakeBatch(const Model& model, int32_t batch, int32_t context,
+                                 const std::string& policy, int32_t budget);
+
+// One decode step of every sequence; sequences without eviction are rolled back to their
+// context afterwards so that every step runs at the same context length.
+void DecodeStep(ModelRunner& runner, Batch& b, int32_t context);
+
+}  // namespace heavykv::bench

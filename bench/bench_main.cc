@@ -1,0 +1,145 @@
+// heavykv_bench: runs the Google Benchmark suite, then prints the ratios of docs/BENCHMARKS.md,
+// each formed from two figures measured in this same run, and their targets.
+//
+//   heavykv_bench [--threads N] [--summary_json FILE] [google benchmark flags]
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "absl/strings/str_format.h"
+#include "bench/bench_fixtures.h"
+#include "kernels/cpu/gemm.h"
+
+namespace heavykv::bench {
+void RegisterAll();
+}
+
+namespace {
+
+struct Figure {
+  double seconds = 0;  // real time per iteration
+  std::map<std::string, double> counters;
+};
+
+// Prints like the console reporter and keeps every run's figures by name.
+class CollectingReporter : public benchmark::ConsoleReporter {
+ public:
+  void ReportRuns(const std::vector<Run>& runs) override {
+    for (const Run& r : runs) {
+      if (r.run_type != Run::RT_Iteration || r.error_occurred) continue;
+      Figure& f = figures[r.run_name.function_name];
+      f.seconds = r.GetAdjustedRealTime() /
+                  benchmark::GetTimeUnitMultiplier(r.time_unit);
+      for (const auto& [k, c] : r.counters) f.counters[k] = c.value;
+    }
+    ConsoleReporter::ReportRuns(runs);
+  }
+  std::map<std::string, Figure> figures;
+};
+
+struct Ratio {
+  std::string name, formula, target;
+  double value = 0;
+  bool met = false;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string summary_path;
+  int threads = static_cast<int>(std::thread::hardware_concurrency());
+  std::vector<char*> rest = {argv[0]};
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strncmp(argv[i], "--summary_json=", 15)) {
+      summary_path = argv[i] + 15;
+    } else if (!std::strncmp(argv[i], "--threads=", 10)) {
+      threads = std::atoi(argv[i] + 10);
+    } else if (!std::strncmp(argv[i], "--bench_dir=", 12)) {
+      heavykv::bench::SetScratchDir(argv[i] + 12);
+    } else {
+      rest.push_back(argv[i]);
+    }
+  }
+  heavykv::cpu::SetNumThreads(threads);
+  int rest_argc = static_cast<int>(rest.size());
+  benchmark::Initialize(&rest_argc, rest.data());
+  heavykv::bench::RegisterAll();
+  CollectingReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
+
+  auto& F = reporter.figures;
+  auto has = [&](const std::string& n) { return F.count(n) > 0; };
+  std::vector<Ratio> ratios;
+  auto add = [&](std::string name, std::string formula, double value, std::string target,
+                 bool met) { ratios.push_back({name, formula, target, value, met}); };
+  if (has("bandwidth/memcpy") && has("decode/b1/ctx64/full")) {
+    const double bw = F["bandwidth/memcpy"].counters["bytes_per_second"];
+    const double w = F["decode/b1/ctx64/full"].counters["weight_bytes"];
+    add("batch-1 decode weight streaming / memcpy bandwidth",
+        "weights bytes per step / step time over memcpy bytes/s", w / bw, ">= 0.70",
+        w / bw >= 0.70);
+    if (has("bandwidth/read")) {
+      const double rd = F["bandwidth/read"].counters["bytes_per_second"];
+      add("batch-1 decode weight streaming / read bandwidth", "same over read-only bytes/s",
+          w / rd, "(info)", true);
+    }
+  }
+  if (has("sgemm/1024") && has("decode/b32/ctx64/full")) {
+    const double v = F["decode/b32/ctx64/full"].counters["flops"] / F["sgemm/1024"].counters["flops"];
+    add("batch-32 decode FLOP/s / sgemm 1024^3 FLOP/s",
+        "model FLOPs per step / step time over square sgemm", v, ">= 0.60", v >= 0.60);
+    if (has("sgemm/decode-shapes-b32")) {
+      const double g = F["decode/b32/ctx64/full"].counters["flops"] /
+                       F["sgemm/decode-shapes-b32"].counters["flops"];
+      add("batch-32 decode FLOP/s / its GEMMs alone", "over the same BLAS calls, nothing else",
+          g, "(info)", true);
+    }
+  }
+  auto time_ratio = [&](const std::string& a, const std::string& b, const std::string& target,
+                        double limit, bool strictly_less) {
+    if (!has(a) || !has(b)) return;
+    const double v = F[a].seconds / F[b].seconds;
+    add(a + " / " + b, "step time ratio", v, target, strictly_less ? v < limit : v <= limit);
+  };
+  time_ratio("decode/b1/ctx512/h2o512", "decode/b1/ctx512/full", "<= 1.10", 1.10, false);
+  time_ratio("decode/b32/ctx512/h2o512", "decode/b32/ctx512/full", "<= 1.10", 1.10, false);
+  time_ratio("decode/b1/ctx4096/h2o819", "decode/b1/ctx4096/full", "< 1.00", 1.0, true);
+  if (has("capacity/len1024/h2o") && has("capacity/len1024/full")) {
+    const double v = F["capacity/len1024/h2o"].counters["sequences"] /
+                     F["capacity/len1024/full"].counters["sequences"];
+    add("capacity h2o 20% / full (1024-token sequences, one pool)", "resident sequences ratio",
+        v, ">= 4.5", v >= 4.5);
+  }
+
+  std::printf("\n%-62s %9s %9s %s\n", "ratio (measured side by side in this run)", "value",
+              "target", "met");
+  for (const Ratio& r : ratios) {
+    std::printf("%-62s %9.3f %9s %s\n", r.name.c_str(), r.value, r.target.c_str(),
+                r.met ? "yes" : "NO");
+  }
+  if (!summary_path.empty()) {
+    std::ofstream out(summary_path);
+    out << "{\"threads\":" << threads << ",\"figures\":{";
+    bool first = true;
+    for (const auto& [name, f] : F) {
+      out << (first ? "" : ",") << "\"" << name << "\":{\"seconds\":" << f.seconds;
+      for (const auto& [k, v] : f.counters) out << ",\"" << k << "\":" << v;
+      out << "}";
+      first = false;
+    }
+    out << "},\"ratios\":[";
+    for (size_t i = 0; i < ratios.size(); ++i) {
+      out << (i ? "," : "") << absl::StrFormat(
+          "{\"name\":\"%s\",\"value\":%.4f,\"target\":\"%s\",\"met\":%s}", ratios[i].name,
+          ratios[i].value, ratios[i].target, ratios[i].met ? "true" : "false");
+    }
+    out << "]}\n";
+  }
+  benchmark::Shutdown();
+  return 0;
+}

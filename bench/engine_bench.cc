@@ -1,0 +1,193 @@
+// The benchmarks of docs/BENCHMARKS.md. Each registers under a stable name that bench_main.cc
+// reads back to form ratios between figures measured side by side in the same run.
+#include <benchmark/benchmark.h>
+#include <omp.h>
+
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bench/bench_fixtures.h"
+#include "engine/make_model.h"
+#include "kernels/cpu/gemm.h"
+
+namespace heavykv::bench {
+namespace {
+
+constexpr int64_t kBandwidthBytes = int64_t(512) << 20;
+
+// Copy rate of memcpy over every core: bytes copied per second.
+void BM_MemcpyBandwidth(benchmark::State& state) {
+  std::vector<char> src(kBandwidthBytes, 1), dst(kBandwidthBytes, 0);
+  for (auto _ : state) {
+#pragma omp parallel
+    {
+      const int64_t n = omp_get_num_threads(), i = omp_get_thread_num();
+      const int64_t part = kBandwidthBytes / n;
+      std::memcpy(dst.data() + i * part, src.data() + i * part, part);
+    }
+    benchmark::DoNotOptimize(dst.data());
+  }
+  state.SetBytesProcessed(state.iterations() * kBandwidthBytes);
+}
+
+// Read-only rate over every core: what a weight-streaming GEMV can at best reach.
+void BM_ReadBandwidth(benchmark::State& state) {
+  std::vector<float> src(kBandwidthBytes / sizeof(float), 1.0f);
+  for (auto _ : state) {
+    float total = 0;
+#pragma omp parallel for simd reduction(+ : total)
+    for (int64_t i = 0; i < int64_t(src.size()); ++i) total += src[i];
+    benchmark::DoNotOptimize(total);
+  }
+  state.SetBytesProcessed(state.iterations() * kBandwidthBytes);
+}
+
+// Multi-threaded BLAS sgemm on square matrices: the reference FLOP/s.
+void BM_Sgemm(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::vector<float> a(n * n, 0.5f), b(n * n, 0.25f), c(n * n);
+  for (auto _ : state) {
+    cpu::Sgemm(a.data(), b.data(), c.data(), n, n, n);
+    benchmark::DoNotOptimize(c.data());
+  }
+  state.counters["flops"] = benchmark::Counter(2.0 * n * n * n * state.iterations(),
+                                               benchmark::Counter::kIsRate);
+}
+
+// The GEMMs alone of a batch-32 decode step: every projection of every layer and the
+// classifier of the stories110M model, through the engine's MatmulNT (BLAS), weights streamed
+// from memory as in a real step. What the step would cost if all else were free.
+void BM_SgemmDecodeShapes(benchmark::State& state) {
+  const Model& model = Stories110M();
+  const ModelConfig& c = model.config;
+  const int64_t m = state.range(0), d = c.dim, hid = c.hidden_dim;
+  std::vector<float> x(m * 2 * hid, 0.01f), y(m * std::max<int64_t>(c.vocab_size, 2 * hid));
+  for (auto _ : state) {
+    for (const LayerWeights& w : model.layers) {
+      cpu::MatmulNT(x.data(), w.wqkv.data(), y.data(), m, c.qkv_dim(), d);
+      cpu::MatmulNT(x.data(), w.wo.data(), y.data(), m, d, d);
+      cpu::MatmulNT(x.data(), w.w13.data(), y.data(), m, 2 * hid, d);
+      cpu::MatmulNT(x.data(), w.w2.data(), y.data(), m, d, hid);
+    }
+    cpu::MatmulNT(x.data(), model.classifier(), y.data(), m, c.vocab_size, d);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["flops"] = benchmark::Counter(
+      state.iterations() * m * (DecodeFlopsPerToken(c, 0)), benchmark::Counter::kIsRate);
+}
+
+// One decode step of `batch` sequences at `context` cached tokens, on the stories110M shape.
+void BM_Decode(benchmark::State& state, int32_t batch, int32_t context, std::string policy,
+               int32_t budget) {
+  const Model& model = Stories110M();
+  std::unique_ptr<Batch> b = MakeBatch(model, batch, context, policy, budget);
+  ModelRunner runner(model, b->cache.get());
+  const int32_t held = std::min(context, budget);
+  DecodeStep(runner, *b, context);  // warm-up: first touch of buffers
+  for (auto _ : state) DecodeStep(runner, *b, context);
+  const double steps = state.iterations();
+  state.counters["tokens"] = benchmark::Counter(steps * batch, benchmark::Counter::kIsRate);
+  state.counters["flops"] = benchmark::Counter(
+      steps * batch * DecodeFlopsPerToken(model.config, held), benchmark::Counter::kIsRate);
+  state.counters["weight_bytes"] =
+      benchmark::Counter(steps * model.WeightBytes(), benchmark::Counter::kIsRate);
+  state.counters["kv_bytes"] = benchmark::Counter(
+      steps * batch * KvBytesPerToken(model.config, held), benchmark::Counter::kIsRate);
+  state.counters["pages"] = b->cache->allocator().num_pages_used();
+}
+
+// How many sequences of 1024 tokens one fixed pool holds at once, with real forward passes of
+// a small model: sequences are admitted one after another and each fed its 1024 tokens in
+// chunks of 16, all staying resident, until the pool refuses the next chunk.
+void BM_Capacity(benchmark::State& state, std::string policy) {
+  ModelConfig c;
+  c.dim = 64;
+  c.hidden_dim = 128;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 2;
+  c.vocab_size = 256;
+  c.seq_len = 1024;
+  static const Model* model = [&] {
+    const std::string path = "/tmp/heavykv-bench-capacity.bin";
+    (void)WriteRandomModel(c, 5, path);
+    return new Model(*LoadModel(path));
+  }();
+  constexpr int32_t kPages = 640;  // exactly 10 full-cache sequences of 1024 tokens
+  constexpr int32_t kLen = 1024, kChunk = 16;
+  const int32_t budget = policy == "full" ? kUnboundedBudget : kLen / 5;  // 20%
+  int64_t resident = 0;
+  for (auto _ : state) {
+    auto cache = *KvCache::Create(KvShapeFor(model->config, 16), kPages);
+    ModelRunner runner(*model, cache.get());
+    auto pol = *MakePolicy(policy);
+    std::vector<std::unique_ptr<SequenceKv>> seqs;
+    std::vector<int32_t> tokens(kLen);
+    for (int32_t i = 0; i < kLen; ++i) tokens[i] = i == 0 ? 1 : 3 + (i * 7) % 250;
+    bool full_pool = false;
+    while (!full_pool) {
+      auto kv = std::make_unique<SequenceKv>();
+      kv->policy = policy == "full" ? nullptr : pol.get();
+      kv->budget = budget;
+      for (int32_t pos = 0; pos < kLen && !full_pool; pos += kChunk) {
+        SequenceStep step{kv.get(), std::span<const int32_t>(tokens).subspan(pos, kChunk), pos,
+                          false};
+        full_pool = !runner.Forward({&step, 1}).ok();
+      }
+      if (full_pool) {
+        cache->Release(*kv);
+      } else {
+        seqs.push_back(std::move(kv));
+      }
+    }
+    resident = seqs.size();
+    state.counters["pages_per_seq"] = double(seqs[0]->pages.size());
+    for (auto& s : seqs) cache->Release(*s);
+  }
+  state.counters["sequences"] = double(resident);
+  state.counters["pool_pages"] = kPages;
+}
+
+void Register() {  // NOLINT: one list, in report order
+  benchmark::RegisterBenchmark("bandwidth/memcpy", BM_MemcpyBandwidth)->MinTime(0.5)->UseRealTime();
+  benchmark::RegisterBenchmark("bandwidth/read", BM_ReadBandwidth)->MinTime(0.5)->UseRealTime();
+  benchmark::RegisterBenchmark("sgemm/1024", BM_Sgemm)->Arg(1024)->MinTime(0.5)->UseRealTime();
+  benchmark::RegisterBenchmark("sgemm/decode-shapes-b32", BM_SgemmDecodeShapes)
+      ->Arg(32)
+      ->MinTime(1.0)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  struct D {
+    int32_t batch, context;
+    const char* policy;
+    int32_t budget;
+  };
+  const D decodes[] = {
+      {1, 64, "full", kUnboundedBudget},  {32, 64, "full", kUnboundedBudget},
+      {1, 512, "full", kUnboundedBudget}, {1, 512, "h2o", 512},
+      {32, 512, "full", kUnboundedBudget}, {32, 512, "h2o", 512},
+      {1, 4096, "full", kUnboundedBudget}, {1, 4096, "h2o", 819},
+  };
+  for (const D& d : decodes) {
+    std::string name = absl::StrCat("decode/b", d.batch, "/ctx", d.context, "/", d.policy);
+    if (d.budget != kUnboundedBudget) absl::StrAppend(&name, d.budget);
+    benchmark::RegisterBenchmark(name.c_str(), BM_Decode, d.batch, d.context,
+                                 std::string(d.policy), d.budget)
+        ->MinTime(1.0)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  for (const char* p : {"full", "h2o"}) {
+    benchmark::RegisterBenchmark(absl::StrCat("capacity/len1024/", p).c_str(), BM_Capacity,
+                                 std::string(p))
+        ->Iterations(1)
+        ->Unit(benchmark::kMillisecond);
+  }
+}
+
+}  // namespace
+
+void RegisterAll() { Register(); }
+
+}  // namespace heavykv::bench
