@@ -50,23 +50,20 @@ void EvictOldest(const HeadSlots& slots, int32_t first_pos, int32_t num_evict,
                 [&](int32_t s) { return slots.pos[s]; }, victims);
 }
 
-class FullPolicy final : public EvictionPolicy {
- public:
-  absl::string_view name() const override { return "full"; }
-  void ChooseVictims(const HeadSlots& slots, int32_t budget, int32_t newest_pos,
-                     int32_t num_evict, std::vector<int32_t>* victims) const override {
-    // Reached only when a caller gives "full" a finite budget: behave as a window then.
-    EvictOldest(slots, INT32_MIN, num_evict, victims);
-  }
-};
-
-class WindowPolicy final : public EvictionPolicy {
+class WindowPolicy : public EvictionPolicy {
  public:
   absl::string_view name() const override { return "window"; }
   void ChooseVictims(const HeadSlots& slots, int32_t budget, int32_t newest_pos,
                      int32_t num_evict, std::vector<int32_t>* victims) const override {
     EvictOldest(slots, INT32_MIN, num_evict, victims);
   }
+};
+
+// Never asked to evict, as callers give it an unbounded budget; given a finite one it behaves as
+// a window rather than failing.
+class FullPolicy final : public WindowPolicy {
+ public:
+  absl::string_view name() const override { return "full"; }
 };
 
 class SinkPolicy final : public EvictionPolicy {

@@ -1,5 +1,7 @@
 #include "server/cli_flags.h"
 
+#include <cstdio>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -97,6 +99,21 @@ std::string FlagSet::Help() const {
     absl::StrAppend(&out, "\n");
   }
   return out;
+}
+
+std::optional<int> ParseOrExit(FlagSet& flags, int argc, char** argv) {
+  absl::Status st = flags.Parse(argc, argv);
+  if (flags.help_requested()) {
+    std::fputs(flags.Help().c_str(), stdout);
+    return 0;
+  }
+  if (!st.ok()) return Fail(st);
+  return std::nullopt;
+}
+
+int Fail(const absl::Status& status) {
+  std::fprintf(stderr, "error: %s\n", std::string(status.message()).c_str());
+  return 2;
 }
 
 std::vector<std::string> SplitList(const std::string& list) {

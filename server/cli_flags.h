@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -48,6 +49,13 @@ class FlagSet {
   std::vector<std::string> positional_;
   bool help_ = false;
 };
+
+// Parses a subcommand's flags: returns the exit code when the command must stop now (0 after
+// printing --help, 2 after printing the error), nullopt when it should go on.
+std::optional<int> ParseOrExit(FlagSet& flags, int argc, char** argv);
+
+// Prints "error: <message>" to stderr and returns the exit code 2.
+int Fail(const absl::Status& status);
 
 // Splits "a,b,c" into its non-empty parts.
 std::vector<std::string> SplitList(const std::string& list);

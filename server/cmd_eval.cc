@@ -30,31 +30,22 @@ int EvalCommand(int argc, char** argv) {
   flags.Int("block-size", &block_size, "token slots per KV page");
   flags.Int("threads", &threads, "CPU threads; 0 = every core");
   flags.Bool("json", &json, "JSON lines on stdout (the table goes to stderr)");
-  absl::Status st = flags.Parse(argc, argv);
-  auto fail = [](const absl::Status& s) {
-    std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
-    return 2;
-  };
-  if (flags.help_requested()) {
-    std::fputs(flags.Help().c_str(), stdout);
-    return 0;
-  }
-  if (!st.ok()) return fail(st);
+  if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
   if (model_path.empty() || text_path.empty()) {
-    return fail(absl::InvalidArgumentError("--model and --text are required"));
+    return Fail(absl::InvalidArgumentError("--model and --text are required"));
   }
   if (window < 0 || max_windows < 0 || block_size <= 0 || block_size > 1024) {
-    return fail(absl::InvalidArgumentError(
+    return Fail(absl::InvalidArgumentError(
         "--window and --max-windows must be >= 0, --block-size in [1, 1024]"));
   }
   SetThreads(threads);
   absl::StatusOr<Model> model = LoadModel(model_path);
-  if (!model.ok()) return fail(model.status());
+  if (!model.ok()) return Fail(model.status());
   absl::StatusOr<std::optional<Tokenizer>> tok =
       LoadOptionalTokenizer(tokenizer_path, model->config.vocab_size);
-  if (!tok.ok()) return fail(tok.status());
+  if (!tok.ok()) return Fail(tok.status());
   std::ifstream in(text_path, std::ios::binary);
-  if (!in) return fail(absl::NotFoundError(absl::StrCat("cannot open --text ", text_path)));
+  if (!in) return Fail(absl::NotFoundError(absl::StrCat("cannot open --text ", text_path)));
   std::stringstream buf;
   buf << in.rdbuf();
   std::vector<int32_t> stream;
@@ -65,7 +56,7 @@ int EvalCommand(int argc, char** argv) {
          absl::StrSplit(buf.str(), absl::ByAnyChar(" \t\n,"), absl::SkipEmpty())) {
       int32_t id;
       if (!absl::SimpleAtoi(part, &id)) {
-        return fail(absl::InvalidArgumentError(
+        return Fail(absl::InvalidArgumentError(
             absl::StrCat("without --tokenizer, --text must hold token ids; got \"", part, "\"")));
       }
       stream.push_back(id);
@@ -78,7 +69,7 @@ int EvalCommand(int argc, char** argv) {
   opt.recent_fraction = recent_fraction;
   opt.block_size = static_cast<int32_t>(block_size);
   std::vector<std::string> budget_list = SplitList(budgets);
-  if (budget_list.empty()) return fail(absl::InvalidArgumentError("--kv-budget is empty"));
+  if (budget_list.empty()) return Fail(absl::InvalidArgumentError("--kv-budget is empty"));
   for (const std::string& p : SplitList(policies)) {
     if (p == "full") {  // the budget does not apply: evaluate once
       opt.configs.push_back({p, KvBudget{}});
@@ -86,12 +77,12 @@ int EvalCommand(int argc, char** argv) {
     }
     for (const std::string& b : budget_list) {
       absl::StatusOr<KvBudget> kb = KvBudget::Parse(b);
-      if (!kb.ok()) return fail(kb.status());
+      if (!kb.ok()) return Fail(kb.status());
       opt.configs.push_back({p, *kb});
     }
   }
   absl::StatusOr<std::vector<EvalResult>> results = Evaluate(*model, stream, opt);
-  if (!results.ok()) return fail(results.status());
+  if (!results.ok()) return Fail(results.status());
 
   std::FILE* table = json ? stderr : stdout;
   std::fprintf(table, "%-8s %8s %8s %8s %8s %10s %8s\n", "policy", "budget", "tokens", "window",

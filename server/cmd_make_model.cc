@@ -28,21 +28,12 @@ int MakeModelCommand(int argc, char** argv) {
   flags.Int("seed", &seed, "weights seed");
   flags.Bool("separate-classifier", &separate_classifier, "write a classifier matrix of its own");
   flags.String("out", &out, "output checkpoint path (required)");
-  absl::Status st = flags.Parse(argc, argv);
-  auto fail = [](const absl::Status& s) {
-    std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
-    return 2;
-  };
-  if (flags.help_requested()) {
-    std::fputs(flags.Help().c_str(), stdout);
-    return 0;
-  }
-  if (!st.ok()) return fail(st);
-  if (out.empty()) return fail(absl::InvalidArgumentError("--out is required"));
+  if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
+  if (out.empty()) return Fail(absl::InvalidArgumentError("--out is required"));
   ModelConfig c;
   if (!shape_name.empty()) {
     absl::StatusOr<ModelConfig> named = NamedShape(shape_name);
-    if (!named.ok()) return fail(named.status());
+    if (!named.ok()) return Fail(named.status());
     c = *named;
   }
   auto override_dim = [](int64_t v, int32_t& field) {
@@ -60,9 +51,9 @@ int MakeModelCommand(int argc, char** argv) {
     c.num_kv_heads = c.num_heads;
   }
   c.shared_classifier = !separate_classifier;
-  if (absl::Status v = c.Validate(); !v.ok()) return fail(v);
+  if (absl::Status v = c.Validate(); !v.ok()) return Fail(v);
   if (absl::Status w = WriteRandomModel(c, static_cast<uint64_t>(seed), out); !w.ok()) {
-    return fail(w);
+    return Fail(w);
   }
   std::fprintf(stderr,
                "wrote %s: dim %d hidden %d layers %d heads %d/%d vocab %d seq_len %d (%.1fM "

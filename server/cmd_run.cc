@@ -81,39 +81,30 @@ int RunCommand(int argc, char** argv) {
   flags.Int("prefill-chunk", &prefill_chunk, "prompt tokens per forward step");
   flags.Int("threads", &threads, "CPU threads; 0 = every core");
   flags.Bool("json", &json, "print one JSON object with text, tokens and timings");
-  absl::Status st = flags.Parse(argc, argv);
-  auto fail = [](const absl::Status& s) {
-    std::fprintf(stderr, "error: %s\n", std::string(s.message()).c_str());
-    return 2;
-  };
-  if (flags.help_requested()) {
-    std::fputs(flags.Help().c_str(), stdout);
-    return 0;
-  }
-  if (!st.ok()) return fail(st);
-  if (model_path.empty()) return fail(absl::InvalidArgumentError("--model is required"));
+  if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
+  if (model_path.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
   SetThreads(threads);
 
   absl::StatusOr<Model> model = LoadModel(model_path);
-  if (!model.ok()) return fail(model.status());
+  if (!model.ok()) return Fail(model.status());
   const ModelConfig& c = model->config;
   absl::StatusOr<std::optional<Tokenizer>> tok = LoadOptionalTokenizer(tokenizer_path, c.vocab_size);
-  if (!tok.ok()) return fail(tok.status());
+  if (!tok.ok()) return Fail(tok.status());
   absl::StatusOr<std::vector<int32_t>> ids = PromptTokens(*tok, prompt);
-  if (!ids.ok()) return fail(ids.status());
+  if (!ids.ok()) return Fail(ids.status());
   if (steps == 0 || steps > c.seq_len) steps = c.seq_len;
   if (steps < 0 || steps < int64_t(ids->size())) {
-    return fail(absl::InvalidArgumentError(absl::StrCat(
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
         "--steps ", steps, " is below the prompt's ", ids->size(), " tokens")));
   }
   if (temperature < 0 || !(top_p >= 0 && top_p <= 1) || top_k < 0 || top_k > c.vocab_size) {
-    return fail(absl::InvalidArgumentError(
+    return Fail(absl::InvalidArgumentError(
         "need --temperature >= 0, --top-p in [0, 1], --top-k in [0, vocab size]"));
   }
   absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy = MakePolicy(policy_name, recent_fraction);
-  if (!policy.ok()) return fail(policy.status());
+  if (!policy.ok()) return Fail(policy.status());
   absl::StatusOr<KvBudget> budget = KvBudget::Parse(budget_text);
-  if (!budget.ok()) return fail(budget.status());
+  if (!budget.ok()) return Fail(budget.status());
   const bool full = policy_name == "full";
 
   GenerateOptions opt;
@@ -128,15 +119,15 @@ int RunCommand(int argc, char** argv) {
   opt.prefill_chunk = static_cast<int32_t>(std::max<int64_t>(1, prefill_chunk));
 
   if (block_size <= 0 || block_size > 1024) {
-    return fail(absl::InvalidArgumentError("--block-size must be in [1, 1024]"));
+    return Fail(absl::InvalidArgumentError("--block-size must be in [1, 1024]"));
   }
   const KvShape shape = KvShapeFor(c, static_cast<int32_t>(block_size));
   const int64_t held = std::min<int64_t>(opt.steps, opt.budget) + opt.prefill_chunk;
   absl::StatusOr<int32_t> pages =
       PoolPages(shape, kv_pages, kv_pool_mb, static_cast<int32_t>((held + block_size - 1) / block_size));
-  if (!pages.ok()) return fail(pages.status());
+  if (!pages.ok()) return Fail(pages.status());
   absl::StatusOr<std::unique_ptr<KvCache>> cache = KvCache::Create(shape, *pages);
-  if (!cache.ok()) return fail(cache.status());
+  if (!cache.ok()) return Fail(cache.status());
   ModelRunner runner(*model, cache->get());
 
   std::string text;
@@ -157,7 +148,7 @@ int RunCommand(int argc, char** argv) {
   absl::StatusOr<GenerateResult> r = Generate(runner, *ids, opt, on_token);
   if (!r.ok()) {
     if (!json) std::fputc('\n', stdout);
-    return fail(r.status());
+    return Fail(r.status());
   }
   const int32_t completion = static_cast<int32_t>(r->tokens.size()) - r->num_prompt_tokens;
   const double tok_s = r->decode_seconds > 0 ? (completion - 1) / r->decode_seconds : 0;
