@@ -15,9 +15,9 @@ namespace heavykv {
 
 std::string EvalResult::ToJson() const {
   return absl::StrFormat(
-      "{\"policy\":\"%s\",\"budget\":\"%s\",\"budget_tokens\":%d,\"window\":%d,\"windows\":%d,"
-      "\"tokens\":%d,\"ppl\":%.6f,\"top1\":%.6f}",
-      policy, budget, budget_tokens, window, windows, tokens, ppl, top1);
+      "{\"policy\":\"%s\",\"budget\":%d,\"budget_spec\":\"%s\",\"window\":%d,"
+      "\"windows\":%d,\"tokens\":%d,\"ppl\":%.6f,\"top1\":%.6f}",
+      policy, budget_tokens, budget, window, windows, tokens, ppl, top1);
 }
 
 std::vector<int32_t> BuildEvalStream(const Tokenizer& tokenizer, absl::string_view text) {

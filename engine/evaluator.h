@@ -36,8 +36,8 @@ struct EvalOptions {
 
 struct EvalResult {
   std::string policy;
-  std::string budget;         // as given ("full" for the full cache)
-  int32_t budget_tokens = 0;  // resolved against W
+  std::string budget;         // as given ("full" for the full cache); JSON "budget_spec"
+  int32_t budget_tokens = 0;  // resolved against W; JSON "budget"
   int32_t window = 0;
   int32_t windows = 0;
   int64_t tokens = 0;  // predictions scored
