@@ -142,7 +142,7 @@ void BM_Capacity(benchmark::State& state, std::string policy) {
       }
     }
     resident = seqs.size();
-    state.counters["pages_per_seq"] = double(seqs[0]->pages.size());
+    state.counters["pages_per_seq"] = seqs.empty() ? 0.0 : double(seqs[0]->pages.size());
     for (auto& s : seqs) cache->Release(*s);
   }
   state.counters["sequences"] = double(resident);

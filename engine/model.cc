@@ -63,6 +63,10 @@ absl::Status ModelConfig::Validate() const {
                                                    " must split into ", num_heads,
                                                    " heads of an even size"));
   }
+  if (head_dim() > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("unsupported header: head size ", head_dim(), " is over 1024"));
+  }
   if (num_heads % num_kv_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("inconsistent header: n_heads ", num_heads,
                                                    " is not a multiple of n_kv_heads ",

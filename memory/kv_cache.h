@@ -9,7 +9,8 @@
 //
 // Ownership: KvCache owns all KV storage and is the only code that allocates, frees or compacts
 // it. Callers own their SequenceKv values (ids only, no pointers) and may only change them
-// through KvCache methods. Kernels write new rows and read/accumulate through View().
+// through KvCache methods. The runner writes new K/V rows through View(); kernels read K/V and
+// add to scores through it.
 //
 // A step on a sequence: Reserve(n) -> kernels append n rows at slots [num_slots, num_slots+n) of
 // every (layer, head) and attend -> EvictHead() on every (layer, head) -> Commit(). Between steps

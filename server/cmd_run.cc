@@ -92,10 +92,11 @@ int RunCommand(int argc, char** argv) {
   if (!tok.ok()) return Fail(tok.status());
   absl::StatusOr<std::vector<int32_t>> ids = PromptTokens(*tok, prompt);
   if (!ids.ok()) return Fail(ids.status());
-  if (steps == 0 || steps > c.seq_len) steps = c.seq_len;
-  if (steps < 0 || steps < int64_t(ids->size())) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--steps ", steps, " is below the prompt's ", ids->size(), " tokens")));
+  if (steps == 0) steps = c.seq_len;
+  if (steps < int64_t(ids->size()) || steps > c.seq_len) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--steps ", steps, " must be in [", ids->size(),
+                     " (the prompt's tokens), ", c.seq_len, " (the context length)]")));
   }
   if (temperature < 0 || !(top_p >= 0 && top_p <= 1) || top_k < 0 || top_k > c.vocab_size) {
     return Fail(absl::InvalidArgumentError(
@@ -151,7 +152,9 @@ int RunCommand(int argc, char** argv) {
     return Fail(r.status());
   }
   const int32_t completion = static_cast<int32_t>(r->tokens.size()) - r->num_prompt_tokens;
-  const double tok_s = r->decode_seconds > 0 ? (completion - 1) / r->decode_seconds : 0;
+  // The first new token comes from the prefill; the decode steps produced the rest.
+  const double tok_s =
+      r->decode_seconds > 0 && completion > 1 ? (completion - 1) / r->decode_seconds : 0;
   if (json) {
     std::printf(
         "{\"text\":%s,\"token_ids\":[%s],\"prompt_tokens\":%d,\"completion_tokens\":%d,"

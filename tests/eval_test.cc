@@ -64,7 +64,9 @@ TEST_F(EvalTest, AgreesWithIndependentImplementation) {
     EXPECT_NEAR(r.ppl, refs[i].ppl, 0.005 * refs[i].ppl);
     EXPECT_GT(r.top1, 0.5);
     EXPECT_LT(r.top1, 0.8);
-    if (refs[i].budget > 0) EXPECT_EQ(r.budget_tokens, refs[i].budget);
+    if (refs[i].budget > 0) {
+      EXPECT_EQ(r.budget_tokens, refs[i].budget);
+    }
   }
   // Fractions resolve against the window: 0.2 of 512 is the 102-token budget above.
   opt.configs = {{"h2o", *KvBudget::Parse("0.2")}};

@@ -11,6 +11,7 @@ void RmsNorm(const float* x, const float* w, float* out, int64_t rows, int64_t d
 
 // Rotates, in place, the first `rot_dim` entries of row t of x [rows][row_stride] (pairs (2i,
 // 2i+1), frequency 10000^(-(2i mod head_dim)/head_dim)) by angle pos[t] * frequency.
+// Requires head_dim <= 1024 (checked when a model is loaded).
 void Rope(float* x, int64_t rows, int64_t row_stride, int64_t rot_dim, int64_t head_dim,
           const int32_t* pos);
 
