@@ -120,7 +120,7 @@ absl::StatusOr<Model> LoadModel(const std::string& path) {
   // The checkpoint stores each tensor for all layers at once; read them into the fused layout.
   auto read_per_layer = [&](auto member, int64_t offset, int64_t n, int64_t total) {
     for (int64_t l = 0; l < L && ok; ++l) {
-      std::vector<float>& dst = m.layers[l].*member;
+      AlignedVector<float>& dst = m.layers[l].*member;
       if (dst.empty()) dst.resize(total);
       ok = ReadFloats(f.get(), dst.data() + offset, n);
     }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "memory/aligned_vector.h"
 
 namespace heavykv {
 
@@ -35,20 +36,20 @@ struct ModelConfig {
 
 // Weights in the fused layout the runner multiplies with (each matrix [out][in], row-major):
 struct LayerWeights {
-  std::vector<float> rms_att;  // [dim]
-  std::vector<float> wqkv;     // [dim + 2*kv_dim][dim]: rows of wq, then wk, then wv
-  std::vector<float> wo;       // [dim][dim]
-  std::vector<float> rms_ffn;  // [dim]
-  std::vector<float> w13;      // [2*hidden][dim]: rows of w1 (gate), then w3 (up)
-  std::vector<float> w2;       // [dim][hidden]
+  AlignedVector<float> rms_att;  // [dim]
+  AlignedVector<float> wqkv;     // [dim + 2*kv_dim][dim]: rows of wq, then wk, then wv
+  AlignedVector<float> wo;       // [dim][dim]
+  AlignedVector<float> rms_ffn;  // [dim]
+  AlignedVector<float> w13;      // [2*hidden][dim]: rows of w1 (gate), then w3 (up)
+  AlignedVector<float> w2;       // [dim][hidden]
 };
 
 struct Model {
   ModelConfig config;
-  std::vector<float> embedding;  // [vocab][dim]
+  AlignedVector<float> embedding;  // [vocab][dim]
   std::vector<LayerWeights> layers;
-  std::vector<float> rms_final;  // [dim]
-  std::vector<float> classifier_storage;  // [vocab][dim]; empty when shared with the embedding
+  AlignedVector<float> rms_final;  // [dim]
+  AlignedVector<float> classifier_storage;  // [vocab][dim]; empty when shared with the embedding
 
   const float* classifier() const {
     return config.shared_classifier ? embedding.data() : classifier_storage.data();

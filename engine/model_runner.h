@@ -48,13 +48,13 @@ class ModelRunner {
   const Model& model_;
   KvCache* cache_;
   // Activations, sized for the largest step seen. Rows are tokens of the step.
-  std::vector<float> x_;       // [T][dim] residual stream
-  std::vector<float> xb_;      // [T][dim] normalised input of a sub-block
-  std::vector<float> qkv_;     // [T][dim + 2*kv_dim]
-  std::vector<float> att_;     // [T][dim]
-  std::vector<float> hb_;      // [T][2*hidden]
-  std::vector<float> hb2_;     // [T][hidden]
-  std::vector<float> logits_;  // [rows][vocab]
+  AlignedVector<float> x_;       // [T][dim] residual stream
+  AlignedVector<float> xb_;      // [T][dim] normalised input of a sub-block
+  AlignedVector<float> qkv_;     // [T][dim + 2*kv_dim]
+  AlignedVector<float> att_;     // [T][dim]
+  AlignedVector<float> hb_;      // [T][2*hidden]
+  AlignedVector<float> hb2_;     // [T][hidden]
+  AlignedVector<float> logits_;  // [rows][vocab]
   std::vector<int32_t> pos_;   // [T]
 };
 

@@ -136,7 +136,9 @@ absl::StatusOr<KvBudget> KvBudget::Parse(absl::string_view text) {
 
 int32_t KvBudget::Resolve(int32_t max_len) const {
   if (!is_fraction) return static_cast<int32_t>(value);
-  return std::max<int32_t>(1, static_cast<int32_t>(std::floor(value * max_len)));
+  // The product of a decimal fraction and a length can land just below a whole number (0.29 * 100
+  // is 28.999999999999996): nudge by a relative 1e-12, far below any real fraction's precision.
+  return std::max<int32_t>(1, static_cast<int32_t>(std::floor(value * max_len * (1.0 + 1e-12))));
 }
 
 std::string KvBudget::ToString() const {

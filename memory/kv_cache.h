@@ -24,6 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/paged_kv.h"
+#include "memory/aligned_vector.h"
 #include "memory/eviction_policy.h"
 #include "memory/page_allocator.h"
 
@@ -93,7 +94,7 @@ class KvCache {
 
   KvShape shape_;
   PageAllocator alloc_;
-  std::vector<float> kv_;       // [num_pages][num_layers][num_kv_heads][2][block_size][head_dim]
+  AlignedVector<float> kv_;       // [num_pages][num_layers][num_kv_heads][2][block_size][head_dim]
   std::vector<int32_t> pos_;    // [num_pages][num_layers][num_kv_heads][block_size]
   std::vector<float> score_;    // [num_pages][num_layers][num_kv_heads][block_size]
 };
