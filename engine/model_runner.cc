@@ -48,8 +48,13 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
     T += st.tokens.size();
     rows += st.all_logits ? st.tokens.size() : 1;
   }
-  for (const SequenceStep& st : steps) {
-    if (absl::Status s = cache_->Reserve(*st.kv, st.tokens.size()); !s.ok()) return s;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    absl::Status s = cache_->Reserve(*steps[i].kv, steps[i].tokens.size());
+    if (!s.ok()) {
+      // All or nothing: give back what this call reserved for the sequences before it.
+      for (size_t j = 0; j < i; ++j) cache_->Truncate(*steps[j].kv, steps[j].kv->num_slots);
+      return s;
+    }
   }
 
   x_.resize(T * dim);

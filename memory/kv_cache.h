@@ -85,7 +85,8 @@ class KvCache {
   // pages past them. Valid only while no head has compacted since those tokens were appended
   // (e.g. a full-cache sequence): a rollback, as for a preempted or rejected suffix.
   void Truncate(SequenceKv& seq, int32_t num_slots);
-  // Returns every page of seq to the pool and resets it.
+  // Returns every page of seq to the pool and empties it (num_slots 0); its policy, budget and
+  // counters stay, so a preempted sequence can be recomputed with the same settings.
   void Release(SequenceKv& seq);
 
  private:
