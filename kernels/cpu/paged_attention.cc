@@ -47,30 +47,25 @@ void AttendOneQuery(const AttentionArgs& a, int32_t qi, float* probs) {
     const float inv = 1.0f / sum;
     for (int32_t s = 0; s < n; ++s) p[s] *= inv;
   }
-  // out_g = sum_s p_g[s] * v_s, again page by page.
+  // out_g = sum_s p_g[s] * v_s, again page by page; the same pass adds each slot's probability,
+  // summed over the group, to its H2O score.
   float* out = a.out + qi * a.out_stride;
   std::fill(out, out + int64_t(G) * hd, 0.0f);
   for (int32_t s0 = 0; s0 < n; s0 += bs) {
-    const float* vpage = kv.v + kv.pages[s0 / bs] * kv.page_stride;
+    const int32_t page = kv.pages[s0 / bs];
+    const float* vpage = kv.v + page * kv.page_stride;
+    float* score = a.accumulate_scores ? kv.score + page * kv.meta_page_stride : nullptr;
     const int32_t rows = std::min(bs, n - s0);
     for (int32_t r = 0; r < rows; ++r) {
       const float* v = vpage + int64_t(r) * hd;
+      float received = 0.0f;
       for (int32_t g = 0; g < G; ++g) {
         const float pg = probs[int64_t(g) * n + s0 + r];
+        received += pg;
         float* og = out + int64_t(g) * hd;
         for (int32_t d = 0; d < hd; ++d) og[d] += pg * v[d];
       }
-    }
-  }
-  if (a.accumulate_scores) {
-    for (int32_t s0 = 0; s0 < n; s0 += bs) {
-      float* score = kv.score + kv.pages[s0 / bs] * kv.meta_page_stride;
-      const int32_t rows = std::min(bs, n - s0);
-      for (int32_t r = 0; r < rows; ++r) {
-        float acc = 0.0f;
-        for (int32_t g = 0; g < G; ++g) acc += probs[int64_t(g) * n + s0 + r];
-        score[r] += acc;
-      }
+      if (score != nullptr) score[r] += received;
     }
   }
 }
