@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -87,7 +88,25 @@ class H2OPolicy final : public EvictionPolicy {
     const int32_t num_recent = static_cast<int32_t>(std::floor(budget * recent_fraction_));
     // The `num_recent` newest tokens are all still held (none of them could have been evicted
     // before: they were recent at every earlier step), so "recent" is a position range.
-    EvictSmallest(slots, INT32_MIN, newest_pos - num_recent, num_evict,
+    const int32_t last_pos = newest_pos - num_recent;
+    if (num_evict == 1) {  // the decode case, per head per layer per step: keep it branch-free
+      const int32_t n = static_cast<int32_t>(slots.pos.size());
+      float lowest = std::numeric_limits<float>::infinity();
+      for (int32_t i = 0; i < n; ++i) {
+        const float key = slots.pos[i] <= last_pos ? slots.score[i] : lowest;
+        lowest = key < lowest ? key : lowest;
+      }
+      int32_t best = -1;  // among the slots at the lowest score, the oldest
+      for (int32_t i = 0; i < n; ++i) {
+        if (slots.pos[i] <= last_pos && slots.score[i] == lowest &&
+            (best < 0 || slots.pos[i] < slots.pos[best])) {
+          best = i;
+        }
+      }
+      if (best >= 0) victims->push_back(best);
+      return;
+    }
+    EvictSmallest(slots, INT32_MIN, last_pos, num_evict,
                   [&](int32_t s) { return slots.score[s]; }, victims);
   }
 
