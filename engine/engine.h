@@ -1,0 +1,158 @@
+// Engine: the serving core. Requests are submitted from any thread; one engine thread runs the
+// continuous-batching loop (Scheduler plans a step, ModelRunner executes it, the engine samples,
+// detokenizes and streams deltas back) over the shared KvCache.
+//
+//   auto engine = Engine::Create(std::move(model), std::move(tokenizer), options);
+//   auto handle = engine->Submit(request, [](const GenerationDelta& d) { ... });
+//   ...handle->Cancel();   // client gone: pages are freed at the next step
+//
+// Callbacks run on the engine thread, in order, one at a time per request; they must not block
+// (queue the delta and return). The last delta of a request has `finished` set, exactly once,
+// whatever the outcome (length, stop, eos, cancelled, error).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "engine/model.h"
+#include "engine/sampler.h"
+#include "engine/tokenizer.h"
+
+namespace heavykv {
+
+// Events for metrics, called on the engine thread (must be cheap and thread-safe to read).
+// The server turns them into Prometheus series; the engine itself knows no metrics library.
+class EngineObserver {
+ public:
+  virtual ~EngineObserver() = default;
+  virtual void OnStep(int32_t iteration_tokens) {}
+  virtual void OnPromptTokens(int32_t n) {}
+  virtual void OnGenerationTokens(int32_t n) {}
+  virtual void OnFirstToken(double seconds_since_arrival) {}
+  virtual void OnInterToken(double seconds) {}
+  virtual void OnQueued(double queue_seconds) {}
+  virtual void OnEvicted(const std::string& policy, int64_t tokens) {}
+  virtual void OnPreemption() {}
+  virtual void OnRequestFinished(const std::string& finish_reason, double e2e_seconds) {}
+};
+
+struct EngineOptions {
+  EngineObserver* observer = nullptr;  // not owned; may be null
+  int32_t block_size = 16;
+  int32_t num_pages = 0;             // KV pool size in pages (required)
+  int32_t max_step_tokens = 512;     // tokens per forward step (decode + prefill chunks)
+  int32_t max_running = 64;          // sequences in the running batch
+  int32_t max_waiting = 256;         // queue limit; beyond it Submit returns RESOURCE_EXHAUSTED
+  int32_t max_prompt_tokens = 0;     // 0: the model's context length
+  int32_t max_new_tokens_limit = 0;  // 0: the model's context length
+  std::string default_policy = "full";
+  std::string default_budget = "1";  // KvBudget text: tokens or a fraction of the max length
+  double default_recent_fraction = 0.5;
+  int threads = 0;  // 0: every core
+};
+
+// What a client may set; unset optionals take the server's defaults (vLLM/TGI semantics).
+struct GenerationRequest {
+  std::string request_id;
+  std::optional<std::string> prompt;          // text, encoded with BOS
+  std::vector<int32_t> prompt_token_ids;      // used when prompt is unset
+  int32_t max_new_tokens = 16;
+  std::optional<float> temperature, top_p;
+  std::optional<int32_t> top_k;
+  std::optional<uint64_t> seed;
+  std::vector<std::string> stop;
+  std::vector<int32_t> stop_token_ids;
+  bool ignore_eos = false;
+  std::optional<std::string> policy;
+  std::optional<int32_t> budget_tokens;
+  std::optional<double> budget_fraction;
+  std::optional<double> recent_fraction;
+  bool logprobs = false;
+  std::optional<absl::Time> deadline;
+};
+
+struct GenerationUsage {
+  int32_t prompt_tokens = 0;
+  int32_t completion_tokens = 0;
+  int32_t kv_tokens_kept = 0;      // per (layer, kv head) at the end
+  int64_t kv_tokens_evicted = 0;   // per (layer, kv head), summed over the request
+  int32_t peak_pages = 0;
+};
+
+struct GenerationTimings {
+  double queue_seconds = 0;
+  double time_to_first_token_seconds = 0;
+  double total_seconds = 0;
+};
+
+struct GenerationDelta {
+  std::vector<int32_t> token_ids;
+  std::string text;              // never ends inside a UTF-8 character
+  std::vector<float> logprobs;   // of token_ids, when requested
+  bool finished = false;
+  std::string finish_reason;     // on the last delta: length, stop, eos, cancelled, error
+  std::string error;             // with finish_reason "error"
+  GenerationUsage usage;         // on the last delta
+  GenerationTimings timings;     // on the last delta
+};
+
+struct CacheStats {
+  int32_t pages_total = 0;
+  int32_t pages_used = 0;
+  int32_t sequences_running = 0;
+  int32_t sequences_waiting = 0;
+  int64_t tokens_evicted = 0;
+  int64_t preemptions = 0;
+};
+
+struct ModelInfo {
+  std::string architecture = "llama";
+  int32_t context_length = 0;
+  int32_t vocab_size = 0;
+  int32_t num_layers = 0, num_heads = 0, num_kv_heads = 0, head_dim = 0;
+  std::vector<std::string> policies;
+  int32_t pages_total = 0;
+  int32_t block_size = 0;
+  int64_t page_bytes = 0;
+};
+
+class RequestHandle {
+ public:
+  virtual ~RequestHandle() = default;
+  // Asks the engine to stop the request; its pages are freed at the next step and its last
+  // delta says "cancelled". Safe from any thread, any number of times.
+  virtual void Cancel() = 0;
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(Model model,
+                                                        std::optional<Tokenizer> tokenizer,
+                                                        const EngineOptions& options);
+
+  // Validates and queues a request. INVALID_ARGUMENT (with what to change) for a bad request,
+  // RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE while shutting down. On success
+  // `on_delta` will be called until a finished delta.
+  virtual absl::StatusOr<std::shared_ptr<RequestHandle>> Submit(
+      const GenerationRequest& request, std::function<void(const GenerationDelta&)> on_delta) = 0;
+
+  // Token ids of `text` (with BOS), or INVALID_ARGUMENT without a tokenizer / for bad UTF-8.
+  virtual absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& text) const = 0;
+
+  virtual ModelInfo Info() const = 0;
+  virtual CacheStats Stats() const = 0;
+
+  // Stops accepting requests, lets running ones finish for up to `grace`, then cancels the rest
+  // and joins the engine thread.
+  virtual void Shutdown(absl::Duration grace) = 0;
+};
+
+}  // namespace heavykv
