@@ -1,0 +1,385 @@
+#include "engine/engine.h"
+
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "engine/model_runner.h"
+#include "engine/request_validation.h"
+#include "engine/scheduler.h"
+#include "engine/text_stream.h"
+#include "kernels/cpu/gemm.h"
+#include "memory/eviction_policy.h"
+
+namespace heavykv {
+namespace {
+
+double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
+
+// Prompt tokens of one sequence per step: long prompts are split so decodes keep flowing.
+int32_t PrefillChunk(const EngineOptions& o) { return std::max(1, std::min(256, o.max_step_tokens)); }
+
+// One request inside the engine. Created by Submit, owned by the engine thread from then on.
+struct Request {
+  ResolvedRequest params;
+  Sequence seq;
+  std::unique_ptr<EvictionPolicy> policy;
+  std::unique_ptr<Sampler> sampler;
+  std::unique_ptr<TextStream> text;
+  std::function<void(const GenerationDelta&)> on_delta;
+  std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
+  absl::Time admitted = absl::InfinitePast();
+  absl::Time first_token = absl::InfinitePast();
+  absl::Time last_token = absl::InfinitePast();
+  int32_t completion = 0;
+  bool waiting = true;  // counted in the engine's waiting count
+  bool done = false;    // its final delta was sent; dropped from live_ at the end of the step
+};
+
+class Handle final : public RequestHandle {
+ public:
+  Handle(std::shared_ptr<std::atomic<bool>> flag, std::function<void()> wake)
+      : flag_(std::move(flag)), wake_(std::move(wake)) {}
+  void Cancel() override {
+    flag_->store(true);
+    wake_();
+  }
+
+ private:
+  std::shared_ptr<std::atomic<bool>> flag_;
+  std::function<void()> wake_;
+};
+
+class EngineImpl final : public Engine {
+ public:
+  EngineImpl(Model model, std::optional<Tokenizer> tokenizer, const EngineOptions& options,
+             std::unique_ptr<KvCache> cache)
+      : model_(std::move(model)),
+        tokenizer_(std::move(tokenizer)),
+        options_(options),
+        cache_(std::move(cache)),
+        runner_(model_, cache_.get()),
+        scheduler_(cache_.get(), SchedulerConfig{options.max_step_tokens, options.max_running,
+                                                 PrefillChunk(options)}),
+        validator_(model_.config, tokenizer_ ? &*tokenizer_ : nullptr, options_, &scheduler_) {
+    thread_ = std::thread([this] { Loop(); });
+  }
+  ~EngineImpl() override { Shutdown(absl::ZeroDuration()); }
+
+  absl::StatusOr<std::shared_ptr<RequestHandle>> Submit(
+      const GenerationRequest& request,
+      std::function<void(const GenerationDelta&)> on_delta) override {
+    absl::StatusOr<ResolvedRequest> params = validator_.Resolve(request);
+    if (!params.ok()) return params.status();
+    auto r = std::make_unique<Request>();
+    r->params = *std::move(params);
+    r->on_delta = std::move(on_delta);
+    auto handle = std::make_shared<Handle>(r->cancelled, [this] { cv_.notify_all(); });
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (draining_) return absl::UnavailableError("the server is shutting down; retry elsewhere");
+      if (num_waiting_ >= options_.max_waiting) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "the request queue is full (", options_.max_waiting, " waiting); retry later"));
+      }
+      ++num_waiting_;
+      incoming_.push_back(std::move(r));
+    }
+    cv_.notify_all();
+    return std::shared_ptr<RequestHandle>(handle);
+  }
+
+  absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& text) const override {
+    return validator_.Encode(text);
+  }
+
+  ModelInfo Info() const override {
+    const ModelConfig& c = model_.config;
+    ModelInfo info;
+    info.context_length = c.seq_len;
+    info.vocab_size = c.vocab_size;
+    info.num_layers = c.num_layers;
+    info.num_heads = c.num_heads;
+    info.num_kv_heads = c.num_kv_heads;
+    info.head_dim = c.head_dim();
+    for (absl::string_view p : kPolicyNames) info.policies.emplace_back(p);
+    info.pages_total = cache_->allocator().num_pages_total();
+    info.block_size = cache_->shape().block_size;
+    info.page_bytes = cache_->shape().PageBytes();
+    return info;
+  }
+
+  CacheStats Stats() const override {
+    std::lock_guard<std::mutex> lock(mu_);
+    CacheStats s = stats_;
+    s.sequences_waiting = num_waiting_;
+    return s;
+  }
+
+  void Shutdown(absl::Duration grace) override {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stopped_) return;
+    draining_ = true;
+    cv_.notify_all();
+    done_cv_.wait_for(lock, std::chrono::microseconds(absl::ToInt64Microseconds(grace)),
+                      [this] { return num_live_ == 0 && incoming_.empty(); });
+    force_cancel_ = true;
+    stop_ = true;
+    cv_.notify_all();
+    lock.unlock();
+    thread_.join();
+    stopped_ = true;
+  }
+
+ private:
+  void Loop();
+  void Admit(std::unique_ptr<Request> r);
+  // Sends the final delta (`last` carries the final token, if any), releases the pages.
+  void Finish(Request& r, const std::string& reason, GenerationDelta last = {},
+              const std::string& error = "");
+  void DropFinished();
+  // Copies the engine thread's counters where Stats() reads them.
+  void PublishStats();
+  void OnToken(Request& r, int32_t token, const float* logits);
+
+  Model model_;
+  std::optional<Tokenizer> tokenizer_;
+  EngineOptions options_;
+  std::unique_ptr<KvCache> cache_;
+  ModelRunner runner_;
+  Scheduler scheduler_;
+  RequestValidator validator_;
+  std::thread thread_;
+
+  mutable std::mutex mu_;
+  std::condition_variable cv_, done_cv_;
+  std::deque<std::unique_ptr<Request>> incoming_;  // guarded by mu_
+  int32_t num_waiting_ = 0;                          // guarded by mu_
+  int32_t num_live_ = 0;                             // accepted, not finished; guarded by mu_
+  CacheStats stats_;                                 // guarded by mu_
+  bool draining_ = false, force_cancel_ = false, stop_ = false, stopped_ = false;
+
+  // Engine thread only.
+  std::map<int64_t, std::unique_ptr<Request>> live_;
+  int64_t next_id_ = 1;
+  int64_t tokens_evicted_ = 0, preemptions_ = 0;
+};
+
+void EngineImpl::Admit(std::unique_ptr<Request> r) {
+  Request& q = *r;
+  const ResolvedRequest& p = q.params;
+  q.seq.id = next_id_++;
+  q.seq.tokens = p.prompt;
+  q.seq.num_prompt = static_cast<int32_t>(p.prompt.size());
+  q.seq.max_total = q.seq.num_prompt + p.max_new_tokens;
+  q.seq.arrival = p.arrival;
+  if (p.policy != "full") {
+    q.policy = *MakePolicy(p.policy, p.recent_fraction);
+    q.seq.kv.policy = q.policy.get();
+    q.seq.kv.budget = p.budget_tokens;
+  }
+  q.sampler = std::make_unique<Sampler>(p.sampling);
+  q.text = std::make_unique<TextStream>(tokenizer_ ? &*tokenizer_ : nullptr, p.prompt.back(),
+                                        p.stop);
+  scheduler_.Enqueue(&q.seq);
+  live_.emplace(q.seq.id, std::move(r));
+}
+
+void EngineImpl::Finish(Request& r, const std::string& reason, GenerationDelta d,
+                        const std::string& error) {
+  d.finished = true;
+  d.finish_reason = reason;
+  d.error = error;
+  d.text += r.text->Flush();
+  d.usage.prompt_tokens = r.seq.num_prompt;
+  d.usage.completion_tokens = r.completion;
+  d.usage.kv_tokens_kept = r.seq.kv.num_slots;
+  d.usage.kv_tokens_evicted = r.seq.kv.tokens_evicted;
+  d.usage.peak_pages = r.seq.kv.peak_pages;
+  const absl::Time now = absl::Now();
+  const absl::Time started = r.admitted == absl::InfinitePast() ? now : r.admitted;
+  d.timings.queue_seconds = Seconds(started - r.params.arrival);
+  d.timings.time_to_first_token_seconds =
+      r.first_token == absl::InfinitePast() ? 0 : Seconds(r.first_token - r.params.arrival);
+  d.timings.total_seconds = Seconds(now - r.params.arrival);
+  cache_->Release(r.seq.kv);
+  scheduler_.Remove(&r.seq);
+  r.done = true;
+  PublishStats();  // a client that saw the final delta sees the pages returned
+  if (options_.observer) options_.observer->OnRequestFinished(reason, d.timings.total_seconds);
+  r.on_delta(d);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (r.waiting) --num_waiting_;
+    --num_live_;
+  }
+  done_cv_.notify_all();
+}
+
+void EngineImpl::DropFinished() {
+  for (auto it = live_.begin(); it != live_.end();) {
+    it = it->second->done ? live_.erase(it) : std::next(it);
+  }
+}
+
+void EngineImpl::OnToken(Request& r, int32_t token, const float* logits) {
+  const ResolvedRequest& p = r.params;
+  const absl::Time now = absl::Now();
+  if (r.first_token == absl::InfinitePast()) {
+    r.first_token = now;
+    if (options_.observer) options_.observer->OnFirstToken(Seconds(now - p.arrival));
+  } else if (options_.observer) {
+    options_.observer->OnInterToken(Seconds(now - r.last_token));
+  }
+  r.last_token = now;
+  // End-of-sequence and stop tokens end the request and are not part of its output.
+  if ((token == kEosId || token == kBosId) && !p.ignore_eos) return Finish(r, "eos");
+  for (int32_t s : p.stop_token_ids) {
+    if (token == s) return Finish(r, "stop");
+  }
+  ++r.completion;
+  r.seq.tokens.push_back(token);
+  if (options_.observer) options_.observer->OnGenerationTokens(1);
+  GenerationDelta d;
+  d.token_ids.push_back(token);
+  if (p.logprobs) {  // of the model's distribution, before temperature and truncation
+    const int32_t V = model_.config.vocab_size;
+    const float mx = *std::max_element(logits, logits + V);
+    double sum = 0;
+    for (int32_t v = 0; v < V; ++v) sum += std::exp(double(logits[v]) - mx);
+    d.logprobs.push_back(static_cast<float>(logits[token] - mx - std::log(sum)));
+  }
+  bool stopped = false;
+  d.text = r.text->Push(token, &stopped);
+  if (stopped) return Finish(r, "stop", std::move(d));
+  if (r.completion >= p.max_new_tokens ||
+      static_cast<int32_t>(r.seq.tokens.size()) >= model_.config.seq_len) {
+    return Finish(r, "length", std::move(d));
+  }
+  r.on_delta(d);
+}
+
+void EngineImpl::Loop() {
+  cpu::SetNumThreads(options_.threads > 0 ? options_.threads
+                                          : static_cast<int>(std::thread::hardware_concurrency()));
+  std::vector<SequenceStep> steps;
+  std::vector<float> row;
+  while (true) {
+    std::deque<std::unique_ptr<Request>> arrived;
+    bool force = false;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(live_.empty() ? 50 : 0), [&] {
+        return !incoming_.empty() || stop_ || !live_.empty();
+      });
+      arrived.swap(incoming_);
+      num_live_ += static_cast<int32_t>(arrived.size());
+      force = force_cancel_;
+      if (stop_ && live_.empty() && arrived.empty()) break;
+    }
+    for (auto& r : arrived) Admit(std::move(r));
+
+    // Cancellation, deadlines and forced shutdown free pages before anything is scheduled.
+    const absl::Time now = absl::Now();
+    for (auto it = live_.begin(); it != live_.end();) {
+      Request& r = *it->second;
+      if (force || r.cancelled->load() || (r.params.deadline && now > *r.params.deadline)) {
+        Finish(r, "cancelled");
+        it = live_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    if (live_.empty()) continue;
+
+    StepPlan plan = scheduler_.Schedule();
+    for (Sequence* s : plan.preempted) {
+      ++preemptions_;
+      live_[s->id]->waiting = true;
+      std::lock_guard<std::mutex> lock(mu_);
+      ++num_waiting_;
+      if (options_.observer) options_.observer->OnPreemption();
+    }
+    for (Sequence* s : plan.admitted) {
+      Request& r = *live_[s->id];
+      if (r.admitted == absl::InfinitePast()) {
+        r.admitted = absl::Now();
+        if (options_.observer) {
+          options_.observer->OnQueued(Seconds(r.admitted - r.params.arrival));
+          options_.observer->OnPromptTokens(s->num_prompt);
+        }
+      }
+      r.waiting = false;
+      std::lock_guard<std::mutex> lock(mu_);
+      --num_waiting_;
+    }
+    if (plan.chunks.empty()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      continue;
+    }
+    steps.clear();
+    std::vector<int64_t> evicted_before;
+    for (const ScheduledChunk& c : plan.chunks) {
+      steps.push_back(SequenceStep{
+          &c.seq->kv, std::span<const int32_t>(c.seq->tokens).subspan(c.start, c.count),
+          c.start, false});
+      evicted_before.push_back(c.seq->kv.tokens_evicted);
+    }
+    absl::StatusOr<std::span<const float>> logits = runner_.Forward(steps);
+    if (options_.observer) options_.observer->OnStep(plan.num_tokens);
+    const int32_t V = model_.config.vocab_size;
+    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+      const ScheduledChunk& c = plan.chunks[i];
+      Request& r = *live_[c.seq->id];
+      if (!logits.ok()) {  // the plan was validated and its pages planned: a broken invariant
+        Finish(r, "error", {}, std::string(logits.status().message()));
+        continue;
+      }
+      const int64_t evicted = c.seq->kv.tokens_evicted - evicted_before[i];
+      tokens_evicted_ += evicted;
+      if (evicted > 0 && options_.observer) options_.observer->OnEvicted(r.params.policy, evicted);
+      c.seq->num_computed += c.count;
+      if (!c.samples) continue;
+      const float* lrow = logits->data() + i * V;
+      row.assign(lrow, lrow + V);
+      OnToken(r, r.sampler->Sample(row), lrow);
+    }
+    DropFinished();
+    PublishStats();
+  }
+}
+
+void EngineImpl::PublishStats() {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_.pages_total = cache_->allocator().num_pages_total();
+  stats_.pages_used = cache_->allocator().num_pages_used();
+  stats_.sequences_running = scheduler_.num_running();
+  stats_.tokens_evicted = tokens_evicted_;
+  stats_.preemptions = preemptions_;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(Model model,
+                                                       std::optional<Tokenizer> tokenizer,
+                                                       const EngineOptions& options) {
+  if (options.num_pages <= 0) return absl::InvalidArgumentError("the KV pool needs pages");
+  if (options.max_step_tokens <= 0 || options.max_running <= 0 || options.max_waiting < 0) {
+    return absl::InvalidArgumentError(
+        "max step tokens and max running sequences must be positive, the queue limit >= 0");
+  }
+  absl::StatusOr<std::unique_ptr<KvCache>> cache =
+      KvCache::Create(KvShapeFor(model.config, options.block_size), options.num_pages);
+  if (!cache.ok()) return cache.status();
+  if (absl::Status s = ValidateDefaults(options); !s.ok()) return s;
+  return std::unique_ptr<Engine>(
+      new EngineImpl(std::move(model), std::move(tokenizer), options, *std::move(cache)));
+}
+
+}  // namespace heavykv

@@ -1,0 +1,160 @@
+#include "engine/request_validation.h"
+
+#include <cmath>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "engine/text_stream.h"
+#include "memory/eviction_policy.h"
+
+namespace heavykv {
+namespace {
+
+absl::Status Invalid(absl::string_view what) { return absl::InvalidArgumentError(what); }
+
+bool KnownPolicy(const std::string& name) {
+  for (absl::string_view p : kPolicyNames) {
+    if (p == name) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::Status ValidateDefaults(const EngineOptions& o) {
+  if (!KnownPolicy(o.default_policy)) {
+    return Invalid(absl::StrCat("default KV policy \"", o.default_policy, "\" is unknown; choose ",
+                                absl::StrJoin(kPolicyNames, ", ")));
+  }
+  if (!KvBudget::Parse(o.default_budget).ok()) {
+    return Invalid(absl::StrCat("default KV budget \"", o.default_budget,
+                                "\" must be a token count or a fraction in (0, 1]"));
+  }
+  if (!(o.default_recent_fraction > 0 && o.default_recent_fraction <= 1)) {
+    return Invalid("default h2o recent fraction must be in (0, 1]");
+  }
+  return absl::OkStatus();
+}
+
+RequestValidator::RequestValidator(const ModelConfig& config, const Tokenizer* tokenizer,
+                                   const EngineOptions& options, const Scheduler* scheduler)
+    : config_(config), tokenizer_(tokenizer), options_(options), scheduler_(scheduler) {}
+
+absl::StatusOr<std::vector<int32_t>> RequestValidator::Encode(const std::string& text) const {
+  if (tokenizer_ == nullptr) {
+    return Invalid("this server has no tokenizer: send prompt_token_ids instead of prompt text");
+  }
+  if (TextStream::Sanitize(text) != text) return Invalid("the prompt is not valid UTF-8");
+  return tokenizer_->Encode(text, /*bos=*/true, /*eos=*/false);
+}
+
+absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationRequest& q) const {
+  ResolvedRequest r;
+  r.arrival = absl::Now();
+  r.request_id = q.request_id;
+  if (q.prompt.has_value()) {
+    if (q.prompt->empty()) return Invalid("the prompt is empty: send some text");
+    absl::StatusOr<std::vector<int32_t>> ids = Encode(*q.prompt);
+    if (!ids.ok()) return ids.status();
+    r.prompt = *std::move(ids);
+  } else {
+    if (q.prompt_token_ids.empty()) {
+      return Invalid("the request has no prompt: set prompt or prompt_token_ids");
+    }
+    for (int32_t id : q.prompt_token_ids) {
+      if (id < 0 || id >= config_.vocab_size) {
+        return Invalid(absl::StrCat("prompt token id ", id, " is outside the vocabulary [0, ",
+                                    config_.vocab_size, ")"));
+      }
+    }
+    if (q.prompt_token_ids[0] != kBosId) r.prompt.push_back(kBosId);
+    r.prompt.insert(r.prompt.end(), q.prompt_token_ids.begin(), q.prompt_token_ids.end());
+  }
+  const int32_t n = static_cast<int32_t>(r.prompt.size());
+  const int32_t max_prompt = options_.max_prompt_tokens > 0 ? options_.max_prompt_tokens
+                                                            : config_.seq_len - 1;
+  if (n > max_prompt) {
+    return Invalid(absl::StrCat("the prompt has ", n, " tokens; this server takes at most ",
+                                max_prompt, ": shorten it"));
+  }
+  const int32_t limit =
+      options_.max_new_tokens_limit > 0 ? options_.max_new_tokens_limit : config_.seq_len;
+  if (q.max_new_tokens < 1 || q.max_new_tokens > limit) {
+    return Invalid(absl::StrCat("max_new_tokens must be in [1, ", limit, "], got ",
+                                q.max_new_tokens));
+  }
+  if (int64_t(n) + q.max_new_tokens > config_.seq_len) {
+    return Invalid(absl::StrCat("prompt (", n, " tokens) + max_new_tokens (", q.max_new_tokens,
+                                ") exceeds the context length ", config_.seq_len,
+                                ": lower max_new_tokens to at most ", config_.seq_len - n));
+  }
+  r.max_new_tokens = q.max_new_tokens;
+
+  r.sampling.temperature = q.temperature.value_or(1.0f);
+  r.sampling.top_p = q.top_p.value_or(1.0f);
+  r.sampling.top_k = q.top_k.value_or(0);
+  if (!std::isfinite(r.sampling.temperature) || r.sampling.temperature < 0) {
+    return Invalid("temperature must be >= 0 (0 = greedy)");
+  }
+  if (!(r.sampling.top_p > 0 && r.sampling.top_p <= 1)) return Invalid("top_p must be in (0, 1]");
+  if (r.sampling.top_k < 0 || r.sampling.top_k > config_.vocab_size) {
+    return Invalid(absl::StrCat("top_k must be in [0, ", config_.vocab_size, "] (0 = off)"));
+  }
+  r.sampling.seed = q.seed.has_value() ? *q.seed : std::random_device{}();
+
+  for (const std::string& s : q.stop) {
+    if (s.empty()) return Invalid("stop strings must not be empty");
+    if (TextStream::Sanitize(s) != s) return Invalid("stop strings must be valid UTF-8");
+  }
+  r.stop = q.stop;
+  for (int32_t id : q.stop_token_ids) {
+    if (id < 0 || id >= config_.vocab_size) {
+      return Invalid(absl::StrCat("stop token id ", id, " is outside the vocabulary [0, ",
+                                  config_.vocab_size, ")"));
+    }
+  }
+  r.stop_token_ids = q.stop_token_ids;
+  r.ignore_eos = q.ignore_eos;
+  r.logprobs = q.logprobs;
+  r.deadline = q.deadline;
+
+  r.policy = q.policy.value_or(options_.default_policy);
+  if (!KnownPolicy(r.policy)) {
+    return Invalid(absl::StrCat("unknown KV policy \"", r.policy, "\"; choose one of: ",
+                                absl::StrJoin(kPolicyNames, ", ")));
+  }
+  r.recent_fraction = q.recent_fraction.value_or(options_.default_recent_fraction);
+  if (!(r.recent_fraction > 0 && r.recent_fraction <= 1)) {
+    return Invalid("kv.recent_fraction must be in (0, 1]");
+  }
+  const int32_t max_total = n + r.max_new_tokens;
+  if (q.budget_tokens.has_value() && q.budget_fraction.has_value()) {
+    return Invalid("set kv.budget_tokens or kv.budget_fraction, not both");
+  }
+  if (q.budget_tokens.has_value()) {
+    if (*q.budget_tokens < 1) return Invalid("kv.budget_tokens must be >= 1");
+    r.budget_tokens = *q.budget_tokens;
+  } else if (q.budget_fraction.has_value()) {
+    if (!(*q.budget_fraction > 0 && *q.budget_fraction <= 1)) {
+      return Invalid("kv.budget_fraction must be in (0, 1]");
+    }
+    r.budget_tokens = KvBudget{true, *q.budget_fraction}.Resolve(max_total);
+  } else {
+    r.budget_tokens = KvBudget::Parse(options_.default_budget)->Resolve(max_total);
+  }
+  if (r.policy == "sink" && r.budget_tokens < max_total && r.budget_tokens <= kNumSinkTokens) {
+    return Invalid(absl::StrCat("the sink policy needs kv budget > ", kNumSinkTokens, " tokens"));
+  }
+
+  // A request that could not fit in the whole pool even alone would wait forever.
+  int32_t need = 0, have = 0;
+  const bool bounded = r.policy != "full" && r.budget_tokens < max_total;
+  if (!scheduler_->Fits(max_total, bounded, r.budget_tokens, &need, &have)) {
+    return Invalid(absl::StrCat("this request needs ", need, " KV pages; the pool can give one "
+                                "request ", have, ": lower max_new_tokens or set a KV budget"));
+  }
+  return r;
+}
+
+}  // namespace heavykv

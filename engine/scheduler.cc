@@ -1,0 +1,151 @@
+#include "engine/scheduler.h"
+
+#include <algorithm>
+
+namespace heavykv {
+
+Scheduler::Scheduler(KvCache* cache, const SchedulerConfig& config)
+    : cache_(cache), config_(config) {}
+
+void Scheduler::Enqueue(Sequence* seq) { waiting_.push_back(seq); }
+
+void Scheduler::Remove(Sequence* seq) {
+  running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+  waiting_.erase(std::remove(waiting_.begin(), waiting_.end(), seq), waiting_.end());
+}
+
+int32_t Scheduler::PagesFor(int64_t slots) const {
+  const int64_t bs = cache_->shape().block_size;
+  return static_cast<int32_t>((slots + bs - 1) / bs);
+}
+
+int32_t Scheduler::WorstCasePages(const Sequence& seq) const {
+  if (!seq.bounded()) return PagesFor(seq.max_total);
+  return PagesFor(std::min<int64_t>(seq.max_total, int64_t(seq.kv.budget) + 1));
+}
+
+int32_t Scheduler::ScratchPages() const { return PagesFor(config_.max_step_tokens) + 4; }
+
+bool Scheduler::Fits(int32_t max_total, bool bounded, int32_t budget, int32_t* need,
+                     int32_t* have) const {
+  const int32_t total = cache_->allocator().num_pages_total();
+  if (bounded) {  // admitted with the whole scratch reserve free beside it
+    *need = PagesFor(std::min<int64_t>(max_total, int64_t(budget) + 1));
+    *have = std::max(0, total - ScratchPages());
+  } else {  // the reserve is held back only while bounded sequences run
+    *need = PagesFor(max_total);
+    *have = total;
+  }
+  return *need <= *have;
+}
+
+int32_t Scheduler::Owed(const Sequence& s) const {
+  if (!s.bounded()) return 0;
+  return std::max(0, WorstCasePages(s) - static_cast<int32_t>(s.kv.pages.size()));
+}
+
+int32_t Scheduler::TotalOwed() const {
+  int32_t owed = 0;
+  for (const Sequence* s : running_) owed += Owed(*s);
+  return owed;
+}
+
+void Scheduler::Preempt(Sequence* seq, StepPlan& plan) {
+  cache_->Release(seq->kv);
+  seq->num_computed = 0;
+  ++seq->preemptions;
+  running_.erase(std::remove(running_.begin(), running_.end(), seq), running_.end());
+  waiting_.push_front(seq);
+  plan.preempted.push_back(seq);
+}
+
+StepPlan Scheduler::Schedule() {
+  StepPlan plan;
+  const int32_t bs = cache_->shape().block_size;
+  int32_t tokens_left = config_.max_step_tokens;
+  int32_t free = cache_->allocator().num_pages_free();  // not yet promised to this step
+  int32_t owed = TotalOwed();                           // still owed to bounded sequences
+  // The scratch reserve exists only while bounded sequences run.
+  const bool any_bounded =
+      std::any_of(running_.begin(), running_.end(), [](Sequence* s) { return s->bounded(); });
+  int32_t scratch = any_bounded ? std::min(ScratchPages(), std::max(0, free - owed)) : 0;
+  const int32_t max_chunk = std::max(1, config_.prefill_chunk);
+
+  // Plans `count` tokens of a bounded sequence, shortened to what its owed pages plus the
+  // scratch allow; false when not even one token fits (it waits for the next step).
+  auto plan_bounded = [&](Sequence* s, int32_t count) {
+    const int32_t own = Owed(*s);
+    const int64_t max_slots =
+        int64_t(s->kv.pages.size() + own + scratch) * bs - s->kv.num_slots;
+    count = static_cast<int32_t>(std::min<int64_t>(count, max_slots));
+    if (count <= 0) return false;
+    const int32_t need = cache_->PagesNeeded(s->kv, count);
+    plan.chunks.push_back({s, s->num_computed, count, count == s->pending()});
+    free -= need;
+    owed -= std::min(need, own);
+    scratch -= std::max(0, need - own);
+    tokens_left -= count;
+    plan.num_tokens += count;
+    return true;
+  };
+
+  // 1. Running sequences, oldest first: a decode token, or the next chunk of their prompt.
+  for (size_t i = 0; i < running_.size() && tokens_left > 0;) {
+    Sequence* s = running_[i];
+    const int32_t count = std::min({s->pending(), max_chunk, tokens_left});
+    if (s->bounded()) {
+      plan_bounded(s, count);
+      ++i;
+      continue;
+    }
+    const int32_t need = cache_->PagesNeeded(s->kv, count);
+    bool self_preempted = false;
+    while (need > free - owed - scratch) {
+      Sequence* victim = running_.back();  // the newest; not planned yet (we go oldest first)
+      owed -= Owed(*victim);
+      free += static_cast<int32_t>(victim->kv.pages.size());
+      Preempt(victim, plan);
+      if (victim == s) {
+        self_preempted = true;
+        break;
+      }
+    }
+    if (self_preempted) break;
+    plan.chunks.push_back({s, s->num_computed, count, count == s->pending()});
+    free -= need;
+    tokens_left -= count;
+    plan.num_tokens += count;
+    ++i;
+  }
+
+  // 2. Admission, first come first served: the head of the queue blocks those behind it.
+  while (!waiting_.empty() && tokens_left > 0 &&
+         static_cast<int32_t>(running_.size()) < config_.max_running) {
+    Sequence* w = waiting_.front();
+    const int32_t count = std::min({w->pending(), max_chunk, tokens_left});
+    if (w->bounded()) {
+      const int32_t worst = WorstCasePages(*w);
+      // Room for its worst case beside what is owed, with the whole reserve still free.
+      if (worst + ScratchPages() > free - owed) break;
+      waiting_.pop_front();
+      running_.push_back(w);
+      plan.admitted.push_back(w);
+      owed += worst;
+      scratch = std::min(ScratchPages(), free - owed);
+      if (!plan_bounded(w, count)) continue;  // admitted; its first chunk waits for scratch
+    } else {
+      const int32_t need = cache_->PagesNeeded(w->kv, count);
+      if (need > free - owed - scratch) break;
+      waiting_.pop_front();
+      running_.push_back(w);
+      plan.admitted.push_back(w);
+      plan.chunks.push_back({w, w->num_computed, count, count == w->pending()});
+      free -= need;
+      tokens_left -= count;
+      plan.num_tokens += count;
+    }
+  }
+  return plan;
+}
+
+}  // namespace heavykv

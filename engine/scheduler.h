@@ -1,0 +1,106 @@
+// Scheduler: iteration-level (continuous) batching over the shared KV pool.
+//
+// Each call to Schedule() plans one forward step: a decode token for every running sequence that
+// has finished its prompt, then prefill chunks of running sequences, then newly admitted ones,
+// first come first served, within a per-step token limit and a maximum number of running
+// sequences. It talks in plain data: it returns a StepPlan; the engine runs it and updates each
+// Sequence (num_computed, tokens). It never calls kernels.
+//
+// Admission is by pages. A sequence whose KV budget bounds it (a policy with a budget below its
+// maximum length) holds at most ceil((budget + 1) / block_size) pages between and during decode
+// steps: it is admitted only when the pool can hold that on top of what is still owed to the
+// bounded sequences already running, so bounded sequences never run out of pages. A prefill chunk
+// holds up to a chunk's worth of tokens over the budget until its layers evict; those transient
+// pages come from one shared scratch reserve (ceil(max_step_tokens / block_size) + 4 pages), and
+// a chunk is shortened or deferred to fit it. A full-cache sequence is admitted when its first
+// chunk fits beside what is owed and reserved, and grows as it goes; when the pool cannot hold its
+// next step, the newest running sequence is preempted: its pages are released and it waits again
+// at the head of the queue, to be recomputed from its tokens so far. No request fails for lack of
+// memory; a request that could never fit even alone is refused at submission (Fits()).
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "memory/kv_cache.h"
+
+namespace heavykv {
+
+// A request's sequence as the scheduler sees it. Owned by the engine.
+struct Sequence {
+  int64_t id = 0;
+  std::vector<int32_t> tokens;  // prompt, then each sampled token
+  int32_t num_prompt = 0;
+  int32_t num_computed = 0;     // tokens [0, num_computed) are in the cache
+  int32_t max_total = 0;        // prompt + max_new_tokens
+  SequenceKv kv;                // kv.policy / kv.budget set by the engine
+  int32_t preemptions = 0;
+  absl::Time arrival;
+
+  // Bounded by its budget: its pages never exceed WorstCasePages().
+  bool bounded() const { return kv.policy != nullptr && kv.budget < max_total; }
+  int32_t pending() const { return static_cast<int32_t>(tokens.size()) - num_computed; }
+};
+
+struct SchedulerConfig {
+  int32_t max_step_tokens = 512;
+  int32_t max_running = 64;
+  int32_t prefill_chunk = 256;  // at most this many prompt tokens of one sequence per step
+};
+
+struct ScheduledChunk {
+  Sequence* seq = nullptr;
+  int32_t start = 0;  // feed tokens [start, start + count) at those positions
+  int32_t count = 0;
+  // True when the chunk reaches the last known token: its logits yield the next token.
+  bool samples = false;
+};
+
+struct StepPlan {
+  std::vector<ScheduledChunk> chunks;
+  std::vector<Sequence*> preempted;  // released this step, back in the waiting queue
+  std::vector<Sequence*> admitted;   // moved from waiting to running this step
+  int32_t num_tokens = 0;
+};
+
+class Scheduler {
+ public:
+  // `cache` is read for page counts; Schedule() releases the pages of preempted sequences.
+  Scheduler(KvCache* cache, const SchedulerConfig& config);
+
+  void Enqueue(Sequence* seq);  // joins the waiting queue (FCFS)
+  // Forgets a finished or cancelled sequence, waiting or running. Its pages must already have
+  // been released by the caller.
+  void Remove(Sequence* seq);
+  StepPlan Schedule();
+
+  // Pages a bounded sequence is owed: ceil((min(budget + 1, max_total)) / block_size); for a
+  // full-cache one, ceil(max_total / block_size).
+  int32_t WorstCasePages(const Sequence& seq) const;
+  // Pages kept aside for prefill chunks of bounded sequences above their budget.
+  int32_t ScratchPages() const;
+  // Whether a sequence of `max_total` tokens (bounded by `budget` if `bounded`) could ever run in
+  // this pool alone; *need gets the pages it needs, *have the pages it could get.
+  bool Fits(int32_t max_total, bool bounded, int32_t budget, int32_t* need, int32_t* have) const;
+
+  int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
+  const std::vector<Sequence*>& running() const { return running_; }
+  const std::deque<Sequence*>& waiting() const { return waiting_; }
+
+ private:
+  int32_t PagesFor(int64_t slots) const;
+  // Pages a bounded running sequence may still claim beyond what it holds now.
+  int32_t Owed(const Sequence& seq) const;
+  int32_t TotalOwed() const;
+  void Preempt(Sequence* seq, StepPlan& plan);
+
+  KvCache* cache_;
+  SchedulerConfig config_;
+  std::vector<Sequence*> running_;  // in admission order: the back is the newest
+  std::deque<Sequence*> waiting_;
+};
+
+}  // namespace heavykv

@@ -1,0 +1,101 @@
+#include "engine/text_stream.h"
+
+#include <algorithm>
+
+namespace heavykv {
+namespace {
+
+// Length of the UTF-8 sequence that `lead` starts, or 0 if it cannot start one.
+int SequenceLength(unsigned char lead) {
+  if (lead < 0x80) return 1;
+  if (lead >= 0xC2 && lead <= 0xDF) return 2;
+  if (lead >= 0xE0 && lead <= 0xEF) return 3;
+  if (lead >= 0xF0 && lead <= 0xF4) return 4;
+  return 0;
+}
+
+// Whether the first `have` bytes of the `len`-byte sequence at s[i] can begin a valid character
+// (continuation bytes, and the second-byte ranges that rule out overlongs, surrogates and
+// code points above U+10FFFF).
+bool ValidPrefixAt(absl::string_view s, size_t i, int len, int have) {
+  for (int j = 1; j < have; ++j) {
+    if ((static_cast<unsigned char>(s[i + j]) & 0xC0) != 0x80) return false;
+  }
+  if (len >= 3 && have >= 2) {
+    const unsigned char b0 = s[i], b1 = s[i + 1];
+    if (b0 == 0xE0 && b1 < 0xA0) return false;
+    if (b0 == 0xED && b1 > 0x9F) return false;
+    if (b0 == 0xF0 && b1 < 0x90) return false;
+    if (b0 == 0xF4 && b1 > 0x8F) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+TextStream::TextStream(const Tokenizer* tokenizer, int32_t prev_token,
+                       std::vector<std::string> stops)
+    : tokenizer_(tokenizer), prev_(prev_token), stops_(std::move(stops)) {
+  for (const std::string& s : stops_) hold_ = std::max(hold_, s.empty() ? 0 : s.size() - 1);
+}
+
+size_t TextStream::CompletePrefix(absl::string_view s) {
+  // Only the last 3 bytes can be an unfinished character: find its lead byte.
+  for (size_t back = 1; back <= std::min<size_t>(3, s.size()); ++back) {
+    const size_t i = s.size() - back;
+    const unsigned char c = s[i];
+    if ((c & 0xC0) == 0x80) continue;  // a continuation byte: the lead is further back
+    const int len = SequenceLength(c);
+    const int have = static_cast<int>(back);
+    if (len > have && ValidPrefixAt(s, i, len, have)) return i;  // may still complete
+    return s.size();
+  }
+  return s.size();
+}
+
+std::string TextStream::Sanitize(absl::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (size_t i = 0; i < s.size();) {
+    const int len = SequenceLength(static_cast<unsigned char>(s[i]));
+    if (len > 0 && i + len <= s.size() && ValidPrefixAt(s, i, len, len)) {
+      out.append(s.data() + i, len);
+      i += len;
+    } else {
+      out += "\xEF\xBF\xBD";  // U+FFFD
+      ++i;
+    }
+  }
+  return out;
+}
+
+std::string TextStream::Push(int32_t token, bool* stopped) {
+  *stopped = false;
+  if (tokenizer_ == nullptr) return "";
+  std::string piece = tokenizer_->Decode(prev_, token);
+  prev_ = token;
+  if (Tokenizer::IsPrintablePiece(piece)) pending_ += piece;
+  for (const std::string& stop : stops_) {
+    if (stop.empty()) continue;
+    const size_t at = pending_.find(stop);
+    if (at != std::string::npos) {
+      *stopped = true;
+      std::string out = Sanitize(absl::string_view(pending_).substr(0, at));
+      pending_.clear();
+      return out;
+    }
+  }
+  if (pending_.size() <= hold_) return "";
+  size_t cut = CompletePrefix(absl::string_view(pending_).substr(0, pending_.size() - hold_));
+  std::string out = Sanitize(absl::string_view(pending_).substr(0, cut));
+  pending_.erase(0, cut);
+  return out;
+}
+
+std::string TextStream::Flush() {
+  std::string out = Sanitize(pending_);
+  pending_.clear();
+  return out;
+}
+
+}  // namespace heavykv

@@ -1,0 +1,45 @@
+// TextStream: turns a sequence's tokens into text deltas for streaming.
+//
+// Deltas never end inside a UTF-8 character (a byte-fallback token may carry one byte of it), are
+// always valid UTF-8 (an impossible byte becomes U+FFFD, as the proto's string fields need), and
+// follow run.c's piece rules (the space after BOS is dropped, an unprintable single-byte piece
+// prints nothing), so a stream concatenates to what `heavykv run` prints. Stop strings are found
+// across token boundaries: text that could still begin a stop string is held back until it
+// cannot, and a matched stop string is not included in the output (vLLM's default).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/strings/string_view.h"
+#include "engine/tokenizer.h"
+
+namespace heavykv {
+
+class TextStream {
+ public:
+  // `tokenizer` may be null (token ids only: every delta is empty). `prev_token` is the last
+  // prompt token, which the first generated token's piece follows.
+  TextStream(const Tokenizer* tokenizer, int32_t prev_token, std::vector<std::string> stops);
+
+  // Adds a generated token; returns the text that became final. Sets *stopped when a stop string
+  // was completed (the text before it is returned; later tokens must not be pushed).
+  std::string Push(int32_t token, bool* stopped);
+  // The text still held back, at the end of the generation.
+  std::string Flush();
+
+  // The longest prefix of `s` that does not end inside a possibly valid UTF-8 character.
+  static size_t CompletePrefix(absl::string_view s);
+  // `s` with every invalid UTF-8 sequence replaced by U+FFFD.
+  static std::string Sanitize(absl::string_view s);
+
+ private:
+  const Tokenizer* tokenizer_;
+  int32_t prev_;
+  std::vector<std::string> stops_;
+  size_t hold_ = 0;  // bytes that may begin a stop string: longest stop - 1
+  std::string pending_;
+};
+
+}  // namespace heavykv

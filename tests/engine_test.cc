@@ -1,0 +1,315 @@
+// The serving engine end to end, in process: continuous batching gives every request the text it
+// would get alone, cancellation and deadlines free pages, bad requests are refused with clear
+// errors, a full queue is refused, full-cache sequences that outgrow the pool are preempted and
+// recomputed, and h2o budgets let more sequences run at once.
+#include "engine/engine.h"
+
+#include <gtest/gtest.h>
+
+#include <condition_variable>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "engine/generator.h"
+#include "kernels/cpu/gemm.h"
+#include "tests/test_util.h"
+
+namespace heavykv {
+namespace {
+
+// Gathers one request's deltas; Wait() blocks until the finished one.
+struct Collector {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::vector<int32_t> tokens;
+  std::string text;
+  std::vector<GenerationDelta> deltas;
+  bool finished = false;
+  GenerationDelta last;
+
+  std::function<void(const GenerationDelta&)> Callback() {
+    return [this](const GenerationDelta& d) {
+      std::lock_guard<std::mutex> lock(mu);
+      EXPECT_FALSE(finished) << "a delta after the finished one";
+      deltas.push_back(d);
+      tokens.insert(tokens.end(), d.token_ids.begin(), d.token_ids.end());
+      text += d.text;
+      if (d.finished) {
+        finished = true;
+        last = d;
+      }
+      cv.notify_all();
+    };
+  }
+  void Wait() {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return finished; }));
+  }
+  void WaitForTokens(size_t n) {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60),
+                            [&] { return tokens.size() >= n || finished; }));
+  }
+};
+
+class EngineTest : public ::testing::Test {
+ protected:
+  std::unique_ptr<Engine> Make(int32_t pages, int32_t max_running = 64, int32_t max_waiting = 256,
+                               int32_t max_step_tokens = 512) {
+    EngineOptions o;
+    o.num_pages = pages;
+    o.max_running = max_running;
+    o.max_waiting = max_waiting;
+    o.max_step_tokens = max_step_tokens;
+    o.threads = 1;
+    auto e = Engine::Create(*LoadModel(testing::ModelPath()),
+                            *Tokenizer::Load(testing::TokenizerPath(), 512), o);
+    EXPECT_TRUE(e.ok()) << e.status();
+    return *std::move(e);
+  }
+  static GenerationRequest Greedy(std::string prompt, int32_t max_new) {
+    GenerationRequest r;
+    r.prompt = std::move(prompt);
+    r.max_new_tokens = max_new;
+    r.temperature = 0.0f;
+    return r;
+  }
+  // What `heavykv run` prints for the same greedy request (without its final newline).
+  static std::string Alone(const std::string& prompt, int32_t max_new, const std::string& policy,
+                           int32_t budget) {
+    Model m = *LoadModel(testing::ModelPath());
+    Tokenizer tok = *Tokenizer::Load(testing::TokenizerPath(), 512);
+    auto cache = *KvCache::Create(KvShapeFor(m.config, 16), 64);
+    ModelRunner runner(m, cache.get());
+    std::vector<int32_t> ids = tok.Encode(prompt, true, false);
+    auto p = *MakePolicy(policy);
+    GenerateOptions opt;
+    opt.steps = static_cast<int32_t>(ids.size()) + max_new - 1;
+    opt.sampling.temperature = 0;
+    opt.policy = policy == "full" ? nullptr : p.get();
+    opt.budget = budget;
+    std::string text;
+    int32_t n = 0;
+    auto r = Generate(runner, ids, opt, [&](int32_t prev, int32_t t) {
+      if (++n < static_cast<int32_t>(ids.size())) return;  // the echoed prompt
+      std::string piece = tok.Decode(prev, t);
+      if (Tokenizer::IsPrintablePiece(piece)) text += piece;
+    });
+    EXPECT_TRUE(r.ok());
+    return text;
+  }
+};
+
+TEST_F(EngineTest, GreedyStreamEqualsLlama2cReference) {
+  auto engine = Make(64);
+  GenerationRequest r;
+  r.prompt_token_ids = {1};
+  r.max_new_tokens = 256;
+  r.temperature = 0.0f;
+  Collector c;
+  ASSERT_TRUE(engine->Submit(r, c.Callback()).ok());
+  c.Wait();
+  std::ifstream in(testing::SourcePath("tests/data/stories260K.greedy.txt"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  EXPECT_EQ(c.text + "\n", ss.str());
+  EXPECT_EQ(c.last.finish_reason, "length");
+  EXPECT_EQ(c.last.usage.completion_tokens, 256);
+  EXPECT_EQ(c.last.usage.prompt_tokens, 1);
+  EXPECT_GT(c.deltas.size(), 200u);  // streamed, not delivered at the end
+  EXPECT_EQ(engine->Stats().pages_used, 0);
+}
+
+TEST_F(EngineTest, ConcurrentStreamsEachEqualTheirSequentialRun) {
+  auto engine = Make(256, 64, 256, 128);
+  const std::vector<std::string> prompts = {"Once upon a time", "Lily had a red ball",
+                                            "The cat sat", "Tom and Sue went to the park",
+                                            "One day", "A little bird"};
+  const std::string policies[] = {"full", "h2o", "window", "sink"};
+  std::vector<std::unique_ptr<Collector>> cs;
+  std::vector<std::string> expect;
+  for (int i = 0; i < 16; ++i) {
+    const std::string& p = prompts[i % prompts.size()];
+    const std::string& pol = policies[i % 4];
+    GenerationRequest r = Greedy(p, 40 + 7 * i);
+    if (pol != "full") {
+      r.policy = pol;
+      r.budget_tokens = 24;
+    }
+    cs.push_back(std::make_unique<Collector>());
+    ASSERT_TRUE(engine->Submit(r, cs.back()->Callback()).ok());
+    expect.push_back(Alone(p, 40 + 7 * i, pol, pol == "full" ? kUnboundedBudget : 24));
+  }
+  for (size_t i = 0; i < cs.size(); ++i) {
+    cs[i]->Wait();
+    EXPECT_EQ(cs[i]->text, expect[i]) << "request " << i;
+  }
+  EXPECT_EQ(engine->Stats().pages_used, 0);
+}
+
+TEST_F(EngineTest, CancelAndDeadlineReturnPages) {
+  auto engine = Make(64);
+  Collector a, b;
+  auto handle = engine->Submit(Greedy("Once upon a time", 400), a.Callback());
+  ASSERT_TRUE(handle.ok());
+  a.WaitForTokens(5);
+  (*handle)->Cancel();
+  a.Wait();
+  EXPECT_EQ(a.last.finish_reason, "cancelled");
+  EXPECT_LT(a.tokens.size(), 400u);
+  GenerationRequest r = Greedy("Once upon a time", 400);
+  r.deadline = absl::Now() + absl::Milliseconds(30);
+  ASSERT_TRUE(engine->Submit(r, b.Callback()).ok());
+  b.Wait();
+  EXPECT_EQ(b.last.finish_reason, "cancelled");
+  EXPECT_EQ(engine->Stats().pages_used, 0);
+  // The engine still serves.
+  Collector c;
+  ASSERT_TRUE(engine->Submit(Greedy("One day", 8), c.Callback()).ok());
+  c.Wait();
+  EXPECT_EQ(c.last.finish_reason, "length");
+}
+
+TEST_F(EngineTest, BadRequestsAreInvalidArgumentAndOthersAreServed) {
+  auto engine = Make(64);
+  Collector ok;
+  ASSERT_TRUE(engine->Submit(Greedy("Once upon a time", 100), ok.Callback()).ok());
+  auto bad = [&](GenerationRequest r, const std::string& words) {
+    Collector c;
+    absl::StatusOr<std::shared_ptr<RequestHandle>> s = engine->Submit(r, c.Callback());
+    ASSERT_FALSE(s.ok()) << words;
+    EXPECT_TRUE(absl::IsInvalidArgument(s.status())) << s.status();
+    EXPECT_NE(s.status().message().find(words), absl::string_view::npos) << s.status();
+  };
+  bad(Greedy("", 10), "empty");
+  GenerationRequest none;
+  none.max_new_tokens = 5;
+  bad(none, "no prompt");
+  bad(Greedy("hi", 0), "max_new_tokens");
+  bad(Greedy("hi", 600), "max_new_tokens");
+  GenerationRequest t = Greedy("hi", 5);
+  t.temperature = -1.0f;
+  bad(t, "temperature");
+  t = Greedy("hi", 5);
+  t.top_p = 1.5f;
+  bad(t, "top_p");
+  t = Greedy("hi", 5);
+  t.top_k = -2;
+  bad(t, "top_k");
+  t = Greedy("hi", 5);
+  t.policy = "lru";
+  bad(t, "unknown KV policy");
+  t = Greedy("hi", 5);
+  t.budget_fraction = 1.5;
+  bad(t, "budget_fraction");
+  GenerationRequest ids;
+  ids.prompt_token_ids = {1, 512};
+  ids.max_new_tokens = 5;
+  bad(ids, "outside the vocabulary");
+  bad(Greedy(std::string("caf\xC3", 4), 5), "UTF-8");
+  bad(Greedy(std::string(3000, 'a'), 5), "prompt has");
+  ok.Wait();
+  EXPECT_EQ(ok.last.finish_reason, "length");
+  EXPECT_EQ(ok.last.usage.completion_tokens, 100);
+  EXPECT_EQ(engine->Stats().pages_used, 0);
+}
+
+TEST_F(EngineTest, FullQueueIsResourceExhausted) {
+  auto engine = Make(64, /*max_running=*/1, /*max_waiting=*/1);
+  Collector a, b, c;
+  ASSERT_TRUE(engine->Submit(Greedy("Once upon a time", 300), a.Callback()).ok());
+  a.WaitForTokens(1);  // running: the queue is empty again
+  ASSERT_TRUE(engine->Submit(Greedy("One day", 5), b.Callback()).ok());  // waits
+  auto s = engine->Submit(Greedy("One day", 5), c.Callback());
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(absl::IsResourceExhausted(s.status())) << s.status();
+  a.Wait();
+  b.Wait();
+  EXPECT_EQ(b.last.finish_reason, "length");
+  EXPECT_EQ(engine->Stats().pages_used, 0);
+}
+
+TEST_F(EngineTest, FullCacheSequencesOutgrowingThePoolArePreemptedAndRecomputed) {
+  // 16 pages = 256 slots; each request grows to 5 + 150 tokens = 10 pages: two cannot coexist.
+  auto engine = Make(16);
+  std::vector<std::unique_ptr<Collector>> cs;
+  const std::vector<std::string> prompts = {"Once upon", "Lily had", "The cat sat"};
+  for (const std::string& p : prompts) {
+    cs.push_back(std::make_unique<Collector>());
+    ASSERT_TRUE(engine->Submit(Greedy(p, 150), cs.back()->Callback()).ok());
+  }
+  for (size_t i = 0; i < cs.size(); ++i) {
+    cs[i]->Wait();
+    EXPECT_EQ(cs[i]->last.finish_reason, "length");
+    EXPECT_EQ(cs[i]->text, Alone(prompts[i], 150, "full", kUnboundedBudget)) << i;
+  }
+  EXPECT_GT(engine->Stats().preemptions, 0);
+  EXPECT_EQ(engine->Stats().pages_used, 0);
+}
+
+TEST_F(EngineTest, RequestThatCanNeverFitIsRefused) {
+  auto engine = Make(4);  // 64 slots
+  Collector c;
+  auto s = engine->Submit(Greedy("Once upon a time", 200), c.Callback());
+  ASSERT_FALSE(s.ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(s.status()));
+  EXPECT_NE(s.status().message().find("KV pages"), absl::string_view::npos);
+}
+
+TEST_F(EngineTest, StopStringsAndStopTokens) {
+  auto engine = Make(64);
+  // The greedy text starts "Once upon a time, there was a little girl named Lily."
+  GenerationRequest r;
+  r.prompt_token_ids = {1};
+  r.max_new_tokens = 100;
+  r.temperature = 0.0f;
+  r.stop = {"little girl"};
+  Collector c;
+  ASSERT_TRUE(engine->Submit(r, c.Callback()).ok());
+  c.Wait();
+  EXPECT_EQ(c.last.finish_reason, "stop");
+  EXPECT_EQ(c.text, "Once upon a time, there was a ");
+}
+
+TEST_F(EngineTest, StatsAndInfo) {
+  auto engine = Make(100);
+  ModelInfo info = engine->Info();
+  EXPECT_EQ(info.context_length, 512);
+  EXPECT_EQ(info.vocab_size, 512);
+  EXPECT_EQ(info.pages_total, 100);
+  EXPECT_EQ(info.block_size, 16);
+  EXPECT_EQ(info.policies.size(), 4u);
+  auto ids = engine->Tokenize("Once upon a time");
+  ASSERT_TRUE(ids.ok());
+  EXPECT_EQ((*ids)[0], 1);
+  GenerationRequest r = Greedy("Once upon a time", 120);
+  r.policy = "h2o";
+  r.budget_tokens = 32;
+  Collector c;
+  ASSERT_TRUE(engine->Submit(r, c.Callback()).ok());
+  c.Wait();
+  EXPECT_EQ(c.last.usage.kv_tokens_kept, 32);
+  EXPECT_EQ(c.last.usage.kv_tokens_evicted,
+            c.last.usage.prompt_tokens + c.last.usage.completion_tokens - 1 - 32);
+  EXPECT_LE(c.last.usage.peak_pages, 3);  // ceil(33 / 16)
+  EXPECT_EQ(engine->Stats().tokens_evicted, c.last.usage.kv_tokens_evicted);
+  EXPECT_EQ(engine->Stats().pages_total, 100);
+}
+
+TEST_F(EngineTest, ShutdownCancelsWhatOutlivesTheGrace) {
+  auto engine = Make(64);
+  Collector c;
+  ASSERT_TRUE(engine->Submit(Greedy("Once upon a time", 450), c.Callback()).ok());
+  c.WaitForTokens(2);
+  engine->Shutdown(absl::Milliseconds(1));
+  c.Wait();
+  EXPECT_EQ(c.last.finish_reason, "cancelled");
+  Collector d;
+  auto s = engine->Submit(Greedy("x", 2), d.Callback());
+  EXPECT_TRUE(absl::IsUnavailable(s.status()));
+}
+
+}  // namespace
+}  // namespace heavykv
