@@ -17,6 +17,7 @@
 
 namespace heavykv::bench {
 void RegisterAll();
+void RegisterServe();
 }
 
 namespace {
@@ -69,6 +70,7 @@ int main(int argc, char** argv) {
   int rest_argc = static_cast<int>(rest.size());
   benchmark::Initialize(&rest_argc, rest.data());
   heavykv::bench::RegisterAll();
+  heavykv::bench::RegisterServe();
   CollectingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
 
@@ -116,6 +118,15 @@ int main(int argc, char** argv) {
         v, ">= 4.5", v >= 4.5);
   }
 
+  if (has("serve/64x512+512/h2o") && has("serve/64x512+512/full")) {
+    auto& h = F["serve/64x512+512/h2o"].counters;
+    auto& f = F["serve/64x512+512/full"].counters;
+    const double c = h["max_running"] / f["max_running"];
+    const double t = h["tokens_per_second"] / f["tokens_per_second"];
+    add("serving 64x(512+512): most running at once, h2o 20% / full", "one fixed pool", c,
+        ">= 4", c >= 4);
+    add("serving 64x(512+512): tokens/s, h2o 20% / full", "one fixed pool", t, ">= 2", t >= 2);
+  }
   std::printf("\n%-62s %9s %9s %s\n", "ratio (measured side by side in this run)", "value",
               "target", "met");
   for (const Ratio& r : ratios) {

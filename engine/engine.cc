@@ -66,7 +66,7 @@ class EngineImpl final : public Engine {
         cache_(std::move(cache)),
         runner_(model_, cache_.get()),
         scheduler_(cache_.get(), SchedulerConfig{options.max_step_tokens, options.max_running,
-                                                 PrefillChunk(options)}),
+                                                 PrefillChunk(options), options.full_overcommit}),
         validator_(model_.config, tokenizer_ ? &*tokenizer_ : nullptr, options_, &scheduler_) {
     thread_ = std::thread([this] { Loop(); });
   }

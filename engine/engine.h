@@ -52,6 +52,7 @@ struct EngineOptions {
   int32_t max_waiting = 256;         // queue limit; beyond it Submit returns RESOURCE_EXHAUSTED
   int32_t max_prompt_tokens = 0;     // 0: the model's context length
   int32_t max_new_tokens_limit = 0;  // 0: the model's context length
+  double full_overcommit = 1.0;      // see SchedulerConfig::full_overcommit
   std::string default_policy = "full";
   std::string default_budget = "1";  // KvBudget text: tokens or a fraction of the max length
   double default_recent_fraction = 0.5;

@@ -136,6 +136,12 @@ StepPlan Scheduler::Schedule() {
     } else {
       const int32_t need = cache_->PagesNeeded(w->kv, count);
       if (need > free - owed - scratch) break;
+      int64_t promised = WorstCasePages(*w);
+      for (const Sequence* s : running_) {
+        if (!s->bounded()) promised += WorstCasePages(*s);
+      }
+      const int32_t total = cache_->allocator().num_pages_total();
+      if (promised > config_.full_overcommit * total && running_.size() > 0) break;
       waiting_.pop_front();
       running_.push_back(w);
       plan.admitted.push_back(w);

@@ -48,6 +48,11 @@ struct SchedulerConfig {
   int32_t max_step_tokens = 512;
   int32_t max_running = 64;
   int32_t prefill_chunk = 256;  // at most this many prompt tokens of one sequence per step
+  // Full-cache sequences are admitted while the pages they could grow to, summed, stay within
+  // this multiple of the pool. 1 never preempts; above 1 bets that requests end early (EOS) and
+  // preempts when the bet is lost. Measured with every request running to its length, 1 was
+  // 10x faster than admitting on the first chunk alone (which preempted 1255 times).
+  double full_overcommit = 1.0;
 };
 
 struct ScheduledChunk {

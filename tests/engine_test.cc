@@ -57,8 +57,9 @@ struct Collector {
 class EngineTest : public ::testing::Test {
  protected:
   std::unique_ptr<Engine> Make(int32_t pages, int32_t max_running = 64, int32_t max_waiting = 256,
-                               int32_t max_step_tokens = 512) {
+                               int32_t max_step_tokens = 512, double overcommit = 1.0) {
     EngineOptions o;
+    o.full_overcommit = overcommit;
     o.num_pages = pages;
     o.max_running = max_running;
     o.max_waiting = max_waiting;
@@ -232,8 +233,9 @@ TEST_F(EngineTest, FullQueueIsResourceExhausted) {
 }
 
 TEST_F(EngineTest, FullCacheSequencesOutgrowingThePoolArePreemptedAndRecomputed) {
-  // 16 pages = 256 slots; each request grows to 5 + 150 tokens = 10 pages: two cannot coexist.
-  auto engine = Make(16);
+  // 16 pages = 256 slots; each request grows to 5 + 150 tokens = 10 pages: two cannot coexist,
+  // but an overcommitting server admits them on their first chunk.
+  auto engine = Make(16, 64, 256, 512, /*overcommit=*/4.0);
   std::vector<std::unique_ptr<Collector>> cs;
   const std::vector<std::string> prompts = {"Once upon", "Lily had", "The cat sat"};
   for (const std::string& p : prompts) {
@@ -246,6 +248,21 @@ TEST_F(EngineTest, FullCacheSequencesOutgrowingThePoolArePreemptedAndRecomputed)
     EXPECT_EQ(cs[i]->text, Alone(prompts[i], 150, "full", kUnboundedBudget)) << i;
   }
   EXPECT_GT(engine->Stats().preemptions, 0);
+  EXPECT_EQ(engine->Stats().pages_used, 0);
+}
+
+TEST_F(EngineTest, WithoutOvercommitFullCacheSequencesWaitInsteadOfPreempting) {
+  auto engine = Make(16);
+  std::vector<std::unique_ptr<Collector>> cs;
+  for (const char* p : {"Once upon", "Lily had", "The cat sat"}) {
+    cs.push_back(std::make_unique<Collector>());
+    ASSERT_TRUE(engine->Submit(Greedy(p, 150), cs.back()->Callback()).ok());
+  }
+  for (auto& c : cs) {
+    c->Wait();
+    EXPECT_EQ(c->last.finish_reason, "length");
+  }
+  EXPECT_EQ(engine->Stats().preemptions, 0);
   EXPECT_EQ(engine->Stats().pages_used, 0);
 }
 

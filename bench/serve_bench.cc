@@ -1,0 +1,101 @@
+// The serving benchmark of docs/BENCHMARKS.md, in process: one Engine with one fixed KV pool,
+// the stories110M-shape random model, 64 requests of 512 prompt tokens and 512 new tokens all
+// submitted at once; full cache vs h2o at 20%. The same workload over gRPC is `heavykv bench`.
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "bench/bench_fixtures.h"
+#include "engine/engine.h"
+
+namespace heavykv::bench {
+namespace {
+
+constexpr int kRequests = 64, kPrompt = 512, kNew = 512;
+// Pages for 12 full-cache sequences of 1024 tokens: what a small replica could afford.
+constexpr int kPoolPages = 12 * (kPrompt + kNew) / 16;
+
+double Quantile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
+}
+
+void BM_Serve(benchmark::State& state, std::string policy) {
+  for (auto _ : state) {
+    EngineOptions o;
+    o.num_pages = kPoolPages;
+    o.max_running = kRequests;
+    o.max_waiting = kRequests;
+    o.max_step_tokens = 512;
+    auto engine = Engine::Create(Stories110M(), std::nullopt, o);
+    if (!engine.ok()) {
+      state.SkipWithError(std::string(engine.status().message()).c_str());
+      return;
+    }
+    std::mutex mu;
+    std::condition_variable cv;
+    int done = 0;
+    int64_t tokens = 0;
+    std::vector<double> ttft;
+    const absl::Time t0 = absl::Now();
+    std::atomic<int32_t> peak_running{0};
+    for (int i = 0; i < kRequests; ++i) {
+      GenerationRequest r;
+      for (int j = 0; j < kPrompt - 1; ++j) r.prompt_token_ids.push_back(3 + (i * 131 + j * 7) % 31000);
+      r.max_new_tokens = kNew;
+      r.ignore_eos = true;  // random weights: every request generates all its tokens
+      r.temperature = 0.0f;
+      if (policy != "full") {
+        r.policy = policy;
+        r.budget_fraction = 0.2;
+      }
+      auto h = (*engine)->Submit(r, [&](const GenerationDelta& d) {
+        std::lock_guard<std::mutex> lock(mu);
+        tokens += d.token_ids.size();
+        if (d.finished) {
+          ttft.push_back(d.timings.time_to_first_token_seconds);
+          ++done;
+          cv.notify_all();
+        }
+      });
+      if (!h.ok()) {
+        state.SkipWithError(std::string(h.status().message()).c_str());
+        return;
+      }
+    }
+    std::unique_lock<std::mutex> lock(mu);
+    while (done < kRequests) {
+      cv.wait_for(lock, std::chrono::milliseconds(20));
+      peak_running = std::max(peak_running.load(), (*engine)->Stats().sequences_running);
+    }
+    const double seconds = absl::ToDoubleSeconds(absl::Now() - t0);
+    state.counters["max_running"] = peak_running.load();
+    state.counters["tokens_per_second"] = tokens / seconds;
+    state.counters["ttft_p50"] = Quantile(ttft, 0.5);
+    state.counters["ttft_p99"] = Quantile(ttft, 0.99);
+    state.counters["preemptions"] = double((*engine)->Stats().preemptions);
+    state.counters["pool_pages"] = kPoolPages;
+    lock.unlock();
+    (*engine)->Shutdown(absl::Seconds(1));
+  }
+}
+
+}  // namespace
+
+void RegisterServe() {
+  for (const char* p : {"full", "h2o"}) {
+    benchmark::RegisterBenchmark(absl::StrCat("serve/64x512+512/", p).c_str(), BM_Serve,
+                                 std::string(p))
+        ->Iterations(1)
+        ->UseRealTime()
+        ->Unit(benchmark::kSecond);
+  }
+}
+
+}  // namespace heavykv::bench
