@@ -17,6 +17,9 @@ namespace heavykv::cli {
 int RunCommand(int argc, char** argv);        // heavykv run
 int EvalCommand(int argc, char** argv);       // heavykv eval
 int MakeModelCommand(int argc, char** argv);  // heavykv make-model
+int ServeCommand(int argc, char** argv);      // heavykv serve (cmd_serve.cc)
+int GenerateCommand(int argc, char** argv);   // heavykv generate (cmd_generate.cc)
+int BenchCommand(int argc, char** argv);      // heavykv bench (cmd_bench.cc)
 
 // Shared by the subcommands.
 absl::StatusOr<std::optional<Tokenizer>> LoadOptionalTokenizer(const std::string& path,

@@ -11,7 +11,10 @@ constexpr char kUsage[] =
     "commands:\n"
     "  run         generate text from a prompt on the CPU engine\n"
     "  eval        perplexity of KV policies x budgets against the full cache\n"
-    "  make-model  write a random-weight llama2.c checkpoint at a real model's shape\n";
+    "  make-model  write a random-weight llama2.c checkpoint at a real model's shape\n"
+    "  serve       the gRPC inference server (heavykv.v1.Generation) with Prometheus metrics\n"
+    "  generate    stream one generation from a running server\n"
+    "  bench       load-test a running server: throughput, TTFT and inter-token latency\n";
 
 }  // namespace
 
@@ -24,6 +27,9 @@ int main(int argc, char** argv) {
   if (!std::strcmp(cmd, "run")) return heavykv::cli::RunCommand(argc, argv);
   if (!std::strcmp(cmd, "eval")) return heavykv::cli::EvalCommand(argc, argv);
   if (!std::strcmp(cmd, "make-model")) return heavykv::cli::MakeModelCommand(argc, argv);
+  if (!std::strcmp(cmd, "serve")) return heavykv::cli::ServeCommand(argc, argv);
+  if (!std::strcmp(cmd, "generate")) return heavykv::cli::GenerateCommand(argc, argv);
+  if (!std::strcmp(cmd, "bench")) return heavykv::cli::BenchCommand(argc, argv);
   std::fprintf(stderr, "heavykv: unknown command \"%s\"\n%s", cmd, kUsage);
   return 2;
 }

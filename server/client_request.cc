@@ -1,0 +1,63 @@
+#include "server/client_request.h"
+
+#include "absl/strings/str_cat.h"
+#include "memory/eviction_policy.h"
+
+namespace heavykv::cli {
+
+void AddRequestFlags(FlagSet& flags, RequestFlags* f) {
+  flags.Int("max-tokens", &f->max_tokens, "max_new_tokens");
+  flags.Double("temperature", &f->temperature, "0 = greedy (unset: server default)");
+  flags.Double("top-p", &f->top_p, "nucleus sampling (unset: server default)");
+  flags.Int("top-k", &f->top_k, "top-k sampling; 0 = off (unset: server default)");
+  flags.Int("seed", &f->seed, "sampling seed (unset: random)");
+  flags.String("policy", &f->policy, "KV policy: full, window, sink, h2o (unset: server default)");
+  flags.String("kv-budget", &f->kv_budget, "KV tokens kept per head: a count or a fraction");
+  flags.Double("recent-fraction", &f->recent_fraction, "h2o share of the budget for recent tokens");
+  flags.String("stop", &f->stop, "comma-separated stop strings");
+  flags.Bool("ignore-eos", &f->ignore_eos, "keep generating past end-of-sequence");
+  flags.Bool("logprobs", &f->logprobs, "ask for the sampled tokens' log-probabilities");
+}
+
+absl::Status FillRequest(const FlagSet& flags, const RequestFlags& f, v1::GenerateRequest* out) {
+  out->set_max_new_tokens(static_cast<int32_t>(f.max_tokens));
+  v1::SamplingParams* s = out->mutable_sampling();
+  if (flags.IsSet("temperature")) s->set_temperature(static_cast<float>(f.temperature));
+  if (flags.IsSet("top-p")) s->set_top_p(static_cast<float>(f.top_p));
+  if (flags.IsSet("top-k")) s->set_top_k(static_cast<int32_t>(f.top_k));
+  if (flags.IsSet("seed")) s->set_seed(static_cast<uint64_t>(f.seed));
+  v1::KvParams* kv = out->mutable_kv();
+  if (!f.policy.empty()) kv->set_policy(f.policy);
+  if (!f.kv_budget.empty()) {
+    absl::StatusOr<KvBudget> b = KvBudget::Parse(f.kv_budget);
+    if (!b.ok()) return b.status();
+    if (b->is_fraction) {
+      kv->set_budget_fraction(b->value);
+    } else {
+      kv->set_budget_tokens(static_cast<int32_t>(b->value));
+    }
+  }
+  if (flags.IsSet("recent-fraction")) kv->set_recent_fraction(f.recent_fraction);
+  for (const std::string& stop : SplitList(f.stop)) out->add_stop(stop);
+  out->set_ignore_eos(f.ignore_eos);
+  out->set_logprobs(f.logprobs);
+  return absl::OkStatus();
+}
+
+std::shared_ptr<grpc::Channel> Connect(const std::string& address) {
+  return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+}
+
+std::string StatusCodeName(grpc::StatusCode code) {
+  // clang-format off
+  static constexpr const char* kNames[] = {
+      "OK", "CANCELLED", "UNKNOWN", "INVALID_ARGUMENT", "DEADLINE_EXCEEDED", "NOT_FOUND",
+      "ALREADY_EXISTS", "PERMISSION_DENIED", "RESOURCE_EXHAUSTED", "FAILED_PRECONDITION",
+      "ABORTED", "OUT_OF_RANGE", "UNIMPLEMENTED", "INTERNAL", "UNAVAILABLE", "DATA_LOSS",
+      "UNAUTHENTICATED"};
+  // clang-format on
+  const int c = static_cast<int>(code);
+  return c >= 0 && c < 17 ? kNames[c] : absl::StrCat("CODE_", c);
+}
+
+}  // namespace heavykv::cli

@@ -1,0 +1,235 @@
+// heavykv bench: a closed-loop load test of a running `heavykv serve`. C client threads each
+// send one streamed request at a time until N have been sent. Prompts are L random token ids
+// (BOS first); each asks for G new tokens with ignore_eos, so every request does the same work.
+// Reports throughput, TTFT and inter-token latency percentiles, the most sequences the server
+// ran at once (GetCacheStats polled every 10 ms), and failed requests by status code.
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "heavykv/v1/generation.grpc.pb.h"
+#include "server/cli_flags.h"
+#include "server/client_request.h"
+#include "server/commands.h"
+
+namespace heavykv::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t0, Clock::time_point t1) {
+  return std::chrono::duration<double>(t1 - t0).count();
+}
+
+// Nearest-rank percentile of sorted values; 0 for none.
+double Percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * sorted.size()));
+  return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
+}
+
+struct Results {
+  std::mutex mu;
+  std::vector<double> ttft, itl, e2e;
+  int64_t completion_tokens = 0, prompt_tokens = 0, ok = 0;
+  std::map<std::string, int64_t> errors;  // status code name -> count
+};
+
+void RunOne(v1::Generation::Stub& stub, const v1::GenerateRequest& request, Results& out) {
+  grpc::ClientContext context;
+  const Clock::time_point start = Clock::now();
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
+      stub.Generate(&context, request);
+  v1::GenerateResponse m;
+  std::vector<double> itl;
+  double ttft = -1;
+  int64_t tokens = 0, prompt = 0;
+  Clock::time_point last = start;
+  while (reader->Read(&m)) {
+    const Clock::time_point now = Clock::now();
+    const int n = m.token_ids_size();
+    if (n > 0) {
+      if (ttft < 0) {
+        ttft = SecondsSince(start, now);
+        // Tokens that arrive merged in one message share the gap.
+        for (int i = 1; i < n; ++i) itl.push_back(0);
+      } else {
+        for (int i = 0; i < n; ++i) itl.push_back(SecondsSince(last, now) / n);
+      }
+      last = now;
+      tokens += n;
+    }
+    if (m.has_usage()) prompt = m.usage().prompt_tokens();
+  }
+  const grpc::Status status = reader->Finish();
+  const double e2e = SecondsSince(start, Clock::now());
+  std::lock_guard<std::mutex> lock(out.mu);
+  if (!status.ok()) {
+    ++out.errors[StatusCodeName(status.error_code())];
+    return;
+  }
+  ++out.ok;
+  out.completion_tokens += tokens;
+  out.prompt_tokens += prompt;
+  if (ttft >= 0) out.ttft.push_back(ttft);
+  out.itl.insert(out.itl.end(), itl.begin(), itl.end());
+  out.e2e.push_back(e2e);
+}
+
+void Progress(int64_t done, int64_t total) {
+  constexpr int kWidth = 40;
+  const int filled = total > 0 ? static_cast<int>(kWidth * done / total) : kWidth;
+  std::printf("\r[%s%s] %lld/%lld", std::string(filled, '#').c_str(),
+              std::string(kWidth - filled, ' ').c_str(), static_cast<long long>(done),
+              static_cast<long long>(total));
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+int BenchCommand(int argc, char** argv) {
+  std::string address = "127.0.0.1:50051";
+  int64_t concurrency = 8, requests = 64, prompt_tokens = 32, seed = 1;
+  bool json = false;
+  RequestFlags rf;
+  rf.ignore_eos = true;
+  FlagSet flags("bench",
+                "heavykv bench --server ADDR --concurrency C --requests N "
+                "--prompt-tokens L --max-tokens G [--policy P --kv-budget B] [--json]");
+  flags.String("server", &address, "heavykv serve address host:port");
+  flags.Int("concurrency", &concurrency, "requests in flight at once");
+  flags.Int("requests", &requests, "requests in all");
+  flags.Int("prompt-tokens", &prompt_tokens, "prompt length in tokens, BOS included");
+  flags.Int("prompt-seed", &seed, "seed of the random prompts");
+  flags.Bool("json", &json, "print one JSON object instead of the table");
+  AddRequestFlags(flags, &rf);
+  if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
+  if (concurrency < 1 || requests < 1 || prompt_tokens < 1) {
+    return Fail(absl::InvalidArgumentError(
+        "--concurrency, --requests and --prompt-tokens must be at least 1"));
+  }
+  v1::GenerateRequest base;
+  if (absl::Status s = FillRequest(flags, rf, &base); !s.ok()) return Fail(s);
+
+  std::shared_ptr<grpc::Channel> channel = Connect(address);
+  std::unique_ptr<v1::Generation::Stub> stub = v1::Generation::NewStub(channel);
+  v1::ModelInfo info;
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    grpc::Status s = stub->GetModelInfo(&context, v1::GetModelInfoRequest(), &info);
+    if (!s.ok()) {
+      std::fprintf(stderr, "error: cannot reach %s: %s: %s\n", address.c_str(),
+                   StatusCodeName(s.error_code()).c_str(), s.error_message().c_str());
+      return 1;
+    }
+  }
+  // Random prompts, fixed by --prompt-seed; ids 3.. skip BOS/EOS and the <unk> of tok512.
+  std::mt19937 rng(static_cast<uint32_t>(seed));
+  std::uniform_int_distribution<int32_t> id(3, std::max(3, info.vocab_size() - 1));
+  std::vector<v1::GenerateRequest> batch(requests, base);
+  for (int64_t i = 0; i < requests; ++i) {
+    batch[i].set_request_id(absl::StrCat("bench-", i));
+    v1::TokenIds* ids = batch[i].mutable_prompt_token_ids();
+    ids->add_ids(1);
+    for (int64_t t = 1; t < prompt_tokens; ++t) ids->add_ids(id(rng));
+  }
+
+  Results results;
+  std::atomic<int64_t> next = 0, done = 0;
+  std::atomic<bool> finished = false;
+  std::atomic<int32_t> max_running = 0;
+  std::thread poller([&] {
+    while (!finished.load()) {
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
+      v1::CacheStats stats;
+      if (stub->GetCacheStats(&context, v1::GetCacheStatsRequest(), &stats).ok()) {
+        max_running = std::max(max_running.load(), stats.sequences_running());
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  });
+  const bool tty = !json && isatty(STDOUT_FILENO);
+  const Clock::time_point start = Clock::now();
+  std::vector<std::thread> clients;
+  for (int64_t c = 0; c < std::min(concurrency, requests); ++c) {
+    clients.emplace_back([&] {
+      for (int64_t i; (i = next.fetch_add(1)) < requests;) {
+        RunOne(*stub, batch[i], results);
+        done.fetch_add(1);
+      }
+    });
+  }
+  if (tty) {
+    while (done.load() < requests) {
+      Progress(done.load(), requests);
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    Progress(requests, requests);
+    std::printf("\n");
+  }
+  for (std::thread& t : clients) t.join();
+  const double wall = SecondsSince(start, Clock::now());
+  finished = true;
+  poller.join();
+
+  std::sort(results.ttft.begin(), results.ttft.end());
+  std::sort(results.itl.begin(), results.itl.end());
+  std::sort(results.e2e.begin(), results.e2e.end());
+  int64_t failed = 0;
+  std::vector<std::string> error_parts;
+  for (const auto& [code, n] : results.errors) {
+    failed += n;
+    error_parts.push_back(json ? absl::StrCat("\"", code, "\":", n) : absl::StrCat(code, " ", n));
+  }
+  const double tok_s = wall > 0 ? results.completion_tokens / wall : 0;
+  const double req_s = wall > 0 ? results.ok / wall : 0;
+  auto ms = [](const std::vector<double>& v, double p) { return 1000 * Percentile(v, p); };
+  if (json) {
+    std::printf(
+        "{\"requests\":%lld,\"ok\":%lld,\"failed\":%lld,\"errors\":{%s},\"concurrency\":%lld,"
+        "\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"seconds\":%.4f,"
+        "\"output_tokens_per_second\":%.2f,\"requests_per_second\":%.3f,"
+        "\"ttft_ms\":{\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f},"
+        "\"itl_ms\":{\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f},"
+        "\"e2e_ms\":{\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f},\"max_running\":%d}\n",
+        static_cast<long long>(requests), static_cast<long long>(results.ok),
+        static_cast<long long>(failed), absl::StrJoin(error_parts, ",").c_str(),
+        static_cast<long long>(concurrency), static_cast<long long>(results.prompt_tokens),
+        static_cast<long long>(results.completion_tokens), wall, tok_s, req_s, ms(results.ttft, 50),
+        ms(results.ttft, 90), ms(results.ttft, 99), ms(results.itl, 50), ms(results.itl, 90),
+        ms(results.itl, 99), ms(results.e2e, 50), ms(results.e2e, 90), ms(results.e2e, 99),
+        max_running.load());
+  } else {
+    std::printf("requests        %lld ok, %lld failed%s%s\n", static_cast<long long>(results.ok),
+                static_cast<long long>(failed), failed ? ": " : "",
+                absl::StrJoin(error_parts, ", ").c_str());
+    std::printf(
+        "throughput      %.1f output tokens/s, %.2f requests/s (%.2f s, concurrency %lld)\n", tok_s,
+        req_s, wall, static_cast<long long>(concurrency));
+    std::printf("tokens          %lld prompt, %lld completion\n",
+                static_cast<long long>(results.prompt_tokens),
+                static_cast<long long>(results.completion_tokens));
+    std::printf("TTFT ms         p50 %8.2f  p90 %8.2f  p99 %8.2f\n", ms(results.ttft, 50),
+                ms(results.ttft, 90), ms(results.ttft, 99));
+    std::printf("ITL ms          p50 %8.2f  p90 %8.2f  p99 %8.2f\n", ms(results.itl, 50),
+                ms(results.itl, 90), ms(results.itl, 99));
+    std::printf("E2E ms          p50 %8.2f  p90 %8.2f  p99 %8.2f\n", ms(results.e2e, 50),
+                ms(results.e2e, 90), ms(results.e2e, 99));
+    std::printf("max running     %d sequences at once\n", max_running.load());
+  }
+  return failed > 0 ? 1 : 0;
+}
+
+}  // namespace heavykv::cli

@@ -1,0 +1,103 @@
+// heavykv generate: one streamed generation from a running `heavykv serve`. The text goes to
+// stdout as it arrives; one summary line (finish reason, tokens, timings) goes to stderr.
+#include <chrono>
+#include <cstdio>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "heavykv/v1/generation.grpc.pb.h"
+#include "server/cli_flags.h"
+#include "server/client_request.h"
+#include "server/commands.h"
+#include "server/proto_convert.h"
+
+namespace heavykv::cli {
+
+int GenerateCommand(int argc, char** argv) {
+  std::string address = "127.0.0.1:50051", request_id;
+  bool token_ids = false, json = false;
+  double timeout = 0;
+  RequestFlags rf;
+  FlagSet flags("generate", "heavykv generate --server ADDR [flags] PROMPT");
+  flags.String("server", &address, "heavykv serve address host:port");
+  flags.String("request-id", &request_id, "request id (unset: the server makes one)");
+  flags.Bool("token-ids", &token_ids, "PROMPT is token ids separated by spaces, not text");
+  flags.Double("timeout", &timeout, "deadline in seconds; 0 = none");
+  flags.Bool("json", &json, "print the token ids and the summary as one JSON object instead");
+  AddRequestFlags(flags, &rf);
+  if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
+  const std::string prompt = absl::StrJoin(flags.positional(), " ");
+  if (prompt.empty()) return Fail(absl::InvalidArgumentError("give a PROMPT"));
+
+  v1::GenerateRequest request;
+  request.set_request_id(request_id);
+  if (token_ids) {
+    v1::TokenIds* ids = request.mutable_prompt_token_ids();
+    for (absl::string_view part :
+         absl::StrSplit(prompt, absl::ByAnyChar(" ,"), absl::SkipEmpty())) {
+      int32_t id;
+      if (!absl::SimpleAtoi(part, &id)) {
+        return Fail(absl::InvalidArgumentError(
+            absl::StrCat("with --token-ids the prompt must be integers; got \"", part, "\"")));
+      }
+      ids->add_ids(id);
+    }
+  } else {
+    request.set_prompt(prompt);
+  }
+  if (absl::Status s = FillRequest(flags, rf, &request); !s.ok()) return Fail(s);
+
+  std::unique_ptr<v1::Generation::Stub> stub = v1::Generation::NewStub(Connect(address));
+  grpc::ClientContext context;
+  if (timeout > 0) {
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::microseconds(static_cast<int64_t>(timeout * 1e6)));
+  }
+  std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
+      stub->Generate(&context, request);
+  v1::GenerateResponse message, last;
+  std::string text;
+  std::vector<int32_t> ids;
+  while (reader->Read(&message)) {
+    text += message.text();
+    ids.insert(ids.end(), message.token_ids().begin(), message.token_ids().end());
+    if (!json) {
+      std::fwrite(message.text().data(), 1, message.text().size(), stdout);
+      std::fflush(stdout);
+    }
+    if (message.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) last = message;
+  }
+  const grpc::Status status = reader->Finish();
+  if (!json && !text.empty()) std::fputc('\n', stdout);
+  if (!status.ok()) {
+    std::fprintf(stderr, "error: %s: %s\n", StatusCodeName(status.error_code()).c_str(),
+                 status.error_message().c_str());
+    return 1;
+  }
+  const v1::Usage& u = last.usage();
+  const v1::Timings& t = last.timings();
+  if (json) {
+    std::printf(
+        "{\"request_id\":%s,\"text\":%s,\"token_ids\":[%s],\"finish_reason\":\"%s\","
+        "\"prompt_tokens\":%d,\"completion_tokens\":%d,\"kv_tokens_kept\":%d,"
+        "\"kv_tokens_evicted\":%lld,\"peak_pages\":%d,\"queue_seconds\":%.6f,"
+        "\"time_to_first_token_seconds\":%.6f,\"total_seconds\":%.6f}\n",
+        JsonQuote(last.request_id()).c_str(), JsonQuote(text).c_str(),
+        absl::StrJoin(ids, ",").c_str(), server::FinishReasonName(last.finish_reason()).c_str(),
+        u.prompt_tokens(), u.completion_tokens(), u.kv_tokens_kept(),
+        static_cast<long long>(u.kv_tokens_evicted()), u.peak_pages(), t.queue_seconds(),
+        t.time_to_first_token_seconds(), t.total_seconds());
+  } else {
+    std::fprintf(stderr,
+                 "finish %s: %d prompt + %d completion tokens, ttft %.3fs, total %.3fs, "
+                 "peak pages %d, evicted %lld\n",
+                 server::FinishReasonName(last.finish_reason()).c_str(), u.prompt_tokens(),
+                 u.completion_tokens(), t.time_to_first_token_seconds(), t.total_seconds(),
+                 u.peak_pages(), static_cast<long long>(u.kv_tokens_evicted()));
+  }
+  return 0;
+}
+
+}  // namespace heavykv::cli

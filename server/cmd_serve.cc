@@ -1,0 +1,181 @@
+// heavykv serve: the gRPC inference server (heavykv.v1.Generation, grpc.health.v1.Health,
+// server reflection) with Prometheus metrics over HTTP.
+//
+// SIGTERM / SIGINT drain the server: health turns NOT_SERVING, new requests get UNAVAILABLE,
+// running ones have --grace seconds to finish, the rest are cancelled (their streams end with
+// finish_reason CANCELLED), then the server exits 0.
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <pthread.h>
+#include <signal.h>
+
+#include <chrono>
+#include <cstdio>
+#include <memory>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "engine/engine.h"
+#include "engine/model_runner.h"
+#include "server/cli_flags.h"
+#include "server/commands.h"
+#include "server/grpc_service.h"
+#include "server/metrics.h"
+#include "spdlog/spdlog.h"
+
+namespace heavykv::cli {
+namespace {
+
+absl::Status CheckRange(const char* flag, int64_t v, int64_t lo, int64_t hi) {
+  if (v >= lo && v <= hi) return absl::OkStatus();
+  return absl::InvalidArgumentError(
+      absl::StrCat("--", flag, " ", v, " must be in [", lo, ", ", hi, "]"));
+}
+
+// "host:port" with the port that was actually bound.
+std::string WithPort(const std::string& address, int port) {
+  const size_t colon = address.rfind(':');
+  return absl::StrCat(colon == std::string::npos ? address : address.substr(0, colon), ":", port);
+}
+
+}  // namespace
+
+int ServeCommand(int argc, char** argv) {
+  std::string model_path, tokenizer_path, listen = "0.0.0.0:50051",
+                                          metrics_address = "0.0.0.0:9090";
+  std::string policy = "full", budget = "1";
+  int64_t block_size = 16, kv_pages = 0, kv_pool_mb = 0, max_step_tokens = 512, max_running = 64;
+  int64_t max_waiting = 256, max_prompt_tokens = 0, max_new_tokens_limit = 0, threads = 0;
+  double recent_fraction = 0.5, grace = 30;
+  FlagSet flags("serve", "heavykv serve --model FILE [--tokenizer FILE] [flags]");
+  flags.String("model", &model_path, "llama2.c checkpoint (required)");
+  flags.String("tokenizer", &tokenizer_path,
+               "llama2.c tokenizer; without it requests send token ids");
+  flags.String("listen", &listen, "gRPC address host:port (port 0: any free port)");
+  flags.String("metrics-address", &metrics_address,
+               "Prometheus /metrics address host:port; empty = off");
+  flags.Int("block-size", &block_size, "token slots per KV page");
+  flags.Int("kv-pages", &kv_pages, "KV pool size in pages; 0 = --max-running full contexts");
+  flags.Int("kv-pool-mb", &kv_pool_mb, "KV pool size in MiB (if --kv-pages is 0)");
+  flags.String("policy", &policy, "default KV policy: full, window, sink, h2o");
+  flags.String("kv-budget", &budget,
+               "default KV budget: tokens, or a fraction of each request's length");
+  flags.Double("recent-fraction", &recent_fraction,
+               "default h2o share of the budget kept for recent tokens");
+  flags.Int("max-step-tokens", &max_step_tokens,
+            "tokens per engine step (decodes + prefill chunks)");
+  flags.Int("max-running", &max_running, "most sequences in the running batch");
+  flags.Int("max-waiting", &max_waiting, "queue limit; beyond it requests get RESOURCE_EXHAUSTED");
+  flags.Int("max-prompt-tokens", &max_prompt_tokens,
+            "longest prompt accepted; 0 = context length - 1");
+  flags.Int("max-new-tokens-limit", &max_new_tokens_limit,
+            "largest max_new_tokens accepted; 0 = context length");
+  flags.Int("threads", &threads, "CPU threads; 0 = every core");
+  flags.Double("grace", &grace, "seconds running requests get to finish on SIGTERM/SIGINT");
+  if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
+  if (model_path.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
+  for (absl::Status s : {CheckRange("block-size", block_size, 1, 1024),
+                         CheckRange("max-step-tokens", max_step_tokens, 1, 1 << 20),
+                         CheckRange("max-running", max_running, 1, 1 << 16),
+                         CheckRange("max-waiting", max_waiting, 0, 1 << 24),
+                         CheckRange("max-prompt-tokens", max_prompt_tokens, 0, INT32_MAX),
+                         CheckRange("max-new-tokens-limit", max_new_tokens_limit, 0, INT32_MAX),
+                         CheckRange("threads", threads, 0, 4096)}) {
+    if (!s.ok()) return Fail(s);
+  }
+  if (!(grace >= 0)) return Fail(absl::InvalidArgumentError("--grace must be >= 0 seconds"));
+
+  // Every thread started from here on inherits this mask; main() alone takes the signals.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+
+  absl::StatusOr<Model> model = LoadModel(model_path);
+  if (!model.ok()) return Fail(model.status());
+  const ModelConfig c = model->config;
+  absl::StatusOr<std::optional<Tokenizer>> tok =
+      LoadOptionalTokenizer(tokenizer_path, c.vocab_size);
+  if (!tok.ok()) return Fail(tok.status());
+  const KvShape shape = KvShapeFor(c, static_cast<int32_t>(block_size));
+  const int64_t pages_per_context = (c.seq_len + block_size - 1) / block_size;
+  absl::StatusOr<int32_t> pages = PoolPages(
+      shape, kv_pages, kv_pool_mb,
+      static_cast<int32_t>(std::min<int64_t>(INT32_MAX, max_running * pages_per_context)));
+  if (!pages.ok()) return Fail(pages.status());
+
+  auto metrics = std::make_shared<server::Metrics>();
+  EngineOptions options;
+  options.observer = metrics.get();
+  options.block_size = static_cast<int32_t>(block_size);
+  options.num_pages = *pages;
+  options.max_step_tokens = static_cast<int32_t>(max_step_tokens);
+  options.max_running = static_cast<int32_t>(max_running);
+  options.max_waiting = static_cast<int32_t>(max_waiting);
+  options.max_prompt_tokens = static_cast<int32_t>(max_prompt_tokens);
+  options.max_new_tokens_limit = static_cast<int32_t>(max_new_tokens_limit);
+  options.default_policy = policy;
+  options.default_budget = budget;
+  options.default_recent_fraction = recent_fraction;
+  options.threads = static_cast<int>(threads);
+  const bool has_tokenizer = tok->has_value();
+  absl::StatusOr<std::unique_ptr<Engine>> engine =
+      Engine::Create(*std::move(model), *std::move(*tok), options);
+  if (!engine.ok()) return Fail(engine.status());
+  metrics->SetStatsSource([e = engine->get()] { return e->Stats(); });
+
+  std::unique_ptr<prometheus::Exposer> exposer;
+  std::string metrics_bound = "off";
+  if (!metrics_address.empty()) {
+    absl::StatusOr<std::unique_ptr<prometheus::Exposer>> x =
+        server::StartMetricsExposer(metrics_address, metrics);
+    if (!x.ok()) return Fail(x.status());
+    exposer = *std::move(x);
+    const std::vector<int> ports = exposer->GetListeningPorts();
+    metrics_bound = WithPort(metrics_address, ports.empty() ? 0 : ports[0]);
+  }
+
+  server::GenerationService service(engine->get(), {policy, budget});
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  if (server == nullptr || port == 0) {
+    return Fail(absl::UnavailableError(
+        absl::StrCat("cannot listen on ", listen, "; choose another --listen address")));
+  }
+  server->GetHealthCheckService()->SetServingStatus(true);
+
+  const ModelInfo info = (*engine)->Info();
+  spdlog::info(
+      "heavykv serve: model {} (dim {}, {} layers, {} heads / {} kv heads, vocab {}, "
+      "context {}), tokenizer {}",
+      model_path, c.dim, c.num_layers, c.num_heads, c.num_kv_heads, c.vocab_size, c.seq_len,
+      has_tokenizer ? tokenizer_path : "none (token ids only)");
+  spdlog::info(
+      "KV pool: {} pages x {} tokens ({:.1f} MiB); default policy {} budget {}; "
+      "max running {}, step tokens {}, queue {}",
+      info.pages_total, info.block_size, double(info.page_bytes) * info.pages_total / (1 << 20),
+      policy, budget, max_running, max_step_tokens, max_waiting);
+  spdlog::info("gRPC listening on {}; metrics on {}", WithPort(listen, port), metrics_bound);
+
+  int sig = 0;
+  sigwait(&signals, &sig);
+  spdlog::info("signal {}: draining (grace {:.1f}s)", sig, grace);
+  server->GetHealthCheckService()->SetServingStatus(false);
+  (*engine)->Shutdown(absl::Seconds(grace));  // new requests: UNAVAILABLE; the rest cancelled
+  // Every stream has had its last delta; one second lets those writes reach the clients. (gRPC
+  // also waits out this deadline while idle client connections stay open, so keep it short.)
+  server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
+  server->Wait();
+  spdlog::info("heavykv serve: stopped");
+  return 0;
+}
+
+}  // namespace heavykv::cli

@@ -1,0 +1,196 @@
+#include "server/grpc_service.h"
+
+#include <memory>
+#include <mutex>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "server/grpc_status.h"
+#include "server/proto_convert.h"
+#include "spdlog/spdlog.h"
+
+namespace heavykv::server {
+namespace {
+
+// One Generate call. Deltas arrive on the engine thread (OnDelta) and are merged into `pending_`
+// while a write is in flight; gRPC threads drive OnWriteDone / OnCancel / OnDone. Everything is
+// guarded by mu_.
+//
+// Lifetime: three references: the call (dropped in OnDone), the engine (dropped with the
+// finished delta, which the engine sends exactly once) and Start() itself; the last one out
+// deletes the reactor, so the engine never calls into a deleted reactor.
+class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
+ public:
+  GenerateReactor(std::string request_id, std::string policy)
+      : request_id_(std::move(request_id)), policy_(std::move(policy)) {}
+
+  void Start(Engine* engine, absl::StatusOr<GenerationRequest> request) {
+    absl::StatusOr<std::shared_ptr<RequestHandle>> handle =
+        request.ok() ? engine->Submit(*request, [this](const GenerationDelta& d) { OnDelta(d); })
+                     : request.status();
+    if (!handle.ok()) {
+      spdlog::info("request {} rejected: {}", request_id_, handle.status().ToString());
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        finish_called_ = true;
+        Finish(ToGrpcStatus(handle.status()));
+      }
+      Unref();  // the engine's reference: it will never call
+    } else {
+      std::lock_guard<std::mutex> lock(mu_);
+      handle_ = *std::move(handle);
+      if (cancel_requested_) handle_->Cancel();
+    }
+    Unref();
+  }
+
+  void OnWriteDone(bool ok) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    writing_ = false;
+    if (!ok) {  // the client is gone: stop the engine work, end the call
+      CancelLocked();
+      if (!finish_called_) {
+        finish_called_ = true;
+        Finish(ToGrpcStatus(absl::CancelledError("the stream was closed")));
+      }
+      return;
+    }
+    WriteLocked();
+  }
+
+  void OnCancel() override {
+    std::lock_guard<std::mutex> lock(mu_);
+    CancelLocked();
+  }
+
+  void OnDone() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      CancelLocked();  // OnDone before the engine finished: free the pages now
+    }
+    Unref();
+  }
+
+ private:
+  void OnDelta(const GenerationDelta& d) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      AppendDelta(d, &pending_);
+      has_pending_ = true;
+      if (d.finished) {
+        engine_done_ = true;
+        status_ = ToGrpcStatus(d.finish_reason == "error"
+                                   ? absl::InternalError("generation failed: " + d.error)
+                                   : absl::OkStatus());
+        Log(d);
+      }
+      if (!writing_ && !finish_called_) WriteLocked();
+    }
+    if (d.finished) Unref();
+  }
+
+  // Starts the next write (all queued deltas merged into one message), or finishes the call
+  // once the last delta is written.
+  void WriteLocked() {
+    if (has_pending_) {
+      current_ = std::move(pending_);
+      pending_.Clear();
+      has_pending_ = false;
+      current_.set_request_id(request_id_);
+      writing_ = true;
+      StartWrite(&current_);
+    } else if (engine_done_ && !finish_called_) {
+      finish_called_ = true;
+      Finish(status_);
+    }
+  }
+
+  void CancelLocked() {
+    if (engine_done_) return;
+    if (handle_) {
+      handle_->Cancel();
+    } else {
+      cancel_requested_ = true;
+    }
+  }
+
+  void Log(const GenerationDelta& d) const {
+    spdlog::info(
+        "request {} finished: {} prompt + {} completion tokens, queue {:.3f}s, ttft {:.3f}s, "
+        "total {:.3f}s, policy {}, kv kept {} evicted {}, peak pages {}, finish {}{}",
+        request_id_, d.usage.prompt_tokens, d.usage.completion_tokens, d.timings.queue_seconds,
+        d.timings.time_to_first_token_seconds, d.timings.total_seconds, policy_,
+        d.usage.kv_tokens_kept, d.usage.kv_tokens_evicted, d.usage.peak_pages, d.finish_reason,
+        d.error.empty() ? "" : " (" + d.error + ")");
+  }
+
+  void Unref() {
+    if (refs_.fetch_sub(1) == 1) delete this;
+  }
+
+  const std::string request_id_, policy_;
+  std::atomic<int> refs_ = 3;
+  std::mutex mu_;
+  std::shared_ptr<RequestHandle> handle_;
+  v1::GenerateResponse pending_, current_;  // current_ is in flight while writing_
+  grpc::Status status_;
+  bool has_pending_ = false, writing_ = false, engine_done_ = false, finish_called_ = false;
+  bool cancel_requested_ = false;
+};
+
+}  // namespace
+
+GenerationService::GenerationService(Engine* engine, ServiceDefaults defaults)
+    : engine_(engine), defaults_(std::move(defaults)) {}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  absl::StatusOr<GenerationRequest> r = FromProto(*request);
+  std::string id = request->request_id();
+  if (id.empty()) id = absl::StrCat("req-", next_request_.fetch_add(1));
+  if (r.ok()) {
+    r->request_id = id;
+    if (context->deadline() != std::chrono::system_clock::time_point::max()) {
+      r->deadline = absl::FromChrono(context->deadline());
+    }
+  }
+  const std::string policy = request->kv().has_policy() ? request->kv().policy() : defaults_.policy;
+  auto* reactor = new GenerateReactor(std::move(id), policy);
+  reactor->Start(engine_, std::move(r));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* context,
+                                                      const v1::TokenizeRequest* request,
+                                                      v1::TokenizeResponse* response) {
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  absl::StatusOr<std::vector<int32_t>> ids = engine_->Tokenize(request->text());
+  if (ids.ok()) {
+    for (int32_t id : *ids) response->add_token_ids(id);
+  }
+  reactor->Finish(ToGrpcStatus(ids.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* context,
+                                                          const v1::GetModelInfoRequest*,
+                                                          v1::ModelInfo* response) {
+  ToProto(engine_->Info(), response);
+  response->set_default_policy(defaults_.policy);
+  response->set_default_budget(defaults_.budget);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* GenerationService::GetCacheStats(grpc::CallbackServerContext* context,
+                                                           const v1::GetCacheStatsRequest*,
+                                                           v1::CacheStats* response) {
+  ToProto(engine_->Stats(), response);
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+  reactor->Finish(grpc::Status::OK);
+  return reactor;
+}
+
+}  // namespace heavykv::server

@@ -1,0 +1,120 @@
+#include "server/metrics.h"
+
+#include <exception>
+
+#include "absl/strings/str_cat.h"
+
+namespace heavykv::server {
+namespace {
+
+using prometheus::Histogram;
+
+prometheus::Gauge* Gauge(prometheus::Registry& r, const std::string& name,
+                         const std::string& help) {
+  return &prometheus::BuildGauge().Name("heavykv_" + name).Help(help).Register(r).Add({});
+}
+
+prometheus::Family<prometheus::Counter>* CounterFamily(prometheus::Registry& r,
+                                                       const std::string& name,
+                                                       const std::string& help) {
+  return &prometheus::BuildCounter().Name("heavykv_" + name).Help(help).Register(r);
+}
+
+Histogram* Hist(prometheus::Registry& r, const std::string& name, const std::string& help,
+                Histogram::BucketBoundaries buckets) {
+  return &prometheus::BuildHistogram()
+              .Name("heavykv_" + name)
+              .Help(help)
+              .Register(r)
+              .Add({}, std::move(buckets));
+}
+
+}  // namespace
+
+Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
+  prometheus::Registry& r = *registry_;
+  kv_cache_usage_ratio_ = Gauge(r, "kv_cache_usage_ratio", "KV pages used / pages total (0..1)");
+  kv_pages_total_ = Gauge(r, "kv_pages_total", "KV pool size in pages");
+  kv_pages_used_ = Gauge(r, "kv_pages_used", "KV pages held by sequences");
+  requests_running_ = Gauge(r, "requests_running", "Sequences in the running batch");
+  requests_waiting_ = Gauge(r, "requests_waiting", "Requests queued or preempted");
+  preemptions_total_ =
+      &CounterFamily(r, "preemptions_total", "Sequences preempted for lack of pages")->Add({});
+  prompt_tokens_total_ =
+      &CounterFamily(r, "prompt_tokens_total", "Prompt tokens of admitted requests")->Add({});
+  generation_tokens_total_ =
+      &CounterFamily(r, "generation_tokens_total", "Tokens generated")->Add({});
+  kv_tokens_evicted_total_ = CounterFamily(r, "kv_tokens_evicted_total",
+                                           "KV tokens evicted per (layer, kv head), by policy");
+  request_success_total_ =
+      CounterFamily(r, "request_success_total", "Finished requests, by finish reason");
+  time_to_first_token_seconds_ =
+      Hist(r, "time_to_first_token_seconds", "Arrival to first token",
+           {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10});
+  inter_token_latency_seconds_ =
+      Hist(r, "inter_token_latency_seconds", "Time between two tokens of a request",
+           {0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1,
+            2.5});
+  const Histogram::BucketBoundaries request_buckets = {0.01, 0.05, 0.1, 0.3, 0.5, 0.8, 1,  1.5, 2,
+                                                       2.5,  5,    10,  15,  20,  30,  40, 50,  60};
+  e2e_request_latency_seconds_ =
+      Hist(r, "e2e_request_latency_seconds", "Arrival to last token", request_buckets);
+  request_queue_time_seconds_ =
+      Hist(r, "request_queue_time_seconds", "Arrival to first admission", request_buckets);
+  iteration_tokens_ = Hist(r, "iteration_tokens", "Tokens per engine step",
+                           {1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192});
+}
+
+void Metrics::SetStatsSource(std::function<CacheStats()> stats) {
+  std::lock_guard<std::mutex> lock(mu_);
+  stats_ = std::move(stats);
+}
+
+void Metrics::OnStep(int32_t iteration_tokens) { iteration_tokens_->Observe(iteration_tokens); }
+void Metrics::OnPromptTokens(int32_t n) { prompt_tokens_total_->Increment(n); }
+void Metrics::OnGenerationTokens(int32_t n) { generation_tokens_total_->Increment(n); }
+void Metrics::OnFirstToken(double s) { time_to_first_token_seconds_->Observe(s); }
+void Metrics::OnInterToken(double s) { inter_token_latency_seconds_->Observe(s); }
+void Metrics::OnQueued(double s) { request_queue_time_seconds_->Observe(s); }
+void Metrics::OnPreemption() { preemptions_total_->Increment(); }
+
+void Metrics::OnEvicted(const std::string& policy, int64_t tokens) {
+  kv_tokens_evicted_total_->Add({{"policy", policy}}).Increment(static_cast<double>(tokens));
+}
+
+void Metrics::OnRequestFinished(const std::string& finish_reason, double e2e_seconds) {
+  request_success_total_->Add({{"finish_reason", finish_reason}}).Increment();
+  e2e_request_latency_seconds_->Observe(e2e_seconds);
+}
+
+std::vector<prometheus::MetricFamily> Metrics::Collect() const {
+  std::function<CacheStats()> source;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    source = stats_;
+  }
+  if (source) {
+    const CacheStats s = source();
+    kv_pages_total_->Set(s.pages_total);
+    kv_pages_used_->Set(s.pages_used);
+    kv_cache_usage_ratio_->Set(s.pages_total > 0 ? double(s.pages_used) / s.pages_total : 0);
+    requests_running_->Set(s.sequences_running);
+    requests_waiting_->Set(s.sequences_waiting);
+  }
+  return registry_->Collect();
+}
+
+absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartMetricsExposer(
+    const std::string& address, const std::shared_ptr<Metrics>& metrics) {
+  std::unique_ptr<prometheus::Exposer> exposer;
+  try {  // civetweb reports a failed bind by throwing; nothing else here throws
+    exposer = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/2);
+  } catch (const std::exception& e) {
+    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", address, ": ", e.what(),
+                                               "; choose another --metrics-address"));
+  }
+  exposer->RegisterCollectable(metrics);
+  return exposer;
+}
+
+}  // namespace heavykv::server

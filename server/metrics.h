@@ -1,0 +1,81 @@
+// Metrics: the server's Prometheus series, vLLM's names with a `heavykv_` prefix, served over
+// HTTP at /metrics by prometheus-cpp.
+//
+//   auto metrics = std::make_shared<Metrics>();
+//   options.observer = metrics.get();              // counters and histograms, from the engine
+//   ...create the engine...
+//   metrics->SetStatsSource([&] { return engine->Stats(); });
+//   auto exposer = StartMetricsExposer("127.0.0.1:9090", metrics);
+//
+// Counters and histograms are fed by the EngineObserver events (engine thread). The gauges
+// (pages, usage ratio, running and waiting requests) are read from the stats source on each
+// scrape, so a scrape always agrees with GetCacheStats at that moment.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/engine.h"
+#include "prometheus/collectable.h"
+#include "prometheus/counter.h"
+#include "prometheus/exposer.h"
+#include "prometheus/family.h"
+#include "prometheus/gauge.h"
+#include "prometheus/histogram.h"
+#include "prometheus/registry.h"
+
+namespace heavykv::server {
+
+class Metrics final : public EngineObserver, public prometheus::Collectable {
+ public:
+  Metrics();
+
+  // Where the gauges come from; call once before the first scrape (thread-safe).
+  void SetStatsSource(std::function<CacheStats()> stats);
+
+  // EngineObserver (engine thread).
+  void OnStep(int32_t iteration_tokens) override;
+  void OnPromptTokens(int32_t n) override;
+  void OnGenerationTokens(int32_t n) override;
+  void OnFirstToken(double seconds_since_arrival) override;
+  void OnInterToken(double seconds) override;
+  void OnQueued(double queue_seconds) override;
+  void OnEvicted(const std::string& policy, int64_t tokens) override;
+  void OnPreemption() override;
+  void OnRequestFinished(const std::string& finish_reason, double e2e_seconds) override;
+
+  // prometheus::Collectable (HTTP thread): refreshes the gauges, then returns every series.
+  std::vector<prometheus::MetricFamily> Collect() const override;
+
+ private:
+  std::shared_ptr<prometheus::Registry> registry_;
+  mutable std::mutex mu_;
+  std::function<CacheStats()> stats_;  // guarded by mu_
+
+  prometheus::Gauge* kv_cache_usage_ratio_;
+  prometheus::Gauge* kv_pages_total_;
+  prometheus::Gauge* kv_pages_used_;
+  prometheus::Gauge* requests_running_;
+  prometheus::Gauge* requests_waiting_;
+  prometheus::Counter* preemptions_total_;
+  prometheus::Counter* prompt_tokens_total_;
+  prometheus::Counter* generation_tokens_total_;
+  prometheus::Family<prometheus::Counter>* kv_tokens_evicted_total_;  // {policy}
+  prometheus::Family<prometheus::Counter>* request_success_total_;    // {finish_reason}
+  prometheus::Histogram* time_to_first_token_seconds_;
+  prometheus::Histogram* inter_token_latency_seconds_;
+  prometheus::Histogram* e2e_request_latency_seconds_;
+  prometheus::Histogram* request_queue_time_seconds_;
+  prometheus::Histogram* iteration_tokens_;
+};
+
+// Serves `metrics` at http://ADDRESS/metrics ("host:port"; port 0 picks a free one, see
+// exposer->GetListeningPorts()). UNAVAILABLE when the address cannot be bound.
+absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartMetricsExposer(
+    const std::string& address, const std::shared_ptr<Metrics>& metrics);
+
+}  // namespace heavykv::server

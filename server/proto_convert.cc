@@ -1,0 +1,103 @@
+#include "server/proto_convert.h"
+
+namespace heavykv::server {
+
+absl::StatusOr<GenerationRequest> FromProto(const v1::GenerateRequest& q) {
+  GenerationRequest r;
+  r.request_id = q.request_id();
+  switch (q.input_case()) {
+    case v1::GenerateRequest::kPrompt:
+      r.prompt = q.prompt();
+      break;
+    case v1::GenerateRequest::kPromptTokenIds:
+      r.prompt_token_ids.assign(q.prompt_token_ids().ids().begin(),
+                                q.prompt_token_ids().ids().end());
+      break;
+    case v1::GenerateRequest::INPUT_NOT_SET:
+      return absl::InvalidArgumentError(
+          "the request has no input: set prompt (UTF-8 text) or prompt_token_ids");
+  }
+  if (q.has_max_new_tokens()) r.max_new_tokens = q.max_new_tokens();
+  const v1::SamplingParams& s = q.sampling();
+  if (s.has_temperature()) r.temperature = s.temperature();
+  if (s.has_top_p()) r.top_p = s.top_p();
+  if (s.has_top_k()) r.top_k = s.top_k();
+  if (s.has_seed()) r.seed = s.seed();
+  r.stop.assign(q.stop().begin(), q.stop().end());
+  r.stop_token_ids.assign(q.stop_token_ids().begin(), q.stop_token_ids().end());
+  r.ignore_eos = q.ignore_eos();
+  const v1::KvParams& kv = q.kv();
+  if (kv.has_policy()) r.policy = kv.policy();
+  if (kv.budget_case() == v1::KvParams::kBudgetTokens) r.budget_tokens = kv.budget_tokens();
+  if (kv.budget_case() == v1::KvParams::kBudgetFraction) r.budget_fraction = kv.budget_fraction();
+  if (kv.has_recent_fraction()) r.recent_fraction = kv.recent_fraction();
+  r.logprobs = q.logprobs();
+  return r;
+}
+
+v1::FinishReason FinishReasonFromName(const std::string& name) {
+  if (name == "length") return v1::FINISH_REASON_LENGTH;
+  if (name == "stop") return v1::FINISH_REASON_STOP;
+  if (name == "eos") return v1::FINISH_REASON_EOS;
+  if (name == "cancelled") return v1::FINISH_REASON_CANCELLED;
+  return v1::FINISH_REASON_UNSPECIFIED;
+}
+
+std::string FinishReasonName(v1::FinishReason reason) {
+  switch (reason) {
+    case v1::FINISH_REASON_LENGTH:
+      return "length";
+    case v1::FINISH_REASON_STOP:
+      return "stop";
+    case v1::FINISH_REASON_EOS:
+      return "eos";
+    case v1::FINISH_REASON_CANCELLED:
+      return "cancelled";
+    default:
+      return "";
+  }
+}
+
+void AppendDelta(const GenerationDelta& d, v1::GenerateResponse* out) {
+  for (int32_t id : d.token_ids) out->add_token_ids(id);
+  out->mutable_text()->append(d.text);
+  for (float lp : d.logprobs) out->add_logprobs(lp);
+  if (!d.finished) return;
+  out->set_finish_reason(FinishReasonFromName(d.finish_reason));
+  v1::Usage* u = out->mutable_usage();
+  u->set_prompt_tokens(d.usage.prompt_tokens);
+  u->set_completion_tokens(d.usage.completion_tokens);
+  u->set_kv_tokens_kept(d.usage.kv_tokens_kept);
+  u->set_kv_tokens_evicted(d.usage.kv_tokens_evicted);
+  u->set_peak_pages(d.usage.peak_pages);
+  v1::Timings* t = out->mutable_timings();
+  t->set_queue_seconds(d.timings.queue_seconds);
+  t->set_time_to_first_token_seconds(d.timings.time_to_first_token_seconds);
+  t->set_total_seconds(d.timings.total_seconds);
+}
+
+void ToProto(const ModelInfo& info, v1::ModelInfo* out) {
+  out->set_architecture(info.architecture);
+  out->set_context_length(info.context_length);
+  out->set_vocab_size(info.vocab_size);
+  out->set_num_layers(info.num_layers);
+  out->set_num_heads(info.num_heads);
+  out->set_num_kv_heads(info.num_kv_heads);
+  out->set_head_dim(info.head_dim);
+  for (const std::string& p : info.policies) out->add_policies(p);
+  out->set_pages_total(info.pages_total);
+  out->set_block_size(info.block_size);
+  out->set_page_bytes(info.page_bytes);
+  out->set_pool_bytes(info.page_bytes * info.pages_total);
+}
+
+void ToProto(const CacheStats& s, v1::CacheStats* out) {
+  out->set_pages_total(s.pages_total);
+  out->set_pages_used(s.pages_used);
+  out->set_sequences_running(s.sequences_running);
+  out->set_sequences_waiting(s.sequences_waiting);
+  out->set_tokens_evicted(s.tokens_evicted);
+  out->set_preemptions(s.preemptions);
+}
+
+}  // namespace heavykv::server

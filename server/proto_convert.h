@@ -1,0 +1,26 @@
+// Conversions between the heavykv.v1 messages and the engine's plain structs. The proto-level
+// checks (a missing prompt) live here; everything else is validated by Engine::Submit.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/engine.h"
+#include "heavykv/v1/generation.pb.h"
+
+namespace heavykv::server {
+
+// INVALID_ARGUMENT when neither prompt nor prompt_token_ids is set. The deadline is left unset.
+absl::StatusOr<GenerationRequest> FromProto(const v1::GenerateRequest& request);
+
+// Appends a delta to `response` (token ids, text, logprobs); the last delta also sets
+// finish_reason, usage and timings.
+void AppendDelta(const GenerationDelta& delta, v1::GenerateResponse* response);
+
+v1::FinishReason FinishReasonFromName(const std::string& name);  // "length", "stop", ...
+std::string FinishReasonName(v1::FinishReason reason);           // the inverse
+
+void ToProto(const ModelInfo& info, v1::ModelInfo* out);
+void ToProto(const CacheStats& stats, v1::CacheStats* out);
+
+}  // namespace heavykv::server

@@ -1,0 +1,591 @@
+// End-to-end tests of `heavykv serve`: the real binary as a child process on a loopback port,
+// spoken to with real gRPC (heavykv.v1.Generation and grpc.health.v1.Health) and plain HTTP
+// (/metrics). Two servers are shared by the tests: the bundled stories260K model (fast, for
+// output equality and bad requests), and a random model with a 2048-token context on one thread
+// (about 1 ms a token, so a 2000-token request is still running when a test cancels it).
+#include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "heavykv/v1/generation.grpc.pb.h"
+#include "tests/test_util.h"
+
+namespace heavykv {
+namespace {
+
+using namespace std::chrono_literals;
+using grpc::health::v1::HealthCheckResponse;
+
+std::string Bin() { return HEAVYKV_BINARY; }
+
+std::string RunCapture(const std::string& cmd) {
+  std::string out;
+  std::FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The minimal JSON reading these tests need: `"key":[ints]` and `"key":"string"` (the escapes
+// cli::JsonQuote writes).
+std::vector<int32_t> JsonInts(const std::string& json, const std::string& key) {
+  std::vector<int32_t> v;
+  const size_t at = json.find("\"" + key + "\":[");
+  if (at == std::string::npos) return v;
+  std::stringstream ss(json.substr(at + key.size() + 4));
+  for (int32_t x; ss >> x;) {
+    v.push_back(x);
+    if (ss.peek() != ',') break;
+    ss.get();
+  }
+  return v;
+}
+
+std::string JsonString(const std::string& json, const std::string& key) {
+  std::string out;
+  size_t i = json.find("\"" + key + "\":\"");
+  if (i == std::string::npos) return out;
+  for (i += key.size() + 4; i < json.size() && json[i] != '"'; ++i) {
+    if (json[i] != '\\') {
+      out += json[i];
+      continue;
+    }
+    switch (const char e = json[++i]) {
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'u':  // \u00XX: JsonQuote escapes control characters only
+        out += static_cast<char>(std::stoi(json.substr(i + 1, 4), nullptr, 16));
+        i += 4;
+        break;
+      default:
+        out += e;
+    }
+  }
+  return out;
+}
+
+// GET http://127.0.0.1:port/path; the body.
+std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (write(fd, req.data(), req.size()) == ssize_t(req.size())) {
+      char buf[4096];
+      for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) response.append(buf, size_t(n));
+    }
+  }
+  close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+// Prometheus text format: "name{labels} value" -> value.
+std::map<std::string, double> ParseMetrics(const std::string& text) {
+  std::map<std::string, double> m;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t space = line.rfind(' ');
+    if (space == std::string::npos) continue;
+    m[line.substr(0, space)] = std::strtod(line.c_str() + space + 1, nullptr);
+  }
+  return m;
+}
+
+// `heavykv serve` as a child process, its output in a log file, on ports it picked itself.
+class ServerProcess {
+ public:
+  explicit ServerProcess(std::vector<std::string> args) : log_(dir_.File("serve.log")) {
+    args.insert(args.begin(),
+                {Bin(), "serve", "--listen", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0"});
+    pid_ = fork();
+    if (pid_ == 0) {
+      std::FILE* f = std::fopen(log_.c_str(), "w");
+      dup2(fileno(f), STDOUT_FILENO);
+      dup2(fileno(f), STDERR_FILENO);
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    const std::regex listening(
+        "gRPC listening on 127\\.0\\.0\\.1:(\\d+); metrics on 127\\.0\\.0\\.1:(\\d+)");
+    for (auto until = std::chrono::steady_clock::now() + 30s;
+         std::chrono::steady_clock::now() < until && port_ == 0;
+         std::this_thread::sleep_for(10ms)) {
+      std::smatch m;
+      const std::string log = ReadFile(log_);
+      if (std::regex_search(log, m, listening)) {
+        port_ = std::stoi(m[1]);
+        metrics_port_ = std::stoi(m[2]);
+      }
+      if (waitpid(pid_, &exit_status_, WNOHANG) == pid_) {
+        pid_ = -1;
+        break;
+      }
+    }
+    if (port_ == 0) return;
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = v1::Generation::NewStub(channel_);
+    health_ = grpc::health::v1::Health::NewStub(channel_);
+  }
+  ~ServerProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  bool ok() const { return port_ != 0; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  int metrics_port() const { return metrics_port_; }
+  std::string log() const { return ReadFile(log_); }
+  v1::Generation::Stub& stub() { return *stub_; }
+
+  HealthCheckResponse::ServingStatus Health() {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + 2s);
+    grpc::health::v1::HealthCheckRequest req;
+    HealthCheckResponse resp;
+    return health_->Check(&context, req, &resp).ok() ? resp.status() : HealthCheckResponse::UNKNOWN;
+  }
+
+  v1::CacheStats Stats() {
+    grpc::ClientContext context;
+    v1::CacheStats stats;
+    EXPECT_TRUE(stub_->GetCacheStats(&context, v1::GetCacheStatsRequest(), &stats).ok());
+    return stats;
+  }
+
+  // Polls until no page is used and nothing runs or waits (or 10 s pass).
+  v1::CacheStats WaitIdle() {
+    v1::CacheStats s;
+    for (auto until = std::chrono::steady_clock::now() + 10s;
+         std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(5ms)) {
+      s = Stats();
+      if (s.pages_used() == 0 && s.sequences_running() == 0 && s.sequences_waiting() == 0) break;
+    }
+    return s;
+  }
+
+  std::map<std::string, double> Metrics() {
+    return ParseMetrics(HttpGet(metrics_port_, "/metrics"));
+  }
+
+  // Sends `sig`; the exit code, or -1 if it did not exit within `wait`.
+  int SignalAndWait(int sig, std::chrono::milliseconds wait) {
+    kill(pid_, sig);
+    for (auto until = std::chrono::steady_clock::now() + wait;
+         std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(10ms)) {
+      if (waitpid(pid_, &exit_status_, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(exit_status_) ? WEXITSTATUS(exit_status_) : 128 + WTERMSIG(exit_status_);
+      }
+    }
+    return -1;
+  }
+
+ private:
+  testing::TempDir dir_;
+  std::string log_;
+  pid_t pid_ = -1;
+  int exit_status_ = 0, port_ = 0, metrics_port_ = 0;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Generation::Stub> stub_;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+};
+
+struct Streamed {
+  grpc::Status status;
+  std::vector<int32_t> ids;
+  std::string text;
+  int messages = 0;
+  v1::GenerateResponse last;
+};
+
+Streamed Generate(v1::Generation::Stub& stub, const v1::GenerateRequest& req,
+                  std::chrono::milliseconds timeout = 60s) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + timeout);
+  Streamed out;
+  auto reader = stub.Generate(&context, req);
+  for (v1::GenerateResponse m; reader->Read(&m); ++out.messages) {
+    out.ids.insert(out.ids.end(), m.token_ids().begin(), m.token_ids().end());
+    out.text += m.text();
+    out.last = m;
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+v1::GenerateRequest Greedy(const std::string& prompt, int32_t max_new_tokens) {
+  v1::GenerateRequest req;
+  req.set_prompt(prompt);
+  req.set_max_new_tokens(max_new_tokens);
+  req.mutable_sampling()->set_temperature(0);
+  return req;
+}
+
+// A request that runs about 2 s on the slow server unless cancelled.
+v1::GenerateRequest Long() {
+  v1::GenerateRequest req;
+  req.mutable_prompt_token_ids()->add_ids(1);
+  req.set_max_new_tokens(2000);
+  req.set_ignore_eos(true);
+  req.mutable_sampling()->set_temperature(0);
+  return req;
+}
+
+// `heavykv run` on the bundled model, with --steps chosen to give `max_new` new tokens.
+std::string RunJson(const std::string& prompt, int32_t prompt_tokens, int32_t max_new) {
+  return RunCapture(Bin() + " run --model " + testing::ModelPath() + " --tokenizer " +
+                    testing::TokenizerPath() + " --temperature 0 --json --steps " +
+                    std::to_string(prompt_tokens + max_new - 1) + " --prompt '" + prompt + "'");
+}
+
+class ServerE2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    fast_ =
+        new ServerProcess({"--model", testing::ModelPath(), "--tokenizer", testing::TokenizerPath(),
+                           "--max-prompt-tokens", "64", "--threads", "1"});
+    slow_dir_ = new testing::TempDir();
+    const std::string model = slow_dir_->File("slow.bin");
+    RunCapture(Bin() +
+               " make-model --dim 256 --hidden-dim 768 --layers 4 --heads 8 --kv-heads 4 "
+               "--vocab 512 --seq-len 2048 --out " +
+               model + " 2>&1");
+    slow_ =
+        new ServerProcess({"--model", model, "--tokenizer", testing::TokenizerPath(), "--threads",
+                           "1", "--max-running", "1", "--max-waiting", "1", "--kv-pages", "512"});
+  }
+  static void TearDownTestSuite() {
+    delete fast_;
+    delete slow_;
+    delete slow_dir_;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(fast_->ok()) << fast_->log();
+    ASSERT_TRUE(slow_->ok()) << slow_->log();
+  }
+
+  int32_t PromptTokens(const std::string& text) {
+    grpc::ClientContext context;
+    v1::TokenizeRequest req;
+    req.set_text(text);
+    v1::TokenizeResponse resp;
+    EXPECT_TRUE(fast_->stub().Tokenize(&context, req, &resp).ok());
+    return resp.token_ids_size();
+  }
+
+  static ServerProcess* fast_;
+  static ServerProcess* slow_;
+  static testing::TempDir* slow_dir_;
+};
+ServerProcess* ServerE2eTest::fast_ = nullptr;
+ServerProcess* ServerE2eTest::slow_ = nullptr;
+testing::TempDir* ServerE2eTest::slow_dir_ = nullptr;
+
+TEST_F(ServerE2eTest, HealthServingAndModelInfo) {
+  EXPECT_EQ(fast_->Health(), HealthCheckResponse::SERVING);
+  grpc::ClientContext context;
+  v1::ModelInfo info;
+  ASSERT_TRUE(fast_->stub().GetModelInfo(&context, v1::GetModelInfoRequest(), &info).ok());
+  EXPECT_EQ(info.architecture(), "llama");
+  EXPECT_EQ(info.context_length(), 512);
+  EXPECT_EQ(info.vocab_size(), 512);
+  EXPECT_EQ(info.block_size(), 16);
+  EXPECT_EQ(info.default_policy(), "full");
+  EXPECT_GT(info.pages_total(), 0);
+  EXPECT_EQ(info.pool_bytes(), info.page_bytes() * info.pages_total());
+  EXPECT_EQ(std::vector<std::string>(info.policies().begin(), info.policies().end()),
+            (std::vector<std::string>{"full", "window", "sink", "h2o"}));
+}
+
+TEST_F(ServerE2eTest, GreedyStreamEqualsRun) {
+  const std::string prompt = "Once upon a time";
+  const int32_t n = PromptTokens(prompt);
+  ASSERT_EQ(n, 5);  // BOS + 4
+  Streamed s = Generate(fast_->stub(), Greedy(prompt, 40));
+  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+  const std::string run = RunJson(prompt, n, 40);
+  std::vector<int32_t> run_ids = JsonInts(run, "token_ids");
+  ASSERT_EQ(run_ids.size(), size_t(n + 40)) << run;
+  EXPECT_EQ(s.ids, std::vector<int32_t>(run_ids.begin() + n, run_ids.end()));
+  EXPECT_EQ(prompt + s.text, JsonString(run, "text"));
+  EXPECT_GT(s.messages, 1);  // streamed, not one reply
+  EXPECT_EQ(s.last.finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_EQ(s.last.usage().prompt_tokens(), n);
+  EXPECT_EQ(s.last.usage().completion_tokens(), 40);
+  EXPECT_GE(s.last.usage().peak_pages(), 3);  // 44 tokens, 16 a page
+  EXPECT_GT(s.last.timings().total_seconds(), 0);
+
+  // `heavykv generate` prints the same text as it streams.
+  EXPECT_EQ(RunCapture(Bin() + " generate --server " + fast_->address() +
+                       " --temperature 0 --max-tokens 40 '" + prompt + "' 2>/dev/null"),
+            s.text + "\n");
+}
+
+TEST_F(ServerE2eTest, SixtyFourConcurrentStreamsEqualTheirSequentialRuns) {
+  const char* kAdjectives[] = {"big", "small", "happy", "sad", "red", "old", "kind", "shy"};
+  const char* kNouns[] = {"dog", "cat", "bird", "girl", "boy", "tree", "fish", "frog"};
+  std::vector<std::string> prompts;
+  for (const char* a : kAdjectives) {
+    for (const char* n : kNouns) prompts.push_back(std::string("The ") + a + " " + n);
+  }
+  std::vector<std::vector<int32_t>> expected;
+  std::vector<int32_t> max_new;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    max_new.push_back(24 + int32_t(i % 5) * 8);
+    const int32_t n = PromptTokens(prompts[i]);
+    std::vector<int32_t> ids = JsonInts(RunJson(prompts[i], n, max_new[i]), "token_ids");
+    ASSERT_GT(ids.size(), size_t(n));
+    expected.emplace_back(ids.begin() + n, ids.end());
+  }
+  std::vector<Streamed> got(prompts.size());
+  std::atomic<bool> done = false;
+  int32_t max_running = 0;
+  std::thread poll([&] {
+    while (!done) {
+      max_running = std::max(max_running, fast_->Stats().sequences_running());
+      std::this_thread::sleep_for(2ms);
+    }
+  });
+  std::vector<std::thread> clients;
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    clients.emplace_back(
+        [&, i] { got[i] = Generate(fast_->stub(), Greedy(prompts[i], max_new[i])); });
+  }
+  for (std::thread& t : clients) t.join();
+  done = true;
+  poll.join();
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    ASSERT_TRUE(got[i].status.ok()) << prompts[i] << ": " << got[i].status.error_message();
+    EXPECT_EQ(got[i].ids, expected[i]) << prompts[i];
+  }
+  EXPECT_GT(max_running, 1) << "the streams were never batched together";
+  EXPECT_EQ(fast_->WaitIdle().pages_used(), 0);
+}
+
+TEST_F(ServerE2eTest, CancelMidStreamReturnsThePages) {
+  const double cancelled_before =
+      slow_->Metrics()["heavykv_request_success_total{finish_reason=\"cancelled\"}"];
+  grpc::ClientContext context;
+  auto reader = slow_->stub().Generate(&context, Long());
+  v1::GenerateResponse m;
+  ASSERT_TRUE(reader->Read(&m));
+  std::this_thread::sleep_for(50ms);
+  EXPECT_GT(slow_->Stats().pages_used(), 0);
+  context.TryCancel();
+  while (reader->Read(&m)) {
+  }
+  EXPECT_EQ(reader->Finish().error_code(), grpc::StatusCode::CANCELLED);
+  const v1::CacheStats s = slow_->WaitIdle();
+  EXPECT_EQ(s.pages_used(), 0);
+  EXPECT_EQ(s.sequences_running(), 0);
+  EXPECT_EQ(slow_->Metrics()["heavykv_request_success_total{finish_reason=\"cancelled\"}"],
+            cancelled_before + 1);
+}
+
+TEST_F(ServerE2eTest, DeadlineReturnsThePages) {
+  const double cancelled_before =
+      slow_->Metrics()["heavykv_request_success_total{finish_reason=\"cancelled\"}"];
+  Streamed s = Generate(slow_->stub(), Long(), 300ms);
+  EXPECT_EQ(s.status.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED);
+  EXPECT_GT(s.ids.size(), 0u);
+  EXPECT_LT(s.ids.size(), 2000u);
+  const v1::CacheStats st = slow_->WaitIdle();
+  EXPECT_EQ(st.pages_used(), 0);
+  EXPECT_EQ(st.sequences_running(), 0);
+  EXPECT_EQ(slow_->Metrics()["heavykv_request_success_total{finish_reason=\"cancelled\"}"],
+            cancelled_before + 1);
+}
+
+TEST_F(ServerE2eTest, BadRequestsAreInvalidArgumentAndTheServerKeepsServing) {
+  std::vector<std::pair<std::string, v1::GenerateRequest>> bad;
+  auto add = [&](const std::string& what, auto change) {
+    v1::GenerateRequest r = Greedy("Once upon a time", 8);
+    change(r);
+    bad.emplace_back(what, r);
+  };
+  add("no input", [](auto& r) { r.clear_input(); });
+  add("empty prompt", [](auto& r) { r.set_prompt(""); });
+  add("empty token ids", [](auto& r) { r.mutable_prompt_token_ids(); });
+  add("max_new_tokens 0", [](auto& r) { r.set_max_new_tokens(0); });
+  add("max_new_tokens past context", [](auto& r) { r.set_max_new_tokens(100000); });
+  add("negative temperature", [](auto& r) { r.mutable_sampling()->set_temperature(-1); });
+  add("top_p 2", [](auto& r) { r.mutable_sampling()->set_top_p(2); });
+  add("top_k past vocab", [](auto& r) { r.mutable_sampling()->set_top_k(100000); });
+  add("unknown policy", [](auto& r) { r.mutable_kv()->set_policy("lru"); });
+  add("budget fraction 1.5", [](auto& r) { r.mutable_kv()->set_budget_fraction(1.5); });
+  add("budget tokens 0", [](auto& r) { r.mutable_kv()->set_budget_tokens(0); });
+  add("recent fraction 0", [](auto& r) { r.mutable_kv()->set_recent_fraction(0); });
+  add("token id past vocab", [](auto& r) { r.mutable_prompt_token_ids()->add_ids(9999); });
+  add("negative token id", [](auto& r) { r.mutable_prompt_token_ids()->add_ids(-1); });
+  add("stop token past vocab", [](auto& r) { r.add_stop_token_ids(512); });
+  add("invalid UTF-8 prompt", [](auto& r) { r.set_prompt("Once \xff\xfe time"); });
+  add("invalid UTF-8 stop", [](auto& r) { r.add_stop("\xc3"); });
+  add("prompt over --max-prompt-tokens 64", [](auto& r) {
+    for (int i = 0; i < 80; ++i) r.mutable_prompt_token_ids()->add_ids(300);
+  });
+  for (const auto& [what, req] : bad) {
+    Streamed s = Generate(fast_->stub(), req);
+    EXPECT_EQ(s.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << what;
+    EXPECT_FALSE(s.status.error_message().empty()) << what;
+    EXPECT_EQ(s.messages, 0) << what;
+  }
+  grpc::ClientContext context;
+  v1::TokenizeRequest tok;
+  tok.set_text("\xff");
+  v1::TokenizeResponse tok_resp;
+  EXPECT_EQ(fast_->stub().Tokenize(&context, tok, &tok_resp).error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
+  Streamed good = Generate(fast_->stub(), Greedy("Once upon a time", 8));
+  EXPECT_TRUE(good.status.ok()) << good.status.error_message();
+  EXPECT_EQ(good.ids.size(), 8u);
+  EXPECT_EQ(fast_->Health(), HealthCheckResponse::SERVING);
+}
+
+TEST_F(ServerE2eTest, FullQueueIsResourceExhausted) {
+  // --max-running 1 --max-waiting 1: one runs, one waits, the third is refused.
+  grpc::ClientContext running_ctx, waiting_ctx;
+  auto running = slow_->stub().Generate(&running_ctx, Long());
+  v1::GenerateResponse m;
+  ASSERT_TRUE(running->Read(&m));
+  auto waiting = slow_->stub().Generate(&waiting_ctx, Long());
+  for (auto until = std::chrono::steady_clock::now() + 5s;
+       slow_->Stats().sequences_waiting() < 1 && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(2ms);
+  }
+  ASSERT_EQ(slow_->Stats().sequences_waiting(), 1);
+  Streamed refused = Generate(slow_->stub(), Long());
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
+  EXPECT_NE(refused.status.error_message().find("queue"), std::string::npos);
+  running_ctx.TryCancel();
+  waiting_ctx.TryCancel();
+  while (running->Read(&m)) {
+  }
+  while (waiting->Read(&m)) {
+  }
+  running->Finish();
+  waiting->Finish();
+  EXPECT_EQ(slow_->WaitIdle().pages_used(), 0);
+}
+
+TEST_F(ServerE2eTest, MetricsAgreeWithCacheStats) {
+  // An h2o request with a 32-token budget holds a constant number of pages while it decodes.
+  v1::GenerateRequest req = Long();
+  req.mutable_kv()->set_policy("h2o");
+  req.mutable_kv()->set_budget_tokens(32);
+  grpc::ClientContext context;
+  auto reader = slow_->stub().Generate(&context, req);
+  v1::GenerateResponse m;
+  for (int i = 0; i < 100 && reader->Read(&m); ++i) {
+  }
+  std::map<std::string, double> metrics = slow_->Metrics();
+  v1::CacheStats stats = slow_->Stats();
+  EXPECT_EQ(metrics["heavykv_kv_pages_total"], stats.pages_total());
+  EXPECT_EQ(metrics["heavykv_kv_pages_used"], stats.pages_used());
+  EXPECT_EQ(stats.pages_used(), 2);  // ceil(32 / 16) between steps
+  EXPECT_EQ(metrics["heavykv_requests_running"], 1);
+  EXPECT_EQ(stats.sequences_running(), 1);
+  EXPECT_DOUBLE_EQ(metrics["heavykv_kv_cache_usage_ratio"],
+                   double(stats.pages_used()) / stats.pages_total());
+  context.TryCancel();
+  while (reader->Read(&m)) {
+  }
+  reader->Finish();
+  stats = slow_->WaitIdle();
+  metrics = slow_->Metrics();
+  EXPECT_EQ(metrics["heavykv_kv_pages_used"], 0);
+  EXPECT_EQ(metrics["heavykv_requests_running"], 0);
+  EXPECT_GT(stats.tokens_evicted(), 0);
+  EXPECT_EQ(metrics["heavykv_kv_tokens_evicted_total{policy=\"h2o\"}"], stats.tokens_evicted());
+  EXPECT_GT(metrics["heavykv_generation_tokens_total"], 100);
+  EXPECT_GT(metrics["heavykv_time_to_first_token_seconds_count"], 0);
+  EXPECT_GT(metrics["heavykv_iteration_tokens_count"], 100);
+}
+
+TEST_F(ServerE2eTest, BenchReportsEveryRequest) {
+  const std::string out =
+      RunCapture(Bin() + " bench --server " + fast_->address() +
+                 " --concurrency 4 --requests 8 --prompt-tokens 16 --max-tokens 16 --json");
+  EXPECT_NE(out.find("\"ok\":8,\"failed\":0,"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"completion_tokens\":128,"), std::string::npos) << out;  // ignore_eos
+  EXPECT_NE(out.find("\"max_running\":"), std::string::npos) << out;
+  EXPECT_EQ(out.find("\r"), std::string::npos) << "no progress bar without a terminal";
+}
+
+// SIGTERM: health turns NOT_SERVING while running requests get --grace to finish; the rest are
+// cancelled with a last message, and the server exits 0.
+TEST(ServerDrainTest, SigtermDrainsThenCancels) {
+  testing::TempDir dir;
+  const std::string model = dir.File("slow.bin");
+  RunCapture(Bin() +
+             " make-model --dim 256 --hidden-dim 768 --layers 4 --heads 8 --kv-heads 4 "
+             "--vocab 512 --seq-len 2048 --out " +
+             model + " 2>&1");
+  ServerProcess server({"--model", model, "--threads", "1", "--grace", "1", "--kv-pages", "512"});
+  ASSERT_TRUE(server.ok()) << server.log();
+  ASSERT_EQ(server.Health(), HealthCheckResponse::SERVING);
+  grpc::ClientContext context;
+  auto reader = server.stub().Generate(&context, Long());
+  v1::GenerateResponse m;
+  ASSERT_TRUE(reader->Read(&m));
+  std::thread stop([&] { EXPECT_EQ(server.SignalAndWait(SIGTERM, 20s), 0) << server.log(); });
+  std::this_thread::sleep_for(300ms);  // inside the 1 s grace
+  EXPECT_EQ(server.Health(), HealthCheckResponse::NOT_SERVING);
+  Streamed refused = Generate(server.stub(), Long());
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE);
+  v1::GenerateResponse last;
+  while (reader->Read(&m)) last = m;
+  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_EQ(last.finish_reason(), v1::FINISH_REASON_CANCELLED);
+  EXPECT_GT(last.usage().completion_tokens(), 0);
+  EXPECT_LT(last.usage().completion_tokens(), 2000);
+  stop.join();
+}
+
+}  // namespace
+}  // namespace heavykv
