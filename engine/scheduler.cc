@@ -100,7 +100,9 @@ StepPlan Scheduler::Schedule() {
     }
     const int32_t need = cache_->PagesNeeded(s->kv, count);
     bool self_preempted = false;
-    while (need > free - owed - scratch) {
+    // A running full-cache sequence may grow into the scratch reserve: the reserve only speeds
+    // up bounded prefill (their chunks shrink to fit) and must not make it preempt itself.
+    while (need > free - owed) {
       Sequence* victim = running_.back();  // the newest; not planned yet (we go oldest first)
       owed -= Owed(*victim);
       free += static_cast<int32_t>(victim->kv.pages.size());
@@ -113,6 +115,7 @@ StepPlan Scheduler::Schedule() {
     if (self_preempted) break;
     plan.chunks.push_back({s, s->num_computed, count, count == s->pending()});
     free -= need;
+    scratch = std::min(scratch, std::max(0, free - owed));
     tokens_left -= count;
     plan.num_tokens += count;
     ++i;

@@ -11,9 +11,11 @@
 // steps: it is admitted only when the pool can hold that on top of what is still owed to the
 // bounded sequences already running, so bounded sequences never run out of pages. A prefill chunk
 // holds up to a chunk's worth of tokens over the budget until its layers evict; those transient
-// pages come from one shared scratch reserve (ceil(max_step_tokens / block_size) + 4 pages), and
-// a chunk is shortened or deferred to fit it. A full-cache sequence is admitted when its first
-// chunk fits beside what is owed and reserved, and grows as it goes; when the pool cannot hold its
+// pages come from one shared scratch reserve (ceil(max_step_tokens / block_size) + 4 pages) kept
+// free at admission, and a chunk is shortened to fit what is left of it (a bounded sequence
+// always fits at least one token in its owed pages). A full-cache sequence is admitted when its
+// first chunk fits beside what is owed and reserved (and within the overcommit limit), and grows
+// as it goes, into the reserve if need be; when the pool cannot hold its
 // next step, the newest running sequence is preempted: its pages are released and it waits again
 // at the head of the queue, to be recomputed from its tokens so far. No request fails for lack of
 // memory; a request that could never fit even alone is refused at submission (Fits()).
