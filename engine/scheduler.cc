@@ -139,10 +139,15 @@ StepPlan Scheduler::Schedule() {
     } else {
       const int32_t need = cache_->PagesNeeded(w->kv, count);
       if (need > free - owed - scratch) break;
+      // Pages promised: every running sequence's worst case (owed ones included), the scratch
+      // reserve while bounded sequences run, and this one's growth.
       int64_t promised = WorstCasePages(*w);
+      bool bounded_running = false;
       for (const Sequence* s : running_) {
-        if (!s->bounded()) promised += WorstCasePages(*s);
+        promised += WorstCasePages(*s);
+        bounded_running |= s->bounded();
       }
+      if (bounded_running) promised += ScratchPages();
       const int32_t total = cache_->allocator().num_pages_total();
       if (promised > config_.full_overcommit * total && running_.size() > 0) break;
       waiting_.pop_front();

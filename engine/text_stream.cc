@@ -75,15 +75,16 @@ std::string TextStream::Push(int32_t token, bool* stopped) {
   std::string piece = tokenizer_->Decode(prev_, token);
   prev_ = token;
   if (Tokenizer::IsPrintablePiece(piece)) pending_ += piece;
+  // The match that starts earliest wins, whatever the order of the list.
+  size_t at = std::string::npos;
   for (const std::string& stop : stops_) {
-    if (stop.empty()) continue;
-    const size_t at = pending_.find(stop);
-    if (at != std::string::npos) {
-      *stopped = true;
-      std::string out = Sanitize(absl::string_view(pending_).substr(0, at));
-      pending_.clear();
-      return out;
-    }
+    if (!stop.empty()) at = std::min(at, pending_.find(stop));
+  }
+  if (at != std::string::npos) {
+    *stopped = true;
+    std::string out = Sanitize(absl::string_view(pending_).substr(0, at));
+    pending_.clear();
+    return out;
   }
   if (pending_.size() <= hold_) return "";
   size_t cut = CompletePrefix(absl::string_view(pending_).substr(0, pending_.size() - hold_));

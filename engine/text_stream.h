@@ -1,11 +1,12 @@
 // TextStream: turns a sequence's tokens into text deltas for streaming.
 //
-// Deltas never end inside a UTF-8 character (a byte-fallback token may carry one byte of it), are
+// Deltas never end inside a UTF-8 character (held-back text for stop strings may cut one), are
 // always valid UTF-8 (an impossible byte becomes U+FFFD, as the proto's string fields need), and
 // follow run.c's piece rules (the space after BOS is dropped, an unprintable single-byte piece
 // prints nothing), so a stream concatenates to what `heavykv run` prints. Stop strings are found
-// across token boundaries: text that could still begin a stop string is held back until it
-// cannot, and a matched stop string is not included in the output (vLLM's default).
+// across token boundaries: the last (longest stop - 1) bytes are held back until more text
+// arrives, and a matched stop string (the earliest in the text) is not included in the output
+// (vLLM's default). As in run.c, a lone byte-fallback token >= 0x80 prints nothing.
 #pragma once
 
 #include <cstdint>

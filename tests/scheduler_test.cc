@@ -97,8 +97,7 @@ class Harness {
   // sequences may have been finished and removed by the time it returns).
   StepPlan Step() {
     const std::vector<Sequence*> running_before = sched_.running();
-    const std::vector<Sequence*> waiting_before(sched_.waiting().begin(),
-                                                sched_.waiting().end());
+    const std::vector<Sequence*> waiting_before(sched_.waiting().begin(), sched_.waiting().end());
     std::vector<size_t> sizes_before;
     for (Sequence* s : running_before) sizes_before.push_back(s->tokens.size());
 
@@ -151,9 +150,9 @@ class Harness {
                 sizes_before[running_before.size() - 1 - k]);  // nothing is lost
     }
     if (!plan.preempted.empty()) {
-      EXPECT_TRUE(std::any_of(running_before.begin(), running_before.end(),
-                              [](Sequence* s) { return !s->bounded(); }))
-          << "a preemption with only bounded sequences running";
+      EXPECT_TRUE(std::any_of(running_before.begin(), running_before.end(), [](Sequence* s) {
+        return !s->bounded();
+      })) << "a preemption with only bounded sequences running";
     }
     const std::set<Sequence*> preempted(plan.preempted.begin(), plan.preempted.end());
     for (Sequence* v : plan.preempted) {
@@ -486,7 +485,7 @@ TEST(SchedulerTest, NewestFullSequenceIsPreemptedAndRecomputed) {
     EXPECT_EQ(c->preemptions, 1);
     EXPECT_EQ(c->tokens.size(), c_tokens);
     EXPECT_EQ(a->preemptions, 0);  // the oldest is never the victim while others run
-    EXPECT_GT(c_pages, 0);  // and now holds none (checked with every plan)
+    EXPECT_GT(c_pages, 0);         // and now holds none (checked with every plan)
     if (p.preempted.size() > 1) {
       EXPECT_EQ(p.preempted[1], b);
     }
@@ -554,19 +553,14 @@ TEST(SchedulerTest, BoundedSequencesRunManyAtOnceWithoutPreemption) {
   EXPECT_LT(bounded.stats().steps, full.stats().steps);
 }
 
-// BUG (engine/scheduler.cc, Schedule() step 1): when a full-cache sequence needs pages, the
-// preemption loop frees victims but keeps `scratch` as computed at the start of the step, even
-// after the last bounded sequence has been preempted and no reserve is needed any more. The
-// full-cache sequence then finds `need > free - owed - scratch` still true and preempts itself,
-// although the pool (with nothing else running) has room for it. Here (17 pages, scratch 8):
-// F (full, 15 pages at most, Fits) runs with B (bounded, 1 page). F grows 2 pages a step; at 8
-// pages it needs 2 more, 9 are free: it preempts B (10 free, owed 0) and then itself, because
-// 2 > 10 - 0 - 8. Both go back to the queue, F first; the next step readmits both on their first
-// chunks and the cycle repeats every 5 steps. F never gets past 8 pages and B, recomputed from
-// scratch each cycle, stops gaining tokens once its recompute takes the whole cycle: a livelock,
-// nobody finishes. Expected: F grows to completion (preempting B at most), B finishes after it.
-// A fix: after each victim, recompute the reserve (0 when no bounded sequence still runs, else
-// min(ScratchPages(), free - owed)).
+// Regression (fixed in 6d8f40c): a full-cache sequence that needed pages preempted victims while
+// still keeping the scratch reserve computed at the start of the step, even after the last
+// bounded sequence was gone, and then preempted itself although the pool had room for it. Here
+// (17 pages, scratch 8) F (full, 15 pages at most) ran with B (bounded, 1 page); at 8 pages F
+// needed 2 more with 9 free, preempted B and then itself (2 > 10 - 0 - 8); both were readmitted
+// on their first chunks and the cycle repeated every 4 steps: F never got past 8 pages, and B,
+// recomputed each cycle, stopped gaining tokens at 33: a livelock. Expected: F never preempts
+// itself here and both finish.
 TEST(SchedulerTest, FullSequenceIsNotPreemptedForAScratchReserveNobodyNeeds) {
   Harness h(17, Config(/*max_step_tokens=*/16, 8, /*prefill_chunk=*/8));
   ASSERT_EQ(h.sched().ScratchPages(), 8);
@@ -586,23 +580,22 @@ TEST(SchedulerTest, FullSequenceIsNotPreemptedForAScratchReserveNobodyNeeds) {
                     << " free and the bounded one holding " << b_pages << " (pool 17)";
     }
   }
-  EXPECT_TRUE(h.RunToCompletion(20000)) << "livelock: " << h.stats().preemptions
-                                        << " preemptions, F has " << f->tokens.size() << "/"
-                                        << f->max_total << " tokens, B " << b->tokens.size()
-                                        << "/" << b->max_total;
+  EXPECT_TRUE(h.RunToCompletion(20000))
+      << "livelock: " << h.stats().preemptions << " preemptions, F has " << f->tokens.size() << "/"
+      << f->max_total << " tokens, B " << b->tokens.size() << "/" << b->max_total;
   EXPECT_EQ(h.stats().finished, 2);
 }
 
 // Doc/behaviour mismatch (engine/scheduler.h, SchedulerConfig::full_overcommit: "1 never
 // preempts"): the admission check for a full-cache sequence sums only the worst cases of the
-// full-cache sequences running, not the pages owed to running bounded sequences nor the scratch
-// reserve held while they run. Here (20 pages, scratch 8) B (bounded, 1 page) runs and F (full,
-// 20 pages at most) is admitted on its first chunk with the default overcommit of 1; F can never
-// hold more than 20 - 8 - 1 = 11 pages beside B, so as the newest it preempts itself every few
-// steps and is recomputed until B ends (about 40 preemptions): the thrash that overcommit 1 was
-// meant to rule out. Nothing starves (B finishes, then F). Expected with overcommit 1: F waits
-// (admission counts owed pages and the reserve too), no preemption.
-TEST(SchedulerTest, DISABLED_NoOvercommitNoPreemptionBesideBoundedSequences) {
+// full-cache sequences running, not the pages held by or owed to running bounded sequences. Here
+// (20 pages) B (bounded, 1 page, older) runs and F (full, 20 pages at most) is admitted on its
+// first chunk with the default overcommit of 1; F can never hold all 20 pages beside B's page, so
+// as the newest it preempts itself when it reaches the limit and is recomputed, again and again
+// until B ends (14 preemptions): the thrash that overcommit 1 is meant to rule out. Nothing
+// starves (B finishes, then F). Expected with overcommit 1: F waits until it fits beside what
+// bounded sequences hold and are owed (and the reserve), no preemption.
+TEST(SchedulerTest, NoOvercommitNoPreemptionBesideBoundedSequences) {
   Harness h(20, Config(/*max_step_tokens=*/16, 8, /*prefill_chunk=*/8));
   ASSERT_EQ(h.sched().ScratchPages(), 8);
   h.Enqueue(8, 200, /*budget=*/3);
@@ -669,8 +662,7 @@ RunStats RunRandom(uint32_t seed, double bounded_fraction, int64_t* total_steps)
       const Arrival& a = arrivals[next++];
       h.Enqueue(a.prompt, a.max_total, a.budget);
     }
-    if (next == arrivals.size() && h.sched().num_running() == 0 &&
-        h.sched().num_waiting() == 0) {
+    if (next == arrivals.size() && h.sched().num_running() == 0 && h.sched().num_waiting() == 0) {
       break;
     }
     const bool idle_with_work = h.sched().num_running() == 0 && h.sched().num_waiting() > 0;
