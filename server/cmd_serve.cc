@@ -48,7 +48,7 @@ int ServeCommand(int argc, char** argv) {
   std::string policy = "full", budget = "1";
   int64_t block_size = 16, kv_pages = 0, kv_pool_mb = 0, max_step_tokens = 512, max_running = 64;
   int64_t max_waiting = 256, max_prompt_tokens = 0, max_new_tokens_limit = 0, threads = 0;
-  double recent_fraction = 0.5, grace = 30;
+  double recent_fraction = 0.5, grace = 30, full_overcommit = 1.0;
   FlagSet flags("serve", "heavykv serve --model FILE [--tokenizer FILE] [flags]");
   flags.String("model", &model_path, "llama2.c checkpoint (required)");
   flags.String("tokenizer", &tokenizer_path,
@@ -72,6 +72,9 @@ int ServeCommand(int argc, char** argv) {
             "longest prompt accepted; 0 = context length - 1");
   flags.Int("max-new-tokens-limit", &max_new_tokens_limit,
             "largest max_new_tokens accepted; 0 = context length");
+  flags.Double("full-overcommit", &full_overcommit,
+               "admit full-cache requests while their possible growth is within this multiple "
+               "of the pool; 1 never preempts them, more bets on early EOS");
   flags.Int("threads", &threads, "CPU threads; 0 = every core");
   flags.Double("grace", &grace, "seconds running requests get to finish on SIGTERM/SIGINT");
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
@@ -86,6 +89,9 @@ int ServeCommand(int argc, char** argv) {
     if (!s.ok()) return Fail(s);
   }
   if (!(grace >= 0)) return Fail(absl::InvalidArgumentError("--grace must be >= 0 seconds"));
+  if (!(full_overcommit >= 1 && full_overcommit <= 100)) {
+    return Fail(absl::InvalidArgumentError("--full-overcommit must be in [1, 100]"));
+  }
 
   // Every thread started from here on inherits this mask; main() alone takes the signals.
   sigset_t signals;
@@ -117,6 +123,7 @@ int ServeCommand(int argc, char** argv) {
   options.max_waiting = static_cast<int32_t>(max_waiting);
   options.max_prompt_tokens = static_cast<int32_t>(max_prompt_tokens);
   options.max_new_tokens_limit = static_cast<int32_t>(max_new_tokens_limit);
+  options.full_overcommit = full_overcommit;
   options.default_policy = policy;
   options.default_budget = budget;
   options.default_recent_fraction = recent_fraction;
