@@ -6,7 +6,6 @@
 #include <deque>
 #include <map>
 #include <mutex>
-#include <random>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -249,11 +248,8 @@ void EngineImpl::OnToken(Request& r, int32_t token, const float* logits) {
   GenerationDelta d;
   d.token_ids.push_back(token);
   if (p.logprobs) {  // of the model's distribution, before temperature and truncation
-    const int32_t V = model_.config.vocab_size;
-    const float mx = *std::max_element(logits, logits + V);
-    double sum = 0;
-    for (int32_t v = 0; v < V; ++v) sum += std::exp(double(logits[v]) - mx);
-    d.logprobs.push_back(static_cast<float>(logits[token] - mx - std::log(sum)));
+    std::span<const float> row(logits, model_.config.vocab_size);
+    d.logprobs.push_back(static_cast<float>(Sampler::LogProb(row, token)));
   }
   bool stopped = false;
   d.text = r.text->Push(token, &stopped);

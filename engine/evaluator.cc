@@ -10,6 +10,7 @@
 #include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
 #include "engine/model_runner.h"
+#include "engine/sampler.h"
 
 namespace heavykv {
 
@@ -94,13 +95,10 @@ absl::StatusOr<std::vector<EvalResult>> Evaluate(const Model& model,
     absl::StatusOr<std::span<const float>> logits = runner.Forward(steps);
     if (!logits.ok()) return logits.status();
     for (size_t s = 0; s < num_seq; ++s) {
-      const float* row = logits->data() + s * c.vocab_size;
+      std::span<const float> row = logits->subspan(s * c.vocab_size, c.vocab_size);
       const int32_t target = stream[(s % windows) * W + pos + 1];
-      const float* best = std::max_element(row, row + c.vocab_size);
-      double sum = 0.0;
-      for (int32_t v = 0; v < c.vocab_size; ++v) sum += std::exp(double(row[v]) - *best);
-      nll[s / windows] += std::log(sum) + *best - row[target];
-      hits[s / windows] += (best - row) == target;
+      nll[s / windows] -= Sampler::LogProb(row, target);
+      hits[s / windows] += Sampler::Argmax(row) == target;
     }
   }
   for (size_t s = 0; s < num_seq; ++s) (*cache)->Release(kv[s]);

@@ -106,6 +106,13 @@ int32_t SampleTopP(std::span<const float> probs, float top_p, float coin,
 Sampler::Sampler(const SamplingParams& params)
     : params_(params), rng_state_(params.seed != 0 ? params.seed : kZeroSeedReplacement) {}
 
+double Sampler::LogProb(std::span<const float> logits, int32_t token) {
+  const float mx = *std::max_element(logits.begin(), logits.end());
+  double sum = 0.0;
+  for (float v : logits) sum += std::exp(double(v) - mx);
+  return double(logits[token]) - mx - std::log(sum);
+}
+
 int32_t Sampler::Argmax(std::span<const float> logits) {
   if (logits.empty()) return -1;
   // Strictly greater: the first maximum wins, as in run.c sample_argmax().

@@ -26,6 +26,8 @@ class Sampler {
   int32_t Sample(std::span<float> logits);
 
   static int32_t Argmax(std::span<const float> logits);
+  // log softmax(logits)[token], computed in double around the maximum.
+  static double LogProb(std::span<const float> logits, int32_t token);
 
  private:
   float RandomF32();  // run.c random_f32()

@@ -164,19 +164,25 @@ TEST(CompletePrefixTest, WhatCanNeverCompleteIsNotHeldBack) {
   }
 }
 
-// Exhaustive over all strings of up to 4 bytes from an alphabet of boundary bytes.
-TEST(CompletePrefixTest, MatchesReferenceExhaustively) {
-  const std::vector<unsigned char> alphabet = {0x00, 0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0,
-                                               0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0, 0xE1, 0xED,
-                                               0xEF, 0xF0, 0xF1, 0xF4, 0xF5, 0xFF};
+// Every string of up to `max_len` bytes drawn from `alphabet`, the empty one included.
+std::vector<std::string> AllStrings(const std::vector<unsigned char>& alphabet, size_t max_len) {
   std::vector<std::string> strings = {""};
-  for (size_t begin = 0, len = 1; len <= 4; ++len) {
+  for (size_t begin = 0, len = 1; len <= max_len; ++len) {
     const size_t end = strings.size();
     for (size_t i = begin; i < end; ++i) {
       for (unsigned char b : alphabet) strings.push_back(strings[i] + static_cast<char>(b));
     }
     begin = end;
   }
+  return strings;
+}
+
+// Exhaustive over all strings of up to 4 bytes from an alphabet of boundary bytes.
+TEST(CompletePrefixTest, MatchesReferenceExhaustively) {
+  const std::vector<unsigned char> alphabet = {0x00, 0x41, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0,
+                                               0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0, 0xE1, 0xED,
+                                               0xEF, 0xF0, 0xF1, 0xF4, 0xF5, 0xFF};
+  const std::vector<std::string> strings = AllStrings(alphabet, 4);
   int mismatches = 0;
   for (const std::string& s : strings) {
     const size_t got = TextStream::CompletePrefix(s);
@@ -204,14 +210,7 @@ TEST(CompletePrefixTest, MatchesReferenceExhaustively) {
 TEST(CompletePrefixTest, SplittingAtTheCompletePrefixCommutesWithSanitize) {
   const std::vector<unsigned char> alphabet = {0x41, 0x80, 0x90, 0xA0, 0xBF, 0xC2,
                                                0xE0, 0xED, 0xF0, 0xF4, 0xFF};
-  std::vector<std::string> strings = {""};
-  for (size_t begin = 0, len = 1; len <= 3; ++len) {
-    const size_t end = strings.size();
-    for (size_t i = begin; i < end; ++i) {
-      for (unsigned char b : alphabet) strings.push_back(strings[i] + static_cast<char>(b));
-    }
-    begin = end;
-  }
+  const std::vector<std::string> strings = AllStrings(alphabet, 3);
   int mismatches = 0;
   for (const std::string& s : strings) {
     const size_t cut = TextStream::CompletePrefix(s);
