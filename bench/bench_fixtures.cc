@@ -24,17 +24,24 @@ void Die(const absl::Status& s) {
 
 void SetScratchDir(const std::string& dir) { ScratchDir() = dir; }
 
-const Model& Stories110M() {
-  static const Model* model = [] {
+const std::string& Stories110MPath() {
+  static const std::string* path = [] {
     ModelConfig c = *NamedShape("stories110M");
     c.seq_len = 4608;  // room for 4096 cached tokens plus the benchmark's decode steps
     std::filesystem::create_directories(ScratchDir());
-    const std::string path = ScratchDir() + "/stories110M-4608.bin";
-    absl::StatusOr<ModelConfig> have = ReadModelConfig(path);
+    auto* p = new std::string(ScratchDir() + "/stories110M-4608.bin");
+    absl::StatusOr<ModelConfig> have = ReadModelConfig(*p);
     if (!have.ok() || have->seq_len != c.seq_len) {
-      if (absl::Status s = WriteRandomModel(c, 1, path); !s.ok()) Die(s);
+      if (absl::Status s = WriteRandomModel(c, 1, *p); !s.ok()) Die(s);
     }
-    absl::StatusOr<Model> m = LoadModel(path);
+    return p;
+  }();
+  return *path;
+}
+
+const Model& Stories110M() {
+  static const Model* model = [] {
+    absl::StatusOr<Model> m = LoadModel(Stories110MPath());
     if (!m.ok()) Die(m.status());
     return new Model(*std::move(m));
   }();

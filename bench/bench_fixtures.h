@@ -19,6 +19,8 @@ void SetScratchDir(const std::string& dir);
 
 // The stories110M shape with a context long enough for the 4096-token benchmarks, loaded once.
 const Model& Stories110M();
+// Its checkpoint file (written on first use), for a benchmark that needs its own Model.
+const std::string& Stories110MPath();
 
 // Multiply-adds x2 of one decode token: every matrix and the classifier, plus attention over
 // `context` cached tokens.

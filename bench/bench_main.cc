@@ -95,11 +95,23 @@ int main(int argc, char** argv) {
     const double v = F["decode/b32/ctx64/full"].counters["flops"] / F["sgemm/1024"].counters["flops"];
     add("batch-32 decode FLOP/s / sgemm 1024^3 FLOP/s",
         "model FLOPs per step / step time over square sgemm", v, ">= 0.60", v >= 0.60);
-    if (has("sgemm/decode-shapes-b32")) {
+    if (has("gemm/decode-shapes-b32/packed")) {
       const double g = F["decode/b32/ctx64/full"].counters["flops"] /
-                       F["sgemm/decode-shapes-b32"].counters["flops"];
-      add("batch-32 decode FLOP/s / its GEMMs alone", "over the same BLAS calls, nothing else",
+                       F["gemm/decode-shapes-b32/packed"].counters["flops"];
+      add("batch-32 decode FLOP/s / its GEMMs alone", "over the same GEMM calls, nothing else",
           g, "(info)", true);
+    }
+  }
+  if (has("gemm/decode-shapes-b32/packed") && has("gemm/decode-shapes-b32/openblas")) {
+    const double g = F["gemm/decode-shapes-b32/packed"].counters["flops"] /
+                     F["gemm/decode-shapes-b32/openblas"].counters["flops"];
+    add("batch-32 step GEMMs: packed kernel / OpenBLAS", "same shapes, weights from memory", g,
+        "(info)", true);
+    if (has("sgemm/1024")) {
+      const double o = F["gemm/decode-shapes-b32/openblas"].counters["flops"] /
+                       F["sgemm/1024"].counters["flops"];
+      add("batch-32 step GEMMs through OpenBLAS / sgemm 1024^3", "the BLAS-only engine's ceiling",
+          o, "(info)", true);
     }
   }
   auto time_ratio = [&](const std::string& a, const std::string& b, const std::string& target,

@@ -10,6 +10,8 @@
 #include "bench/bench_fixtures.h"
 #include "engine/make_model.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/packed_gemm.h"
+#include "memory/aligned_vector.h"
 
 namespace heavykv::bench {
 namespace {
@@ -56,21 +58,35 @@ void BM_Sgemm(benchmark::State& state) {
 }
 
 // The GEMMs alone of a batch-32 decode step: every projection of every layer and the
-// classifier of the stories110M model, through the engine's MatmulNT (BLAS), weights streamed
-// from memory as in a real step. What the step would cost if all else were free.
-void BM_SgemmDecodeShapes(benchmark::State& state) {
+// classifier of the stories110M model, weights streamed from memory as in a real step. What the
+// step would cost if all else were free, through the engine's packed kernel and through OpenBLAS
+// on row-major copies of the same matrices (the speed the engine had before its own kernel).
+void BM_GemmDecodeShapes(benchmark::State& state, bool packed) {
   const Model& model = Stories110M();
   const ModelConfig& c = model.config;
   const int64_t m = state.range(0), d = c.dim, hid = c.hidden_dim;
   std::vector<float> x(m * 2 * hid, 0.01f), y(m * std::max<int64_t>(c.vocab_size, 2 * hid));
-  for (auto _ : state) {
-    for (const LayerWeights& w : model.layers) {
-      cpu::MatmulNT(x.data(), w.wqkv.data(), y.data(), m, c.qkv_dim(), d);
-      cpu::MatmulNT(x.data(), w.wo.data(), y.data(), m, d, d);
-      cpu::MatmulNT(x.data(), w.w13.data(), y.data(), m, 2 * hid, d);
-      cpu::MatmulNT(x.data(), w.w2.data(), y.data(), m, d, hid);
+  std::vector<const cpu::PackedMatrix*> mats;
+  for (const LayerWeights& w : model.layers) {
+    for (const cpu::PackedMatrix* p : {&w.wqkv, &w.wo, &w.w13, &w.w2}) mats.push_back(p);
+  }
+  mats.push_back(&model.classifier);
+  std::vector<AlignedVector<float>> row_major;
+  if (!packed) {
+    for (const cpu::PackedMatrix* p : mats) {
+      row_major.emplace_back(p->rows() * p->cols());
+      p->ToRowMajor(row_major.back().data());
     }
-    cpu::MatmulNT(x.data(), model.classifier(), y.data(), m, c.vocab_size, d);
+  }
+  for (auto _ : state) {
+    for (size_t i = 0; i < mats.size(); ++i) {
+      const cpu::PackedMatrix& w = *mats[i];
+      if (packed) {
+        cpu::MatmulPacked(x.data(), w, y.data(), m, w.rows(), false);
+      } else {
+        cpu::MatmulNT(x.data(), row_major[i].data(), y.data(), m, w.rows(), w.cols());
+      }
+    }
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["flops"] = benchmark::Counter(
@@ -153,11 +169,15 @@ void Register() {  // NOLINT: one list, in report order
   benchmark::RegisterBenchmark("bandwidth/memcpy", BM_MemcpyBandwidth)->MinTime(0.5)->UseRealTime();
   benchmark::RegisterBenchmark("bandwidth/read", BM_ReadBandwidth)->MinTime(0.5)->UseRealTime();
   benchmark::RegisterBenchmark("sgemm/1024", BM_Sgemm)->Arg(1024)->MinTime(0.5)->UseRealTime();
-  benchmark::RegisterBenchmark("sgemm/decode-shapes-b32", BM_SgemmDecodeShapes)
-      ->Arg(32)
-      ->MinTime(1.0)
-      ->UseRealTime()
-      ->Unit(benchmark::kMillisecond);
+  for (bool packed : {true, false}) {
+    benchmark::RegisterBenchmark(packed ? "gemm/decode-shapes-b32/packed"
+                                        : "gemm/decode-shapes-b32/openblas",
+                                 BM_GemmDecodeShapes, packed)
+        ->Arg(32)
+        ->MinTime(1.0)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
   struct D {
     int32_t batch, context;
     const char* policy;

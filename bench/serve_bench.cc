@@ -33,7 +33,14 @@ void BM_Serve(benchmark::State& state, std::string policy) {
     o.max_running = kRequests;
     o.max_waiting = kRequests;
     o.max_step_tokens = 512;
-    auto engine = Engine::Create(Stories110M(), std::nullopt, o);
+    state.PauseTiming();
+    absl::StatusOr<Model> model = LoadModel(Stories110MPath());  // the Engine owns its Model
+    state.ResumeTiming();
+    if (!model.ok()) {
+      state.SkipWithError(std::string(model.status().message()).c_str());
+      return;
+    }
+    auto engine = Engine::Create(*std::move(model), std::nullopt, o);
     if (!engine.ok()) {
       state.SkipWithError(std::string(engine.status().message()).c_str());
       return;

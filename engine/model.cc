@@ -1,8 +1,10 @@
 #include "engine/model.h"
 
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -78,6 +80,14 @@ absl::Status ModelConfig::Validate() const {
   return absl::OkStatus();
 }
 
+void Model::EmbedToken(int32_t token, float* out) const {
+  if (embedding_storage.empty()) {
+    classifier.Row(token, out);
+  } else {
+    std::memcpy(out, &embedding_storage[int64_t(token) * config.dim], config.dim * sizeof(float));
+  }
+}
+
 int64_t Model::WeightBytes() const {
   const ModelConfig& c = config;
   // Rows of the embedding are only gathered; a shared classifier reads it whole, once.
@@ -115,31 +125,59 @@ absl::StatusOr<Model> LoadModel(const std::string& path) {
   Model m;
   m.config = c;
   m.layers.resize(L);
-  m.embedding.resize(c.vocab_size * d);
-  bool ok = ReadFloats(f.get(), m.embedding.data(), c.vocab_size * d);
-  // The checkpoint stores each tensor for all layers at once; read them into the fused layout.
-  auto read_per_layer = [&](auto member, int64_t offset, int64_t n, int64_t total) {
+  // The checkpoint stores each tensor for all layers at once. Each layer's matrices are read
+  // into one row-major staging buffer in the fused layout and packed when complete; the file is
+  // read in order, so that takes one pass and holds at most one tensor of all layers unpacked.
+  AlignedVector<float> embedding(c.vocab_size * d);
+  bool ok = ReadFloats(f.get(), embedding.data(), c.vocab_size * d);
+  auto read_vectors = [&](AlignedVector<float> LayerWeights::*member, int64_t n) {
     for (int64_t l = 0; l < L && ok; ++l) {
-      AlignedVector<float>& dst = m.layers[l].*member;
-      if (dst.empty()) dst.resize(total);
-      ok = ReadFloats(f.get(), dst.data() + offset, n);
+      (m.layers[l].*member).resize(n);
+      ok = ReadFloats(f.get(), (m.layers[l].*member).data(), n);
     }
   };
-  read_per_layer(&LayerWeights::rms_att, 0, d, d);
-  read_per_layer(&LayerWeights::wqkv, 0, d * d, (d + 2 * kv) * d);
-  read_per_layer(&LayerWeights::wqkv, d * d, kv * d, 0);
-  read_per_layer(&LayerWeights::wqkv, d * d + kv * d, kv * d, 0);
-  read_per_layer(&LayerWeights::wo, 0, d * d, d * d);
-  read_per_layer(&LayerWeights::rms_ffn, 0, d, d);
-  read_per_layer(&LayerWeights::w13, 0, hid * d, 2 * hid * d);
-  read_per_layer(&LayerWeights::w2, 0, d * hid, d * hid);
-  read_per_layer(&LayerWeights::w13, hid * d, hid * d, 0);
+  // Reads `parts` consecutive checkpoint tensors (each [rows_i][in] for every layer) as the
+  // row blocks of one fused [sum rows_i][in] matrix per layer, then packs it.
+  auto read_fused = [&](cpu::PackedMatrix LayerWeights::*member, std::vector<int64_t> rows,
+                        int64_t in) {
+    int64_t total = 0;
+    for (int64_t r : rows) total += r;
+    std::vector<AlignedVector<float>> staging(L, AlignedVector<float>(total * in));
+    int64_t offset = 0;
+    for (int64_t r : rows) {
+      for (int64_t l = 0; l < L && ok; ++l) {
+        ok = ReadFloats(f.get(), staging[l].data() + offset * in, r * in);
+      }
+      offset += r;
+    }
+    for (int64_t l = 0; l < L && ok; ++l) {
+      m.layers[l].*member = cpu::PackedMatrix::FromRowMajor(staging[l].data(), total, in);
+    }
+  };
+  read_vectors(&LayerWeights::rms_att, d);
+  read_fused(&LayerWeights::wqkv, {d, kv, kv}, d);
+  read_fused(&LayerWeights::wo, {d}, d);
+  read_vectors(&LayerWeights::rms_ffn, d);
+  // w1, w2, w3 in the file; w13 fuses w1 and w3, so w2 is read in between.
+  std::vector<AlignedVector<float>> w1(L, AlignedVector<float>(hid * d));
+  for (int64_t l = 0; l < L && ok; ++l) ok = ReadFloats(f.get(), w1[l].data(), hid * d);
+  read_fused(&LayerWeights::w2, {d}, hid);
+  for (int64_t l = 0; l < L && ok; ++l) {
+    w1[l].resize(2 * hid * d);
+    ok = ReadFloats(f.get(), w1[l].data() + hid * d, hid * d);
+    if (ok) m.layers[l].w13 = cpu::PackedMatrix::FromRowMajor(w1[l].data(), 2 * hid, d);
+    AlignedVector<float>().swap(w1[l]);
+  }
   m.rms_final.resize(d);
   ok = ok && ReadFloats(f.get(), m.rms_final.data(), d);
   ok = ok && std::fseek(f.get(), rope_floats * int64_t(sizeof(float)), SEEK_CUR) == 0;
   if (ok && !c.shared_classifier) {
-    m.classifier_storage.resize(c.vocab_size * d);
-    ok = ReadFloats(f.get(), m.classifier_storage.data(), c.vocab_size * d);
+    AlignedVector<float> classifier(c.vocab_size * d);
+    ok = ReadFloats(f.get(), classifier.data(), c.vocab_size * d);
+    m.classifier = cpu::PackedMatrix::FromRowMajor(classifier.data(), c.vocab_size, d);
+    m.embedding_storage = std::move(embedding);
+  } else if (ok) {
+    m.classifier = cpu::PackedMatrix::FromRowMajor(embedding.data(), c.vocab_size, d);
   }
   if (!ok) return absl::DataLossError(absl::StrCat(path, ": read error while loading weights"));
   return m;

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cpu/packed_matrix.h"
 #include "memory/aligned_vector.h"
 
 namespace heavykv {
@@ -34,26 +35,29 @@ struct ModelConfig {
   absl::Status Validate() const;
 };
 
-// Weights in the fused layout the runner multiplies with (each matrix [out][in], row-major):
+// Weights in the fused layout the runner multiplies with. Each matrix is [out][in], held once,
+// packed for the CPU GEMM (kernels/cpu/packed_matrix.h); a backend that wants row-major data
+// (e.g. to upload it) reads it back with PackedMatrix::ToRowMajor / Row.
 struct LayerWeights {
   AlignedVector<float> rms_att;  // [dim]
-  AlignedVector<float> wqkv;     // [dim + 2*kv_dim][dim]: rows of wq, then wk, then wv
-  AlignedVector<float> wo;       // [dim][dim]
+  cpu::PackedMatrix wqkv;        // [dim + 2*kv_dim][dim]: rows of wq, then wk, then wv
+  cpu::PackedMatrix wo;          // [dim][dim]
   AlignedVector<float> rms_ffn;  // [dim]
-  AlignedVector<float> w13;      // [2*hidden][dim]: rows of w1 (gate), then w3 (up)
-  AlignedVector<float> w2;       // [dim][hidden]
+  cpu::PackedMatrix w13;         // [2*hidden][dim]: rows of w1 (gate), then w3 (up)
+  cpu::PackedMatrix w2;          // [dim][hidden]
 };
 
 struct Model {
   ModelConfig config;
-  AlignedVector<float> embedding;  // [vocab][dim]
   std::vector<LayerWeights> layers;
   AlignedVector<float> rms_final;  // [dim]
-  AlignedVector<float> classifier_storage;  // [vocab][dim]; empty when shared with the embedding
+  cpu::PackedMatrix classifier;    // [vocab][dim]; the token embedding too when shared
+  // [vocab][dim] row-major token embedding; empty when shared with the classifier (then rows
+  // are read back from `classifier`). Use EmbedToken().
+  AlignedVector<float> embedding_storage;
 
-  const float* classifier() const {
-    return config.shared_classifier ? embedding.data() : classifier_storage.data();
-  }
+  // out[dim] = embedding row of `token` (0 <= token < vocab_size).
+  void EmbedToken(int32_t token, float* out) const;
   // Bytes of weights a decode step reads (every matrix once, the classifier once).
   int64_t WeightBytes() const;
 };

@@ -4,7 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/paged_attention.h"
 
@@ -68,8 +68,7 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
     for (size_t j = 0; j < steps[i].tokens.size(); ++j) {
       const int64_t t = first_token[i] + j;
       pos_[t] = steps[i].start_pos + static_cast<int32_t>(j);
-      std::memcpy(&x_[t * dim], &model_.embedding[int64_t(steps[i].tokens[j]) * dim],
-                  dim * sizeof(float));
+      model_.EmbedToken(steps[i].tokens[j], &x_[t * dim]);
     }
   }
 
@@ -84,7 +83,7 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = model_.layers[l];
     cpu::RmsNorm(x_.data(), w.rms_att.data(), xb_.data(), T, dim);
-    cpu::MatmulNT(xb_.data(), w.wqkv.data(), qkv_.data(), T, qkv_dim, dim);
+    cpu::MatmulPacked(xb_.data(), w.wqkv, qkv_.data(), T, qkv_dim, /*accumulate=*/false);
     cpu::Rope(qkv_.data(), T, qkv_dim, dim + kv_dim, hd, pos_.data());
 
 #pragma omp parallel for schedule(dynamic, 1) if (parallel_attention)
@@ -118,11 +117,11 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
       cache_->EvictHead(*st.kv, l, h, old + n, st.start_pos + n - 1);
     }
 
-    cpu::MatmulNT(att_.data(), w.wo.data(), x_.data(), T, dim, dim, /*accumulate=*/true);
+    cpu::MatmulPacked(att_.data(), w.wo, x_.data(), T, dim, /*accumulate=*/true);
     cpu::RmsNorm(x_.data(), w.rms_ffn.data(), xb_.data(), T, dim);
-    cpu::MatmulNT(xb_.data(), w.w13.data(), hb_.data(), T, 2 * hid, dim);
+    cpu::MatmulPacked(xb_.data(), w.w13, hb_.data(), T, 2 * hid, /*accumulate=*/false);
     cpu::SwiGlu(hb_.data(), hb2_.data(), T, hid);
-    cpu::MatmulNT(hb2_.data(), w.w2.data(), x_.data(), T, dim, hid, /*accumulate=*/true);
+    cpu::MatmulPacked(hb2_.data(), w.w2, x_.data(), T, dim, /*accumulate=*/true);
   }
 
   for (const SequenceStep& st : steps) {
@@ -139,7 +138,8 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
     r += count;
   }
   logits_.resize(rows * c.vocab_size);
-  cpu::MatmulNT(xb_.data(), model_.classifier(), logits_.data(), rows, c.vocab_size, dim);
+  cpu::MatmulPacked(xb_.data(), model_.classifier, logits_.data(), rows, c.vocab_size,
+                    /*accumulate=*/false);
   return std::span<const float>(logits_);
 }
 

@@ -1,5 +1,6 @@
-// The CPU GEMM paths against a plain triple loop: BLAS (m == 1 and m > 64), the skinny streaming
-// kernel (2 <= m <= 64, when the CPU has AVX-512), column slices over threads, accumulation.
+// The CPU GEMM paths against a plain triple loop in double: the packed-weight kernel (AVX-512 and
+// portable; every row-tile size, partial last panels, an output stride wider than n, threads,
+// accumulation), PackedMatrix's layout round trip, and the BLAS MatmulNT.
 #include "kernels/cpu/gemm.h"
 
 #include <gtest/gtest.h>
@@ -8,7 +9,8 @@
 #include <random>
 #include <vector>
 
-#include "kernels/cpu/skinny_gemm.h"
+#include "kernels/cpu/packed_gemm.h"
+#include "kernels/cpu/packed_matrix.h"
 #include "memory/aligned_vector.h"
 
 namespace heavykv::cpu {
@@ -28,44 +30,98 @@ std::vector<double> Reference(const std::vector<float>& x, const std::vector<flo
   return y;
 }
 
-void Check(int64_t m, int64_t n, int64_t k, bool accumulate, int threads) {
-  SCOPED_TRACE(testing::Message() << "m=" << m << " n=" << n << " k=" << k
-                                  << " acc=" << accumulate << " threads=" << threads);
+double RelError(const float* y, const std::vector<double>& ref, int64_t m, int64_t n,
+                int64_t ldy) {
+  double err = 0, norm = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      const double d = y[i * ldy + j] - ref[i * n + j];
+      err += d * d;
+      norm += ref[i * n + j] * ref[i * n + j];
+    }
+  }
+  return std::sqrt(err / norm);
+}
+
+enum class Path { kBlas, kPacked, kPackedPortable };
+
+void Check(Path path, int64_t m, int64_t n, int64_t k, bool accumulate, int threads) {
+  SCOPED_TRACE(testing::Message() << "path=" << int(path) << " m=" << m << " n=" << n
+                                  << " k=" << k << " acc=" << accumulate
+                                  << " threads=" << threads);
   SetNumThreads(threads);
   std::mt19937 rng(m * 1000 + n + k);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  // Packed outputs go to rows wider than n, to check that nothing past column n is written.
+  const int64_t ldy = path == Path::kBlas ? n : n + 5;
   std::vector<float> x(m * k), w(n * k), y0(m * n);
   for (float& v : x) v = u(rng);
   for (float& v : w) v = u(rng);
   for (float& v : y0) v = u(rng);
-  AlignedVector<float> xa(x.begin(), x.end()), wa(w.begin(), w.end()), y(y0.begin(), y0.end());
-  MatmulNT(xa.data(), wa.data(), y.data(), m, n, k, accumulate);
+  AlignedVector<float> xa(x.begin(), x.end()), wa(w.begin(), w.end()), y(m * ldy, 7.0f);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) y[i * ldy + j] = y0[i * n + j];
+  }
+  const PackedMatrix packed = PackedMatrix::FromRowMajor(wa.data(), n, k);
+  switch (path) {
+    case Path::kBlas:
+      MatmulNT(xa.data(), wa.data(), y.data(), m, n, k, accumulate);
+      break;
+    case Path::kPacked:
+      MatmulPacked(xa.data(), packed, y.data(), m, ldy, accumulate);
+      break;
+    case Path::kPackedPortable:
+      MatmulPackedPortable(xa.data(), packed, y.data(), m, ldy, accumulate);
+      break;
+  }
   std::vector<double> ref = Reference(x, w, accumulate ? y0 : std::vector<float>{}, m, n, k);
-  double err = 0, norm = 0;
-  for (int64_t i = 0; i < m * n; ++i) {
-    err += (y[i] - ref[i]) * (y[i] - ref[i]);
-    norm += ref[i] * ref[i];
+  EXPECT_LT(RelError(y.data(), ref, m, n, ldy), 1e-6);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = n; j < ldy; ++j) ASSERT_EQ(y[i * ldy + j], 7.0f) << "wrote past column n";
   }
-  EXPECT_LT(std::sqrt(err / norm), 1e-6);
 }
 
-TEST(GemmTest, MatchesReferenceOnEveryPath) {
+TEST(GemmTest, PackedKernelMatchesReference) {
   for (int threads : {1, 2}) {
-    for (int64_t m : {1, 2, 5, 6, 7, 13, 32, 64, 65, 100}) {
-      Check(m, 256, 768, false, threads);
-      Check(m, 260, 64, true, threads);
+    // m: one decode, every tail of the 8-row tile, a decode batch, prefill chunks.
+    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 32, 64, 65, 100}) {
+      Check(Path::kPacked, m, 96, 64, false, threads);   // whole panels
+      Check(Path::kPacked, m, 260, 48, true, threads);   // a partial last panel (260 % 48 = 20)
     }
-    Check(32, 4096, 768, true, threads);  // large enough to split over threads
-    Check(3, 172, 172, false, threads);   // k and n the skinny kernel does not take: BLAS
+    Check(Path::kPacked, 32, 4096, 768, true, threads);  // large enough to split over threads
+    Check(Path::kPacked, 3, 10, 7, false, threads);      // fewer rows than one vector
+  }
+  for (int64_t m : {1, 5, 8, 13}) Check(Path::kPackedPortable, m, 100, 40, m % 2 == 0, 1);
+}
+
+TEST(GemmTest, BlasMatchesReference) {
+  for (int threads : {1, 2}) {
+    for (int64_t m : {1, 2, 7, 32, 65}) {
+      Check(Path::kBlas, m, 256, 768, false, threads);
+      Check(Path::kBlas, m, 260, 64, true, threads);
+    }
+    Check(Path::kBlas, 32, 4096, 768, true, threads);  // split over threads
   }
 }
 
-TEST(GemmTest, SkinnyKernelDeclinesUnsupportedShapes) {
-  std::vector<float> x(65 * 48), w(8 * 48), y(65 * 8, 7.0f);
-  EXPECT_FALSE(SkinnyMatmulNT(x.data(), w.data(), y.data(), 65, 8, 48, 8, false));  // m > 64
-  EXPECT_FALSE(SkinnyMatmulNT(x.data(), w.data(), y.data(), 2, 8, 40, 8, false));   // k % 16
-  EXPECT_FALSE(SkinnyMatmulNT(x.data(), w.data(), y.data(), 2, 6, 48, 6, false));   // n % 4
-  for (float v : y) EXPECT_EQ(v, 7.0f);  // declining touches nothing
+TEST(GemmTest, PackedMatrixRoundTrip) {
+  const int64_t n = 100, k = 9;  // three panels, the last one partial
+  std::vector<float> w(n * k);
+  for (int64_t i = 0; i < n * k; ++i) w[i] = float(i);
+  const PackedMatrix p = PackedMatrix::FromRowMajor(w.data(), n, k);
+  EXPECT_EQ(p.num_panels(), 3);
+  // The layout itself: data[panel][kk][j] = w[panel * 48 + j][kk], zero padded.
+  EXPECT_EQ(p.packed()[0], w[0]);
+  EXPECT_EQ(p.packed()[1], w[1 * k]);
+  EXPECT_EQ(p.packed()[kPanelRows], w[1]);
+  EXPECT_EQ(p.packed()[2 * k * kPanelRows + 3], w[(2 * kPanelRows + 3) * k]);
+  EXPECT_EQ(p.packed()[2 * k * kPanelRows + kPanelRows - 1], 0.0f);  // row 143 is padding
+  std::vector<float> back(n * k, -1.0f);
+  p.ToRowMajor(back.data());
+  EXPECT_EQ(back, w);
+  std::vector<float> row(k);
+  p.Row(57, row.data());
+  EXPECT_EQ(row, std::vector<float>(w.begin() + 57 * k, w.begin() + 58 * k));
 }
 
 }  // namespace

@@ -39,14 +39,55 @@ TEST(ModelTest, LoadsBundledModelHeader) {
   EXPECT_EQ(c.vocab_size, 512);
   EXPECT_EQ(c.seq_len, 512);
   EXPECT_TRUE(c.shared_classifier);
-  EXPECT_EQ(m->classifier(), m->embedding.data());
-  // The fused q|k|v matrix holds wq's rows first: its first row equals the checkpoint's wq[0].
-  std::vector<char> raw = ReadAll(ModelPath());
-  const int64_t wq_offset = 28 + 4 * (int64_t(512) * 64 + 5 * 64);
-  float first;
-  std::memcpy(&first, raw.data() + wq_offset, 4);
-  EXPECT_EQ(m->layers[0].wqkv[0], first);
-  EXPECT_EQ(m->layers[0].wqkv.size(), size_t(64 + 2 * 32) * 64);
+  EXPECT_TRUE(m->embedding_storage.empty());  // rows come from the shared classifier
+}
+
+// Every fused, packed matrix read back equals the checkpoint's tensors, in the fused order.
+TEST(ModelTest, FusedMatricesHoldTheCheckpointTensors) {
+  absl::StatusOr<Model> m = LoadModel(ModelPath());
+  ASSERT_TRUE(m.ok()) << m.status();
+  const ModelConfig& c = m->config;
+  const int64_t d = c.dim, kv = c.kv_dim(), hid = c.hidden_dim, L = c.num_layers;
+  const std::vector<char> raw = ReadAll(ModelPath());
+  // Tensors in file order, each for all layers: name -> floats per layer.
+  int64_t offset = 28 / 4;
+  auto next = [&](int64_t per_layer, int64_t layers) {
+    const int64_t at = offset;
+    offset += per_layer * layers;
+    return at;
+  };
+  const int64_t emb = next(c.vocab_size * d, 1);
+  next(d, L);  // rms_att
+  const int64_t wq = next(d * d, L), wk = next(kv * d, L), wv = next(kv * d, L);
+  const int64_t wo = next(d * d, L);
+  next(d, L);  // rms_ffn
+  const int64_t w1 = next(hid * d, L), w2 = next(d * hid, L), w3 = next(hid * d, L);
+  auto file = [&](int64_t at, int64_t n) {
+    std::vector<float> v(n);
+    std::memcpy(v.data(), raw.data() + at * 4, n * 4);
+    return v;
+  };
+  auto unpack = [](const cpu::PackedMatrix& p) {
+    std::vector<float> v(p.rows() * p.cols());
+    p.ToRowMajor(v.data());
+    return v;
+  };
+  auto concat = [](std::vector<std::vector<float>> parts) {
+    std::vector<float> v;
+    for (const auto& p : parts) v.insert(v.end(), p.begin(), p.end());
+    return v;
+  };
+  const int64_t l = 3;  // not layer 0, so per-layer offsets are exercised
+  const LayerWeights& w = m->layers[l];
+  EXPECT_EQ(unpack(w.wqkv), concat({file(wq + l * d * d, d * d), file(wk + l * kv * d, kv * d),
+                                    file(wv + l * kv * d, kv * d)}));
+  EXPECT_EQ(unpack(w.wo), file(wo + l * d * d, d * d));
+  EXPECT_EQ(unpack(w.w13), concat({file(w1 + l * hid * d, hid * d), file(w3 + l * hid * d, hid * d)}));
+  EXPECT_EQ(unpack(w.w2), file(w2 + l * d * hid, d * hid));
+  EXPECT_EQ(unpack(m->classifier), file(emb, c.vocab_size * d));
+  std::vector<float> row(d);
+  m->EmbedToken(300, row.data());
+  EXPECT_EQ(row, file(emb + 300 * d, d));
 }
 
 TEST(ModelTest, RejectsMissingTruncatedAndTrailingFiles) {
@@ -96,8 +137,13 @@ TEST(ModelTest, MakeModelRoundTripsWithSeparateClassifier) {
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->config.num_kv_heads, 2);
   EXPECT_FALSE(m->config.shared_classifier);
-  ASSERT_EQ(m->classifier_storage.size(), size_t(300) * 64);
-  EXPECT_NE(m->classifier(), m->embedding.data());
+  ASSERT_EQ(m->embedding_storage.size(), size_t(300) * 64);
+  EXPECT_EQ(m->classifier.rows(), 300);
+  // A separate classifier: the embedding row and the classifier row of a token differ.
+  std::vector<float> emb(64), cls(64);
+  m->EmbedToken(5, emb.data());
+  m->classifier.Row(5, cls.data());
+  EXPECT_NE(emb, cls);
   EXPECT_EQ(std::filesystem::file_size(dir.File("m.bin")),
             28 + 4 * (c.NumParams() + int64_t(c.seq_len) * c.head_dim()));
   // Same seed, same bytes; another seed, other weights.

@@ -1,7 +1,5 @@
 #include "kernels/cpu/gemm.h"
 
-#include "kernels/cpu/skinny_gemm.h"
-
 #include <cblas.h>
 #include <omp.h>
 
@@ -34,8 +32,6 @@ void MatmulSlice(const float* x, const float* w, float* y, int64_t m, int64_t n,
 void MatmulNT(const float* x, const float* w, float* y, int64_t m, int64_t n, int64_t k,
               bool accumulate) {
   EnsureBlasSingleThreaded();
-  // A few rows (a decode batch): the streaming kernel, 1.3x BLAS on the stories110M step.
-  if (m > 1 && m <= kSkinnyMaxRows && SkinnyMatmulNT(x, w, y, m, n, k, n, accumulate)) return;
   const float beta = accumulate ? 1.0f : 0.0f;
   const int threads = omp_in_parallel() ? 1 : omp_get_max_threads();
   // Below ~2M multiply-adds a fork/join costs more than it saves, more so on a busy machine

@@ -1,13 +1,14 @@
-// GEMMs for the CPU backend, through BLAS (OpenBLAS).
+// BLAS (OpenBLAS) GEMMs on row-major matrices, and the CPU thread count. The model's weights
+// go through the packed kernel instead (packed_gemm.h); these are the reference speeds the
+// benchmark compares it with, and the path for row-major operands.
 #pragma once
 
 #include <cstdint>
 
 namespace heavykv::cpu {
 
-// y[m][n] = x[m][k] * w[n][k]^T (+ y if accumulate). Every projection of the model is this shape:
-// activations of all m tokens of a step against one weight matrix stored [out][in]. m == 1 uses a
-// GEMV, which BLAS runs at memory bandwidth.
+// y[m][n] = x[m][k] * w[n][k]^T (+ y if accumulate): activations of m tokens against a weight
+// matrix stored [out][in], split over the threads by output columns. m == 1 uses a GEMV.
 void MatmulNT(const float* x, const float* w, float* y, int64_t m, int64_t n, int64_t k,
               bool accumulate = false);
 

@@ -1,5 +1,11 @@
 #include "kernels/cpu/paged_attention.h"
 
+#include <immintrin.h>
+
+// GCC 12 warns that the AVX-512 shuffle intrinsics read an uninitialised value: its own
+// _mm512_undefined_ps() placeholder (GCC bug 105593), not ours.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+
 #include <algorithm>
 #include <cmath>
 
@@ -70,9 +76,170 @@ void AttendOneQuery(const AttentionArgs& a, int32_t qi, float* probs) {
   }
 }
 
+// --- AVX-512 path: the same arithmetic, with the q.k dot products of 16 slots finished
+// together and a vector exp. The portable loop above spends most of a decode's attention in
+// one horizontal reduction per slot and a scalar expf per probability.
+
+// out[i] = sum of the 16 lanes of v[i], for 16 vectors: four rounds of pairwise shuffles.
+__attribute__((target("avx512f"))) inline __m512 Sum16x16(__m512 v[16]) {
+  __m512 a[8], b[4], c[2];
+  for (int i = 0; i < 8; ++i) {  // rows 2i, 2i+1 interleaved in each 128-bit lane
+    a[i] = _mm512_add_ps(_mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]),
+                         _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]));
+  }
+  for (int i = 0; i < 4; ++i) {  // rows 4i..4i+3 in each 128-bit lane
+    b[i] = _mm512_add_ps(_mm512_shuffle_ps(a[2 * i], a[2 * i + 1], 0x44),
+                         _mm512_shuffle_ps(a[2 * i], a[2 * i + 1], 0xEE));
+  }
+  for (int i = 0; i < 2; ++i) {  // rows 8i..8i+3 in lanes 0-1, 8i+4..8i+7 in lanes 2-3
+    c[i] = _mm512_add_ps(_mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0x44),
+                         _mm512_shuffle_f32x4(b[2 * i], b[2 * i + 1], 0xEE));
+  }
+  return _mm512_add_ps(_mm512_shuffle_f32x4(c[0], c[1], 0x88),
+                       _mm512_shuffle_f32x4(c[0], c[1], 0xDD));
+}
+
+// e^x for x <= 0 (softmax arguments), relative error ~2e-7: x = n ln2 + r with |r| <= ln2/2,
+// e^r by a degree-6 Taylor polynomial, 2^n by vscalefps (which also flushes to 0 for x < -104).
+__attribute__((target("avx512f"))) inline __m512 Exp(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  // r = x - n ln2, ln2 split in two so that r is exact to float precision.
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+// out[16 * C] = sum over slots s < n of p[s] * V row s. Two accumulator sets (even and odd
+// slots) so consecutive FMAs into one register do not wait on each other.
+template <int C>
+__attribute__((target("avx512f"))) void WeightedSumOfV(const PagedKvHead& kv, const float* p,
+                                                       int32_t n, float* out) {
+  __m512 even[C], odd[C];
+  for (int c = 0; c < C; ++c) even[c] = odd[c] = _mm512_setzero_ps();
+  const int32_t bs = kv.block_size;
+  for (int32_t s0 = 0; s0 < n; s0 += bs) {
+    const float* v = kv.v + kv.pages[s0 / bs] * kv.page_stride;
+    const int32_t rows = std::min(bs, n - s0);
+    int32_t r = 0;
+    for (; r + 1 < rows; r += 2) {
+      const __m512 p0 = _mm512_set1_ps(p[s0 + r]), p1 = _mm512_set1_ps(p[s0 + r + 1]);
+      const float* v0 = v + int64_t(r) * 16 * C;
+      for (int c = 0; c < C; ++c) {
+        even[c] = _mm512_fmadd_ps(p0, _mm512_loadu_ps(v0 + c * 16), even[c]);
+        odd[c] = _mm512_fmadd_ps(p1, _mm512_loadu_ps(v0 + 16 * C + c * 16), odd[c]);
+      }
+    }
+    if (r < rows) {
+      const __m512 p0 = _mm512_set1_ps(p[s0 + r]);
+      for (int c = 0; c < C; ++c) {
+        even[c] = _mm512_fmadd_ps(p0, _mm512_loadu_ps(v + int64_t(r) * 16 * C + c * 16), even[c]);
+      }
+    }
+  }
+  for (int c = 0; c < C; ++c) _mm512_storeu_ps(out + c * 16, _mm512_add_ps(even[c], odd[c]));
+}
+
+__attribute__((target("avx512f"))) void AttendOneQueryAvx512(const AttentionArgs& a, int32_t qi,
+                                                              float* probs) {
+  const PagedKvHead& kv = a.kv;
+  const int32_t hd = kv.head_dim, bs = kv.block_size, G = a.group;
+  const int32_t n = a.num_old + qi + 1;  // visible slots
+  const int32_t chunks = hd / 16;
+  const __m512 scale = _mm512_set1_ps(1.0f / std::sqrt(static_cast<float>(hd)));
+  const float* q = a.q + qi * a.q_stride;
+  // Logits, 16 slots at a time (a block of 16 may span pages when block_size < 16).
+  for (int32_t s0 = 0; s0 < n; s0 += 16) {
+    const int32_t rows = std::min(16, n - s0);
+    const float* k[16];
+    for (int32_t r = 0; r < 16; ++r) k[r] = kv.KRow(s0 + std::min(r, rows - 1));
+    for (int32_t g = 0; g < G; ++g) {
+      const float* qg = q + int64_t(g) * hd;
+      __m512 acc[16];
+      for (int32_t r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
+      for (int32_t c = 0; c < chunks; ++c) {
+        const __m512 qv = _mm512_loadu_ps(qg + c * 16);
+        for (int32_t r = 0; r < 16; ++r) {
+          acc[r] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k[r] + c * 16), acc[r]);
+        }
+      }
+      const __mmask16 mask = rows == 16 ? __mmask16(0xFFFF) : __mmask16((1u << rows) - 1);
+      _mm512_mask_storeu_ps(probs + int64_t(g) * n + s0, mask,
+                            _mm512_mul_ps(Sum16x16(acc), scale));
+    }
+  }
+  for (int32_t g = 0; g < G; ++g) {
+    float* p = probs + int64_t(g) * n;
+    __m512 mx = _mm512_set1_ps(-INFINITY);
+    for (int32_t s = 0; s < n; s += 16) {
+      const __mmask16 m = n - s >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - s)) - 1);
+      mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, p + s));
+    }
+    const __m512 vmax = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+    __m512 sum = _mm512_setzero_ps();
+    for (int32_t s = 0; s < n; s += 16) {
+      const __mmask16 m = n - s >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - s)) - 1);
+      const __m512 e = _mm512_maskz_mov_ps(m, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p + s),
+                                                                 vmax)));
+      sum = _mm512_add_ps(sum, e);
+      _mm512_mask_storeu_ps(p + s, m, e);
+    }
+    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+    for (int32_t s = 0; s < n; s += 16) {
+      const __mmask16 m = n - s >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - s)) - 1);
+      _mm512_mask_storeu_ps(p + s, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + s), inv));
+    }
+  }
+  // out_g = sum_s p_g[s] * v_s, the accumulators in registers; then each slot's probability,
+  // summed over the group, is added to its H2O score.
+  float* out = a.out + qi * a.out_stride;
+  for (int32_t g = 0; g < G; ++g) {
+    const float* p = probs + int64_t(g) * n;
+    float* og = out + int64_t(g) * hd;
+    switch (chunks) {
+      case 1: WeightedSumOfV<1>(kv, p, n, og); break;
+      case 2: WeightedSumOfV<2>(kv, p, n, og); break;
+      case 3: WeightedSumOfV<3>(kv, p, n, og); break;
+      case 4: WeightedSumOfV<4>(kv, p, n, og); break;
+      case 5: WeightedSumOfV<5>(kv, p, n, og); break;
+      case 6: WeightedSumOfV<6>(kv, p, n, og); break;
+      case 7: WeightedSumOfV<7>(kv, p, n, og); break;
+      case 8: WeightedSumOfV<8>(kv, p, n, og); break;
+    }
+  }
+  if (a.accumulate_scores) {
+    for (int32_t s0 = 0; s0 < n; s0 += bs) {
+      float* score = kv.score + kv.pages[s0 / bs] * kv.meta_page_stride;
+      const int32_t rows = std::min(bs, n - s0);
+      for (int32_t r = 0; r < rows; ++r) {
+        float received = 0.0f;
+        for (int32_t g = 0; g < G; ++g) received += probs[int64_t(g) * n + s0 + r];
+        score[r] += received;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 void PagedAttention(const AttentionArgs& args, float* scratch) {
+  static const bool has_avx512 = __builtin_cpu_supports("avx512f");
+  if (has_avx512 && args.kv.head_dim % 16 == 0 && args.kv.head_dim <= 128) {
+    for (int32_t qi = 0; qi < args.num_q; ++qi) AttendOneQueryAvx512(args, qi, scratch);
+  } else {
+    PagedAttentionPortable(args, scratch);
+  }
+}
+
+void PagedAttentionPortable(const AttentionArgs& args, float* scratch) {
   for (int32_t qi = 0; qi < args.num_q; ++qi) AttendOneQuery(args, qi, scratch);
 }
 

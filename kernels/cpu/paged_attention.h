@@ -32,6 +32,9 @@ inline int64_t AttentionScratchFloats(int32_t num_slots, int32_t group) {
 }
 
 // Runs attention for one (sequence, kv head). `scratch` has AttentionScratchFloats() floats.
+// Uses AVX-512 when the CPU has it and head_dim is a multiple of 16 up to 128.
 void PagedAttention(const AttentionArgs& args, float* scratch);
+// The portable path alone (any head_dim, any CPU), so tests compare the two everywhere.
+void PagedAttentionPortable(const AttentionArgs& args, float* scratch);
 
 }  // namespace heavykv::cpu

@@ -1,0 +1,44 @@
+// PackedMatrix: a weight matrix W[n][k] (y = x W^T, n outputs of k inputs) stored in the layout
+// the CPU GEMM kernel (packed_gemm.h) streams: panels of kPanelRows rows of W, each panel
+// k-major, so one 64-byte load holds 16 consecutive outputs of one input:
+//   data[p][kk][j] = W[p * kPanelRows + j][kk]          // [ceil(n / 48)][k][48], zero padded
+// A decode step then reads every weight exactly once, in address order, with no packing pass
+// (BLAS packs W into a buffer on every call). The model is packed once at load time; nothing
+// else holds the row-major copy, so Row() and ToRowMajor() read the packed data back.
+#pragma once
+
+#include <cstdint>
+#include <cstdlib>
+#include <memory>
+
+namespace heavykv::cpu {
+
+inline constexpr int64_t kPanelRows = 48;  // three AVX-512 vectors of outputs per panel
+
+class PackedMatrix {
+ public:
+  PackedMatrix() = default;
+  // Packs w[n][k] (row-major).
+  static PackedMatrix FromRowMajor(const float* w, int64_t n, int64_t k);
+
+  int64_t rows() const { return n_; }  // n: outputs
+  int64_t cols() const { return k_; }  // k: inputs
+  bool empty() const { return n_ == 0; }
+  int64_t num_panels() const { return (n_ + kPanelRows - 1) / kPanelRows; }
+  // [num_panels][k][kPanelRows], 64-byte aligned.
+  const float* packed() const { return data_.get(); }
+
+  // out[k] = W[r][:].
+  void Row(int64_t r, float* out) const;
+  // out[n][k] = W.
+  void ToRowMajor(float* out) const;
+
+ private:
+  struct Free {
+    void operator()(float* p) const { std::free(p); }
+  };
+  int64_t n_ = 0, k_ = 0;
+  std::unique_ptr<float[], Free> data_;
+};
+
+}  // namespace heavykv::cpu
