@@ -64,7 +64,7 @@ void BM_Sgemm(benchmark::State& state) {
 void BM_GemmDecodeShapes(benchmark::State& state, bool packed) {
   const Model& model = Stories110M();
   const ModelConfig& c = model.config;
-  const int64_t m = state.range(0), d = c.dim, hid = c.hidden_dim;
+  const int64_t m = state.range(0), hid = c.hidden_dim;
   std::vector<float> x(m * 2 * hid, 0.01f), y(m * std::max<int64_t>(c.vocab_size, 2 * hid));
   std::vector<const cpu::PackedMatrix*> mats;
   for (const LayerWeights& w : model.layers) {

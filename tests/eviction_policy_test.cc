@@ -445,3 +445,40 @@ TEST(KvBudgetTest, RejectsBadBudgets) {
 
 }  // namespace
 }  // namespace heavykv
+
+namespace heavykv {
+namespace {
+
+// The one-victim (decode) h2o search, vectorised, against a direct scan: slot counts around the
+// 16-lane blocks, shuffled positions, heavy score ties (scores from a handful of values).
+TEST(EvictionPolicyTest, H2oDecodeVictimMatchesDirectScan) {
+  std::unique_ptr<EvictionPolicy> h2o = *MakePolicy("h2o", 0.5);
+  std::mt19937 rng(7);
+  for (int32_t n : {2, 3, 15, 16, 17, 31, 33, 64, 100, 513}) {
+    for (int trial = 0; trial < 50; ++trial) {
+      const int32_t budget = n - 1;
+      std::vector<int32_t> pos(n);
+      std::iota(pos.begin(), pos.end(), 1000);
+      std::shuffle(pos.begin(), pos.end(), rng);
+      std::vector<float> score(n);
+      for (float& s : score) s = float(rng() % 4) * 0.25f;
+      const int32_t newest = 1000 + n - 1;
+      const int32_t last_pos = newest - budget / 2;  // floor(budget/2) most recent are kept
+      int32_t want = -1;
+      for (int32_t i = 0; i < n; ++i) {
+        if (pos[i] > last_pos) continue;
+        if (want < 0 || score[i] < score[want] ||
+            (score[i] == score[want] && pos[i] < pos[want])) {
+          want = i;
+        }
+      }
+      std::vector<int32_t> victims;
+      h2o->ChooseVictims(HeadSlots{pos, score}, budget, newest, 1, &victims);
+      ASSERT_EQ(victims.size(), 1u) << "n=" << n;
+      EXPECT_EQ(victims[0], want) << "n=" << n << " trial=" << trial;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace heavykv
