@@ -57,13 +57,16 @@ class Handle final : public RequestHandle {
 
 class EngineImpl final : public Engine {
  public:
-  EngineImpl(Model model, std::optional<Tokenizer> tokenizer, const EngineOptions& options,
-             std::unique_ptr<KvCache> cache)
-      : model_(std::move(model)),
+  // `model` is the one `runner` was made over (owned here from now on).
+  EngineImpl(std::unique_ptr<Model> model, std::optional<Tokenizer> tokenizer,
+             const EngineOptions& options, std::unique_ptr<KvCache> cache,
+             std::unique_ptr<StepRunner> runner)
+      : model_holder_(std::move(model)),
+        model_(*model_holder_),
         tokenizer_(std::move(tokenizer)),
         options_(options),
         cache_(std::move(cache)),
-        runner_(model_, cache_.get()),
+        runner_(std::move(runner)),
         scheduler_(cache_.get(), SchedulerConfig{options.max_step_tokens, options.max_running,
                                                  PrefillChunk(options), options.full_overcommit}),
         validator_(model_.config, tokenizer_ ? &*tokenizer_ : nullptr, options_, &scheduler_) {
@@ -147,11 +150,12 @@ class EngineImpl final : public Engine {
   void PublishStats();
   void OnToken(Request& r, int32_t token, const float* logits);
 
-  Model model_;
+  std::unique_ptr<Model> model_holder_;  // heap-held: the runner keeps a reference to it
+  const Model& model_;
   std::optional<Tokenizer> tokenizer_;
   EngineOptions options_;
   std::unique_ptr<KvCache> cache_;
-  ModelRunner runner_;
+  std::unique_ptr<StepRunner> runner_;
   Scheduler scheduler_;
   RequestValidator validator_;
   std::thread thread_;
@@ -327,7 +331,7 @@ void EngineImpl::Loop() {
           c.start, false});
       evicted_before.push_back(c.seq->kv.tokens_evicted);
     }
-    absl::StatusOr<std::span<const float>> logits = runner_.Forward(steps);
+    absl::StatusOr<std::span<const float>> logits = runner_->Forward(steps);
     if (options_.observer) options_.observer->OnStep(plan.num_tokens);
     const int32_t V = model_.config.vocab_size;
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
@@ -370,12 +374,18 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(Model model,
     return absl::InvalidArgumentError(
         "max step tokens and max running sequences must be positive, the queue limit >= 0");
   }
-  absl::StatusOr<std::unique_ptr<KvCache>> cache =
-      KvCache::Create(KvShapeFor(model.config, options.block_size), options.num_pages);
-  if (!cache.ok()) return cache.status();
   if (absl::Status s = ValidateDefaults(options); !s.ok()) return s;
-  return std::unique_ptr<Engine>(
-      new EngineImpl(std::move(model), std::move(tokenizer), options, *std::move(cache)));
+  absl::StatusOr<Device> device = ParseDevice(options.device);
+  if (!device.ok()) return device.status();
+  absl::StatusOr<std::unique_ptr<KvCache>> cache = CreateKvCache(
+      *device, KvShapeForDevice(*device, model.config, options.block_size), options.num_pages);
+  if (!cache.ok()) return cache.status();
+  auto held = std::make_unique<Model>(std::move(model));
+  absl::StatusOr<std::unique_ptr<StepRunner>> runner =
+      MakeStepRunner(*device, *held, cache->get());
+  if (!runner.ok()) return runner.status();
+  return std::unique_ptr<Engine>(new EngineImpl(std::move(held), std::move(tokenizer), options,
+                                                *std::move(cache), *std::move(runner)));
 }
 
 }  // namespace heavykv

@@ -57,6 +57,7 @@ struct EngineOptions {
   std::string default_budget = "1";  // KvBudget text: tokens or a fraction of the max length
   double default_recent_fraction = 0.5;
   int threads = 0;  // 0: every core
+  std::string device = "cpu";  // cpu or cuda: where the forward passes and the KV pool live
 };
 
 // What a client may set; unset optionals take the server's defaults (vLLM/TGI semantics).

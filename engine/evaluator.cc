@@ -55,7 +55,7 @@ absl::StatusOr<std::vector<EvalResult>> Evaluate(const Model& model,
   std::vector<std::unique_ptr<EvictionPolicy>> policies;
   std::vector<EvalResult> results(num_cfg);
   int64_t pages = 0;
-  const KvShape shape = KvShapeFor(c, options.block_size);
+  const KvShape shape = KvShapeForDevice(options.device, c, options.block_size);
   for (size_t i = 0; i < num_cfg; ++i) {
     const EvalConfig& cfg = options.configs[i];
     absl::StatusOr<std::unique_ptr<EvictionPolicy>> p =
@@ -72,9 +72,14 @@ absl::StatusOr<std::vector<EvalResult>> Evaluate(const Model& model,
     r.tokens = int64_t(windows) * (W - 1);
     pages += int64_t(windows) * ((r.budget_tokens + 1 + shape.block_size - 1) / shape.block_size);
   }
-  absl::StatusOr<std::unique_ptr<KvCache>> cache = KvCache::Create(shape, pages);
+  if (pages > INT32_MAX) return absl::InvalidArgumentError("too many windows for one KV pool");
+  absl::StatusOr<std::unique_ptr<KvCache>> cache =
+      CreateKvCache(options.device, shape, static_cast<int32_t>(pages));
   if (!cache.ok()) return cache.status();
-  ModelRunner runner(model, cache->get());
+  absl::StatusOr<std::unique_ptr<StepRunner>> made =
+      MakeStepRunner(options.device, model, cache->get());
+  if (!made.ok()) return made.status();
+  StepRunner& runner = **made;
 
   const size_t num_seq = num_cfg * windows;
   std::vector<SequenceKv> kv(num_seq);

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model.h"
+#include "engine/step_runner.h"
 #include "engine/tokenizer.h"
 #include "memory/eviction_policy.h"
 
@@ -32,6 +33,7 @@ struct EvalOptions {
   std::vector<EvalConfig> configs;
   double recent_fraction = 0.5;  // h2o
   int32_t block_size = 16;
+  Device device = Device::kCpu;  // where the forward passes run
 };
 
 struct EvalResult {

@@ -15,7 +15,7 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
-absl::StatusOr<GenerateResult> Generate(ModelRunner& runner, std::span<const int32_t> prompt,
+absl::StatusOr<GenerateResult> Generate(StepRunner& runner, std::span<const int32_t> prompt,
                                         const GenerateOptions& options,
                                         const std::function<void(int32_t, int32_t)>& on_token) {
   const ModelConfig& c = runner.model().config;

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/model_runner.h"
+#include "engine/model_runner.h"  // ModelRunner, StepRunner
 #include "engine/sampler.h"
 #include "memory/eviction_policy.h"
 
@@ -37,7 +37,7 @@ struct GenerateResult {
 // Calls on_token(prev, token) for every token after the first of the prompt (prompt tokens are
 // echoed, as run.c does) as soon as it is known. The sequence's pages are returned before it
 // returns, also on error.
-absl::StatusOr<GenerateResult> Generate(ModelRunner& runner, std::span<const int32_t> prompt,
+absl::StatusOr<GenerateResult> Generate(StepRunner& runner, std::span<const int32_t> prompt,
                                         const GenerateOptions& options,
                                         const std::function<void(int32_t, int32_t)>& on_token);
 

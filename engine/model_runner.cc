@@ -29,24 +29,10 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
 
   // Validate the plan and reserve the slots of the new tokens, before touching any state.
   int64_t T = 0, rows = 0;
+  if (absl::Status s = ValidateSteps(c, steps, &T, &rows); !s.ok()) return s;
   std::vector<int64_t> first_token(steps.size());
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const SequenceStep& st = steps[i];
-    if (st.tokens.empty()) return absl::InvalidArgumentError("a sequence step has no tokens");
-    if (st.start_pos < 0 || st.start_pos + int64_t(st.tokens.size()) > c.seq_len) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "positions ", st.start_pos, "..", st.start_pos + st.tokens.size() - 1,
-          " exceed the model's context length ", c.seq_len));
-    }
-    for (int32_t tok : st.tokens) {
-      if (tok < 0 || tok >= c.vocab_size) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("token id ", tok, " is outside the vocabulary [0, ", c.vocab_size, ")"));
-      }
-    }
-    first_token[i] = T;
-    T += st.tokens.size();
-    rows += st.all_logits ? st.tokens.size() : 1;
+  for (size_t i = 1; i < steps.size(); ++i) {
+    first_token[i] = first_token[i - 1] + static_cast<int64_t>(steps[i - 1].tokens.size());
   }
   for (size_t i = 0; i < steps.size(); ++i) {
     absl::Status s = cache_->Reserve(*steps[i].kv, steps[i].tokens.size());

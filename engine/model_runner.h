@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model.h"
+#include "engine/step_runner.h"
 #include "memory/kv_cache.h"
 
 namespace heavykv {
@@ -21,15 +22,8 @@ namespace heavykv {
 // The KvShape that holds `config`'s K/V with pages of `block_size` slots.
 KvShape KvShapeFor(const ModelConfig& config, int32_t block_size);
 
-// One sequence's part of a step.
-struct SequenceStep {
-  SequenceKv* kv = nullptr;          // the sequence's cache, changed through the KvCache
-  std::span<const int32_t> tokens;   // fed at positions [start_pos, start_pos + tokens.size())
-  int32_t start_pos = 0;
-  bool all_logits = false;           // logits for every token (scoring) or only for the last
-};
-
-class ModelRunner {
+// The CPU backend of StepRunner.
+class ModelRunner : public StepRunner {
  public:
   // `model` and `cache` must outlive the runner; the cache's shape must match the model.
   ModelRunner(const Model& model, KvCache* cache);
@@ -39,10 +33,10 @@ class ModelRunner {
   // RESOURCE_EXHAUSTED if the pool cannot hold the new tokens (the step did not run and holds
   // no new page). INVALID_ARGUMENT for a
   // token id outside the vocabulary or a position past the model's context.
-  absl::StatusOr<std::span<const float>> Forward(std::span<const SequenceStep> steps);
+  absl::StatusOr<std::span<const float>> Forward(std::span<const SequenceStep> steps) override;
 
-  const Model& model() const { return model_; }
-  KvCache& cache() { return *cache_; }
+  const Model& model() const override { return model_; }
+  KvCache& cache() override { return *cache_; }
 
  private:
   const Model& model_;

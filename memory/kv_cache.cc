@@ -10,7 +10,7 @@
 namespace heavykv {
 
 int64_t KvShape::PageBytes() const {
-  return PageFloats() * int64_t(sizeof(float)) +
+  return PageFloats() * int64_t(element_bytes) +
          PageMetaEntries() * int64_t(sizeof(int32_t) + sizeof(float));
 }
 
@@ -19,7 +19,7 @@ int32_t KvCache::PagesForBytes(const KvShape& shape, int64_t bytes) {
 }
 
 absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvShape& shape,
-                                                         int32_t num_pages) {
+                                                         int32_t num_pages, KvStorage storage) {
   if (shape.num_layers <= 0 || shape.num_kv_heads <= 0 || shape.head_dim <= 0) {
     return absl::InvalidArgumentError("KV shape must have positive layers, kv heads, head_dim");
   }
@@ -31,15 +31,33 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvShape& shape,
     return absl::InvalidArgumentError(absl::StrCat("KV pool needs at least one page, got ",
                                                    num_pages));
   }
-  return std::unique_ptr<KvCache>(new KvCache(shape, num_pages));
+  if (storage == KvStorage::kHost && shape.element_bytes != int32_t(sizeof(float))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "host KV storage holds fp32 elements; got element_bytes ", shape.element_bytes));
+  }
+  if (shape.element_bytes != 2 && shape.element_bytes != 4) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("KV element_bytes must be 2 or 4, got ", shape.element_bytes));
+  }
+  return std::unique_ptr<KvCache>(new KvCache(shape, num_pages, storage));
 }
 
-KvCache::KvCache(const KvShape& shape, int32_t num_pages)
+KvCache::KvCache(const KvShape& shape, int32_t num_pages, KvStorage storage)
     : shape_(shape),
+      storage_(storage),
       alloc_(num_pages),
-      kv_(static_cast<size_t>(shape.PageFloats()) * num_pages),
-      pos_(static_cast<size_t>(shape.PageMetaEntries()) * num_pages),
-      score_(static_cast<size_t>(shape.PageMetaEntries()) * num_pages) {}
+      kv_(storage == KvStorage::kHost ? static_cast<size_t>(shape.PageFloats()) * num_pages : 0),
+      pos_(storage == KvStorage::kHost ? static_cast<size_t>(shape.PageMetaEntries()) * num_pages
+                                       : 0),
+      score_(storage == KvStorage::kHost
+                 ? static_cast<size_t>(shape.PageMetaEntries()) * num_pages
+                 : 0) {}
+
+void KvCache::CheckHostStorage(const char* what) const {
+  if (storage_ == KvStorage::kHost) return;
+  std::fprintf(stderr, "KvCache::%s on external storage: the device runner owns the K/V\n", what);
+  std::abort();
+}
 
 int32_t KvCache::PagesNeeded(const SequenceKv& seq, int32_t num_new) const {
   int64_t slots = int64_t(seq.num_slots) + num_new;
@@ -60,6 +78,7 @@ absl::Status KvCache::Reserve(SequenceKv& seq, int32_t num_new) {
 
 PagedKvHead KvCache::View(const SequenceKv& seq, int32_t layer, int32_t kv_head,
                           int32_t num_slots) {
+  CheckHostStorage("View");
   const int64_t bs = shape_.block_size, hd = shape_.head_dim;
   const int64_t lh = int64_t(layer) * shape_.num_kv_heads + kv_head;
   PagedKvHead v;
@@ -79,6 +98,7 @@ PagedKvHead KvCache::View(const SequenceKv& seq, int32_t layer, int32_t kv_head,
 void KvCache::EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, int32_t held,
                         int32_t newest_pos) {
   if (held <= seq.budget || seq.policy == nullptr) return;
+  CheckHostStorage("EvictHead");
   const int32_t num_evict = held - seq.budget;
   PagedKvHead h = View(seq, layer, kv_head, held);
 

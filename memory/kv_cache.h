@@ -12,6 +12,13 @@
 // through KvCache methods. The runner writes new K/V rows through View(); kernels read K/V and
 // add to scores through it.
 //
+// External storage (KvStorage::kExternal, the CUDA backend): KvCache still owns the page ids,
+// block tables and slot counts (Reserve / Commit / Truncate / Release work as above), but holds
+// no K/V, pos or score arrays. They live in device memory owned by the runner
+// (engine/cuda/cuda_model_runner.h), with the same page layout and shape.element_bytes per K/V
+// element; that runner appends, attends and evicts there, then calls Commit. View() and
+// EvictHead() are then unavailable (they abort).
+//
 // A step on a sequence: Reserve(n) -> kernels append n rows at slots [num_slots, num_slots+n) of
 // every (layer, head) and attend -> EvictHead() on every (layer, head) -> Commit(). Between steps
 // a sequence holds ceil(num_slots / block_size) <= ceil(budget / block_size) pages.
@@ -35,6 +42,7 @@ struct KvShape {
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
   int32_t block_size = 16;
+  int32_t element_bytes = 4;  // per K/V element: 4 (fp32, host storage) or 2 (bf16 on a GPU)
 
   // Bytes of one page: K+V rows plus position and score per slot, for every layer and kv head.
   int64_t PageBytes() const;
@@ -54,14 +62,20 @@ struct SequenceKv {
   int64_t tokens_evicted = 0;  // per (layer, head): tokens dropped from the sequence so far
 };
 
+// Where the K/V, pos and score arrays live (see Ownership above).
+enum class KvStorage { kHost, kExternal };
+
 class KvCache {
  public:
-  static absl::StatusOr<std::unique_ptr<KvCache>> Create(const KvShape& shape, int32_t num_pages);
+  // kHost needs shape.element_bytes == 4.
+  static absl::StatusOr<std::unique_ptr<KvCache>> Create(const KvShape& shape, int32_t num_pages,
+                                                         KvStorage storage = KvStorage::kHost);
   // Number of pages that fit in `bytes` (at least 1).
   static int32_t PagesForBytes(const KvShape& shape, int64_t bytes);
 
   const KvShape& shape() const { return shape_; }
   const PageAllocator& allocator() const { return alloc_; }
+  KvStorage storage() const { return storage_; }
 
   // Ensures seq has slots for `num_new` more tokens (num_slots + num_new). All-or-nothing: on
   // RESOURCE_EXHAUSTED nothing was allocated.
@@ -90,10 +104,12 @@ class KvCache {
   void Release(SequenceKv& seq);
 
  private:
-  KvCache(const KvShape& shape, int32_t num_pages);
+  KvCache(const KvShape& shape, int32_t num_pages, KvStorage storage);
   void FreeUnusedPages(SequenceKv& seq);
+  void CheckHostStorage(const char* what) const;
 
   KvShape shape_;
+  KvStorage storage_;
   PageAllocator alloc_;
   AlignedVector<float> kv_;       // [num_pages][num_layers][num_kv_heads][2][block_size][head_dim]
   std::vector<int32_t> pos_;    // [num_pages][num_layers][num_kv_heads][block_size]

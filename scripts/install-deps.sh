@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Installs every Debian package heavykv needs to build, test and run, and nothing else.
 # The single source of truth for dependencies: the README, .ci/run and the Dockerfile call it.
-# Usage: scripts/install-deps.sh [--runtime]   (--runtime: only the shared libraries needed to run)
+# Usage: scripts/install-deps.sh [--runtime] [--cuda]
+#   --runtime  only the shared libraries needed to run (the container's runtime stage)
+#   --cuda     also the CUDA toolkit (or, with --runtime, its libraries) for -DHEAVYKV_CUDA=ON;
+#              Debian ships them in the contrib and non-free components, which must be enabled
 set -euo pipefail
 
 BUILD_PKGS=(
@@ -10,13 +13,30 @@ BUILD_PKGS=(
   libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-protobuf
+  python3-yaml prometheus   # deploy checks: YAML parsing, promtool
 )
 RUNTIME_PKGS=(
   libgrpc++1.51 libprotobuf32 libabsl20220623 libspdlog1.10 libfmt9
   libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libopenblas0-pthread libgomp1
 )
+CUDA_PKGS=(nvidia-cuda-toolkit nvidia-cuda-toolkit-gcc)
+CUDA_RUNTIME_PKGS=(libcudart11.0 libcublaslt11)
 
-if [[ "${1:-}" == "--runtime" ]]; then PKGS=("${RUNTIME_PKGS[@]}"); else PKGS=("${BUILD_PKGS[@]}"); fi
+runtime=0 cuda=0
+for arg in "$@"; do
+  case "$arg" in
+    --runtime) runtime=1 ;;
+    --cuda) cuda=1 ;;
+    *) echo "usage: scripts/install-deps.sh [--runtime] [--cuda]" >&2; exit 2 ;;
+  esac
+done
+
+if ((runtime)); then PKGS=("${RUNTIME_PKGS[@]}"); else PKGS=("${BUILD_PKGS[@]}"); fi
+if ((cuda)); then
+  if ((runtime)); then PKGS+=("${CUDA_RUNTIME_PKGS[@]}"); else PKGS+=("${CUDA_PKGS[@]}"); fi
+fi
+# `kubectl kustomize` renders deploy/k8s in the tests: Debian's kubectl unless one is on PATH.
+if ((!runtime)) && ! command -v kubectl >/dev/null; then PKGS+=(kubernetes-client); fi
 
 missing=()
 for p in "${PKGS[@]}"; do
@@ -27,4 +47,9 @@ if ((${#missing[@]})); then
   SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  # The tests need only promtool from the prometheus package; its daemon would take port 9090,
+  # heavykv serve's default metrics port. Stop it where systemd started it.
+  if [[ " ${missing[*]} " == *" prometheus "* ]] && [[ -d /run/systemd/system ]]; then
+    $SUDO systemctl disable --now prometheus.service >/dev/null 2>&1 || true
+  fi
 fi

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/evaluator.h"
+#include "engine/step_runner.h"
 #include "server/cli_flags.h"
 #include "server/commands.h"
 
@@ -14,7 +15,7 @@ namespace heavykv::cli {
 
 int EvalCommand(int argc, char** argv) {
   std::string model_path, tokenizer_path, text_path, policies = "full,window,sink,h2o";
-  std::string budgets = "0.2";
+  std::string budgets = "0.2", device_name = "cpu";
   int64_t window = 0, max_windows = 0, block_size = 16, threads = 0;
   double recent_fraction = 0.5;
   bool json = false;
@@ -29,6 +30,7 @@ int EvalCommand(int argc, char** argv) {
   flags.Double("recent-fraction", &recent_fraction, "h2o: share of the budget kept for recent tokens");
   flags.Int("block-size", &block_size, "token slots per KV page");
   flags.Int("threads", &threads, "CPU threads; 0 = every core");
+  flags.String("device", &device_name, "cpu or cuda: where the forward passes run");
   flags.Bool("json", &json, "JSON lines on stdout (the table goes to stderr)");
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
   if (model_path.empty() || text_path.empty()) {
@@ -38,6 +40,9 @@ int EvalCommand(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError(
         "--window and --max-windows must be >= 0, --block-size in [1, 1024]"));
   }
+  absl::StatusOr<Device> device = ParseDevice(device_name);
+  if (!device.ok()) return Fail(device.status());
+  if (absl::Status s = CheckDevice(*device); !s.ok()) return Fail(s);
   SetThreads(threads);
   absl::StatusOr<Model> model = LoadModel(model_path);
   if (!model.ok()) return Fail(model.status());
@@ -68,6 +73,7 @@ int EvalCommand(int argc, char** argv) {
   opt.max_windows = static_cast<int32_t>(max_windows);
   opt.recent_fraction = recent_fraction;
   opt.block_size = static_cast<int32_t>(block_size);
+  opt.device = *device;
   std::vector<std::string> budget_list = SplitList(budgets);
   if (budget_list.empty()) return Fail(absl::InvalidArgumentError("--kv-budget is empty"));
   for (const std::string& p : SplitList(policies)) {

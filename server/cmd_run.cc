@@ -1,4 +1,4 @@
-// heavykv run: one generation on the CPU engine, printed as llama2.c run.c prints it.
+// heavykv run: one generation on the CPU or CUDA engine, printed as llama2.c run.c prints it.
 #include <chrono>
 #include <cstdio>
 #include <random>
@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "engine/generator.h"
+#include "engine/step_runner.h"
 #include "kernels/cpu/gemm.h"
 #include "server/cli_flags.h"
 #include "server/commands.h"
@@ -59,6 +60,7 @@ void SetThreads(int64_t threads) {
 
 int RunCommand(int argc, char** argv) {
   std::string model_path, tokenizer_path, prompt, policy_name = "full", budget_text = "1";
+  std::string device_name = "cpu";
   int64_t steps = 256, top_k = 0, seed = -1, block_size = 16, kv_pages = 0, kv_pool_mb = 0;
   int64_t prefill_chunk = 256, threads = 0;
   double temperature = 1.0, top_p = 0.9, recent_fraction = 0.5;
@@ -80,9 +82,13 @@ int RunCommand(int argc, char** argv) {
   flags.Int("kv-pool-mb", &kv_pool_mb, "KV pool size in MiB (if --kv-pages is 0)");
   flags.Int("prefill-chunk", &prefill_chunk, "prompt tokens per forward step");
   flags.Int("threads", &threads, "CPU threads; 0 = every core");
+  flags.String("device", &device_name, "cpu or cuda: where the weights, KV pool and forward pass run");
   flags.Bool("json", &json, "print one JSON object with text, tokens and timings");
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
   if (model_path.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
+  absl::StatusOr<Device> device = ParseDevice(device_name);
+  if (!device.ok()) return Fail(device.status());
+  if (absl::Status s = CheckDevice(*device); !s.ok()) return Fail(s);
   SetThreads(threads);
 
   absl::StatusOr<Model> model = LoadModel(model_path);
@@ -122,14 +128,16 @@ int RunCommand(int argc, char** argv) {
   if (block_size <= 0 || block_size > 1024) {
     return Fail(absl::InvalidArgumentError("--block-size must be in [1, 1024]"));
   }
-  const KvShape shape = KvShapeFor(c, static_cast<int32_t>(block_size));
+  const KvShape shape = KvShapeForDevice(*device, c, static_cast<int32_t>(block_size));
   const int64_t held = std::min<int64_t>(opt.steps, opt.budget) + opt.prefill_chunk;
   absl::StatusOr<int32_t> pages =
       PoolPages(shape, kv_pages, kv_pool_mb, static_cast<int32_t>((held + block_size - 1) / block_size));
   if (!pages.ok()) return Fail(pages.status());
-  absl::StatusOr<std::unique_ptr<KvCache>> cache = KvCache::Create(shape, *pages);
+  absl::StatusOr<std::unique_ptr<KvCache>> cache = CreateKvCache(*device, shape, *pages);
   if (!cache.ok()) return Fail(cache.status());
-  ModelRunner runner(*model, cache->get());
+  absl::StatusOr<std::unique_ptr<StepRunner>> runner =
+      MakeStepRunner(*device, *model, cache->get());
+  if (!runner.ok()) return Fail(runner.status());
 
   std::string text;
   auto on_token = [&](int32_t prev, int32_t token) {
@@ -146,7 +154,7 @@ int RunCommand(int argc, char** argv) {
       std::fflush(stdout);
     }
   };
-  absl::StatusOr<GenerateResult> r = Generate(runner, *ids, opt, on_token);
+  absl::StatusOr<GenerateResult> r = Generate(**runner, *ids, opt, on_token);
   if (!r.ok()) {
     if (!json) std::fputc('\n', stdout);
     return Fail(r.status());

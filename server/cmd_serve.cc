@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "engine/engine.h"
 #include "engine/model_runner.h"
+#include "engine/step_runner.h"
 #include "server/cli_flags.h"
 #include "server/commands.h"
 #include "server/grpc_service.h"
@@ -45,7 +46,7 @@ std::string WithPort(const std::string& address, int port) {
 int ServeCommand(int argc, char** argv) {
   std::string model_path, tokenizer_path, listen = "0.0.0.0:50051",
                                           metrics_address = "0.0.0.0:9090";
-  std::string policy = "full", budget = "1";
+  std::string policy = "full", budget = "1", device_name = "cpu";
   int64_t block_size = 16, kv_pages = 0, kv_pool_mb = 0, max_step_tokens = 512, max_running = 64;
   int64_t max_waiting = 256, max_prompt_tokens = 0, max_new_tokens_limit = 0, threads = 0;
   double recent_fraction = 0.5, grace = 30, full_overcommit = 1.0;
@@ -57,7 +58,9 @@ int ServeCommand(int argc, char** argv) {
   flags.String("metrics-address", &metrics_address,
                "Prometheus /metrics address host:port; empty = off");
   flags.Int("block-size", &block_size, "token slots per KV page");
-  flags.Int("kv-pages", &kv_pages, "KV pool size in pages; 0 = --max-running full contexts");
+  flags.Int("kv-pages", &kv_pages,
+            "KV pool size in pages; 0 = --max-running full contexts (cpu) or free GPU memory "
+            "minus the weights and a reserve of max(1 GiB, 10%) (cuda)");
   flags.Int("kv-pool-mb", &kv_pool_mb, "KV pool size in MiB (if --kv-pages is 0)");
   flags.String("policy", &policy, "default KV policy: full, window, sink, h2o");
   flags.String("kv-budget", &budget,
@@ -76,9 +79,13 @@ int ServeCommand(int argc, char** argv) {
                "admit full-cache requests while their possible growth is within this multiple "
                "of the pool; 1 never preempts them, more bets on early EOS");
   flags.Int("threads", &threads, "CPU threads; 0 = every core");
+  flags.String("device", &device_name, "cpu or cuda: where the weights, KV pool and forward pass run");
   flags.Double("grace", &grace, "seconds running requests get to finish on SIGTERM/SIGINT");
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
   if (model_path.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
+  absl::StatusOr<Device> device = ParseDevice(device_name);
+  if (!device.ok()) return Fail(device.status());
+  if (absl::Status s = CheckDevice(*device); !s.ok()) return Fail(s);
   for (absl::Status s : {CheckRange("block-size", block_size, 1, 1024),
                          CheckRange("max-step-tokens", max_step_tokens, 1, 1 << 20),
                          CheckRange("max-running", max_running, 1, 1 << 16),
@@ -106,11 +113,16 @@ int ServeCommand(int argc, char** argv) {
   absl::StatusOr<std::optional<Tokenizer>> tok =
       LoadOptionalTokenizer(tokenizer_path, c.vocab_size);
   if (!tok.ok()) return Fail(tok.status());
-  const KvShape shape = KvShapeFor(c, static_cast<int32_t>(block_size));
+  const KvShape shape = KvShapeForDevice(*device, c, static_cast<int32_t>(block_size));
   const int64_t pages_per_context = (c.seq_len + block_size - 1) / block_size;
-  absl::StatusOr<int32_t> pages = PoolPages(
-      shape, kv_pages, kv_pool_mb,
-      static_cast<int32_t>(std::min<int64_t>(INT32_MAX, max_running * pages_per_context)));
+  int32_t default_pages =
+      static_cast<int32_t>(std::min<int64_t>(INT32_MAX, max_running * pages_per_context));
+  if (*device == Device::kCuda && kv_pages == 0 && kv_pool_mb == 0) {
+    absl::StatusOr<int32_t> fit = DefaultKvPages(*device, *model, shape);
+    if (!fit.ok()) return Fail(fit.status());
+    default_pages = *fit;
+  }
+  absl::StatusOr<int32_t> pages = PoolPages(shape, kv_pages, kv_pool_mb, default_pages);
   if (!pages.ok()) return Fail(pages.status());
 
   auto metrics = std::make_shared<server::Metrics>();
@@ -128,9 +140,10 @@ int ServeCommand(int argc, char** argv) {
   options.default_budget = budget;
   options.default_recent_fraction = recent_fraction;
   options.threads = static_cast<int>(threads);
+  options.device = device_name;
   const bool has_tokenizer = tok->has_value();
   absl::StatusOr<std::unique_ptr<Engine>> engine =
-      Engine::Create(*std::move(model), *std::move(*tok), options);
+      Engine::Create(*std::move(model), std::move(*tok), options);
   if (!engine.ok()) return Fail(engine.status());
   metrics->SetStatsSource([e = engine->get()] { return e->Stats(); });
 
@@ -166,9 +179,10 @@ int ServeCommand(int argc, char** argv) {
       model_path, c.dim, c.num_layers, c.num_heads, c.num_kv_heads, c.vocab_size, c.seq_len,
       has_tokenizer ? tokenizer_path : "none (token ids only)");
   spdlog::info(
-      "KV pool: {} pages x {} tokens ({:.1f} MiB); default policy {} budget {}; "
+      "KV pool on {}: {} pages x {} tokens ({:.1f} MiB); default policy {} budget {}; "
       "max running {}, step tokens {}, queue {}",
-      info.pages_total, info.block_size, double(info.page_bytes) * info.pages_total / (1 << 20),
+      device_name, info.pages_total, info.block_size,
+      double(info.page_bytes) * info.pages_total / (1 << 20),
       policy, budget, max_running, max_step_tokens, max_waiting);
   spdlog::info("gRPC listening on {}; metrics on {}", WithPort(listen, port), metrics_bound);
 

@@ -14,7 +14,8 @@ constexpr char kUsage[] =
     "  make-model  write a random-weight llama2.c checkpoint at a real model's shape\n"
     "  serve       the gRPC inference server (heavykv.v1.Generation) with Prometheus metrics\n"
     "  generate    stream one generation from a running server\n"
-    "  bench       load-test a running server: throughput, TTFT and inter-token latency\n";
+    "  bench       load-test a running server: throughput, TTFT and inter-token latency\n"
+    "  plan        size the KV pool: bytes per token, pages and sequences per replica\n";
 
 }  // namespace
 
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
   if (!std::strcmp(cmd, "serve")) return heavykv::cli::ServeCommand(argc, argv);
   if (!std::strcmp(cmd, "generate")) return heavykv::cli::GenerateCommand(argc, argv);
   if (!std::strcmp(cmd, "bench")) return heavykv::cli::BenchCommand(argc, argv);
+  if (!std::strcmp(cmd, "plan")) return heavykv::cli::PlanCommand(argc, argv);
   std::fprintf(stderr, "heavykv: unknown command \"%s\"\n%s", cmd, kUsage);
   return 2;
 }

@@ -1,0 +1,63 @@
+#include "engine/capacity_plan.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace heavykv {
+namespace {
+
+int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+}  // namespace
+
+int32_t PagesPerSequence(int32_t block_size, int32_t max_len, int32_t tokens_kept) {
+  // Scheduler::WorstCasePages: a bounded sequence holds budget + 1 slots while a decode token
+  // is in flight, before its layers evict back to the budget.
+  const int64_t slots = tokens_kept < max_len ? int64_t(tokens_kept) + 1 : max_len;
+  return static_cast<int32_t>(CeilDiv(slots, block_size));
+}
+
+int32_t PrefillReservePages(int32_t block_size, int32_t max_step_tokens) {
+  return static_cast<int32_t>(CeilDiv(max_step_tokens, block_size)) + 4;  // ScratchPages()
+}
+
+absl::StatusOr<CapacityPlan> PlanCapacity(const CapacityPlanInput& in,
+                                          const std::vector<KvBudget>& budgets) {
+  const KvShape& s = in.shape;
+  if (s.num_layers <= 0 || s.num_kv_heads <= 0 || s.head_dim <= 0 || s.block_size <= 0) {
+    return absl::InvalidArgumentError(
+        "the KV shape needs positive layers, kv heads, head_dim and block size");
+  }
+  for (auto [name, v] : {std::pair{"pool pages", in.num_pages},
+                         {"max length", in.max_len},
+                         {"max step tokens", in.max_step_tokens},
+                         {"max running", in.max_running}}) {
+    if (v <= 0) return absl::InvalidArgumentError(absl::StrCat(name, " must be positive"));
+  }
+  CapacityPlan plan;
+  plan.page_bytes = s.PageBytes();
+  plan.bytes_per_token = plan.page_bytes / s.block_size;
+  plan.num_pages = in.num_pages;
+
+  std::vector<KvBudget> all = {KvBudget{true, 1.0}};
+  all.insert(all.end(), budgets.begin(), budgets.end());
+  for (const KvBudget& b : all) {
+    CapacityRow row;
+    row.budget = b;
+    row.tokens_kept = std::min(b.Resolve(in.max_len), in.max_len);
+    row.bounded = row.tokens_kept < in.max_len;
+    row.pages_per_sequence = PagesPerSequence(s.block_size, in.max_len, row.tokens_kept);
+    // The reserve is held back only while bounded sequences run (Scheduler::Fits).
+    row.reserve_pages = row.bounded ? PrefillReservePages(s.block_size, in.max_step_tokens) : 0;
+    row.sequences = std::max<int64_t>(0, in.num_pages - row.reserve_pages) / row.pages_per_sequence;
+    // Every running sequence takes at least one of a step's tokens (its decode token).
+    row.running = std::min<int64_t>({row.sequences, in.max_running, in.max_step_tokens});
+    row.pages_for_max_running =
+        int64_t(in.max_running) * row.pages_per_sequence + row.reserve_pages;
+    plan.rows.push_back(row);
+  }
+  return plan;
+}
+
+}  // namespace heavykv

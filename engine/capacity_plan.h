@@ -1,0 +1,65 @@
+// Capacity planning: how many sequences one replica's KV pool holds at once, for the full cache
+// and for each KV budget, by the same page rules the scheduler admits with (scheduler.h):
+//
+//   bytes per token    = layers * kv_heads * (2 * head_dim * E + 8)     K+V elements of E bytes
+//                                                                       (4 fp32 on the CPU, 2 bf16
+//                                                                       on CUDA), int32 pos and
+//                                                                       float score per slot
+//   page bytes         = block_size * bytes per token
+//   full sequence      : ceil(max_len / block_size) pages
+//   bounded (B < L)    : ceil((B + 1) / block_size) pages, plus one shared prefill reserve of
+//                        ceil(max_step_tokens / block_size) + 4 pages while any bounded one runs
+//   sequences          = floor(pages / per sequence)                        (full)
+//                      = floor((pages - reserve) / per sequence)            (bounded)
+//
+// `heavykv plan` prints it; docs/DEPLOY.md explains how to use it to size --kv-pool-mb.
+//
+//   CapacityPlanInput in{KvShapeFor(config, 16), /*num_pages=*/3584, /*max_len=*/1024};
+//   absl::StatusOr<CapacityPlan> plan = PlanCapacity(in, {*KvBudget::Parse("0.2")});
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "memory/eviction_policy.h"
+#include "memory/kv_cache.h"
+
+namespace heavykv {
+
+struct CapacityPlanInput {
+  KvShape shape;                  // block_size and element_bytes included
+  int32_t num_pages = 0;          // the pool (--kv-pages, or --kv-pool-mb / page bytes)
+  int32_t max_len = 0;            // tokens per sequence: prompt + max new tokens
+  int32_t max_step_tokens = 512;  // SchedulerConfig::max_step_tokens
+  int32_t max_running = 64;       // SchedulerConfig::max_running
+};
+
+struct CapacityRow {
+  KvBudget budget;                 // as given; the full-cache row has value 1 (the whole sequence)
+  int32_t tokens_kept = 0;         // per (layer, kv head): the resolved budget, or max_len
+  bool bounded = false;            // false when the budget keeps the whole sequence
+  int32_t pages_per_sequence = 0;  // what the scheduler reserves for one sequence
+  int32_t reserve_pages = 0;       // the shared prefill reserve (bounded rows only)
+  int64_t sequences = 0;           // that fit in the pool at once (0: not even one)
+  int64_t running = 0;  // min(sequences, max_running, max_step_tokens): what one replica runs
+  int64_t pages_for_max_running = 0;  // pool that admits max_running of them at once
+};
+
+struct CapacityPlan {
+  int64_t bytes_per_token = 0;  // every layer and kv head, metadata included
+  int64_t page_bytes = 0;
+  int32_t num_pages = 0;
+  std::vector<CapacityRow> rows;  // the full cache first, then one per budget, in order
+};
+
+// Pages of one sequence of `max_len` tokens whose heads keep `tokens_kept` (>= max_len: full).
+int32_t PagesPerSequence(int32_t block_size, int32_t max_len, int32_t tokens_kept);
+// The scheduler's prefill reserve for bounded sequences.
+int32_t PrefillReservePages(int32_t block_size, int32_t max_step_tokens);
+
+// INVALID_ARGUMENT for a shape, pool, length or limit that is not positive.
+absl::StatusOr<CapacityPlan> PlanCapacity(const CapacityPlanInput& in,
+                                          const std::vector<KvBudget>& budgets);
+
+}  // namespace heavykv

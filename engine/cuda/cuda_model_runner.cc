@@ -1,0 +1,591 @@
+#include "engine/cuda/cuda_model_runner.h"
+
+#include <cublasLt.h>
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "engine/cuda/step_layout.h"
+#include "kernels/cuda/device_kv.cuh"
+#include "kernels/cuda/embedding.cuh"
+#include "kernels/cuda/evict.cuh"
+#include "kernels/cuda/gemm.cuh"
+#include "kernels/cuda/kv_append.cuh"
+#include "kernels/cuda/paged_attention.cuh"
+#include "kernels/cuda/rms_norm.cuh"
+#include "kernels/cuda/rope.cuh"
+#include "kernels/cuda/swiglu.cuh"
+#include "kernels/cuda/synthetic_kv.cuh"
+
+namespace heavykv {
+namespace {
+
+using cuda::bf16;
+
+constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // cuBLASLt
+constexpr int64_t kAlign = 256;
+constexpr int64_t kMinReserveBytes = int64_t(1) << 30;
+
+absl::Status CudaStatus(cudaError_t e, const char* what) {
+  if (e == cudaSuccess) return absl::OkStatus();
+  cudaGetLastError();  // clear a sticky launch error where the runtime allows it
+  if (e == cudaErrorMemoryAllocation) {
+    return absl::ResourceExhaustedError(absl::StrCat(what, ": out of GPU memory"));
+  }
+  return absl::InternalError(absl::StrCat(what, ": ", cudaGetErrorString(e)));
+}
+
+absl::Status LtStatus(cublasStatus_t s, const char* what) {
+  if (s == CUBLAS_STATUS_SUCCESS) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat(what, ": cuBLASLt status ", static_cast<int>(s)));
+}
+
+#define HEAVYKV_RETURN_IF_ERROR(expr)        \
+  do {                                       \
+    absl::Status s_ = (expr);                \
+    if (!s_.ok()) return s_;                 \
+  } while (0)
+#define HEAVYKV_CUDA_RETURN(expr) HEAVYKV_RETURN_IF_ERROR(CudaStatus((expr), #expr))
+
+// A device allocation that grows (contents are not kept); the stream must be idle when it does.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  ~DeviceBuffer() {
+    if (ptr_ != nullptr) cudaFree(ptr_);
+  }
+  absl::Status Reserve(int64_t bytes, cudaStream_t stream) {
+    if (bytes <= bytes_) return absl::OkStatus();
+    HEAVYKV_CUDA_RETURN(cudaStreamSynchronize(stream));
+    const int64_t want = std::max<int64_t>(bytes, bytes_ + bytes_ / 2);
+    if (ptr_ != nullptr) cudaFree(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+    cudaError_t e = cudaMalloc(&ptr_, want);
+    if (e != cudaSuccess) {
+      ptr_ = nullptr;
+      return CudaStatus(e, "activation buffer");
+    }
+    bytes_ = want;
+    return absl::OkStatus();
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+  int64_t bytes() const { return bytes_; }
+
+ private:
+  void* ptr_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+// Pinned host memory that grows.
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+  ~HostBuffer() {
+    if (ptr_ != nullptr) cudaFreeHost(ptr_);
+  }
+  absl::Status Reserve(int64_t bytes) {
+    if (bytes <= bytes_) return absl::OkStatus();
+    if (ptr_ != nullptr) cudaFreeHost(ptr_);
+    ptr_ = nullptr;
+    bytes_ = 0;
+    const int64_t want = std::max<int64_t>(bytes, 4096);
+    HEAVYKV_CUDA_RETURN(cudaMallocHost(&ptr_, want));
+    bytes_ = want;
+    return absl::OkStatus();
+  }
+  template <typename T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  int64_t bytes_ = 0;
+};
+
+int64_t AlignUp(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
+
+struct MatrixRef {
+  const cpu::PackedMatrix* m;
+  int64_t offset;  // bytes into the weight allocation
+};
+
+}  // namespace
+
+struct CudaModelRunner::Impl {
+  const Model& model;
+  KvCache* cache;
+  cudaStream_t stream = nullptr;
+  cublasLtHandle_t lt = nullptr;
+  cudaEvent_t meta_free = nullptr;  // the last upload of the staging buffer has been read
+  int num_sms = 1;
+  bool broken = false;
+
+  // Weights: one allocation, each tensor 256-byte aligned.
+  DeviceBuffer weights, workspace;
+  struct Layer {
+    bf16 *wqkv, *wo, *w13, *w2;
+    float *rms_att, *rms_ffn;
+  };
+  std::vector<Layer> layers;
+  bf16* classifier = nullptr;
+  bf16* embedding = nullptr;
+  float* rms_final = nullptr;
+  int64_t weight_bytes = 0;  // what a decode step reads
+
+  // The pool.
+  DeviceBuffer pool_kv, pool_pos, pool_score;
+  cuda::DeviceKvPool pool;
+
+  // Per step.
+  DeviceBuffer x, xb, qkv, att, hb, hb2, logits, part_out, part_ml, part_e, meta, error;
+  HostBuffer h_meta, h_logits, h_error;
+  StepLayout layout;
+  std::vector<EvictRule> rules;
+
+  Impl(const Model& m, KvCache* c) : model(m), cache(c) {}
+  ~Impl() {
+    if (stream != nullptr) cudaStreamSynchronize(stream);
+    if (lt != nullptr) cuda::DestroyGemmHandle(lt);
+    if (meta_free != nullptr) cudaEventDestroy(meta_free);
+    if (stream != nullptr) cudaStreamDestroy(stream);
+  }
+
+  absl::Status Init();
+  absl::Status UploadWeights();
+  absl::Status Prepare(std::span<const SequenceStep> steps, int64_t T, int64_t rows);
+  absl::Status Enqueue();
+  absl::Status Run(std::span<const SequenceStep> steps, bool copy_logits);
+};
+
+absl::Status CheckCudaDevice() {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device cuda: no CUDA device (", cudaGetErrorString(e), ")"));
+  }
+  if (n == 0) return absl::FailedPreconditionError("--device cuda: no CUDA device");
+  return absl::OkStatus();
+}
+
+bool HasCudaDevice() { return CheckCudaDevice().ok(); }
+
+int64_t CudaWeightBytes(const Model& model) {
+  const ModelConfig& c = model.config;
+  int64_t params = 0;
+  for (const LayerWeights& w : model.layers) {
+    params += w.wqkv.rows() * w.wqkv.cols() + w.wo.rows() * w.wo.cols() +
+              w.w13.rows() * w.w13.cols() + w.w2.rows() * w.w2.cols();
+  }
+  params += int64_t(c.vocab_size) * c.dim;               // classifier
+  if (!c.shared_classifier) params += int64_t(c.vocab_size) * c.dim;  // embedding table
+  return params * int64_t(sizeof(bf16)) +
+         (2 * int64_t(c.num_layers) + 1) * c.dim * int64_t(sizeof(float));
+}
+
+absl::StatusOr<int32_t> CudaDefaultKvPages(const Model& model, const KvShape& shape) {
+  HEAVYKV_RETURN_IF_ERROR(CheckCudaDevice());
+  size_t free_bytes = 0, total_bytes = 0;
+  HEAVYKV_CUDA_RETURN(cudaMemGetInfo(&free_bytes, &total_bytes));
+  const int64_t reserve = std::max<int64_t>(kMinReserveBytes, int64_t(total_bytes) / 10);
+  const int64_t weights = CudaWeightBytes(model);
+  const int64_t left = int64_t(free_bytes) - weights - reserve;
+  if (left < shape.PageBytes()) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the GPU has ", free_bytes >> 20, " MiB free: the weights take ", weights >> 20,
+        " MiB and the reserve ", reserve >> 20, " MiB, leaving no room for the KV pool"));
+  }
+  return static_cast<int32_t>(std::min<int64_t>(INT32_MAX, left / shape.PageBytes()));
+}
+
+absl::Status CudaModelRunner::Impl::Init() {
+  const ModelConfig& c = model.config;
+  const KvShape& s = cache->shape();
+  if (cache->storage() != KvStorage::kExternal || s.element_bytes != 2) {
+    return absl::InvalidArgumentError(
+        "the CUDA runner needs a KV cache with external bf16 storage (CreateKvCache(kCuda, ...))");
+  }
+  if (s.num_layers != c.num_layers || s.num_kv_heads != c.num_kv_heads ||
+      s.head_dim != c.head_dim()) {
+    return absl::InvalidArgumentError("the KV cache's shape does not match the model");
+  }
+  const int32_t hd = c.head_dim();
+  if (hd % 8 != 0 || hd > cuda::kAttentionMaxHeadDim || c.group_size() > cuda::kAttentionMaxGroup) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the CUDA kernels take head_dim a multiple of 8 up to ", cuda::kAttentionMaxHeadDim,
+        " and at most ", cuda::kAttentionMaxGroup, " query heads per kv head; this model has ",
+        hd, " and ", c.group_size(), "; use --device cpu"));
+  }
+  HEAVYKV_RETURN_IF_ERROR(CheckCudaDevice());
+  int device = 0;
+  HEAVYKV_CUDA_RETURN(cudaGetDevice(&device));
+  HEAVYKV_CUDA_RETURN(cudaDeviceGetAttribute(&num_sms, cudaDevAttrMultiProcessorCount, device));
+  HEAVYKV_CUDA_RETURN(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  HEAVYKV_CUDA_RETURN(cudaEventCreateWithFlags(&meta_free, cudaEventDisableTiming));
+  HEAVYKV_RETURN_IF_ERROR(LtStatus(cuda::CreateGemmHandle(&lt), "loading cuBLASLt"));
+  HEAVYKV_RETURN_IF_ERROR(workspace.Reserve(kWorkspaceBytes, stream));
+  HEAVYKV_RETURN_IF_ERROR(UploadWeights());
+
+  const int64_t pages = cache->allocator().num_pages_total();
+  pool.num_layers = s.num_layers;
+  pool.num_kv_heads = s.num_kv_heads;
+  pool.head_dim = s.head_dim;
+  pool.block_size = s.block_size;
+  HEAVYKV_RETURN_IF_ERROR(pool_kv.Reserve(pages * pool.PageElems() * int64_t(sizeof(bf16)), stream));
+  HEAVYKV_RETURN_IF_ERROR(pool_pos.Reserve(pages * pool.PageMeta() * int64_t(sizeof(int32_t)), stream));
+  HEAVYKV_RETURN_IF_ERROR(pool_score.Reserve(pages * pool.PageMeta() * int64_t(sizeof(float)), stream));
+  pool.kv = pool_kv.as<bf16>();
+  pool.pos = pool_pos.as<int32_t>();
+  pool.score = pool_score.as<float>();
+  HEAVYKV_CUDA_RETURN(cudaMemsetAsync(pool.pos, 0, pool_pos.bytes(), stream));
+  HEAVYKV_CUDA_RETURN(cudaMemsetAsync(pool.score, 0, pool_score.bytes(), stream));
+  HEAVYKV_RETURN_IF_ERROR(error.Reserve(sizeof(int32_t), stream));
+  HEAVYKV_CUDA_RETURN(cudaMemsetAsync(error.as<int32_t>(), 0, sizeof(int32_t), stream));
+  HEAVYKV_RETURN_IF_ERROR(h_error.Reserve(sizeof(int32_t)));
+  HEAVYKV_CUDA_RETURN(cudaEventRecord(meta_free, stream));
+  return CudaStatus(cudaStreamSynchronize(stream), "initialising the CUDA runner");
+}
+
+absl::Status CudaModelRunner::Impl::UploadWeights() {
+  const ModelConfig& c = model.config;
+  // Lay out every tensor first, then upload each through one host staging buffer.
+  int64_t off = 0;
+  auto place = [&](int64_t bytes) {
+    const int64_t o = off;
+    off = AlignUp(off + bytes);
+    return o;
+  };
+  struct Slot {
+    const cpu::PackedMatrix* matrix = nullptr;  // or
+    const float* floats = nullptr;              // fp32 vector / row-major table
+    int64_t rows = 0, cols = 0;                 // elements = rows * cols
+    bool to_bf16 = true;
+    int64_t offset = 0;
+  };
+  std::vector<Slot> slots;
+  auto add_matrix = [&](const cpu::PackedMatrix& m) {
+    slots.push_back({&m, nullptr, m.rows(), m.cols(), true, place(m.rows() * m.cols() * 2)});
+    return slots.back().offset;
+  };
+  auto add_floats = [&](const float* p, int64_t rows, int64_t cols, bool to_bf16) {
+    slots.push_back({nullptr, p, rows, cols, to_bf16,
+                     place(rows * cols * (to_bf16 ? 2 : int64_t(sizeof(float))))});
+    return slots.back().offset;
+  };
+  struct Offsets {
+    int64_t wqkv, wo, w13, w2, rms_att, rms_ffn;
+  };
+  std::vector<Offsets> lo;
+  for (const LayerWeights& w : model.layers) {
+    Offsets o;
+    o.wqkv = add_matrix(w.wqkv);
+    o.wo = add_matrix(w.wo);
+    o.w13 = add_matrix(w.w13);
+    o.w2 = add_matrix(w.w2);
+    o.rms_att = add_floats(w.rms_att.data(), 1, c.dim, false);
+    o.rms_ffn = add_floats(w.rms_ffn.data(), 1, c.dim, false);
+    lo.push_back(o);
+  }
+  const int64_t cls = add_matrix(model.classifier);
+  const int64_t emb = c.shared_classifier || model.embedding_storage.empty()
+                          ? cls
+                          : add_floats(model.embedding_storage.data(), c.vocab_size, c.dim, true);
+  const int64_t fin = add_floats(model.rms_final.data(), 1, c.dim, false);
+  HEAVYKV_RETURN_IF_ERROR(weights.Reserve(off, stream));
+  char* base = weights.as<char>();
+
+  std::vector<float> rowmajor;
+  std::vector<bf16> half;
+  for (const Slot& sl : slots) {
+    const int64_t n = sl.rows * sl.cols;
+    const float* src = sl.floats;
+    if (sl.matrix != nullptr) {
+      rowmajor.resize(n);
+      sl.matrix->ToRowMajor(rowmajor.data());
+      src = rowmajor.data();
+    }
+    if (sl.to_bf16) {
+      half.resize(n);
+      for (int64_t i = 0; i < n; ++i) half[i] = __float2bfloat16_rn(src[i]);
+      HEAVYKV_CUDA_RETURN(cudaMemcpy(base + sl.offset, half.data(), n * 2, cudaMemcpyHostToDevice));
+    } else {
+      HEAVYKV_CUDA_RETURN(
+          cudaMemcpy(base + sl.offset, src, n * sizeof(float), cudaMemcpyHostToDevice));
+    }
+  }
+  for (const Offsets& o : lo) {
+    layers.push_back({reinterpret_cast<bf16*>(base + o.wqkv), reinterpret_cast<bf16*>(base + o.wo),
+                      reinterpret_cast<bf16*>(base + o.w13), reinterpret_cast<bf16*>(base + o.w2),
+                      reinterpret_cast<float*>(base + o.rms_att),
+                      reinterpret_cast<float*>(base + o.rms_ffn)});
+  }
+  classifier = reinterpret_cast<bf16*>(base + cls);
+  embedding = reinterpret_cast<bf16*>(base + emb);
+  rms_final = reinterpret_cast<float*>(base + fin);
+  weight_bytes = 0;
+  for (const LayerWeights& w : model.layers) {
+    weight_bytes += (w.wqkv.rows() * w.wqkv.cols() + w.wo.rows() * w.wo.cols() +
+                     w.w13.rows() * w.w13.cols() + w.w2.rows() * w.w2.cols()) * 2;
+  }
+  weight_bytes += model.classifier.rows() * model.classifier.cols() * 2;
+  return absl::OkStatus();
+}
+
+// Sizes every buffer for the step and stages its plan; nothing is enqueued yet.
+absl::Status CudaModelRunner::Impl::Prepare(std::span<const SequenceStep> steps, int64_t T,
+                                            int64_t rows) {
+  const ModelConfig& c = model.config;
+  const int64_t dim = c.dim, hid = c.hidden_dim;
+  HEAVYKV_RETURN_IF_ERROR(BuildStepLayout(steps, rules, cache->shape().block_size, &layout));
+  const cuda::AttentionPlan plan = cuda::PlanAttention(
+      layout.num_tokens, c.num_kv_heads, c.group_size(), c.head_dim(), layout.max_held,
+      layout.any_scores, num_sms);
+  auto f = [](int64_t n) { return n * int64_t(sizeof(float)); };
+  auto h = [](int64_t n) { return n * int64_t(sizeof(bf16)); };
+  HEAVYKV_RETURN_IF_ERROR(x.Reserve(f(T * dim), stream));
+  HEAVYKV_RETURN_IF_ERROR(xb.Reserve(h(T * dim), stream));
+  HEAVYKV_RETURN_IF_ERROR(qkv.Reserve(f(T * c.qkv_dim()), stream));
+  HEAVYKV_RETURN_IF_ERROR(att.Reserve(h(T * dim), stream));
+  HEAVYKV_RETURN_IF_ERROR(hb.Reserve(f(T * 2 * hid), stream));
+  HEAVYKV_RETURN_IF_ERROR(hb2.Reserve(h(T * hid), stream));
+  HEAVYKV_RETURN_IF_ERROR(logits.Reserve(f(rows * c.vocab_size), stream));
+  HEAVYKV_RETURN_IF_ERROR(part_out.Reserve(f(std::max<int64_t>(1, plan.part_out_floats)), stream));
+  HEAVYKV_RETURN_IF_ERROR(part_ml.Reserve(f(std::max<int64_t>(1, plan.part_ml_floats)), stream));
+  HEAVYKV_RETURN_IF_ERROR(part_e.Reserve(f(std::max<int64_t>(1, plan.part_e_floats)), stream));
+  const int64_t meta_bytes = int64_t(layout.data.size()) * int64_t(sizeof(int32_t));
+  HEAVYKV_RETURN_IF_ERROR(meta.Reserve(meta_bytes, stream));
+  HEAVYKV_RETURN_IF_ERROR(h_logits.Reserve(f(rows * c.vocab_size)));
+  // The previous step's upload must have left the staging buffer before it is rewritten.
+  HEAVYKV_CUDA_RETURN(cudaEventSynchronize(meta_free));
+  HEAVYKV_RETURN_IF_ERROR(h_meta.Reserve(meta_bytes));
+  std::memcpy(h_meta.as<int32_t>(), layout.data.data(), meta_bytes);
+  return absl::OkStatus();
+}
+
+absl::Status CudaModelRunner::Impl::Enqueue() {
+  const ModelConfig& c = model.config;
+  const int64_t dim = c.dim, kv_dim = c.kv_dim(), qkv_dim = c.qkv_dim(), hid = c.hidden_dim;
+  const int64_t T = layout.num_tokens, rows = layout.num_rows;
+  const int32_t* d_meta = meta.as<int32_t>();
+  HEAVYKV_CUDA_RETURN(cudaMemcpyAsync(meta.as<int32_t>(), h_meta.as<int32_t>(),
+                                      layout.data.size() * sizeof(int32_t),
+                                      cudaMemcpyHostToDevice, stream));
+  HEAVYKV_CUDA_RETURN(cudaEventRecord(meta_free, stream));
+  cuda::DeviceStep step;
+  step.num_seqs = layout.num_seqs;
+  step.num_tokens = layout.num_tokens;
+  step.page_indptr = d_meta + layout.page_indptr;
+  step.page_ids = d_meta + layout.page_ids;
+  step.num_old = d_meta + layout.num_old;
+  step.num_new = d_meta + layout.num_new;
+  step.token_begin = d_meta + layout.token_begin;
+  step.start_pos = d_meta + layout.start_pos;
+  step.token_seq = d_meta + layout.token_seq;
+  step.token_pos = d_meta + layout.token_pos;
+  step.accumulate = d_meta + layout.accumulate;
+  step.budget = d_meta + layout.budget;
+  step.evict_kind = d_meta + layout.evict_kind;
+  step.evict_param = d_meta + layout.evict_param;
+  const cuda::AttentionPlan plan = cuda::PlanAttention(
+      layout.num_tokens, c.num_kv_heads, c.group_size(), c.head_dim(), layout.max_held,
+      layout.any_scores, num_sms);
+  bool evicts = false;
+  for (int32_t i = 0; i < layout.num_seqs; ++i) {
+    evicts = evicts || layout.data[layout.evict_kind + i] != 0;
+  }
+
+  float* xf = x.as<float>();
+  bf16* xbh = xb.as<bf16>();
+  float* qkvf = qkv.as<float>();
+  bf16* atth = att.as<bf16>();
+  float* hbf = hb.as<float>();
+  bf16* hb2h = hb2.as<bf16>();
+  void* ws = workspace.as<void>();
+  HEAVYKV_CUDA_RETURN(cuda::Embedding(embedding, d_meta + layout.tokens, xf, T, dim, stream));
+  for (int32_t l = 0; l < c.num_layers; ++l) {
+    const Layer& w = layers[l];
+    HEAVYKV_CUDA_RETURN(cuda::RmsNorm(xf, w.rms_att, xbh, T, dim, nullptr, stream));
+    HEAVYKV_RETURN_IF_ERROR(LtStatus(cuda::GemmBf16(lt, ws, kWorkspaceBytes, xbh, w.wqkv, qkvf, T,
+                                                    qkv_dim, dim, qkv_dim, false, stream),
+                                     "qkv GEMM"));
+    HEAVYKV_CUDA_RETURN(cuda::Rope(qkvf, T, qkv_dim, dim + kv_dim, c.head_dim(), step.token_pos,
+                                   stream));
+    HEAVYKV_CUDA_RETURN(cuda::KvAppend(pool, step, l, qkvf, qkv_dim, dim, dim + kv_dim, stream));
+    cuda::AttentionArgs a;
+    a.pool = pool;
+    a.step = step;
+    a.layer = l;
+    a.group = c.group_size();
+    a.q = qkvf;
+    a.q_stride = qkv_dim;
+    a.out = atth;
+    a.out_stride = dim;
+    a.part_out = part_out.as<float>();
+    a.part_ml = part_ml.as<float>();
+    a.part_e = part_e.as<float>();
+    HEAVYKV_CUDA_RETURN(cuda::PagedAttention(a, plan, stream));
+    if (evicts) {
+      HEAVYKV_CUDA_RETURN(
+          cuda::EvictLayer(pool, step, l, layout.max_held, error.as<int32_t>(), stream));
+    }
+    HEAVYKV_RETURN_IF_ERROR(LtStatus(cuda::GemmBf16(lt, ws, kWorkspaceBytes, atth, w.wo, xf, T,
+                                                    dim, dim, dim, true, stream),
+                                     "output projection GEMM"));
+    HEAVYKV_CUDA_RETURN(cuda::RmsNorm(xf, w.rms_ffn, xbh, T, dim, nullptr, stream));
+    HEAVYKV_RETURN_IF_ERROR(LtStatus(cuda::GemmBf16(lt, ws, kWorkspaceBytes, xbh, w.w13, hbf, T,
+                                                    2 * hid, dim, 2 * hid, false, stream),
+                                     "gate/up GEMM"));
+    HEAVYKV_CUDA_RETURN(cuda::SwiGlu(hbf, hb2h, T, hid, stream));
+    HEAVYKV_RETURN_IF_ERROR(LtStatus(cuda::GemmBf16(lt, ws, kWorkspaceBytes, hb2h, w.w2, xf, T,
+                                                    dim, hid, dim, true, stream),
+                                     "down projection GEMM"));
+  }
+  HEAVYKV_CUDA_RETURN(
+      cuda::RmsNorm(xf, rms_final, xbh, rows, dim, d_meta + layout.logit_rows, stream));
+  return LtStatus(cuda::GemmBf16(lt, ws, kWorkspaceBytes, xbh, classifier, logits.as<float>(),
+                                 rows, c.vocab_size, dim, c.vocab_size, false, stream),
+                  "classifier GEMM");
+}
+
+absl::Status CudaModelRunner::Impl::Run(std::span<const SequenceStep> steps, bool copy_logits) {
+  if (broken) {
+    return absl::FailedPreconditionError("the CUDA runner failed earlier and cannot run");
+  }
+  int64_t T = 0, rows = 0;
+  HEAVYKV_RETURN_IF_ERROR(ValidateSteps(model.config, steps, &T, &rows));
+  if (T > INT32_MAX / 2) return absl::InvalidArgumentError("too many tokens in one step");
+  rules.resize(steps.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    absl::StatusOr<EvictRule> r = EvictRuleFor(steps[i].kv->policy, steps[i].kv->budget);
+    if (!r.ok()) return r.status();
+    rules[i] = *r;
+  }
+  for (size_t i = 0; i < steps.size(); ++i) {
+    absl::Status s = cache->Reserve(*steps[i].kv, steps[i].tokens.size());
+    if (!s.ok()) {
+      for (size_t j = 0; j < i; ++j) cache->Truncate(*steps[j].kv, steps[j].kv->num_slots);
+      return s;
+    }
+  }
+  absl::Status s = Prepare(steps, T, rows);
+  if (s.ok()) s = Enqueue();
+  if (!s.ok()) {
+    // Nothing was committed: give the reservations back. A device error leaves the runner unusable.
+    for (const SequenceStep& st : steps) cache->Truncate(*st.kv, st.kv->num_slots);
+    if (!absl::IsResourceExhausted(s)) broken = true;
+    return s;
+  }
+  for (const SequenceStep& st : steps) {
+    cache->Commit(*st.kv, st.kv->num_slots + static_cast<int32_t>(st.tokens.size()));
+  }
+  if (!copy_logits) return absl::OkStatus();
+  const ModelConfig& c = model.config;
+  HEAVYKV_CUDA_RETURN(cudaMemcpyAsync(h_logits.as<float>(), logits.as<float>(),
+                                      rows * c.vocab_size * sizeof(float),
+                                      cudaMemcpyDeviceToHost, stream));
+  HEAVYKV_CUDA_RETURN(cudaMemcpyAsync(h_error.as<int32_t>(), error.as<int32_t>(), sizeof(int32_t),
+                                      cudaMemcpyDeviceToHost, stream));
+  cudaError_t e = cudaStreamSynchronize(stream);
+  if (e != cudaSuccess) {
+    broken = true;
+    return CudaStatus(e, "CUDA step");
+  }
+  if (*h_error.as<int32_t>() != 0) {
+    broken = true;
+    return absl::InternalError("GPU eviction found fewer candidates than victims needed");
+  }
+  return absl::OkStatus();
+}
+
+CudaModelRunner::CudaModelRunner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CudaModelRunner::~CudaModelRunner() = default;
+
+absl::StatusOr<std::unique_ptr<CudaModelRunner>> CudaModelRunner::Create(const Model& model,
+                                                                         KvCache* cache) {
+  auto impl = std::make_unique<Impl>(model, cache);
+  HEAVYKV_RETURN_IF_ERROR(impl->Init());
+  return std::unique_ptr<CudaModelRunner>(new CudaModelRunner(std::move(impl)));
+}
+
+absl::StatusOr<std::span<const float>> CudaModelRunner::Forward(
+    std::span<const SequenceStep> steps) {
+  HEAVYKV_RETURN_IF_ERROR(impl_->Run(steps, /*copy_logits=*/true));
+  return std::span<const float>(impl_->h_logits.as<float>(),
+                                int64_t(impl_->layout.num_rows) * impl_->model.config.vocab_size);
+}
+
+absl::Status CudaModelRunner::ForwardOnDevice(std::span<const SequenceStep> steps) {
+  return impl_->Run(steps, /*copy_logits=*/false);
+}
+
+absl::Status CudaModelRunner::Synchronize() {
+  return CudaStatus(cudaStreamSynchronize(impl_->stream), "CUDA synchronize");
+}
+
+const Model& CudaModelRunner::model() const { return impl_->model; }
+KvCache& CudaModelRunner::cache() { return *impl_->cache; }
+int64_t CudaModelRunner::WeightBytes() const { return impl_->weight_bytes; }
+
+int64_t CudaModelRunner::DeviceBytes() const {
+  const Impl& m = *impl_;
+  int64_t total = 0;
+  for (const DeviceBuffer* b : {&m.weights, &m.workspace, &m.pool_kv, &m.pool_pos, &m.pool_score,
+                                &m.x, &m.xb, &m.qkv, &m.att, &m.hb, &m.hb2, &m.logits,
+                                &m.part_out, &m.part_ml, &m.part_e, &m.meta, &m.error}) {
+    total += b->bytes();
+  }
+  return total;
+}
+
+absl::Status CudaModelRunner::FillSyntheticKv(SequenceKv& seq, int32_t num_slots, uint64_t seed) {
+  if (seq.num_slots != 0) return absl::InvalidArgumentError("FillSyntheticKv needs an empty sequence");
+  HEAVYKV_RETURN_IF_ERROR(impl_->cache->Reserve(seq, num_slots));
+  HEAVYKV_RETURN_IF_ERROR(impl_->meta.Reserve(seq.pages.size() * sizeof(int32_t), impl_->stream));
+  HEAVYKV_CUDA_RETURN(cudaStreamSynchronize(impl_->stream));
+  HEAVYKV_CUDA_RETURN(cudaMemcpy(impl_->meta.as<int32_t>(), seq.pages.data(),
+                                 seq.pages.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  HEAVYKV_CUDA_RETURN(cuda::FillSyntheticKv(impl_->pool, impl_->meta.as<int32_t>(), num_slots,
+                                            seed, impl_->stream));
+  HEAVYKV_CUDA_RETURN(cudaStreamSynchronize(impl_->stream));
+  impl_->cache->Commit(seq, num_slots);
+  return absl::OkStatus();
+}
+
+absl::Status CudaModelRunner::ReadSlots(const SequenceKv& seq, int32_t layer, int32_t kv_head,
+                                        std::vector<int32_t>* pos, std::vector<float>* score) {
+  HEAVYKV_CUDA_RETURN(cudaStreamSynchronize(impl_->stream));
+  const cuda::DeviceKvPool& p = impl_->pool;
+  pos->resize(seq.num_slots);
+  score->resize(seq.num_slots);
+  for (int32_t s0 = 0; s0 < seq.num_slots; s0 += p.block_size) {
+    const int32_t n = std::min(p.block_size, seq.num_slots - s0);
+    const int64_t m = p.MetaOffset(seq.pages[s0 / p.block_size], layer, kv_head, 0);
+    HEAVYKV_CUDA_RETURN(cudaMemcpy(pos->data() + s0, p.pos + m, n * sizeof(int32_t),
+                                   cudaMemcpyDeviceToHost));
+    HEAVYKV_CUDA_RETURN(cudaMemcpy(score->data() + s0, p.score + m, n * sizeof(float),
+                                   cudaMemcpyDeviceToHost));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<StepRunner>> MakeCudaModelRunner(const Model& model,
+                                                                KvCache* cache) {
+  absl::StatusOr<std::unique_ptr<CudaModelRunner>> r = CudaModelRunner::Create(model, cache);
+  if (!r.ok()) return r.status();
+  return std::unique_ptr<StepRunner>(*std::move(r));
+}
+
+}  // namespace heavykv

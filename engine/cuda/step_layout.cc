@@ -1,0 +1,135 @@
+#include "engine/cuda/step_layout.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cuda/eviction_rule.h"
+
+namespace heavykv {
+namespace {
+
+// h2o keeps the newest floor(budget * recent_fraction) positions. Asks the policy, with probe
+// sets of at most 64 slots whose scores fall as positions rise (so its one victim is the newest
+// candidate), for the newest position it would still evict when the newest held is `budget`;
+// a bisection over [0, budget] in ceil(log64(budget)) calls.
+int32_t ProbeRecentTokens(const EvictionPolicy& policy, int32_t budget) {
+  const int32_t newest = budget;
+  int64_t lo = -1, hi = newest;  // the last candidate position is in [lo, hi]; lo = -1: none
+  std::vector<int32_t> pos, victims;
+  std::vector<float> score;
+  while (lo < hi) {
+    pos.clear();
+    score.clear();
+    const int64_t span = hi - lo;  // probe positions in (lo, hi]
+    const int64_t step = std::max<int64_t>(1, (span + 63) / 64);
+    for (int64_t p = lo + step; p <= hi; p += step) pos.push_back(static_cast<int32_t>(p));
+    if (pos.back() != hi) pos.push_back(static_cast<int32_t>(hi));
+    for (int32_t p : pos) score.push_back(-static_cast<float>(p));
+    victims.clear();
+    policy.ChooseVictims(HeadSlots{pos, score}, budget, newest, 1, &victims);
+    if (victims.empty()) {  // every probe position is recent
+      hi = pos.front() - 1;
+      continue;
+    }
+    const size_t v = static_cast<size_t>(victims[0]);
+    lo = pos[v];
+    hi = v + 1 < pos.size() ? pos[v + 1] - 1 : hi;
+  }
+  return static_cast<int32_t>(newest - lo);
+}
+
+}  // namespace
+
+absl::StatusOr<EvictRule> EvictRuleFor(const EvictionPolicy* policy, int32_t budget) {
+  EvictRule r;
+  if (policy == nullptr || budget == kUnboundedBudget) return r;
+  const absl::string_view name = policy->name();
+  if (name == "window" || name == "full") {
+    r.kind = cuda::kEvictOldest;
+    r.param = 0;
+  } else if (name == "sink") {
+    r.kind = cuda::kEvictOldest;
+    r.param = std::max(0, std::min(kNumSinkTokens, budget - 1));
+  } else if (name == "h2o") {
+    r.kind = cuda::kEvictLowestScore;
+    r.param = ProbeRecentTokens(*policy, budget);
+  } else {
+    return absl::UnimplementedError(
+        absl::StrCat("KV policy \"", name, "\" has no CUDA implementation; use --device cpu"));
+  }
+  return r;
+}
+
+absl::Status BuildStepLayout(std::span<const SequenceStep> steps, std::span<const EvictRule> rules,
+                             int32_t block_size, StepLayout* out) {
+  StepLayout& L = *out;
+  const int32_t S = static_cast<int32_t>(steps.size());
+  int64_t T = 0, rows = 0, pages = 0;
+  for (const SequenceStep& st : steps) {
+    T += st.tokens.size();
+    rows += st.all_logits ? st.tokens.size() : 1;
+    pages += st.kv->pages.size();
+  }
+  L.num_seqs = S;
+  L.num_tokens = static_cast<int32_t>(T);
+  L.num_rows = static_cast<int32_t>(rows);
+  L.max_held = 0;
+  L.any_scores = false;
+  int64_t off = 0;
+  auto take = [&](int64_t n) {
+    const int64_t o = off;
+    off += n;
+    return o;
+  };
+  L.page_indptr = take(S + 1);
+  L.num_old = take(S);
+  L.num_new = take(S);
+  L.token_begin = take(S);
+  L.start_pos = take(S);
+  L.accumulate = take(S);
+  L.budget = take(S);
+  L.evict_kind = take(S);
+  L.evict_param = take(S);
+  L.token_seq = take(T);
+  L.token_pos = take(T);
+  L.tokens = take(T);
+  L.logit_rows = take(rows);
+  L.page_ids = take(pages);
+  L.data.assign(off, 0);
+  int32_t* d = L.data.data();
+  int64_t t = 0, r = 0, p = 0;
+  for (int32_t i = 0; i < S; ++i) {
+    const SequenceStep& st = steps[i];
+    const SequenceKv& kv = *st.kv;
+    const int32_t n = static_cast<int32_t>(st.tokens.size());
+    const int64_t held = int64_t(kv.num_slots) + n;
+    if (int64_t(kv.pages.size()) * block_size < held) {
+      return absl::InternalError(absl::StrCat("sequence ", i, " holds ", kv.pages.size(),
+                                              " pages for ", held, " slots: not reserved"));
+    }
+    L.max_held = std::max<int32_t>(L.max_held, static_cast<int32_t>(held));
+    d[L.page_indptr + i] = static_cast<int32_t>(p);
+    for (int32_t page : kv.pages) d[L.page_ids + p++] = page;
+    d[L.num_old + i] = kv.num_slots;
+    d[L.num_new + i] = n;
+    d[L.token_begin + i] = static_cast<int32_t>(t);
+    d[L.start_pos + i] = st.start_pos;
+    const bool scores = kv.policy != nullptr && kv.policy->needs_scores();
+    L.any_scores = L.any_scores || scores;
+    d[L.accumulate + i] = scores ? 1 : 0;
+    d[L.budget + i] = kv.budget;
+    d[L.evict_kind + i] = rules[i].kind;
+    d[L.evict_param + i] = rules[i].param;
+    for (int32_t j = 0; j < n; ++j, ++t) {
+      d[L.token_seq + t] = i;
+      d[L.token_pos + t] = st.start_pos + j;
+      d[L.tokens + t] = st.tokens[j];
+      if (st.all_logits) d[L.logit_rows + r++] = static_cast<int32_t>(t);
+    }
+    if (!st.all_logits) d[L.logit_rows + r++] = static_cast<int32_t>(t - 1);
+  }
+  d[L.page_indptr + S] = static_cast<int32_t>(p);
+  return absl::OkStatus();
+}
+
+}  // namespace heavykv

@@ -1,0 +1,139 @@
+#include "engine/step_runner.h"
+
+#include <cstdlib>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "engine/model_runner.h"
+#if defined(HEAVYKV_HAS_CUDA)
+#include <dlfcn.h>
+#endif
+
+namespace heavykv {
+namespace {
+
+#if defined(HEAVYKV_HAS_CUDA)
+// The CUDA backend module (engine/cuda/cuda_backend.cc), loaded once, on first use.
+struct CudaBackend {
+  void (*check)(absl::Status*) = nullptr;
+  void (*default_pages)(const Model*, const KvShape*, absl::StatusOr<int32_t>*) = nullptr;
+  void (*make_runner)(const Model*, KvCache*, absl::StatusOr<std::unique_ptr<StepRunner>>*) =
+      nullptr;
+  std::string error;  // why it could not be loaded
+};
+
+const CudaBackend& Cuda() {
+  static CudaBackend b;
+  static std::once_flag once;
+  std::call_once(once, [] {
+    std::vector<std::string> paths;
+    if (const char* env = std::getenv("HEAVYKV_CUDA_BACKEND"); env != nullptr && *env) {
+      paths.push_back(env);
+    }
+    paths.push_back(HEAVYKV_CUDA_BACKEND_PATH);
+    paths.push_back("libheavykv_cuda.so");
+    void* so = nullptr;
+    for (const std::string& p : paths) {
+      if ((so = dlopen(p.c_str(), RTLD_NOW | RTLD_LOCAL)) != nullptr) break;
+      const char* e = dlerror();
+      absl::StrAppend(&b.error, b.error.empty() ? "" : "; ", e != nullptr ? e : p);
+    }
+    if (so == nullptr) return;
+    b.check = reinterpret_cast<decltype(b.check)>(dlsym(so, "HeavykvCudaCheckDevice"));
+    b.default_pages =
+        reinterpret_cast<decltype(b.default_pages)>(dlsym(so, "HeavykvCudaDefaultKvPages"));
+    b.make_runner = reinterpret_cast<decltype(b.make_runner)>(dlsym(so, "HeavykvCudaMakeRunner"));
+    if (b.check == nullptr || b.default_pages == nullptr || b.make_runner == nullptr) {
+      b.check = nullptr;
+      b.error = "the CUDA backend module lacks its entry points";
+    }
+  });
+  return b;
+}
+#endif
+
+}  // namespace
+
+absl::StatusOr<Device> ParseDevice(absl::string_view name) {
+  if (name == "cpu") return Device::kCpu;
+  if (name == "cuda") return Device::kCuda;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown device \"", name, "\"; choose cpu or cuda"));
+}
+
+absl::string_view DeviceName(Device device) { return device == Device::kCuda ? "cuda" : "cpu"; }
+
+bool BuiltWithCuda() {
+#if defined(HEAVYKV_HAS_CUDA)
+  return true;
+#else
+  return false;
+#endif
+}
+
+absl::Status CheckDevice(Device device) {
+  if (device == Device::kCpu) return absl::OkStatus();
+#if defined(HEAVYKV_HAS_CUDA)
+  const CudaBackend& b = Cuda();
+  if (b.check == nullptr) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--device cuda: cannot load the CUDA backend (", b.error, ")"));
+  }
+  absl::Status s;
+  b.check(&s);
+  return s;
+#else
+  return absl::FailedPreconditionError(
+      "--device cuda: this heavykv was built without CUDA (configure with -DHEAVYKV_CUDA=ON on a "
+      "machine with the CUDA toolkit), use --device cpu");
+#endif
+}
+
+KvShape KvShapeForDevice(Device device, const ModelConfig& config, int32_t block_size) {
+  KvShape s = KvShapeFor(config, block_size);
+  if (device == Device::kCuda) s.element_bytes = 2;  // bf16
+  return s;
+}
+
+absl::StatusOr<int32_t> DefaultKvPages(Device device, const Model& model, const KvShape& shape) {
+  if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+  if (device == Device::kCpu) {
+    return absl::UnimplementedError("the CPU pool is sized by its caller");
+  }
+#if defined(HEAVYKV_HAS_CUDA)
+  absl::StatusOr<int32_t> pages;
+  Cuda().default_pages(&model, &shape, &pages);
+  return pages;
+#else
+  return absl::InternalError("unreachable");
+#endif
+}
+
+absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(Device device, const KvShape& shape,
+                                                       int32_t num_pages) {
+  if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+  return KvCache::Create(shape, num_pages,
+                         device == Device::kCuda ? KvStorage::kExternal : KvStorage::kHost);
+}
+
+absl::StatusOr<std::unique_ptr<StepRunner>> MakeStepRunner(Device device, const Model& model,
+                                                           KvCache* cache) {
+  if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+  const bool external = cache->storage() == KvStorage::kExternal;
+  if (external != (device == Device::kCuda)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the KV cache was not created for --device ", DeviceName(device), " (CreateKvCache)"));
+  }
+  if (device == Device::kCpu) return std::unique_ptr<StepRunner>(new ModelRunner(model, cache));
+#if defined(HEAVYKV_HAS_CUDA)
+  absl::StatusOr<std::unique_ptr<StepRunner>> runner;
+  Cuda().make_runner(&model, cache, &runner);
+  return runner;
+#else
+  return absl::InternalError("unreachable");
+#endif
+}
+
+}  // namespace heavykv

@@ -1,0 +1,107 @@
+// StepRunner: the backend interface of the forward pass. A runner executes one batched step of
+// the model over many sequences whose KV caches live in one KvCache, and returns the logits; the
+// CPU ModelRunner (engine/model_runner.h) and the CUDA runner (engine/cuda/cuda_model_runner.h)
+// implement it, and Engine, Evaluate and Generate use either through this interface.
+//
+//   absl::StatusOr<Device> device = ParseDevice("cuda");
+//   KvShape shape = KvShapeForDevice(*device, model.config, 16);
+//   auto cache = CreateKvCache(*device, shape, *DefaultKvPages(*device, model, shape));
+//   auto runner = MakeStepRunner(*device, model, cache->get());
+//   (*runner)->Forward(steps);
+//
+// Contract of Forward (both backends): validate the plan, reserve the new tokens' pages
+// all-or-nothing, run every layer (append K/V, attend, per-head eviction right after each layer's
+// attention), Commit every sequence, return logits. An invalid plan changes nothing.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "engine/model.h"
+#include "memory/kv_cache.h"
+
+namespace heavykv {
+
+// One sequence's part of a step.
+struct SequenceStep {
+  SequenceKv* kv = nullptr;          // the sequence's cache, changed through the KvCache
+  std::span<const int32_t> tokens;   // fed at positions [start_pos, start_pos + tokens.size())
+  int32_t start_pos = 0;
+  bool all_logits = false;           // logits for every token (scoring) or only for the last
+};
+
+class StepRunner {
+ public:
+  virtual ~StepRunner() = default;
+
+  // Runs one step. Returns the logits [rows][vocab] in host memory: for each step in order, one
+  // row per token if all_logits else one row for its last token. The span is valid until the
+  // next Forward(). RESOURCE_EXHAUSTED if the pool cannot hold the new tokens (the step did not
+  // run and holds no new page). INVALID_ARGUMENT for a token id outside the vocabulary or a
+  // position past the model's context. A device backend may also return INTERNAL (a device
+  // error), after which the runner is unusable.
+  virtual absl::StatusOr<std::span<const float>> Forward(std::span<const SequenceStep> steps) = 0;
+
+  virtual const Model& model() const = 0;
+  virtual KvCache& cache() = 0;
+};
+
+// Checks a step plan against the model: tokens present, ids in the vocabulary, positions within
+// the context. Sets the step's token count and logits rows. (Inline: the CUDA runner's library
+// uses it without linking heavykv_engine.)
+inline absl::Status ValidateSteps(const ModelConfig& c, std::span<const SequenceStep> steps,
+                           int64_t* num_tokens, int64_t* num_rows) {
+  int64_t T = 0, rows = 0;
+  for (const SequenceStep& st : steps) {
+    if (st.kv == nullptr) return absl::InvalidArgumentError("a sequence step has no cache");
+    if (st.tokens.empty()) return absl::InvalidArgumentError("a sequence step has no tokens");
+    if (st.start_pos < 0 || st.start_pos + int64_t(st.tokens.size()) > c.seq_len) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "positions ", st.start_pos, "..", st.start_pos + st.tokens.size() - 1,
+          " exceed the model's context length ", c.seq_len));
+    }
+    for (int32_t tok : st.tokens) {
+      if (tok < 0 || tok >= c.vocab_size) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("token id ", tok, " is outside the vocabulary [0, ", c.vocab_size, ")"));
+      }
+    }
+    T += st.tokens.size();
+    rows += st.all_logits ? st.tokens.size() : 1;
+  }
+  *num_tokens = T;
+  *num_rows = rows;
+  return absl::OkStatus();
+}
+
+enum class Device { kCpu, kCuda };
+
+// "cpu" or "cuda"; INVALID_ARGUMENT otherwise.
+absl::StatusOr<Device> ParseDevice(absl::string_view name);
+absl::string_view DeviceName(Device device);
+// Whether this binary has the CUDA backend (HEAVYKV_CUDA).
+bool BuiltWithCuda();
+// OK when `device` can run here: FAILED_PRECONDITION "built without CUDA" or "no CUDA device".
+absl::Status CheckDevice(Device device);
+
+// The KV shape of `config` on `device`: fp32 K/V on the CPU, bf16 on CUDA.
+KvShape KvShapeForDevice(Device device, const ModelConfig& config, int32_t block_size);
+// Pool size when no flag gives one. CUDA: free GPU memory minus the bf16 weights minus a reserve
+// of max(1 GiB, 10% of the GPU's memory) for activations, scratch and cuBLAS, in pages.
+// CPU: UNIMPLEMENTED (the CPU callers size the pool from their workload).
+absl::StatusOr<int32_t> DefaultKvPages(Device device, const Model& model, const KvShape& shape);
+// The cache a runner on `device` needs: host storage on the CPU, external (device) storage on
+// CUDA.
+absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(Device device, const KvShape& shape,
+                                                       int32_t num_pages);
+// The runner of `device` over `model` and `cache` (both must outlive it; the cache must come
+// from CreateKvCache for the same device).
+absl::StatusOr<std::unique_ptr<StepRunner>> MakeStepRunner(Device device, const Model& model,
+                                                           KvCache* cache);
+
+}  // namespace heavykv

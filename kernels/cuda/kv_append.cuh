@@ -1,0 +1,20 @@
+// KV append: writes a step's new K and V rows (after RoPE) into the pages of their sequences as
+// bf16, with each slot's position and a zero score, for one layer. The pages were reserved by
+// KvCache::Reserve before the step (the block tables in `step` cover them).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kernels/cuda/device_kv.cuh"
+
+namespace heavykv::cuda {
+
+// qkv [num_tokens][qkv_stride] fp32: the K row of kv head h of token t at
+// qkv + t * qkv_stride + k_offset + h * head_dim, its V row at ... + v_offset + h * head_dim.
+cudaError_t KvAppend(const DeviceKvPool& pool, const DeviceStep& step, int32_t layer,
+                     const float* qkv, int64_t qkv_stride, int64_t k_offset, int64_t v_offset,
+                     cudaStream_t stream);
+
+}  // namespace heavykv::cuda

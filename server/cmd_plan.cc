@@ -1,0 +1,186 @@
+// heavykv plan: how many sequences one replica's KV pool holds, for the full cache and for each
+// KV budget, by the scheduler's admission rules (engine/capacity_plan.h), and the --kv-pool-mb
+// that runs --max-running of them. docs/DEPLOY.md walks through it.
+#include <algorithm>
+#include <cstdio>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "engine/capacity_plan.h"
+#include "engine/make_model.h"
+#include "engine/step_runner.h"
+#include "server/cli_flags.h"
+#include "server/commands.h"
+
+namespace heavykv::cli {
+namespace {
+
+// MiB that hold `pages` pages, rounded up so that --kv-pool-mb of it gives at least that many.
+int64_t MiBFor(int64_t pages, int64_t page_bytes) {
+  constexpr int64_t kMiB = int64_t{1} << 20;
+  return (pages * page_bytes + kMiB - 1) / kMiB;
+}
+
+std::string BudgetText(const CapacityRow& row, size_t index) {
+  return index == 0 ? "full" : row.budget.ToString();
+}
+
+}  // namespace
+
+int PlanCommand(int argc, char** argv) {
+  std::string model_path, shape_name, budgets = "0.1,0.2,0.5", device_name = "cpu";
+  int64_t layers = 0, kv_heads = 0, head_dim = 0, seq_len = 0, block_size = 16;
+  int64_t kv_pages = 0, kv_pool_mb = 0, max_len = 0, max_step_tokens = 512, max_running = 64;
+  bool json = false;
+  FlagSet flags("plan",
+                absl::StrCat("heavykv plan (--model FILE | --shape NAME | --layers N --kv-heads N "
+                             "--head-dim N --seq-len N) [--kv-pool-mb MIB | --kv-pages N] "
+                             "[--kv-budget LIST] [flags]\nshapes: ",
+                             NamedShapeList()));
+  flags.String("model", &model_path, "llama2.c checkpoint (only its header is read)");
+  flags.String("shape", &shape_name, "named model shape; the dimension flags override its fields");
+  flags.Int("layers", &layers, "transformer layers");
+  flags.Int("kv-heads", &kv_heads, "kv heads");
+  flags.Int("head-dim", &head_dim, "dimension of one attention head");
+  flags.Int("seq-len", &seq_len, "the model's context length");
+  flags.String("device", &device_name, "cpu (fp32 K/V) or cuda (bf16 K/V), as serve's --device");
+  flags.Int("block-size", &block_size, "token slots per KV page (as serve's --block-size)");
+  flags.Int("kv-pool-mb", &kv_pool_mb, "KV memory per replica in MiB (as serve's --kv-pool-mb)");
+  flags.Int("kv-pages", &kv_pages,
+            "KV pool in pages instead; neither: --max-running full contexts");
+  flags.Int("max-len", &max_len, "tokens per sequence, prompt + new tokens; 0 = --seq-len");
+  flags.String("kv-budget", &budgets,
+               "comma list of budgets: token counts or fractions of --max-len");
+  flags.Int("max-step-tokens", &max_step_tokens, "as serve's --max-step-tokens");
+  flags.Int("max-running", &max_running, "as serve's --max-running");
+  flags.Bool("json", &json, "print one JSON object instead of the table");
+  if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
+  if (!flags.positional().empty()) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("unexpected argument \"", flags.positional()[0], "\"")));
+  }
+
+  // The KV shape: a checkpoint's header, a named shape, then explicit overrides.
+  std::string name = "custom";
+  int32_t layers_v = 0, kv_heads_v = 0, head_dim_v = 0, seq_len_v = 0;
+  if (!model_path.empty() || !shape_name.empty()) {
+    absl::StatusOr<ModelConfig> c =
+        model_path.empty() ? NamedShape(shape_name) : ReadModelConfig(model_path);
+    if (!c.ok()) return Fail(c.status());
+    name = model_path.empty() ? shape_name : model_path;
+    layers_v = c->num_layers;
+    kv_heads_v = c->num_kv_heads;
+    head_dim_v = c->head_dim();
+    seq_len_v = c->seq_len;
+  }
+  for (auto [flag, v, dst] : {std::tuple{"layers", layers, &layers_v},
+                              {"kv-heads", kv_heads, &kv_heads_v},
+                              {"head-dim", head_dim, &head_dim_v},
+                              {"seq-len", seq_len, &seq_len_v}}) {
+    if (v < 0 || v > (1 << 24)) {
+      return Fail(absl::InvalidArgumentError(absl::StrCat("--", flag, " is out of range")));
+    }
+    if (v > 0) *dst = static_cast<int32_t>(v);
+    if (*dst == 0) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--", flag, " is needed (or --model FILE or --shape NAME)")));
+    }
+  }
+  if (block_size < 1 || block_size > 1024 || max_len < 0 || max_len > seq_len_v ||
+      max_step_tokens < 1 || max_step_tokens > (1 << 20) || max_running < 1 ||
+      max_running > (1 << 16)) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat("--block-size must be in [1, 1024], --max-len in [0, ", seq_len_v,
+                     "], --max-step-tokens in [1, 1048576], --max-running in [1, 65536]")));
+  }
+
+  absl::StatusOr<Device> device = ParseDevice(device_name);
+  if (!device.ok()) return Fail(device.status());
+  if (*device == Device::kCuda && kv_pages == 0 && kv_pool_mb == 0) {
+    return Fail(absl::InvalidArgumentError(
+        "with --device cuda, give --kv-pool-mb: the GPU memory left for the KV pool (serve's "
+        "default is the free memory minus the weights and a reserve, which only a GPU knows)"));
+  }
+  ModelConfig config;
+  config.dim = head_dim_v;  // one head of head_dim_v: only the KV shape matters here
+  config.num_heads = 1;
+  config.num_layers = layers_v;
+  config.num_kv_heads = kv_heads_v;
+  CapacityPlanInput in;
+  in.shape = KvShapeForDevice(*device, config, static_cast<int32_t>(block_size));
+  in.max_len = max_len > 0 ? static_cast<int32_t>(max_len) : seq_len_v;
+  in.max_step_tokens = static_cast<int32_t>(max_step_tokens);
+  in.max_running = static_cast<int32_t>(max_running);
+  // serve's default pool: --max-running contexts of the model's full length.
+  const int64_t default_pages = max_running * ((seq_len_v + block_size - 1) / block_size);
+  absl::StatusOr<int32_t> pages =
+      PoolPages(in.shape, kv_pages, kv_pool_mb,
+                static_cast<int32_t>(std::min<int64_t>(INT32_MAX, default_pages)));
+  if (!pages.ok()) return Fail(pages.status());
+  in.num_pages = *pages;
+  std::vector<KvBudget> budget_list;
+  for (const std::string& b : SplitList(budgets)) {
+    absl::StatusOr<KvBudget> kb = KvBudget::Parse(b);
+    if (!kb.ok()) return Fail(kb.status());
+    budget_list.push_back(*kb);
+  }
+  absl::StatusOr<CapacityPlan> plan = PlanCapacity(in, budget_list);
+  if (!plan.ok()) return Fail(plan.status());
+  const double pool_mib = double(plan->page_bytes) * plan->num_pages / (1 << 20);
+  const int32_t reserve = PrefillReservePages(in.shape.block_size, in.max_step_tokens);
+
+  if (json) {
+    std::string rows;
+    for (size_t i = 0; i < plan->rows.size(); ++i) {
+      const CapacityRow& r = plan->rows[i];
+      absl::StrAppend(
+          &rows, i ? "," : "", "{\"budget\":", JsonQuote(BudgetText(r, i)),
+          ",\"tokens_kept\":", r.tokens_kept, ",\"bounded\":", r.bounded ? "true" : "false",
+          ",\"pages_per_sequence\":", r.pages_per_sequence, ",\"reserve_pages\":", r.reserve_pages,
+          ",\"sequences\":", r.sequences, ",\"running\":", r.running,
+          ",\"pages_for_max_running\":", r.pages_for_max_running,
+          ",\"pool_mb_for_max_running\":", MiBFor(r.pages_for_max_running, plan->page_bytes), "}");
+    }
+    std::printf(
+        "{\"model\":%s,\"device\":%s,\"layers\":%d,\"kv_heads\":%d,\"head_dim\":%d,"
+        "\"element_bytes\":%d,\"block_size\":%d,"
+        "\"max_len\":%d,\"bytes_per_token\":%lld,\"page_bytes\":%lld,\"pages\":%d,"
+        "\"pool_mb\":%.1f,\"max_step_tokens\":%d,\"max_running\":%d,\"rows\":[%s]}\n",
+        JsonQuote(name).c_str(), JsonQuote(device_name).c_str(), layers_v, kv_heads_v, head_dim_v,
+        in.shape.element_bytes, in.shape.block_size, in.max_len,
+        static_cast<long long>(plan->bytes_per_token), static_cast<long long>(plan->page_bytes),
+        plan->num_pages, pool_mib, in.max_step_tokens, in.max_running, rows.c_str());
+    return 0;
+  }
+
+  std::printf("model %s: %d layers, %d kv heads, head_dim %d; sequences of %d tokens; %s\n",
+              name.c_str(), layers_v, kv_heads_v, head_dim_v, in.max_len, device_name.c_str());
+  std::printf(
+      "bytes per token %lld = %d layers x %d kv heads x (2 x %d x %d B K+V + 8 B pos/score)\n",
+      static_cast<long long>(plan->bytes_per_token), layers_v, kv_heads_v, head_dim_v,
+      in.shape.element_bytes);
+  std::printf("page of %d tokens %lld bytes; pool %d pages = %.1f MiB\n", in.shape.block_size,
+              static_cast<long long>(plan->page_bytes), plan->num_pages, pool_mib);
+  std::printf("bounded sequences share a prefill reserve of %d pages (--max-step-tokens %d)\n\n",
+              reserve, in.max_step_tokens);
+  const std::string mib_header = absl::StrCat("MiB for ", in.max_running);
+  std::printf("%-8s %10s %10s %10s %8s %12s\n", "budget", "kept/head", "pages/seq", "sequences",
+              "running", mib_header.c_str());
+  for (size_t i = 0; i < plan->rows.size(); ++i) {
+    const CapacityRow& r = plan->rows[i];
+    std::printf("%-8s %10d %10d %10lld %8lld %12lld\n", BudgetText(r, i).c_str(), r.tokens_kept,
+                r.pages_per_sequence, static_cast<long long>(r.sequences),
+                static_cast<long long>(r.running),
+                static_cast<long long>(MiBFor(r.pages_for_max_running, plan->page_bytes)));
+  }
+  std::printf(
+      "\nsequences: that fit in the pool at once; running: at most --max-running (and\n"
+      "--max-step-tokens) of them; MiB for %d: the --kv-pool-mb that admits --max-running.\n",
+      in.max_running);
+  return 0;
+}
+
+}  // namespace heavykv::cli
