@@ -219,7 +219,15 @@ __attribute__((target("avx512f"))) void AttendOneQueryAvx512(const AttentionArgs
     for (int32_t s0 = 0; s0 < n; s0 += bs) {
       float* score = kv.score + kv.pages[s0 / bs] * kv.meta_page_stride;
       const int32_t rows = std::min(bs, n - s0);
-      for (int32_t r = 0; r < rows; ++r) {
+      int32_t r = 0;
+      for (; r + 16 <= rows; r += 16) {  // 16 slots of a page at once
+        __m512 received = _mm512_loadu_ps(probs + s0 + r);
+        for (int32_t g = 1; g < G; ++g) {
+          received = _mm512_add_ps(received, _mm512_loadu_ps(probs + int64_t(g) * n + s0 + r));
+        }
+        _mm512_storeu_ps(score + r, _mm512_add_ps(_mm512_loadu_ps(score + r), received));
+      }
+      for (; r < rows; ++r) {
         float received = 0.0f;
         for (int32_t g = 0; g < G; ++g) received += probs[int64_t(g) * n + s0 + r];
         score[r] += received;
