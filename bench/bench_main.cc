@@ -130,6 +130,27 @@ int main(int argc, char** argv) {
         v, ">= 4.5", v >= 4.5);
   }
 
+  // The CUDA targets (issue 5), from counters the cuda/ benchmarks compute in their own run.
+  const std::string att = "cuda/attention/decode/b64/ctx4096/q32kv8/hd128/";
+  if (has(att + "scores")) {
+    const double f = F[att + "scores"].counters["frac_of_4.8TBps"];
+    add("GPU decode attention with scores: K+V bytes/s / 4.8 TB/s", "b64 ctx4096 32q/8kv hd128",
+        f, ">= 0.70", f >= 0.70);
+    const double t = F[att + "scores"].counters["time_vs_noscores"];
+    if (t > 0) {
+      add("GPU decode attention: with scores / without", "time ratio", t, "<= 1.10", t <= 1.10);
+    }
+  }
+  if (has("cuda/decode/llama3-1b/b64/ctx1024")) {
+    const double v = F["cuda/decode/llama3-1b/b64/ctx1024"].counters["vs_bound"];
+    add("GPU decode llama3-1b b64: step / (weights+KV bytes at 4.8 TB/s)", "time ratio", v,
+        "<= 1.5", v <= 1.5);
+  }
+  if (has("cuda/capacity/len4096/h2o20-vs-full")) {
+    const double v = F["cuda/capacity/len4096/h2o20-vs-full"].counters["ratio"];
+    add("GPU capacity h2o 20% / full (4096-token sequences)", "resident sequences ratio", v,
+        ">= 4.5", v >= 4.5);
+  }
   if (has("serve/64x512+512/h2o") && has("serve/64x512+512/full")) {
     auto& h = F["serve/64x512+512/h2o"].counters;
     auto& f = F["serve/64x512+512/full"].counters;
