@@ -48,9 +48,8 @@ RUN if [ "$HEAVYKV_CUDA" = ON ]; then \
     && rm -rf /var/lib/apt/lists/* /tmp/install-deps.sh \
     && groupadd --system --gid 10001 heavykv \
     && useradd --system --uid 10001 --gid 10001 --no-create-home --shell /usr/sbin/nologin heavykv
-# The engine runs BLAS single-threaded inside its OpenMP pool (kernels/cpu/gemm.cc); without this,
-# OpenBLAS starts its own worker threads when the library loads, before `heavykv serve` blocks
-# SIGTERM, and a SIGTERM delivered to one of them kills the server instead of draining it.
+# The engine runs BLAS single-threaded inside its OpenMP pool (kernels/cpu/gemm.cc); this spares
+# the idle worker threads OpenBLAS would otherwise start when the library loads.
 ENV OPENBLAS_NUM_THREADS=1
 COPY --from=build /build/bin/heavykv /usr/local/bin/heavykv
 COPY models/ /opt/heavykv/models/

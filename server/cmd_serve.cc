@@ -7,11 +7,14 @@
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
-#include <pthread.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <thread>
 
@@ -28,6 +31,40 @@
 
 namespace heavykv::cli {
 namespace {
+
+int drain_pipe[2] = {-1, -1};  // written by the signal handler, read by the main thread
+
+extern "C" void OnDrainSignal(int sig) {
+  const char c = static_cast<char>(sig);
+  const int saved = errno;  // a handler must leave errno as it found it
+  [[maybe_unused]] ssize_t n = write(drain_pipe[1], &c, 1);
+  errno = saved;
+}
+
+absl::Status InstallDrainSignals() {
+  if (pipe2(drain_pipe, O_CLOEXEC) != 0) {
+    return absl::InternalError(absl::StrCat("pipe2: ", std::strerror(errno)));
+  }
+  struct sigaction sa = {};
+  sa.sa_handler = OnDrainSignal;
+  sigemptyset(&sa.sa_mask);
+  sa.sa_flags = SA_RESTART;
+  for (int sig : {SIGINT, SIGTERM}) {
+    if (sigaction(sig, &sa, nullptr) != 0) {
+      return absl::InternalError(absl::StrCat("sigaction: ", std::strerror(errno)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Blocks until SIGINT or SIGTERM arrives; returns its number.
+int WaitForDrainSignal() {
+  char c = 0;
+  while (read(drain_pipe[0], &c, 1) != 1) {
+    if (errno != EINTR) return SIGTERM;  // the pipe broke: treat it as a request to stop
+  }
+  return c;
+}
 
 absl::Status CheckRange(const char* flag, int64_t v, int64_t lo, int64_t hi) {
   if (v >= lo && v <= hi) return absl::OkStatus();
@@ -100,12 +137,11 @@ int ServeCommand(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError("--full-overcommit must be in [1, 100]"));
   }
 
-  // Every thread started from here on inherits this mask; main() alone takes the signals.
-  sigset_t signals;
-  sigemptyset(&signals);
-  sigaddset(&signals, SIGINT);
-  sigaddset(&signals, SIGTERM);
-  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  // SIGTERM/SIGINT start the drain whichever thread the kernel delivers them to. A signal mask
+  // cannot promise that: OpenBLAS starts its threads when it loads, before main(), and a signal
+  // such a thread takes would kill the process. A handler runs in any thread; it only writes
+  // the signal number into a pipe, which the main thread waits on below.
+  if (absl::Status s = InstallDrainSignals(); !s.ok()) return Fail(s);
 
   absl::StatusOr<Model> model = LoadModel(model_path);
   if (!model.ok()) return Fail(model.status());
@@ -186,8 +222,7 @@ int ServeCommand(int argc, char** argv) {
       policy, budget, max_running, max_step_tokens, max_waiting);
   spdlog::info("gRPC listening on {}; metrics on {}", WithPort(listen, port), metrics_bound);
 
-  int sig = 0;
-  sigwait(&signals, &sig);
+  const int sig = WaitForDrainSignal();
   spdlog::info("signal {}: draining (grace {:.1f}s)", sig, grace);
   server->GetHealthCheckService()->SetServingStatus(false);
   (*engine)->Shutdown(absl::Seconds(grace));  // new requests: UNAVAILABLE; the rest cancelled

@@ -9,11 +9,13 @@
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <chrono>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <map>
@@ -213,9 +215,19 @@ class ServerProcess {
     return ParseMetrics(HttpGet(metrics_port_, "/metrics"));
   }
 
-  // Sends `sig`; the exit code, or -1 if it did not exit within `wait`.
-  int SignalAndWait(int sig, std::chrono::milliseconds wait) {
-    kill(pid_, sig);
+  // Sends `sig` (to the process, or with `every_thread` to each of its threads but the first:
+  // a library's thread, started before main(), must not take the signal's default action);
+  // the exit code, or -1 if it did not exit within `wait`.
+  int SignalAndWait(int sig, std::chrono::milliseconds wait, bool every_thread = false) {
+    if (every_thread) {
+      for (const auto& task : std::filesystem::directory_iterator(
+               "/proc/" + std::to_string(pid_) + "/task")) {
+        const pid_t tid = std::stoi(task.path().filename().string());
+        if (tid != pid_) syscall(SYS_tgkill, pid_, tid, sig);
+      }
+    } else {
+      kill(pid_, sig);
+    }
     for (auto until = std::chrono::steady_clock::now() + wait;
          std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(10ms)) {
       if (waitpid(pid_, &exit_status_, WNOHANG) == pid_) {
@@ -585,6 +597,16 @@ TEST(ServerDrainTest, SigtermDrainsThenCancels) {
   EXPECT_GT(last.usage().completion_tokens(), 0);
   EXPECT_LT(last.usage().completion_tokens(), 2000);
   stop.join();
+}
+
+// A SIGTERM delivered to any thread, including those OpenBLAS starts when it loads (before
+// serve can mask signals), drains the server: a rolling upgrade must never kill it outright.
+TEST(ServerDrainTest, SigtermToAnyThreadDrains) {
+  ServerProcess server({"--model", testing::ModelPath(), "--tokenizer", testing::TokenizerPath(),
+                        "--grace", "1"});
+  ASSERT_TRUE(server.ok()) << server.log();
+  EXPECT_EQ(server.SignalAndWait(SIGTERM, 20s, /*every_thread=*/true), 0) << server.log();
+  EXPECT_NE(server.log().find("draining"), std::string::npos) << server.log();
 }
 
 }  // namespace

@@ -258,8 +258,8 @@ def main():
         try:
             with lib.Server(args.binary, local, env=lib.image_env(text)) as server:
                 stray = server.threads_taking_sigterm()
-                errors.check(not stray, f"threads {stray} do not block SIGTERM, so a SIGTERM can "
-                             "kill the server instead of draining it (set OPENBLAS_NUM_THREADS=1)")
+                errors.check(not stray, f"threads {stray} would take SIGTERM's default action, so "
+                             "a SIGTERM can kill the server instead of draining it")
             errors.check(server.proc.returncode == 0,
                          f"`heavykv serve` with CMD exited {server.proc.returncode} on SIGTERM")
         except RuntimeError as e:

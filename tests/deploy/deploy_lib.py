@@ -124,18 +124,21 @@ class Server:
             raise RuntimeError(f"`{self.cmd}` did not start:\n" + "\n".join(self.log[-20:]))
 
     def threads_taking_sigterm(self):
-        """Threads other than the main one (which waits in sigwait) that do not block SIGTERM:
-        a SIGTERM the kernel hands to one of them kills the server instead of draining it."""
+        """Threads on which a SIGTERM would take its default action (kill the server instead of
+        draining it): those that neither block it nor belong to a process that catches it.
+        `heavykv serve` installs a handler, so the answer should be none, whatever threads the
+        libraries started."""
         pid, names = self.proc.pid, []
+        bit = 1 << (signal.SIGTERM - 1)
         for tid in os.listdir(f"/proc/{pid}/task"):
-            if int(tid) == pid:
-                continue
             try:
                 with open(f"/proc/{pid}/task/{tid}/status") as f:
                     status = dict(l.split(":", 1) for l in f if ":" in l)
             except FileNotFoundError:  # the thread ended meanwhile
                 continue
-            if not int(status["SigBlk"].strip(), 16) & (1 << (signal.SIGTERM - 1)):
+            caught = int(status["SigCgt"].strip(), 16) & bit
+            blocked = int(status["SigBlk"].strip(), 16) & bit
+            if not caught and not blocked:
                 names.append(status["Name"].strip())
         return names
 
