@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -86,7 +87,7 @@ int ServeCommand(int argc, char** argv) {
   std::string policy = "full", budget = "1", device_name = "cpu";
   int64_t block_size = 16, kv_pages = 0, kv_pool_mb = 0, max_step_tokens = 512, max_running = 64;
   int64_t max_waiting = 256, max_prompt_tokens = 0, max_new_tokens_limit = 0, threads = 0;
-  double recent_fraction = 0.5, grace = 30, full_overcommit = 1.0;
+  double recent_fraction = 0.5, grace = 30, full_overcommit = 1.0, max_connection_age = 0;
   FlagSet flags("serve", "heavykv serve --model FILE [--tokenizer FILE] [flags]");
   flags.String("model", &model_path, "llama2.c checkpoint (required)");
   flags.String("tokenizer", &tokenizer_path,
@@ -118,6 +119,10 @@ int ServeCommand(int argc, char** argv) {
   flags.Int("threads", &threads, "CPU threads; 0 = every core");
   flags.String("device", &device_name, "cpu or cuda: where the weights, KV pool and forward pass run");
   flags.Double("grace", &grace, "seconds running requests get to finish on SIGTERM/SIGINT");
+  flags.Double("max-connection-age", &max_connection_age,
+               "seconds after which a client connection is asked to reconnect (GOAWAY; its "
+               "open streams finish), so clients balancing over a headless Service reach new "
+               "replicas; 0 = never");
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
   if (model_path.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
   absl::StatusOr<Device> device = ParseDevice(device_name);
@@ -133,6 +138,9 @@ int ServeCommand(int argc, char** argv) {
     if (!s.ok()) return Fail(s);
   }
   if (!(grace >= 0)) return Fail(absl::InvalidArgumentError("--grace must be >= 0 seconds"));
+  if (!(max_connection_age >= 0 && max_connection_age <= 1e6)) {
+    return Fail(absl::InvalidArgumentError("--max-connection-age must be in [0, 1e6] seconds"));
+  }
   if (!(full_overcommit >= 1 && full_overcommit <= 100)) {
     return Fail(absl::InvalidArgumentError("--full-overcommit must be in [1, 100]"));
   }
@@ -200,6 +208,12 @@ int ServeCommand(int argc, char** argv) {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  if (max_connection_age > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
+                               static_cast<int>(max_connection_age * 1000));
+    // Streams open at the GOAWAY run to completion, however long a generation takes.
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_GRACE_MS, INT_MAX);
+  }
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {

@@ -609,5 +609,29 @@ TEST(ServerDrainTest, SigtermToAnyThreadDrains) {
   EXPECT_NE(server.log().find("draining"), std::string::npos) << server.log();
 }
 
+// --max-connection-age: a stream open when the connection ages out runs to completion, and the
+// channel reconnects for the next call.
+TEST(ServerConnectionAgeTest, StreamsOutliveTheConnectionAge) {
+  testing::TempDir dir;
+  const std::string model = dir.File("slow.bin");
+  RunCapture(Bin() +
+             " make-model --dim 256 --hidden-dim 768 --layers 4 --heads 8 --kv-heads 4 "
+             "--vocab 512 --seq-len 2048 --out " +
+             model + " 2>&1");
+  ServerProcess server({"--model", model, "--threads", "1", "--max-connection-age", "0.5"});
+  ASSERT_TRUE(server.ok()) << server.log();
+  v1::GenerateRequest req = Long();
+  req.set_max_new_tokens(1500);  // about 1.5 s on one thread: well past the 0.5 s age
+  const auto t0 = std::chrono::steady_clock::now();
+  Streamed first = Generate(server.stub(), req);
+  ASSERT_TRUE(first.status.ok()) << first.status.error_message() << server.log();
+  EXPECT_EQ(first.ids.size(), 1500u);
+  EXPECT_GT(std::chrono::steady_clock::now() - t0, 600ms) << "the stream did not outlive the age";
+  req.set_max_new_tokens(5);
+  Streamed second = Generate(server.stub(), req);
+  EXPECT_TRUE(second.status.ok()) << second.status.error_message();
+  EXPECT_EQ(second.ids.size(), 5u);
+}
+
 }  // namespace
 }  // namespace heavykv
