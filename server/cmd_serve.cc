@@ -202,7 +202,9 @@ int ServeCommand(int argc, char** argv) {
     metrics_bound = WithPort(metrics_address, ports.empty() ? 0 : ports[0]);
   }
 
-  server::GenerationService service(engine->get(), {policy, budget});
+  server::GenerationService service(
+      engine->get(), {policy, budget},
+      [m = metrics.get()](absl::StatusCode code) { m->OnRejected(absl::StatusCodeToString(code)); });
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;

@@ -22,8 +22,8 @@ namespace {
 // deletes the reactor, so the engine never calls into a deleted reactor.
 class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  GenerateReactor(std::string request_id, std::string policy)
-      : request_id_(std::move(request_id)), policy_(std::move(policy)) {}
+  GenerateReactor(std::string request_id, std::string policy, const RejectionObserver* on_rejected)
+      : request_id_(std::move(request_id)), policy_(std::move(policy)), on_rejected_(on_rejected) {}
 
   void Start(Engine* engine, absl::StatusOr<GenerationRequest> request) {
     absl::StatusOr<std::shared_ptr<RequestHandle>> handle =
@@ -31,6 +31,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
                      : request.status();
     if (!handle.ok()) {
       spdlog::info("request {} rejected: {}", request_id_, handle.status().ToString());
+      if (*on_rejected_) (*on_rejected_)(handle.status().code());
       {
         std::lock_guard<std::mutex> lock(mu_);
         finish_called_ = true;
@@ -130,6 +131,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   }
 
   const std::string request_id_, policy_;
+  const RejectionObserver* on_rejected_;  // the service's; it outlives every call
   std::atomic<int> refs_ = 3;
   std::mutex mu_;
   std::shared_ptr<RequestHandle> handle_;
@@ -141,8 +143,9 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
 }  // namespace
 
-GenerationService::GenerationService(Engine* engine, ServiceDefaults defaults)
-    : engine_(engine), defaults_(std::move(defaults)) {}
+GenerationService::GenerationService(Engine* engine, ServiceDefaults defaults,
+                                     RejectionObserver on_rejected)
+    : engine_(engine), defaults_(std::move(defaults)), on_rejected_(std::move(on_rejected)) {}
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
@@ -156,7 +159,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
     }
   }
   const std::string policy = request->kv().has_policy() ? request->kv().policy() : defaults_.policy;
-  auto* reactor = new GenerateReactor(std::move(id), policy);
+  auto* reactor = new GenerateReactor(std::move(id), policy, &on_rejected_);
   reactor->Start(engine_, std::move(r));
   return reactor;
 }

@@ -14,6 +14,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "engine/engine.h"
@@ -26,9 +27,13 @@ struct ServiceDefaults {
   std::string budget = "1";
 };
 
+// Told of every Generate call refused before it ran, with its status code (gRPC threads).
+using RejectionObserver = std::function<void(absl::StatusCode)>;
+
 class GenerationService final : public v1::Generation::CallbackService {
  public:
-  GenerationService(Engine* engine, ServiceDefaults defaults);
+  GenerationService(Engine* engine, ServiceDefaults defaults,
+                    RejectionObserver on_rejected = nullptr);
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
@@ -45,6 +50,7 @@ class GenerationService final : public v1::Generation::CallbackService {
  private:
   Engine* engine_;
   ServiceDefaults defaults_;
+  RejectionObserver on_rejected_;
   std::atomic<int64_t> next_request_ = 1;  // for ids the client left empty
 };
 

@@ -48,6 +48,12 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                                            "KV tokens evicted per (layer, kv head), by policy");
   request_success_total_ =
       CounterFamily(r, "request_success_total", "Finished requests, by finish reason");
+  request_rejected_total_ = CounterFamily(
+      r, "request_rejected_total", "Requests refused before running, by gRPC status code");
+  // Exported at 0 from the start, so rate() and alerts see the series before the first refusal.
+  for (const char* code : {"INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "UNAVAILABLE"}) {
+    request_rejected_total_->Add({{"code", code}});
+  }
   time_to_first_token_seconds_ =
       Hist(r, "time_to_first_token_seconds", "Arrival to first token",
            {0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1, 2.5, 5, 7.5, 10});
@@ -85,6 +91,10 @@ void Metrics::OnEvicted(const std::string& policy, int64_t tokens) {
 void Metrics::OnRequestFinished(const std::string& finish_reason, double e2e_seconds) {
   request_success_total_->Add({{"finish_reason", finish_reason}}).Increment();
   e2e_request_latency_seconds_->Observe(e2e_seconds);
+}
+
+void Metrics::OnRejected(const std::string& code) {
+  request_rejected_total_->Add({{"code", code}}).Increment();
 }
 
 std::vector<prometheus::MetricFamily> Metrics::Collect() const {

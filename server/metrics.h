@@ -48,6 +48,10 @@ class Metrics final : public EngineObserver, public prometheus::Collectable {
   void OnPreemption() override;
   void OnRequestFinished(const std::string& finish_reason, double e2e_seconds) override;
 
+  // A request refused before it ran (bad input, full queue, draining), by gRPC status code name
+  // (gRPC threads).
+  void OnRejected(const std::string& code);
+
   // prometheus::Collectable (HTTP thread): refreshes the gauges, then returns every series.
   std::vector<prometheus::MetricFamily> Collect() const override;
 
@@ -66,6 +70,7 @@ class Metrics final : public EngineObserver, public prometheus::Collectable {
   prometheus::Counter* generation_tokens_total_;
   prometheus::Family<prometheus::Counter>* kv_tokens_evicted_total_;  // {policy}
   prometheus::Family<prometheus::Counter>* request_success_total_;    // {finish_reason}
+  prometheus::Family<prometheus::Counter>* request_rejected_total_;   // {code}
   prometheus::Histogram* time_to_first_token_seconds_;
   prometheus::Histogram* inter_token_latency_seconds_;
   prometheus::Histogram* e2e_request_latency_seconds_;

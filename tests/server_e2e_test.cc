@@ -481,12 +481,15 @@ TEST_F(ServerE2eTest, BadRequestsAreInvalidArgumentAndTheServerKeepsServing) {
   add("prompt over --max-prompt-tokens 64", [](auto& r) {
     for (int i = 0; i < 80; ++i) r.mutable_prompt_token_ids()->add_ids(300);
   });
+  const std::string rejected = "heavykv_request_rejected_total{code=\"INVALID_ARGUMENT\"}";
+  const double rejected_before = fast_->Metrics()[rejected];
   for (const auto& [what, req] : bad) {
     Streamed s = Generate(fast_->stub(), req);
     EXPECT_EQ(s.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << what;
     EXPECT_FALSE(s.status.error_message().empty()) << what;
     EXPECT_EQ(s.messages, 0) << what;
   }
+  EXPECT_EQ(fast_->Metrics()[rejected] - rejected_before, double(bad.size()));
   grpc::ClientContext context;
   v1::TokenizeRequest tok;
   tok.set_text("\xff");
@@ -511,9 +514,12 @@ TEST_F(ServerE2eTest, FullQueueIsResourceExhausted) {
     std::this_thread::sleep_for(2ms);
   }
   ASSERT_EQ(slow_->Stats().sequences_waiting(), 1);
+  const std::string rejected = "heavykv_request_rejected_total{code=\"RESOURCE_EXHAUSTED\"}";
+  const double rejected_before = slow_->Metrics()[rejected];
   Streamed refused = Generate(slow_->stub(), Long());
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::RESOURCE_EXHAUSTED);
   EXPECT_NE(refused.status.error_message().find("queue"), std::string::npos);
+  EXPECT_EQ(slow_->Metrics()[rejected] - rejected_before, 1.0);
   running_ctx.TryCancel();
   waiting_ctx.TryCancel();
   while (running->Read(&m)) {
