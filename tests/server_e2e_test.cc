@@ -575,15 +575,21 @@ TEST_F(ServerE2eTest, BenchReportsEveryRequest) {
   EXPECT_EQ(out.find("\r"), std::string::npos) << "no progress bar without a terminal";
 }
 
-// SIGTERM: health turns NOT_SERVING while running requests get --grace to finish; the rest are
-// cancelled with a last message, and the server exits 0.
-TEST(ServerDrainTest, SigtermDrainsThenCancels) {
-  testing::TempDir dir;
+// A random model with a 2048-token context, big enough that one thread takes about 1 ms a token.
+std::string SlowModel(const testing::TempDir& dir) {
   const std::string model = dir.File("slow.bin");
   RunCapture(Bin() +
              " make-model --dim 256 --hidden-dim 768 --layers 4 --heads 8 --kv-heads 4 "
              "--vocab 512 --seq-len 2048 --out " +
              model + " 2>&1");
+  return model;
+}
+
+// SIGTERM: health turns NOT_SERVING while running requests get --grace to finish; the rest are
+// cancelled with a last message, and the server exits 0.
+TEST(ServerDrainTest, SigtermDrainsThenCancels) {
+  testing::TempDir dir;
+  const std::string model = SlowModel(dir);
   ServerProcess server({"--model", model, "--threads", "1", "--grace", "1", "--kv-pages", "512"});
   ASSERT_TRUE(server.ok()) << server.log();
   ASSERT_EQ(server.Health(), HealthCheckResponse::SERVING);
@@ -619,11 +625,7 @@ TEST(ServerDrainTest, SigtermToAnyThreadDrains) {
 // channel reconnects for the next call.
 TEST(ServerConnectionAgeTest, StreamsOutliveTheConnectionAge) {
   testing::TempDir dir;
-  const std::string model = dir.File("slow.bin");
-  RunCapture(Bin() +
-             " make-model --dim 256 --hidden-dim 768 --layers 4 --heads 8 --kv-heads 4 "
-             "--vocab 512 --seq-len 2048 --out " +
-             model + " 2>&1");
+  const std::string model = SlowModel(dir);
   ServerProcess server({"--model", model, "--threads", "1", "--max-connection-age", "0.5"});
   ASSERT_TRUE(server.ok()) << server.log();
   v1::GenerateRequest req = Long();
