@@ -145,9 +145,12 @@ class H2OPolicy final : public EvictionPolicy {
   explicit H2OPolicy(double recent_fraction) : recent_fraction_(recent_fraction) {}
   absl::string_view name() const override { return "h2o"; }
   bool needs_scores() const override { return true; }
+  int32_t NumProtectedRecent(int32_t budget) const override {
+    return static_cast<int32_t>(std::floor(budget * recent_fraction_));
+  }
   void ChooseVictims(const HeadSlots& slots, int32_t budget, int32_t newest_pos,
                      int32_t num_evict, std::vector<int32_t>* victims) const override {
-    const int32_t num_recent = static_cast<int32_t>(std::floor(budget * recent_fraction_));
+    const int32_t num_recent = NumProtectedRecent(budget);
     // The `num_recent` newest tokens are all still held (none of them could have been evicted
     // before: they were recent at every earlier step), so "recent" is a position range.
     const int32_t last_pos = newest_pos - num_recent;

@@ -35,6 +35,10 @@ class EvictionPolicy {
   virtual absl::string_view name() const = 0;
   // True when the attention kernels must accumulate per-slot scores for this policy.
   virtual bool needs_scores() const { return false; }
+  // For a score-ranked policy: how many of the newest tokens are never evicted at `budget`
+  // (h2o: floor(budget * recent_fraction)), so that another backend can apply the same rule.
+  // 0 for the age-ranked policies.
+  virtual int32_t NumProtectedRecent(int32_t budget) const { return 0; }
   // Appends to `victims` exactly `num_evict` (= slots.pos.size() - budget, > 0) distinct slot
   // indices of `slots` to drop so that `budget` tokens remain. `newest_pos` is the largest
   // position held. Called concurrently for different heads: implementations keep no state.

@@ -6,39 +6,6 @@
 #include "kernels/cuda/eviction_rule.h"
 
 namespace heavykv {
-namespace {
-
-// h2o keeps the newest floor(budget * recent_fraction) positions. Asks the policy, with probe
-// sets of at most 64 slots whose scores fall as positions rise (so its one victim is the newest
-// candidate), for the newest position it would still evict when the newest held is `budget`;
-// a bisection over [0, budget] in ceil(log64(budget)) calls.
-int32_t ProbeRecentTokens(const EvictionPolicy& policy, int32_t budget) {
-  const int32_t newest = budget;
-  int64_t lo = -1, hi = newest;  // the last candidate position is in [lo, hi]; lo = -1: none
-  std::vector<int32_t> pos, victims;
-  std::vector<float> score;
-  while (lo < hi) {
-    pos.clear();
-    score.clear();
-    const int64_t span = hi - lo;  // probe positions in (lo, hi]
-    const int64_t step = std::max<int64_t>(1, (span + 63) / 64);
-    for (int64_t p = lo + step; p <= hi; p += step) pos.push_back(static_cast<int32_t>(p));
-    if (pos.back() != hi) pos.push_back(static_cast<int32_t>(hi));
-    for (int32_t p : pos) score.push_back(-static_cast<float>(p));
-    victims.clear();
-    policy.ChooseVictims(HeadSlots{pos, score}, budget, newest, 1, &victims);
-    if (victims.empty()) {  // every probe position is recent
-      hi = pos.front() - 1;
-      continue;
-    }
-    const size_t v = static_cast<size_t>(victims[0]);
-    lo = pos[v];
-    hi = v + 1 < pos.size() ? pos[v + 1] - 1 : hi;
-  }
-  return static_cast<int32_t>(newest - lo);
-}
-
-}  // namespace
 
 absl::StatusOr<EvictRule> EvictRuleFor(const EvictionPolicy* policy, int32_t budget) {
   EvictRule r;
@@ -52,7 +19,7 @@ absl::StatusOr<EvictRule> EvictRuleFor(const EvictionPolicy* policy, int32_t bud
     r.param = std::max(0, std::min(kNumSinkTokens, budget - 1));
   } else if (name == "h2o") {
     r.kind = cuda::kEvictLowestScore;
-    r.param = ProbeRecentTokens(*policy, budget);
+    r.param = policy->NumProtectedRecent(budget);
   } else {
     return absl::UnimplementedError(
         absl::StrCat("KV policy \"", name, "\" has no CUDA implementation; use --device cpu"));
