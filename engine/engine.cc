@@ -205,6 +205,8 @@ void EngineImpl::Finish(Request& r, const std::string& reason, GenerationDelta d
   d.usage.kv_tokens_kept = r.seq.kv.num_slots;
   d.usage.kv_tokens_evicted = r.seq.kv.tokens_evicted;
   d.usage.peak_pages = r.seq.kv.peak_pages;
+  d.usage.policy = r.params.policy;
+  d.usage.kv_budget_tokens = r.params.policy == "full" ? 0 : r.params.budget_tokens;
   const absl::Time now = absl::Now();
   const absl::Time started = r.admitted == absl::InfinitePast() ? now : r.admitted;
   d.timings.queue_seconds = Seconds(started - r.params.arrival);

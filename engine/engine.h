@@ -86,6 +86,8 @@ struct GenerationUsage {
   int32_t kv_tokens_kept = 0;      // per (layer, kv head) at the end
   int64_t kv_tokens_evicted = 0;   // per (layer, kv head), summed over the request
   int32_t peak_pages = 0;
+  std::string policy;              // as resolved: the request's or the server default
+  int32_t kv_budget_tokens = 0;    // resolved budget per (layer, kv head); 0 for "full"
 };
 
 struct GenerationTimings {

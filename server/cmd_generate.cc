@@ -81,21 +81,23 @@ int GenerateCommand(int argc, char** argv) {
   if (json) {
     std::printf(
         "{\"request_id\":%s,\"text\":%s,\"token_ids\":[%s],\"finish_reason\":\"%s\","
-        "\"prompt_tokens\":%d,\"completion_tokens\":%d,\"kv_tokens_kept\":%d,"
-        "\"kv_tokens_evicted\":%lld,\"peak_pages\":%d,\"queue_seconds\":%.6f,"
-        "\"time_to_first_token_seconds\":%.6f,\"total_seconds\":%.6f}\n",
+        "\"prompt_tokens\":%d,\"completion_tokens\":%d,\"policy\":%s,\"kv_budget_tokens\":%d,"
+        "\"kv_tokens_kept\":%d,\"kv_tokens_evicted\":%lld,\"peak_pages\":%d,"
+        "\"queue_seconds\":%.6f,\"time_to_first_token_seconds\":%.6f,\"total_seconds\":%.6f}\n",
         JsonQuote(last.request_id()).c_str(), JsonQuote(text).c_str(),
         absl::StrJoin(ids, ",").c_str(), server::FinishReasonName(last.finish_reason()).c_str(),
-        u.prompt_tokens(), u.completion_tokens(), u.kv_tokens_kept(),
+        u.prompt_tokens(), u.completion_tokens(), JsonQuote(u.policy()).c_str(),
+        u.kv_budget_tokens(), u.kv_tokens_kept(),
         static_cast<long long>(u.kv_tokens_evicted()), u.peak_pages(), t.queue_seconds(),
         t.time_to_first_token_seconds(), t.total_seconds());
   } else {
     std::fprintf(stderr,
                  "finish %s: %d prompt + %d completion tokens, ttft %.3fs, total %.3fs, "
-                 "peak pages %d, evicted %lld\n",
+                 "policy %s budget %d, peak pages %d, evicted %lld\n",
                  server::FinishReasonName(last.finish_reason()).c_str(), u.prompt_tokens(),
                  u.completion_tokens(), t.time_to_first_token_seconds(), t.total_seconds(),
-                 u.peak_pages(), static_cast<long long>(u.kv_tokens_evicted()));
+                 u.policy().c_str(), u.kv_budget_tokens(), u.peak_pages(),
+                 static_cast<long long>(u.kv_tokens_evicted()));
   }
   return 0;
 }

@@ -22,8 +22,8 @@ namespace {
 // deletes the reactor, so the engine never calls into a deleted reactor.
 class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  GenerateReactor(std::string request_id, std::string policy, const RejectionObserver* on_rejected)
-      : request_id_(std::move(request_id)), policy_(std::move(policy)), on_rejected_(on_rejected) {}
+  GenerateReactor(std::string request_id, const RejectionObserver* on_rejected)
+      : request_id_(std::move(request_id)), on_rejected_(on_rejected) {}
 
   void Start(Engine* engine, absl::StatusOr<GenerationRequest> request) {
     absl::StatusOr<std::shared_ptr<RequestHandle>> handle =
@@ -119,9 +119,11 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   void Log(const GenerationDelta& d) const {
     spdlog::info(
         "request {} finished: {} prompt + {} completion tokens, queue {:.3f}s, ttft {:.3f}s, "
-        "total {:.3f}s, policy {}, kv kept {} evicted {}, peak pages {}, finish {}{}",
+        "total {:.3f}s, policy {} budget {}, kv kept {} evicted {}, peak pages {}, finish {}{}",
         request_id_, d.usage.prompt_tokens, d.usage.completion_tokens, d.timings.queue_seconds,
-        d.timings.time_to_first_token_seconds, d.timings.total_seconds, policy_,
+        d.timings.time_to_first_token_seconds, d.timings.total_seconds, d.usage.policy,
+        d.usage.kv_budget_tokens == 0 ? std::string("none")
+                                      : std::to_string(d.usage.kv_budget_tokens),
         d.usage.kv_tokens_kept, d.usage.kv_tokens_evicted, d.usage.peak_pages, d.finish_reason,
         d.error.empty() ? "" : " (" + d.error + ")");
   }
@@ -130,7 +132,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     if (refs_.fetch_sub(1) == 1) delete this;
   }
 
-  const std::string request_id_, policy_;
+  const std::string request_id_;
   const RejectionObserver* on_rejected_;  // the service's; it outlives every call
   std::atomic<int> refs_ = 3;
   std::mutex mu_;
@@ -158,8 +160,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
       r->deadline = absl::FromChrono(context->deadline());
     }
   }
-  const std::string policy = request->kv().has_policy() ? request->kv().policy() : defaults_.policy;
-  auto* reactor = new GenerateReactor(std::move(id), policy, &on_rejected_);
+  auto* reactor = new GenerateReactor(std::move(id), &on_rejected_);
   reactor->Start(engine_, std::move(r));
   return reactor;
 }

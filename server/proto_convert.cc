@@ -70,6 +70,8 @@ void AppendDelta(const GenerationDelta& d, v1::GenerateResponse* out) {
   u->set_kv_tokens_kept(d.usage.kv_tokens_kept);
   u->set_kv_tokens_evicted(d.usage.kv_tokens_evicted);
   u->set_peak_pages(d.usage.peak_pages);
+  u->set_policy(d.usage.policy);
+  u->set_kv_budget_tokens(d.usage.kv_budget_tokens);
   v1::Timings* t = out->mutable_timings();
   t->set_queue_seconds(d.timings.queue_seconds);
   t->set_time_to_first_token_seconds(d.timings.time_to_first_token_seconds);

@@ -502,6 +502,29 @@ TEST_F(ServerE2eTest, BadRequestsAreInvalidArgumentAndTheServerKeepsServing) {
   EXPECT_EQ(fast_->Health(), HealthCheckResponse::SERVING);
 }
 
+// The last message says which policy and budget the request ran with, the server's default
+// (full, no budget) when it named none.
+TEST_F(ServerE2eTest, UsageReportsTheResolvedPolicyAndBudget) {
+  Streamed plain = Generate(fast_->stub(), Greedy("Once upon a time", 8));
+  ASSERT_TRUE(plain.status.ok()) << plain.status.error_message();
+  EXPECT_EQ(plain.last.usage().policy(), "full");
+  EXPECT_EQ(plain.last.usage().kv_budget_tokens(), 0);
+  v1::GenerateRequest req = Greedy("Once upon a time", 40);
+  req.mutable_kv()->set_policy("h2o");
+  req.mutable_kv()->set_budget_tokens(12);
+  Streamed h2o = Generate(fast_->stub(), req);
+  ASSERT_TRUE(h2o.status.ok()) << h2o.status.error_message();
+  EXPECT_EQ(h2o.last.usage().policy(), "h2o");
+  EXPECT_EQ(h2o.last.usage().kv_budget_tokens(), 12);
+  EXPECT_EQ(h2o.last.usage().kv_tokens_kept(), 12);
+  req.mutable_kv()->clear_budget_tokens();
+  req.mutable_kv()->set_budget_fraction(0.5);
+  Streamed fraction = Generate(fast_->stub(), req);
+  ASSERT_TRUE(fraction.status.ok()) << fraction.status.error_message();
+  const int32_t length = fraction.last.usage().prompt_tokens() + 40;
+  EXPECT_EQ(fraction.last.usage().kv_budget_tokens(), length / 2) << "length " << length;
+}
+
 TEST_F(ServerE2eTest, FullQueueIsResourceExhausted) {
   // --max-running 1 --max-waiting 1: one runs, one waits, the third is refused.
   grpc::ClientContext running_ctx, waiting_ctx;
