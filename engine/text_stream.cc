@@ -62,8 +62,18 @@ std::string TextStream::Sanitize(absl::string_view s) {
       out.append(s.data() + i, len);
       i += len;
     } else {
-      out += "\xEF\xBF\xBD";  // U+FFFD
-      ++i;
+      // One U+FFFD per maximal subpart (Unicode ch. 3, "U+FFFD Substitution of Maximal
+      // Subparts", as Python and browsers decode): the longest start of a valid sequence, or
+      // else one byte.
+      size_t take = 1;
+      for (int have = len - 1; have > 1; --have) {
+        if (i + have <= s.size() && ValidPrefixAt(s, i, len, have)) {
+          take = have;
+          break;
+        }
+      }
+      out += "\xEF\xBF\xBD";
+      i += take;
     }
   }
   return out;

@@ -32,7 +32,8 @@ class TextStream {
 
   // The longest prefix of `s` that does not end inside a possibly valid UTF-8 character.
   static size_t CompletePrefix(absl::string_view s);
-  // `s` with every invalid UTF-8 sequence replaced by U+FFFD.
+  // `s` with each maximal ill-formed UTF-8 subpart replaced by one U+FFFD (as Python and
+  // browsers decode).
   static std::string Sanitize(absl::string_view s);
 
  private:
