@@ -74,7 +74,8 @@ absl::Status ModelConfig::Validate() const {
                                                    " is not a multiple of n_kv_heads ",
                                                    num_kv_heads));
   }
-  if (int64_t(dim) * vocab_size > (int64_t(1) << 40) || int64_t(dim) * hidden_dim > (int64_t(1) << 36)) {
+  if (int64_t(dim) * vocab_size > (int64_t(1) << 40) ||
+      int64_t(dim) * hidden_dim > (int64_t(1) << 36)) {
     return absl::InvalidArgumentError("inconsistent header: dimensions are implausibly large");
   }
   return absl::OkStatus();
@@ -125,9 +126,10 @@ absl::StatusOr<Model> LoadModel(const std::string& path) {
   Model m;
   m.config = c;
   m.layers.resize(L);
-  // The checkpoint stores each tensor for all layers at once. Each layer's matrices are read
-  // into one row-major staging buffer in the fused layout and packed when complete; the file is
-  // read in order, so that takes one pass and holds at most one tensor of all layers unpacked.
+  // The checkpoint stores each tensor for all layers at once, in file order. A fused matrix is
+  // staged row-major for every layer, its parts read into their row blocks as the file reaches
+  // them, and packed when complete; at most two fused matrices (w1|w3 while w2 is read) are
+  // staged at a time.
   AlignedVector<float> embedding(c.vocab_size * d);
   bool ok = ReadFloats(f.get(), embedding.data(), c.vocab_size * d);
   auto read_vectors = [&](AlignedVector<float> LayerWeights::*member, int64_t n) {
@@ -136,38 +138,39 @@ absl::StatusOr<Model> LoadModel(const std::string& path) {
       ok = ReadFloats(f.get(), (m.layers[l].*member).data(), n);
     }
   };
-  // Reads `parts` consecutive checkpoint tensors (each [rows_i][in] for every layer) as the
-  // row blocks of one fused [sum rows_i][in] matrix per layer, then packs it.
-  auto read_fused = [&](cpu::PackedMatrix LayerWeights::*member, std::vector<int64_t> rows,
-                        int64_t in) {
-    int64_t total = 0;
-    for (int64_t r : rows) total += r;
-    std::vector<AlignedVector<float>> staging(L, AlignedVector<float>(total * in));
-    int64_t offset = 0;
-    for (int64_t r : rows) {
-      for (int64_t l = 0; l < L && ok; ++l) {
-        ok = ReadFloats(f.get(), staging[l].data() + offset * in, r * in);
-      }
-      offset += r;
-    }
+  using Staging = std::vector<AlignedVector<float>>;  // [layer][rows][in]
+  auto stage = [&](int64_t rows, int64_t in) {
+    return Staging(L, AlignedVector<float>(rows * in));
+  };
+  // The next checkpoint tensor ([rows][in] for every layer) into rows [first, first + rows).
+  auto read_part = [&](Staging& st, int64_t first, int64_t rows, int64_t in) {
     for (int64_t l = 0; l < L && ok; ++l) {
-      m.layers[l].*member = cpu::PackedMatrix::FromRowMajor(staging[l].data(), total, in);
+      ok = ReadFloats(f.get(), st[l].data() + first * in, rows * in);
+    }
+  };
+  auto pack = [&](Staging& st, cpu::PackedMatrix LayerWeights::*member, int64_t rows,
+                  int64_t in) {
+    for (int64_t l = 0; l < L && ok; ++l) {
+      m.layers[l].*member = cpu::PackedMatrix::FromRowMajor(st[l].data(), rows, in);
+      AlignedVector<float>().swap(st[l]);
     }
   };
   read_vectors(&LayerWeights::rms_att, d);
-  read_fused(&LayerWeights::wqkv, {d, kv, kv}, d);
-  read_fused(&LayerWeights::wo, {d}, d);
+  Staging wqkv = stage(d + 2 * kv, d);
+  read_part(wqkv, 0, d, d);        // wq
+  read_part(wqkv, d, kv, d);       // wk
+  read_part(wqkv, d + kv, kv, d);  // wv
+  pack(wqkv, &LayerWeights::wqkv, d + 2 * kv, d);
+  Staging wo = stage(d, d);
+  read_part(wo, 0, d, d);
+  pack(wo, &LayerWeights::wo, d, d);
   read_vectors(&LayerWeights::rms_ffn, d);
-  // w1, w2, w3 in the file; w13 fuses w1 and w3, so w2 is read in between.
-  std::vector<AlignedVector<float>> w1(L, AlignedVector<float>(hid * d));
-  for (int64_t l = 0; l < L && ok; ++l) ok = ReadFloats(f.get(), w1[l].data(), hid * d);
-  read_fused(&LayerWeights::w2, {d}, hid);
-  for (int64_t l = 0; l < L && ok; ++l) {
-    w1[l].resize(2 * hid * d);
-    ok = ReadFloats(f.get(), w1[l].data() + hid * d, hid * d);
-    if (ok) m.layers[l].w13 = cpu::PackedMatrix::FromRowMajor(w1[l].data(), 2 * hid, d);
-    AlignedVector<float>().swap(w1[l]);
-  }
+  Staging w13 = stage(2 * hid, d), w2 = stage(d, hid);
+  read_part(w13, 0, hid, d);  // w1 (gate)
+  read_part(w2, 0, d, hid);
+  pack(w2, &LayerWeights::w2, d, hid);
+  read_part(w13, hid, hid, d);  // w3 (up)
+  pack(w13, &LayerWeights::w13, 2 * hid, d);
   m.rms_final.resize(d);
   ok = ok && ReadFloats(f.get(), m.rms_final.data(), d);
   ok = ok && std::fseek(f.get(), rope_floats * int64_t(sizeof(float)), SEEK_CUR) == 0;
