@@ -24,6 +24,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/cuda_model_runner.h"
+#include "engine/cuda/device_step.h"
 #include "engine/cuda/step_layout.h"
 #include "engine/make_model.h"
 #include "kernels/cuda/paged_attention.cuh"
@@ -142,17 +143,7 @@ void BM_DecodeAttention(benchmark::State& state, bool scores, int32_t max_chunk)
   cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device);
   cuda::AttentionArgs a;
   a.pool = pool;
-  a.step.num_seqs = L.num_seqs;
-  a.step.num_tokens = L.num_tokens;
-  a.step.page_indptr = meta + L.page_indptr;
-  a.step.page_ids = meta + L.page_ids;
-  a.step.num_old = meta + L.num_old;
-  a.step.num_new = meta + L.num_new;
-  a.step.token_begin = meta + L.token_begin;
-  a.step.start_pos = meta + L.start_pos;
-  a.step.token_seq = meta + L.token_seq;
-  a.step.token_pos = meta + L.token_pos;
-  a.step.accumulate = meta + L.accumulate;
+  a.step = DeviceStepAt(L, meta);
   a.group = kQHeads / kKvHeads;
   a.q = static_cast<float*>(q);
   a.q_stride = kQHeads * kHd;

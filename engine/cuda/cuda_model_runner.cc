@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "engine/cuda/device_step.h"
 #include "engine/cuda/step_layout.h"
 #include "kernels/cuda/device_kv.cuh"
 #include "kernels/cuda/embedding.cuh"
@@ -384,21 +385,7 @@ absl::Status CudaModelRunner::Impl::Enqueue() {
                                       layout.data.size() * sizeof(int32_t),
                                       cudaMemcpyHostToDevice, stream));
   HEAVYKV_CUDA_RETURN(cudaEventRecord(meta_free, stream));
-  cuda::DeviceStep step;
-  step.num_seqs = layout.num_seqs;
-  step.num_tokens = layout.num_tokens;
-  step.page_indptr = d_meta + layout.page_indptr;
-  step.page_ids = d_meta + layout.page_ids;
-  step.num_old = d_meta + layout.num_old;
-  step.num_new = d_meta + layout.num_new;
-  step.token_begin = d_meta + layout.token_begin;
-  step.start_pos = d_meta + layout.start_pos;
-  step.token_seq = d_meta + layout.token_seq;
-  step.token_pos = d_meta + layout.token_pos;
-  step.accumulate = d_meta + layout.accumulate;
-  step.budget = d_meta + layout.budget;
-  step.evict_kind = d_meta + layout.evict_kind;
-  step.evict_param = d_meta + layout.evict_param;
+  const cuda::DeviceStep step = DeviceStepAt(layout, d_meta);
   const cuda::AttentionPlan plan = cuda::PlanAttention(
       layout.num_tokens, c.num_kv_heads, c.group_size(), c.head_dim(), layout.max_held,
       layout.any_scores, num_sms);

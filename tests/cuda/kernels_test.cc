@@ -7,6 +7,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "engine/cuda/device_step.h"
 #include "engine/cuda/step_layout.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/paged_attention.h"
@@ -212,20 +213,7 @@ struct DevicePlan {
     EXPECT_TRUE(BuildStepLayout(steps, rules, block_size, &layout).ok());
     data = std::make_unique<DeviceArray<int32_t>>(layout.data);
     const int32_t* d = data->get();
-    step.num_seqs = layout.num_seqs;
-    step.num_tokens = layout.num_tokens;
-    step.page_indptr = d + layout.page_indptr;
-    step.page_ids = d + layout.page_ids;
-    step.num_old = d + layout.num_old;
-    step.num_new = d + layout.num_new;
-    step.token_begin = d + layout.token_begin;
-    step.start_pos = d + layout.start_pos;
-    step.token_seq = d + layout.token_seq;
-    step.token_pos = d + layout.token_pos;
-    step.accumulate = d + layout.accumulate;
-    step.budget = d + layout.budget;
-    step.evict_kind = d + layout.evict_kind;
-    step.evict_param = d + layout.evict_param;
+    step = DeviceStepAt(layout, d);
   }
 };
 
