@@ -97,6 +97,9 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
       a.out = &att_[t0 * dim + int64_t(h) * G * hd];
       a.out_stride = dim;
       a.accumulate_scores = st.kv->policy != nullptr && st.kv->policy->needs_scores();
+      // The score update reads the scores, EvictHead the positions (and scores) after it.
+      const bool evicts = st.kv->policy != nullptr && old + n > st.kv->budget;
+      if (evicts || a.accumulate_scores) kv.PrefetchMeta(evicts, a.accumulate_scores);
       thread_local std::vector<float> scratch;
       scratch.resize(cpu::AttentionScratchFloats(old + n, G));
       cpu::PagedAttention(a, scratch.data());

@@ -14,6 +14,17 @@
 
 namespace heavykv {
 
+// Starts loading the cache line at p (prefetcht0). An asm statement, not __builtin_prefetch:
+// GCC 12 deletes a loop whose body is only __builtin_prefetch calls when its trip count is
+// computed (as in PrefetchMeta), silently leaving no prefetch at all.
+inline void PrefetchLine(const void* p) {
+#if defined(__x86_64__)
+  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+#else
+  __builtin_prefetch(p);
+#endif
+}
+
 struct PagedKvHead {
   const int32_t* pages = nullptr;  // [ceil(num_slots / block_size)] page ids
   int32_t num_slots = 0;
@@ -37,6 +48,19 @@ struct PagedKvHead {
   }
   float& Score(int32_t s) const {
     return score[pages[s / block_size] * meta_page_stride + s % block_size];
+  }
+
+  // Starts loading the pos and/or score entries of every page into cache. They
+  // are one scattered cache line per page, which the hardware prefetcher never guesses; issued
+  // before attention, their misses overlap its K/V stream instead of stalling the score update
+  // and the eviction that read them afterwards.
+  void PrefetchMeta(bool positions, bool scores) const {
+    const int32_t num_pages = (num_slots + block_size - 1) / block_size;
+    for (int32_t p = 0; p < num_pages; ++p) {
+      const int64_t meta = int64_t(pages[p]) * meta_page_stride;
+      if (positions) PrefetchLine(pos + meta);
+      if (scores) PrefetchLine(score + meta);
+    }
   }
 };
 

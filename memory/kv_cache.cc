@@ -106,7 +106,6 @@ void KvCache::EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, i
   // parallel loops.
   thread_local std::vector<int32_t> pos, victims;
   thread_local std::vector<float> score;
-  thread_local std::vector<uint8_t> is_victim;
   const bool scores = seq.policy->needs_scores();
   pos.resize(held);
   if (scores) score.resize(held);
@@ -114,6 +113,11 @@ void KvCache::EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, i
   for (int32_t s0 = 0; s0 < held; s0 += bs) {
     const int64_t meta = int64_t(h.pages[s0 / bs]) * h.meta_page_stride;
     const int32_t rows = std::min(bs, held - s0);
+    if (rows == 16) {  // the default block size: fixed-size copies the compiler inlines
+      std::memcpy(&pos[s0], h.pos + meta, 16 * sizeof(int32_t));
+      if (scores) std::memcpy(&score[s0], h.score + meta, 16 * sizeof(float));
+      continue;
+    }
     std::memcpy(&pos[s0], h.pos + meta, rows * sizeof(int32_t));
     if (scores) std::memcpy(&score[s0], h.score + meta, rows * sizeof(float));
   }
@@ -122,14 +126,16 @@ void KvCache::EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, i
   victims.clear();
   seq.policy->ChooseVictims(slots, seq.budget, newest_pos, num_evict, &victims);
 
-  is_victim.assign(held, 0);
-  for (int32_t s : victims) {
-    if (s < 0 || s >= held || is_victim[s]) {
+  // Sorted, the victims below the budget are the holes in order, and the slots from the budget
+  // up that are not victims are the survivors to move into them: O(num_evict), no scan of the
+  // held slots.
+  std::sort(victims.begin(), victims.end());
+  for (size_t i = 0; i < victims.size(); ++i) {
+    if (victims[i] < 0 || victims[i] >= held || (i > 0 && victims[i] == victims[i - 1])) {
       std::fprintf(stderr, "policy %s chose an invalid or repeated victim slot %d\n",
-                   std::string(seq.policy->name()).c_str(), s);
+                   std::string(seq.policy->name()).c_str(), victims[i]);
       std::abort();
     }
-    is_victim[s] = 1;
   }
   if (static_cast<int32_t>(victims.size()) != num_evict) {
     std::fprintf(stderr, "policy %s chose %zu victims, %d needed\n",
@@ -139,10 +145,11 @@ void KvCache::EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, i
   // Survivors beyond the budget move into the holes left by victims below it.
   const int32_t keep = seq.budget;
   const size_t row_bytes = sizeof(float) * shape_.head_dim;
+  size_t above = std::lower_bound(victims.begin(), victims.end(), keep) - victims.begin();
   int32_t mover = keep;
-  for (int32_t hole = 0; hole < keep; ++hole) {
-    if (!is_victim[hole]) continue;
-    while (is_victim[mover]) ++mover;
+  for (size_t i = 0; i < victims.size() && victims[i] < keep; ++i) {
+    const int32_t hole = victims[i];
+    for (; above < victims.size() && victims[above] == mover; ++above) ++mover;
     std::memcpy(h.KRow(hole), h.KRow(mover), row_bytes);
     std::memcpy(h.VRow(hole), h.VRow(mover), row_bytes);
     h.Pos(hole) = h.Pos(mover);

@@ -112,8 +112,10 @@ class KvCache {
   KvStorage storage_;
   PageAllocator alloc_;
   AlignedVector<float> kv_;       // [num_pages][num_layers][num_kv_heads][2][block_size][head_dim]
-  std::vector<int32_t> pos_;    // [num_pages][num_layers][num_kv_heads][block_size]
-  std::vector<float> score_;    // [num_pages][num_layers][num_kv_heads][block_size]
+  // 64-byte aligned, so that at block size 16 the pos (or score) entries of one page of one
+  // (layer, head) are exactly one cache line.
+  AlignedVector<int32_t> pos_;  // [num_pages][num_layers][num_kv_heads][block_size]
+  AlignedVector<float> score_;  // [num_pages][num_layers][num_kv_heads][block_size]
 };
 
 }  // namespace heavykv

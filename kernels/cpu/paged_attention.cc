@@ -119,16 +119,34 @@ __attribute__((target("avx512f"))) inline __m512 Exp(__m512 x) {
 }
 
 // out[16 * C] = sum over slots s < n of p[s] * V row s. Two accumulator sets (even and odd
-// slots) so consecutive FMAs into one register do not wait on each other.
-template <int C>
+// slots) so consecutive FMAs into one register do not wait on each other. With kScores, the
+// same walk over the pages also adds to each slot's H2O score the probability it received from
+// all G heads of the group (probs: [G][n]): the score line of a page is then touched while that
+// page's V rows stream in, instead of in a second pass over the pages after them.
+template <int C, bool kScores>
 __attribute__((target("avx512f"))) void WeightedSumOfV(const PagedKvHead& kv, const float* p,
-                                                       int32_t n, float* out) {
+                                                       int32_t n, float* out, const float* probs,
+                                                       int32_t G) {
   __m512 even[C], odd[C];
   for (int c = 0; c < C; ++c) even[c] = odd[c] = _mm512_setzero_ps();
   const int32_t bs = kv.block_size;
   for (int32_t s0 = 0; s0 < n; s0 += bs) {
-    const float* v = kv.v + kv.pages[s0 / bs] * kv.page_stride;
+    const int32_t page = kv.pages[s0 / bs];
+    const float* v = kv.v + page * kv.page_stride;
     const int32_t rows = std::min(bs, n - s0);
+    if constexpr (kScores) {
+      float* score = kv.score + page * kv.meta_page_stride;
+      for (int32_t r = 0; r < rows; r += 16) {
+        const __mmask16 m = rows - r >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (rows - r)) - 1);
+        __m512 received = _mm512_maskz_loadu_ps(m, probs + s0 + r);
+        for (int32_t g = 1; g < G; ++g) {
+          received = _mm512_add_ps(received,
+                                   _mm512_maskz_loadu_ps(m, probs + int64_t(g) * n + s0 + r));
+        }
+        _mm512_mask_storeu_ps(score + r, m,
+                              _mm512_add_ps(_mm512_maskz_loadu_ps(m, score + r), received));
+      }
+    }
     int32_t r = 0;
     for (; r + 1 < rows; r += 2) {
       const __m512 p0 = _mm512_set1_ps(p[s0 + r]), p1 = _mm512_set1_ps(p[s0 + r + 1]);
@@ -148,10 +166,25 @@ __attribute__((target("avx512f"))) void WeightedSumOfV(const PagedKvHead& kv, co
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(out + c * 16, _mm512_add_ps(even[c], odd[c]));
 }
 
+template <int C>
+__attribute__((target("avx512f"))) void WeightedSumsOfV(const AttentionArgs& a, const float* probs,
+                                                        int32_t n, float* out) {
+  // The scores are added during the last head's pass, when all G rows of probs are final.
+  for (int32_t g = 0; g < a.group; ++g) {
+    const float* p = probs + int64_t(g) * n;
+    float* og = out + int64_t(g) * a.kv.head_dim;
+    if (a.accumulate_scores && g == a.group - 1) {
+      WeightedSumOfV<C, true>(a.kv, p, n, og, probs, a.group);
+    } else {
+      WeightedSumOfV<C, false>(a.kv, p, n, og, probs, a.group);
+    }
+  }
+}
+
 __attribute__((target("avx512f"))) void AttendOneQueryAvx512(const AttentionArgs& a, int32_t qi,
                                                               float* probs) {
   const PagedKvHead& kv = a.kv;
-  const int32_t hd = kv.head_dim, bs = kv.block_size, G = a.group;
+  const int32_t hd = kv.head_dim, G = a.group;
   const int32_t n = a.num_old + qi + 1;  // visible slots
   const int32_t chunks = hd / 16;
   const __m512 scale = _mm512_set1_ps(1.0f / std::sqrt(static_cast<float>(hd)));
@@ -198,41 +231,17 @@ __attribute__((target("avx512f"))) void AttendOneQueryAvx512(const AttentionArgs
       _mm512_mask_storeu_ps(p + s, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + s), inv));
     }
   }
-  // out_g = sum_s p_g[s] * v_s, the accumulators in registers; then each slot's probability,
-  // summed over the group, is added to its H2O score.
+  // out_g = sum_s p_g[s] * v_s, the accumulators in registers, and the H2O scores.
   float* out = a.out + qi * a.out_stride;
-  for (int32_t g = 0; g < G; ++g) {
-    const float* p = probs + int64_t(g) * n;
-    float* og = out + int64_t(g) * hd;
-    switch (chunks) {
-      case 1: WeightedSumOfV<1>(kv, p, n, og); break;
-      case 2: WeightedSumOfV<2>(kv, p, n, og); break;
-      case 3: WeightedSumOfV<3>(kv, p, n, og); break;
-      case 4: WeightedSumOfV<4>(kv, p, n, og); break;
-      case 5: WeightedSumOfV<5>(kv, p, n, og); break;
-      case 6: WeightedSumOfV<6>(kv, p, n, og); break;
-      case 7: WeightedSumOfV<7>(kv, p, n, og); break;
-      case 8: WeightedSumOfV<8>(kv, p, n, og); break;
-    }
-  }
-  if (a.accumulate_scores) {
-    for (int32_t s0 = 0; s0 < n; s0 += bs) {
-      float* score = kv.score + kv.pages[s0 / bs] * kv.meta_page_stride;
-      const int32_t rows = std::min(bs, n - s0);
-      int32_t r = 0;
-      for (; r + 16 <= rows; r += 16) {  // 16 slots of a page at once
-        __m512 received = _mm512_loadu_ps(probs + s0 + r);
-        for (int32_t g = 1; g < G; ++g) {
-          received = _mm512_add_ps(received, _mm512_loadu_ps(probs + int64_t(g) * n + s0 + r));
-        }
-        _mm512_storeu_ps(score + r, _mm512_add_ps(_mm512_loadu_ps(score + r), received));
-      }
-      for (; r < rows; ++r) {
-        float received = 0.0f;
-        for (int32_t g = 0; g < G; ++g) received += probs[int64_t(g) * n + s0 + r];
-        score[r] += received;
-      }
-    }
+  switch (chunks) {
+    case 1: WeightedSumsOfV<1>(a, probs, n, out); break;
+    case 2: WeightedSumsOfV<2>(a, probs, n, out); break;
+    case 3: WeightedSumsOfV<3>(a, probs, n, out); break;
+    case 4: WeightedSumsOfV<4>(a, probs, n, out); break;
+    case 5: WeightedSumsOfV<5>(a, probs, n, out); break;
+    case 6: WeightedSumsOfV<6>(a, probs, n, out); break;
+    case 7: WeightedSumsOfV<7>(a, probs, n, out); break;
+    case 8: WeightedSumsOfV<8>(a, probs, n, out); break;
   }
 }
 
