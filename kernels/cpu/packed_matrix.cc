@@ -10,11 +10,8 @@ PackedMatrix PackedMatrix::FromRowMajor(const float* w, int64_t n, int64_t k) {
   m.n_ = n;
   m.k_ = k;
   const int64_t floats = m.num_panels() * k * kPanelRows;
-  const size_t bytes = (floats * sizeof(float) + 63) / 64 * 64;
-  float* p = static_cast<float*>(std::aligned_alloc(64, bytes == 0 ? 64 : bytes));
-  if (p == nullptr) throw std::bad_alloc();
-  m.data_.reset(p);
-  std::memset(p, 0, floats * sizeof(float));  // the padding rows of the last panel stay zero
+  m.data_.assign(floats, 0.0f);  // the padding rows of the last panel stay zero
+  float* p = m.data_.data();
   for (int64_t r = 0; r < n; ++r) {
     float* dst = p + (r / kPanelRows) * k * kPanelRows + r % kPanelRows;
     const float* src = w + r * k;
@@ -24,7 +21,7 @@ PackedMatrix PackedMatrix::FromRowMajor(const float* w, int64_t n, int64_t k) {
 }
 
 void PackedMatrix::Row(int64_t r, float* out) const {
-  const float* src = data_.get() + (r / kPanelRows) * k_ * kPanelRows + r % kPanelRows;
+  const float* src = data_.data() + (r / kPanelRows) * k_ * kPanelRows + r % kPanelRows;
   for (int64_t kk = 0; kk < k_; ++kk) out[kk] = src[kk * kPanelRows];
 }
 

@@ -198,10 +198,9 @@ __attribute__((target("avx512f"))) void AttendOneQueryAvx512(const AttentionArgs
       const float* qg = q + int64_t(g) * hd;
       __m512 acc[16];
       for (int32_t r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
-      for (int32_t c = 0; c < chunks; ++c) {
-        const __m512 qv = _mm512_loadu_ps(qg + c * 16);
-        for (int32_t r = 0; r < 16; ++r) {
-          acc[r] = _mm512_fmadd_ps(qv, _mm512_loadu_ps(k[r] + c * 16), acc[r]);
+      for (int32_t r = 0; r < 16; ++r) {
+        for (int32_t c = 0; c < chunks; ++c) {
+          acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qg + c * 16), _mm512_loadu_ps(k[r] + c * 16), acc[r]);
         }
       }
       const __mmask16 mask = rows == 16 ? __mmask16(0xFFFF) : __mmask16((1u << rows) - 1);
