@@ -61,9 +61,11 @@ double KvBytesPerToken(const ModelConfig& c, int64_t context) {
 }
 
 std::unique_ptr<Batch> MakeBatch(const Model& model, int32_t batch, int32_t context,
-                                 const std::string& policy, int32_t budget) {
+                                 const std::string& policy, int32_t budget,
+                                 int32_t kv_element_bytes) {
   auto b = std::make_unique<Batch>();
-  const KvShape shape = KvShapeFor(model.config, 16);
+  KvShape shape = KvShapeFor(model.config, 16);
+  shape.element_bytes = kv_element_bytes;
   const int32_t held = std::min(context, budget) + 1;
   const int32_t pages = batch * ((held + shape.block_size - 1) / shape.block_size + 1);
   b->cache = *KvCache::Create(shape, pages);
@@ -83,11 +85,13 @@ std::unique_ptr<Batch> MakeBatch(const Model& model, int32_t batch, int32_t cont
     for (int32_t l = 0; l < shape.num_layers; ++l) {
       for (int32_t h = 0; h < shape.num_kv_heads; ++h) {
         PagedKvHead v = b->cache->View(s, l, h, fill);
+        std::vector<float> k(shape.head_dim), val(shape.head_dim);
         for (int32_t slot = 0; slot < fill; ++slot) {
           for (int32_t d = 0; d < shape.head_dim; ++d) {
-            v.KRow(slot)[d] = normal(rng);
-            v.VRow(slot)[d] = normal(rng);
+            k[d] = normal(rng);
+            val[d] = normal(rng);
           }
+          v.StoreRows(slot, k.data(), val.data());
           v.Pos(slot) = context - fill + slot;
           v.Score(slot) = uniform(rng);
         }

@@ -29,7 +29,8 @@ double DecodeFlopsPerToken(const ModelConfig& c, int64_t context);
 double KvBytesPerToken(const ModelConfig& c, int64_t context);
 
 // `batch` sequences whose every (layer, kv head) holds `context` random K/V rows at positions
-// [0, context) with random scores, as if they had been prefilled.
+// [0, context) with random scores, as if they had been prefilled; K/V elements of
+// `kv_element_bytes` (4: fp32, 2: bf16).
 struct Batch {
   std::unique_ptr<KvCache> cache;
   std::vector<std::unique_ptr<EvictionPolicy>> policies;
@@ -38,7 +39,8 @@ struct Batch {
   int32_t next_pos = 0;
 };
 std::unique_ptr<Batch> MakeBatch(const Model& model, int32_t batch, int32_t context,
-                                 const std::string& policy, int32_t budget);
+                                 const std::string& policy, int32_t budget,
+                                 int32_t kv_element_bytes = 4);
 
 // One decode step of every sequence; sequences without eviction are rolled back to their
 // context afterwards so that every step runs at the same context length.

@@ -95,9 +95,9 @@ void BM_GemmDecodeShapes(benchmark::State& state, bool packed) {
 
 // One decode step of `batch` sequences at `context` cached tokens, on the stories110M shape.
 void BM_Decode(benchmark::State& state, int32_t batch, int32_t context, std::string policy,
-               int32_t budget) {
+               int32_t budget, int32_t kv_element_bytes) {
   const Model& model = Stories110M();
-  std::unique_ptr<Batch> b = MakeBatch(model, batch, context, policy, budget);
+  std::unique_ptr<Batch> b = MakeBatch(model, batch, context, policy, budget, kv_element_bytes);
   ModelRunner runner(model, b->cache.get());
   const int32_t held = std::min(context, budget);
   DecodeStep(runner, *b, context);  // warm-up: first touch of buffers
@@ -109,7 +109,8 @@ void BM_Decode(benchmark::State& state, int32_t batch, int32_t context, std::str
   state.counters["weight_bytes"] =
       benchmark::Counter(steps * model.WeightBytes(), benchmark::Counter::kIsRate);
   state.counters["kv_bytes"] = benchmark::Counter(
-      steps * batch * KvBytesPerToken(model.config, held), benchmark::Counter::kIsRate);
+      steps * batch * KvBytesPerToken(model.config, held) * kv_element_bytes / 4,
+      benchmark::Counter::kIsRate);
   state.counters["pages"] = b->cache->allocator().num_pages_used();
 }
 
@@ -182,18 +183,22 @@ void Register() {  // NOLINT: one list, in report order
     int32_t batch, context;
     const char* policy;
     int32_t budget;
+    int32_t kv_bytes = 4;  // 2: bf16 KV (--kv-dtype bf16), named .../bf16kv
   };
   const D decodes[] = {
       {1, 64, "full", kUnboundedBudget},  {32, 64, "full", kUnboundedBudget},
+      {32, 64, "full", kUnboundedBudget, 2},
       {1, 512, "full", kUnboundedBudget}, {1, 512, "h2o", 512},
       {32, 512, "full", kUnboundedBudget}, {32, 512, "h2o", 512},
+      {32, 512, "full", kUnboundedBudget, 2}, {32, 512, "h2o", 512, 2},
       {1, 4096, "full", kUnboundedBudget}, {1, 4096, "h2o", 819},
   };
   for (const D& d : decodes) {
     std::string name = absl::StrCat("decode/b", d.batch, "/ctx", d.context, "/", d.policy);
     if (d.budget != kUnboundedBudget) absl::StrAppend(&name, d.budget);
+    if (d.kv_bytes == 2) absl::StrAppend(&name, "/bf16kv");
     benchmark::RegisterBenchmark(name.c_str(), BM_Decode, d.batch, d.context,
-                                 std::string(d.policy), d.budget)
+                                 std::string(d.policy), d.budget, d.kv_bytes)
         ->MinTime(1.0)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);

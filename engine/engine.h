@@ -58,6 +58,7 @@ struct EngineOptions {
   double default_recent_fraction = 0.5;
   int threads = 0;  // 0: every core
   std::string device = "cpu";  // cpu or cuda: where the forward passes and the KV pool live
+  std::string kv_dtype = "auto";  // auto, fp32 or bf16: the cached K/V (see KvDtype)
 };
 
 // What a client may set; unset optionals take the server's defaults (vLLM/TGI semantics).

@@ -55,7 +55,8 @@ absl::StatusOr<std::vector<EvalResult>> Evaluate(const Model& model,
   std::vector<std::unique_ptr<EvictionPolicy>> policies;
   std::vector<EvalResult> results(num_cfg);
   int64_t pages = 0;
-  const KvShape shape = KvShapeForDevice(options.device, c, options.block_size);
+  if (absl::Status s = CheckKvDtype(options.device, options.kv_dtype); !s.ok()) return s;
+  const KvShape shape = KvShapeForDevice(options.device, c, options.block_size, options.kv_dtype);
   for (size_t i = 0; i < num_cfg; ++i) {
     const EvalConfig& cfg = options.configs[i];
     absl::StatusOr<std::unique_ptr<EvictionPolicy>> p =

@@ -34,6 +34,7 @@ struct EvalOptions {
   double recent_fraction = 0.5;  // h2o
   int32_t block_size = 16;
   Device device = Device::kCpu;  // where the forward passes run
+  KvDtype kv_dtype = KvDtype::kAuto;  // the cached K/V's element type
 };
 
 struct EvalResult {

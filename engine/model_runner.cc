@@ -82,8 +82,7 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
       PagedKvHead kv = cache_->View(*st.kv, l, h, old + n);
       for (int32_t i = 0; i < n; ++i) {  // append this step's K/V rows to the head
         const float* row = &qkv_[(t0 + i) * qkv_dim];
-        std::memcpy(kv.KRow(old + i), row + dim + int64_t(h) * hd, hd * sizeof(float));
-        std::memcpy(kv.VRow(old + i), row + dim + kv_dim + int64_t(h) * hd, hd * sizeof(float));
+        kv.StoreRows(old + i, row + dim + int64_t(h) * hd, row + dim + kv_dim + int64_t(h) * hd);
         kv.Pos(old + i) = st.start_pos + i;
         kv.Score(old + i) = 0.0f;
       }

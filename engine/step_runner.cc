@@ -91,9 +91,32 @@ absl::Status CheckDevice(Device device) {
 #endif
 }
 
-KvShape KvShapeForDevice(Device device, const ModelConfig& config, int32_t block_size) {
+absl::StatusOr<KvDtype> ParseKvDtype(absl::string_view name) {
+  if (name == "auto") return KvDtype::kAuto;
+  if (name == "fp32") return KvDtype::kFp32;
+  if (name == "bf16") return KvDtype::kBf16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown KV dtype \"", name, "\"; choose auto, fp32 or bf16"));
+}
+
+absl::Status CheckKvDtype(Device device, KvDtype dtype) {
+  if (device == Device::kCuda && dtype == KvDtype::kFp32) {
+    return absl::InvalidArgumentError(
+        "--kv-dtype fp32 with --device cuda: the CUDA backend stores K/V in bf16 (use auto or "
+        "bf16)");
+  }
+  return absl::OkStatus();
+}
+
+absl::string_view KvDtypeName(Device device, KvDtype dtype) {
+  const bool bf16 = dtype == KvDtype::kBf16 || (dtype == KvDtype::kAuto && device == Device::kCuda);
+  return bf16 ? "bf16" : "fp32";
+}
+
+KvShape KvShapeForDevice(Device device, const ModelConfig& config, int32_t block_size,
+                         KvDtype dtype) {
   KvShape s = KvShapeFor(config, block_size);
-  if (device == Device::kCuda) s.element_bytes = 2;  // bf16
+  s.element_bytes = KvDtypeName(device, dtype) == "bf16" ? 2 : 4;
   return s;
 }
 

@@ -89,8 +89,21 @@ bool BuiltWithCuda();
 // OK when `device` can run here: FAILED_PRECONDITION "built without CUDA" or "no CUDA device".
 absl::Status CheckDevice(Device device);
 
-// The KV shape of `config` on `device`: fp32 K/V on the CPU, bf16 on CUDA.
-KvShape KvShapeForDevice(Device device, const ModelConfig& config, int32_t block_size);
+// The element type of the cached K/V (--kv-dtype): auto is fp32 on the CPU (what the greedy
+// and eval tests pin against llama2.c) and bf16 on CUDA; bf16 on the CPU halves the pool's bytes
+// per token (twice the tokens in the same --kv-pool-mb) and the K/V a decode step reads, at
+// bf16 rounding of K and V (attention itself still runs in fp32).
+enum class KvDtype { kAuto, kFp32, kBf16 };
+// "auto", "fp32" or "bf16"; INVALID_ARGUMENT otherwise.
+absl::StatusOr<KvDtype> ParseKvDtype(absl::string_view name);
+// INVALID_ARGUMENT when `device` cannot hold that type (the CUDA backend stores bf16 only).
+absl::Status CheckKvDtype(Device device, KvDtype dtype);
+// The name of the type actually used on `device` ("fp32" or "bf16").
+absl::string_view KvDtypeName(Device device, KvDtype dtype);
+
+// The KV shape of `config` on `device` with K/V elements of `dtype`.
+KvShape KvShapeForDevice(Device device, const ModelConfig& config, int32_t block_size,
+                         KvDtype dtype = KvDtype::kAuto);
 // Pool size when no flag gives one. CUDA: free GPU memory minus the bf16 weights minus a reserve
 // of max(1 GiB, 10% of the GPU's memory) for activations, scratch and cuBLAS, in pages.
 // CPU: UNIMPLEMENTED (the CPU callers size the pool from their workload).

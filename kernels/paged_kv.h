@@ -3,16 +3,34 @@
 // from the KvCache (memory/), which owns the storage.
 //
 // Slot s of the view lives on page pages[s / block_size] at row s % block_size:
-//   K row : k   + pages[p] * page_stride      + r * head_dim   [head_dim] floats
-//   V row : v   + pages[p] * page_stride      + r * head_dim   [head_dim] floats
+//   K row : k   + pages[p] * page_stride      + r * head_dim   [head_dim] elements
+//   V row : v   + pages[p] * page_stride      + r * head_dim   [head_dim] elements
+// The elements are fp32 (k, v) or bf16 (k16, v16: the upper half of an fp32, rounded to
+// nearest even, as vLLM's and llama.cpp's 16-bit caches); exactly one of the pairs is set.
 //   pos   : pos + pages[p] * meta_page_stride + r              position of the token held
 //   score : score + pages[p] * meta_page_stride + r            accumulated attention (H2O)
 // Keys are stored after RoPE at their original positions.
 #pragma once
 
 #include <cstdint>
+#include <cstring>
 
 namespace heavykv {
+
+// fp32 -> bf16, rounded to nearest even (NaN stays NaN).
+inline uint16_t FloatToBf16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7FFFu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+inline float Bf16ToFloat(uint16_t h) {
+  const uint32_t u = uint32_t(h) << 16;
+  float f;
+  std::memcpy(&f, &u, sizeof(f));
+  return f;
+}
 
 // Starts loading the cache line at p (prefetcht0). An asm statement, not __builtin_prefetch:
 // GCC 12 deletes a loop whose body is only __builtin_prefetch calls when its trip count is
@@ -30,9 +48,11 @@ struct PagedKvHead {
   int32_t num_slots = 0;
   int32_t block_size = 16;
   int32_t head_dim = 0;
-  float* k = nullptr;
+  float* k = nullptr;  // fp32 storage
   float* v = nullptr;
-  int64_t page_stride = 0;  // floats between the same row of two consecutive page ids
+  uint16_t* k16 = nullptr;  // bf16 storage
+  uint16_t* v16 = nullptr;
+  int64_t page_stride = 0;  // elements between the same row of two consecutive page ids
   int32_t* pos = nullptr;
   float* score = nullptr;
   int64_t meta_page_stride = 0;  // entries between two consecutive page ids in pos/score
@@ -42,6 +62,38 @@ struct PagedKvHead {
   }
   float* VRow(int32_t s) const {
     return v + pages[s / block_size] * page_stride + int64_t(s % block_size) * head_dim;
+  }
+  bool bf16() const { return k16 != nullptr; }
+  int64_t RowOffset(int32_t s) const {
+    return pages[s / block_size] * page_stride + int64_t(s % block_size) * head_dim;
+  }
+  uint16_t* KRow16(int32_t s) const { return k16 + RowOffset(s); }
+  uint16_t* VRow16(int32_t s) const { return v16 + RowOffset(s); }
+  // Writes slot s's K and V rows from fp32, in the storage's element type.
+  void StoreRows(int32_t s, const float* k_row, const float* v_row) const {
+    if (bf16()) {
+      uint16_t* kd = KRow16(s);
+      uint16_t* vd = VRow16(s);
+      for (int32_t d = 0; d < head_dim; ++d) {
+        kd[d] = FloatToBf16(k_row[d]);
+        vd[d] = FloatToBf16(v_row[d]);
+      }
+    } else {
+      std::memcpy(KRow(s), k_row, sizeof(float) * head_dim);
+      std::memcpy(VRow(s), v_row, sizeof(float) * head_dim);
+    }
+  }
+  // Element d of slot s's K (V) row as fp32, whatever the storage.
+  float KAt(int32_t s, int32_t d) const { return bf16() ? Bf16ToFloat(KRow16(s)[d]) : KRow(s)[d]; }
+  float VAt(int32_t s, int32_t d) const { return bf16() ? Bf16ToFloat(VRow16(s)[d]) : VRow(s)[d]; }
+  // Copies slot `from`'s K and V rows over slot `to`'s.
+  void MoveRows(int32_t to, int32_t from) const {
+    const int64_t bytes = int64_t(head_dim) * (bf16() ? 2 : 4);
+    char* kb = bf16() ? reinterpret_cast<char*>(k16) : reinterpret_cast<char*>(k);
+    char* vb = bf16() ? reinterpret_cast<char*>(v16) : reinterpret_cast<char*>(v);
+    const int64_t es = bf16() ? 2 : 4;
+    std::memcpy(kb + RowOffset(to) * es, kb + RowOffset(from) * es, bytes);
+    std::memcpy(vb + RowOffset(to) * es, vb + RowOffset(from) * es, bytes);
   }
   int32_t& Pos(int32_t s) const {
     return pos[pages[s / block_size] * meta_page_stride + s % block_size];

@@ -31,10 +31,6 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvShape& shape,
     return absl::InvalidArgumentError(absl::StrCat("KV pool needs at least one page, got ",
                                                    num_pages));
   }
-  if (storage == KvStorage::kHost && shape.element_bytes != int32_t(sizeof(float))) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "host KV storage holds fp32 elements; got element_bytes ", shape.element_bytes));
-  }
   if (shape.element_bytes != 2 && shape.element_bytes != 4) {
     return absl::InvalidArgumentError(
         absl::StrCat("KV element_bytes must be 2 or 4, got ", shape.element_bytes));
@@ -46,7 +42,10 @@ KvCache::KvCache(const KvShape& shape, int32_t num_pages, KvStorage storage)
     : shape_(shape),
       storage_(storage),
       alloc_(num_pages),
-      kv_(storage == KvStorage::kHost ? static_cast<size_t>(shape.PageFloats()) * num_pages : 0),
+      // fp32 elements, or two bf16 elements per float (PageFloats() is even: K and V).
+      kv_(storage == KvStorage::kHost
+              ? static_cast<size_t>(shape.PageFloats() / (4 / shape.element_bytes)) * num_pages
+              : 0),
       pos_(storage == KvStorage::kHost ? static_cast<size_t>(shape.PageMetaEntries()) * num_pages
                                        : 0),
       score_(storage == KvStorage::kHost
@@ -87,8 +86,13 @@ PagedKvHead KvCache::View(const SequenceKv& seq, int32_t layer, int32_t kv_head,
   v.block_size = shape_.block_size;
   v.head_dim = shape_.head_dim;
   v.page_stride = shape_.PageFloats();
-  v.k = kv_.data() + lh * 2 * bs * hd;
-  v.v = v.k + bs * hd;
+  if (shape_.element_bytes == 2) {
+    v.k16 = reinterpret_cast<uint16_t*>(kv_.data()) + lh * 2 * bs * hd;
+    v.v16 = v.k16 + bs * hd;
+  } else {
+    v.k = kv_.data() + lh * 2 * bs * hd;
+    v.v = v.k + bs * hd;
+  }
   v.meta_page_stride = shape_.PageMetaEntries();
   v.pos = pos_.data() + lh * bs;
   v.score = score_.data() + lh * bs;
@@ -144,14 +148,12 @@ void KvCache::EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, i
   }
   // Survivors beyond the budget move into the holes left by victims below it.
   const int32_t keep = seq.budget;
-  const size_t row_bytes = sizeof(float) * shape_.head_dim;
   size_t above = std::lower_bound(victims.begin(), victims.end(), keep) - victims.begin();
   int32_t mover = keep;
   for (size_t i = 0; i < victims.size() && victims[i] < keep; ++i) {
     const int32_t hole = victims[i];
     for (; above < victims.size() && victims[above] == mover; ++above) ++mover;
-    std::memcpy(h.KRow(hole), h.KRow(mover), row_bytes);
-    std::memcpy(h.VRow(hole), h.VRow(mover), row_bytes);
+    h.MoveRows(hole, mover);
     h.Pos(hole) = h.Pos(mover);
     h.Score(hole) = h.Score(mover);
     ++mover;

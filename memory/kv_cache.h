@@ -42,7 +42,7 @@ struct KvShape {
   int32_t num_kv_heads = 0;
   int32_t head_dim = 0;
   int32_t block_size = 16;
-  int32_t element_bytes = 4;  // per K/V element: 4 (fp32, host storage) or 2 (bf16 on a GPU)
+  int32_t element_bytes = 4;  // per K/V element: 4 (fp32) or 2 (bf16: --kv-dtype, and on a GPU)
 
   // Bytes of one page: K+V rows plus position and score per slot, for every layer and kv head.
   int64_t PageBytes() const;
@@ -67,7 +67,6 @@ enum class KvStorage { kHost, kExternal };
 
 class KvCache {
  public:
-  // kHost needs shape.element_bytes == 4.
   static absl::StatusOr<std::unique_ptr<KvCache>> Create(const KvShape& shape, int32_t num_pages,
                                                          KvStorage storage = KvStorage::kHost);
   // Number of pages that fit in `bytes` (at least 1).
@@ -111,7 +110,8 @@ class KvCache {
   KvShape shape_;
   KvStorage storage_;
   PageAllocator alloc_;
-  AlignedVector<float> kv_;       // [num_pages][num_layers][num_kv_heads][2][block_size][head_dim]
+  // [num_pages][num_layers][num_kv_heads][2][block_size][head_dim] elements of element_bytes.
+  AlignedVector<float> kv_;
   // 64-byte aligned, so that at block size 16 the pos (or score) entries of one page of one
   // (layer, head) are exactly one cache line.
   AlignedVector<int32_t> pos_;  // [num_pages][num_layers][num_kv_heads][block_size]

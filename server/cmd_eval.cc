@@ -16,6 +16,7 @@ namespace heavykv::cli {
 int EvalCommand(int argc, char** argv) {
   std::string model_path, tokenizer_path, text_path, policies = "full,window,sink,h2o";
   std::string budgets = "0.2", device_name = "cpu";
+  std::string kv_dtype_name = "auto";
   int64_t window = 0, max_windows = 0, block_size = 16, threads = 0;
   double recent_fraction = 0.5;
   bool json = false;
@@ -31,6 +32,9 @@ int EvalCommand(int argc, char** argv) {
   flags.Int("block-size", &block_size, "token slots per KV page");
   flags.Int("threads", &threads, "CPU threads; 0 = every core");
   flags.String("device", &device_name, "cpu or cuda: where the forward passes run");
+  flags.String("kv-dtype", &kv_dtype_name,
+               "auto, fp32 or bf16: the cached K/V (auto: fp32 on cpu, bf16 on cuda); bf16 "
+               "holds twice the tokens per MiB");
   flags.Bool("json", &json, "JSON lines on stdout (the table goes to stderr)");
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
   if (model_path.empty() || text_path.empty()) {
@@ -42,6 +46,9 @@ int EvalCommand(int argc, char** argv) {
   }
   absl::StatusOr<Device> device = ParseDevice(device_name);
   if (!device.ok()) return Fail(device.status());
+  absl::StatusOr<KvDtype> kv_dtype = ParseKvDtype(kv_dtype_name);
+  if (!kv_dtype.ok()) return Fail(kv_dtype.status());
+  if (absl::Status s = CheckKvDtype(*device, *kv_dtype); !s.ok()) return Fail(s);
   if (absl::Status s = CheckDevice(*device); !s.ok()) return Fail(s);
   SetThreads(threads);
   absl::StatusOr<Model> model = LoadModel(model_path);
@@ -74,6 +81,7 @@ int EvalCommand(int argc, char** argv) {
   opt.recent_fraction = recent_fraction;
   opt.block_size = static_cast<int32_t>(block_size);
   opt.device = *device;
+  opt.kv_dtype = *kv_dtype;
   std::vector<std::string> budget_list = SplitList(budgets);
   if (budget_list.empty()) return Fail(absl::InvalidArgumentError("--kv-budget is empty"));
   for (const std::string& p : SplitList(policies)) {

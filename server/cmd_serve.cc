@@ -85,6 +85,7 @@ int ServeCommand(int argc, char** argv) {
   std::string model_path, tokenizer_path, listen = "0.0.0.0:50051",
                                           metrics_address = "0.0.0.0:9090";
   std::string policy = "full", budget = "1", device_name = "cpu";
+  std::string kv_dtype_name = "auto";
   int64_t block_size = 16, kv_pages = 0, kv_pool_mb = 0, max_step_tokens = 512, max_running = 64;
   int64_t max_waiting = 256, max_prompt_tokens = 0, max_new_tokens_limit = 0, threads = 0;
   double recent_fraction = 0.5, grace = 30, full_overcommit = 1.0, max_connection_age = 0;
@@ -118,6 +119,9 @@ int ServeCommand(int argc, char** argv) {
                "of the pool; 1 never preempts them, more bets on early EOS");
   flags.Int("threads", &threads, "CPU threads; 0 = every core");
   flags.String("device", &device_name, "cpu or cuda: where the weights, KV pool and forward pass run");
+  flags.String("kv-dtype", &kv_dtype_name,
+               "auto, fp32 or bf16: the cached K/V (auto: fp32 on cpu, bf16 on cuda); bf16 "
+               "holds twice the tokens per MiB");
   flags.Double("grace", &grace, "seconds running requests get to finish on SIGTERM/SIGINT");
   flags.Double("max-connection-age", &max_connection_age,
                "seconds after which a client connection is asked to reconnect (GOAWAY; its "
@@ -127,6 +131,9 @@ int ServeCommand(int argc, char** argv) {
   if (model_path.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
   absl::StatusOr<Device> device = ParseDevice(device_name);
   if (!device.ok()) return Fail(device.status());
+  absl::StatusOr<KvDtype> kv_dtype = ParseKvDtype(kv_dtype_name);
+  if (!kv_dtype.ok()) return Fail(kv_dtype.status());
+  if (absl::Status s = CheckKvDtype(*device, *kv_dtype); !s.ok()) return Fail(s);
   if (absl::Status s = CheckDevice(*device); !s.ok()) return Fail(s);
   for (absl::Status s : {CheckRange("block-size", block_size, 1, 1024),
                          CheckRange("max-step-tokens", max_step_tokens, 1, 1 << 20),
@@ -157,7 +164,7 @@ int ServeCommand(int argc, char** argv) {
   absl::StatusOr<std::optional<Tokenizer>> tok =
       LoadOptionalTokenizer(tokenizer_path, c.vocab_size);
   if (!tok.ok()) return Fail(tok.status());
-  const KvShape shape = KvShapeForDevice(*device, c, static_cast<int32_t>(block_size));
+  const KvShape shape = KvShapeForDevice(*device, c, static_cast<int32_t>(block_size), *kv_dtype);
   const int64_t pages_per_context = (c.seq_len + block_size - 1) / block_size;
   int32_t default_pages =
       static_cast<int32_t>(std::min<int64_t>(INT32_MAX, max_running * pages_per_context));
@@ -185,6 +192,7 @@ int ServeCommand(int argc, char** argv) {
   options.default_recent_fraction = recent_fraction;
   options.threads = static_cast<int>(threads);
   options.device = device_name;
+  options.kv_dtype = kv_dtype_name;
   const bool has_tokenizer = tok->has_value();
   absl::StatusOr<std::unique_ptr<Engine>> engine =
       Engine::Create(*std::move(model), std::move(*tok), options);

@@ -76,6 +76,32 @@ TEST_F(EvalTest, AgreesWithIndependentImplementation) {
   EXPECT_NEAR((*frac)[0].ppl, (*res)[3].ppl, 1e-6);  // other batch, other rounding
 }
 
+// bf16 K/V (--kv-dtype bf16): K and V rounded to bf16, attention in fp32. It must stay within
+// the same 0.5% of the reference, and must differ from fp32 somewhere (else the path never ran).
+TEST_F(EvalTest, Bf16KvStaysWithinToleranceOfTheReference) {
+  EvalOptions opt;
+  opt.window = 512;
+  opt.max_windows = 4;
+  opt.configs = {{"full", *KvBudget::Parse("1")}, {"h2o", *KvBudget::Parse("102")},
+                 {"h2o", *KvBudget::Parse("51")}};
+  const double refs[] = {2.8661, 2.9323, 3.0720};
+  absl::StatusOr<std::vector<EvalResult>> fp32 = Evaluate(*model_, stream_, opt);
+  opt.kv_dtype = KvDtype::kBf16;
+  absl::StatusOr<std::vector<EvalResult>> bf16 = Evaluate(*model_, stream_, opt);
+  ASSERT_TRUE(fp32.ok() && bf16.ok()) << fp32.status() << " " << bf16.status();
+  bool differs = false;
+  for (size_t i = 0; i < std::size(refs); ++i) {
+    SCOPED_TRACE((*bf16)[i].ToJson());
+    EXPECT_NEAR((*bf16)[i].ppl, refs[i], 0.005 * refs[i]);
+    if ((*bf16)[i].ppl != (*fp32)[i].ppl) differs = true;
+  }
+  EXPECT_TRUE(differs) << "bf16 K/V gave exactly the fp32 perplexities";
+  // The CUDA backend has no fp32 cache.
+  opt.device = Device::kCuda;
+  opt.kv_dtype = KvDtype::kFp32;
+  EXPECT_EQ(Evaluate(*model_, stream_, opt).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(EvalTest, OneWindowEqualsADirectTeacherForcedLoop) {
   // Evaluate batches every (configuration, window) sequence; a plain single-sequence loop over
   // the first window, scoring each prediction itself, must give the same perplexity.

@@ -39,9 +39,11 @@ KvShape TinyShape() {
 
 int32_t CeilDiv(int64_t a, int64_t b) { return static_cast<int32_t>((a + b - 1) / b); }
 
-// Row contents for (layer, head, position): exact in float for the sizes used here.
+// Row contents for (layer, head, position): element d is byte d of a unique id, an integer
+// below 256 that fp32 and bf16 both hold exactly, so a row is checkable in either storage.
 float KValue(int32_t layer, int32_t head, int32_t pos, int32_t d) {
-  return static_cast<float>(((layer * 16 + head) * 4096 + pos) * 8 + d);
+  const uint32_t id = (uint32_t(layer) * 16 + uint32_t(head)) * 4096 + uint32_t(pos);
+  return static_cast<float>((id >> (8 * d)) & 0xFF);
 }
 float VValue(int32_t layer, int32_t head, int32_t pos, int32_t d) {
   return -KValue(layer, head, pos, d) - 0.5f;
@@ -158,10 +160,12 @@ class Driver {
         std::vector<Tok>& ref = s.ref[l * sh.num_kv_heads + h];
         for (int32_t i = 0; i < n; ++i) {
           const int32_t pos = s.next_pos + i;
+          std::vector<float> k(sh.head_dim), val(sh.head_dim);
           for (int32_t d = 0; d < sh.head_dim; ++d) {
-            v.KRow(old + i)[d] = KValue(l, h, pos, d);
-            v.VRow(old + i)[d] = VValue(l, h, pos, d);
+            k[d] = KValue(l, h, pos, d);
+            val[d] = VValue(l, h, pos, d);
           }
+          v.StoreRows(old + i, k.data(), val.data());
           v.Pos(old + i) = pos;
           v.Score(old + i) = 0.0f;
           ref.push_back({pos, 0.0f});
@@ -222,12 +226,11 @@ class Driver {
                    << "layer " << l << " head " << h << " holds position " << pos << " twice";
           }
           for (int32_t d = 0; d < sh.head_dim; ++d) {
-            if (v.KRow(slot)[d] != KValue(l, h, pos, d) ||
-                v.VRow(slot)[d] != VValue(l, h, pos, d)) {
+            if (v.KAt(slot, d) != KValue(l, h, pos, d) || v.VAt(slot, d) != VValue(l, h, pos, d)) {
               return testing::AssertionFailure()
                      << "layer " << l << " head " << h << " slot " << slot << " has pos " << pos
-                     << " but K[" << d << "]=" << v.KRow(slot)[d] << " V[" << d
-                     << "]=" << v.VRow(slot)[d];
+                     << " but K[" << d << "]=" << v.KAt(slot, d) << " V[" << d
+                     << "]=" << v.VAt(slot, d);
             }
           }
         }
@@ -285,8 +288,11 @@ std::string CaseName(const SimCase& c) {
 class KvCacheSimulationTest : public testing::TestWithParam<SimCase> {};
 
 TEST_P(KvCacheSimulationTest, MatchesReferenceAfterEveryStep) {
+  for (int32_t element_bytes : {4, 2}) {  // fp32 and bf16 K/V: rows move with their tokens
+  SCOPED_TRACE(element_bytes == 2 ? "bf16 K/V" : "fp32 K/V");
   const SimCase& c = GetParam();
-  const KvShape shape = TinyShape();
+  KvShape shape = TinyShape();
+  shape.element_bytes = element_bytes;
   constexpr int32_t kLength = 90;
   constexpr int32_t kMaxChunk = 7;
   // Room for exactly one sequence at its peak (budget + a chunk): any page leak fails Reserve.
@@ -329,6 +335,7 @@ TEST_P(KvCacheSimulationTest, MatchesReferenceAfterEveryStep) {
     cache->Release(s.kv);
     EXPECT_EQ(cache->allocator().num_pages_used(), 0);
     EXPECT_TRUE(cache->allocator().CheckInvariants());
+  }
   }
 }
 
@@ -637,6 +644,9 @@ TEST(KvCacheTest, PageSizeAccounting) {
   EXPECT_EQ(s.PageFloats(), 128);
   EXPECT_EQ(s.PageMetaEntries(), 16);
   EXPECT_EQ(s.PageBytes(), 128 * 4 + 16 * 8);
+  KvShape half = s;
+  half.element_bytes = 2;  // bf16 K/V: half the K/V bytes, the same metadata
+  EXPECT_EQ(half.PageBytes(), 128 * 2 + 16 * 8);
   EXPECT_EQ(KvCache::PagesForBytes(s, 640 * 10), 10);
   EXPECT_EQ(KvCache::PagesForBytes(s, 640 * 10 + 639), 10);
   EXPECT_EQ(KvCache::PagesForBytes(s, 1), 1);

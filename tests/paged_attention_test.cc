@@ -1,6 +1,7 @@
 // Paged attention against a direct double-precision softmax attention: the AVX-512 path and the
 // portable path, GQA groups, several queries of a chunk (causal), block sizes smaller than the
-// 16-slot vector block, scattered page ids, and the H2O score each slot receives.
+// 16-slot vector block, scattered page ids, and the H2O score each slot receives; with fp32 and
+// with bf16 K/V storage (the reference then reads the same bf16-rounded values).
 #include "kernels/cpu/paged_attention.h"
 
 #include <gtest/gtest.h>
@@ -19,6 +20,8 @@ struct Case {
 class PagedAttentionTest : public testing::TestWithParam<Case> {};
 
 TEST_P(PagedAttentionTest, MatchesDirectAttention) {
+  for (bool bf16 : {false, true}) {
+  SCOPED_TRACE(bf16 ? "bf16 K/V" : "fp32 K/V");
   const Case c = GetParam();
   const int32_t hd = c.head_dim, G = c.group, bs = c.block_size;
   const int32_t slots = c.num_old + c.num_q;
@@ -43,8 +46,17 @@ TEST_P(PagedAttentionTest, MatchesDirectAttention) {
   kv.num_slots = slots;
   kv.block_size = bs;
   kv.head_dim = hd;
-  kv.k = pool.data();
-  kv.v = pool.data() + int64_t(bs) * hd;
+  std::vector<uint16_t> pool16(pool.size());
+  for (size_t i = 0; i < pool.size(); ++i) pool16[i] = FloatToBf16(pool[i]);
+  if (bf16) {
+    kv.k16 = pool16.data();
+    kv.v16 = pool16.data() + int64_t(bs) * hd;
+    // Rounding changed the values: a bf16 element is an fp32 with the low 16 bits zero.
+    ASSERT_NE(kv.KAt(0, 0), pool[pages[0] * page_stride]);
+  } else {
+    kv.k = pool.data();
+    kv.v = pool.data() + int64_t(bs) * hd;
+  }
   kv.page_stride = page_stride;
   kv.pos = pos.data();
   kv.meta_page_stride = bs;
@@ -59,7 +71,7 @@ TEST_P(PagedAttentionTest, MatchesDirectAttention) {
       double mx = -1e300, sum = 0;
       for (int32_t s = 0; s < n; ++s) {
         double dot = 0;
-        for (int32_t d = 0; d < hd; ++d) dot += double(qg[d]) * kv.KRow(s)[d];
+        for (int32_t d = 0; d < hd; ++d) dot += double(qg[d]) * kv.KAt(s, d);
         p[s] = dot / std::sqrt(double(hd));
         mx = std::max(mx, p[s]);
       }
@@ -68,7 +80,7 @@ TEST_P(PagedAttentionTest, MatchesDirectAttention) {
         p[s] /= sum;
         ref_score[s] += p[s];
         for (int32_t d = 0; d < hd; ++d) {
-          ref_out[(int64_t(i) * G + g) * hd + d] += p[s] * kv.VRow(s)[d];
+          ref_out[(int64_t(i) * G + g) * hd + d] += p[s] * kv.VAt(s, d);
         }
       }
     }
@@ -103,6 +115,7 @@ TEST_P(PagedAttentionTest, MatchesDirectAttention) {
     for (int32_t s = 0; s < slots; ++s) {
       EXPECT_NEAR(kv.Score(s), 0.5 + ref_score[s], 2e-6 * (1 + ref_score[s])) << "slot " << s;
     }
+  }
   }
 }
 

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 
 namespace heavykv::cpu {
 namespace {
@@ -17,8 +18,22 @@ namespace {
 // written for the auto-vectoriser; `omp simd` lets it reorder the float reductions.
 #define HEAVYKV_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
 
-HEAVYKV_MULTIVERSION
-void AttendOneQuery(const AttentionArgs& a, int32_t qi, float* probs) {
+// Element d of a K/V row, as fp32.
+inline float Elem(const float* row, int32_t d) { return row[d]; }
+inline float Elem(const uint16_t* row, int32_t d) { return Bf16ToFloat(row[d]); }
+template <typename T>
+inline const T* Base(const PagedKvHead& kv, bool is_k) {
+  if constexpr (std::is_same_v<T, float>) {
+    return is_k ? kv.k : kv.v;
+  } else {
+    return is_k ? kv.k16 : kv.v16;
+  }
+}
+
+// T: the element type of the K/V rows (float, or uint16_t holding bf16).
+template <typename T>
+__attribute__((always_inline)) inline void AttendOneQueryBody(const AttentionArgs& a, int32_t qi,
+                                                              float* probs) {
   const PagedKvHead& kv = a.kv;
   const int32_t hd = kv.head_dim, bs = kv.block_size, G = a.group;
   const int32_t n = a.num_old + qi + 1;  // visible slots
@@ -28,15 +43,15 @@ void AttendOneQuery(const AttentionArgs& a, int32_t qi, float* probs) {
   // logits: probs[g * n + s] = q_g . k_s / sqrt(hd), walking the block table page by page so
   // that each page's K rows are read once for the whole group.
   for (int32_t s0 = 0; s0 < n; s0 += bs) {
-    const float* kpage = kv.k + kv.pages[s0 / bs] * kv.page_stride;
+    const T* kpage = Base<T>(kv, true) + kv.pages[s0 / bs] * kv.page_stride;
     const int32_t rows = std::min(bs, n - s0);
     for (int32_t r = 0; r < rows; ++r) {
-      const float* k = kpage + int64_t(r) * hd;
+      const T* k = kpage + int64_t(r) * hd;
       for (int32_t g = 0; g < G; ++g) {
         const float* qg = q + int64_t(g) * hd;
         float dot = 0.0f;
 #pragma omp simd reduction(+ : dot)
-        for (int32_t d = 0; d < hd; ++d) dot += qg[d] * k[d];
+        for (int32_t d = 0; d < hd; ++d) dot += qg[d] * Elem(k, d);
         probs[int64_t(g) * n + s0 + r] = dot * scale;
       }
     }
@@ -59,21 +74,30 @@ void AttendOneQuery(const AttentionArgs& a, int32_t qi, float* probs) {
   std::fill(out, out + int64_t(G) * hd, 0.0f);
   for (int32_t s0 = 0; s0 < n; s0 += bs) {
     const int32_t page = kv.pages[s0 / bs];
-    const float* vpage = kv.v + page * kv.page_stride;
+    const T* vpage = Base<T>(kv, false) + page * kv.page_stride;
     float* score = a.accumulate_scores ? kv.score + page * kv.meta_page_stride : nullptr;
     const int32_t rows = std::min(bs, n - s0);
     for (int32_t r = 0; r < rows; ++r) {
-      const float* v = vpage + int64_t(r) * hd;
+      const T* v = vpage + int64_t(r) * hd;
       float received = 0.0f;
       for (int32_t g = 0; g < G; ++g) {
         const float pg = probs[int64_t(g) * n + s0 + r];
         received += pg;
         float* og = out + int64_t(g) * hd;
-        for (int32_t d = 0; d < hd; ++d) og[d] += pg * v[d];
+        for (int32_t d = 0; d < hd; ++d) og[d] += pg * Elem(v, d);
       }
       if (score != nullptr) score[r] += received;
     }
   }
+}
+
+HEAVYKV_MULTIVERSION
+void AttendOneQuery(const AttentionArgs& a, int32_t qi, float* probs) {
+  AttendOneQueryBody<float>(a, qi, probs);
+}
+HEAVYKV_MULTIVERSION
+void AttendOneQueryBf16(const AttentionArgs& a, int32_t qi, float* probs) {
+  AttendOneQueryBody<uint16_t>(a, qi, probs);
 }
 
 // --- AVX-512 path: the same arithmetic, with the q.k dot products of 16 slots finished
@@ -118,12 +142,21 @@ __attribute__((target("avx512f"))) inline __m512 Exp(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
+// 16 elements of a K/V row as fp32: a load, or for bf16 a widening load and a 16-bit shift.
+__attribute__((target("avx512f"))) inline __m512 Load16(const float* p) {
+  return _mm512_loadu_ps(p);
+}
+__attribute__((target("avx512f"))) inline __m512 Load16(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+
 // out[16 * C] = sum over slots s < n of p[s] * V row s. Two accumulator sets (even and odd
 // slots) so consecutive FMAs into one register do not wait on each other. With kScores, the
 // same walk over the pages also adds to each slot's H2O score the probability it received from
 // all G heads of the group (probs: [G][n]): the score line of a page is then touched while that
 // page's V rows stream in, instead of in a second pass over the pages after them.
-template <int C, bool kScores>
+template <typename T, int C, bool kScores>
 __attribute__((target("avx512f"))) void WeightedSumOfV(const PagedKvHead& kv, const float* p,
                                                        int32_t n, float* out, const float* probs,
                                                        int32_t G) {
@@ -132,7 +165,7 @@ __attribute__((target("avx512f"))) void WeightedSumOfV(const PagedKvHead& kv, co
   const int32_t bs = kv.block_size;
   for (int32_t s0 = 0; s0 < n; s0 += bs) {
     const int32_t page = kv.pages[s0 / bs];
-    const float* v = kv.v + page * kv.page_stride;
+    const T* v = Base<T>(kv, false) + page * kv.page_stride;
     const int32_t rows = std::min(bs, n - s0);
     if constexpr (kScores) {
       float* score = kv.score + page * kv.meta_page_stride;
@@ -150,23 +183,23 @@ __attribute__((target("avx512f"))) void WeightedSumOfV(const PagedKvHead& kv, co
     int32_t r = 0;
     for (; r + 1 < rows; r += 2) {
       const __m512 p0 = _mm512_set1_ps(p[s0 + r]), p1 = _mm512_set1_ps(p[s0 + r + 1]);
-      const float* v0 = v + int64_t(r) * 16 * C;
+      const T* v0 = v + int64_t(r) * 16 * C;
       for (int c = 0; c < C; ++c) {
-        even[c] = _mm512_fmadd_ps(p0, _mm512_loadu_ps(v0 + c * 16), even[c]);
-        odd[c] = _mm512_fmadd_ps(p1, _mm512_loadu_ps(v0 + 16 * C + c * 16), odd[c]);
+        even[c] = _mm512_fmadd_ps(p0, Load16(v0 + c * 16), even[c]);
+        odd[c] = _mm512_fmadd_ps(p1, Load16(v0 + 16 * C + c * 16), odd[c]);
       }
     }
     if (r < rows) {
       const __m512 p0 = _mm512_set1_ps(p[s0 + r]);
       for (int c = 0; c < C; ++c) {
-        even[c] = _mm512_fmadd_ps(p0, _mm512_loadu_ps(v + int64_t(r) * 16 * C + c * 16), even[c]);
+        even[c] = _mm512_fmadd_ps(p0, Load16(v + int64_t(r) * 16 * C + c * 16), even[c]);
       }
     }
   }
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(out + c * 16, _mm512_add_ps(even[c], odd[c]));
 }
 
-template <int C>
+template <typename T, int C>
 __attribute__((target("avx512f"))) void WeightedSumsOfV(const AttentionArgs& a, const float* probs,
                                                         int32_t n, float* out) {
   // The scores are added during the last head's pass, when all G rows of probs are final.
@@ -174,13 +207,14 @@ __attribute__((target("avx512f"))) void WeightedSumsOfV(const AttentionArgs& a, 
     const float* p = probs + int64_t(g) * n;
     float* og = out + int64_t(g) * a.kv.head_dim;
     if (a.accumulate_scores && g == a.group - 1) {
-      WeightedSumOfV<C, true>(a.kv, p, n, og, probs, a.group);
+      WeightedSumOfV<T, C, true>(a.kv, p, n, og, probs, a.group);
     } else {
-      WeightedSumOfV<C, false>(a.kv, p, n, og, probs, a.group);
+      WeightedSumOfV<T, C, false>(a.kv, p, n, og, probs, a.group);
     }
   }
 }
 
+template <typename T>
 __attribute__((target("avx512f"))) void AttendOneQueryAvx512(const AttentionArgs& a, int32_t qi,
                                                               float* probs) {
   const PagedKvHead& kv = a.kv;
@@ -192,15 +226,17 @@ __attribute__((target("avx512f"))) void AttendOneQueryAvx512(const AttentionArgs
   // Logits, 16 slots at a time (a block of 16 may span pages when block_size < 16).
   for (int32_t s0 = 0; s0 < n; s0 += 16) {
     const int32_t rows = std::min(16, n - s0);
-    const float* k[16];
-    for (int32_t r = 0; r < 16; ++r) k[r] = kv.KRow(s0 + std::min(r, rows - 1));
+    const T* k[16];
+    for (int32_t r = 0; r < 16; ++r) {
+      k[r] = Base<T>(kv, true) + kv.RowOffset(s0 + std::min(r, rows - 1));
+    }
     for (int32_t g = 0; g < G; ++g) {
       const float* qg = q + int64_t(g) * hd;
       __m512 acc[16];
       for (int32_t r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
       for (int32_t r = 0; r < 16; ++r) {
         for (int32_t c = 0; c < chunks; ++c) {
-          acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qg + c * 16), _mm512_loadu_ps(k[r] + c * 16), acc[r]);
+          acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qg + c * 16), Load16(k[r] + c * 16), acc[r]);
         }
       }
       const __mmask16 mask = rows == 16 ? __mmask16(0xFFFF) : __mmask16((1u << rows) - 1);
@@ -233,14 +269,14 @@ __attribute__((target("avx512f"))) void AttendOneQueryAvx512(const AttentionArgs
   // out_g = sum_s p_g[s] * v_s, the accumulators in registers, and the H2O scores.
   float* out = a.out + qi * a.out_stride;
   switch (chunks) {
-    case 1: WeightedSumsOfV<1>(a, probs, n, out); break;
-    case 2: WeightedSumsOfV<2>(a, probs, n, out); break;
-    case 3: WeightedSumsOfV<3>(a, probs, n, out); break;
-    case 4: WeightedSumsOfV<4>(a, probs, n, out); break;
-    case 5: WeightedSumsOfV<5>(a, probs, n, out); break;
-    case 6: WeightedSumsOfV<6>(a, probs, n, out); break;
-    case 7: WeightedSumsOfV<7>(a, probs, n, out); break;
-    case 8: WeightedSumsOfV<8>(a, probs, n, out); break;
+    case 1: WeightedSumsOfV<T, 1>(a, probs, n, out); break;
+    case 2: WeightedSumsOfV<T, 2>(a, probs, n, out); break;
+    case 3: WeightedSumsOfV<T, 3>(a, probs, n, out); break;
+    case 4: WeightedSumsOfV<T, 4>(a, probs, n, out); break;
+    case 5: WeightedSumsOfV<T, 5>(a, probs, n, out); break;
+    case 6: WeightedSumsOfV<T, 6>(a, probs, n, out); break;
+    case 7: WeightedSumsOfV<T, 7>(a, probs, n, out); break;
+    case 8: WeightedSumsOfV<T, 8>(a, probs, n, out); break;
   }
 }
 
@@ -249,14 +285,26 @@ __attribute__((target("avx512f"))) void AttendOneQueryAvx512(const AttentionArgs
 void PagedAttention(const AttentionArgs& args, float* scratch) {
   static const bool has_avx512 = __builtin_cpu_supports("avx512f");
   if (has_avx512 && args.kv.head_dim % 16 == 0 && args.kv.head_dim <= 128) {
-    for (int32_t qi = 0; qi < args.num_q; ++qi) AttendOneQueryAvx512(args, qi, scratch);
+    for (int32_t qi = 0; qi < args.num_q; ++qi) {
+      if (args.kv.bf16()) {
+        AttendOneQueryAvx512<uint16_t>(args, qi, scratch);
+      } else {
+        AttendOneQueryAvx512<float>(args, qi, scratch);
+      }
+    }
   } else {
     PagedAttentionPortable(args, scratch);
   }
 }
 
 void PagedAttentionPortable(const AttentionArgs& args, float* scratch) {
-  for (int32_t qi = 0; qi < args.num_q; ++qi) AttendOneQuery(args, qi, scratch);
+  for (int32_t qi = 0; qi < args.num_q; ++qi) {
+    if (args.kv.bf16()) {
+      AttendOneQueryBf16(args, qi, scratch);
+    } else {
+      AttendOneQuery(args, qi, scratch);
+    }
+  }
 }
 
 }  // namespace heavykv::cpu

@@ -169,6 +169,17 @@ TEST(DeviceTest, CudaRunnerNeedsADeviceAndAnExternalCache) {
   c.seq_len = 8;
   EXPECT_EQ(KvShapeForDevice(Device::kCuda, c, 16).element_bytes, 2);
   EXPECT_EQ(KvShapeForDevice(Device::kCpu, c, 16).element_bytes, 4);
+  // --kv-dtype: auto is fp32 on the CPU and bf16 on CUDA; bf16 works on both, fp32 only on the
+  // CPU; anything else is INVALID_ARGUMENT.
+  EXPECT_EQ(KvShapeForDevice(Device::kCpu, c, 16, KvDtype::kBf16).element_bytes, 2);
+  EXPECT_EQ(KvShapeForDevice(Device::kCpu, c, 16, KvDtype::kFp32).element_bytes, 4);
+  EXPECT_EQ(KvShapeForDevice(Device::kCuda, c, 16, KvDtype::kAuto).element_bytes, 2);
+  EXPECT_EQ(*ParseKvDtype("bf16"), KvDtype::kBf16);
+  EXPECT_EQ(*ParseKvDtype("auto"), KvDtype::kAuto);
+  EXPECT_EQ(ParseKvDtype("fp16").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(CheckKvDtype(Device::kCpu, KvDtype::kBf16).ok());
+  EXPECT_TRUE(CheckKvDtype(Device::kCuda, KvDtype::kBf16).ok());
+  EXPECT_EQ(CheckKvDtype(Device::kCuda, KvDtype::kFp32).code(), absl::StatusCode::kInvalidArgument);
   // A host cache cannot back the CUDA runner, nor an external one the CPU runner.
   auto host = *KvCache::Create(KvShapeFor(c, 16), 4);
   Model m;
@@ -187,8 +198,10 @@ TEST(DeviceTest, CudaRunnerNeedsADeviceAndAnExternalCache) {
   auto external = *KvCache::Create(KvShapeForDevice(Device::kCuda, c, 16), 4, KvStorage::kExternal);
   EXPECT_EQ(MakeStepRunner(Device::kCpu, m, external.get()).status().code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(KvCache::Create(KvShapeForDevice(Device::kCuda, c, 16), 4).status().code(),
-            absl::StatusCode::kInvalidArgument);  // host storage is fp32
+  EXPECT_TRUE(KvCache::Create(KvShapeForDevice(Device::kCuda, c, 16), 4).ok());  // host bf16
+  KvShape odd = KvShapeFor(c, 16);
+  odd.element_bytes = 3;
+  EXPECT_EQ(KvCache::Create(odd, 4).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace
