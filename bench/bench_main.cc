@@ -123,6 +123,17 @@ int main(int argc, char** argv) {
   time_ratio("decode/b1/ctx512/h2o512", "decode/b1/ctx512/full", "<= 1.10", 1.10, false);
   time_ratio("decode/b32/ctx512/h2o512", "decode/b32/ctx512/full", "<= 1.10", 1.10, false);
   time_ratio("decode/b1/ctx4096/h2o819", "decode/b1/ctx4096/full", "< 1.00", 1.0, true);
+  // --kv-dtype bf16: the same steps with half the K/V bytes.
+  if (has("sgemm/1024") && has("decode/b32/ctx64/full/bf16kv")) {
+    const double v =
+        F["decode/b32/ctx64/full/bf16kv"].counters["flops"] / F["sgemm/1024"].counters["flops"];
+    add("batch-32 decode, bf16 K/V: FLOP/s / sgemm 1024^3 FLOP/s",
+        "as above, --kv-dtype bf16 (fp32 weights and arithmetic)", v, ">= 0.60", v >= 0.60);
+  }
+  time_ratio("decode/b32/ctx64/full/bf16kv", "decode/b32/ctx64/full", "(info)", 1e9, false);
+  time_ratio("decode/b32/ctx512/h2o512/bf16kv", "decode/b32/ctx512/full/bf16kv", "<= 1.10", 1.10,
+             false);
+  time_ratio("decode/b32/ctx512/full/bf16kv", "decode/b32/ctx512/full", "(info)", 1e9, false);
   if (has("capacity/len1024/h2o") && has("capacity/len1024/full")) {
     const double v = F["capacity/len1024/h2o"].counters["sequences"] /
                      F["capacity/len1024/full"].counters["sequences"];
