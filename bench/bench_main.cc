@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "bench/bench_fixtures.h"
 #include "kernels/cpu/gemm.h"
@@ -134,6 +135,14 @@ int main(int argc, char** argv) {
   time_ratio("decode/b32/ctx512/h2o512/bf16kv", "decode/b32/ctx512/full/bf16kv", "<= 1.10", 1.10,
              false);
   time_ratio("decode/b32/ctx512/full/bf16kv", "decode/b32/ctx512/full", "(info)", 1e9, false);
+  for (const char* p : {"full", "h2o"}) {
+    const std::string bf = absl::StrCat("capacity/len1024/", p, "/bf16kv");
+    if (has(bf) && has("capacity/len1024/full")) {
+      const double v = F[bf].counters["sequences"] / F["capacity/len1024/full"].counters["sequences"];
+      add(absl::StrCat("capacity ", p, " bf16 K/V / full fp32 (same pool bytes)"),
+          "resident sequences ratio", v, "(info)", true);
+    }
+  }
   if (has("capacity/len1024/h2o") && has("capacity/len1024/full")) {
     const double v = F["capacity/len1024/h2o"].counters["sequences"] /
                      F["capacity/len1024/full"].counters["sequences"];

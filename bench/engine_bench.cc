@@ -143,8 +143,9 @@ void BM_Decode(benchmark::State& state, int32_t batch, int32_t context, std::str
 
 // How many sequences of 1024 tokens one fixed pool holds at once, with real forward passes of
 // a small model: sequences are admitted one after another and each fed its 1024 tokens in
-// chunks of 16, all staying resident, until the pool refuses the next chunk.
-void BM_Capacity(benchmark::State& state, std::string policy) {
+// chunks of 16, all staying resident, until the pool refuses the next chunk. The pool has the
+// bytes of 640 fp32 pages: 640 pages of fp32 K/V, or 1280 of bf16 (kv_element_bytes 2).
+void BM_Capacity(benchmark::State& state, std::string policy, int32_t kv_element_bytes) {
   ModelConfig c;
   c.dim = 64;
   c.hidden_dim = 128;
@@ -158,12 +159,15 @@ void BM_Capacity(benchmark::State& state, std::string policy) {
     (void)WriteRandomModel(c, 5, path);
     return new Model(*LoadModel(path));
   }();
-  constexpr int32_t kPages = 640;  // exactly 10 full-cache sequences of 1024 tokens
+  // Exactly 10 full-cache fp32 sequences of 1024 tokens; the same K/V bytes in bf16 pages.
+  const int32_t kPages = 640 * 4 / kv_element_bytes;
   constexpr int32_t kLen = 1024, kChunk = 16;
   const int32_t budget = policy == "full" ? kUnboundedBudget : kLen / 5;  // 20%
   int64_t resident = 0;
   for (auto _ : state) {
-    auto cache = *KvCache::Create(KvShapeFor(model->config, 16), kPages);
+    KvShape shape = KvShapeFor(model->config, 16);
+    shape.element_bytes = kv_element_bytes;
+    auto cache = *KvCache::Create(shape, kPages);
     ModelRunner runner(*model, cache.get());
     auto pol = *MakePolicy(policy);
     std::vector<std::unique_ptr<SequenceKv>> seqs;
@@ -230,11 +234,14 @@ void Register() {  // NOLINT: one list, in report order
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   }
-  for (const char* p : {"full", "h2o"}) {
-    benchmark::RegisterBenchmark(absl::StrCat("capacity/len1024/", p).c_str(), BM_Capacity,
-                                 std::string(p))
-        ->Iterations(1)
-        ->Unit(benchmark::kMillisecond);
+  for (int32_t kv_bytes : {4, 2}) {
+    for (const char* p : {"full", "h2o"}) {
+      benchmark::RegisterBenchmark(
+          absl::StrCat("capacity/len1024/", p, kv_bytes == 2 ? "/bf16kv" : "").c_str(),
+          BM_Capacity, std::string(p), kv_bytes)
+          ->Iterations(1)
+          ->Unit(benchmark::kMillisecond);
+    }
   }
 }
 
