@@ -39,13 +39,18 @@ const std::string& Stories110MPath() {
   return *path;
 }
 
-const Model& Stories110M() {
-  static const Model* model = [] {
-    absl::StatusOr<Model> m = LoadModel(Stories110MPath());
+const Model& Stories110M(cpu::WeightType weights) {
+  auto load = [](cpu::WeightType w) {
+    absl::StatusOr<Model> m = LoadModel(Stories110MPath(), w);
     if (!m.ok()) Die(m.status());
     return new Model(*std::move(m));
-  }();
-  return *model;
+  };
+  if (weights == cpu::WeightType::kBf16) {
+    static const Model* bf16 = load(cpu::WeightType::kBf16);
+    return *bf16;
+  }
+  static const Model* fp32 = load(cpu::WeightType::kFp32);
+  return *fp32;
 }
 
 double DecodeFlopsPerToken(const ModelConfig& c, int64_t context) {

@@ -18,7 +18,8 @@ namespace heavykv::bench {
 void SetScratchDir(const std::string& dir);
 
 // The stories110M shape with a context long enough for the 4096-token benchmarks, loaded once.
-const Model& Stories110M();
+// With bf16 weights (--weight-dtype bf16) it is a second model, loaded on first use.
+const Model& Stories110M(cpu::WeightType weights = cpu::WeightType::kFp32);
 // Its checkpoint file (written on first use), for a benchmark that needs its own Model.
 const std::string& Stories110MPath();
 

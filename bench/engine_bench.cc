@@ -88,8 +88,8 @@ void BM_Sgemm(benchmark::State& state) {
 // classifier of the stories110M model, weights streamed from memory as in a real step. What the
 // step would cost if all else were free, through the engine's packed kernel and through OpenBLAS
 // on row-major copies of the same matrices (the speed the engine had before its own kernel).
-void BM_GemmDecodeShapes(benchmark::State& state, bool packed) {
-  const Model& model = Stories110M();
+void BM_GemmDecodeShapes(benchmark::State& state, bool packed, cpu::WeightType weights) {
+  const Model& model = Stories110M(weights);
   const ModelConfig& c = model.config;
   const int64_t m = state.range(0), hid = c.hidden_dim;
   std::vector<float> x(m * 2 * hid, 0.01f), y(m * std::max<int64_t>(c.vocab_size, 2 * hid));
@@ -122,8 +122,8 @@ void BM_GemmDecodeShapes(benchmark::State& state, bool packed) {
 
 // One decode step of `batch` sequences at `context` cached tokens, on the stories110M shape.
 void BM_Decode(benchmark::State& state, int32_t batch, int32_t context, std::string policy,
-               int32_t budget, int32_t kv_element_bytes) {
-  const Model& model = Stories110M();
+               int32_t budget, int32_t kv_element_bytes, cpu::WeightType weights) {
+  const Model& model = Stories110M(weights);
   std::unique_ptr<Batch> b = MakeBatch(model, batch, context, policy, budget, kv_element_bytes);
   ModelRunner runner(model, b->cache.get());
   const int32_t held = std::min(context, budget);
@@ -204,21 +204,30 @@ void Register() {  // NOLINT: one list, in report order
   for (bool packed : {true, false}) {
     benchmark::RegisterBenchmark(packed ? "gemm/decode-shapes-b32/packed"
                                         : "gemm/decode-shapes-b32/openblas",
-                                 BM_GemmDecodeShapes, packed)
+                                 BM_GemmDecodeShapes, packed, cpu::WeightType::kFp32)
         ->Arg(32)
         ->MinTime(1.0)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   }
+  benchmark::RegisterBenchmark("gemm/decode-shapes-b32/packed-bf16", BM_GemmDecodeShapes, true,
+                               cpu::WeightType::kBf16)
+      ->Arg(32)
+      ->MinTime(1.0)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
   struct D {
     int32_t batch, context;
     const char* policy;
     int32_t budget;
     int32_t kv_bytes = 4;  // 2: bf16 KV (--kv-dtype bf16), named .../bf16kv
+    bool bf16_weights = false;  // --weight-dtype bf16, named .../bf16w
   };
   const D decodes[] = {
       {1, 64, "full", kUnboundedBudget},  {32, 64, "full", kUnboundedBudget},
       {32, 64, "full", kUnboundedBudget, 2},
+      {1, 64, "full", kUnboundedBudget, 4, true},  {32, 64, "full", kUnboundedBudget, 4, true},
+      {32, 64, "full", kUnboundedBudget, 2, true},
       {1, 512, "full", kUnboundedBudget}, {1, 512, "h2o", 512},
       {32, 512, "full", kUnboundedBudget}, {32, 512, "h2o", 512},
       {32, 512, "full", kUnboundedBudget, 2}, {32, 512, "h2o", 512, 2},
@@ -227,9 +236,11 @@ void Register() {  // NOLINT: one list, in report order
   for (const D& d : decodes) {
     std::string name = absl::StrCat("decode/b", d.batch, "/ctx", d.context, "/", d.policy);
     if (d.budget != kUnboundedBudget) absl::StrAppend(&name, d.budget);
+    if (d.bf16_weights) absl::StrAppend(&name, "/bf16w");
     if (d.kv_bytes == 2) absl::StrAppend(&name, "/bf16kv");
-    benchmark::RegisterBenchmark(name.c_str(), BM_Decode, d.batch, d.context,
-                                 std::string(d.policy), d.budget, d.kv_bytes)
+    benchmark::RegisterBenchmark(
+        name.c_str(), BM_Decode, d.batch, d.context, std::string(d.policy), d.budget, d.kv_bytes,
+        d.bf16_weights ? cpu::WeightType::kBf16 : cpu::WeightType::kFp32)
         ->MinTime(1.0)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);

@@ -90,10 +90,18 @@ void Model::EmbedToken(int32_t token, float* out) const {
 }
 
 int64_t Model::WeightBytes() const {
-  const ModelConfig& c = config;
-  // Rows of the embedding are only gathered; a shared classifier reads it whole, once.
-  int64_t floats = c.NumParams() - (c.shared_classifier ? 0 : int64_t(c.vocab_size) * c.dim);
-  return floats * int64_t(sizeof(float));
+  // Every matrix once, as packed (fp32 or bf16; the padding rows of a last panel are not
+  // counted), the norms in fp32. A separate embedding is only gathered: not counted.
+  int64_t bytes = 0;
+  auto add = [&](const cpu::PackedMatrix& w) {
+    bytes += w.rows() * w.cols() * (w.bf16() ? 2 : 4);
+  };
+  for (const LayerWeights& l : layers) {
+    for (const cpu::PackedMatrix* w : {&l.wqkv, &l.wo, &l.w13, &l.w2}) add(*w);
+    bytes += int64_t(l.rms_att.size() + l.rms_ffn.size()) * int64_t(sizeof(float));
+  }
+  add(classifier);
+  return bytes + int64_t(rms_final.size()) * int64_t(sizeof(float));
 }
 
 absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& path) {
@@ -102,7 +110,7 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& path) {
   return ParseHeader(f.get(), path);
 }
 
-absl::StatusOr<Model> LoadModel(const std::string& path) {
+absl::StatusOr<Model> LoadModel(const std::string& path, cpu::WeightType weights) {
   File f(std::fopen(path.c_str(), "rb"));
   if (!f) return absl::NotFoundError(absl::StrCat("cannot open model file ", path));
   absl::StatusOr<ModelConfig> cfg = ParseHeader(f.get(), path);
@@ -151,7 +159,7 @@ absl::StatusOr<Model> LoadModel(const std::string& path) {
   auto pack = [&](Staging& st, cpu::PackedMatrix LayerWeights::*member, int64_t rows,
                   int64_t in) {
     for (int64_t l = 0; l < L && ok; ++l) {
-      m.layers[l].*member = cpu::PackedMatrix::FromRowMajor(st[l].data(), rows, in);
+      m.layers[l].*member = cpu::PackedMatrix::FromRowMajor(st[l].data(), rows, in, weights);
       AlignedVector<float>().swap(st[l]);
     }
   };
@@ -177,10 +185,10 @@ absl::StatusOr<Model> LoadModel(const std::string& path) {
   if (ok && !c.shared_classifier) {
     AlignedVector<float> classifier(c.vocab_size * d);
     ok = ReadFloats(f.get(), classifier.data(), c.vocab_size * d);
-    m.classifier = cpu::PackedMatrix::FromRowMajor(classifier.data(), c.vocab_size, d);
+    m.classifier = cpu::PackedMatrix::FromRowMajor(classifier.data(), c.vocab_size, d, weights);
     m.embedding_storage = std::move(embedding);
   } else if (ok) {
-    m.classifier = cpu::PackedMatrix::FromRowMajor(embedding.data(), c.vocab_size, d);
+    m.classifier = cpu::PackedMatrix::FromRowMajor(embedding.data(), c.vocab_size, d, weights);
   }
   if (!ok) return absl::DataLossError(absl::StrCat(path, ": read error while loading weights"));
   return m;

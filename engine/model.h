@@ -64,7 +64,10 @@ struct Model {
 
 // Loads a llama2.c checkpoint. NOT_FOUND if it cannot be opened; INVALID_ARGUMENT with the
 // reason if the header is inconsistent or the file size does not match the header.
-absl::StatusOr<Model> LoadModel(const std::string& path);
+// `weights` kBf16 packs every matrix as bf16 (--weight-dtype bf16: half the memory and the
+// bytes a step streams; the GEMM widens to fp32); norms and a separate embedding stay fp32.
+absl::StatusOr<Model> LoadModel(const std::string& path,
+                                cpu::WeightType weights = cpu::WeightType::kFp32);
 // Reads only the header.
 absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& path);
 

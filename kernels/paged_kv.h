@@ -15,22 +15,9 @@
 #include <cstdint>
 #include <cstring>
 
-namespace heavykv {
+#include "kernels/bf16.h"
 
-// fp32 -> bf16, rounded to nearest even (NaN stays NaN).
-inline uint16_t FloatToBf16(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof(u));
-  if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
-  u += 0x7FFFu + ((u >> 16) & 1u);
-  return static_cast<uint16_t>(u >> 16);
-}
-inline float Bf16ToFloat(uint16_t h) {
-  const uint32_t u = uint32_t(h) << 16;
-  float f;
-  std::memcpy(&f, &u, sizeof(f));
-  return f;
-}
+namespace heavykv {
 
 // Starts loading the cache line at p (prefetcht0). An asm statement, not __builtin_prefetch:
 // GCC 12 deletes a loop whose body is only __builtin_prefetch calls when its trip count is

@@ -5,6 +5,8 @@
 
 #include <algorithm>
 
+#include "kernels/bf16.h"
+
 namespace heavykv::cpu {
 namespace {
 
@@ -22,9 +24,21 @@ struct Prefetch {
   int64_t per_iter = 0;
 };
 
-// y[MR][0..ncols) (+)= x[MR][k] * panel^T.
-template <int MR>
-__attribute__((target("avx512f"))) void Tile(const float* x, const float* panel, float* y,
+// 16 consecutive panel weights as fp32: a load, or for bf16 a widening load and a 16-bit shift
+// (two uops beside the tile's eight FMAs per vector).
+__attribute__((target("avx512f"))) inline __m512 LoadW(const float* p) {
+  return _mm512_load_ps(p);
+}
+__attribute__((target("avx512f"))) inline __m512 LoadW(const uint16_t* p) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+inline float WeightAt(const float* p) { return *p; }
+inline float WeightAt(const uint16_t* p) { return Bf16ToFloat(*p); }
+
+// y[MR][0..ncols) (+)= x[MR][k] * panel^T; T is the weight element (float or bf16 bits).
+template <int MR, typename T>
+__attribute__((target("avx512f"))) void Tile(const float* x, const T* panel, float* y,
                                              int64_t k, int64_t ldy, bool accumulate, int ncols,
                                              Prefetch pf) {
   __m512 acc[MR][kVecs];
@@ -40,7 +54,7 @@ __attribute__((target("avx512f"))) void Tile(const float* x, const float* panel,
     }
     __m512 wv[kVecs];
 #pragma GCC unroll 3
-    for (int j = 0; j < kVecs; ++j) wv[j] = _mm512_load_ps(panel + kk * kPanelRows + j * 16);
+    for (int j = 0; j < kVecs; ++j) wv[j] = LoadW(panel + kk * kPanelRows + j * 16);
 #pragma GCC unroll 8
     for (int i = 0; i < MR; ++i) {
       const __m512 xv = _mm512_set1_ps(x[i * k + kk]);
@@ -62,27 +76,28 @@ __attribute__((target("avx512f"))) void Tile(const float* x, const float* panel,
   }
 }
 
-template <int MR>
+template <int MR, typename T>
 __attribute__((target("avx512f"))) void TailTile(int64_t rows, const float* x,
-                                                 const float* panel, float* y, int64_t k,
+                                                 const T* panel, float* y, int64_t k,
                                                  int64_t ldy, bool accumulate, int ncols,
                                                  Prefetch pf) {
   if constexpr (MR > 0) {
     if (rows == MR) {
-      Tile<MR>(x, panel, y, k, ldy, accumulate, ncols, pf);
+      Tile<MR, T>(x, panel, y, k, ldy, accumulate, ncols, pf);
     } else {
-      TailTile<MR - 1>(rows, x, panel, y, k, ldy, accumulate, ncols, pf);
+      TailTile<MR - 1, T>(rows, x, panel, y, k, ldy, accumulate, ncols, pf);
     }
   }
 }
 
 // One panel against every row of x; `next` is the panel to prefetch (null for the last).
-__attribute__((target("avx512f"))) void PanelAvx512(const float* x, const float* panel,
-                                                    const float* next, float* y, int64_t m,
+template <typename T>
+__attribute__((target("avx512f"))) void PanelAvx512(const float* x, const T* panel,
+                                                    const T* next, float* y, int64_t m,
                                                     int64_t k, int64_t ldy, bool accumulate,
                                                     int ncols) {
   const int64_t tiles = (m + kMr - 1) / kMr;
-  const int64_t panel_lines = k * kPanelRows * int64_t(sizeof(float)) / 64;
+  const int64_t panel_lines = (k * kPanelRows * int64_t(sizeof(T)) + 63) / 64;
   const int64_t lines_per_tile = (panel_lines + tiles - 1) / tiles;
   int64_t i = 0;
   for (int64_t t = 0; i < m; ++t, i += kMr) {
@@ -94,47 +109,57 @@ __attribute__((target("avx512f"))) void PanelAvx512(const float* x, const float*
       pf.per_iter = (pf.lines + k - 1) / k;
     }
     if (i + kMr <= m) {
-      Tile<kMr>(x + i * k, panel, y + i * ldy, k, ldy, accumulate, ncols, pf);
+      Tile<kMr, T>(x + i * k, panel, y + i * ldy, k, ldy, accumulate, ncols, pf);
     } else {
-      TailTile<kMr - 1>(m - i, x + i * k, panel, y + i * ldy, k, ldy, accumulate, ncols, pf);
+      TailTile<kMr - 1, T>(m - i, x + i * k, panel, y + i * ldy, k, ldy, accumulate, ncols, pf);
     }
   }
 }
 
 // The same product without AVX-512.
-void PanelPortable(const float* x, const float* panel, float* y, int64_t m, int64_t k,
+template <typename T>
+void PanelPortable(const float* x, const T* panel, float* y, int64_t m, int64_t k,
                    int64_t ldy, bool accumulate, int ncols) {
   for (int64_t i = 0; i < m; ++i) {
     float acc[kPanelRows] = {};
     for (int64_t kk = 0; kk < k; ++kk) {
       const float xv = x[i * k + kk];
-      const float* w = panel + kk * kPanelRows;
-      for (int j = 0; j < kPanelRows; ++j) acc[j] += xv * w[j];
+      const T* w = panel + kk * kPanelRows;
+      for (int j = 0; j < kPanelRows; ++j) acc[j] += xv * WeightAt(w + j);
     }
     for (int j = 0; j < ncols; ++j) y[i * ldy + j] = accumulate ? y[i * ldy + j] + acc[j] : acc[j];
   }
 }
 
-void MatmulPackedImpl(const float* x, const PackedMatrix& w, float* y, int64_t m, int64_t ldy,
-                      bool accumulate, bool has_avx512) {
+template <typename T>
+void MatmulPackedImpl(const float* x, const PackedMatrix& w, const T* data, float* y, int64_t m,
+                      int64_t ldy, bool accumulate, bool has_avx512) {
   const int64_t n = w.rows(), k = w.cols(), panels = w.num_panels();
   if (m <= 0 || n == 0) return;
-  const float* data = w.packed();
   // Below ~2M multiply-adds a fork/join costs more than it saves, more so on a busy machine
   // where a barrier waits for a descheduled thread.
   const bool parallel = !omp_in_parallel() && m * n * k >= (int64_t(1) << 21);
   // schedule(static): contiguous panel ranges keep each thread's weight stream sequential.
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t p = 0; p < panels; ++p) {
-    const float* panel = data + p * k * kPanelRows;
+    const T* panel = data + p * k * kPanelRows;
     const int ncols = static_cast<int>(std::min(kPanelRows, n - p * kPanelRows));
     float* yp = y + p * kPanelRows;
     if (has_avx512) {
-      const float* next = p + 1 < panels ? panel + k * kPanelRows : nullptr;
+      const T* next = p + 1 < panels ? panel + k * kPanelRows : nullptr;
       PanelAvx512(x, panel, next, yp, m, k, ldy, accumulate, ncols);
     } else {
       PanelPortable(x, panel, yp, m, k, ldy, accumulate, ncols);
     }
+  }
+}
+
+void Dispatch(const float* x, const PackedMatrix& w, float* y, int64_t m, int64_t ldy,
+              bool accumulate, bool has_avx512) {
+  if (w.bf16()) {
+    MatmulPackedImpl(x, w, w.packed_bf16(), y, m, ldy, accumulate, has_avx512);
+  } else {
+    MatmulPackedImpl(x, w, w.packed(), y, m, ldy, accumulate, has_avx512);
   }
 }
 
@@ -143,12 +168,12 @@ void MatmulPackedImpl(const float* x, const PackedMatrix& w, float* y, int64_t m
 void MatmulPacked(const float* x, const PackedMatrix& w, float* y, int64_t m, int64_t ldy,
                   bool accumulate) {
   static const bool has_avx512 = __builtin_cpu_supports("avx512f");
-  MatmulPackedImpl(x, w, y, m, ldy, accumulate, has_avx512);
+  Dispatch(x, w, y, m, ldy, accumulate, has_avx512);
 }
 
 void MatmulPackedPortable(const float* x, const PackedMatrix& w, float* y, int64_t m, int64_t ldy,
                           bool accumulate) {
-  MatmulPackedImpl(x, w, y, m, ldy, accumulate, /*has_avx512=*/false);
+  Dispatch(x, w, y, m, ldy, accumulate, /*has_avx512=*/false);
 }
 
 }  // namespace heavykv::cpu

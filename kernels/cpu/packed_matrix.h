@@ -20,18 +20,29 @@ namespace heavykv::cpu {
 
 inline constexpr int64_t kPanelRows = 48;  // three AVX-512 vectors of outputs per panel
 
+// Element type of the packed weights: fp32, or bf16 (the upper half of the fp32, rounded to
+// nearest even): half the bytes to hold and to stream, widened back to fp32 by the GEMM, whose
+// arithmetic stays fp32.
+enum class WeightType { kFp32, kBf16 };
+
 class PackedMatrix {
  public:
   PackedMatrix() = default;
-  // Packs w[n][k] (row-major).
-  static PackedMatrix FromRowMajor(const float* w, int64_t n, int64_t k);
+  // Packs w[n][k] (row-major), rounding to bf16 when `type` is kBf16.
+  static PackedMatrix FromRowMajor(const float* w, int64_t n, int64_t k,
+                                   WeightType type = WeightType::kFp32);
 
   int64_t rows() const { return n_; }  // n: outputs
   int64_t cols() const { return k_; }  // k: inputs
   bool empty() const { return n_ == 0; }
   int64_t num_panels() const { return (n_ + kPanelRows - 1) / kPanelRows; }
-  // [num_panels][k][kPanelRows], 64-byte aligned.
+  WeightType type() const { return type_; }
+  bool bf16() const { return type_ == WeightType::kBf16; }
+  // [num_panels][k][kPanelRows], 64-byte aligned: fp32 (packed()) or bf16 (packed_bf16()).
   const float* packed() const { return data_.data(); }
+  const uint16_t* packed_bf16() const { return reinterpret_cast<const uint16_t*>(data_.data()); }
+  // Bytes of the panels (what one pass of the GEMM streams).
+  int64_t bytes() const { return num_panels() * k_ * kPanelRows * (bf16() ? 2 : 4); }
 
   // out[k] = W[r][:].
   void Row(int64_t r, float* out) const;
@@ -40,7 +51,8 @@ class PackedMatrix {
 
  private:
   int64_t n_ = 0, k_ = 0;
-  AlignedVector<float> data_;
+  WeightType type_ = WeightType::kFp32;
+  AlignedVector<float> data_;  // bf16 panels use the first half
 };
 
 }  // namespace heavykv::cpu
