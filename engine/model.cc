@@ -110,6 +110,13 @@ absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& path) {
   return ParseHeader(f.get(), path);
 }
 
+absl::StatusOr<cpu::WeightType> ParseWeightDtype(absl::string_view name) {
+  if (name == "auto" || name == "fp32") return cpu::WeightType::kFp32;
+  if (name == "bf16") return cpu::WeightType::kBf16;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown weight dtype \"", name, "\"; choose auto, fp32 or bf16"));
+}
+
 absl::StatusOr<Model> LoadModel(const std::string& path, cpu::WeightType weights) {
   File f(std::fopen(path.c_str(), "rb"));
   if (!f) return absl::NotFoundError(absl::StrCat("cannot open model file ", path));

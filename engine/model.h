@@ -66,6 +66,9 @@ struct Model {
 // reason if the header is inconsistent or the file size does not match the header.
 // `weights` kBf16 packs every matrix as bf16 (--weight-dtype bf16: half the memory and the
 // bytes a step streams; the GEMM widens to fp32); norms and a separate embedding stay fp32.
+// --weight-dtype: "auto" or "fp32" (the checkpoint's own precision, what the greedy and eval
+// tests pin) or "bf16"; INVALID_ARGUMENT otherwise.
+absl::StatusOr<cpu::WeightType> ParseWeightDtype(absl::string_view name);
 absl::StatusOr<Model> LoadModel(const std::string& path,
                                 cpu::WeightType weights = cpu::WeightType::kFp32);
 // Reads only the header.

@@ -16,7 +16,7 @@ namespace heavykv::cli {
 int EvalCommand(int argc, char** argv) {
   std::string model_path, tokenizer_path, text_path, policies = "full,window,sink,h2o";
   std::string budgets = "0.2", device_name = "cpu";
-  std::string kv_dtype_name = "auto";
+  std::string kv_dtype_name = "auto", weight_dtype_name = "auto";
   int64_t window = 0, max_windows = 0, block_size = 16, threads = 0;
   double recent_fraction = 0.5;
   bool json = false;
@@ -32,6 +32,9 @@ int EvalCommand(int argc, char** argv) {
   flags.Int("block-size", &block_size, "token slots per KV page");
   flags.Int("threads", &threads, "CPU threads; 0 = every core");
   flags.String("device", &device_name, "cpu or cuda: where the forward passes run");
+  flags.String("weight-dtype", &weight_dtype_name,
+               "auto, fp32 or bf16: the weight matrices in memory (auto: the checkpoint's fp32); "
+               "bf16 halves their memory and the bytes a step streams, the arithmetic stays fp32");
   flags.String("kv-dtype", &kv_dtype_name,
                "auto, fp32 or bf16: the cached K/V (auto: fp32 on cpu, bf16 on cuda); bf16 "
                "holds twice the tokens per MiB");
@@ -49,9 +52,11 @@ int EvalCommand(int argc, char** argv) {
   absl::StatusOr<KvDtype> kv_dtype = ParseKvDtype(kv_dtype_name);
   if (!kv_dtype.ok()) return Fail(kv_dtype.status());
   if (absl::Status s = CheckKvDtype(*device, *kv_dtype); !s.ok()) return Fail(s);
+  absl::StatusOr<cpu::WeightType> weight_dtype = ParseWeightDtype(weight_dtype_name);
+  if (!weight_dtype.ok()) return Fail(weight_dtype.status());
   if (absl::Status s = CheckDevice(*device); !s.ok()) return Fail(s);
   SetThreads(threads);
-  absl::StatusOr<Model> model = LoadModel(model_path);
+  absl::StatusOr<Model> model = LoadModel(model_path, *weight_dtype);
   if (!model.ok()) return Fail(model.status());
   absl::StatusOr<std::optional<Tokenizer>> tok =
       LoadOptionalTokenizer(tokenizer_path, model->config.vocab_size);

@@ -85,7 +85,7 @@ int ServeCommand(int argc, char** argv) {
   std::string model_path, tokenizer_path, listen = "0.0.0.0:50051",
                                           metrics_address = "0.0.0.0:9090";
   std::string policy = "full", budget = "1", device_name = "cpu";
-  std::string kv_dtype_name = "auto";
+  std::string kv_dtype_name = "auto", weight_dtype_name = "auto";
   int64_t block_size = 16, kv_pages = 0, kv_pool_mb = 0, max_step_tokens = 512, max_running = 64;
   int64_t max_waiting = 256, max_prompt_tokens = 0, max_new_tokens_limit = 0, threads = 0;
   double recent_fraction = 0.5, grace = 30, full_overcommit = 1.0, max_connection_age = 0;
@@ -119,6 +119,9 @@ int ServeCommand(int argc, char** argv) {
                "of the pool; 1 never preempts them, more bets on early EOS");
   flags.Int("threads", &threads, "CPU threads; 0 = every core");
   flags.String("device", &device_name, "cpu or cuda: where the weights, KV pool and forward pass run");
+  flags.String("weight-dtype", &weight_dtype_name,
+               "auto, fp32 or bf16: the weight matrices in memory (auto: the checkpoint's fp32); "
+               "bf16 halves their memory and the bytes a step streams, the arithmetic stays fp32");
   flags.String("kv-dtype", &kv_dtype_name,
                "auto, fp32 or bf16: the cached K/V (auto: fp32 on cpu, bf16 on cuda); bf16 "
                "holds twice the tokens per MiB");
@@ -134,6 +137,8 @@ int ServeCommand(int argc, char** argv) {
   absl::StatusOr<KvDtype> kv_dtype = ParseKvDtype(kv_dtype_name);
   if (!kv_dtype.ok()) return Fail(kv_dtype.status());
   if (absl::Status s = CheckKvDtype(*device, *kv_dtype); !s.ok()) return Fail(s);
+  absl::StatusOr<cpu::WeightType> weight_dtype = ParseWeightDtype(weight_dtype_name);
+  if (!weight_dtype.ok()) return Fail(weight_dtype.status());
   if (absl::Status s = CheckDevice(*device); !s.ok()) return Fail(s);
   for (absl::Status s : {CheckRange("block-size", block_size, 1, 1024),
                          CheckRange("max-step-tokens", max_step_tokens, 1, 1 << 20),
@@ -158,7 +163,7 @@ int ServeCommand(int argc, char** argv) {
   // the signal number into a pipe, which the main thread waits on below.
   if (absl::Status s = InstallDrainSignals(); !s.ok()) return Fail(s);
 
-  absl::StatusOr<Model> model = LoadModel(model_path);
+  absl::StatusOr<Model> model = LoadModel(model_path, *weight_dtype);
   if (!model.ok()) return Fail(model.status());
   const ModelConfig c = model->config;
   absl::StatusOr<std::optional<Tokenizer>> tok =

@@ -76,6 +76,28 @@ TEST_F(EvalTest, AgreesWithIndependentImplementation) {
   EXPECT_NEAR((*frac)[0].ppl, (*res)[3].ppl, 1e-6);  // other batch, other rounding
 }
 
+// bf16 weights (--weight-dtype bf16): every matrix rounded to bf16, fp32 arithmetic. Within
+// 0.5% of the reference too, and not identical to fp32.
+TEST_F(EvalTest, Bf16WeightsStayWithinToleranceOfTheReference) {
+  const Model bf16 = *LoadModel(testing::ModelPath(), cpu::WeightType::kBf16);
+  EvalOptions opt;
+  opt.window = 512;
+  opt.max_windows = 4;
+  opt.configs = {{"full", *KvBudget::Parse("1")}, {"h2o", *KvBudget::Parse("102")},
+                 {"sink", *KvBudget::Parse("51")}};
+  const double refs[] = {2.8661, 2.9323, 3.0549};
+  absl::StatusOr<std::vector<EvalResult>> fp32 = Evaluate(*model_, stream_, opt);
+  absl::StatusOr<std::vector<EvalResult>> half = Evaluate(bf16, stream_, opt);
+  ASSERT_TRUE(fp32.ok() && half.ok()) << fp32.status() << " " << half.status();
+  bool differs = false;
+  for (size_t i = 0; i < std::size(refs); ++i) {
+    SCOPED_TRACE((*half)[i].ToJson());
+    EXPECT_NEAR((*half)[i].ppl, refs[i], 0.005 * refs[i]);
+    if ((*half)[i].ppl != (*fp32)[i].ppl) differs = true;
+  }
+  EXPECT_TRUE(differs) << "bf16 weights gave exactly the fp32 perplexities";
+}
+
 // bf16 K/V (--kv-dtype bf16): K and V rounded to bf16, attention in fp32. It must stay within
 // the same 0.5% of the reference, and must differ from fp32 somewhere (else the path never ran).
 TEST_F(EvalTest, Bf16KvStaysWithinToleranceOfTheReference) {

@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "kernels/bf16.h"
 #include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/packed_matrix.h"
 #include "memory/aligned_vector.h"
@@ -45,10 +46,13 @@ double RelError(const float* y, const std::vector<double>& ref, int64_t m, int64
 
 enum class Path { kBlas, kPacked, kPackedPortable };
 
-void Check(Path path, int64_t m, int64_t n, int64_t k, bool accumulate, int threads) {
+// With bf16 weights the reference multiplies by the weights rounded to bf16, so the packed
+// kernels are held to the same fp32 accuracy (the rounding itself is the user's choice).
+void Check(Path path, int64_t m, int64_t n, int64_t k, bool accumulate, int threads,
+           WeightType type = WeightType::kFp32) {
   SCOPED_TRACE(testing::Message() << "path=" << int(path) << " m=" << m << " n=" << n
                                   << " k=" << k << " acc=" << accumulate
-                                  << " threads=" << threads);
+                                  << " threads=" << threads << " bf16=" << (type == WeightType::kBf16));
   SetNumThreads(threads);
   std::mt19937 rng(m * 1000 + n + k);
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -58,11 +62,15 @@ void Check(Path path, int64_t m, int64_t n, int64_t k, bool accumulate, int thre
   for (float& v : x) v = u(rng);
   for (float& v : w) v = u(rng);
   for (float& v : y0) v = u(rng);
+  std::vector<float> w_ref = w;
+  if (type == WeightType::kBf16) {
+    for (float& v : w_ref) v = Bf16ToFloat(FloatToBf16(v));
+  }
   AlignedVector<float> xa(x.begin(), x.end()), wa(w.begin(), w.end()), y(m * ldy, 7.0f);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) y[i * ldy + j] = y0[i * n + j];
   }
-  const PackedMatrix packed = PackedMatrix::FromRowMajor(wa.data(), n, k);
+  const PackedMatrix packed = PackedMatrix::FromRowMajor(wa.data(), n, k, type);
   switch (path) {
     case Path::kBlas:
       MatmulNT(xa.data(), wa.data(), y.data(), m, n, k, accumulate);
@@ -74,7 +82,7 @@ void Check(Path path, int64_t m, int64_t n, int64_t k, bool accumulate, int thre
       MatmulPackedPortable(xa.data(), packed, y.data(), m, ldy, accumulate);
       break;
   }
-  std::vector<double> ref = Reference(x, w, accumulate ? y0 : std::vector<float>{}, m, n, k);
+  std::vector<double> ref = Reference(x, w_ref, accumulate ? y0 : std::vector<float>{}, m, n, k);
   EXPECT_LT(RelError(y.data(), ref, m, n, ldy), 1e-6);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = n; j < ldy; ++j) ASSERT_EQ(y[i * ldy + j], 7.0f) << "wrote past column n";
@@ -92,6 +100,19 @@ TEST(GemmTest, PackedKernelMatchesReference) {
     Check(Path::kPacked, 3, 10, 7, false, threads);      // fewer rows than one vector
   }
   for (int64_t m : {1, 5, 8, 13}) Check(Path::kPackedPortable, m, 100, 40, m % 2 == 0, 1);
+}
+
+TEST(GemmTest, PackedBf16WeightsMatchReference) {
+  const WeightType bf16 = WeightType::kBf16;
+  for (int threads : {1, 2}) {
+    for (int64_t m : {1, 3, 8, 9, 32, 65}) {
+      Check(Path::kPacked, m, 96, 64, false, threads, bf16);
+      Check(Path::kPacked, m, 260, 47, true, threads, bf16);  // partial panel, odd k
+    }
+    Check(Path::kPacked, 32, 4096, 768, true, threads, bf16);
+    Check(Path::kPacked, 3, 10, 7, false, threads, bf16);
+  }
+  for (int64_t m : {1, 5, 8, 13}) Check(Path::kPackedPortable, m, 100, 41, m % 2 == 0, 1, bf16);
 }
 
 TEST(GemmTest, BlasMatchesReference) {
@@ -122,6 +143,20 @@ TEST(GemmTest, PackedMatrixRoundTrip) {
   std::vector<float> row(k);
   p.Row(57, row.data());
   EXPECT_EQ(row, std::vector<float>(w.begin() + 57 * k, w.begin() + 58 * k));
+  EXPECT_EQ(p.bytes(), 3 * k * kPanelRows * 4);
+  // bf16: the same layout of rounded values, half the bytes. 0.1 * i is rarely exact in bf16.
+  for (int64_t i = 0; i < n * k; ++i) w[i] = 0.1f * float(i);
+  const PackedMatrix h = PackedMatrix::FromRowMajor(w.data(), n, k, WeightType::kBf16);
+  EXPECT_TRUE(h.bf16());
+  EXPECT_EQ(h.bytes(), 3 * k * kPanelRows * 2);
+  h.ToRowMajor(back.data());
+  int changed = 0;
+  for (int64_t i = 0; i < n * k; ++i) {
+    ASSERT_EQ(back[i], Bf16ToFloat(FloatToBf16(w[i]))) << i;
+    ASSERT_LE(std::fabs(back[i] - w[i]), std::fabs(w[i]) / 256) << i;  // 8 significant bits
+    changed += back[i] != w[i];
+  }
+  EXPECT_GT(changed, n * k / 2);
 }
 
 }  // namespace

@@ -189,6 +189,25 @@ TEST(ModelRunnerTest, Bf16KvBatchEqualsAloneAndStaysNearFp32) {
   EXPECT_LT(max_vs_fp32, 0.5);  // logits of this model reach ~20
 }
 
+// bf16 weights (and bf16 K/V): a batch equals each sequence alone, as with fp32.
+TEST(ModelRunnerTest, Bf16WeightsBatchEqualsAlone) {
+  cpu::SetNumThreads(2);
+  const Model model = *LoadModel(testing::ModelPath(), cpu::WeightType::kBf16);
+  auto policy = *MakePolicy("h2o");
+  std::vector<Script> scripts = MakeScripts(model.config.vocab_size, 7);
+  for (int32_t kv_bytes : {4, 2}) {
+    auto alone = RunBatched(model, scripts, policy.get(), 17, 8, false, kv_bytes);
+    auto batch = RunBatched(model, scripts, policy.get(), 17, 8, true, kv_bytes);
+    ASSERT_EQ(alone.size(), batch.size());
+    for (size_t i = 0; i < scripts.size(); ++i) {
+      ASSERT_EQ(alone[i].size(), batch[i].size()) << "script " << i;
+      for (size_t t = 0; t < alone[i].size(); ++t) {
+        EXPECT_LE(MaxAbsDiff(alone[i][t], batch[i][t]), 1e-4) << "script " << i << " step " << t;
+      }
+    }
+  }
+}
+
 TEST(ModelRunnerTest, ChunkedPrefillEqualsTokenByToken) {
   cpu::SetNumThreads(2);
   std::unique_ptr<Model> model = Load(testing::ModelPath());

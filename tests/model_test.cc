@@ -1,5 +1,6 @@
 // Checkpoint loading: the bundled model's header, rejection of broken files, make-model shapes.
 #include "engine/model.h"
+#include "kernels/bf16.h"
 
 #include <gtest/gtest.h>
 
@@ -42,10 +43,15 @@ TEST(ModelTest, LoadsBundledModelHeader) {
   EXPECT_TRUE(m->embedding_storage.empty());  // rows come from the shared classifier
 }
 
-// Every fused, packed matrix read back equals the checkpoint's tensors, in the fused order.
+// Every fused, packed matrix read back equals the checkpoint's tensors, in the fused order; with
+// bf16 weights, the tensors rounded to bf16 (nearest even).
 TEST(ModelTest, FusedMatricesHoldTheCheckpointTensors) {
-  absl::StatusOr<Model> m = LoadModel(ModelPath());
+  for (cpu::WeightType type : {cpu::WeightType::kFp32, cpu::WeightType::kBf16}) {
+  const bool bf16 = type == cpu::WeightType::kBf16;
+  SCOPED_TRACE(bf16 ? "bf16 weights" : "fp32 weights");
+  absl::StatusOr<Model> m = LoadModel(ModelPath(), type);
   ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->classifier.bf16(), bf16);
   const ModelConfig& c = m->config;
   const int64_t d = c.dim, kv = c.kv_dim(), hid = c.hidden_dim, L = c.num_layers;
   const std::vector<char> raw = ReadAll(ModelPath());
@@ -65,6 +71,9 @@ TEST(ModelTest, FusedMatricesHoldTheCheckpointTensors) {
   auto file = [&](int64_t at, int64_t n) {
     std::vector<float> v(n);
     std::memcpy(v.data(), raw.data() + at * 4, n * 4);
+    if (bf16) {
+      for (float& x : v) x = Bf16ToFloat(FloatToBf16(x));
+    }
     return v;
   };
   auto unpack = [](const cpu::PackedMatrix& p) {
@@ -88,6 +97,13 @@ TEST(ModelTest, FusedMatricesHoldTheCheckpointTensors) {
   std::vector<float> row(d);
   m->EmbedToken(300, row.data());
   EXPECT_EQ(row, file(emb + 300 * d, d));
+  // Bytes a step streams: every matrix once (the shared classifier included), norms in fp32.
+  const int64_t matrix_params = c.NumParams() - 2 * d * L - d;
+  EXPECT_EQ(m->WeightBytes(), matrix_params * (bf16 ? 2 : 4) + (2 * d * L + d) * 4);
+  }
+  EXPECT_EQ(ParseWeightDtype("auto").value(), cpu::WeightType::kFp32);
+  EXPECT_EQ(ParseWeightDtype("bf16").value(), cpu::WeightType::kBf16);
+  EXPECT_EQ(ParseWeightDtype("fp8").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ModelTest, RejectsMissingTruncatedAndTrailingFiles) {
