@@ -9,6 +9,7 @@
 #include "engine/evaluator.h"
 #include "engine/step_runner.h"
 #include "server/cli_flags.h"
+#include "server/dtype_flags.h"
 #include "server/commands.h"
 
 namespace heavykv::cli {
@@ -16,7 +17,7 @@ namespace heavykv::cli {
 int EvalCommand(int argc, char** argv) {
   std::string model_path, tokenizer_path, text_path, policies = "full,window,sink,h2o";
   std::string budgets = "0.2", device_name = "cpu";
-  std::string kv_dtype_name = "auto", weight_dtype_name = "auto";
+  DtypeFlags dtypes;
   int64_t window = 0, max_windows = 0, block_size = 16, threads = 0;
   double recent_fraction = 0.5;
   bool json = false;
@@ -32,12 +33,7 @@ int EvalCommand(int argc, char** argv) {
   flags.Int("block-size", &block_size, "token slots per KV page");
   flags.Int("threads", &threads, "CPU threads; 0 = every core");
   flags.String("device", &device_name, "cpu or cuda: where the forward passes run");
-  flags.String("weight-dtype", &weight_dtype_name,
-               "auto, fp32 or bf16: the weight matrices in memory (auto: the checkpoint's fp32); "
-               "bf16 halves their memory and the bytes a step streams, the arithmetic stays fp32");
-  flags.String("kv-dtype", &kv_dtype_name,
-               "auto, fp32 or bf16: the cached K/V (auto: fp32 on cpu, bf16 on cuda); bf16 "
-               "holds twice the tokens per MiB");
+  dtypes.Register(flags);
   flags.Bool("json", &json, "JSON lines on stdout (the table goes to stderr)");
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
   if (model_path.empty() || text_path.empty()) {
@@ -49,14 +45,10 @@ int EvalCommand(int argc, char** argv) {
   }
   absl::StatusOr<Device> device = ParseDevice(device_name);
   if (!device.ok()) return Fail(device.status());
-  absl::StatusOr<KvDtype> kv_dtype = ParseKvDtype(kv_dtype_name);
-  if (!kv_dtype.ok()) return Fail(kv_dtype.status());
-  if (absl::Status s = CheckKvDtype(*device, *kv_dtype); !s.ok()) return Fail(s);
-  absl::StatusOr<cpu::WeightType> weight_dtype = ParseWeightDtype(weight_dtype_name);
-  if (!weight_dtype.ok()) return Fail(weight_dtype.status());
+  if (absl::Status s = dtypes.Resolve(*device); !s.ok()) return Fail(s);
   if (absl::Status s = CheckDevice(*device); !s.ok()) return Fail(s);
   SetThreads(threads);
-  absl::StatusOr<Model> model = LoadModel(model_path, *weight_dtype);
+  absl::StatusOr<Model> model = LoadModel(model_path, dtypes.weights);
   if (!model.ok()) return Fail(model.status());
   absl::StatusOr<std::optional<Tokenizer>> tok =
       LoadOptionalTokenizer(tokenizer_path, model->config.vocab_size);
@@ -86,7 +78,7 @@ int EvalCommand(int argc, char** argv) {
   opt.recent_fraction = recent_fraction;
   opt.block_size = static_cast<int32_t>(block_size);
   opt.device = *device;
-  opt.kv_dtype = *kv_dtype;
+  opt.kv_dtype = dtypes.kv;
   std::vector<std::string> budget_list = SplitList(budgets);
   if (budget_list.empty()) return Fail(absl::InvalidArgumentError("--kv-budget is empty"));
   for (const std::string& p : SplitList(policies)) {

@@ -13,6 +13,7 @@
 #include "engine/make_model.h"
 #include "engine/step_runner.h"
 #include "server/cli_flags.h"
+#include "server/dtype_flags.h"
 #include "server/commands.h"
 
 namespace heavykv::cli {
@@ -32,7 +33,7 @@ std::string BudgetText(const CapacityRow& row, size_t index) {
 
 int PlanCommand(int argc, char** argv) {
   std::string model_path, shape_name, budgets = "0.1,0.2,0.5", device_name = "cpu";
-  std::string kv_dtype_name = "auto";
+  DtypeFlags dtypes;
   int64_t layers = 0, kv_heads = 0, head_dim = 0, seq_len = 0, block_size = 16;
   int64_t kv_pages = 0, kv_pool_mb = 0, max_len = 0, max_step_tokens = 512, max_running = 64;
   bool json = false;
@@ -48,9 +49,7 @@ int PlanCommand(int argc, char** argv) {
   flags.Int("head-dim", &head_dim, "dimension of one attention head");
   flags.Int("seq-len", &seq_len, "the model's context length");
   flags.String("device", &device_name, "cpu (fp32 K/V) or cuda (bf16 K/V), as serve's --device");
-  flags.String("kv-dtype", &kv_dtype_name,
-               "auto, fp32 or bf16: the cached K/V (auto: fp32 on cpu, bf16 on cuda); bf16 "
-               "holds twice the tokens per MiB");
+  dtypes.Register(flags, /*with_weights=*/false);
   flags.Int("block-size", &block_size, "token slots per KV page (as serve's --block-size)");
   flags.Int("kv-pool-mb", &kv_pool_mb, "KV memory per replica in MiB (as serve's --kv-pool-mb)");
   flags.Int("kv-pages", &kv_pages,
@@ -103,9 +102,7 @@ int PlanCommand(int argc, char** argv) {
 
   absl::StatusOr<Device> device = ParseDevice(device_name);
   if (!device.ok()) return Fail(device.status());
-  absl::StatusOr<KvDtype> kv_dtype = ParseKvDtype(kv_dtype_name);
-  if (!kv_dtype.ok()) return Fail(kv_dtype.status());
-  if (absl::Status s = CheckKvDtype(*device, *kv_dtype); !s.ok()) return Fail(s);
+  if (absl::Status s = dtypes.Resolve(*device); !s.ok()) return Fail(s);
   if (*device == Device::kCuda && kv_pages == 0 && kv_pool_mb == 0) {
     return Fail(absl::InvalidArgumentError(
         "with --device cuda, give --kv-pool-mb: the GPU memory left for the KV pool (serve's "
@@ -117,7 +114,7 @@ int PlanCommand(int argc, char** argv) {
   config.num_layers = layers_v;
   config.num_kv_heads = kv_heads_v;
   CapacityPlanInput in;
-  in.shape = KvShapeForDevice(*device, config, static_cast<int32_t>(block_size), *kv_dtype);
+  in.shape = KvShapeForDevice(*device, config, static_cast<int32_t>(block_size), dtypes.kv);
   in.max_len = max_len > 0 ? static_cast<int32_t>(max_len) : seq_len_v;
   in.max_step_tokens = static_cast<int32_t>(max_step_tokens);
   in.max_running = static_cast<int32_t>(max_running);

@@ -12,6 +12,7 @@
 #include "engine/step_runner.h"
 #include "kernels/cpu/gemm.h"
 #include "server/cli_flags.h"
+#include "server/dtype_flags.h"
 #include "server/commands.h"
 
 namespace heavykv::cli {
@@ -61,7 +62,7 @@ void SetThreads(int64_t threads) {
 int RunCommand(int argc, char** argv) {
   std::string model_path, tokenizer_path, prompt, policy_name = "full", budget_text = "1";
   std::string device_name = "cpu";
-  std::string kv_dtype_name = "auto", weight_dtype_name = "auto";
+  DtypeFlags dtypes;
   int64_t steps = 256, top_k = 0, seed = -1, block_size = 16, kv_pages = 0, kv_pool_mb = 0;
   int64_t prefill_chunk = 256, threads = 0;
   double temperature = 1.0, top_p = 0.9, recent_fraction = 0.5;
@@ -84,26 +85,17 @@ int RunCommand(int argc, char** argv) {
   flags.Int("prefill-chunk", &prefill_chunk, "prompt tokens per forward step");
   flags.Int("threads", &threads, "CPU threads; 0 = every core");
   flags.String("device", &device_name, "cpu or cuda: where the weights, KV pool and forward pass run");
-  flags.String("weight-dtype", &weight_dtype_name,
-               "auto, fp32 or bf16: the weight matrices in memory (auto: the checkpoint's fp32); "
-               "bf16 halves their memory and the bytes a step streams, the arithmetic stays fp32");
-  flags.String("kv-dtype", &kv_dtype_name,
-               "auto, fp32 or bf16: the cached K/V (auto: fp32 on cpu, bf16 on cuda); bf16 "
-               "holds twice the tokens per MiB");
+  dtypes.Register(flags);
   flags.Bool("json", &json, "print one JSON object with text, tokens and timings");
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
   if (model_path.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
   absl::StatusOr<Device> device = ParseDevice(device_name);
   if (!device.ok()) return Fail(device.status());
-  absl::StatusOr<KvDtype> kv_dtype = ParseKvDtype(kv_dtype_name);
-  if (!kv_dtype.ok()) return Fail(kv_dtype.status());
-  if (absl::Status s = CheckKvDtype(*device, *kv_dtype); !s.ok()) return Fail(s);
-  absl::StatusOr<cpu::WeightType> weight_dtype = ParseWeightDtype(weight_dtype_name);
-  if (!weight_dtype.ok()) return Fail(weight_dtype.status());
+  if (absl::Status s = dtypes.Resolve(*device); !s.ok()) return Fail(s);
   if (absl::Status s = CheckDevice(*device); !s.ok()) return Fail(s);
   SetThreads(threads);
 
-  absl::StatusOr<Model> model = LoadModel(model_path, *weight_dtype);
+  absl::StatusOr<Model> model = LoadModel(model_path, dtypes.weights);
   if (!model.ok()) return Fail(model.status());
   const ModelConfig& c = model->config;
   absl::StatusOr<std::optional<Tokenizer>> tok = LoadOptionalTokenizer(tokenizer_path, c.vocab_size);
@@ -140,7 +132,7 @@ int RunCommand(int argc, char** argv) {
   if (block_size <= 0 || block_size > 1024) {
     return Fail(absl::InvalidArgumentError("--block-size must be in [1, 1024]"));
   }
-  const KvShape shape = KvShapeForDevice(*device, c, static_cast<int32_t>(block_size), *kv_dtype);
+  const KvShape shape = KvShapeForDevice(*device, c, static_cast<int32_t>(block_size), dtypes.kv);
   const int64_t held = std::min<int64_t>(opt.steps, opt.budget) + opt.prefill_chunk;
   absl::StatusOr<int32_t> pages =
       PoolPages(shape, kv_pages, kv_pool_mb, static_cast<int32_t>((held + block_size - 1) / block_size));

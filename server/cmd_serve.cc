@@ -25,6 +25,7 @@
 #include "engine/model_runner.h"
 #include "engine/step_runner.h"
 #include "server/cli_flags.h"
+#include "server/dtype_flags.h"
 #include "server/commands.h"
 #include "server/grpc_service.h"
 #include "server/metrics.h"
@@ -85,7 +86,7 @@ int ServeCommand(int argc, char** argv) {
   std::string model_path, tokenizer_path, listen = "0.0.0.0:50051",
                                           metrics_address = "0.0.0.0:9090";
   std::string policy = "full", budget = "1", device_name = "cpu";
-  std::string kv_dtype_name = "auto", weight_dtype_name = "auto";
+  DtypeFlags dtypes;
   int64_t block_size = 16, kv_pages = 0, kv_pool_mb = 0, max_step_tokens = 512, max_running = 64;
   int64_t max_waiting = 256, max_prompt_tokens = 0, max_new_tokens_limit = 0, threads = 0;
   double recent_fraction = 0.5, grace = 30, full_overcommit = 1.0, max_connection_age = 0;
@@ -119,12 +120,7 @@ int ServeCommand(int argc, char** argv) {
                "of the pool; 1 never preempts them, more bets on early EOS");
   flags.Int("threads", &threads, "CPU threads; 0 = every core");
   flags.String("device", &device_name, "cpu or cuda: where the weights, KV pool and forward pass run");
-  flags.String("weight-dtype", &weight_dtype_name,
-               "auto, fp32 or bf16: the weight matrices in memory (auto: the checkpoint's fp32); "
-               "bf16 halves their memory and the bytes a step streams, the arithmetic stays fp32");
-  flags.String("kv-dtype", &kv_dtype_name,
-               "auto, fp32 or bf16: the cached K/V (auto: fp32 on cpu, bf16 on cuda); bf16 "
-               "holds twice the tokens per MiB");
+  dtypes.Register(flags);
   flags.Double("grace", &grace, "seconds running requests get to finish on SIGTERM/SIGINT");
   flags.Double("max-connection-age", &max_connection_age,
                "seconds after which a client connection is asked to reconnect (GOAWAY; its "
@@ -134,11 +130,7 @@ int ServeCommand(int argc, char** argv) {
   if (model_path.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
   absl::StatusOr<Device> device = ParseDevice(device_name);
   if (!device.ok()) return Fail(device.status());
-  absl::StatusOr<KvDtype> kv_dtype = ParseKvDtype(kv_dtype_name);
-  if (!kv_dtype.ok()) return Fail(kv_dtype.status());
-  if (absl::Status s = CheckKvDtype(*device, *kv_dtype); !s.ok()) return Fail(s);
-  absl::StatusOr<cpu::WeightType> weight_dtype = ParseWeightDtype(weight_dtype_name);
-  if (!weight_dtype.ok()) return Fail(weight_dtype.status());
+  if (absl::Status s = dtypes.Resolve(*device); !s.ok()) return Fail(s);
   if (absl::Status s = CheckDevice(*device); !s.ok()) return Fail(s);
   for (absl::Status s : {CheckRange("block-size", block_size, 1, 1024),
                          CheckRange("max-step-tokens", max_step_tokens, 1, 1 << 20),
@@ -163,13 +155,13 @@ int ServeCommand(int argc, char** argv) {
   // the signal number into a pipe, which the main thread waits on below.
   if (absl::Status s = InstallDrainSignals(); !s.ok()) return Fail(s);
 
-  absl::StatusOr<Model> model = LoadModel(model_path, *weight_dtype);
+  absl::StatusOr<Model> model = LoadModel(model_path, dtypes.weights);
   if (!model.ok()) return Fail(model.status());
   const ModelConfig c = model->config;
   absl::StatusOr<std::optional<Tokenizer>> tok =
       LoadOptionalTokenizer(tokenizer_path, c.vocab_size);
   if (!tok.ok()) return Fail(tok.status());
-  const KvShape shape = KvShapeForDevice(*device, c, static_cast<int32_t>(block_size), *kv_dtype);
+  const KvShape shape = KvShapeForDevice(*device, c, static_cast<int32_t>(block_size), dtypes.kv);
   const int64_t pages_per_context = (c.seq_len + block_size - 1) / block_size;
   int32_t default_pages =
       static_cast<int32_t>(std::min<int64_t>(INT32_MAX, max_running * pages_per_context));
@@ -197,7 +189,7 @@ int ServeCommand(int argc, char** argv) {
   options.default_recent_fraction = recent_fraction;
   options.threads = static_cast<int>(threads);
   options.device = device_name;
-  options.kv_dtype = kv_dtype_name;
+  options.kv_dtype = dtypes.kv_name;
   const bool has_tokenizer = tok->has_value();
   absl::StatusOr<std::unique_ptr<Engine>> engine =
       Engine::Create(*std::move(model), std::move(*tok), options);

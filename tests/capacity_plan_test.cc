@@ -169,9 +169,11 @@ TEST(CapacityPlanTest, AgreesWithTheScheduler) {
 }
 
 // Runs `heavykv ARGS`; stdout, and the exit code in *code.
-std::string Heavykv(const std::string& args, int* code) {
+// stdout (and stderr too with `with_stderr`) of `heavykv args`; *code is its exit code.
+std::string Heavykv(const std::string& args, int* code, bool with_stderr = false) {
   std::string out;
-  std::FILE* p = popen((std::string(HEAVYKV_BINARY) + " " + args + " 2>/dev/null").c_str(), "r");
+  const std::string err = with_stderr ? " 2>&1" : " 2>/dev/null";
+  std::FILE* p = popen((std::string(HEAVYKV_BINARY) + " " + args + err).c_str(), "r");
   if (p == nullptr) return out;
   char buf[4096];
   for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
@@ -221,6 +223,32 @@ TEST(PlanCommandTest, CudaKeepsBf16KvAndNeedsAPoolSize) {
   EXPECT_NE(out.find("\"element_bytes\":2,"), std::string::npos) << out;
   Heavykv("plan --shape stories110M --device cuda", &code);  // serve sizes it from the GPU
   EXPECT_EQ(code, 2);
+}
+
+// --kv-dtype bf16 on the CPU: the same bf16 pages as CUDA, so twice the sequences in the pool;
+// fp32 K/V on CUDA and unknown types are rejected, as by run, eval and serve (DtypeFlags).
+TEST(PlanCommandTest, Bf16KvOnTheCpuHalvesTheBytesPerToken) {
+  int code = 0;
+  std::string out = Heavykv("plan --shape stories110M --kv-pool-mb 4096 --json", &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("\"bytes_per_token\":74880,"), std::string::npos) << out;
+  out = Heavykv("plan --shape stories110M --kv-dtype bf16 --kv-pool-mb 4096 --json", &code);
+  ASSERT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("\"bytes_per_token\":38016,"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"element_bytes\":2,"), std::string::npos) << out;
+  out = Heavykv("plan --shape stories110M --kv-dtype fp32 --device cuda --kv-pool-mb 64", &code,
+                true);
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("stores K/V in bf16"), std::string::npos) << out;
+  out = Heavykv("plan --shape stories110M --kv-dtype fp8 --kv-pool-mb 64", &code, true);
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("unknown KV dtype"), std::string::npos) << out;
+  for (const char* cmd : {"run", "eval --text x", "serve"}) {
+    out = Heavykv(std::string(cmd) + " --model " + testing::ModelPath() + " --weight-dtype fp8",
+                  &code, true);
+    EXPECT_EQ(code, 2) << cmd;
+    EXPECT_NE(out.find("unknown weight dtype"), std::string::npos) << cmd << ": " << out;
+  }
 }
 
 TEST(PlanCommandTest, RejectsAMissingShapeAndBadBudgets) {

@@ -1,0 +1,28 @@
+#include "server/dtype_flags.h"
+
+namespace heavykv::cli {
+
+void DtypeFlags::Register(FlagSet& flags, bool with_weights) {
+  if (with_weights) {
+    flags.String("weight-dtype", &weight_name,
+                 "auto, fp32 or bf16: the weight matrices in memory (auto: the checkpoint's "
+                 "fp32); bf16 halves their memory and the bytes a step streams, the arithmetic "
+                 "stays fp32");
+  }
+  flags.String("kv-dtype", &kv_name,
+               "auto, fp32 or bf16: the cached K/V (auto: fp32 on cpu, bf16 on cuda); bf16 "
+               "holds twice the tokens per MiB");
+}
+
+absl::Status DtypeFlags::Resolve(Device device) {
+  absl::StatusOr<cpu::WeightType> w = ParseWeightDtype(weight_name);
+  if (!w.ok()) return w.status();
+  absl::StatusOr<KvDtype> k = ParseKvDtype(kv_name);
+  if (!k.ok()) return k.status();
+  if (absl::Status s = CheckKvDtype(device, *k); !s.ok()) return s;
+  weights = *w;
+  kv = *k;
+  return absl::OkStatus();
+}
+
+}  // namespace heavykv::cli
