@@ -10,6 +10,7 @@
 #include <map>
 #include <string>
 #include <thread>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -124,12 +125,29 @@ int main(int argc, char** argv) {
   time_ratio("decode/b1/ctx512/h2o512", "decode/b1/ctx512/full", "<= 1.10", 1.10, false);
   time_ratio("decode/b32/ctx512/h2o512", "decode/b32/ctx512/full", "<= 1.10", 1.10, false);
   time_ratio("decode/b1/ctx4096/h2o819", "decode/b1/ctx4096/full", "< 1.00", 1.0, true);
-  // --kv-dtype bf16: the same steps with half the K/V bytes.
-  if (has("sgemm/1024") && has("decode/b32/ctx64/full/bf16kv")) {
-    const double v =
-        F["decode/b32/ctx64/full/bf16kv"].counters["flops"] / F["sgemm/1024"].counters["flops"];
-    add("batch-32 decode, bf16 K/V: FLOP/s / sgemm 1024^3 FLOP/s",
-        "as above, --kv-dtype bf16 (fp32 weights and arithmetic)", v, ">= 0.60", v >= 0.60);
+  // bf16 storage (--kv-dtype bf16, --weight-dtype bf16): the same steps, the same fp32
+  // arithmetic (FMAs on widened values), half the bytes of K/V and/or weights.
+  const std::pair<const char*, const char*> bf16_steps[] = {
+      {"decode/b32/ctx64/full/bf16kv", "batch-32 decode, bf16 K/V: FLOP/s / sgemm"},
+      {"decode/b32/ctx64/full/bf16w", "batch-32 decode, bf16 weights: FLOP/s / sgemm"},
+      {"decode/b32/ctx64/full/bf16w/bf16kv", "batch-32 decode, bf16 weights+K/V: FLOP/s / sgemm"},
+  };
+  for (const auto& [bench, label] : bf16_steps) {
+    if (!has("sgemm/1024") || !has(bench)) continue;
+    const double v = F[bench].counters["flops"] / F["sgemm/1024"].counters["flops"];
+    add(label, "as above, bf16 storage, fp32 arithmetic", v, ">= 0.60", v >= 0.60);
+  }
+  if (has("bandwidth/memcpy") && has("decode/b1/ctx64/full/bf16w")) {
+    const double bw = F["bandwidth/memcpy"].counters["bytes_per_second"];
+    const double w = F["decode/b1/ctx64/full/bf16w"].counters["weight_bytes"];
+    add("batch-1 decode, bf16 weights: weight bytes/s / memcpy", "as above, bf16 weights", w / bw,
+        ">= 0.70", w / bw >= 0.70);
+  }
+  time_ratio("decode/b1/ctx64/full/bf16w", "decode/b1/ctx64/full", "(info)", 1e9, false);
+  if (has("gemm/decode-shapes-b32/packed-bf16") && has("gemm/decode-shapes-b32/packed")) {
+    const double g = F["gemm/decode-shapes-b32/packed-bf16"].counters["flops"] /
+                     F["gemm/decode-shapes-b32/packed"].counters["flops"];
+    add("batch-32 step GEMMs: bf16 weights / fp32 weights", "FLOP/s ratio", g, "(info)", true);
   }
   time_ratio("decode/b32/ctx64/full/bf16kv", "decode/b32/ctx64/full", "(info)", 1e9, false);
   time_ratio("decode/b32/ctx512/h2o512/bf16kv", "decode/b32/ctx512/full/bf16kv", "<= 1.10", 1.10,

@@ -148,7 +148,15 @@ TEST(GemmTest, PackedMatrixRoundTrip) {
   for (int64_t i = 0; i < n * k; ++i) w[i] = 0.1f * float(i);
   const PackedMatrix h = PackedMatrix::FromRowMajor(w.data(), n, k, WeightType::kBf16);
   EXPECT_TRUE(h.bf16());
-  EXPECT_EQ(h.bytes(), 3 * k * kPanelRows * 2);
+  EXPECT_EQ(h.bytes(), 3 * (k + 1) * kPanelRows * 2);  // k = 9 padded to an even 10
+  // The pair layout: word [kk / 2][j] holds input kk in its high half, kk + 1 in its low one.
+  const uint16_t* b = h.packed_bf16();
+  EXPECT_EQ(b[1], FloatToBf16(w[0]));          // row 0, input 0: high half of word 0
+  EXPECT_EQ(b[0], FloatToBf16(w[1]));          // row 0, input 1: low half
+  EXPECT_EQ(b[2 * 5 + 1], FloatToBf16(w[5 * k]));  // row 5, input 0
+  EXPECT_EQ(b[2 * kPanelRows + 3], FloatToBf16(w[1 * k + 2]));  // row 1, input 2: next pair
+  EXPECT_EQ(b[4 * 2 * kPanelRows + 0], 0);     // row 0, input 9: the odd padding
+  EXPECT_EQ(PackedMatrix::IndexInPanel(8, 0, true), 4 * 2 * kPanelRows + 1);
   h.ToRowMajor(back.data());
   int changed = 0;
   for (int64_t i = 0; i < n * k; ++i) {

@@ -4,6 +4,7 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "kernels/bf16.h"
 
@@ -24,17 +25,22 @@ struct Prefetch {
   int64_t per_iter = 0;
 };
 
-// 16 consecutive panel weights as fp32: a load, or for bf16 a widening load and a 16-bit shift
-// (two uops beside the tile's eight FMAs per vector).
-__attribute__((target("avx512f"))) inline __m512 LoadW(const float* p) {
-  return _mm512_load_ps(p);
-}
-__attribute__((target("avx512f"))) inline __m512 LoadW(const uint16_t* p) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
 inline float WeightAt(const float* p) { return *p; }
 inline float WeightAt(const uint16_t* p) { return Bf16ToFloat(*p); }
+
+// acc[i][j] += x[i * k + kk] * w[j] for the tile's rows.
+template <int MR>
+__attribute__((target("avx512f"), always_inline)) inline void Fma(__m512 (&acc)[MR][kVecs],
+                                                                  const float* x, int64_t k,
+                                                                  int64_t kk,
+                                                                  const __m512 (&w)[kVecs]) {
+#pragma GCC unroll 8
+  for (int i = 0; i < MR; ++i) {
+    const __m512 xv = _mm512_set1_ps(x[i * k + kk]);
+#pragma GCC unroll 3
+    for (int j = 0; j < kVecs; ++j) acc[i][j] = _mm512_fmadd_ps(xv, w[j], acc[i][j]);
+  }
+}
 
 // y[MR][0..ncols) (+)= x[MR][k] * panel^T; T is the weight element (float or bf16 bits).
 template <int MR, typename T>
@@ -48,18 +54,37 @@ __attribute__((target("avx512f"))) void Tile(const float* x, const T* panel, flo
     for (int j = 0; j < kVecs; ++j) acc[i][j] = _mm512_setzero_ps();
   }
   int64_t next_line = 0;
-  for (int64_t kk = 0; kk < k; ++kk) {
+  auto prefetch = [&] {
     for (int64_t r = 0; r < pf.per_iter && next_line < pf.lines; ++r, ++next_line) {
       _mm_prefetch(pf.begin + next_line * 64, _MM_HINT_T1);
     }
-    __m512 wv[kVecs];
+  };
+  __m512 w[kVecs];
+  if constexpr (std::is_same_v<T, float>) {
+    for (int64_t kk = 0; kk < k; ++kk) {
+      prefetch();
 #pragma GCC unroll 3
-    for (int j = 0; j < kVecs; ++j) wv[j] = LoadW(panel + kk * kPanelRows + j * 16);
-#pragma GCC unroll 8
-    for (int i = 0; i < MR; ++i) {
-      const __m512 xv = _mm512_set1_ps(x[i * k + kk]);
+      for (int j = 0; j < kVecs; ++j) w[j] = _mm512_load_ps(panel + kk * kPanelRows + j * 16);
+      Fma<MR>(acc, x, k, kk, w);
+    }
+  } else {
+    // Input pairs (kk, kk + 1): the high halves of the words are W[.][kk], the low ones
+    // W[.][kk + 1]; an odd last input has a zero low half, never used.
+    const __m512i high = _mm512_set1_epi32(int(0xFFFF0000u));
+    for (int64_t kk = 0; kk < k; kk += 2) {
+      prefetch();
+      const uint16_t* pair = panel + kk * kPanelRows;  // (kk / 2) * 2 * kPanelRows
 #pragma GCC unroll 3
-      for (int j = 0; j < kVecs; ++j) acc[i][j] = _mm512_fmadd_ps(xv, wv[j], acc[i][j]);
+      for (int j = 0; j < kVecs; ++j) {
+        w[j] = _mm512_castsi512_ps(_mm512_and_si512(_mm512_load_si512(pair + j * 32), high));
+      }
+      Fma<MR>(acc, x, k, kk, w);
+      if (kk + 1 == k) break;
+#pragma GCC unroll 3
+      for (int j = 0; j < kVecs; ++j) {
+        w[j] = _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_load_si512(pair + j * 32), 16));
+      }
+      Fma<MR>(acc, x, k, kk + 1, w);
     }
   }
 #pragma GCC unroll 8
@@ -97,7 +122,9 @@ __attribute__((target("avx512f"))) void PanelAvx512(const float* x, const T* pan
                                                     int64_t k, int64_t ldy, bool accumulate,
                                                     int ncols) {
   const int64_t tiles = (m + kMr - 1) / kMr;
-  const int64_t panel_lines = (k * kPanelRows * int64_t(sizeof(T)) + 63) / 64;
+  const int64_t steps = std::is_same_v<T, float> ? k : (k + 1) / 2;  // loop trips of a tile
+  const int64_t panel_elems = std::is_same_v<T, float> ? k * kPanelRows : steps * 2 * kPanelRows;
+  const int64_t panel_lines = (panel_elems * int64_t(sizeof(T)) + 63) / 64;
   const int64_t lines_per_tile = (panel_lines + tiles - 1) / tiles;
   int64_t i = 0;
   for (int64_t t = 0; i < m; ++t, i += kMr) {
@@ -106,7 +133,7 @@ __attribute__((target("avx512f"))) void PanelAvx512(const float* x, const T* pan
       const int64_t first = std::min(t * lines_per_tile, panel_lines);
       pf.begin = reinterpret_cast<const char*>(next) + first * 64;
       pf.lines = std::min(lines_per_tile, panel_lines - first);
-      pf.per_iter = (pf.lines + k - 1) / k;
+      pf.per_iter = (pf.lines + steps - 1) / steps;
     }
     if (i + kMr <= m) {
       Tile<kMr, T>(x + i * k, panel, y + i * ldy, k, ldy, accumulate, ncols, pf);
@@ -124,8 +151,9 @@ void PanelPortable(const float* x, const T* panel, float* y, int64_t m, int64_t 
     float acc[kPanelRows] = {};
     for (int64_t kk = 0; kk < k; ++kk) {
       const float xv = x[i * k + kk];
-      const T* w = panel + kk * kPanelRows;
-      for (int j = 0; j < kPanelRows; ++j) acc[j] += xv * WeightAt(w + j);
+      for (int j = 0; j < kPanelRows; ++j) {
+        acc[j] += xv * WeightAt(panel + PackedMatrix::IndexInPanel(kk, j, !std::is_same_v<T, float>));
+      }
     }
     for (int j = 0; j < ncols; ++j) y[i * ldy + j] = accumulate ? y[i * ldy + j] + acc[j] : acc[j];
   }
@@ -142,11 +170,11 @@ void MatmulPackedImpl(const float* x, const PackedMatrix& w, const T* data, floa
   // schedule(static): contiguous panel ranges keep each thread's weight stream sequential.
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t p = 0; p < panels; ++p) {
-    const T* panel = data + p * k * kPanelRows;
+    const T* panel = data + p * w.panel_elems();
     const int ncols = static_cast<int>(std::min(kPanelRows, n - p * kPanelRows));
     float* yp = y + p * kPanelRows;
     if (has_avx512) {
-      const T* next = p + 1 < panels ? panel + k * kPanelRows : nullptr;
+      const T* next = p + 1 < panels ? panel + w.panel_elems() : nullptr;
       PanelAvx512(x, panel, next, yp, m, k, ldy, accumulate, ncols);
     } else {
       PanelPortable(x, panel, yp, m, k, ldy, accumulate, ncols);

@@ -23,6 +23,11 @@ inline constexpr int64_t kPanelRows = 48;  // three AVX-512 vectors of outputs p
 // Element type of the packed weights: fp32, or bf16 (the upper half of the fp32, rounded to
 // nearest even): half the bytes to hold and to stream, widened back to fp32 by the GEMM, whose
 // arithmetic stays fp32.
+//
+// bf16 panels pair consecutive inputs: 32-bit word [p][kk / 2][j] holds W[row][kk] in its high
+// half and W[row][kk + 1] in its low half (k padded to even with zeros), so that one 64-byte load
+// gives 16 outputs of two inputs, and each becomes an fp32 vector with one AND (the high half)
+// or one shift (the low half) instead of a widening shuffle and a shift.
 enum class WeightType { kFp32, kBf16 };
 
 class PackedMatrix {
@@ -36,13 +41,19 @@ class PackedMatrix {
   int64_t cols() const { return k_; }  // k: inputs
   bool empty() const { return n_ == 0; }
   int64_t num_panels() const { return (n_ + kPanelRows - 1) / kPanelRows; }
+  // Elements (fp32 or bf16) of one panel: k (bf16: k rounded up to even) x kPanelRows.
+  int64_t panel_elems() const { return (bf16() ? (k_ + 1) / 2 * 2 : k_) * kPanelRows; }
+  // Index, within its panel, of the element for input kk and panel row j.
+  static int64_t IndexInPanel(int64_t kk, int64_t j, bool bf16) {
+    return bf16 ? (kk / 2) * 2 * kPanelRows + 2 * j + (kk % 2 == 0 ? 1 : 0) : kk * kPanelRows + j;
+  }
   WeightType type() const { return type_; }
   bool bf16() const { return type_ == WeightType::kBf16; }
-  // [num_panels][k][kPanelRows], 64-byte aligned: fp32 (packed()) or bf16 (packed_bf16()).
+  // [num_panels][panel_elems()], 64-byte aligned: fp32 (packed()) or bf16 (packed_bf16()).
   const float* packed() const { return data_.data(); }
   const uint16_t* packed_bf16() const { return reinterpret_cast<const uint16_t*>(data_.data()); }
   // Bytes of the panels (what one pass of the GEMM streams).
-  int64_t bytes() const { return num_panels() * k_ * kPanelRows * (bf16() ? 2 : 4); }
+  int64_t bytes() const { return num_panels() * panel_elems() * (bf16() ? 2 : 4); }
 
   // out[k] = W[r][:].
   void Row(int64_t r, float* out) const;
