@@ -198,6 +198,16 @@ int main(int argc, char** argv) {
         ">= 4", c >= 4);
     add("serving 64x(512+512): tokens/s, h2o 20% / full", "one fixed pool", t, ">= 2", t >= 2);
   }
+  for (const char* p : {"full", "h2o"}) {
+    const std::string bf = absl::StrCat("serve/64x512+512/", p, "/bf16");
+    if (!has(bf) || !has("serve/64x512+512/full")) continue;
+    auto& b = F[bf].counters;
+    auto& f = F["serve/64x512+512/full"].counters;
+    add(absl::StrCat("serving, ", p, " bf16 w+K/V / full fp32: most running"),
+        "pool of the same bytes", b["max_running"] / f["max_running"], "(info)", true);
+    add(absl::StrCat("serving, ", p, " bf16 w+K/V / full fp32: tokens/s"),
+        "pool of the same bytes", b["tokens_per_second"] / f["tokens_per_second"], "(info)", true);
+  }
   std::printf("\n%-62s %9s %9s %s\n", "ratio (measured side by side in this run)", "value",
               "target", "met");
   for (const Ratio& r : ratios) {

@@ -1,6 +1,7 @@
 // The serving benchmark of docs/BENCHMARKS.md, in process: one Engine with one fixed KV pool,
 // the stories110M-shape random model, 64 requests of 512 prompt tokens and 512 new tokens all
-// submitted at once; full cache vs h2o at 20%. The same workload over gRPC is `heavykv bench`.
+// submitted at once; full cache vs h2o at 20%, each with fp32 and with bf16 weights and K/V
+// (the pool then has the same bytes). The same workload over gRPC is `heavykv bench`.
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -26,15 +27,18 @@ double Quantile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
 }
 
-void BM_Serve(benchmark::State& state, std::string policy) {
+// bf16: --weight-dtype bf16 --kv-dtype bf16, on a pool of the same bytes (twice the pages).
+void BM_Serve(benchmark::State& state, std::string policy, bool bf16) {
   for (auto _ : state) {
     EngineOptions o;
-    o.num_pages = kPoolPages;
+    o.num_pages = bf16 ? 2 * kPoolPages : kPoolPages;
+    if (bf16) o.kv_dtype = "bf16";
     o.max_running = kRequests;
     o.max_waiting = kRequests;
     o.max_step_tokens = 512;
     state.PauseTiming();
-    absl::StatusOr<Model> model = LoadModel(Stories110MPath());  // the Engine owns its Model
+    absl::StatusOr<Model> model = LoadModel(  // the Engine owns its Model
+        Stories110MPath(), bf16 ? cpu::WeightType::kBf16 : cpu::WeightType::kFp32);
     state.ResumeTiming();
     if (!model.ok()) {
       state.SkipWithError(std::string(model.status().message()).c_str());
@@ -96,12 +100,15 @@ void BM_Serve(benchmark::State& state, std::string policy) {
 }  // namespace
 
 void RegisterServe() {
-  for (const char* p : {"full", "h2o"}) {
-    benchmark::RegisterBenchmark(absl::StrCat("serve/64x512+512/", p).c_str(), BM_Serve,
-                                 std::string(p))
-        ->Iterations(1)
-        ->UseRealTime()
-        ->Unit(benchmark::kSecond);
+  for (bool bf16 : {false, true}) {
+    for (const char* p : {"full", "h2o"}) {
+      benchmark::RegisterBenchmark(
+          absl::StrCat("serve/64x512+512/", p, bf16 ? "/bf16" : "").c_str(), BM_Serve,
+          std::string(p), bf16)
+          ->Iterations(1)
+          ->UseRealTime()
+          ->Unit(benchmark::kSecond);
+    }
   }
 }
 
