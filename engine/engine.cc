@@ -379,9 +379,8 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(Model model,
   if (absl::Status s = ValidateDefaults(options); !s.ok()) return s;
   absl::StatusOr<Device> device = ParseDevice(options.device);
   if (!device.ok()) return device.status();
-  absl::StatusOr<KvDtype> kv_dtype = ParseKvDtype(options.kv_dtype);
+  absl::StatusOr<KvDtype> kv_dtype = ResolveKvDtype(*device, options.kv_dtype);
   if (!kv_dtype.ok()) return kv_dtype.status();
-  if (absl::Status s = CheckKvDtype(*device, *kv_dtype); !s.ok()) return s;
   absl::StatusOr<std::unique_ptr<KvCache>> cache = CreateKvCache(
       *device, KvShapeForDevice(*device, model.config, options.block_size, *kv_dtype),
       options.num_pages);

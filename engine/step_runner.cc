@@ -108,15 +108,27 @@ absl::Status CheckKvDtype(Device device, KvDtype dtype) {
   return absl::OkStatus();
 }
 
+absl::StatusOr<KvDtype> ResolveKvDtype(Device device, absl::string_view name) {
+  absl::StatusOr<KvDtype> dtype = ParseKvDtype(name);
+  if (!dtype.ok()) return dtype.status();
+  if (absl::Status s = CheckKvDtype(device, *dtype); !s.ok()) return s;
+  return *dtype;
+}
+
+namespace {
+bool StoresBf16(Device device, KvDtype dtype) {
+  return dtype == KvDtype::kBf16 || (dtype == KvDtype::kAuto && device == Device::kCuda);
+}
+}  // namespace
+
 absl::string_view KvDtypeName(Device device, KvDtype dtype) {
-  const bool bf16 = dtype == KvDtype::kBf16 || (dtype == KvDtype::kAuto && device == Device::kCuda);
-  return bf16 ? "bf16" : "fp32";
+  return StoresBf16(device, dtype) ? "bf16" : "fp32";
 }
 
 KvShape KvShapeForDevice(Device device, const ModelConfig& config, int32_t block_size,
                          KvDtype dtype) {
   KvShape s = KvShapeFor(config, block_size);
-  s.element_bytes = KvDtypeName(device, dtype) == "bf16" ? 2 : 4;
+  s.element_bytes = StoresBf16(device, dtype) ? 2 : 4;
   return s;
 }
 

@@ -98,6 +98,8 @@ enum class KvDtype { kAuto, kFp32, kBf16 };
 absl::StatusOr<KvDtype> ParseKvDtype(absl::string_view name);
 // INVALID_ARGUMENT when `device` cannot hold that type (the CUDA backend stores bf16 only).
 absl::Status CheckKvDtype(Device device, KvDtype dtype);
+// ParseKvDtype, then CheckKvDtype for `device`.
+absl::StatusOr<KvDtype> ResolveKvDtype(Device device, absl::string_view name);
 // The name of the type actually used on `device` ("fp32" or "bf16").
 absl::string_view KvDtypeName(Device device, KvDtype dtype);
 

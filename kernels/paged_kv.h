@@ -44,16 +44,13 @@ struct PagedKvHead {
   float* score = nullptr;
   int64_t meta_page_stride = 0;  // entries between two consecutive page ids in pos/score
 
-  float* KRow(int32_t s) const {
-    return k + pages[s / block_size] * page_stride + int64_t(s % block_size) * head_dim;
-  }
-  float* VRow(int32_t s) const {
-    return v + pages[s / block_size] * page_stride + int64_t(s % block_size) * head_dim;
-  }
   bool bf16() const { return k16 != nullptr; }
+  // Elements from the K (or V) base to slot s's row.
   int64_t RowOffset(int32_t s) const {
     return pages[s / block_size] * page_stride + int64_t(s % block_size) * head_dim;
   }
+  float* KRow(int32_t s) const { return k + RowOffset(s); }
+  float* VRow(int32_t s) const { return v + RowOffset(s); }
   uint16_t* KRow16(int32_t s) const { return k16 + RowOffset(s); }
   uint16_t* VRow16(int32_t s) const { return v16 + RowOffset(s); }
   // Writes slot s's K and V rows from fp32, in the storage's element type.
@@ -75,12 +72,13 @@ struct PagedKvHead {
   float VAt(int32_t s, int32_t d) const { return bf16() ? Bf16ToFloat(VRow16(s)[d]) : VRow(s)[d]; }
   // Copies slot `from`'s K and V rows over slot `to`'s.
   void MoveRows(int32_t to, int32_t from) const {
-    const int64_t bytes = int64_t(head_dim) * (bf16() ? 2 : 4);
-    char* kb = bf16() ? reinterpret_cast<char*>(k16) : reinterpret_cast<char*>(k);
-    char* vb = bf16() ? reinterpret_cast<char*>(v16) : reinterpret_cast<char*>(v);
-    const int64_t es = bf16() ? 2 : 4;
-    std::memcpy(kb + RowOffset(to) * es, kb + RowOffset(from) * es, bytes);
-    std::memcpy(vb + RowOffset(to) * es, vb + RowOffset(from) * es, bytes);
+    if (bf16()) {
+      std::memcpy(KRow16(to), KRow16(from), sizeof(uint16_t) * head_dim);
+      std::memcpy(VRow16(to), VRow16(from), sizeof(uint16_t) * head_dim);
+    } else {
+      std::memcpy(KRow(to), KRow(from), sizeof(float) * head_dim);
+      std::memcpy(VRow(to), VRow(from), sizeof(float) * head_dim);
+    }
   }
   int32_t& Pos(int32_t s) const {
     return pos[pages[s / block_size] * meta_page_stride + s % block_size];

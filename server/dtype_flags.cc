@@ -17,9 +17,8 @@ void DtypeFlags::Register(FlagSet& flags, bool with_weights) {
 absl::Status DtypeFlags::Resolve(Device device) {
   absl::StatusOr<cpu::WeightType> w = ParseWeightDtype(weight_name);
   if (!w.ok()) return w.status();
-  absl::StatusOr<KvDtype> k = ParseKvDtype(kv_name);
+  absl::StatusOr<KvDtype> k = ResolveKvDtype(device, kv_name);
   if (!k.ok()) return k.status();
-  if (absl::Status s = CheckKvDtype(device, *k); !s.ok()) return s;
   weights = *w;
   kv = *k;
   return absl::OkStatus();

@@ -76,48 +76,52 @@ TEST_F(EvalTest, AgreesWithIndependentImplementation) {
   EXPECT_NEAR((*frac)[0].ppl, (*res)[3].ppl, 1e-6);  // other batch, other rounding
 }
 
-// bf16 weights (--weight-dtype bf16): every matrix rounded to bf16, fp32 arithmetic. Within
-// 0.5% of the reference too, and not identical to fp32.
-TEST_F(EvalTest, Bf16WeightsStayWithinToleranceOfTheReference) {
-  const Model bf16 = *LoadModel(testing::ModelPath(), cpu::WeightType::kBf16);
+// A bf16 storage option against fp32 on three configurations: each perplexity within the
+// reference's 0.5%, and at least one different from fp32's (else the bf16 path never ran).
+// `refs`: the independent implementation's perplexities.
+void ExpectBf16NearReference(const std::vector<EvalResult>& fp32,
+                             const std::vector<EvalResult>& bf16, const std::vector<double>& refs,
+                             const char* what) {
+  ASSERT_EQ(fp32.size(), refs.size());
+  ASSERT_EQ(bf16.size(), refs.size());
+  bool differs = false;
+  for (size_t i = 0; i < refs.size(); ++i) {
+    SCOPED_TRACE(bf16[i].ToJson());
+    EXPECT_NEAR(bf16[i].ppl, refs[i], 0.005 * refs[i]);
+    if (bf16[i].ppl != fp32[i].ppl) differs = true;
+  }
+  EXPECT_TRUE(differs) << what << " gave exactly the fp32 perplexities";
+}
+
+// W = 512, 4 windows, and these (policy, budget) configurations.
+EvalOptions FourWindows(std::vector<std::pair<std::string, std::string>> configs) {
   EvalOptions opt;
   opt.window = 512;
   opt.max_windows = 4;
-  opt.configs = {{"full", *KvBudget::Parse("1")}, {"h2o", *KvBudget::Parse("102")},
-                 {"sink", *KvBudget::Parse("51")}};
-  const double refs[] = {2.8661, 2.9323, 3.0549};
+  for (const auto& [policy, budget] : configs) {
+    opt.configs.push_back({policy, *KvBudget::Parse(budget)});
+  }
+  return opt;
+}
+
+// bf16 weights (--weight-dtype bf16): every matrix rounded to bf16, fp32 arithmetic.
+TEST_F(EvalTest, Bf16WeightsStayWithinToleranceOfTheReference) {
+  const Model bf16 = *LoadModel(testing::ModelPath(), cpu::WeightType::kBf16);
+  const EvalOptions opt = FourWindows({{"full", "1"}, {"h2o", "102"}, {"sink", "51"}});
   absl::StatusOr<std::vector<EvalResult>> fp32 = Evaluate(*model_, stream_, opt);
   absl::StatusOr<std::vector<EvalResult>> half = Evaluate(bf16, stream_, opt);
   ASSERT_TRUE(fp32.ok() && half.ok()) << fp32.status() << " " << half.status();
-  bool differs = false;
-  for (size_t i = 0; i < std::size(refs); ++i) {
-    SCOPED_TRACE((*half)[i].ToJson());
-    EXPECT_NEAR((*half)[i].ppl, refs[i], 0.005 * refs[i]);
-    if ((*half)[i].ppl != (*fp32)[i].ppl) differs = true;
-  }
-  EXPECT_TRUE(differs) << "bf16 weights gave exactly the fp32 perplexities";
+  ExpectBf16NearReference(*fp32, *half, {2.8661, 2.9323, 3.0549}, "bf16 weights");
 }
 
-// bf16 K/V (--kv-dtype bf16): K and V rounded to bf16, attention in fp32. It must stay within
-// the same 0.5% of the reference, and must differ from fp32 somewhere (else the path never ran).
+// bf16 K/V (--kv-dtype bf16): K and V rounded to bf16, attention in fp32.
 TEST_F(EvalTest, Bf16KvStaysWithinToleranceOfTheReference) {
-  EvalOptions opt;
-  opt.window = 512;
-  opt.max_windows = 4;
-  opt.configs = {{"full", *KvBudget::Parse("1")}, {"h2o", *KvBudget::Parse("102")},
-                 {"h2o", *KvBudget::Parse("51")}};
-  const double refs[] = {2.8661, 2.9323, 3.0720};
+  EvalOptions opt = FourWindows({{"full", "1"}, {"h2o", "102"}, {"h2o", "51"}});
   absl::StatusOr<std::vector<EvalResult>> fp32 = Evaluate(*model_, stream_, opt);
   opt.kv_dtype = KvDtype::kBf16;
   absl::StatusOr<std::vector<EvalResult>> bf16 = Evaluate(*model_, stream_, opt);
   ASSERT_TRUE(fp32.ok() && bf16.ok()) << fp32.status() << " " << bf16.status();
-  bool differs = false;
-  for (size_t i = 0; i < std::size(refs); ++i) {
-    SCOPED_TRACE((*bf16)[i].ToJson());
-    EXPECT_NEAR((*bf16)[i].ppl, refs[i], 0.005 * refs[i]);
-    if ((*bf16)[i].ppl != (*fp32)[i].ppl) differs = true;
-  }
-  EXPECT_TRUE(differs) << "bf16 K/V gave exactly the fp32 perplexities";
+  ExpectBf16NearReference(*fp32, *bf16, {2.8661, 2.9323, 3.0720}, "bf16 K/V");
   // The CUDA backend has no fp32 cache.
   opt.device = Device::kCuda;
   opt.kv_dtype = KvDtype::kFp32;

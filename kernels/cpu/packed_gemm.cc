@@ -118,12 +118,11 @@ __attribute__((target("avx512f"))) void TailTile(int64_t rows, const float* x,
 // One panel against every row of x; `next` is the panel to prefetch (null for the last).
 template <typename T>
 __attribute__((target("avx512f"))) void PanelAvx512(const float* x, const T* panel,
-                                                    const T* next, float* y, int64_t m,
-                                                    int64_t k, int64_t ldy, bool accumulate,
-                                                    int ncols) {
+                                                    const T* next, int64_t panel_elems, float* y,
+                                                    int64_t m, int64_t k, int64_t ldy,
+                                                    bool accumulate, int ncols) {
   const int64_t tiles = (m + kMr - 1) / kMr;
   const int64_t steps = std::is_same_v<T, float> ? k : (k + 1) / 2;  // loop trips of a tile
-  const int64_t panel_elems = std::is_same_v<T, float> ? k * kPanelRows : steps * 2 * kPanelRows;
   const int64_t panel_lines = (panel_elems * int64_t(sizeof(T)) + 63) / 64;
   const int64_t lines_per_tile = (panel_lines + tiles - 1) / tiles;
   int64_t i = 0;
@@ -175,7 +174,7 @@ void MatmulPackedImpl(const float* x, const PackedMatrix& w, const T* data, floa
     float* yp = y + p * kPanelRows;
     if (has_avx512) {
       const T* next = p + 1 < panels ? panel + w.panel_elems() : nullptr;
-      PanelAvx512(x, panel, next, yp, m, k, ldy, accumulate, ncols);
+      PanelAvx512(x, panel, next, w.panel_elems(), yp, m, k, ldy, accumulate, ncols);
     } else {
       PanelPortable(x, panel, yp, m, k, ldy, accumulate, ncols);
     }
