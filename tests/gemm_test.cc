@@ -1,11 +1,12 @@
-// The CPU GEMM paths against a plain triple loop in double: the packed-weight kernel (AVX-512 and
-// portable; every row-tile size, partial last panels, an output stride wider than n, threads,
+// The CPU GEMM paths against a plain triple loop in double: the packed-weight kernel (every ISA
+// path the CPU runs: AVX-512, AVX2, portable; every row-tile size, partial last panels, an output stride wider than n, threads,
 // accumulation), PackedMatrix's layout round trip, and the BLAS MatmulNT.
 #include "kernels/cpu/gemm.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <vector>
 
@@ -44,13 +45,14 @@ double RelError(const float* y, const std::vector<double>& ref, int64_t m, int64
   return std::sqrt(err / norm);
 }
 
-enum class Path { kBlas, kPacked, kPackedPortable };
+// kPacked runs MatmulPacked (the best ISA); kPackedIsa runs MatmulPackedWith(isa).
+enum class Path { kBlas, kPacked, kPackedIsa };
 
 // With bf16 weights the reference multiplies by the weights rounded to bf16, so the packed
 // kernels are held to the same fp32 accuracy (the rounding itself is the user's choice).
 void Check(Path path, int64_t m, int64_t n, int64_t k, bool accumulate, int threads,
-           WeightType type = WeightType::kFp32) {
-  SCOPED_TRACE(testing::Message() << "path=" << int(path) << " m=" << m << " n=" << n
+           WeightType type = WeightType::kFp32, Isa isa = Isa::kPortable) {
+  SCOPED_TRACE(testing::Message() << "path=" << int(path) << " isa=" << IsaName(isa) << " m=" << m << " n=" << n
                                   << " k=" << k << " acc=" << accumulate
                                   << " threads=" << threads << " bf16=" << (type == WeightType::kBf16));
   SetNumThreads(threads);
@@ -78,8 +80,8 @@ void Check(Path path, int64_t m, int64_t n, int64_t k, bool accumulate, int thre
     case Path::kPacked:
       MatmulPacked(xa.data(), packed, y.data(), m, ldy, accumulate);
       break;
-    case Path::kPackedPortable:
-      MatmulPackedPortable(xa.data(), packed, y.data(), m, ldy, accumulate);
+    case Path::kPackedIsa:
+      MatmulPackedWith(isa, xa.data(), packed, y.data(), m, ldy, accumulate);
       break;
   }
   std::vector<double> ref = Reference(x, w_ref, accumulate ? y0 : std::vector<float>{}, m, n, k);
@@ -89,30 +91,54 @@ void Check(Path path, int64_t m, int64_t n, int64_t k, bool accumulate, int thre
   }
 }
 
-TEST(GemmTest, PackedKernelMatchesReference) {
-  for (int threads : {1, 2}) {
-    // m: one decode, every tail of the 8-row tile, a decode batch, prefill chunks.
-    for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 15, 16, 32, 64, 65, 100}) {
-      Check(Path::kPacked, m, 96, 64, false, threads);   // whole panels
-      Check(Path::kPacked, m, 260, 48, true, threads);   // a partial last panel (260 % 48 = 20)
+// Every ISA path this machine can run (the others are listed, so a log shows what ran).
+std::vector<Isa> SupportedIsas() {
+  std::vector<Isa> isas;
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+    if (IsaSupported(isa)) {
+      isas.push_back(isa);
+    } else {
+      std::printf("[ note ] this CPU has no %s: that path is not tested here\n", IsaName(isa));
     }
-    Check(Path::kPacked, 32, 4096, 768, true, threads);  // large enough to split over threads
-    Check(Path::kPacked, 3, 10, 7, false, threads);      // fewer rows than one vector
   }
-  for (int64_t m : {1, 5, 8, 13}) Check(Path::kPackedPortable, m, 100, 40, m % 2 == 0, 1);
+  return isas;
 }
 
-TEST(GemmTest, PackedBf16WeightsMatchReference) {
-  const WeightType bf16 = WeightType::kBf16;
-  for (int threads : {1, 2}) {
-    for (int64_t m : {1, 3, 8, 9, 32, 65}) {
-      Check(Path::kPacked, m, 96, 64, false, threads, bf16);
-      Check(Path::kPacked, m, 260, 47, true, threads, bf16);  // partial panel, odd k
+TEST(GemmTest, PackedKernelMatchesReferenceOnEveryIsa) {
+  for (Isa isa : SupportedIsas()) {
+    for (int threads : {1, 2}) {
+      // m: one decode, every tail of the 6- and 8-row tiles, a decode batch, prefill chunks.
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 15, 16, 32, 64, 65, 100}) {
+        Check(Path::kPackedIsa, m, 96, 64, false, threads, WeightType::kFp32, isa);  // whole panels
+        // A partial last panel (260 % 48 = 20): partial column groups of every tile width.
+        Check(Path::kPackedIsa, m, 260, 48, true, threads, WeightType::kFp32, isa);
+      }
+      // Large enough to split over threads; k over several of the AVX2 kernel's 256-input
+      // chunks, the last one partial (k = 700), and one chunk exactly (k = 256).
+      Check(Path::kPackedIsa, 32, 4096, 768, true, threads, WeightType::kFp32, isa);
+      Check(Path::kPackedIsa, 7, 150, 700, false, threads, WeightType::kFp32, isa);
+      Check(Path::kPackedIsa, 2, 100, 256, true, threads, WeightType::kFp32, isa);
+      Check(Path::kPackedIsa, 3, 10, 7, false, threads, WeightType::kFp32, isa);  // < 1 vector
     }
-    Check(Path::kPacked, 32, 4096, 768, true, threads, bf16);
-    Check(Path::kPacked, 3, 10, 7, false, threads, bf16);
   }
-  for (int64_t m : {1, 5, 8, 13}) Check(Path::kPackedPortable, m, 100, 41, m % 2 == 0, 1, bf16);
+  // MatmulPacked is the best ISA's path.
+  Check(Path::kPacked, 32, 260, 300, true, 2);
+}
+
+TEST(GemmTest, PackedBf16WeightsMatchReferenceOnEveryIsa) {
+  const WeightType bf16 = WeightType::kBf16;
+  for (Isa isa : SupportedIsas()) {
+    for (int threads : {1, 2}) {
+      for (int64_t m : {1, 2, 3, 4, 5, 6, 8, 9, 32, 65}) {
+        Check(Path::kPackedIsa, m, 96, 64, false, threads, bf16, isa);
+        Check(Path::kPackedIsa, m, 260, 47, true, threads, bf16, isa);  // partial panel, odd k
+      }
+      Check(Path::kPackedIsa, 32, 4096, 768, true, threads, bf16, isa);
+      Check(Path::kPackedIsa, 7, 150, 701, false, threads, bf16, isa);  // odd k over chunks
+      Check(Path::kPackedIsa, 3, 10, 7, false, threads, bf16, isa);
+    }
+  }
+  Check(Path::kPacked, 32, 260, 301, true, 2, bf16);
 }
 
 TEST(GemmTest, BlasMatchesReference) {

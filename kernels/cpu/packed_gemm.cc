@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "kernels/bf16.h"
+#include "kernels/cpu/packed_gemm_panels.h"
 
 namespace heavykv::cpu {
 namespace {
@@ -160,7 +161,7 @@ void PanelPortable(const float* x, const T* panel, float* y, int64_t m, int64_t 
 
 template <typename T>
 void MatmulPackedImpl(const float* x, const PackedMatrix& w, const T* data, float* y, int64_t m,
-                      int64_t ldy, bool accumulate, bool has_avx512) {
+                      int64_t ldy, bool accumulate, Isa isa) {
   const int64_t n = w.rows(), k = w.cols(), panels = w.num_panels();
   if (m <= 0 || n == 0) return;
   // Below ~2M multiply-adds a fork/join costs more than it saves, more so on a busy machine
@@ -170,37 +171,37 @@ void MatmulPackedImpl(const float* x, const PackedMatrix& w, const T* data, floa
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t p = 0; p < panels; ++p) {
     const T* panel = data + p * w.panel_elems();
+    const T* next = p + 1 < panels ? panel + w.panel_elems() : nullptr;
     const int ncols = static_cast<int>(std::min(kPanelRows, n - p * kPanelRows));
     float* yp = y + p * kPanelRows;
-    if (has_avx512) {
-      const T* next = p + 1 < panels ? panel + w.panel_elems() : nullptr;
-      PanelAvx512(x, panel, next, w.panel_elems(), yp, m, k, ldy, accumulate, ncols);
-    } else {
-      PanelPortable(x, panel, yp, m, k, ldy, accumulate, ncols);
+    switch (isa) {
+      case Isa::kAvx512:
+        PanelAvx512(x, panel, next, w.panel_elems(), yp, m, k, ldy, accumulate, ncols);
+        break;
+      case Isa::kAvx2:
+        internal::PanelAvx2(x, panel, next, w.panel_elems(), yp, m, k, ldy, accumulate, ncols);
+        break;
+      case Isa::kPortable:
+        PanelPortable(x, panel, yp, m, k, ldy, accumulate, ncols);
+        break;
     }
-  }
-}
-
-void Dispatch(const float* x, const PackedMatrix& w, float* y, int64_t m, int64_t ldy,
-              bool accumulate, bool has_avx512) {
-  if (w.bf16()) {
-    MatmulPackedImpl(x, w, w.packed_bf16(), y, m, ldy, accumulate, has_avx512);
-  } else {
-    MatmulPackedImpl(x, w, w.packed(), y, m, ldy, accumulate, has_avx512);
   }
 }
 
 }  // namespace
 
-void MatmulPacked(const float* x, const PackedMatrix& w, float* y, int64_t m, int64_t ldy,
-                  bool accumulate) {
-  static const bool has_avx512 = __builtin_cpu_supports("avx512f");
-  Dispatch(x, w, y, m, ldy, accumulate, has_avx512);
+void MatmulPackedWith(Isa isa, const float* x, const PackedMatrix& w, float* y, int64_t m,
+                      int64_t ldy, bool accumulate) {
+  if (w.bf16()) {
+    MatmulPackedImpl(x, w, w.packed_bf16(), y, m, ldy, accumulate, isa);
+  } else {
+    MatmulPackedImpl(x, w, w.packed(), y, m, ldy, accumulate, isa);
+  }
 }
 
-void MatmulPackedPortable(const float* x, const PackedMatrix& w, float* y, int64_t m, int64_t ldy,
-                          bool accumulate) {
-  Dispatch(x, w, y, m, ldy, accumulate, /*has_avx512=*/false);
+void MatmulPacked(const float* x, const PackedMatrix& w, float* y, int64_t m, int64_t ldy,
+                  bool accumulate) {
+  MatmulPackedWith(BestIsa(), x, w, y, m, ldy, accumulate);
 }
 
 }  // namespace heavykv::cpu

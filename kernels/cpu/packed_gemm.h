@@ -11,17 +11,19 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/isa.h"
 #include "kernels/cpu/packed_matrix.h"
 
 namespace heavykv::cpu {
 
 // y[m][ldy] (+)= x[m][k] * W^T, ldy >= W.rows(); x rows are contiguous ([m][k]). Parallel over
-// panels with OpenMP unless already inside a parallel region. Uses AVX-512 when the CPU has it,
-// else a portable loop.
+// panels with OpenMP unless already inside a parallel region. Runs the kernel of BestIsa():
+// AVX-512 (packed_gemm.cc), AVX2 + FMA (packed_gemm_avx2.cc) or a portable loop.
 void MatmulPacked(const float* x, const PackedMatrix& w, float* y, int64_t m, int64_t ldy,
                   bool accumulate);
-// The portable path alone (what machines without AVX-512 run), so tests cover it everywhere.
-void MatmulPackedPortable(const float* x, const PackedMatrix& w, float* y, int64_t m, int64_t ldy,
-                          bool accumulate);
+// The same with the kernel of `isa`, which the CPU must support (IsaSupported): for tests, which
+// run every path the machine has, and benchmarks.
+void MatmulPackedWith(Isa isa, const float* x, const PackedMatrix& w, float* y, int64_t m,
+                      int64_t ldy, bool accumulate);
 
 }  // namespace heavykv::cpu

@@ -1,0 +1,42 @@
+// The x86 vector instruction sets the CPU kernels are written for, chosen once at run time from
+// the CPU's feature bits (never from its model name, and never with -march=native: one binary
+// must run fast on every x86-64 node). Kernels that have a hand-written path for an ISA take an
+// Isa argument in their test entry points, so tests run every path the test machine supports.
+#pragma once
+
+namespace heavykv::cpu {
+
+enum class Isa {
+  kPortable,  // baseline x86-64 (SSE2), plain loops for the auto-vectoriser
+  kAvx2,      // AVX2 + FMA, 16 ymm registers (Haswell and later, AMD Zen)
+  kAvx512,    // AVX-512F, 32 zmm registers (Skylake-SP and later)
+};
+
+// Whether this CPU can run `isa`'s code.
+inline bool IsaSupported(Isa isa) {
+  switch (isa) {
+    case Isa::kPortable: return true;
+    case Isa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Isa::kAvx512: return __builtin_cpu_supports("avx512f");
+  }
+  return false;
+}
+
+// The widest ISA this CPU supports (computed once).
+inline Isa BestIsa() {
+  static const Isa best = IsaSupported(Isa::kAvx512) ? Isa::kAvx512
+                          : IsaSupported(Isa::kAvx2) ? Isa::kAvx2
+                                                     : Isa::kPortable;
+  return best;
+}
+
+inline const char* IsaName(Isa isa) {
+  switch (isa) {
+    case Isa::kPortable: return "portable";
+    case Isa::kAvx2: return "avx2";
+    case Isa::kAvx512: return "avx512";
+  }
+  return "?";
+}
+
+}  // namespace heavykv::cpu
