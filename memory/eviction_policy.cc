@@ -13,8 +13,7 @@
 namespace heavykv {
 namespace {
 
-// The h2o decode case, once per (layer, kv head) per step: the slot with the lowest score among
-// those at positions <= last_pos, the oldest among equal scores; -1 if there is none.
+// LowestScoreSlot (eviction_policy.h) in two plain passes.
 int32_t LowestScoreSlotPortable(const int32_t* pos, const float* score, int32_t n,
                                 int32_t last_pos) {
   float lowest = std::numeric_limits<float>::infinity();
@@ -31,7 +30,7 @@ int32_t LowestScoreSlotPortable(const int32_t* pos, const float* score, int32_t 
 
 // The same in one pass, 16 slots at a time: each lane keeps its best (score, position, index)
 // and the 16 lanes are compared at the end. About 8x faster than the portable loops at 512
-// slots, which matters because a batch-32 step runs it 4608 times.
+// slots, which matters because a batch-32 step runs it 4608 times (12 layers x 12 heads x 32).
 __attribute__((target("avx512f"))) int32_t LowestScoreSlotAvx512(const int32_t* pos,
                                                                  const float* score, int32_t n,
                                                                  int32_t last_pos) {
@@ -67,10 +66,43 @@ __attribute__((target("avx512f"))) int32_t LowestScoreSlotAvx512(const int32_t* 
   return ix[best];
 }
 
-int32_t LowestScoreSlot(const int32_t* pos, const float* score, int32_t n, int32_t last_pos) {
-  static const bool has_avx512 = __builtin_cpu_supports("avx512f");
-  return has_avx512 ? LowestScoreSlotAvx512(pos, score, n, last_pos)
-                    : LowestScoreSlotPortable(pos, score, n, last_pos);
+// The same with 8 lanes (AVX2, for CPUs without AVX-512).
+__attribute__((target("avx2"))) int32_t LowestScoreSlotAvx2(const int32_t* pos, const float* score,
+                                                            int32_t n, int32_t last_pos) {
+  __m256 best_score = _mm256_set1_ps(std::numeric_limits<float>::infinity());
+  __m256i best_pos = _mm256_set1_epi32(std::numeric_limits<int32_t>::max());
+  __m256i best_idx = _mm256_set1_epi32(-1);
+  const __m256i last = _mm256_set1_epi32(last_pos);
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  __m256i idx = lane;
+  const __m256i eight = _mm256_set1_epi32(8);
+  for (int32_t i = 0; i < n; i += 8) {
+    // Lanes past n: masked loads give 0, and `in` keeps them from being taken.
+    const __m256i in = _mm256_cmpgt_epi32(_mm256_set1_epi32(n - i), lane);
+    const __m256i p = _mm256_maskload_epi32(pos + i, in);
+    const __m256 sc = _mm256_maskload_ps(score + i, in);
+    const __m256i eligible = _mm256_andnot_si256(_mm256_cmpgt_epi32(p, last), in);
+    const __m256 lower = _mm256_cmp_ps(sc, best_score, _CMP_LT_OQ);
+    const __m256 tie = _mm256_and_ps(_mm256_cmp_ps(sc, best_score, _CMP_EQ_OQ),
+                                     _mm256_castsi256_ps(_mm256_cmpgt_epi32(best_pos, p)));
+    const __m256 take = _mm256_and_ps(_mm256_castsi256_ps(eligible), _mm256_or_ps(lower, tie));
+    best_score = _mm256_blendv_ps(best_score, sc, take);
+    best_pos = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(best_pos),
+                                                    _mm256_castsi256_ps(p), take));
+    best_idx = _mm256_castps_si256(_mm256_blendv_ps(_mm256_castsi256_ps(best_idx),
+                                                    _mm256_castsi256_ps(idx), take));
+    idx = _mm256_add_epi32(idx, eight);
+  }
+  alignas(32) float s[8];
+  alignas(32) int32_t ps[8], ix[8];
+  _mm256_store_ps(s, best_score);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(ps), best_pos);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(ix), best_idx);
+  int32_t best = 0;
+  for (int32_t l = 1; l < 8; ++l) {
+    if (s[l] < s[best] || (s[l] == s[best] && ps[l] < ps[best])) best = l;
+  }
+  return ix[best];
 }
 
 // Appends the `num_evict` slots with the smallest key(slot) among those whose position is in
@@ -169,6 +201,16 @@ class H2OPolicy final : public EvictionPolicy {
 };
 
 }  // namespace
+
+int32_t LowestScoreSlot(const int32_t* pos, const float* score, int32_t n, int32_t last_pos,
+                        cpu::Isa isa) {
+  switch (isa) {
+    case cpu::Isa::kAvx512: return LowestScoreSlotAvx512(pos, score, n, last_pos);
+    case cpu::Isa::kAvx2: return LowestScoreSlotAvx2(pos, score, n, last_pos);
+    case cpu::Isa::kPortable: break;
+  }
+  return LowestScoreSlotPortable(pos, score, n, last_pos);
+}
 
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakePolicy(absl::string_view name,
                                                            double recent_fraction) {

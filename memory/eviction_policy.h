@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cpu/isa.h"
 
 namespace heavykv {
 
@@ -55,6 +56,13 @@ inline constexpr absl::string_view kPolicyNames[] = {"full", "window", "sink", "
 // Returns the named policy or INVALID_ARGUMENT. `recent_fraction` in (0, 1] is used by h2o only.
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakePolicy(absl::string_view name,
                                                            double recent_fraction = 0.5);
+
+// The h2o decode search (one victim per head per step): the slot with the lowest score among
+// those at positions <= last_pos, the oldest among equal scores; -1 if there is none. pos, score:
+// [n]. Runs `isa`'s code (one AVX-512 or AVX2 pass, or two plain loops), which the CPU must
+// support; H2OPolicy passes BestIsa(), tests every path the machine has.
+int32_t LowestScoreSlot(const int32_t* pos, const float* score, int32_t n, int32_t last_pos,
+                        cpu::Isa isa = cpu::BestIsa());
 
 // A budget as users write it: an absolute token count ("102") or a fraction of the sequence's
 // maximum length ("0.2", in (0, 1]).

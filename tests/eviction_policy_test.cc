@@ -450,11 +450,12 @@ namespace heavykv {
 namespace {
 
 // The one-victim (decode) h2o search, vectorised, against a direct scan: slot counts around the
-// 16-lane blocks, shuffled positions, heavy score ties (scores from a handful of values).
+// 8- and 16-lane blocks, shuffled positions, heavy score ties (scores from a handful of values);
+// through the policy (the best ISA) and through every ISA path this CPU runs.
 TEST(EvictionPolicyTest, H2oDecodeVictimMatchesDirectScan) {
   std::unique_ptr<EvictionPolicy> h2o = *MakePolicy("h2o", 0.5);
   std::mt19937 rng(7);
-  for (int32_t n : {2, 3, 15, 16, 17, 31, 33, 64, 100, 513}) {
+  for (int32_t n : {1, 2, 3, 7, 8, 9, 15, 16, 17, 31, 33, 64, 100, 513}) {
     for (int trial = 0; trial < 50; ++trial) {
       const int32_t budget = n - 1;
       std::vector<int32_t> pos(n);
@@ -476,6 +477,11 @@ TEST(EvictionPolicyTest, H2oDecodeVictimMatchesDirectScan) {
       h2o->ChooseVictims(HeadSlots{pos, score}, budget, newest, 1, &victims);
       ASSERT_EQ(victims.size(), 1u) << "n=" << n;
       EXPECT_EQ(victims[0], want) << "n=" << n << " trial=" << trial;
+      for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+        if (!cpu::IsaSupported(isa)) continue;
+        EXPECT_EQ(LowestScoreSlot(pos.data(), score.data(), n, last_pos, isa), want)
+            << cpu::IsaName(isa) << " n=" << n << " trial=" << trial;
+      }
     }
   }
 }

@@ -113,11 +113,11 @@ TEST(GemmTest, PackedKernelMatchesReferenceOnEveryIsa) {
         // A partial last panel (260 % 48 = 20): partial column groups of every tile width.
         Check(Path::kPackedIsa, m, 260, 48, true, threads, WeightType::kFp32, isa);
       }
-      // Large enough to split over threads; k over several of the AVX2 kernel's 256-input
+      // Large enough to split over threads; k over several of the AVX2 kernel's 512-input
       // chunks, the last one partial (k = 700), and one chunk exactly (k = 256).
       Check(Path::kPackedIsa, 32, 4096, 768, true, threads, WeightType::kFp32, isa);
-      Check(Path::kPackedIsa, 7, 150, 700, false, threads, WeightType::kFp32, isa);
-      Check(Path::kPackedIsa, 2, 100, 256, true, threads, WeightType::kFp32, isa);
+      Check(Path::kPackedIsa, 7, 150, 1100, false, threads, WeightType::kFp32, isa);
+      Check(Path::kPackedIsa, 2, 100, 512, true, threads, WeightType::kFp32, isa);
       Check(Path::kPackedIsa, 3, 10, 7, false, threads, WeightType::kFp32, isa);  // < 1 vector
     }
   }
@@ -134,7 +134,7 @@ TEST(GemmTest, PackedBf16WeightsMatchReferenceOnEveryIsa) {
         Check(Path::kPackedIsa, m, 260, 47, true, threads, bf16, isa);  // partial panel, odd k
       }
       Check(Path::kPackedIsa, 32, 4096, 768, true, threads, bf16, isa);
-      Check(Path::kPackedIsa, 7, 150, 701, false, threads, bf16, isa);  // odd k over chunks
+      Check(Path::kPackedIsa, 7, 150, 1101, false, threads, bf16, isa);  // odd k over chunks
       Check(Path::kPackedIsa, 3, 10, 7, false, threads, bf16, isa);
     }
   }

@@ -4,7 +4,7 @@
 // 48-output panel is covered in 3 such column groups. Short tails (1-2 rows, as in a batch-1
 // decode) use all 6 vectors of the panel at once so that the weight stream stays sequential.
 //
-// The inputs are cut into chunks of kKc: a chunk of one panel (kKc x 48 floats = 48 KiB) is
+// The inputs are cut into chunks of kKc: a chunk of one panel (kKc x 48 floats = 96 KiB) is
 // contiguous in the k-major layout, stays in L2 while every row tile and column group passes over
 // it (x's chunk, 6 rows x kKc, stays in L1), and the next chunk (of this panel or the next one)
 // is prefetched at an even rate during all of those passes, so memory and arithmetic overlap.
@@ -19,7 +19,7 @@
 namespace heavykv::cpu::internal {
 namespace {
 
-constexpr int64_t kKc = 256;  // inputs per chunk; even, so bf16 pairs never straddle chunks
+constexpr int64_t kKc = 512;  // inputs per chunk; even, so bf16 pairs never straddle chunks
 constexpr int kMr = 6;        // rows of x in the main tile
 
 struct Prefetch {
