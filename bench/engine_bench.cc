@@ -12,6 +12,7 @@
 #include "engine/make_model.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/packed_gemm.h"
+#include "kernels/cpu/paged_attention.h"
 #include "memory/aligned_vector.h"
 
 namespace heavykv::bench {
@@ -120,6 +121,67 @@ void BM_GemmDecodeShapes(benchmark::State& state, bool packed, cpu::WeightType w
       state.iterations() * m * (DecodeFlopsPerToken(c, 0)), benchmark::Counter::kIsRate);
 }
 
+// Decode attention alone through one ISA's path: 768 (sequence, kv head)s of `context` fp32 or
+// bf16 K/V slots each (one layer of a batch of 64 at the stories110M head, 64 dims; 200 MB at
+// context 512 in fp32, so it streams from memory as in a step), over every core as the runner
+// schedules them, with or without the H2O score add. Bytes: the K and V rows read.
+void BM_Attention(benchmark::State& state, cpu::Isa isa, int32_t context, bool bf16,
+                  bool scores) {
+  if (!cpu::IsaSupported(isa)) {
+    state.SkipWithError("this CPU does not run this ISA");
+    return;
+  }
+  constexpr int32_t kHeads = 768, kHd = 64, kBs = 16;
+  const int32_t pages_per_head = (context + kBs) / kBs;  // the new token's slot included
+  const int64_t page_elems = int64_t(kBs) * kHd, pages = int64_t(kHeads) * pages_per_head;
+  AlignedVector<float> k32, v32;
+  AlignedVector<uint16_t> k16, v16;
+  if (bf16) {
+    k16 = AlignedVector<uint16_t>(pages * page_elems, 0x3c00);
+    v16 = AlignedVector<uint16_t>(pages * page_elems, 0x3c00);
+  } else {
+    k32 = AlignedVector<float>(pages * page_elems, 0.01f);
+    v32 = AlignedVector<float>(pages * page_elems, 0.01f);
+  }
+  std::vector<int32_t> table(pages), pos(pages * kBs);
+  for (int64_t i = 0; i < pages; ++i) table[i] = int32_t(i);
+  std::vector<float> score(pages * kBs, 0.0f), q(kHeads * kHd, 0.02f), out(kHeads * kHd);
+  auto run = [&] {
+#pragma omp parallel
+    {
+      std::vector<float> scratch(cpu::AttentionScratchFloats(context + 1, 1));
+#pragma omp for schedule(dynamic, 1)
+      for (int32_t h = 0; h < kHeads; ++h) {
+        cpu::AttentionArgs a;
+        a.kv.pages = table.data() + int64_t(h) * pages_per_head;
+        a.kv.num_slots = context + 1;
+        a.kv.block_size = kBs;
+        a.kv.head_dim = kHd;
+        a.kv.k = bf16 ? nullptr : k32.data();
+        a.kv.v = bf16 ? nullptr : v32.data();
+        a.kv.k16 = bf16 ? k16.data() : nullptr;
+        a.kv.v16 = bf16 ? v16.data() : nullptr;
+        a.kv.page_stride = page_elems;
+        a.kv.pos = pos.data();
+        a.kv.score = score.data();
+        a.kv.meta_page_stride = kBs;
+        a.num_old = context;
+        a.q = q.data() + int64_t(h) * kHd;
+        a.out = out.data() + int64_t(h) * kHd;
+        a.accumulate_scores = scores;
+        cpu::PagedAttentionWith(isa, a, scratch.data());
+      }
+    }
+  };
+  run();
+  for (auto _ : state) {
+    run();
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * int64_t(kHeads) * (context + 1) * kHd * 2 *
+                          (bf16 ? 2 : 4));
+}
+
 // One decode step of `batch` sequences at `context` cached tokens, on the stories110M shape.
 void BM_Decode(benchmark::State& state, int32_t batch, int32_t context, std::string policy,
                int32_t budget, int32_t kv_element_bytes, cpu::WeightType weights) {
@@ -216,6 +278,19 @@ void Register() {  // NOLINT: one list, in report order
       ->MinTime(1.0)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
+  for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+    for (bool bf16 : {false, true}) {
+      for (bool scores : {false, true}) {
+        benchmark::RegisterBenchmark(
+            absl::StrCat("attention/ctx512/", cpu::IsaName(isa), bf16 ? "/bf16kv" : "",
+                         scores ? "/scores" : "").c_str(),
+            BM_Attention, isa, 512, bf16, scores)
+            ->MinTime(0.5)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
+  }
   struct D {
     int32_t batch, context;
     const char* policy;

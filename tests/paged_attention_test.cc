@@ -1,12 +1,13 @@
-// Paged attention against a direct double-precision softmax attention: the AVX-512 path and the
-// portable path, GQA groups, several queries of a chunk (causal), block sizes smaller than the
-// 16-slot vector block, scattered page ids, and the H2O score each slot receives; with fp32 and
+// Paged attention against a direct double-precision softmax attention: every ISA path the CPU
+// runs (AVX-512, AVX2, portable), GQA groups, several queries of a chunk (causal), block sizes
+// smaller than the 8- and 16-slot vector blocks, scattered page ids, and the H2O score each slot receives; with fp32 and
 // with bf16 K/V storage (the reference then reads the same bf16-rounded values).
 #include "kernels/cpu/paged_attention.h"
 
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdio>
 #include <random>
 #include <vector>
 
@@ -86,8 +87,12 @@ TEST_P(PagedAttentionTest, MatchesDirectAttention) {
     }
   }
 
-  for (bool portable : {false, true}) {
-    SCOPED_TRACE(portable ? "portable" : "dispatched (AVX-512 where available)");
+  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
+    if (!IsaSupported(isa)) {
+      std::printf("[ note ] this CPU has no %s: that path is not tested here\n", IsaName(isa));
+      continue;
+    }
+    SCOPED_TRACE(IsaName(isa));
     std::vector<float> score(pool_pages * bs, 0.5f);  // scores add to what a slot already has
     kv.score = score.data();
     AttentionArgs a;
@@ -101,11 +106,7 @@ TEST_P(PagedAttentionTest, MatchesDirectAttention) {
     a.out_stride = int64_t(G) * hd;
     a.accumulate_scores = true;
     std::vector<float> scratch(AttentionScratchFloats(slots, G));
-    if (portable) {
-      PagedAttentionPortable(a, scratch.data());
-    } else {
-      PagedAttention(a, scratch.data());
-    }
+    PagedAttentionWith(isa, a, scratch.data());
     double err = 0, norm = 0;
     for (size_t i = 0; i < out.size(); ++i) {
       err += (out[i] - ref_out[i]) * (out[i] - ref_out[i]);
@@ -127,7 +128,10 @@ INSTANTIATE_TEST_SUITE_P(
                     Case{8, 2, 16, 40, 1},     // the bundled model's head (not a multiple of 16)
                     Case{32, 2, 8, 37, 5},     // a chunk of 5, pages of 8 slots
                     Case{16, 3, 4, 21, 9},     // pages of 4: a 16-slot block spans four pages
-                    Case{64, 2, 16, 0, 33}));  // a prefill chunk from an empty cache
+                    Case{64, 2, 16, 0, 33},    // a prefill chunk from an empty cache
+                    Case{48, 1, 16, 30, 1},    // stories15M's head: AVX2, not AVX-512
+                    Case{256, 2, 16, 20, 2},   // over 64 columns: the AVX2 p.v in two blocks
+                    Case{24, 1, 2, 9, 3}));    // 3 vectors (odd/even accumulators), pages of 2
 
 }  // namespace
 }  // namespace heavykv::cpu

@@ -1,5 +1,7 @@
 #include "kernels/cpu/paged_attention.h"
 
+#include "kernels/cpu/paged_attention_paths.h"
+
 #include <immintrin.h>
 
 // GCC 12 warns that the AVX-512 shuffle intrinsics read an uninitialised value: its own
@@ -13,8 +15,9 @@
 namespace heavykv::cpu {
 namespace {
 
-// Compiled for AVX-512, AVX2 and baseline x86-64, chosen at load time by CPU features (not by
-// CPU model, as "arch=" clones would), so one binary is portable yet fast. The inner loops are
+// The portable path: compiled for AVX-512, AVX2 and baseline x86-64, chosen at load time by CPU
+// features (not by CPU model, as "arch=" clones would), so one binary is portable; it serves the
+// head sizes the hand-written paths below and in paged_attention_avx2.cc do not take. The inner loops are
 // written for the auto-vectoriser; `omp simd` lets it reorder the float reductions.
 #define HEAVYKV_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
 
@@ -282,9 +285,9 @@ __attribute__((target("avx512f"))) void AttendOneQueryAvx512(const AttentionArgs
 
 }  // namespace
 
-void PagedAttention(const AttentionArgs& args, float* scratch) {
-  static const bool has_avx512 = __builtin_cpu_supports("avx512f");
-  if (has_avx512 && args.kv.head_dim % 16 == 0 && args.kv.head_dim <= 128) {
+void PagedAttentionWith(Isa isa, const AttentionArgs& args, float* scratch) {
+  // A path that cannot take this head_dim hands over to the next narrower one.
+  if (isa == Isa::kAvx512 && args.kv.head_dim % 16 == 0 && args.kv.head_dim <= 128) {
     for (int32_t qi = 0; qi < args.num_q; ++qi) {
       if (args.kv.bf16()) {
         AttendOneQueryAvx512<uint16_t>(args, qi, scratch);
@@ -292,12 +295,12 @@ void PagedAttention(const AttentionArgs& args, float* scratch) {
         AttendOneQueryAvx512<float>(args, qi, scratch);
       }
     }
-  } else {
-    PagedAttentionPortable(args, scratch);
+    return;
   }
-}
-
-void PagedAttentionPortable(const AttentionArgs& args, float* scratch) {
+  if ((isa == Isa::kAvx512 || isa == Isa::kAvx2) && internal::Avx2Handles(args)) {
+    internal::PagedAttentionAvx2(args, scratch);
+    return;
+  }
   for (int32_t qi = 0; qi < args.num_q; ++qi) {
     if (args.kv.bf16()) {
       AttendOneQueryBf16(args, qi, scratch);
@@ -305,6 +308,10 @@ void PagedAttentionPortable(const AttentionArgs& args, float* scratch) {
       AttendOneQuery(args, qi, scratch);
     }
   }
+}
+
+void PagedAttention(const AttentionArgs& args, float* scratch) {
+  PagedAttentionWith(BestIsa(), args, scratch);
 }
 
 }  // namespace heavykv::cpu

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/isa.h"
 #include "kernels/paged_kv.h"
 
 namespace heavykv::cpu {
@@ -32,9 +33,11 @@ inline int64_t AttentionScratchFloats(int32_t num_slots, int32_t group) {
 }
 
 // Runs attention for one (sequence, kv head). `scratch` has AttentionScratchFloats() floats.
-// Uses AVX-512 when the CPU has it and head_dim is a multiple of 16 up to 128.
+// Runs the path of BestIsa() that takes this head_dim: AVX-512 (head_dim a multiple of 16 up to
+// 128), AVX2 + FMA (paged_attention_avx2.cc; a multiple of 8), else the portable loops.
 void PagedAttention(const AttentionArgs& args, float* scratch);
-// The portable path alone (any head_dim, any CPU), so tests compare the two everywhere.
-void PagedAttentionPortable(const AttentionArgs& args, float* scratch);
+// The same starting from `isa`'s path (which the CPU must support), for tests, which run every
+// path the machine has, and benchmarks.
+void PagedAttentionWith(Isa isa, const AttentionArgs& args, float* scratch);
 
 }  // namespace heavykv::cpu

@@ -1,0 +1,247 @@
+// The AVX2 + FMA path of PagedAttention (paged_attention.h), for CPUs without AVX-512. The same
+// arithmetic and order of passes as the AVX-512 path with 8-lane vectors: the q.k dot products of
+// 8 slots are finished together by one transpose-add, exp is a vector polynomial, the p.v sums
+// stay in registers, and the H2O score add is fused into the p.v walk over the pages.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <type_traits>
+
+#include "kernels/cpu/paged_attention_paths.h"
+
+namespace heavykv::cpu::internal {
+namespace {
+
+template <typename T>
+inline const T* Base(const PagedKvHead& kv, bool is_k) {
+  if constexpr (std::is_same_v<T, float>) {
+    return is_k ? kv.k : kv.v;
+  } else {
+    return is_k ? kv.k16 : kv.v16;
+  }
+}
+
+// 8 elements of a K/V row as fp32: a load, or for bf16 a widening load and a 16-bit shift.
+__attribute__((target("avx2,fma"))) inline __m256 Load8(const float* p) {
+  return _mm256_loadu_ps(p);
+}
+__attribute__((target("avx2,fma"))) inline __m256 Load8(const uint16_t* p) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+  return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+// Lanes [0, count) set.
+__attribute__((target("avx2,fma"))) inline __m256i FirstLanes(int32_t count) {
+  return _mm256_cmpgt_epi32(_mm256_set1_epi32(count),
+                            _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+}
+
+// Loads and stores of the first `count` lanes: a plain access for a whole vector (vmaskmov is
+// several times slower on AMD Zen, where this path runs), masked for the tail.
+__attribute__((target("avx2,fma"))) inline __m256 LoadFirst(const float* p, int32_t count) {
+  return count >= 8 ? _mm256_loadu_ps(p) : _mm256_maskload_ps(p, FirstLanes(count));
+}
+__attribute__((target("avx2,fma"))) inline void StoreFirst(float* p, int32_t count, __m256 v) {
+  if (count >= 8) {
+    _mm256_storeu_ps(p, v);
+  } else {
+    _mm256_maskstore_ps(p, FirstLanes(count), v);
+  }
+}
+
+// out[i] = sum of the 8 lanes of v[i], for 8 vectors.
+__attribute__((target("avx2,fma"))) inline __m256 Sum8x8(const __m256 (&v)[8]) {
+  const __m256 a0 = _mm256_hadd_ps(v[0], v[1]), a1 = _mm256_hadd_ps(v[2], v[3]);
+  const __m256 a2 = _mm256_hadd_ps(v[4], v[5]), a3 = _mm256_hadd_ps(v[6], v[7]);
+  // b0: rows 0-3, one half-sum per 128-bit lane; b1: rows 4-7.
+  const __m256 b0 = _mm256_hadd_ps(a0, a1), b1 = _mm256_hadd_ps(a2, a3);
+  return _mm256_add_ps(_mm256_permute2f128_ps(b0, b1, 0x20), _mm256_permute2f128_ps(b0, b1, 0x31));
+}
+
+__attribute__((target("avx2,fma"))) inline float HorizontalMax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
+  return _mm_cvtss_f32(m);
+}
+__attribute__((target("avx2,fma"))) inline float HorizontalSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_shuffle_ps(s, s, 1));
+  return _mm_cvtss_f32(s);
+}
+
+// e^x for x <= 0 (softmax arguments), relative error ~2e-7: x = n ln2 + r with |r| <= ln2/2,
+// e^r by a degree-6 Taylor polynomial, 2^n built in the exponent bits; 0 below -87 (where 2^n
+// would leave the normal range), as the AVX-512 path's vscalefps flushes.
+__attribute__((target("avx2,fma"))) inline __m256 Exp(__m256 x) {
+  const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GE_OQ);
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i two_n = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n),
+                                                           _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(two_n)), tiny);
+}
+
+// out[8 * C] = sum over slots s < n of p[s] * V row s, columns [col0, col0 + 8 * C). With
+// C <= 4, two accumulator sets (even and odd slots) keep enough FMA chains in flight. With
+// kScores the same walk adds to each slot's H2O score the probability it received from all G
+// heads of the group (probs: [G][n]), while that page's V rows stream in.
+template <typename T, int C, bool kScores>
+__attribute__((target("avx2,fma"))) void WeightedSumOfV(const PagedKvHead& kv, const float* p,
+                                                       int32_t n, int32_t col0, float* out,
+                                                       const float* probs, int32_t G) {
+  constexpr bool kDual = C <= 4;
+  __m256 even[C], odd[C];
+  for (int c = 0; c < C; ++c) even[c] = odd[c] = _mm256_setzero_ps();
+  const int32_t bs = kv.block_size, hd = kv.head_dim;
+  for (int32_t s0 = 0; s0 < n; s0 += bs) {
+    const int32_t page = kv.pages[s0 / bs];
+    const T* v = Base<T>(kv, false) + page * kv.page_stride + col0;
+    const int32_t rows = std::min(bs, n - s0);
+    if constexpr (kScores) {
+      float* score = kv.score + page * kv.meta_page_stride;
+      for (int32_t r = 0; r < rows; r += 8) {
+        const int32_t count = rows - r;
+        __m256 received = LoadFirst(probs + s0 + r, count);
+        for (int32_t g = 1; g < G; ++g) {
+          received = _mm256_add_ps(received, LoadFirst(probs + int64_t(g) * n + s0 + r, count));
+        }
+        StoreFirst(score + r, count, _mm256_add_ps(LoadFirst(score + r, count), received));
+      }
+    }
+    int32_t r = 0;
+    if constexpr (kDual) {
+      for (; r + 1 < rows; r += 2) {
+        const __m256 p0 = _mm256_broadcast_ss(p + s0 + r), p1 = _mm256_broadcast_ss(p + s0 + r + 1);
+        const T* v0 = v + int64_t(r) * hd;
+        for (int c = 0; c < C; ++c) {
+          even[c] = _mm256_fmadd_ps(p0, Load8(v0 + c * 8), even[c]);
+          odd[c] = _mm256_fmadd_ps(p1, Load8(v0 + hd + c * 8), odd[c]);
+        }
+      }
+    }
+    for (; r < rows; ++r) {
+      const __m256 p0 = _mm256_broadcast_ss(p + s0 + r);
+      for (int c = 0; c < C; ++c) {
+        even[c] = _mm256_fmadd_ps(p0, Load8(v + int64_t(r) * hd + c * 8), even[c]);
+      }
+    }
+  }
+  for (int c = 0; c < C; ++c) {
+    _mm256_storeu_ps(out + c * 8, kDual ? _mm256_add_ps(even[c], odd[c]) : even[c]);
+  }
+}
+
+// One head's p.v over columns [col0, col0 + 8 * chunks), chunks in 1..8.
+template <typename T, bool kScores>
+__attribute__((target("avx2,fma"))) void WeightedSumBlock(int chunks, const PagedKvHead& kv,
+                                                         const float* p, int32_t n, int32_t col0,
+                                                         float* out, const float* probs,
+                                                         int32_t G) {
+  switch (chunks) {
+    case 1: WeightedSumOfV<T, 1, kScores>(kv, p, n, col0, out, probs, G); break;
+    case 2: WeightedSumOfV<T, 2, kScores>(kv, p, n, col0, out, probs, G); break;
+    case 3: WeightedSumOfV<T, 3, kScores>(kv, p, n, col0, out, probs, G); break;
+    case 4: WeightedSumOfV<T, 4, kScores>(kv, p, n, col0, out, probs, G); break;
+    case 5: WeightedSumOfV<T, 5, kScores>(kv, p, n, col0, out, probs, G); break;
+    case 6: WeightedSumOfV<T, 6, kScores>(kv, p, n, col0, out, probs, G); break;
+    case 7: WeightedSumOfV<T, 7, kScores>(kv, p, n, col0, out, probs, G); break;
+    default: WeightedSumOfV<T, 8, kScores>(kv, p, n, col0, out, probs, G); break;
+  }
+}
+
+template <typename T>
+__attribute__((target("avx2,fma"))) void AttendOneQuery(const AttentionArgs& a, int32_t qi,
+                                                        float* probs) {
+  const PagedKvHead& kv = a.kv;
+  const int32_t hd = kv.head_dim, G = a.group;
+  const int32_t n = a.num_old + qi + 1;  // visible slots
+  const int32_t chunks = hd / 8;
+  const __m256 scale = _mm256_set1_ps(1.0f / std::sqrt(static_cast<float>(hd)));
+  const float* q = a.q + qi * a.q_stride;
+  // Logits, 8 slots at a time (a block of 8 may span pages when block_size < 8).
+  for (int32_t s0 = 0; s0 < n; s0 += 8) {
+    const int32_t rows = std::min(8, n - s0);
+    const T* k[8];
+    for (int32_t r = 0; r < 8; ++r) {
+      k[r] = Base<T>(kv, true) + kv.RowOffset(s0 + std::min(r, rows - 1));
+    }
+    for (int32_t g = 0; g < G; ++g) {
+      const float* qg = q + int64_t(g) * hd;
+      __m256 acc[8];
+      for (int32_t r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
+      for (int32_t c = 0; c < chunks; ++c) {
+        const __m256 qc = _mm256_loadu_ps(qg + c * 8);
+        for (int32_t r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(qc, Load8(k[r] + c * 8), acc[r]);
+      }
+      StoreFirst(probs + int64_t(g) * n + s0, rows, _mm256_mul_ps(Sum8x8(acc), scale));
+    }
+  }
+  for (int32_t g = 0; g < G; ++g) {
+    float* p = probs + int64_t(g) * n;
+    __m256 mx = _mm256_set1_ps(-INFINITY);
+    int32_t s = 0;
+    for (; s + 8 <= n; s += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(p + s));
+    if (s < n) {
+      const __m256i m = FirstLanes(n - s);
+      mx = _mm256_max_ps(mx, _mm256_blendv_ps(mx, _mm256_maskload_ps(p + s, m),
+                                              _mm256_castsi256_ps(m)));
+    }
+    const __m256 vmax = _mm256_set1_ps(HorizontalMax(mx));
+    __m256 sum = _mm256_setzero_ps();
+    for (s = 0; s < n; s += 8) {
+      const int32_t count = n - s;
+      __m256 e = Exp(_mm256_sub_ps(LoadFirst(p + s, count), vmax));
+      if (count < 8) e = _mm256_and_ps(e, _mm256_castsi256_ps(FirstLanes(count)));
+      sum = _mm256_add_ps(sum, e);
+      StoreFirst(p + s, count, e);
+    }
+    const __m256 inv = _mm256_set1_ps(1.0f / HorizontalSum(sum));
+    for (s = 0; s < n; s += 8) {
+      StoreFirst(p + s, n - s, _mm256_mul_ps(LoadFirst(p + s, n - s), inv));
+    }
+  }
+  // out_g = sum_s p_g[s] * v_s in blocks of up to 64 columns (8 accumulators); the H2O scores
+  // are added during the last head's first block, when all G rows of probs are final.
+  float* out = a.out + qi * a.out_stride;
+  for (int32_t g = 0; g < G; ++g) {
+    const float* p = probs + int64_t(g) * n;
+    float* og = out + int64_t(g) * hd;
+    for (int32_t c0 = 0; c0 < chunks; c0 += 8) {
+      const int block = std::min(8, chunks - c0);
+      if (a.accumulate_scores && g == G - 1 && c0 == 0) {
+        WeightedSumBlock<T, true>(block, kv, p, n, c0 * 8, og + c0 * 8, probs, G);
+      } else {
+        WeightedSumBlock<T, false>(block, kv, p, n, c0 * 8, og + c0 * 8, probs, G);
+      }
+    }
+  }
+}
+
+}  // namespace
+
+bool Avx2Handles(const AttentionArgs& args) { return args.kv.head_dim % 8 == 0; }
+
+void PagedAttentionAvx2(const AttentionArgs& args, float* scratch) {
+  for (int32_t qi = 0; qi < args.num_q; ++qi) {
+    if (args.kv.bf16()) {
+      AttendOneQuery<uint16_t>(args, qi, scratch);
+    } else {
+      AttendOneQuery<float>(args, qi, scratch);
+    }
+  }
+}
+
+}  // namespace heavykv::cpu::internal
