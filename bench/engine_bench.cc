@@ -4,6 +4,8 @@
 #include <immintrin.h>
 #include <omp.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <vector>
 
@@ -51,18 +53,36 @@ __attribute__((target("avx512f"))) float SumAvx512(const float* p, int64_t n) {
   return total;
 }
 
+// The same with 8 AVX2 accumulators, for CPUs without AVX-512.
+__attribute__((target("avx2"))) float SumAvx2(const float* p, int64_t n) {
+  __m256 acc[8];
+  for (__m256& a : acc) a = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 64 <= n; i += 64) {
+    for (int j = 0; j < 8; ++j) acc[j] = _mm256_add_ps(acc[j], _mm256_loadu_ps(p + i + 8 * j));
+  }
+  for (int j = 1; j < 8; ++j) acc[0] = _mm256_add_ps(acc[0], acc[j]);
+  alignas(32) float lanes[8];
+  _mm256_store_ps(lanes, acc[0]);
+  float total = 0;
+  for (float l : lanes) total += l;
+  for (; i < n; ++i) total += p[i];
+  return total;
+}
+
 // Read-only rate over every core: what a weight-streaming GEMV can at best reach.
 void BM_ReadBandwidth(benchmark::State& state) {
   std::vector<float> src(kBandwidthBytes / sizeof(float), 1.0f);
-  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  const cpu::Isa isa = cpu::BestIsa();
   for (auto _ : state) {
     float total = 0;
-    if (avx512) {
+    if (isa != cpu::Isa::kPortable) {
 #pragma omp parallel reduction(+ : total)
       {
         const int64_t n = int64_t(src.size()), t = omp_get_thread_num(), T = omp_get_num_threads();
         const int64_t begin = n * t / T, end = n * (t + 1) / T;
-        total += SumAvx512(src.data() + begin, end - begin);
+        total += isa == cpu::Isa::kAvx512 ? SumAvx512(src.data() + begin, end - begin)
+                                          : SumAvx2(src.data() + begin, end - begin);
       }
     } else {
 #pragma omp parallel for simd reduction(+ : total)
@@ -203,6 +223,47 @@ void BM_Decode(benchmark::State& state, int32_t batch, int32_t context, std::str
   state.counters["pages"] = b->cache->allocator().num_pages_used();
 }
 
+// The h2o/full step-time ratio with the two steps interleaved: each iteration times one full
+// step and one h2o step of `batch` sequences at `context` (h2o at budget `budget`, evicting every
+// step), in alternating order (ABBA), so that a slow minute of a shared machine falls on both.
+// Counters: the median over iterations of h2o/full (`ratio`, what the target reads; robust to a
+// step stalled by another tenant) and the ratio of the summed times (`ratio_of_sums`).
+void BM_DecodeH2oVsFull(benchmark::State& state, int32_t batch, int32_t context,
+                        int32_t budget) {
+  const Model& model = Stories110M();
+  std::unique_ptr<Batch> full = MakeBatch(model, batch, context, "full", kUnboundedBudget);
+  std::unique_ptr<Batch> h2o = MakeBatch(model, batch, context, "h2o", budget);
+  ModelRunner full_runner(model, full->cache.get()), h2o_runner(model, h2o->cache.get());
+  DecodeStep(full_runner, *full, context);  // warm-up: first touch of buffers
+  DecodeStep(h2o_runner, *h2o, context);
+  auto timed = [&](ModelRunner& r, Batch& b) {
+    const auto t0 = std::chrono::steady_clock::now();
+    DecodeStep(r, b, context);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::vector<double> ratios;
+  double sum_full = 0, sum_h2o = 0;
+  for (auto _ : state) {
+    double tf, th;
+    if (ratios.size() % 2 == 0) {
+      tf = timed(full_runner, *full);
+      th = timed(h2o_runner, *h2o);
+    } else {
+      th = timed(h2o_runner, *h2o);
+      tf = timed(full_runner, *full);
+    }
+    sum_full += tf;
+    sum_h2o += th;
+    ratios.push_back(th / tf);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  const size_t n = ratios.size();
+  state.counters["ratio"] = n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]);
+  state.counters["ratio_of_sums"] = sum_h2o / sum_full;
+  state.counters["full_ms"] = 1e3 * sum_full / n;
+  state.counters["h2o_ms"] = 1e3 * sum_h2o / n;
+}
+
 // How many sequences of 1024 tokens one fixed pool holds at once, with real forward passes of
 // a small model: sequences are admitted one after another and each fed its 1024 tokens in
 // chunks of 16, all staying resident, until the pool refuses the next chunk. The pool has the
@@ -317,6 +378,13 @@ void Register() {  // NOLINT: one list, in report order
         name.c_str(), BM_Decode, d.batch, d.context, std::string(d.policy), d.budget, d.kv_bytes,
         d.bf16_weights ? cpu::WeightType::kBf16 : cpu::WeightType::kFp32)
         ->MinTime(1.0)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  for (int32_t batch : {1, 32}) {
+    benchmark::RegisterBenchmark(absl::StrCat("decode/b", batch, "/ctx512/h2o512-vs-full").c_str(),
+                                 BM_DecodeH2oVsFull, batch, 512, 512)
+        ->Iterations(batch == 1 ? 40 : 12)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   }
