@@ -15,23 +15,17 @@
 namespace heavykv::cpu {
 namespace {
 
+using internal::Base;
+
 // The portable path: compiled for AVX-512, AVX2 and baseline x86-64, chosen at load time by CPU
 // features (not by CPU model, as "arch=" clones would), so one binary is portable; it serves the
-// head sizes the hand-written paths below and in paged_attention_avx2.cc do not take. The inner loops are
-// written for the auto-vectoriser; `omp simd` lets it reorder the float reductions.
+// head sizes that the hand-written paths (below, and paged_attention_avx2.cc) do not take. The
+// inner loops are written for the auto-vectoriser; `omp simd` lets it reorder the float sums.
 #define HEAVYKV_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
 
 // Element d of a K/V row, as fp32.
 inline float Elem(const float* row, int32_t d) { return row[d]; }
 inline float Elem(const uint16_t* row, int32_t d) { return Bf16ToFloat(row[d]); }
-template <typename T>
-inline const T* Base(const PagedKvHead& kv, bool is_k) {
-  if constexpr (std::is_same_v<T, float>) {
-    return is_k ? kv.k : kv.v;
-  } else {
-    return is_k ? kv.k16 : kv.v16;
-  }
-}
 
 // T: the element type of the K/V rows (float, or uint16_t holding bf16).
 template <typename T>

@@ -13,14 +13,6 @@
 namespace heavykv::cpu::internal {
 namespace {
 
-template <typename T>
-inline const T* Base(const PagedKvHead& kv, bool is_k) {
-  if constexpr (std::is_same_v<T, float>) {
-    return is_k ? kv.k : kv.v;
-  } else {
-    return is_k ? kv.k16 : kv.v16;
-  }
-}
 
 // 8 elements of a K/V row as fp32: a load, or for bf16 a widening load and a 16-bit shift.
 __attribute__((target("avx2,fma"))) inline __m256 Load8(const float* p) {

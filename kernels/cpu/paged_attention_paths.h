@@ -2,9 +2,21 @@
 // other callers: use PagedAttention / PagedAttentionWith (paged_attention.h).
 #pragma once
 
+#include <type_traits>
+
 #include "kernels/cpu/paged_attention.h"
 
 namespace heavykv::cpu::internal {
+
+// The K (or V) storage of a head as elements of T: float for fp32, uint16_t for bf16.
+template <typename T>
+inline const T* Base(const PagedKvHead& kv, bool is_k) {
+  if constexpr (std::is_same_v<T, float>) {
+    return is_k ? kv.k : kv.v;
+  } else {
+    return is_k ? kv.k16 : kv.v16;
+  }
+}
 
 // AVX2 + FMA (paged_attention_avx2.cc): any head_dim that is a multiple of 8.
 bool Avx2Handles(const AttentionArgs& args);
