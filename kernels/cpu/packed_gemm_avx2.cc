@@ -28,8 +28,17 @@ struct Prefetch {
   int64_t per_iter = 0;
 };
 
-// Vectors of 8 outputs per pass for a tile of `rows` rows: 12 accumulators at most.
-constexpr int VecsFor(int rows) { return rows <= 2 ? 6 : rows <= 4 ? 3 : 2; }
+// Vectors of 8 outputs per pass for a tile of `rows` rows: 12 accumulators at most, and with bf16
+// weights (whose widened vectors and raw words both occupy registers) few enough that nothing
+// spills to the stack: GCC 12 spilled the 2x6 and 4x3 bf16 tiles.
+template <typename T>
+constexpr int VecsFor(int rows) {
+  if constexpr (std::is_same_v<T, float>) {
+    return rows <= 2 ? 6 : rows <= 4 ? 3 : 2;
+  } else {
+    return rows <= 2 ? 3 : 2;
+  }
+}
 
 // acc[i][j] += x[i * ldx + kk] * w[j] for the tile's rows.
 template <int MR, int NV>
@@ -119,7 +128,7 @@ __attribute__((target("avx2,fma"))) void RowTile(int rows, const float* x, int64
                                                  bool accumulate, int ncols, const char* pf_begin,
                                                  int64_t pf_lines, int64_t passes, int64_t* pass) {
   constexpr int64_t kElemsPerOutput = std::is_same_v<T, float> ? 1 : 2;
-  const int nv = VecsFor(rows);
+  const int nv = VecsFor<T>(rows);
   const int64_t steps = std::is_same_v<T, float> ? kc : (kc + 1) / 2;
   for (int c0 = 0; c0 < ncols; c0 += nv * 8) {
     Prefetch pf;
@@ -134,12 +143,12 @@ __attribute__((target("avx2,fma"))) void RowTile(int rows, const float* x, int64
     float* yg = y + c0;
     const int nc = ncols - c0;
     switch (rows) {
-      case 1: Tile<1, VecsFor(1), T>(x, ldx, wg, kc, yg, ldy, accumulate, nc, pf); break;
-      case 2: Tile<2, VecsFor(2), T>(x, ldx, wg, kc, yg, ldy, accumulate, nc, pf); break;
-      case 3: Tile<3, VecsFor(3), T>(x, ldx, wg, kc, yg, ldy, accumulate, nc, pf); break;
-      case 4: Tile<4, VecsFor(4), T>(x, ldx, wg, kc, yg, ldy, accumulate, nc, pf); break;
-      case 5: Tile<5, VecsFor(5), T>(x, ldx, wg, kc, yg, ldy, accumulate, nc, pf); break;
-      default: Tile<6, VecsFor(6), T>(x, ldx, wg, kc, yg, ldy, accumulate, nc, pf); break;
+      case 1: Tile<1, VecsFor<T>(1), T>(x, ldx, wg, kc, yg, ldy, accumulate, nc, pf); break;
+      case 2: Tile<2, VecsFor<T>(2), T>(x, ldx, wg, kc, yg, ldy, accumulate, nc, pf); break;
+      case 3: Tile<3, VecsFor<T>(3), T>(x, ldx, wg, kc, yg, ldy, accumulate, nc, pf); break;
+      case 4: Tile<4, VecsFor<T>(4), T>(x, ldx, wg, kc, yg, ldy, accumulate, nc, pf); break;
+      case 5: Tile<5, VecsFor<T>(5), T>(x, ldx, wg, kc, yg, ldy, accumulate, nc, pf); break;
+      default: Tile<6, VecsFor<T>(6), T>(x, ldx, wg, kc, yg, ldy, accumulate, nc, pf); break;
     }
   }
 }
@@ -150,7 +159,9 @@ template <typename T>
 void PanelAvx2(const float* x, const T* panel, const T* next, int64_t panel_elems, float* y,
                int64_t m, int64_t k, int64_t ldy, bool accumulate, int ncols) {
   // Passes over one chunk: the column groups of every row tile.
-  const auto groups = [&](int rows) { return (ncols + VecsFor(rows) * 8 - 1) / (VecsFor(rows) * 8); };
+  const auto groups = [&](int rows) {
+    return (ncols + VecsFor<T>(rows) * 8 - 1) / (VecsFor<T>(rows) * 8);
+  };
   const int64_t full_tiles = m / kMr;
   const int tail = static_cast<int>(m % kMr);
   const int64_t passes = full_tiles * groups(kMr) + (tail > 0 ? groups(tail) : 0);
