@@ -14,6 +14,7 @@ enum class Isa {
 
 // Whether this CPU can run `isa`'s code.
 inline bool IsaSupported(Isa isa) {
+  __builtin_cpu_init();  // idempotent; needed if this runs during static initialisation
   switch (isa) {
     case Isa::kPortable: return true;
     case Isa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");

@@ -2,7 +2,8 @@
 // Intel client cores). 16 ymm registers allow 12 accumulators: the main tile is 6 rows of x by
 // 2 vectors (16 outputs) of the panel, the classic 6x16 shape of BLIS's Haswell sgemm, and a
 // 48-output panel is covered in 3 such column groups. Short tails (1-2 rows, as in a batch-1
-// decode) use all 6 vectors of the panel at once so that the weight stream stays sequential.
+// decode) use all 6 vectors of the panel at once (bf16: 3, see VecsFor) so that the weight stream
+// stays nearly sequential.
 //
 // The inputs are cut into chunks of kKc: a chunk of one panel (kKc x 48 floats = 96 KiB) is
 // contiguous in the k-major layout, stays in L2 while every row tile and column group passes over
