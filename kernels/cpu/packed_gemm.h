@@ -5,8 +5,8 @@
 // (48 outputs x k) is used against all m rows while it sits in L2, and the next panel is
 // prefetched at an even rate during the current one, so reading the weights from memory
 // overlaps the arithmetic instead of preceding it. On the stories110M decode step at batch 32
-// this reaches 0.72 of square sgemm's FLOP/s, against 0.39 for OpenBLAS on the same shapes
-// (docs/BENCHMARKS.md).
+// this reaches 0.72 of square sgemm's FLOP/s, against 0.39 for OpenBLAS on the same shapes, on
+// an AVX-512 Xeon, and 1.48x OpenBLAS with the AVX2 kernel on an AMD Zen (docs/BENCHMARKS.md).
 #pragma once
 
 #include <cstdint>
