@@ -17,19 +17,13 @@
 namespace heavykv::cpu {
 namespace {
 
+using internal::Prefetch;
+
 constexpr int kVecs = kPanelRows / 16;  // accumulator vectors per activation row
 // Rows of x per register tile: 8 x 3 accumulators, 3 weight vectors and a broadcast fill 28 of
 // the 32 zmm registers. Measured against 6x4, 8x2 and 12x2 tiles on the stories110M decode
 // shapes: 8x3 was the fastest (and reaches ~155 GFLOP/s per core with weights in cache).
 constexpr int kMr = 8;
-
-// Prefetch of the next panel, shared out over the row tiles of the current one: `lines` cache
-// lines from `begin`, `per_iter` of them per k step.
-struct Prefetch {
-  const char* begin = nullptr;
-  int64_t lines = 0;
-  int64_t per_iter = 0;
-};
 
 inline float WeightAt(const float* p) { return *p; }
 inline float WeightAt(const uint16_t* p) { return Bf16ToFloat(*p); }
@@ -59,16 +53,10 @@ __attribute__((target("avx512f"))) void Tile(const float* x, const T* panel, flo
 #pragma GCC unroll 3
     for (int j = 0; j < kVecs; ++j) acc[i][j] = _mm512_setzero_ps();
   }
-  int64_t next_line = 0;
-  auto prefetch = [&] {
-    for (int64_t r = 0; r < pf.per_iter && next_line < pf.lines; ++r, ++next_line) {
-      _mm_prefetch(pf.begin + next_line * 64, _MM_HINT_T1);
-    }
-  };
   __m512 w[kVecs];
   if constexpr (std::is_same_v<T, float>) {
     for (int64_t kk = 0; kk < k; ++kk) {
-      prefetch();
+      pf.Step();
 #pragma GCC unroll 3
       for (int j = 0; j < kVecs; ++j) w[j] = _mm512_load_ps(panel + kk * kPanelRows + j * 16);
       Fma<MR>(acc, x, k, kk, w);
@@ -78,7 +66,7 @@ __attribute__((target("avx512f"))) void Tile(const float* x, const T* panel, flo
     // W[.][kk + 1]; an odd last input has a zero low half, never used.
     const __m512i high = _mm512_set1_epi32(int(0xFFFF0000u));
     for (int64_t kk = 0; kk < k; kk += 2) {
-      prefetch();
+      pf.Step();
       const uint16_t* pair = panel + kk * kPanelRows;  // (kk / 2) * 2 * kPanelRows
 #pragma GCC unroll 3
       for (int j = 0; j < kVecs; ++j) {

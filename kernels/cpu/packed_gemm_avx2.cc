@@ -23,12 +23,6 @@ namespace {
 constexpr int64_t kKc = 512;  // inputs per chunk; even, so bf16 pairs never straddle chunks
 constexpr int kMr = 6;        // rows of x in the main tile
 
-struct Prefetch {
-  const char* begin = nullptr;
-  int64_t lines = 0;
-  int64_t per_iter = 0;
-};
-
 // Vectors of 8 outputs per pass for a tile of `rows` rows: 12 accumulators at most, and with bf16
 // weights (whose widened vectors and raw words both occupy registers) few enough that nothing
 // spills to the stack: GCC 12 spilled the 2x6 and 4x3 bf16 tiles.
@@ -68,16 +62,10 @@ __attribute__((target("avx2,fma"))) void Tile(const float* x, int64_t ldx, const
 #pragma GCC unroll 6
     for (int j = 0; j < NV; ++j) acc[i][j] = _mm256_setzero_ps();
   }
-  int64_t next_line = 0;
-  auto prefetch = [&] {
-    for (int64_t r = 0; r < pf.per_iter && next_line < pf.lines; ++r, ++next_line) {
-      _mm_prefetch(pf.begin + next_line * 64, _MM_HINT_T1);
-    }
-  };
   __m256 wv[NV];
   if constexpr (std::is_same_v<T, float>) {
     for (int64_t kk = 0; kk < kc; ++kk) {
-      prefetch();
+      pf.Step();
 #pragma GCC unroll 6
       for (int j = 0; j < NV; ++j) wv[j] = _mm256_loadu_ps(w + kk * kPanelRows + j * 8);
       Fma<MR, NV>(acc, x, ldx, kk, wv);
@@ -86,7 +74,7 @@ __attribute__((target("avx2,fma"))) void Tile(const float* x, int64_t ldx, const
     // The high half of each word is input kk, the low half input kk + 1 (zero past an odd k).
     const __m256i high = _mm256_set1_epi32(int(0xFFFF0000u));
     for (int64_t kk = 0; kk < kc; kk += 2) {
-      prefetch();
+      pf.Step();
       __m256i raw[NV];
 #pragma GCC unroll 6
       for (int j = 0; j < NV; ++j) {

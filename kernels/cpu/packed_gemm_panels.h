@@ -2,9 +2,27 @@
 // source file compiled for its ISA. Not for other callers: use MatmulPacked (packed_gemm.h).
 #pragma once
 
+#include <xmmintrin.h>
+
 #include <cstdint>
 
 namespace heavykv::cpu::internal {
+
+// Prefetch of the next weights (a panel, or a chunk of one), shared out over the passes of the
+// current ones: `lines` cache lines from `begin`, `per_iter` of them at each k step of a pass.
+struct Prefetch {
+  const char* begin = nullptr;
+  int64_t lines = 0;
+  int64_t per_iter = 0;
+  int64_t issued = 0;  // lines prefetched so far
+
+  // One k step's share (prefetcht1: into L2, where the next panel or chunk is read from).
+  void Step() {
+    for (int64_t r = 0; r < per_iter && issued < lines; ++r, ++issued) {
+      _mm_prefetch(begin + issued * 64, _MM_HINT_T1);
+    }
+  }
+};
 
 // y[m][0..ncols) (+)= x[m][k] * panel^T for one panel ([k][kPanelRows] fp32, or bf16 input
 // pairs when T is uint16_t; panel_elems elements of T); `next` is the panel that follows in this
