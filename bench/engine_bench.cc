@@ -339,8 +339,7 @@ void Register() {  // NOLINT: one list, in report order
       ->MinTime(1.0)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
-  for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
-    if (!cpu::IsaSupported(isa)) continue;  // not listed on this CPU
+  for (cpu::Isa isa : cpu::SupportedIsas()) {  // the others are not listed on this CPU
     for (bool bf16 : {false, true}) {
       for (bool scores : {false, true}) {
         benchmark::RegisterBenchmark(

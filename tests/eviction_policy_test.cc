@@ -477,8 +477,7 @@ TEST(EvictionPolicyTest, H2oDecodeVictimMatchesDirectScan) {
       h2o->ChooseVictims(HeadSlots{pos, score}, budget, newest, 1, &victims);
       ASSERT_EQ(victims.size(), 1u) << "n=" << n;
       EXPECT_EQ(victims[0], want) << "n=" << n << " trial=" << trial;
-      for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
-        if (!cpu::IsaSupported(isa)) continue;
+      for (cpu::Isa isa : cpu::SupportedIsas()) {
         EXPECT_EQ(LowestScoreSlot(pos.data(), score.data(), n, last_pos, isa), want)
             << cpu::IsaName(isa) << " n=" << n << " trial=" << trial;
       }

@@ -6,7 +6,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdio>
 #include <random>
 #include <vector>
 
@@ -14,6 +13,7 @@
 #include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/packed_matrix.h"
 #include "memory/aligned_vector.h"
+#include "tests/test_util.h"
 
 namespace heavykv::cpu {
 namespace {
@@ -52,7 +52,7 @@ enum class Path { kBlas, kPacked, kPackedIsa };
 // kernels are held to the same fp32 accuracy (the rounding itself is the user's choice).
 void Check(Path path, int64_t m, int64_t n, int64_t k, bool accumulate, int threads,
            WeightType type = WeightType::kFp32, Isa isa = Isa::kPortable) {
-  SCOPED_TRACE(testing::Message() << "path=" << int(path) << " isa=" << IsaName(isa) << " m=" << m << " n=" << n
+  SCOPED_TRACE(::testing::Message() << "path=" << int(path) << " isa=" << IsaName(isa) << " m=" << m << " n=" << n
                                   << " k=" << k << " acc=" << accumulate
                                   << " threads=" << threads << " bf16=" << (type == WeightType::kBf16));
   SetNumThreads(threads);
@@ -91,21 +91,8 @@ void Check(Path path, int64_t m, int64_t n, int64_t k, bool accumulate, int thre
   }
 }
 
-// Every ISA path this machine can run (the others are listed, so a log shows what ran).
-std::vector<Isa> SupportedIsas() {
-  std::vector<Isa> isas;
-  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
-    if (IsaSupported(isa)) {
-      isas.push_back(isa);
-    } else {
-      std::printf("[ note ] this CPU has no %s: that path is not tested here\n", IsaName(isa));
-    }
-  }
-  return isas;
-}
-
 TEST(GemmTest, PackedKernelMatchesReferenceOnEveryIsa) {
-  for (Isa isa : SupportedIsas()) {
+  for (Isa isa : heavykv::testing::IsasToTest()) {
     for (int threads : {1, 2}) {
       // m: one decode, every tail of the 6- and 8-row tiles, a decode batch, prefill chunks.
       for (int64_t m : {1, 2, 3, 4, 5, 6, 7, 8, 9, 12, 13, 15, 16, 32, 64, 65, 100}) {
@@ -127,7 +114,7 @@ TEST(GemmTest, PackedKernelMatchesReferenceOnEveryIsa) {
 
 TEST(GemmTest, PackedBf16WeightsMatchReferenceOnEveryIsa) {
   const WeightType bf16 = WeightType::kBf16;
-  for (Isa isa : SupportedIsas()) {
+  for (Isa isa : heavykv::testing::IsasToTest()) {
     for (int threads : {1, 2}) {
       for (int64_t m : {1, 2, 3, 4, 5, 6, 8, 9, 32, 65}) {
         Check(Path::kPackedIsa, m, 96, 64, false, threads, bf16, isa);

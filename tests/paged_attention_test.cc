@@ -7,9 +7,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstdio>
 #include <random>
 #include <vector>
+
+#include "tests/test_util.h"
 
 namespace heavykv::cpu {
 namespace {
@@ -18,7 +19,7 @@ struct Case {
   int32_t head_dim, group, block_size, num_old, num_q;
 };
 
-class PagedAttentionTest : public testing::TestWithParam<Case> {};
+class PagedAttentionTest : public ::testing::TestWithParam<Case> {};
 
 TEST_P(PagedAttentionTest, MatchesDirectAttention) {
   for (bool bf16 : {false, true}) {
@@ -87,11 +88,7 @@ TEST_P(PagedAttentionTest, MatchesDirectAttention) {
     }
   }
 
-  for (Isa isa : {Isa::kPortable, Isa::kAvx2, Isa::kAvx512}) {
-    if (!IsaSupported(isa)) {
-      std::printf("[ note ] this CPU has no %s: that path is not tested here\n", IsaName(isa));
-      continue;
-    }
+  for (Isa isa : heavykv::testing::IsasToTest()) {
     SCOPED_TRACE(IsaName(isa));
     std::vector<float> score(pool_pages * bs, 0.5f);  // scores add to what a slot already has
     kv.score = score.data();
@@ -122,7 +119,7 @@ TEST_P(PagedAttentionTest, MatchesDirectAttention) {
 
 INSTANTIATE_TEST_SUITE_P(
     Shapes, PagedAttentionTest,
-    testing::Values(Case{64, 1, 16, 63, 1},    // a decode step, stories110M head
+    ::testing::Values(Case{64, 1, 16, 63, 1},    // a decode step, stories110M head
                     Case{64, 1, 16, 0, 1},     // the first token: one visible slot
                     Case{128, 4, 16, 200, 1},  // GQA 4 per kv head, head_dim 128
                     Case{8, 2, 16, 40, 1},     // the bundled model's head (not a multiple of 16)

@@ -8,10 +8,24 @@
 #include <filesystem>
 #include <string>
 
+#include <vector>
+
 #include "engine/make_model.h"
 #include "engine/model.h"
+#include "kernels/cpu/isa.h"
 
 namespace heavykv::testing {
+
+// Every ISA path this CPU runs, for tests that check each against one reference; the others are
+// named on stdout, so a log shows which paths a machine could not test.
+inline std::vector<cpu::Isa> IsasToTest() {
+  for (cpu::Isa isa : cpu::kAllIsas) {
+    if (!cpu::IsaSupported(isa)) {
+      std::printf("[ note ] this CPU has no %s: that path is not tested here\n", cpu::IsaName(isa));
+    }
+  }
+  return cpu::SupportedIsas();
+}
 
 inline std::string SourcePath(const std::string& rel) {
   return std::string(HEAVYKV_SOURCE_DIR) + "/" + rel;

@@ -4,6 +4,8 @@
 // Isa argument in their test entry points, so tests run every path the test machine supports.
 #pragma once
 
+#include <vector>
+
 namespace heavykv::cpu {
 
 enum class Isa {
@@ -29,6 +31,18 @@ inline Isa BestIsa() {
                           : IsaSupported(Isa::kAvx2) ? Isa::kAvx2
                                                      : Isa::kPortable;
   return best;
+}
+
+// Every ISA, narrowest first.
+inline constexpr Isa kAllIsas[] = {Isa::kPortable, Isa::kAvx2, Isa::kAvx512};
+
+// The ISAs of kAllIsas this CPU runs.
+inline std::vector<Isa> SupportedIsas() {
+  std::vector<Isa> isas;
+  for (Isa isa : kAllIsas) {
+    if (IsaSupported(isa)) isas.push_back(isa);
+  }
+  return isas;
 }
 
 inline const char* IsaName(Isa isa) {
