@@ -1,0 +1,297 @@
+// The harness of the end-to-end tests: `heavykv serve` as a child process on loopback ports
+// (ServerProcess), real gRPC stubs, a raw HTTP GET, and small readers of the CLI's JSON and of
+// the Prometheus text format. Header-only: each e2e test file includes it.
+#pragma once
+#include <arpa/inet.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "grpc/health/v1/health.grpc.pb.h"
+#include "heavykv/v1/generation.grpc.pb.h"
+#include "tests/test_util.h"
+
+namespace heavykv::e2e {
+
+using namespace std::chrono_literals;
+using grpc::health::v1::HealthCheckResponse;
+
+inline std::string Bin() { return HEAVYKV_BINARY; }
+
+inline std::string RunCapture(const std::string& cmd) {
+  std::string out;
+  std::FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) return out;
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  pclose(p);
+  return out;
+}
+
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The minimal JSON reading these tests need: `"key":[ints]` and `"key":"string"` (the escapes
+// cli::JsonQuote writes).
+inline std::vector<int32_t> JsonInts(const std::string& json, const std::string& key) {
+  std::vector<int32_t> v;
+  const size_t at = json.find("\"" + key + "\":[");
+  if (at == std::string::npos) return v;
+  std::stringstream ss(json.substr(at + key.size() + 4));
+  for (int32_t x; ss >> x;) {
+    v.push_back(x);
+    if (ss.peek() != ',') break;
+    ss.get();
+  }
+  return v;
+}
+
+inline std::string JsonString(const std::string& json, const std::string& key) {
+  std::string out;
+  size_t i = json.find("\"" + key + "\":\"");
+  if (i == std::string::npos) return out;
+  for (i += key.size() + 4; i < json.size() && json[i] != '"'; ++i) {
+    if (json[i] != '\\') {
+      out += json[i];
+      continue;
+    }
+    switch (const char e = json[++i]) {
+      case 'n':
+        out += '\n';
+        break;
+      case 'r':
+        out += '\r';
+        break;
+      case 't':
+        out += '\t';
+        break;
+      case 'u':  // \u00XX: JsonQuote escapes control characters only
+        out += static_cast<char>(std::stoi(json.substr(i + 1, 4), nullptr, 16));
+        i += 4;
+        break;
+      default:
+        out += e;
+    }
+  }
+  return out;
+}
+
+// GET http://127.0.0.1:port/path; the body.
+inline std::string HttpGet(int port, const std::string& path) {
+  const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<uint16_t>(port));
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  std::string response;
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
+    const std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+    if (write(fd, req.data(), req.size()) == ssize_t(req.size())) {
+      char buf[4096];
+      for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) response.append(buf, size_t(n));
+    }
+  }
+  close(fd);
+  const size_t body = response.find("\r\n\r\n");
+  return body == std::string::npos ? "" : response.substr(body + 4);
+}
+
+// Prometheus text format: "name{labels} value" -> value.
+inline std::map<std::string, double> ParseMetrics(const std::string& text) {
+  std::map<std::string, double> m;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.empty() || line[0] == '#') continue;
+    const size_t space = line.rfind(' ');
+    if (space == std::string::npos) continue;
+    m[line.substr(0, space)] = std::strtod(line.c_str() + space + 1, nullptr);
+  }
+  return m;
+}
+
+// `heavykv serve` as a child process, its output in a log file, on ports it picked itself.
+class ServerProcess {
+ public:
+  explicit ServerProcess(std::vector<std::string> args) : log_(dir_.File("serve.log")) {
+    args.insert(args.begin(),
+                {Bin(), "serve", "--listen", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0"});
+    pid_ = fork();
+    if (pid_ == 0) {
+      std::FILE* f = std::fopen(log_.c_str(), "w");
+      dup2(fileno(f), STDOUT_FILENO);
+      dup2(fileno(f), STDERR_FILENO);
+      std::vector<char*> argv;
+      for (std::string& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      execv(argv[0], argv.data());
+      _exit(127);
+    }
+    const std::regex listening(
+        "gRPC listening on 127\\.0\\.0\\.1:(\\d+); metrics on 127\\.0\\.0\\.1:(\\d+)");
+    for (auto until = std::chrono::steady_clock::now() + 30s;
+         std::chrono::steady_clock::now() < until && port_ == 0;
+         std::this_thread::sleep_for(10ms)) {
+      std::smatch m;
+      const std::string log = ReadFile(log_);
+      if (std::regex_search(log, m, listening)) {
+        port_ = std::stoi(m[1]);
+        metrics_port_ = std::stoi(m[2]);
+      }
+      if (waitpid(pid_, &exit_status_, WNOHANG) == pid_) {
+        pid_ = -1;
+        break;
+      }
+    }
+    if (port_ == 0) return;
+    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
+                                   grpc::InsecureChannelCredentials());
+    stub_ = v1::Generation::NewStub(channel_);
+    health_ = grpc::health::v1::Health::NewStub(channel_);
+  }
+  ~ServerProcess() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+  }
+
+  bool ok() const { return port_ != 0; }
+  std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
+  int metrics_port() const { return metrics_port_; }
+  std::string log() const { return ReadFile(log_); }
+  v1::Generation::Stub& stub() { return *stub_; }
+
+  HealthCheckResponse::ServingStatus Health() {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + 2s);
+    grpc::health::v1::HealthCheckRequest req;
+    HealthCheckResponse resp;
+    return health_->Check(&context, req, &resp).ok() ? resp.status() : HealthCheckResponse::UNKNOWN;
+  }
+
+  v1::CacheStats Stats() {
+    grpc::ClientContext context;
+    v1::CacheStats stats;
+    EXPECT_TRUE(stub_->GetCacheStats(&context, v1::GetCacheStatsRequest(), &stats).ok());
+    return stats;
+  }
+
+  // Polls until no page is used and nothing runs or waits (or 10 s pass).
+  v1::CacheStats WaitIdle() {
+    v1::CacheStats s;
+    for (auto until = std::chrono::steady_clock::now() + 10s;
+         std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(5ms)) {
+      s = Stats();
+      if (s.pages_used() == 0 && s.sequences_running() == 0 && s.sequences_waiting() == 0) break;
+    }
+    return s;
+  }
+
+  std::map<std::string, double> Metrics() {
+    return ParseMetrics(HttpGet(metrics_port_, "/metrics"));
+  }
+
+  // Sends `sig` (to the process, or with `every_thread` to each of its threads but the first:
+  // a library's thread, started before main(), must not take the signal's default action);
+  // the exit code, or -1 if it did not exit within `wait`.
+  int SignalAndWait(int sig, std::chrono::milliseconds wait, bool every_thread = false) {
+    if (every_thread) {
+      for (const auto& task : std::filesystem::directory_iterator(
+               "/proc/" + std::to_string(pid_) + "/task")) {
+        const pid_t tid = std::stoi(task.path().filename().string());
+        if (tid != pid_) syscall(SYS_tgkill, pid_, tid, sig);
+      }
+    } else {
+      kill(pid_, sig);
+    }
+    for (auto until = std::chrono::steady_clock::now() + wait;
+         std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(10ms)) {
+      if (waitpid(pid_, &exit_status_, WNOHANG) == pid_) {
+        pid_ = -1;
+        return WIFEXITED(exit_status_) ? WEXITSTATUS(exit_status_) : 128 + WTERMSIG(exit_status_);
+      }
+    }
+    return -1;
+  }
+
+ private:
+  testing::TempDir dir_;
+  std::string log_;
+  pid_t pid_ = -1;
+  int exit_status_ = 0, port_ = 0, metrics_port_ = 0;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Generation::Stub> stub_;
+  std::unique_ptr<grpc::health::v1::Health::Stub> health_;
+};
+
+struct Streamed {
+  grpc::Status status;
+  std::vector<int32_t> ids;
+  std::string text;
+  int messages = 0;
+  v1::GenerateResponse last;
+};
+
+inline Streamed Generate(v1::Generation::Stub& stub, const v1::GenerateRequest& req,
+                  std::chrono::milliseconds timeout = 60s) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + timeout);
+  Streamed out;
+  auto reader = stub.Generate(&context, req);
+  for (v1::GenerateResponse m; reader->Read(&m); ++out.messages) {
+    out.ids.insert(out.ids.end(), m.token_ids().begin(), m.token_ids().end());
+    out.text += m.text();
+    out.last = m;
+  }
+  out.status = reader->Finish();
+  return out;
+}
+
+inline v1::GenerateRequest Greedy(const std::string& prompt, int32_t max_new_tokens) {
+  v1::GenerateRequest req;
+  req.set_prompt(prompt);
+  req.set_max_new_tokens(max_new_tokens);
+  req.mutable_sampling()->set_temperature(0);
+  return req;
+}
+
+// A request that runs about 2 s on the slow server unless cancelled.
+inline v1::GenerateRequest Long() {
+  v1::GenerateRequest req;
+  req.mutable_prompt_token_ids()->add_ids(1);
+  req.set_max_new_tokens(2000);
+  req.set_ignore_eos(true);
+  req.mutable_sampling()->set_temperature(0);
+  return req;
+}
+
+// `heavykv run` on the bundled model, with --steps chosen to give `max_new` new tokens.
+inline std::string RunJson(const std::string& prompt, int32_t prompt_tokens, int32_t max_new) {
+  return RunCapture(Bin() + " run --model " + testing::ModelPath() + " --tokenizer " +
+                    testing::TokenizerPath() + " --temperature 0 --json --steps " +
+                    std::to_string(prompt_tokens + max_new - 1) + " --prompt '" + prompt + "'");
+}
+
+}  // namespace heavykv::e2e
