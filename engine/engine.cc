@@ -24,8 +24,11 @@ double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 // Prompt tokens of one sequence per step: long prompts are split so decodes keep flowing.
 int32_t PrefillChunk(const EngineOptions& o) { return std::max(1, std::min(256, o.max_step_tokens)); }
 
-// One request inside the engine. Created by Submit, owned by the engine thread from then on.
+// One request inside the engine. Created by Submit; owned by the tokenizer thread while its text
+// prompt is tokenized (`raw` holds it until then), by the engine thread from then on.
 struct Request {
+  GenerationRequest raw;
+  absl::Time arrival;
   ResolvedRequest params;
   Sequence seq;
   std::unique_ptr<EvictionPolicy> policy;
@@ -70,19 +73,34 @@ class EngineImpl final : public Engine {
         scheduler_(cache_.get(), SchedulerConfig{options.max_step_tokens, options.max_running,
                                                  PrefillChunk(options), options.full_overcommit}),
         validator_(model_.config, tokenizer_ ? &*tokenizer_ : nullptr, options_, &scheduler_) {
+    PublishStats();  // the pool's size is known before the first request
     thread_ = std::thread([this] { Loop(); });
+    prep_thread_ = std::thread([this] { PrepareLoop(); });
   }
   ~EngineImpl() override { Shutdown(absl::ZeroDuration()); }
 
   absl::StatusOr<std::shared_ptr<RequestHandle>> Submit(
       const GenerationRequest& request,
       std::function<void(const GenerationDelta&)> on_delta) override {
-    absl::StatusOr<ResolvedRequest> params = validator_.Resolve(request);
-    if (!params.ok()) return params.status();
+    if (absl::Status s = validator_.Precheck(request); !s.ok()) return s;
     auto r = std::make_unique<Request>();
-    r->params = *std::move(params);
+    r->arrival = absl::Now();
+    // Token ids need no tokenizer: resolved here, cheaply. Text waits for the tokenizer thread.
+    const bool needs_tokenizer = request.prompt.has_value();
+    if (!needs_tokenizer) {
+      absl::StatusOr<ResolvedRequest> params =
+          validator_.Resolve(request, *validator_.PromptTokens(request));
+      if (!params.ok()) return params.status();
+      r->params = *std::move(params);
+      r->params.arrival = r->arrival;
+    } else {
+      r->raw = request;
+    }
     r->on_delta = std::move(on_delta);
-    auto handle = std::make_shared<Handle>(r->cancelled, [this] { cv_.notify_all(); });
+    auto handle = std::make_shared<Handle>(r->cancelled, [this] {
+      cv_.notify_all();
+      prep_cv_.notify_all();
+    });
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (draining_) return absl::UnavailableError("the server is shutting down; retry elsewhere");
@@ -91,14 +109,41 @@ class EngineImpl final : public Engine {
             "the request queue is full (", options_.max_waiting, " waiting); retry later"));
       }
       ++num_waiting_;
-      incoming_.push_back(std::move(r));
+      if (needs_tokenizer) {
+        ++num_preparing_;
+        preparing_.push_back(PrepJob{std::move(r), {}});
+      } else {
+        incoming_.push_back(std::move(r));
+      }
     }
-    cv_.notify_all();
+    (needs_tokenizer ? prep_cv_ : cv_).notify_all();
     return std::shared_ptr<RequestHandle>(handle);
   }
 
   absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& text) const override {
     return validator_.Encode(text);
+  }
+
+  void TokenizeAsync(std::string text, std::shared_ptr<const std::atomic<bool>> cancelled,
+                     absl::Time deadline,
+                     std::function<void(absl::StatusOr<std::vector<int32_t>>)> done) override {
+    // The byte limit first, so that no unbounded text is queued.
+    if (int64_t(text.size()) > validator_.max_prompt_bytes()) return done(validator_.Encode(text));
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!draining_ && int32_t(preparing_.size()) < options_.max_waiting) {
+        ++num_preparing_;
+        preparing_.push_back(PrepJob{
+            nullptr, TokenizeJob{std::move(text), std::move(cancelled), deadline, std::move(done)}});
+        prep_cv_.notify_all();
+        return;
+      }
+      if (!draining_) {
+        return done(absl::ResourceExhaustedError(absl::StrCat(
+            "the tokenizer queue is full (", options_.max_waiting, " waiting); retry later")));
+      }
+    }
+    done(absl::UnavailableError("the server is shutting down; retry elsewhere"));
   }
 
   ModelInfo Info() const override {
@@ -129,9 +174,17 @@ class EngineImpl final : public Engine {
     if (stopped_) return;
     draining_ = true;
     cv_.notify_all();
-    done_cv_.wait_for(lock, std::chrono::microseconds(absl::ToInt64Microseconds(grace)),
-                      [this] { return num_live_ == 0 && incoming_.empty(); });
+    done_cv_.wait_for(lock, std::chrono::microseconds(absl::ToInt64Microseconds(grace)), [this] {
+      return num_live_ == 0 && incoming_.empty() && num_preparing_ == 0;
+    });
     force_cancel_ = true;
+    force_cancel_flag_.store(true);
+    // The tokenizer thread first: it may still hand requests to the engine thread.
+    stop_prep_ = true;
+    prep_cv_.notify_all();
+    lock.unlock();
+    prep_thread_.join();
+    lock.lock();
     stop_ = true;
     cv_.notify_all();
     lock.unlock();
@@ -149,6 +202,22 @@ class EngineImpl final : public Engine {
   // Copies the engine thread's counters where Stats() reads them.
   void PublishStats();
   void OnToken(Request& r, int32_t token, const float* logits);
+  // The tokenizer thread: tokenizes text prompts and Tokenize calls, one at a time, in order.
+  void PrepareLoop();
+  // The last delta of a request that never reached the engine thread (tokenizer thread).
+  void FinishUnadmitted(Request& r, const std::string& reason, absl::Status status);
+
+  struct TokenizeJob {
+    std::string text;
+    std::shared_ptr<const std::atomic<bool>> cancelled;
+    absl::Time deadline;
+    std::function<void(absl::StatusOr<std::vector<int32_t>>)> done;
+  };
+  // A request whose text prompt needs tokens, or a Tokenize call (exactly one is set).
+  struct PrepJob {
+    std::unique_ptr<Request> request;
+    std::optional<TokenizeJob> tokenize;
+  };
 
   std::unique_ptr<Model> model_holder_;  // heap-held: the runner keeps a reference to it
   const Model& model_;
@@ -158,11 +227,15 @@ class EngineImpl final : public Engine {
   std::unique_ptr<StepRunner> runner_;
   Scheduler scheduler_;
   RequestValidator validator_;
-  std::thread thread_;
+  std::thread thread_, prep_thread_;
 
   mutable std::mutex mu_;
-  std::condition_variable cv_, done_cv_;
+  std::condition_variable cv_, done_cv_, prep_cv_;
   std::deque<std::unique_ptr<Request>> incoming_;  // guarded by mu_
+  std::deque<PrepJob> preparing_;                    // guarded by mu_
+  int32_t num_preparing_ = 0;  // queued or being tokenized; guarded by mu_
+  bool stop_prep_ = false;     // guarded by mu_
+  std::atomic<bool> force_cancel_flag_ = false;  // force_cancel_, for the tokenizer's checks
   int32_t num_waiting_ = 0;                          // guarded by mu_
   int32_t num_live_ = 0;                             // accepted, not finished; guarded by mu_
   CacheStats stats_;                                 // guarded by mu_
@@ -182,6 +255,7 @@ void EngineImpl::Admit(std::unique_ptr<Request> r) {
   q.seq.num_prompt = static_cast<int32_t>(p.prompt.size());
   q.seq.max_total = q.seq.num_prompt + p.max_new_tokens;
   q.seq.arrival = p.arrival;
+  q.seq.client = p.client;
   if (p.policy != "full") {
     q.policy = *MakePolicy(p.policy, p.recent_fraction);
     q.seq.kv.policy = q.policy.get();
@@ -225,6 +299,82 @@ void EngineImpl::Finish(Request& r, const std::string& reason, GenerationDelta d
     --num_live_;
   }
   done_cv_.notify_all();
+}
+
+void EngineImpl::FinishUnadmitted(Request& r, const std::string& reason, absl::Status status) {
+  GenerationDelta d;
+  d.finished = true;
+  d.finish_reason = reason;
+  d.status = std::move(status);
+  d.usage.policy = r.raw.policy.value_or(options_.default_policy);
+  d.timings.queue_seconds = d.timings.total_seconds = Seconds(absl::Now() - r.arrival);
+  if (reason != "rejected" && options_.observer) {
+    options_.observer->OnRequestFinished(reason, d.timings.total_seconds);
+  }
+  r.on_delta(d);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    --num_waiting_;
+    --num_preparing_;
+  }
+  done_cv_.notify_all();
+}
+
+void EngineImpl::PrepareLoop() {
+  while (true) {
+    PrepJob job;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      prep_cv_.wait(lock, [this] { return !preparing_.empty() || stop_prep_; });
+      if (preparing_.empty()) break;
+      job = std::move(preparing_.front());
+      preparing_.pop_front();
+    }
+    if (job.tokenize.has_value()) {
+      TokenizeJob& t = *job.tokenize;
+      auto should_stop = [&] {
+        return t.cancelled->load() || force_cancel_flag_.load() || absl::Now() > t.deadline;
+      };
+      absl::StatusOr<std::vector<int32_t>> ids = validator_.Encode(t.text, should_stop);
+      if (!ids.ok() && ids.status().code() == absl::StatusCode::kCancelled) {
+        if (force_cancel_flag_.load()) {
+          ids = absl::UnavailableError("the server is shutting down; retry elsewhere");
+        } else if (!t.cancelled->load()) {
+          ids = absl::DeadlineExceededError("the deadline passed while tokenizing");
+        }
+      }
+      t.done(std::move(ids));
+      std::lock_guard<std::mutex> lock(mu_);
+      --num_preparing_;
+      done_cv_.notify_all();
+      continue;
+    }
+    Request& r = *job.request;
+    auto should_stop = [&] {
+      return r.cancelled->load() || force_cancel_flag_.load() ||
+             (r.raw.deadline && absl::Now() > *r.raw.deadline);
+    };
+    absl::StatusOr<std::vector<int32_t>> ids = validator_.PromptTokens(r.raw, should_stop);
+    if (!ids.ok()) {
+      const bool stopped = ids.status().code() == absl::StatusCode::kCancelled;
+      FinishUnadmitted(r, stopped ? "cancelled" : "rejected", stopped ? absl::OkStatus() : ids.status());
+      continue;
+    }
+    absl::StatusOr<ResolvedRequest> params = validator_.Resolve(r.raw, *std::move(ids));
+    if (!params.ok()) {
+      FinishUnadmitted(r, "rejected", params.status());
+      continue;
+    }
+    r.params = *std::move(params);
+    r.params.arrival = r.arrival;
+    r.raw = GenerationRequest();  // the text is no longer needed
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      --num_preparing_;
+      incoming_.push_back(std::move(job.request));
+    }
+    cv_.notify_all();
+  }
 }
 
 void EngineImpl::DropFinished() {

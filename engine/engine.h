@@ -50,7 +50,8 @@ struct EngineOptions {
   int32_t max_step_tokens = 512;     // tokens per forward step (decode + prefill chunks)
   int32_t max_running = 64;          // sequences in the running batch
   int32_t max_waiting = 256;         // queue limit; beyond it Submit returns RESOURCE_EXHAUSTED
-  int32_t max_prompt_tokens = 0;     // 0: the model's context length
+  int32_t max_prompt_tokens = 0;     // 0: the model's context length - 1
+  int64_t max_prompt_bytes = 0;      // 0: max_prompt_tokens x the tokenizer's longest piece
   int32_t max_new_tokens_limit = 0;  // 0: the model's context length
   double full_overcommit = 1.0;      // see SchedulerConfig::full_overcommit
   std::string default_policy = "full";
@@ -63,7 +64,10 @@ struct EngineOptions {
 
 // What a client may set; unset optionals take the server's defaults (vLLM/TGI semantics).
 struct GenerationRequest {
-  std::string request_id;
+  std::string request_id;                     // at most kMaxRequestIdBytes
+  // Who sent it (a connection, an API key): the scheduler shares the batch fairly between
+  // clients when one floods it. Empty: one anonymous client.
+  std::string client;
   std::optional<std::string> prompt;          // text, encoded with BOS
   std::vector<int32_t> prompt_token_ids;      // used when prompt is unset
   int32_t max_new_tokens = 16;
@@ -102,8 +106,11 @@ struct GenerationDelta {
   std::string text;              // never ends inside a UTF-8 character
   std::vector<float> logprobs;   // of token_ids, when requested
   bool finished = false;
-  std::string finish_reason;     // on the last delta: length, stop, eos, cancelled, error
+  // On the last delta: length, stop, eos, cancelled, error, or rejected (the request failed a
+  // check that needed its prompt's tokens, after Submit had accepted it: `status` says why).
+  std::string finish_reason;
   std::string error;             // with finish_reason "error"
+  absl::Status status;           // with finish_reason "rejected": INVALID_ARGUMENT and what to change
   GenerationUsage usage;         // on the last delta
   GenerationTimings timings;     // on the last delta
 };
@@ -143,14 +150,24 @@ class Engine {
                                                         std::optional<Tokenizer> tokenizer,
                                                         const EngineOptions& options);
 
-  // Validates and queues a request. INVALID_ARGUMENT (with what to change) for a bad request,
+  // Checks and queues a request. INVALID_ARGUMENT (with what to change) for a bad request,
   // RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE while shutting down. On success
-  // `on_delta` will be called until a finished delta.
+  // `on_delta` will be called until a finished delta. A text prompt is tokenized on the engine's
+  // tokenizer thread, never the caller's: checks that need its tokens (prompt length, context,
+  // pool) then fail with a finished delta of finish_reason "rejected" and its `status`. Cancel
+  // and the deadline stop the tokenizing too.
   virtual absl::StatusOr<std::shared_ptr<RequestHandle>> Submit(
       const GenerationRequest& request, std::function<void(const GenerationDelta&)> on_delta) = 0;
 
-  // Token ids of `text` (with BOS), or INVALID_ARGUMENT without a tokenizer / for bad UTF-8.
+  // Token ids of `text` (with BOS), or INVALID_ARGUMENT without a tokenizer, for bad UTF-8 or
+  // for more than the prompt byte limit. Runs on the caller's thread.
   virtual absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& text) const = 0;
+  // The same on the engine's tokenizer thread: `done` is called there exactly once, with
+  // CANCELLED once `*cancelled` is set, DEADLINE_EXCEEDED past `deadline`, UNAVAILABLE while
+  // shutting down.
+  virtual void TokenizeAsync(std::string text, std::shared_ptr<const std::atomic<bool>> cancelled,
+                             absl::Time deadline,
+                             std::function<void(absl::StatusOr<std::vector<int32_t>>)> done) = 0;
 
   virtual ModelInfo Info() const = 0;
   virtual CacheStats Stats() const = 0;

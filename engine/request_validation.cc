@@ -1,8 +1,10 @@
 #include "engine/request_validation.h"
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/text_stream.h"
@@ -22,6 +24,13 @@ bool KnownPolicy(const std::string& name) {
 
 }  // namespace
 
+std::string EscapedPrefix(std::string_view s, size_t max_bytes) {
+  const bool cut = s.size() > max_bytes;
+  std::string out = absl::CHexEscape(absl::string_view(s.data(), cut ? max_bytes : s.size()));
+  if (cut) out += "...";
+  return out;
+}
+
 absl::Status ValidateDefaults(const EngineOptions& o) {
   if (!KnownPolicy(o.default_policy)) {
     return Invalid(absl::StrCat("default KV policy \"", o.default_policy, "\" is unknown; choose ",
@@ -39,28 +48,65 @@ absl::Status ValidateDefaults(const EngineOptions& o) {
 
 RequestValidator::RequestValidator(const ModelConfig& config, const Tokenizer* tokenizer,
                                    const EngineOptions& options, const Scheduler* scheduler)
-    : config_(config), tokenizer_(tokenizer), options_(options), scheduler_(scheduler) {}
+    : config_(config), tokenizer_(tokenizer), options_(options), scheduler_(scheduler) {
+  if (options_.max_prompt_bytes > 0) {
+    max_prompt_bytes_ = options_.max_prompt_bytes;
+  } else if (tokenizer_ != nullptr) {
+    size_t longest = 1;
+    for (int32_t id = 0; id < tokenizer_->vocab_size(); ++id) {
+      longest = std::max(longest, tokenizer_->piece(id).size());
+    }
+    max_prompt_bytes_ = int64_t(max_prompt_tokens()) * int64_t(longest);
+  }
+}
 
-absl::StatusOr<std::vector<int32_t>> RequestValidator::Encode(const std::string& text) const {
+int32_t RequestValidator::max_prompt_tokens() const {
+  return options_.max_prompt_tokens > 0 ? options_.max_prompt_tokens : config_.seq_len - 1;
+}
+
+absl::StatusOr<std::vector<int32_t>> RequestValidator::Encode(
+    const std::string& text, const std::function<bool()>& should_stop) const {
   if (tokenizer_ == nullptr) {
     return Invalid("this server has no tokenizer: send prompt_token_ids instead of prompt text");
   }
-  if (TextStream::Sanitize(text) != text) return Invalid("the prompt is not valid UTF-8");
-  return tokenizer_->Encode(text, /*bos=*/true, /*eos=*/false);
+  if (int64_t(text.size()) > max_prompt_bytes_) {
+    return Invalid(absl::StrCat("the text has ", text.size(), " bytes; this server takes at most ",
+                                max_prompt_bytes_, " (it could not fit ", max_prompt_tokens(),
+                                " tokens otherwise): shorten it"));
+  }
+  if (TextStream::Sanitize(text) != text) return Invalid("the text is not valid UTF-8");
+  std::optional<std::vector<int32_t>> ids =
+      tokenizer_->Encode(text, /*bos=*/true, /*eos=*/false, should_stop);
+  if (!ids.has_value()) return absl::CancelledError("tokenizing was stopped");
+  return *std::move(ids);
 }
 
-absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationRequest& q) const {
-  ResolvedRequest r;
-  r.arrival = absl::Now();
-  r.request_id = q.request_id;
+absl::Status RequestValidator::Precheck(const GenerationRequest& q) const {
+  if (q.request_id.size() > kMaxRequestIdBytes) {
+    return Invalid(absl::StrCat("request_id has ", q.request_id.size(), " bytes; at most ",
+                                kMaxRequestIdBytes, " are accepted"));
+  }
+  if (q.client.size() > kMaxClientKeyBytes) return Invalid("the client key is too long");
   if (q.prompt.has_value()) {
     if (q.prompt->empty()) return Invalid("the prompt is empty: send some text");
-    absl::StatusOr<std::vector<int32_t>> ids = Encode(*q.prompt);
-    if (!ids.ok()) return ids.status();
-    r.prompt = *std::move(ids);
+    if (tokenizer_ == nullptr) {
+      return Invalid("this server has no tokenizer: send prompt_token_ids instead of prompt text");
+    }
+    if (int64_t(q.prompt->size()) > max_prompt_bytes_) {
+      return Invalid(absl::StrCat("the prompt has ", q.prompt->size(),
+                                  " bytes; this server takes at most ", max_prompt_bytes_,
+                                  " (it could not fit ", max_prompt_tokens(),
+                                  " tokens otherwise): shorten it"));
+    }
+    if (TextStream::Sanitize(*q.prompt) != *q.prompt) return Invalid("the prompt is not valid UTF-8");
   } else {
     if (q.prompt_token_ids.empty()) {
       return Invalid("the request has no prompt: set prompt or prompt_token_ids");
+    }
+    if (q.prompt_token_ids.size() > size_t(max_prompt_tokens())) {
+      return Invalid(absl::StrCat("the prompt has ", q.prompt_token_ids.size(),
+                                  " tokens; this server takes at most ", max_prompt_tokens(),
+                                  ": shorten it"));
     }
     for (int32_t id : q.prompt_token_ids) {
       if (id < 0 || id >= config_.vocab_size) {
@@ -68,21 +114,89 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
                                     config_.vocab_size, ")"));
       }
     }
-    if (q.prompt_token_ids[0] != kBosId) r.prompt.push_back(kBosId);
-    r.prompt.insert(r.prompt.end(), q.prompt_token_ids.begin(), q.prompt_token_ids.end());
-  }
-  const int32_t n = static_cast<int32_t>(r.prompt.size());
-  const int32_t max_prompt = options_.max_prompt_tokens > 0 ? options_.max_prompt_tokens
-                                                            : config_.seq_len - 1;
-  if (n > max_prompt) {
-    return Invalid(absl::StrCat("the prompt has ", n, " tokens; this server takes at most ",
-                                max_prompt, ": shorten it"));
   }
   const int32_t limit =
       options_.max_new_tokens_limit > 0 ? options_.max_new_tokens_limit : config_.seq_len;
   if (q.max_new_tokens < 1 || q.max_new_tokens > limit) {
     return Invalid(absl::StrCat("max_new_tokens must be in [1, ", limit, "], got ",
                                 q.max_new_tokens));
+  }
+  if (q.temperature && !(std::isfinite(*q.temperature) && *q.temperature >= 0)) {
+    return Invalid("temperature must be >= 0 (0 = greedy)");
+  }
+  if (q.top_p && !(*q.top_p > 0 && *q.top_p <= 1)) return Invalid("top_p must be in (0, 1]");
+  if (q.top_k && (*q.top_k < 0 || *q.top_k > config_.vocab_size)) {
+    return Invalid(absl::StrCat("top_k must be in [0, ", config_.vocab_size, "] (0 = off)"));
+  }
+  if (q.stop.size() > kMaxStopStrings) {
+    return Invalid(absl::StrCat("the request has ", q.stop.size(), " stop strings; at most ",
+                                kMaxStopStrings, " are accepted"));
+  }
+  for (const std::string& s : q.stop) {
+    if (s.empty()) return Invalid("stop strings must not be empty");
+    if (s.size() > kMaxStopStringBytes) {
+      return Invalid(absl::StrCat("a stop string has ", s.size(), " bytes; at most ",
+                                  kMaxStopStringBytes, " are accepted"));
+    }
+    if (TextStream::Sanitize(s) != s) return Invalid("stop strings must be valid UTF-8");
+  }
+  if (q.stop_token_ids.size() > kMaxStopTokenIds) {
+    return Invalid(absl::StrCat("the request has ", q.stop_token_ids.size(),
+                                " stop token ids; at most ", kMaxStopTokenIds, " are accepted"));
+  }
+  for (int32_t id : q.stop_token_ids) {
+    if (id < 0 || id >= config_.vocab_size) {
+      return Invalid(absl::StrCat("stop token id ", id, " is outside the vocabulary [0, ",
+                                  config_.vocab_size, ")"));
+    }
+  }
+  if (q.policy.has_value() && !KnownPolicy(*q.policy)) {
+    return Invalid(absl::StrCat("unknown KV policy \"", EscapedPrefix(*q.policy),
+                                "\"; choose one of: ", absl::StrJoin(kPolicyNames, ", ")));
+  }
+  if (q.recent_fraction && !(*q.recent_fraction > 0 && *q.recent_fraction <= 1)) {
+    return Invalid("kv.recent_fraction must be in (0, 1]");
+  }
+  if (q.budget_tokens.has_value() && q.budget_fraction.has_value()) {
+    return Invalid("set kv.budget_tokens or kv.budget_fraction, not both");
+  }
+  if (q.budget_tokens.has_value() && *q.budget_tokens < 1) {
+    return Invalid("kv.budget_tokens must be >= 1");
+  }
+  if (q.budget_fraction.has_value() && !(*q.budget_fraction > 0 && *q.budget_fraction <= 1)) {
+    return Invalid("kv.budget_fraction must be in (0, 1]");
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int32_t>> RequestValidator::PromptTokens(
+    const GenerationRequest& q, const std::function<bool()>& should_stop) const {
+  if (q.prompt.has_value()) return Encode(*q.prompt, should_stop);
+  std::vector<int32_t> prompt;
+  prompt.reserve(q.prompt_token_ids.size() + 1);
+  if (q.prompt_token_ids.empty() || q.prompt_token_ids[0] != kBosId) prompt.push_back(kBosId);
+  prompt.insert(prompt.end(), q.prompt_token_ids.begin(), q.prompt_token_ids.end());
+  return prompt;
+}
+
+absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationRequest& q) const {
+  if (absl::Status s = Precheck(q); !s.ok()) return s;
+  absl::StatusOr<std::vector<int32_t>> prompt = PromptTokens(q);
+  if (!prompt.ok()) return prompt.status();
+  return Resolve(q, *std::move(prompt));
+}
+
+absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationRequest& q,
+                                                          std::vector<int32_t> prompt) const {
+  ResolvedRequest r;
+  r.arrival = absl::Now();
+  r.request_id = q.request_id;
+  r.client = q.client;
+  r.prompt = std::move(prompt);
+  const int32_t n = static_cast<int32_t>(r.prompt.size());
+  if (n > max_prompt_tokens()) {
+    return Invalid(absl::StrCat("the prompt has ", n, " tokens; this server takes at most ",
+                                max_prompt_tokens(), ": shorten it"));
   }
   if (int64_t(n) + q.max_new_tokens > config_.seq_len) {
     return Invalid(absl::StrCat("prompt (", n, " tokens) + max_new_tokens (", q.max_new_tokens,
@@ -94,51 +208,19 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
   r.sampling.temperature = q.temperature.value_or(1.0f);
   r.sampling.top_p = q.top_p.value_or(1.0f);
   r.sampling.top_k = q.top_k.value_or(0);
-  if (!std::isfinite(r.sampling.temperature) || r.sampling.temperature < 0) {
-    return Invalid("temperature must be >= 0 (0 = greedy)");
-  }
-  if (!(r.sampling.top_p > 0 && r.sampling.top_p <= 1)) return Invalid("top_p must be in (0, 1]");
-  if (r.sampling.top_k < 0 || r.sampling.top_k > config_.vocab_size) {
-    return Invalid(absl::StrCat("top_k must be in [0, ", config_.vocab_size, "] (0 = off)"));
-  }
   r.sampling.seed = q.seed.has_value() ? *q.seed : std::random_device{}();
-
-  for (const std::string& s : q.stop) {
-    if (s.empty()) return Invalid("stop strings must not be empty");
-    if (TextStream::Sanitize(s) != s) return Invalid("stop strings must be valid UTF-8");
-  }
   r.stop = q.stop;
-  for (int32_t id : q.stop_token_ids) {
-    if (id < 0 || id >= config_.vocab_size) {
-      return Invalid(absl::StrCat("stop token id ", id, " is outside the vocabulary [0, ",
-                                  config_.vocab_size, ")"));
-    }
-  }
   r.stop_token_ids = q.stop_token_ids;
   r.ignore_eos = q.ignore_eos;
   r.logprobs = q.logprobs;
   r.deadline = q.deadline;
-
   r.policy = q.policy.value_or(options_.default_policy);
-  if (!KnownPolicy(r.policy)) {
-    return Invalid(absl::StrCat("unknown KV policy \"", r.policy, "\"; choose one of: ",
-                                absl::StrJoin(kPolicyNames, ", ")));
-  }
   r.recent_fraction = q.recent_fraction.value_or(options_.default_recent_fraction);
-  if (!(r.recent_fraction > 0 && r.recent_fraction <= 1)) {
-    return Invalid("kv.recent_fraction must be in (0, 1]");
-  }
+
   const int32_t max_total = n + r.max_new_tokens;
-  if (q.budget_tokens.has_value() && q.budget_fraction.has_value()) {
-    return Invalid("set kv.budget_tokens or kv.budget_fraction, not both");
-  }
   if (q.budget_tokens.has_value()) {
-    if (*q.budget_tokens < 1) return Invalid("kv.budget_tokens must be >= 1");
     r.budget_tokens = *q.budget_tokens;
   } else if (q.budget_fraction.has_value()) {
-    if (!(*q.budget_fraction > 0 && *q.budget_fraction <= 1)) {
-      return Invalid("kv.budget_fraction must be in (0, 1]");
-    }
     r.budget_tokens = KvBudget{true, *q.budget_fraction}.Resolve(max_total);
   } else {
     r.budget_tokens = KvBudget::Parse(options_.default_budget)->Resolve(max_total);

@@ -1,9 +1,19 @@
 // RequestValidator: checks a GenerationRequest against the model and the server's limits and
 // resolves every unset field to the server's default. Every rejection is INVALID_ARGUMENT with a
-// message that says what to change.
+// message that says what to change; a message quotes client text only as a short escaped prefix.
+//
+// Validation runs in two phases so that no unbounded work happens before the cheap checks:
+//   Precheck(q)            sizes and counts of every field (request id, prompt bytes, stop strings,
+//                          token ids, policy name), sampling ranges: O(size of the request), no
+//                          tokenizing. The engine runs it on the caller's thread.
+//   PromptTokens(q, stop)  the prompt's token ids: the tokenizer for text (O(n log n), stoppable),
+//                          or the given ids with BOS. The engine runs it on its tokenizer thread.
+//   Resolve(q, prompt)     every check that needs the prompt's length (context, budget, pool).
+// Resolve(q) runs all three in order.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,8 +28,22 @@
 
 namespace heavykv {
 
+// Bounds on what one request may carry (docs/SECURITY.md). Each keeps the work and memory one
+// request can cause small next to a generation; a client that needs more is doing something else.
+inline constexpr size_t kMaxRequestIdBytes = 256;
+inline constexpr size_t kMaxStopStrings = 32;
+inline constexpr size_t kMaxStopStringBytes = 256;
+inline constexpr size_t kMaxStopTokenIds = 256;
+inline constexpr size_t kMaxPolicyNameBytes = 64;
+inline constexpr size_t kMaxClientKeyBytes = 256;
+
+// At most `max_bytes` of `s`, C-escaped (quotes, backslashes, control and non-ASCII bytes as \xNN),
+// with "..." when cut: how client text appears in error messages and logs.
+std::string EscapedPrefix(std::string_view s, size_t max_bytes = 32);
+
 struct ResolvedRequest {
   std::string request_id;
+  std::string client;           // who sent it, for fair scheduling (GenerationRequest::client)
   std::vector<int32_t> prompt;  // token ids, BOS first
   int32_t max_new_tokens = 0;
   SamplingParams sampling;
@@ -44,15 +68,31 @@ class RequestValidator {
   RequestValidator(const ModelConfig& config, const Tokenizer* tokenizer,
                    const EngineOptions& options, const Scheduler* scheduler);
 
+  absl::Status Precheck(const GenerationRequest& request) const;
+  // CANCELLED when `should_stop` turned true while tokenizing.
+  absl::StatusOr<std::vector<int32_t>> PromptTokens(
+      const GenerationRequest& request, const std::function<bool()>& should_stop = nullptr) const;
+  absl::StatusOr<ResolvedRequest> Resolve(const GenerationRequest& request,
+                                          std::vector<int32_t> prompt) const;
   absl::StatusOr<ResolvedRequest> Resolve(const GenerationRequest& request) const;
-  // BOS + the encoding of `text`; INVALID_ARGUMENT without a tokenizer or for invalid UTF-8.
-  absl::StatusOr<std::vector<int32_t>> Encode(const std::string& text) const;
+
+  // BOS + the encoding of `text`; INVALID_ARGUMENT without a tokenizer, for invalid UTF-8 or for
+  // more than max_prompt_bytes(); CANCELLED when `should_stop` turned true.
+  absl::StatusOr<std::vector<int32_t>> Encode(
+      const std::string& text, const std::function<bool()>& should_stop = nullptr) const;
+
+  int32_t max_prompt_tokens() const;
+  // Longest prompt text accepted, in bytes: EngineOptions::max_prompt_bytes, or by default
+  // max_prompt_tokens() times the tokenizer's longest piece (no token covers more bytes than its
+  // piece, so a longer text can never fit).
+  int64_t max_prompt_bytes() const { return max_prompt_bytes_; }
 
  private:
   ModelConfig config_;
   const Tokenizer* tokenizer_;
   EngineOptions options_;
   const Scheduler* scheduler_;
+  int64_t max_prompt_bytes_ = 0;
 };
 
 }  // namespace heavykv

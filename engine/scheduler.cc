@@ -1,6 +1,10 @@
 #include "engine/scheduler.h"
 
 #include <algorithm>
+#include <climits>
+#include <string_view>
+#include <unordered_map>
+#include <unordered_set>
 
 namespace heavykv {
 
@@ -59,8 +63,51 @@ void Scheduler::Preempt(Sequence* seq, StepPlan& plan) {
   plan.preempted.push_back(seq);
 }
 
+size_t Scheduler::NextToAdmit() const {
+  std::unordered_map<std::string_view, int32_t> running;
+  for (const Sequence* s : running_) ++running[s->client];
+  size_t best = 0;
+  int32_t best_running = INT32_MAX;
+  for (size_t i = 0; i < waiting_.size(); ++i) {
+    auto it = running.find(waiting_[i]->client);
+    const int32_t n = it == running.end() ? 0 : it->second;
+    if (n < best_running) {
+      best = i;
+      best_running = n;
+      if (n == 0) break;
+    }
+  }
+  return best;
+}
+
+void Scheduler::PreemptForFairness(StepPlan& plan) {
+  if (waiting_.empty() || static_cast<int32_t>(running_.size()) < config_.max_running) return;
+  std::unordered_map<std::string_view, int32_t> running;
+  for (const Sequence* s : running_) ++running[s->client];
+  std::unordered_set<std::string_view> clients;
+  for (const Sequence* s : running_) clients.insert(s->client);
+  for (const Sequence* s : waiting_) clients.insert(s->client);
+  const int32_t share =
+      std::max<int32_t>(1, config_.max_running / static_cast<int32_t>(clients.size()));
+  const Sequence* next = waiting_[NextToAdmit()];
+  if (running[next->client] >= share) return;
+  std::string_view heaviest;
+  int32_t most = 0;
+  for (const auto& [client, n] : running) {
+    if (n > most) {
+      heaviest = client;
+      most = n;
+    }
+  }
+  if (most <= share) return;
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    if ((*it)->client == heaviest) return Preempt(*it, plan);
+  }
+}
+
 StepPlan Scheduler::Schedule() {
   StepPlan plan;
+  PreemptForFairness(plan);
   const int32_t bs = cache_->shape().block_size;
   int32_t tokens_left = config_.max_step_tokens;
   int32_t free = cache_->allocator().num_pages_free();  // not yet promised to this step
@@ -121,16 +168,18 @@ StepPlan Scheduler::Schedule() {
     ++i;
   }
 
-  // 2. Admission, first come first served: the head of the queue blocks those behind it.
+  // 2. Admission, first come first served between the clients with the fewest running sequences:
+  // the sequence chosen blocks the others.
   while (!waiting_.empty() && tokens_left > 0 &&
          static_cast<int32_t>(running_.size()) < config_.max_running) {
-    Sequence* w = waiting_.front();
+    const size_t next = NextToAdmit();
+    Sequence* w = waiting_[next];
     const int32_t count = std::min({w->pending(), max_chunk, tokens_left});
     if (w->bounded()) {
       const int32_t worst = WorstCasePages(*w);
       // Room for its worst case beside what is owed, with the whole reserve still free.
       if (worst + ScratchPages() > free - owed) break;
-      waiting_.pop_front();
+      waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(next));
       running_.push_back(w);
       plan.admitted.push_back(w);
       owed += worst;
@@ -150,7 +199,7 @@ StepPlan Scheduler::Schedule() {
       if (bounded_running) promised += ScratchPages();
       const int32_t total = cache_->allocator().num_pages_total();
       if (promised > config_.full_overcommit * total && running_.size() > 0) break;
-      waiting_.pop_front();
+      waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(next));
       running_.push_back(w);
       plan.admitted.push_back(w);
       plan.chunks.push_back({w, w->num_computed, count, count == w->pending()});

@@ -19,10 +19,18 @@
 // next step, the newest running sequence is preempted: its pages are released and it waits again
 // at the head of the queue, to be recomputed from its tokens so far. No request fails for lack of
 // memory; a request that could never fit even alone is refused at submission (Fits()).
+//
+// Fairness between clients (Sequence::client): admission takes, among the waiting sequences, one
+// of the client with the fewest running sequences (the oldest of those), so one client's flood
+// does not queue everyone else behind it; with a single client this is first come first served.
+// When the batch is full (max_running) and a client below its fair share (max_running / clients
+// with work) waits, the newest running sequence of the client furthest above its share is
+// preempted (at most one per step) to make room.
 #pragma once
 
 #include <cstdint>
 #include <deque>
+#include <string>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -40,6 +48,7 @@ struct Sequence {
   SequenceKv kv;                // kv.policy / kv.budget set by the engine
   int32_t preemptions = 0;
   absl::Time arrival;
+  std::string client;           // who sent it; fair sharing between clients
 
   // Bounded by its budget: its pages never exceed WorstCasePages().
   bool bounded() const { return kv.policy != nullptr && kv.budget < max_total; }
@@ -103,6 +112,11 @@ class Scheduler {
   int32_t Owed(const Sequence& seq) const;
   int32_t TotalOwed() const;
   void Preempt(Sequence* seq, StepPlan& plan);
+  // Index in waiting_ of the next sequence to admit: the oldest of the client with the fewest
+  // running sequences.
+  size_t NextToAdmit() const;
+  // Frees a batch slot for a waiting client below its fair share (see the class comment).
+  void PreemptForFairness(StepPlan& plan);
 
   KvCache* cache_;
   SchedulerConfig config_;

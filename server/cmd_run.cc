@@ -1,5 +1,7 @@
 // heavykv run: one generation on the CPU or CUDA engine, printed as llama2.c run.c prints it.
+#include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdio>
 #include <random>
 #include <thread>
@@ -14,6 +16,7 @@
 #include "server/cli_flags.h"
 #include "server/dtype_flags.h"
 #include "server/commands.h"
+#include "server/host_memory.h"
 
 namespace heavykv::cli {
 
@@ -48,9 +51,20 @@ absl::StatusOr<int32_t> PoolPages(const KvShape& shape, int64_t kv_pages, int64_
   if (kv_pages < 0 || kv_pool_mb < 0) {
     return absl::InvalidArgumentError("--kv-pages and --kv-pool-mb must not be negative");
   }
-  if (kv_pages > INT32_MAX) return absl::InvalidArgumentError("--kv-pages is too large");
+  if (kv_pages > INT32_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kv-pages ", kv_pages, " is too large (at most ", INT32_MAX, ")"));
+  }
   if (kv_pages > 0) return static_cast<int32_t>(kv_pages);
-  if (kv_pool_mb > 0) return KvCache::PagesForBytes(shape, kv_pool_mb << 20);
+  if (kv_pool_mb > 0) {
+    // 2^30 MiB (1 PiB) keeps the shift below from overflowing.
+    if (kv_pool_mb > (int64_t(1) << 30) || (kv_pool_mb << 20) / shape.PageBytes() > INT32_MAX) {
+      return absl::InvalidArgumentError(absl::StrCat("--kv-pool-mb ", kv_pool_mb,
+                                                     " is too large for a pool of at most ",
+                                                     INT32_MAX, " pages"));
+    }
+    return KvCache::PagesForBytes(shape, kv_pool_mb << 20);
+  }
   return default_pages;
 }
 
@@ -137,6 +151,13 @@ int RunCommand(int argc, char** argv) {
   absl::StatusOr<int32_t> pages =
       PoolPages(shape, kv_pages, kv_pool_mb, static_cast<int32_t>((held + block_size - 1) / block_size));
   if (!pages.ok()) return Fail(pages.status());
+  if (*device == Device::kCpu) {
+    if (absl::Status s = CheckHostMemory(int64_t(*pages) * shape.PageBytes(),
+                                         absl::StrCat("the KV pool (", *pages, " pages)"));
+        !s.ok()) {
+      return Fail(s);
+    }
+  }
   absl::StatusOr<std::unique_ptr<KvCache>> cache = CreateKvCache(*device, shape, *pages);
   if (!cache.ok()) return Fail(cache.status());
   absl::StatusOr<std::unique_ptr<StepRunner>> runner =

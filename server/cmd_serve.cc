@@ -28,6 +28,7 @@
 #include "server/dtype_flags.h"
 #include "server/commands.h"
 #include "server/grpc_service.h"
+#include "server/host_memory.h"
 #include "server/metrics.h"
 #include "spdlog/spdlog.h"
 
@@ -36,7 +37,12 @@ namespace {
 
 int drain_pipe[2] = {-1, -1};  // written by the signal handler, read by the main thread
 
+// Until the server is up, SIGTERM/SIGINT end the process at once (a start-up that loads a model or
+// fills a pool has nothing to drain); from then on they drain it.
+volatile sig_atomic_t serving = 0;
+
 extern "C" void OnDrainSignal(int sig) {
+  if (!serving) _exit(128 + sig);
   const char c = static_cast<char>(sig);
   const int saved = errno;  // a handler must leave errno as it found it
   [[maybe_unused]] ssize_t n = write(drain_pipe[1], &c, 1);
@@ -89,6 +95,7 @@ int ServeCommand(int argc, char** argv) {
   DtypeFlags dtypes;
   int64_t block_size = 16, kv_pages = 0, kv_pool_mb = 0, max_step_tokens = 512, max_running = 64;
   int64_t max_waiting = 256, max_prompt_tokens = 0, max_new_tokens_limit = 0, threads = 0;
+  int64_t max_prompt_bytes = 0, max_streams_per_connection = 128;
   double recent_fraction = 0.5, grace = 30, full_overcommit = 1.0, max_connection_age = 0;
   FlagSet flags("serve", "heavykv serve --model FILE [--tokenizer FILE] [flags]");
   flags.String("model", &model_path, "llama2.c checkpoint (required)");
@@ -113,6 +120,12 @@ int ServeCommand(int argc, char** argv) {
   flags.Int("max-waiting", &max_waiting, "queue limit; beyond it requests get RESOURCE_EXHAUSTED");
   flags.Int("max-prompt-tokens", &max_prompt_tokens,
             "longest prompt accepted; 0 = context length - 1");
+  flags.Int("max-prompt-bytes", &max_prompt_bytes,
+            "longest prompt text accepted in bytes, checked before tokenizing (Generate and "
+            "Tokenize); 0 = max-prompt-tokens x the tokenizer's longest piece");
+  flags.Int("max-streams-per-connection", &max_streams_per_connection,
+            "concurrent streams one client connection may open (HTTP/2 "
+            "SETTINGS_MAX_CONCURRENT_STREAMS); further ones wait in the client");
   flags.Int("max-new-tokens-limit", &max_new_tokens_limit,
             "largest max_new_tokens accepted; 0 = context length");
   flags.Double("full-overcommit", &full_overcommit,
@@ -135,7 +148,10 @@ int ServeCommand(int argc, char** argv) {
   for (absl::Status s : {CheckRange("block-size", block_size, 1, 1024),
                          CheckRange("max-step-tokens", max_step_tokens, 1, 1 << 20),
                          CheckRange("max-running", max_running, 1, 1 << 16),
-                         CheckRange("max-waiting", max_waiting, 0, 1 << 24),
+                         CheckRange("max-waiting", max_waiting, 1, 1 << 24),
+                         CheckRange("max-prompt-bytes", max_prompt_bytes, 0, int64_t(1) << 30),
+                         CheckRange("max-streams-per-connection", max_streams_per_connection, 1,
+                                    1 << 20),
                          CheckRange("max-prompt-tokens", max_prompt_tokens, 0, INT32_MAX),
                          CheckRange("max-new-tokens-limit", max_new_tokens_limit, 0, INT32_MAX),
                          CheckRange("threads", threads, 0, 4096)}) {
@@ -172,6 +188,17 @@ int ServeCommand(int argc, char** argv) {
   }
   absl::StatusOr<int32_t> pages = PoolPages(shape, kv_pages, kv_pool_mb, default_pages);
   if (!pages.ok()) return Fail(pages.status());
+  if (*device == Device::kCpu) {
+    const char* sized_by = kv_pages > 0      ? "--kv-pages"
+                           : kv_pool_mb > 0 ? "--kv-pool-mb"
+                                            : "the default (--max-running full contexts)";
+    if (absl::Status s = CheckHostMemory(int64_t(*pages) * shape.PageBytes(),
+                                         absl::StrCat("the KV pool (", *pages, " pages, from ",
+                                                      sized_by, ")"));
+        !s.ok()) {
+      return Fail(s);
+    }
+  }
 
   auto metrics = std::make_shared<server::Metrics>();
   EngineOptions options;
@@ -182,6 +209,7 @@ int ServeCommand(int argc, char** argv) {
   options.max_running = static_cast<int32_t>(max_running);
   options.max_waiting = static_cast<int32_t>(max_waiting);
   options.max_prompt_tokens = static_cast<int32_t>(max_prompt_tokens);
+  options.max_prompt_bytes = max_prompt_bytes;
   options.max_new_tokens_limit = static_cast<int32_t>(max_new_tokens_limit);
   options.full_overcommit = full_overcommit;
   options.default_policy = policy;
@@ -215,6 +243,8 @@ int ServeCommand(int argc, char** argv) {
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
+                             static_cast<int>(max_streams_per_connection));
   if (max_connection_age > 0) {
     builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_AGE_MS,
                                static_cast<int>(max_connection_age * 1000));
@@ -242,6 +272,7 @@ int ServeCommand(int argc, char** argv) {
       double(info.page_bytes) * info.pages_total / (1 << 20),
       policy, budget, max_running, max_step_tokens, max_waiting);
   spdlog::info("gRPC listening on {}; metrics on {}", WithPort(listen, port), metrics_bound);
+  serving = 1;
 
   const int sig = WaitForDrainSignal();
   spdlog::info("signal {}: draining (grace {:.1f}s)", sig, grace);

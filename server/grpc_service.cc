@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "engine/request_validation.h"
 #include "server/grpc_status.h"
 #include "server/proto_convert.h"
 #include "spdlog/spdlog.h"
@@ -23,14 +24,16 @@ namespace {
 class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
   GenerateReactor(std::string request_id, const RejectionObserver* on_rejected)
-      : request_id_(std::move(request_id)), on_rejected_(on_rejected) {}
+      : request_id_(std::move(request_id)),
+        log_id_(EscapedPrefix(request_id_, kMaxRequestIdBytes)),
+        on_rejected_(on_rejected) {}
 
   void Start(Engine* engine, absl::StatusOr<GenerationRequest> request) {
     absl::StatusOr<std::shared_ptr<RequestHandle>> handle =
         request.ok() ? engine->Submit(*request, [this](const GenerationDelta& d) { OnDelta(d); })
                      : request.status();
     if (!handle.ok()) {
-      spdlog::info("request {} rejected: {}", request_id_, handle.status().ToString());
+      spdlog::info("request {} rejected: {}", log_id_, handle.status().ToString());
       if (*on_rejected_) (*on_rejected_)(handle.status().code());
       {
         std::lock_guard<std::mutex> lock(mu_);
@@ -81,10 +84,17 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
       has_pending_ = true;
       if (d.finished) {
         engine_done_ = true;
-        status_ = ToGrpcStatus(d.finish_reason == "error"
-                                   ? absl::InternalError("generation failed: " + d.error)
-                                   : absl::OkStatus());
-        Log(d);
+        if (d.finish_reason == "rejected") {  // failed a check after tokenizing: as if refused
+          status_ = ToGrpcStatus(d.status);
+          has_pending_ = false;
+          spdlog::info("request {} rejected: {}", log_id_, d.status.ToString());
+          if (*on_rejected_) (*on_rejected_)(d.status.code());
+        } else {
+          status_ = ToGrpcStatus(d.finish_reason == "error"
+                                     ? absl::InternalError("generation failed: " + d.error)
+                                     : absl::OkStatus());
+          Log(d);
+        }
       }
       if (!writing_ && !finish_called_) WriteLocked();
     }
@@ -98,7 +108,10 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
       current_ = std::move(pending_);
       pending_.Clear();
       has_pending_ = false;
-      current_.set_request_id(request_id_);
+      // The id goes out once, in the first message: a client that sent a long one is not sent it
+      // back with every token.
+      if (!id_sent_) current_.set_request_id(request_id_);
+      id_sent_ = true;
       writing_ = true;
       StartWrite(&current_);
     } else if (engine_done_ && !finish_called_) {
@@ -120,7 +133,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     spdlog::info(
         "request {} finished: {} prompt + {} completion tokens, queue {:.3f}s, ttft {:.3f}s, "
         "total {:.3f}s, policy {} budget {}, kv kept {} evicted {}, peak pages {}, finish {}{}",
-        request_id_, d.usage.prompt_tokens, d.usage.completion_tokens, d.timings.queue_seconds,
+        log_id_, d.usage.prompt_tokens, d.usage.completion_tokens, d.timings.queue_seconds,
         d.timings.time_to_first_token_seconds, d.timings.total_seconds, d.usage.policy,
         d.usage.kv_budget_tokens == 0 ? std::string("none")
                                       : std::to_string(d.usage.kv_budget_tokens),
@@ -133,6 +146,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   }
 
   const std::string request_id_;
+  const std::string log_id_;  // escaped: a client's id cannot forge log lines
   const RejectionObserver* on_rejected_;  // the service's; it outlives every call
   std::atomic<int> refs_ = 3;
   std::mutex mu_;
@@ -140,7 +154,29 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   v1::GenerateResponse pending_, current_;  // current_ is in flight while writing_
   grpc::Status status_;
   bool has_pending_ = false, writing_ = false, engine_done_ = false, finish_called_ = false;
-  bool cancel_requested_ = false;
+  bool cancel_requested_ = false, id_sent_ = false;
+};
+
+// One Tokenize call: the engine's tokenizer thread does the work; a client that cancels stops it.
+class TokenizeReactor final : public grpc::ServerUnaryReactor {
+ public:
+  explicit TokenizeReactor(v1::TokenizeResponse* response) : response_(response) {}
+
+  void Start(Engine* engine, const std::string& text, absl::Time deadline) {
+    engine->TokenizeAsync(text, cancelled_, deadline,
+                          [this](absl::StatusOr<std::vector<int32_t>> ids) {
+                            if (ids.ok()) {
+                              for (int32_t id : *ids) response_->add_token_ids(id);
+                            }
+                            Finish(ToGrpcStatus(ids.status()));
+                          });
+  }
+  void OnCancel() override { cancelled_->store(true); }
+  void OnDone() override { delete this; }
+
+ private:
+  v1::TokenizeResponse* response_;
+  std::shared_ptr<std::atomic<bool>> cancelled_ = std::make_shared<std::atomic<bool>>(false);
 };
 
 }  // namespace
@@ -156,6 +192,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
   if (id.empty()) id = absl::StrCat("req-", next_request_.fetch_add(1));
   if (r.ok()) {
     r->request_id = id;
+    r->client = context->peer();
     if (context->deadline() != std::chrono::system_clock::time_point::max()) {
       r->deadline = absl::FromChrono(context->deadline());
     }
@@ -168,12 +205,11 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
 grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* context,
                                                       const v1::TokenizeRequest* request,
                                                       v1::TokenizeResponse* response) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  absl::StatusOr<std::vector<int32_t>> ids = engine_->Tokenize(request->text());
-  if (ids.ok()) {
-    for (int32_t id : *ids) response->add_token_ids(id);
-  }
-  reactor->Finish(ToGrpcStatus(ids.status()));
+  auto* reactor = new TokenizeReactor(response);
+  const absl::Time deadline = context->deadline() == std::chrono::system_clock::time_point::max()
+                                  ? absl::InfiniteFuture()
+                                  : absl::FromChrono(context->deadline());
+  reactor->Start(engine_, request->text(), deadline);
   return reactor;
 }
 

@@ -206,12 +206,22 @@ TEST_F(EngineTest, BadRequestsAreInvalidArgumentAndOthersAreServed) {
   auto engine = Make(64);
   Collector ok;
   ASSERT_TRUE(engine->Submit(Greedy("Once upon a time", 100), ok.Callback()).ok());
-  auto bad = [&](GenerationRequest r, const std::string& words) {
+  // Refused by Submit itself (no tokens needed to tell), or, for a text prompt whose token count
+  // is at fault, accepted and then ended by a "rejected" delta carrying the status.
+  auto bad = [&](GenerationRequest r, const std::string& words, bool after_tokenizing = false) {
     Collector c;
     absl::StatusOr<std::shared_ptr<RequestHandle>> s = engine->Submit(r, c.Callback());
-    ASSERT_FALSE(s.ok()) << words;
-    EXPECT_TRUE(absl::IsInvalidArgument(s.status())) << s.status();
-    EXPECT_NE(s.status().message().find(words), absl::string_view::npos) << s.status();
+    absl::Status status = s.status();
+    if (after_tokenizing) {
+      ASSERT_TRUE(s.ok()) << words << ": " << s.status();
+      c.Wait();
+      EXPECT_EQ(c.last.finish_reason, "rejected");
+      EXPECT_EQ(c.deltas.size(), 1u);
+      status = c.last.status;
+    }
+    ASSERT_FALSE(status.ok()) << words;
+    EXPECT_TRUE(absl::IsInvalidArgument(status)) << status;
+    EXPECT_NE(status.message().find(words), absl::string_view::npos) << status;
   };
   bad(Greedy("", 10), "empty");
   GenerationRequest none;
@@ -239,7 +249,26 @@ TEST_F(EngineTest, BadRequestsAreInvalidArgumentAndOthersAreServed) {
   ids.max_new_tokens = 5;
   bad(ids, "outside the vocabulary");
   bad(Greedy(std::string("caf\xC3", 4), 5), "UTF-8");
-  bad(Greedy(std::string(3000, 'a'), 5), "prompt has");
+  bad(Greedy(std::string(3000, 'a'), 5), "prompt has", /*after_tokenizing=*/true);
+  bad(Greedy(std::string(1 << 20, 'a'), 5), "bytes");  // over the byte limit: never tokenized
+  t = Greedy("hi", 5);
+  t.request_id = std::string(257, 'x');
+  bad(t, "request_id");
+  t = Greedy("hi", 5);
+  t.stop = std::vector<std::string>(33, "x");
+  bad(t, "stop strings");
+  t = Greedy("hi", 5);
+  t.stop = {std::string(257, 'x')};
+  bad(t, "stop string has");
+  t = Greedy("hi", 5);
+  t.stop_token_ids = std::vector<int32_t>(257, 5);
+  bad(t, "stop token ids");
+  t = Greedy("hi", 5);
+  t.policy = std::string(100000, 'p') + "\n\x1b[31m";
+  Collector c;
+  absl::Status long_policy = engine->Submit(t, c.Callback()).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(long_policy));
+  EXPECT_LT(long_policy.message().size(), 200u) << "the message echoes a short prefix only";
   ok.Wait();
   EXPECT_EQ(ok.last.finish_reason, "length");
   EXPECT_EQ(ok.last.usage.completion_tokens, 100);
@@ -298,10 +327,21 @@ TEST_F(EngineTest, WithoutOvercommitFullCacheSequencesWaitInsteadOfPreempting) {
 TEST_F(EngineTest, RequestThatCanNeverFitIsRefused) {
   auto engine = Make(4);  // 64 slots
   Collector c;
-  auto s = engine->Submit(Greedy("Once upon a time", 200), c.Callback());
+  // A text prompt: the pool check needs its tokens, so the refusal comes as a "rejected" delta.
+  ASSERT_TRUE(engine->Submit(Greedy("Once upon a time", 200), c.Callback()).ok());
+  c.Wait();
+  EXPECT_EQ(c.last.finish_reason, "rejected");
+  EXPECT_TRUE(absl::IsInvalidArgument(c.last.status));
+  EXPECT_NE(c.last.status.message().find("KV pages"), absl::string_view::npos);
+  // Token ids: refused by Submit.
+  GenerationRequest ids;
+  ids.prompt_token_ids = {1, 403, 407};
+  ids.max_new_tokens = 200;
+  auto s = engine->Submit(ids, c.Callback());
   ASSERT_FALSE(s.ok());
   EXPECT_TRUE(absl::IsInvalidArgument(s.status()));
   EXPECT_NE(s.status().message().find("KV pages"), absl::string_view::npos);
+  EXPECT_EQ(engine->Stats().sequences_waiting, 0);
 }
 
 TEST_F(EngineTest, StopStringsAndStopTokens) {
