@@ -20,6 +20,7 @@
 namespace heavykv::bench {
 void RegisterAll();
 void RegisterServe();
+void RegisterTokenizer();
 }
 
 namespace {
@@ -73,6 +74,7 @@ int main(int argc, char** argv) {
   benchmark::Initialize(&rest_argc, rest.data());
   heavykv::bench::RegisterAll();
   heavykv::bench::RegisterServe();
+  heavykv::bench::RegisterTokenizer();
   CollectingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
 

@@ -1,8 +1,10 @@
 #include "engine/model.h"
 
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -24,6 +26,12 @@ absl::StatusOr<ModelConfig> ParseHeader(std::FILE* f, const std::string& path) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": truncated checkpoint (shorter than the 28-byte header)"));
   }
+  // llama2.c stores a separate classifier as a negative vocab_size; INT32_MIN has no int32
+  // magnitude, so reject it before negating.
+  if (h[5] == std::numeric_limits<int32_t>::min()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": inconsistent header: vocab_size ", h[5], " cannot be valid (no int32 magnitude)"));
+  }
   ModelConfig c;
   c.dim = h[0];
   c.hidden_dim = h[1];
@@ -37,6 +45,29 @@ absl::StatusOr<ModelConfig> ParseHeader(std::FILE* f, const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": ", s.message()));
   }
   return c;
+}
+
+// a * b + c, or false when it overflows int64 (or any operand is negative).
+bool MulAdd(int64_t a, int64_t b, int64_t c, int64_t* out) {
+  int64_t product;
+  return a >= 0 && b >= 0 && c >= 0 && !__builtin_mul_overflow(a, b, &product) &&
+         !__builtin_add_overflow(product, c, out);
+}
+
+// The checkpoint's size in bytes (header, tensors, RoPE tables) for a config whose fields are
+// positive, or false when it does not fit int64: then no file can match it, and NumParams()
+// would overflow.
+bool CheckpointBytes(const ModelConfig& c, int64_t* bytes) {
+  const int64_t d = c.dim, hid = c.hidden_dim, kv = c.kv_dim(), V = c.vocab_size;
+  int64_t per_layer = 0, floats = 0;
+  // per layer: 2 norms [d], wq and wo [d][d], wk and wv [kv][d], w1 and w3 [hid][d], w2 [d][hid]
+  return MulAdd(2, d, 0, &per_layer) && MulAdd(2 * d, d, per_layer, &per_layer) &&
+         MulAdd(2 * d, kv, per_layer, &per_layer) && MulAdd(3 * d, hid, per_layer, &per_layer) &&
+         MulAdd(c.num_layers, per_layer, 0, &floats) &&
+         MulAdd(c.shared_classifier ? 1 : 2, V * d, floats, &floats) &&  // embedding, classifier
+         MulAdd(1, d, floats, &floats) &&                                  // final norm
+         MulAdd(c.seq_len, c.head_dim(), floats, &floats) &&               // RoPE real + imag
+         MulAdd(floats, int64_t(sizeof(float)), kHeaderBytes, bytes);
 }
 
 // Reads `n` floats of the checkpoint into dst.
@@ -77,6 +108,19 @@ absl::Status ModelConfig::Validate() const {
   if (int64_t(dim) * vocab_size > (int64_t(1) << 40) ||
       int64_t(dim) * hidden_dim > (int64_t(1) << 36)) {
     return absl::InvalidArgumentError("inconsistent header: dimensions are implausibly large");
+  }
+  // qkv_dim() and other per-row sizes are int32.
+  if (int64_t(dim) + 2 * int64_t(kv_dim()) > std::numeric_limits<int32_t>::max() ||
+      2 * int64_t(hidden_dim) > std::numeric_limits<int32_t>::max()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unsupported header: dim ", dim, " (+ 2 x kv_dim ", kv_dim(), ") or 2 x hidden_dim ",
+        hidden_dim, " does not fit an int32"));
+  }
+  int64_t bytes = 0;
+  if (!CheckpointBytes(*this, &bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inconsistent header: the checkpoint size overflows int64 (n_layers ", num_layers,
+        ", seq_len ", seq_len, ")"));
   }
   return absl::OkStatus();
 }
@@ -126,10 +170,18 @@ absl::StatusOr<Model> LoadModel(const std::string& path, cpu::WeightType weights
 
   const int64_t d = c.dim, hid = c.hidden_dim, L = c.num_layers, kv = c.kv_dim();
   const int64_t rope_floats = int64_t(c.seq_len) * c.head_dim();  // real + imaginary tables
-  const int64_t expected = kHeaderBytes + (c.NumParams() + rope_floats) * int64_t(sizeof(float));
+  int64_t expected = 0;
+  CheckpointBytes(c, &expected);  // Validate() checked that it fits
   std::error_code ec;
-  const int64_t actual = static_cast<int64_t>(std::filesystem::file_size(path, ec));
-  if (ec || actual != expected) {
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, ": cannot read the file size: ", ec.message()));
+  }
+  const int64_t actual = size > std::uintmax_t(std::numeric_limits<int64_t>::max())
+                             ? std::numeric_limits<int64_t>::max()
+                             : static_cast<int64_t>(size);
+  if (actual != expected) {
     return absl::InvalidArgumentError(absl::StrCat(
         path, ": file is ", actual, " bytes but its header (dim ", c.dim, ", hidden ",
         c.hidden_dim, ", layers ", c.num_layers, ", heads ", c.num_heads, "/", c.num_kv_heads,

@@ -30,8 +30,12 @@ struct ModelConfig {
   int32_t kv_dim() const { return num_kv_heads * head_dim(); }
   int32_t group_size() const { return num_heads / num_kv_heads; }  // query heads per kv head
   int32_t qkv_dim() const { return dim + 2 * kv_dim(); }
-  // Parameters as stored in the checkpoint (without the RoPE tables).
+  // Parameters as stored in the checkpoint (without the RoPE tables); defined when Validate() is
+  // ok.
   int64_t NumParams() const;
+  // OK when every field is positive, the heads split dim evenly, and the sizes derived from the
+  // fields fit their types (qkv_dim() in int32, the checkpoint's byte count in int64); else
+  // INVALID_ARGUMENT naming the field.
   absl::Status Validate() const;
 };
 

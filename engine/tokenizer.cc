@@ -6,7 +6,10 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <iterator>
+#include <limits>
+#include <queue>
 #include <utility>
 
 #include "absl/status/status.h"
@@ -54,6 +57,97 @@ class Reader {
 // independent of whatever locale the embedding program has set.
 bool IsCPrint(unsigned char c) { return c >= 0x20 && c <= 0x7E; }
 bool IsCSpace(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
+
+// Calls a caller's stop check once every kInterval polls, so polling per byte or per merge is
+// cheap. An empty check never stops.
+class StopPoller {
+ public:
+  explicit StopPoller(const std::function<bool()>& should_stop) : should_stop_(should_stop) {}
+
+  bool Poll() {
+    if (--countdown_ > 0 || !should_stop_) return false;
+    countdown_ = kInterval;
+    return should_stop_();
+  }
+
+ private:
+  static constexpr int kInterval = 4096;
+  const std::function<bool()>& should_stop_;
+  int countdown_ = kInterval;
+};
+
+// run.c's greedy BPE, which rescans every adjacent pair per merge (quadratic), made O(n log n):
+// the symbols form a doubly linked list over their original positions, and a priority queue holds
+// one candidate per adjacent pair that has a merge, best score first, then leftmost. Each merge
+// removes one symbol and queues at most two new pairs, so the queue holds O(n) entries.
+//
+// Why this picks the same pair as run.c every time: run.c merges the highest-scoring pair and, on a
+// tie, the first in the sequence. A merged symbol keeps its left part's position, so surviving
+// symbols keep their original order and "first in the sequence" is "smallest left position", the
+// queue's tie-break. Entries of pairs that no longer exist are skipped when popped: a symbol's
+// token changes only when it absorbs its right neighbour, which moves its `next` strictly right,
+// so an entry is current exactly when its left symbol is alive, still links to its right symbol,
+// and that right symbol still links to the same next one.
+//
+// `merge(a, b)` gives {merged id, its score} for tokens a, b, or {-1, _} when none exists.
+template <typename Index, typename MergeFn>
+bool MergePairs(const MergeFn& merge, StopPoller* stop, std::vector<int32_t>* tokens) {
+  constexpr Index kNone = std::numeric_limits<Index>::max();
+  constexpr int32_t kDead = -1;
+  const Index n = static_cast<Index>(tokens->size());
+  if (n < 2) return true;
+  std::vector<int32_t>& tok = *tokens;  // [n]; kDead once merged into the left neighbour
+  std::vector<Index> prev(n), next(n);  // [n] links of the surviving symbols
+  for (Index i = 0; i < n; ++i) {
+    prev[i] = i == 0 ? kNone : i - 1;
+    next[i] = i + 1 == n ? kNone : i + 1;
+  }
+
+  struct Candidate {
+    float score;
+    int32_t id;        // the merged token
+    Index left;        // its position, the tie-break
+    Index right;       // == next[left] when queued
+    Index right_next;  // == next[right] when queued
+  };
+  // std::priority_queue pops its greatest element: the best score, then the smallest position.
+  auto worse = [](const Candidate& a, const Candidate& b) {
+    return a.score < b.score || (a.score == b.score && a.left > b.left);
+  };
+  std::priority_queue<Candidate, std::vector<Candidate>, decltype(worse)> queue(worse);
+
+  auto push = [&](Index left) {
+    const Index right = next[left];
+    const auto [id, score] = merge(tok[left], tok[right]);
+    // run.c's search starts at kNoMergeScore with a strict '>', so such a pair (or a NaN score)
+    // never merges; leaving it out also keeps the queue's ordering a strict weak one.
+    if (id == -1 || !(score > kNoMergeScore)) return;
+    queue.push(Candidate{score, id, left, right, next[right]});
+  };
+  for (Index i = 0; i + 1 < n; ++i) {
+    if (stop->Poll()) return false;
+    push(i);
+  }
+
+  while (!queue.empty()) {
+    if (stop->Poll()) return false;
+    const Candidate c = queue.top();
+    queue.pop();
+    if (tok[c.left] == kDead || next[c.left] != c.right || next[c.right] != c.right_next) continue;
+    tok[c.left] = c.id;
+    tok[c.right] = kDead;
+    next[c.left] = c.right_next;
+    if (c.right_next != kNone) prev[c.right_next] = c.left;
+    if (prev[c.left] != kNone) push(prev[c.left]);
+    if (c.right_next != kNone) push(c.left);
+  }
+
+  // The first symbol never merges into a left neighbour, so it heads the surviving list.
+  Index out = 0;
+  for (Index i = 0; i != kNone; i = next[i]) tok[out++] = tok[i];
+  tok.resize(out);
+  return true;
+}
 
 }  // namespace
 
@@ -123,21 +217,23 @@ absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& path, int32_t vocab
 }
 
 std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool bos, bool eos) const {
+  // Without a stop check the stoppable encode always finishes.
+  return *Encode(text, bos, eos, std::function<bool()>());
+}
+
+std::optional<std::vector<int32_t>> Tokenizer::Encode(
+    std::string_view text, bool bos, bool eos, const std::function<bool()>& should_stop) const {
+  StopPoller stop(should_stop);
   // run.c receives a C string: anything after an embedded NUL is invisible to it.
   const size_t nul = text.find('\0');
   if (nul != std::string_view::npos) text = text.substr(0, nul);
-
-  auto lookup = [this](const std::string& s) -> int32_t {
-    auto it = ids_.find(s);
-    return it == ids_.end() ? -1 : it->second;
-  };
 
   std::vector<int32_t> tokens;
   tokens.reserve(text.size() + 3);
   if (bos) tokens.push_back(kBosId);
   // SentencePiece's add_dummy_prefix: the text is encoded as if it started with a space.
   if (!text.empty()) {
-    const int32_t space = lookup(" ");
+    const int32_t space = Lookup(" ");
     // run.c would push -1 here (and crash later) if " " were missing; the byte token is the
     // closest well-defined choice. Every llama2.c tokenizer we know has a " " piece.
     tokens.push_back(space != -1 ? space : ' ' + kByteTokenOffset);
@@ -148,13 +244,14 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool bos, bool eos
   // therefore group with each other, which is what run.c does too.
   std::string code_point;
   for (size_t i = 0; i < text.size(); ++i) {
+    if (stop.Poll()) return std::nullopt;
     const auto c = static_cast<unsigned char>(text[i]);
     if ((c & 0xC0) != 0x80) code_point.clear();
     code_point.push_back(static_cast<char>(c));
     const bool next_is_continuation =
         i + 1 < text.size() && (static_cast<unsigned char>(text[i + 1]) & 0xC0) == 0x80;
     if (next_is_continuation && code_point.size() < 4) continue;
-    const int32_t id = lookup(code_point);
+    const int32_t id = Lookup(code_point);
     if (id != -1) {
       tokens.push_back(id);
     } else {
@@ -166,30 +263,26 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool bos, bool eos
     code_point.clear();
   }
 
-  // Greedy BPE: merge the best-scoring adjacent pair until none merges. Quadratic, like run.c, but
-  // prompts are short and matching run.c's tie-breaking (first pair wins) matters more.
-  std::string merged;
-  while (true) {
-    float best_score = kNoMergeScore;
-    int32_t best_id = -1;
-    size_t best_idx = 0;
-    for (size_t i = 0; i + 1 < tokens.size(); ++i) {
-      merged.assign(pieces_[tokens[i]]);
-      merged.append(pieces_[tokens[i + 1]]);
-      const int32_t id = lookup(merged);
-      if (id != -1 && scores_[id] > best_score) {
-        best_score = scores_[id];
-        best_id = id;
-        best_idx = i;
-      }
-    }
-    if (best_id == -1) break;
-    tokens[best_idx] = best_id;
-    tokens.erase(tokens.begin() + static_cast<std::ptrdiff_t>(best_idx) + 1);
-  }
+  // 32-bit symbol indices keep the merge queue small; only a text of 4 GiB needs 64-bit ones.
+  std::string joined;
+  auto merge = [this, &joined](int32_t left, int32_t right) -> std::pair<int32_t, float> {
+    joined.assign(pieces_[left]);
+    joined.append(pieces_[right]);
+    const int32_t id = Lookup(joined);
+    return {id, id == -1 ? 0.0f : scores_[id]};
+  };
+  const bool merged = tokens.size() < std::numeric_limits<uint32_t>::max()
+                          ? MergePairs<uint32_t>(merge, &stop, &tokens)
+                          : MergePairs<uint64_t>(merge, &stop, &tokens);
+  if (!merged) return std::nullopt;
 
   if (eos) tokens.push_back(kEosId);
   return tokens;
+}
+
+int32_t Tokenizer::Lookup(const std::string& piece) const {
+  auto it = ids_.find(piece);
+  return it == ids_.end() ? -1 : it->second;
 }
 
 std::string Tokenizer::Decode(int32_t prev_token, int32_t token) const {

@@ -8,11 +8,14 @@
 // Encode: optional BOS; a dummy-prefix " " token when the text is non-empty; each UTF-8 code
 // point looked up as a piece, else its bytes as <0xNN> tokens (id byte + 3); then repeatedly
 // merge the adjacent pair whose concatenated piece exists with the highest score (first such pair
-// on ties); optional EOS.
+// on ties); optional EOS. The merges give run.c's ids but run in O(n log n) time and O(n) memory
+// for n input bytes (run.c's loop is quadratic), and a caller can stop a long encode.
 // Decode: a byte-fallback piece becomes that byte; after BOS a leading space is stripped.
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -31,6 +34,12 @@ class Tokenizer {
   static absl::StatusOr<Tokenizer> Load(const std::string& path, int32_t vocab_size);
 
   std::vector<int32_t> Encode(std::string_view text, bool bos, bool eos) const;
+  // The same ids, or std::nullopt once `should_stop` returns true. It is called every few
+  // thousand steps (bytes split, pairs queued or merged), from this thread, so it must be cheap
+  // and thread-compatible; e.g. a request's cancel flag and deadline. An empty function never
+  // stops. Encode is const and safe to run concurrently on one Tokenizer.
+  std::optional<std::vector<int32_t>> Encode(std::string_view text, bool bos, bool eos,
+                                             const std::function<bool()>& should_stop) const;
   // The bytes of `token` when it follows `prev_token` (run.c decode()).
   std::string Decode(int32_t prev_token, int32_t token) const;
   // run.c safe_printf(): a piece that is a single unprintable, non-space byte prints as nothing.
@@ -43,7 +52,9 @@ class Tokenizer {
  private:
   std::vector<std::string> pieces_;
   std::vector<float> scores_;
-  std::unordered_map<std::string, int32_t> ids_;  // piece -> id (first id on duplicates)
+  std::unordered_map<std::string, int32_t> ids_;   // piece -> id (first id on duplicates)
+  int32_t Lookup(const std::string& piece) const;  // the id of `piece`, or -1
+
   int32_t max_token_length_ = 0;
 };
 

@@ -7,6 +7,8 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <string>
 #include <vector>
 
 #include "engine/make_model.h"
@@ -143,6 +145,70 @@ TEST(ModelTest, RejectsInconsistentHeader) {
   std::memcpy(raw.data() + 8, &zero, 4);  // n_layers 0
   WriteAll(dir.File("zero.bin"), raw);
   EXPECT_TRUE(absl::IsInvalidArgument(LoadModel(dir.File("zero.bin")).status()));
+}
+
+// A checkpoint holding only a header: dim, hidden_dim, n_layers, n_heads, n_kv_heads,
+// vocab_size, seq_len.
+std::string WriteHeader(const TempDir& dir, const std::string& name, std::vector<int32_t> h) {
+  const std::string path = dir.File(name);
+  std::vector<char> bytes(h.size() * sizeof(int32_t));
+  std::memcpy(bytes.data(), h.data(), bytes.size());
+  WriteAll(path, bytes);
+  return path;
+}
+
+// Checks that both ReadModelConfig and LoadModel reject the header with `message`.
+void ExpectRejected(const std::string& path, absl::string_view message) {
+  for (const absl::Status& s : {ReadModelConfig(path).status(), LoadModel(path).status()}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+    EXPECT_NE(s.message().find(message), absl::string_view::npos) << s;
+    EXPECT_NE(s.message().find(path), absl::string_view::npos) << s;
+  }
+}
+
+TEST(ModelTest, RejectsVocabSizeWithoutMagnitude) {
+  // llama2.c's negative vocab_size means "separate classifier"; INT32_MIN cannot be negated.
+  TempDir dir;
+  const int32_t min = std::numeric_limits<int32_t>::min();
+  ExpectRejected(WriteHeader(dir, "vocab_min.bin", {64, 172, 5, 8, 4, min, 512}),
+                 "vocab_size -2147483648 cannot be valid");
+  // Its neighbour negates fine, and is then too large a vocabulary for this dim.
+  ExpectRejected(WriteHeader(dir, "vocab_min1.bin", {1024, 172, 5, 8, 4, min + 1, 512}),
+                 "implausibly large");
+  ExpectRejected(WriteHeader(dir, "vocab_zero.bin", {64, 172, 5, 8, 4, 0, 512}),
+                 "every field must be positive");
+  // A plain separate-classifier header is valid; this file is only too short for it.
+  const std::string neg = WriteHeader(dir, "vocab_neg.bin", {64, 172, 5, 8, 4, -512, 512});
+  absl::StatusOr<ModelConfig> c = ReadModelConfig(neg);
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->vocab_size, 512);
+  EXPECT_FALSE(c->shared_classifier);
+  const absl::Status s = LoadModel(neg).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("truncated"), absl::string_view::npos) << s;
+}
+
+TEST(ModelTest, RejectsHeadersWhoseSizesOverflow) {
+  TempDir dir;
+  const int32_t max = std::numeric_limits<int32_t>::max();
+  // dim 2^20 in 1024 heads of 1024: every field plausible, but 2^31 layers of ~2^42 floats each
+  // overflow the checkpoint's int64 byte count.
+  ExpectRejected(WriteHeader(dir, "layers.bin", {1 << 20, 1, max, 1024, 1024, 1, 1}),
+                 "checkpoint size overflows int64");
+  // 2^31 positions of 1024-float RoPE rows still fit int64: a valid header, only the file is
+  // too short for it.
+  const std::string seq = WriteHeader(dir, "seq.bin", {1 << 20, 1, 1, 1024, 1024, 1, max});
+  EXPECT_TRUE(ReadModelConfig(seq).ok());
+  const absl::Status s = LoadModel(seq).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+  EXPECT_NE(s.message().find("truncated"), absl::string_view::npos) << s;
+  // dim 2^30 (2^20 heads of 1024) with as many kv heads: qkv_dim = 3 * 2^30 is not an int32,
+  // and 2 * dim * dim alone is 2^61.
+  ExpectRejected(WriteHeader(dir, "qkv.bin", {1 << 30, 1, 1, 1 << 20, 1 << 20, 1, 1}),
+                 "does not fit an int32");
+  // 2 * hidden_dim rows of w1|w3 must be an int32 too.
+  ExpectRejected(WriteHeader(dir, "hidden.bin", {2, max, 1, 1, 1, 1, 1}),
+                 "does not fit an int32");
 }
 
 TEST(ModelTest, MakeModelRoundTripsWithSeparateClassifier) {

@@ -8,7 +8,11 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <limits>
+#include <optional>
+#include <random>
 #include <string>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -158,6 +162,156 @@ TEST(IsPrintablePieceTest, MatchesSafePrintf) {
   EXPECT_FALSE(Tokenizer::IsPrintablePiece(std::string_view("\0", 1)));
 }
 
+// The reference for the O(n log n) merge: run.c's encode() as Tokenizer::Encode was written before
+// it (a full rescan of adjacent pairs per merge, quadratic), over the tokenizer's public
+// vocabulary.
+Ids QuadraticEncode(const Tokenizer& tok, std::string_view text, bool bos, bool eos) {
+  std::unordered_map<std::string, int32_t> ids;
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) ids.emplace(tok.piece(id), id);
+  auto lookup = [&ids](const std::string& s) -> int32_t {
+    auto it = ids.find(s);
+    return it == ids.end() ? -1 : it->second;
+  };
+  const size_t nul = text.find('\0');
+  if (nul != std::string_view::npos) text = text.substr(0, nul);
+  Ids tokens;
+  if (bos) tokens.push_back(kBosId);
+  if (!text.empty()) {
+    const int32_t space = lookup(" ");
+    tokens.push_back(space != -1 ? space : ' ' + 3);
+  }
+  std::string code_point;
+  for (size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    if ((c & 0xC0) != 0x80) code_point.clear();
+    code_point.push_back(static_cast<char>(c));
+    const bool next_is_continuation =
+        i + 1 < text.size() && (static_cast<unsigned char>(text[i + 1]) & 0xC0) == 0x80;
+    if (next_is_continuation && code_point.size() < 4) continue;
+    const int32_t id = lookup(code_point);
+    if (id != -1) {
+      tokens.push_back(id);
+    } else {
+      for (unsigned char b : code_point) tokens.push_back(static_cast<int32_t>(b) + 3);
+    }
+    code_point.clear();
+  }
+  std::string merged;
+  while (true) {
+    float best_score = -1e10f;
+    int32_t best_id = -1;
+    size_t best_idx = 0;
+    for (size_t i = 0; i + 1 < tokens.size(); ++i) {
+      merged.assign(tok.piece(tokens[i]));
+      merged.append(tok.piece(tokens[i + 1]));
+      const int32_t id = lookup(merged);
+      if (id != -1 && tok.score(id) > best_score) {
+        best_score = tok.score(id);
+        best_id = id;
+        best_idx = i;
+      }
+    }
+    if (best_id == -1) break;
+    tokens[best_idx] = best_id;
+    tokens.erase(tokens.begin() + static_cast<std::ptrdiff_t>(best_idx) + 1);
+  }
+  if (eos) tokens.push_back(kEosId);
+  return tokens;
+}
+
+// Random texts of the kinds that stress the merge order. `alphabet` holds the code points (any
+// byte strings) the word-like texts are drawn from; its first two are the ones repeated in runs.
+class TextGenerator {
+ public:
+  TextGenerator(uint32_t seed, std::vector<std::string> alphabet)
+      : rng_(seed), alphabet_(std::move(alphabet)) {}
+
+  std::string Next(int kind) {
+    const int len = Uniform(0, 200);
+    std::string s;
+    switch (kind % 6) {
+      case 0:  // ASCII words and spaces
+        for (int i = 0; i < len; ++i) {
+          s += Uniform(0, 5) == 0 ? ' ' : static_cast<char>('a' + Uniform(0, 25));
+        }
+        break;
+      case 1:  // any bytes: invalid UTF-8, stray continuation bytes, NUL
+        for (int i = 0; i < len; ++i) s += static_cast<char>(Uniform(0, 255));
+        break;
+      case 2:  // the alphabet, multi-byte code points included
+        for (int i = 0; i < len; ++i) s += alphabet_[Uniform(0, alphabet_.size() - 1)];
+        break;
+      case 3: {  // one repeated character ("aaaa", "    "), on which every pair ties
+        const std::string& unit = Uniform(0, 1) == 0 ? alphabet_[0] : alphabet_[1];
+        for (int i = 0; i < len; ++i) s += unit;
+        break;
+      }
+      case 4:  // long runs of spaces between words
+        for (int i = 0; i < len / 10; ++i) {
+          s += std::string(Uniform(0, 30), ' ');
+          s += alphabet_[Uniform(0, alphabet_.size() - 1)];
+          s += alphabet_[Uniform(0, alphabet_.size() - 1)];
+        }
+        break;
+      default:  // a repeated piece of the alphabet, e.g. "ababab" or "éééé"
+        for (const std::string unit = alphabet_[Uniform(0, alphabet_.size() - 1)] +
+                                      alphabet_[Uniform(0, alphabet_.size() - 1)];
+             static_cast<int>(s.size()) < len;) {
+          s += unit;
+        }
+        break;
+    }
+    return s;
+  }
+
+ private:
+  int Uniform(size_t lo, size_t hi) {
+    return static_cast<int>(std::uniform_int_distribution<size_t>(lo, hi)(rng_));
+  }
+  std::mt19937 rng_;
+  std::vector<std::string> alphabet_;
+};
+
+// Compares Encode with QuadraticEncode on `n` random texts of every kind, with and without BOS.
+void ExpectMatchesQuadratic(const Tokenizer& tok, const std::vector<std::string>& alphabet,
+                            uint32_t seed, int n) {
+  TextGenerator gen(seed, alphabet);
+  for (int i = 0; i < n; ++i) {
+    const std::string text = gen.Next(i);
+    const bool bos = i % 2 == 0;
+    ASSERT_EQ(tok.Encode(text, bos, !bos), QuadraticEncode(tok, text, bos, !bos))
+        << "text #" << i << " (kind " << i % 6 << "): \"" << text << "\"";
+  }
+}
+
+TEST_F(TokenizerTest, MatchesQuadraticMergeOnRandomTexts) {
+  const std::vector<std::string> alphabet = {" ",
+                                             "a",
+                                             "e",
+                                             "h",
+                                             "t",
+                                             "n",
+                                             "o",
+                                             "s",
+                                             " the",
+                                             ".",
+                                             ",",
+                                             "\n",
+                                             "\xc3\xa9",
+                                             "\xe2\x80\x8a",
+                                             "\xf0\x9f\x98\x80",
+                                             "\x80"};
+  ExpectMatchesQuadratic(*tok_, alphabet, 1, 600);
+  // Story text, where most pairs merge in long cascades.
+  const std::string story =
+      "Once upon a time, there was a little girl named Lily. She liked to "
+      "play outside with her dog Max.  One day   they found a big red ball!";
+  for (int i = 0; i < 8; ++i) {
+    const std::string text = story.substr(i * 7, 40 + i * 17);
+    EXPECT_EQ(tok_->Encode(text, true, false), QuadraticEncode(*tok_, text, true, false)) << text;
+  }
+}
+
 // Writes a llama2.c tokenizer file: max_token_length, then (score, length, bytes) per token.
 std::string WriteTokenizer(const std::string& name,
                            const std::vector<std::pair<std::string, float>>& tokens) {
@@ -203,6 +357,100 @@ TEST(TokenizerSyntheticTest, MergeRulesMatchRunC) {
   EXPECT_EQ(tok->Encode("zz", false, false), (Ids{259, 267, 267}));
   // A code point stops at 4 bytes: the emoji is found, the extra continuation byte falls back.
   EXPECT_EQ(tok->Encode("\xf0\x9f\x98\x80\x80", false, false), (Ids{259, 262, 131}));
+}
+
+// A vocabulary of random pieces whose scores come from a handful of values, so that most merge
+// decisions are ties, plus pieces at and around run.c's -1e10 floor, NaN and infinite scores, a
+// BOS merge, merges of byte-fallback pieces, and byte tokens whose pieces are "" or a duplicate.
+std::vector<std::pair<std::string, float>> TiedVocabulary(uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto pick = [&rng](size_t n) { return std::uniform_int_distribution<size_t>(0, n - 1)(rng); };
+  std::vector<std::pair<std::string, float>> tokens = {
+      {"<unk>", 0.0f}, {"\n<s>\n", 0.0f}, {"\n</s>\n", 0.0f}};
+  for (int b = 0; b < 256; ++b) {
+    char buf[8];
+    std::snprintf(buf, sizeof(buf), "<0x%02X>", b);
+    tokens.emplace_back(buf, 0.0f);
+  }
+  tokens[3 + 'q'].first = "";   // merges with a neighbour into the neighbour's own piece
+  tokens[3 + 'x'].first = "a";  // shadows the "a" piece below: lookup("a") finds this id
+  const std::vector<std::string> chars = {" ", "a", "b", "c", "d", "\xc3\xa9"};
+  const std::vector<float> tied = {-1.0f, 0.0f, 0.0f, 1.0f, 2.0f};
+  for (const std::string& c : chars) tokens.emplace_back(c, tied[pick(tied.size())]);
+  for (const std::string& a : chars) {
+    for (const std::string& b : chars) tokens.emplace_back(a + b, tied[pick(tied.size())]);
+  }
+  for (int i = 0; i < 120; ++i) {
+    std::string piece;
+    for (size_t len = 3 + pick(4); piece.size() < len;) piece += chars[pick(chars.size())];
+    tokens.emplace_back(piece, tied[pick(tied.size())]);
+  }
+  tokens.insert(tokens.end(), {{"aaaa", 1.0f},
+                               {"    ", 1.0f},
+                               {"\n<s>\n ", 2.0f},      // BOS + dummy prefix
+                               {"<0xE2><0x80>", 1.0f},  // two byte-fallback pieces
+                               {"<0xE2><0x80><0x8A>", 2.0f},
+                               {"ab" + chars[5], -1e10f},   // at the floor: never
+                               {"ba" + chars[5], -9.9e9f},  // just above it: merges
+                               {"cab", std::numeric_limits<float>::quiet_NaN()},  // never
+                               {"dab", -std::numeric_limits<float>::infinity()},  // never
+                               {"bad", std::numeric_limits<float>::infinity()},
+                               {"dd", 7.0f}});  // duplicate, higher score
+  return tokens;
+}
+
+TEST(TokenizerSyntheticTest, MatchesQuadraticMergeWithTiedScores) {
+  const std::vector<std::string> alphabet = {
+      "a", " ", "b", "c", "d", "\xc3\xa9", "q", "x", "ab", "\xe2\x80\x8a", "\x80", "e"};
+  for (uint32_t seed : {1u, 2u, 3u}) {
+    const std::vector<std::pair<std::string, float>> tokens = TiedVocabulary(seed);
+    auto tok = Tokenizer::Load(WriteTokenizer("tok_tied.bin", tokens),
+                               static_cast<int32_t>(tokens.size()));
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    ExpectMatchesQuadratic(*tok, alphabet, seed, 600);
+  }
+}
+
+// About n bytes of tests/data/eval_stories.txt, repeated as needed.
+std::string StoryText(size_t n) {
+  const std::string stories =
+      ReadAll(std::string(HEAVYKV_SOURCE_DIR) + "/tests/data/eval_stories.txt");
+  std::string text;
+  text.reserve(n);
+  while (text.size() < n) text.append(stories, 0, std::min(stories.size(), n - text.size()));
+  return text;
+}
+
+TEST_F(TokenizerTest, ShouldStopEndsTheEncodeAtEveryCheck) {
+  const std::string text = StoryText(64 << 10);
+  const Ids expected = tok_->Encode(text, true, false);
+  int calls = 0;
+  const std::optional<Ids> full = tok_->Encode(text, true, false, [&calls] { return ++calls < 0; });
+  ASSERT_TRUE(full.has_value());
+  EXPECT_EQ(*full, expected);
+  // Both the code-point split and the merge loop poll: more than one check per 4096 bytes.
+  EXPECT_GT(calls, static_cast<int>(text.size() / 4096));
+  // Stopping at any one of those checks, early (split) or late (merges), gives nothing.
+  for (int stop_at = 1; stop_at <= calls; ++stop_at) {
+    int n = 0;
+    EXPECT_FALSE(tok_->Encode(text, true, false, [&] { return ++n == stop_at; }).has_value())
+        << "stop at check " << stop_at << " of " << calls;
+    EXPECT_EQ(n, stop_at);
+  }
+  // An empty check never stops.
+  EXPECT_EQ(tok_->Encode(text, false, true, std::function<bool()>()),
+            tok_->Encode(text, false, true));
+}
+
+TEST_F(TokenizerTest, EncodesAMegabyte) {
+  const std::string text = StoryText(1 << 20);
+  const Ids ids = tok_->Encode(text, true, true);
+  ASSERT_GT(ids.size(), 2u);
+  EXPECT_EQ(ids.front(), kBosId);
+  EXPECT_EQ(ids.back(), kEosId);
+  // Story text merges to well under a token per byte, and decodes back to itself.
+  EXPECT_LT(ids.size(), text.size() / 2);
+  EXPECT_EQ(DecodeAll(Ids(ids.begin(), ids.end() - 1)), text);
 }
 
 TEST(TokenizerLoadTest, MissingFile) {
