@@ -311,10 +311,13 @@ void EngineImpl::FinishUnadmitted(Request& r, const std::string& reason, absl::S
   if (reason != "rejected" && options_.observer) {
     options_.observer->OnRequestFinished(reason, d.timings.total_seconds);
   }
+  {  // before the delta: a client that saw it sees the queue without it
+    std::lock_guard<std::mutex> lock(mu_);
+    --num_waiting_;
+  }
   r.on_delta(d);
   {
     std::lock_guard<std::mutex> lock(mu_);
-    --num_waiting_;
     --num_preparing_;
   }
   done_cv_.notify_all();
