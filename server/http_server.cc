@@ -359,7 +359,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
     const int yes = 1;
     setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
   });
-  const auto seconds = [](absl::Duration d) { return std::max<time_t>(1, absl::ToInt64Seconds(d)); };
+  const auto seconds = [](absl::Duration d) {
+    return std::max<time_t>(1, absl::ToInt64Seconds(d));
+  };
   impl.set_read_timeout(seconds(options.read_timeout));  // SO_RCVTIMEO, beside our deadlines
   impl.set_write_timeout(seconds(options.write_timeout));
   impl.set_keep_alive_max_count(static_cast<size_t>(options.keep_alive_max_requests));
@@ -369,7 +371,8 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   impl.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
 
   errno = 0;
-  const int bound = port == 0 ? impl.bind_to_any_port(host) : (impl.bind_to_port(host, port) ? port : -1);
+  const int bound =
+      port == 0 ? impl.bind_to_any_port(host) : (impl.bind_to_port(host, port) ? port : -1);
   if (bound <= 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen for HTTP on ", address,
                                                errno != 0 ? ": " : "",
