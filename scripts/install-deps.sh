@@ -10,14 +10,14 @@ set -euo pipefail
 BUILD_PKGS=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev
+  libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev libcpp-httplib-dev
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-protobuf
   python3-yaml prometheus   # deploy checks: YAML parsing, promtool
 )
 RUNTIME_PKGS=(
   libgrpc++1.51 libprotobuf32 libabsl20220623 libspdlog1.10 libfmt9
-  libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libopenblas0-pthread libgomp1
+  libprometheus-cpp-core1.0 libcpp-httplib0.11 libopenblas0-pthread libgomp1
 )
 CUDA_PKGS=(nvidia-cuda-toolkit nvidia-cuda-toolkit-gcc)
 CUDA_RUNTIME_PKGS=(libcudart11.0 libcublaslt11)

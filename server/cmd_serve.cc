@@ -29,6 +29,7 @@
 #include "server/commands.h"
 #include "server/grpc_service.h"
 #include "server/host_memory.h"
+#include "server/http_metrics.h"
 #include "server/metrics.h"
 #include "spdlog/spdlog.h"
 
@@ -224,15 +225,14 @@ int ServeCommand(int argc, char** argv) {
   if (!engine.ok()) return Fail(engine.status());
   metrics->SetStatsSource([e = engine->get()] { return e->Stats(); });
 
-  std::unique_ptr<prometheus::Exposer> exposer;
+  std::unique_ptr<server::HttpServer> metrics_http;
   std::string metrics_bound = "off";
   if (!metrics_address.empty()) {
-    absl::StatusOr<std::unique_ptr<prometheus::Exposer>> x =
-        server::StartMetricsExposer(metrics_address, metrics);
-    if (!x.ok()) return Fail(x.status());
-    exposer = *std::move(x);
-    const std::vector<int> ports = exposer->GetListeningPorts();
-    metrics_bound = WithPort(metrics_address, ports.empty() ? 0 : ports[0]);
+    absl::StatusOr<std::unique_ptr<server::HttpServer>> http =
+        server::StartMetricsHttp(metrics_address, metrics);
+    if (!http.ok()) return Fail(http.status());
+    metrics_http = *std::move(http);
+    metrics_bound = WithPort(metrics_address, metrics_http->port());
   }
 
   server::GenerationService service(
@@ -282,6 +282,7 @@ int ServeCommand(int argc, char** argv) {
   // also waits out this deadline while idle client connections stay open, so keep it short.)
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server->Wait();
+  if (metrics_http != nullptr) metrics_http->Stop();
   spdlog::info("heavykv serve: stopped");
   return 0;
 }

@@ -1,9 +1,5 @@
 #include "server/metrics.h"
 
-#include <exception>
-
-#include "absl/strings/str_cat.h"
-
 namespace heavykv::server {
 namespace {
 
@@ -112,19 +108,6 @@ std::vector<prometheus::MetricFamily> Metrics::Collect() const {
     requests_waiting_->Set(s.sequences_waiting);
   }
   return registry_->Collect();
-}
-
-absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartMetricsExposer(
-    const std::string& address, const std::shared_ptr<Metrics>& metrics) {
-  std::unique_ptr<prometheus::Exposer> exposer;
-  try {  // civetweb reports a failed bind by throwing; nothing else here throws
-    exposer = std::make_unique<prometheus::Exposer>(address, /*num_threads=*/2);
-  } catch (const std::exception& e) {
-    return absl::UnavailableError(absl::StrCat("cannot serve metrics on ", address, ": ", e.what(),
-                                               "; choose another --metrics-address"));
-  }
-  exposer->RegisterCollectable(metrics);
-  return exposer;
 }
 
 }  // namespace heavykv::server

@@ -1,11 +1,11 @@
-// Metrics: the server's Prometheus series, vLLM's names with a `heavykv_` prefix, served over
-// HTTP at /metrics by prometheus-cpp.
+// Metrics: the server's Prometheus series, vLLM's names with a `heavykv_` prefix (prometheus-cpp
+// core), served over HTTP at /metrics by http_metrics.h.
 //
 //   auto metrics = std::make_shared<Metrics>();
 //   options.observer = metrics.get();              // counters and histograms, from the engine
 //   ...create the engine...
 //   metrics->SetStatsSource([&] { return engine->Stats(); });
-//   auto exposer = StartMetricsExposer("127.0.0.1:9090", metrics);
+//   auto http = StartMetricsHttp("127.0.0.1:9090", metrics);      // http_metrics.h
 //
 // Counters and histograms are fed by the EngineObserver events (engine thread). The gauges
 // (pages, usage ratio, running and waiting requests) are read from the stats source on each
@@ -18,11 +18,9 @@
 #include <string>
 #include <vector>
 
-#include "absl/status/statusor.h"
 #include "engine/engine.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
-#include "prometheus/exposer.h"
 #include "prometheus/family.h"
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
@@ -77,10 +75,5 @@ class Metrics final : public EngineObserver, public prometheus::Collectable {
   prometheus::Histogram* request_queue_time_seconds_;
   prometheus::Histogram* iteration_tokens_;
 };
-
-// Serves `metrics` at http://ADDRESS/metrics ("host:port"; port 0 picks a free one, see
-// exposer->GetListeningPorts()). UNAVAILABLE when the address cannot be bound.
-absl::StatusOr<std::unique_ptr<prometheus::Exposer>> StartMetricsExposer(
-    const std::string& address, const std::shared_ptr<Metrics>& metrics);
 
 }  // namespace heavykv::server
