@@ -31,7 +31,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
                      : request.status();
     if (!handle.ok()) {
       spdlog::info("request {} rejected: {}", request_id_, handle.status().ToString());
-      if (*on_rejected_) (*on_rejected_)(handle.status().code());
+      if (on_rejected_ != nullptr && *on_rejected_) (*on_rejected_)(handle.status().code());
       {
         std::lock_guard<std::mutex> lock(mu_);
         finish_called_ = true;
@@ -133,7 +133,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   }
 
   const std::string request_id_;
-  const RejectionObserver* on_rejected_;  // the service's; it outlives every call
+  const RejectionObserver* on_rejected_;  // the service's (it outlives every call), or null
   std::atomic<int> refs_ = 3;
   std::mutex mu_;
   std::shared_ptr<RequestHandle> handle_;
@@ -146,14 +146,40 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 }  // namespace
 
 GenerationService::GenerationService(Engine* engine, ServiceDefaults defaults,
-                                     RejectionObserver on_rejected)
-    : engine_(engine), defaults_(std::move(defaults)), on_rejected_(std::move(on_rejected)) {}
+                                     RejectionObserver on_rejected,
+                                     CallAuthenticator authenticate)
+    : engine_(engine),
+      defaults_(std::move(defaults)),
+      on_rejected_(std::move(on_rejected)),
+      authenticate_(std::move(authenticate)) {}
+
+absl::Status GenerationService::Authenticate(const grpc::CallbackServerContext& context,
+                                             std::string_view method) {
+  if (!authenticate_) return absl::OkStatus();
+  absl::Status s = authenticate_(context, method);
+  if (!s.ok() && on_rejected_) on_rejected_(s.code());
+  return s;
+}
+
+grpc::ServerUnaryReactor* GenerationService::Refuse(grpc::CallbackServerContext* context,
+                                                    std::string_view method) {
+  absl::Status s = Authenticate(*context, method);
+  if (s.ok()) return nullptr;
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();  // once per call: it resets
+  reactor->Finish(ToGrpcStatus(s));
+  return reactor;
+}
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  absl::StatusOr<GenerationRequest> r = FromProto(*request);
   std::string id = request->request_id();
   if (id.empty()) id = absl::StrCat("req-", next_request_.fetch_add(1));
+  if (absl::Status s = Authenticate(*context, "Generate"); !s.ok()) {
+    auto* reactor = new GenerateReactor(std::move(id), nullptr);
+    reactor->Start(engine_, s);  // finishes the call with `s`; the engine is not called
+    return reactor;
+  }
+  absl::StatusOr<GenerationRequest> r = FromProto(*request);
   if (r.ok()) {
     r->request_id = id;
     if (context->deadline() != std::chrono::system_clock::time_point::max()) {
@@ -168,6 +194,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
 grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* context,
                                                       const v1::TokenizeRequest* request,
                                                       v1::TokenizeResponse* response) {
+  if (grpc::ServerUnaryReactor* refused = Refuse(context, "Tokenize")) return refused;
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   absl::StatusOr<std::vector<int32_t>> ids = engine_->Tokenize(request->text());
   if (ids.ok()) {
@@ -180,6 +207,7 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* context,
                                                           const v1::GetModelInfoRequest*,
                                                           v1::ModelInfo* response) {
+  if (grpc::ServerUnaryReactor* refused = Refuse(context, "GetModelInfo")) return refused;
   ToProto(engine_->Info(), response);
   response->set_default_policy(defaults_.policy);
   response->set_default_budget(defaults_.budget);
@@ -191,6 +219,7 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* GenerationService::GetCacheStats(grpc::CallbackServerContext* context,
                                                            const v1::GetCacheStatsRequest*,
                                                            v1::CacheStats* response) {
+  if (grpc::ServerUnaryReactor* refused = Refuse(context, "GetCacheStats")) return refused;
   ToProto(engine_->Stats(), response);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);
