@@ -1,5 +1,7 @@
 #include "server/client_request.h"
 
+#include <cstdlib>
+
 #include "absl/strings/str_cat.h"
 #include "memory/eviction_policy.h"
 
@@ -44,8 +46,22 @@ absl::Status FillRequest(const FlagSet& flags, const RequestFlags& f, v1::Genera
   return absl::OkStatus();
 }
 
-std::shared_ptr<grpc::Channel> Connect(const std::string& address) {
-  return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+void AddConnectionFlags(FlagSet& flags, ConnectionFlags* f) {
+  flags.String("server", &f->address, "heavykv serve address host:port");
+  server::AddClientTlsFlags(flags, &f->tls);
+  flags.String("api-key", &f->api_key,
+               "API key sent as `authorization: Bearer KEY` (unset: env HEAVYKV_API_KEY)");
+}
+
+absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(ConnectionFlags* f) {
+  if (f->api_key.empty()) {
+    if (const char* env = std::getenv("HEAVYKV_API_KEY"); env != nullptr) f->api_key = env;
+  }
+  return server::ClientChannel(f->address, f->tls);
+}
+
+void Authorize(const ConnectionFlags& f, grpc::ClientContext* context) {
+  if (!f.api_key.empty()) context->AddMetadata("authorization", "Bearer " + f.api_key);
 }
 
 std::string StatusCodeName(grpc::StatusCode code) {

@@ -1,6 +1,6 @@
 // Shared by the gRPC clients (`heavykv generate`, `heavykv bench`): the request flags, the
-// GenerateRequest they make, and the channel. Flags a user leaves unset stay unset in the
-// request, so the server's defaults apply.
+// GenerateRequest they make, and the connection (address, TLS, API key). Flags a user leaves
+// unset stay unset in the request, so the server's defaults apply.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -12,6 +12,7 @@
 #include "absl/status/status.h"
 #include "heavykv/v1/generation.pb.h"
 #include "server/cli_flags.h"
+#include "server/tls.h"
 
 namespace heavykv::cli {
 
@@ -31,7 +32,21 @@ void AddRequestFlags(FlagSet& flags, RequestFlags* f);
 // or a fraction.
 absl::Status FillRequest(const FlagSet& flags, const RequestFlags& f, v1::GenerateRequest* out);
 
-std::shared_ptr<grpc::Channel> Connect(const std::string& address);
+struct ConnectionFlags {
+  std::string address = "127.0.0.1:50051";
+  server::ClientTls tls;
+  std::string api_key;  // empty: the environment's HEAVYKV_API_KEY, if any
+};
+
+// Registers --server, --tls-ca, --tls-cert, --tls-key, --tls-server-name, --api-key.
+void AddConnectionFlags(FlagSet& flags, ConnectionFlags* f);
+
+// The channel to f->address (TLS with --tls-ca). Fills f->api_key from HEAVYKV_API_KEY when
+// --api-key was not given. INVALID_ARGUMENT / NOT_FOUND for bad TLS flags or files.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(ConnectionFlags* f);
+
+// Adds `authorization: Bearer KEY` to a call when there is a key.
+void Authorize(const ConnectionFlags& f, grpc::ClientContext* context);
 
 // "RESOURCE_EXHAUSTED", "INVALID_ARGUMENT", ...
 std::string StatusCodeName(grpc::StatusCode code);

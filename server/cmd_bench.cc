@@ -45,8 +45,10 @@ struct Results {
   std::map<std::string, int64_t> errors;  // status code name -> count
 };
 
-void RunOne(v1::Generation::Stub& stub, const v1::GenerateRequest& request, Results& out) {
+void RunOne(v1::Generation::Stub& stub, const ConnectionFlags& conn,
+            const v1::GenerateRequest& request, Results& out) {
   grpc::ClientContext context;
+  Authorize(conn, &context);
   const Clock::time_point start = Clock::now();
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
       stub.Generate(&context, request);
@@ -98,7 +100,7 @@ void Progress(int64_t done, int64_t total) {
 }  // namespace
 
 int BenchCommand(int argc, char** argv) {
-  std::string address = "127.0.0.1:50051";
+  ConnectionFlags conn;
   int64_t concurrency = 8, requests = 64, prompt_tokens = 32, seed = 1;
   bool json = false;
   RequestFlags rf;
@@ -106,7 +108,7 @@ int BenchCommand(int argc, char** argv) {
   FlagSet flags("bench",
                 "heavykv bench --server ADDR --concurrency C --requests N "
                 "--prompt-tokens L --max-tokens G [--policy P --kv-budget B] [--json]");
-  flags.String("server", &address, "heavykv serve address host:port");
+  AddConnectionFlags(flags, &conn);
   flags.Int("concurrency", &concurrency, "requests in flight at once");
   flags.Int("requests", &requests, "requests in all");
   flags.Int("prompt-tokens", &prompt_tokens, "prompt length in tokens, BOS included");
@@ -121,15 +123,18 @@ int BenchCommand(int argc, char** argv) {
   v1::GenerateRequest base;
   if (absl::Status s = FillRequest(flags, rf, &base); !s.ok()) return Fail(s);
 
-  std::shared_ptr<grpc::Channel> channel = Connect(address);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> connected = Connect(&conn);
+  if (!connected.ok()) return Fail(connected.status());
+  std::shared_ptr<grpc::Channel> channel = *std::move(connected);
   std::unique_ptr<v1::Generation::Stub> stub = v1::Generation::NewStub(channel);
   v1::ModelInfo info;
   {
     grpc::ClientContext context;
+    Authorize(conn, &context);
     context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     grpc::Status s = stub->GetModelInfo(&context, v1::GetModelInfoRequest(), &info);
     if (!s.ok()) {
-      std::fprintf(stderr, "error: cannot reach %s: %s: %s\n", address.c_str(),
+      std::fprintf(stderr, "error: cannot reach %s: %s: %s\n", conn.address.c_str(),
                    StatusCodeName(s.error_code()).c_str(), s.error_message().c_str());
       return 1;
     }
@@ -152,6 +157,7 @@ int BenchCommand(int argc, char** argv) {
   std::thread poller([&] {
     while (!finished.load()) {
       grpc::ClientContext context;
+      Authorize(conn, &context);
       context.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(1));
       v1::CacheStats stats;
       if (stub->GetCacheStats(&context, v1::GetCacheStatsRequest(), &stats).ok()) {
@@ -166,7 +172,7 @@ int BenchCommand(int argc, char** argv) {
   for (int64_t c = 0; c < std::min(concurrency, requests); ++c) {
     clients.emplace_back([&] {
       for (int64_t i; (i = next.fetch_add(1)) < requests;) {
-        RunOne(*stub, batch[i], results);
+        RunOne(*stub, conn, batch[i], results);
         done.fetch_add(1);
       }
     });

@@ -16,12 +16,13 @@
 namespace heavykv::cli {
 
 int GenerateCommand(int argc, char** argv) {
-  std::string address = "127.0.0.1:50051", request_id;
+  ConnectionFlags conn;
+  std::string request_id;
   bool token_ids = false, json = false;
   double timeout = 0;
   RequestFlags rf;
   FlagSet flags("generate", "heavykv generate --server ADDR [flags] PROMPT");
-  flags.String("server", &address, "heavykv serve address host:port");
+  AddConnectionFlags(flags, &conn);
   flags.String("request-id", &request_id, "request id (unset: the server makes one)");
   flags.Bool("token-ids", &token_ids, "PROMPT is token ids separated by spaces, not text");
   flags.Double("timeout", &timeout, "deadline in seconds; 0 = none");
@@ -49,8 +50,11 @@ int GenerateCommand(int argc, char** argv) {
   }
   if (absl::Status s = FillRequest(flags, rf, &request); !s.ok()) return Fail(s);
 
-  std::unique_ptr<v1::Generation::Stub> stub = v1::Generation::NewStub(Connect(address));
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = Connect(&conn);
+  if (!channel.ok()) return Fail(channel.status());
+  std::unique_ptr<v1::Generation::Stub> stub = v1::Generation::NewStub(*channel);
   grpc::ClientContext context;
+  Authorize(conn, &context);
   if (timeout > 0) {
     context.set_deadline(std::chrono::system_clock::now() +
                          std::chrono::microseconds(static_cast<int64_t>(timeout * 1e6)));

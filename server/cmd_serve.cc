@@ -1,10 +1,14 @@
 // heavykv serve: the gRPC inference server (heavykv.v1.Generation, grpc.health.v1.Health,
-// server reflection) with Prometheus metrics over HTTP.
+// server reflection with --reflection) with Prometheus metrics over HTTP.
 //
 // SIGTERM / SIGINT drain the server: health turns NOT_SERVING, new requests get UNAVAILABLE,
 // running ones have --grace seconds to finish, the rest are cancelled (their streams end with
-// finish_reason CANCELLED), then the server exits 0.
-#include <grpcpp/ext/proto_server_reflection_plugin.h>
+// finish_reason CANCELLED), then the server exits 0. SIGHUP reloads --api-key-file.
+//
+// Security (server/tls.h, server/auth.h): --tls-cert/--tls-key [--tls-client-ca] put the gRPC
+// port on (mutual) TLS; --api-key-file makes every heavykv.v1.Generation call carry a listed key
+// (health stays open for probes); reflection only with --reflection, never with API keys, since
+// the reflection service cannot be made to check them.
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <fcntl.h>
@@ -24,6 +28,7 @@
 #include "engine/engine.h"
 #include "engine/model_runner.h"
 #include "engine/step_runner.h"
+#include "server/auth.h"
 #include "server/cli_flags.h"
 #include "server/dtype_flags.h"
 #include "server/commands.h"
@@ -31,6 +36,8 @@
 #include "server/host_memory.h"
 #include "server/http_metrics.h"
 #include "server/metrics.h"
+#include "server/reflection.h"
+#include "server/tls.h"
 #include "spdlog/spdlog.h"
 
 namespace heavykv::cli {
@@ -58,7 +65,7 @@ absl::Status InstallDrainSignals() {
   sa.sa_handler = OnDrainSignal;
   sigemptyset(&sa.sa_mask);
   sa.sa_flags = SA_RESTART;
-  for (int sig : {SIGINT, SIGTERM}) {
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) {
     if (sigaction(sig, &sa, nullptr) != 0) {
       return absl::InternalError(absl::StrCat("sigaction: ", std::strerror(errno)));
     }
@@ -66,7 +73,7 @@ absl::Status InstallDrainSignals() {
   return absl::OkStatus();
 }
 
-// Blocks until SIGINT or SIGTERM arrives; returns its number.
+// Blocks until SIGINT, SIGTERM or SIGHUP arrives; returns its number.
 int WaitForDrainSignal() {
   char c = 0;
   while (read(drain_pipe[0], &c, 1) != 1) {
@@ -98,6 +105,9 @@ int ServeCommand(int argc, char** argv) {
   int64_t max_waiting = 256, max_prompt_tokens = 0, max_new_tokens_limit = 0, threads = 0;
   int64_t max_prompt_bytes = 0, max_streams_per_connection = 128;
   double recent_fraction = 0.5, grace = 30, full_overcommit = 1.0, max_connection_age = 0;
+  server::ServerTls tls;
+  std::string api_key_file;
+  bool reflection = false;
   FlagSet flags("serve", "heavykv serve --model FILE [--tokenizer FILE] [flags]");
   flags.String("model", &model_path, "llama2.c checkpoint (required)");
   flags.String("tokenizer", &tokenizer_path,
@@ -140,6 +150,15 @@ int ServeCommand(int argc, char** argv) {
                "seconds after which a client connection is asked to reconnect (GOAWAY; its "
                "open streams finish), so clients balancing over a headless Service reach new "
                "replicas; 0 = never");
+  flags.String("tls-cert", &tls.cert,
+               "PEM server certificate (chain); with --tls-key: gRPC over TLS");
+  flags.String("tls-key", &tls.key, "PEM private key of --tls-cert");
+  flags.String("tls-client-ca", &tls.client_ca,
+               "PEM CA; clients must present a certificate it signed (mutual TLS)");
+  flags.String("api-key-file", &api_key_file,
+               "file of API keys, one a line (# comments); every Generation call must send "
+               "`authorization: Bearer KEY`; SIGHUP reloads it");
+  flags.Bool("reflection", &reflection, "serve gRPC server reflection (not with --api-key-file)");
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
   if (model_path.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
   absl::StatusOr<Device> device = ParseDevice(device_name);
@@ -164,6 +183,19 @@ int ServeCommand(int argc, char** argv) {
   }
   if (!(full_overcommit >= 1 && full_overcommit <= 100)) {
     return Fail(absl::InvalidArgumentError("--full-overcommit must be in [1, 100]"));
+  }
+
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> credentials =
+      server::ServerCredentials(tls);
+  if (!credentials.ok()) return Fail(credentials.status());
+  server::ApiKeyStore api_keys;
+  if (!api_key_file.empty()) {
+    if (reflection) {
+      return Fail(absl::InvalidArgumentError(
+          "--reflection with --api-key-file: the reflection service cannot check API keys, so "
+          "it would describe the API to anyone; drop --reflection"));
+    }
+    if (absl::Status s = api_keys.Load(api_key_file); !s.ok()) return Fail(s);
   }
 
   // SIGTERM/SIGINT start the drain whichever thread the kernel delivers them to. A signal mask
@@ -237,12 +269,17 @@ int ServeCommand(int argc, char** argv) {
 
   server::GenerationService service(
       engine->get(), {policy, budget},
-      [m = metrics.get()](absl::StatusCode code) { m->OnRejected(absl::StatusCodeToString(code)); });
+      [m = metrics.get()](absl::StatusCode code) { m->OnRejected(absl::StatusCodeToString(code)); },
+      api_key_file.empty() ? server::CallAuthenticator()
+                           : [&api_keys](const grpc::CallbackServerContext& context,
+                                         std::string_view method) {
+                               return api_keys.CheckCall(context, method);
+                             });
   grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
+  server::ConfigureReflection(&builder, reflection);
   int port = 0;
-  builder.AddListeningPort(listen, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(listen, *credentials, &port);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              static_cast<int>(max_streams_per_connection));
   if (max_connection_age > 0) {
@@ -255,7 +292,8 @@ int ServeCommand(int argc, char** argv) {
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
     return Fail(absl::UnavailableError(
-        absl::StrCat("cannot listen on ", listen, "; choose another --listen address")));
+        absl::StrCat("cannot listen on ", listen, "; choose another --listen address",
+                     tls.enabled() ? " (or check that --tls-key is the key of --tls-cert)" : "")));
   }
   server->GetHealthCheckService()->SetServingStatus(true);
 
@@ -271,10 +309,22 @@ int ServeCommand(int argc, char** argv) {
       device_name, info.pages_total, info.block_size,
       double(info.page_bytes) * info.pages_total / (1 << 20),
       policy, budget, max_running, max_step_tokens, max_waiting);
+  spdlog::info("gRPC security: {}; API keys {}; reflection {}", server::DescribeTls(tls),
+               api_key_file.empty() ? std::string("off (no authentication)")
+                                    : absl::StrCat("on (", api_keys.size(), " from ",
+                                                   api_key_file, ")"),
+               reflection ? "on" : "off");
   spdlog::info("gRPC listening on {}; metrics on {}", WithPort(listen, port), metrics_bound);
   serving = 1;
 
-  const int sig = WaitForDrainSignal();
+  int sig;
+  while ((sig = WaitForDrainSignal()) == SIGHUP) {
+    if (api_key_file.empty()) {
+      spdlog::info("SIGHUP: no --api-key-file to reload");
+    } else {
+      api_keys.ReloadAndLog();
+    }
+  }
   spdlog::info("signal {}: draining (grace {:.1f}s)", sig, grace);
   server->GetHealthCheckService()->SetServingStatus(false);
   (*engine)->Shutdown(absl::Seconds(grace));  // new requests: UNAVAILABLE; the rest cancelled

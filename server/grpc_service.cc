@@ -34,7 +34,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
                      : request.status();
     if (!handle.ok()) {
       spdlog::info("request {} rejected: {}", log_id_, handle.status().ToString());
-      if (*on_rejected_) (*on_rejected_)(handle.status().code());
+      if (on_rejected_ != nullptr && *on_rejected_) (*on_rejected_)(handle.status().code());
       {
         std::lock_guard<std::mutex> lock(mu_);
         finish_called_ = true;
@@ -88,7 +88,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
           status_ = ToGrpcStatus(d.status);
           has_pending_ = false;
           spdlog::info("request {} rejected: {}", log_id_, d.status.ToString());
-          if (*on_rejected_) (*on_rejected_)(d.status.code());
+          if (on_rejected_ != nullptr && *on_rejected_) (*on_rejected_)(d.status.code());
         } else {
           status_ = ToGrpcStatus(d.finish_reason == "error"
                                      ? absl::InternalError("generation failed: " + d.error)
@@ -147,7 +147,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
   const std::string request_id_;
   const std::string log_id_;  // escaped: a client's id cannot forge log lines
-  const RejectionObserver* on_rejected_;  // the service's; it outlives every call
+  const RejectionObserver* on_rejected_;  // the service's (it outlives every call), or null
   std::atomic<int> refs_ = 3;
   std::mutex mu_;
   std::shared_ptr<RequestHandle> handle_;
@@ -182,14 +182,40 @@ class TokenizeReactor final : public grpc::ServerUnaryReactor {
 }  // namespace
 
 GenerationService::GenerationService(Engine* engine, ServiceDefaults defaults,
-                                     RejectionObserver on_rejected)
-    : engine_(engine), defaults_(std::move(defaults)), on_rejected_(std::move(on_rejected)) {}
+                                     RejectionObserver on_rejected,
+                                     CallAuthenticator authenticate)
+    : engine_(engine),
+      defaults_(std::move(defaults)),
+      on_rejected_(std::move(on_rejected)),
+      authenticate_(std::move(authenticate)) {}
+
+absl::Status GenerationService::Authenticate(const grpc::CallbackServerContext& context,
+                                             std::string_view method) {
+  if (!authenticate_) return absl::OkStatus();
+  absl::Status s = authenticate_(context, method);
+  if (!s.ok() && on_rejected_) on_rejected_(s.code());
+  return s;
+}
+
+grpc::ServerUnaryReactor* GenerationService::Refuse(grpc::CallbackServerContext* context,
+                                                    std::string_view method) {
+  absl::Status s = Authenticate(*context, method);
+  if (s.ok()) return nullptr;
+  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();  // once per call: it resets
+  reactor->Finish(ToGrpcStatus(s));
+  return reactor;
+}
 
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  absl::StatusOr<GenerationRequest> r = FromProto(*request);
   std::string id = request->request_id();
   if (id.empty()) id = absl::StrCat("req-", next_request_.fetch_add(1));
+  if (absl::Status s = Authenticate(*context, "Generate"); !s.ok()) {
+    auto* reactor = new GenerateReactor(std::move(id), nullptr);
+    reactor->Start(engine_, s);  // finishes the call with `s`; the engine is not called
+    return reactor;
+  }
+  absl::StatusOr<GenerationRequest> r = FromProto(*request);
   if (r.ok()) {
     r->request_id = id;
     r->client = context->peer();
@@ -205,6 +231,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
 grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* context,
                                                       const v1::TokenizeRequest* request,
                                                       v1::TokenizeResponse* response) {
+  if (grpc::ServerUnaryReactor* refused = Refuse(context, "Tokenize")) return refused;
   auto* reactor = new TokenizeReactor(response);
   const absl::Time deadline = context->deadline() == std::chrono::system_clock::time_point::max()
                                   ? absl::InfiniteFuture()
@@ -216,6 +243,7 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
 grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerContext* context,
                                                           const v1::GetModelInfoRequest*,
                                                           v1::ModelInfo* response) {
+  if (grpc::ServerUnaryReactor* refused = Refuse(context, "GetModelInfo")) return refused;
   ToProto(engine_->Info(), response);
   response->set_default_policy(defaults_.policy);
   response->set_default_budget(defaults_.budget);
@@ -227,6 +255,7 @@ grpc::ServerUnaryReactor* GenerationService::GetModelInfo(grpc::CallbackServerCo
 grpc::ServerUnaryReactor* GenerationService::GetCacheStats(grpc::CallbackServerContext* context,
                                                            const v1::GetCacheStatsRequest*,
                                                            v1::CacheStats* response) {
+  if (grpc::ServerUnaryReactor* refused = Refuse(context, "GetCacheStats")) return refused;
   ToProto(engine_->Stats(), response);
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(grpc::Status::OK);

@@ -3,7 +3,10 @@
 // style): the engine thread queues deltas into it and it writes them one at a time; a client that
 // cancels, disconnects or passes its deadline cancels the engine request, which frees its pages.
 //
-//   GenerationService service(engine.get(), {"full", "1"});
+//   GenerationService service(engine.get(), {"full", "1"}, on_rejected,
+//                             [&keys](auto& context, auto method) {
+//                               return keys.CheckCall(context, method);
+//                             });
 //   grpc::ServerBuilder builder;
 //   builder.RegisterService(&service);
 //
@@ -16,6 +19,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <string_view>
 
 #include "engine/engine.h"
 #include "heavykv/v1/generation.grpc.pb.h"
@@ -27,13 +31,21 @@ struct ServiceDefaults {
   std::string budget = "1";
 };
 
-// Told of every Generate call refused before it ran, with its status code (gRPC threads).
+// Told of every call refused before it ran (any Generate refusal; an unauthenticated call to any
+// method), with its status code (gRPC threads).
 using RejectionObserver = std::function<void(absl::StatusCode)>;
+
+// Decides whether a call may run (e.g. ApiKeyStore::CheckCall); `method` is its short name,
+// "Generate". Runs first, on the gRPC thread; a non-OK status is the call's status and the
+// call does no work. Must be thread-safe.
+using CallAuthenticator =
+    std::function<absl::Status(const grpc::CallbackServerContext&, std::string_view method)>;
 
 class GenerationService final : public v1::Generation::CallbackService {
  public:
   GenerationService(Engine* engine, ServiceDefaults defaults,
-                    RejectionObserver on_rejected = nullptr);
+                    RejectionObserver on_rejected = nullptr,
+                    CallAuthenticator authenticate = nullptr);
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
@@ -48,9 +60,16 @@ class GenerationService final : public v1::Generation::CallbackService {
                                           v1::CacheStats* response) override;
 
  private:
+  // OK, or the refusal (counted by on_rejected_) when authenticate_ denies the call.
+  absl::Status Authenticate(const grpc::CallbackServerContext& context, std::string_view method);
+  // The call's default reactor, finished with the refusal, when authenticate_ denies the call;
+  // null when it may run.
+  grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context, std::string_view method);
+
   Engine* engine_;
   ServiceDefaults defaults_;
   RejectionObserver on_rejected_;
+  CallAuthenticator authenticate_;
   std::atomic<int64_t> next_request_ = 1;  // for ids the client left empty
 };
 

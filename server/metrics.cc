@@ -47,7 +47,7 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   request_rejected_total_ = CounterFamily(
       r, "request_rejected_total", "Requests refused before running, by gRPC status code");
   // Exported at 0 from the start, so rate() and alerts see the series before the first refusal.
-  for (const char* code : {"INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "UNAVAILABLE"}) {
+  for (const char* code : {"INVALID_ARGUMENT", "RESOURCE_EXHAUSTED", "UNAVAILABLE", "UNAUTHENTICATED"}) {
     request_rejected_total_->Add({{"code", code}});
   }
   time_to_first_token_seconds_ =

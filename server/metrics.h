@@ -46,8 +46,8 @@ class Metrics final : public EngineObserver, public prometheus::Collectable {
   void OnPreemption() override;
   void OnRequestFinished(const std::string& finish_reason, double e2e_seconds) override;
 
-  // A request refused before it ran (bad input, full queue, draining), by gRPC status code name
-  // (gRPC threads).
+  // A request refused before it ran (bad input, full queue, draining, no valid API key), by gRPC
+  // status code name (gRPC threads).
   void OnRejected(const std::string& code);
 
   // prometheus::Collectable (HTTP thread): refreshes the gauges, then returns every series.

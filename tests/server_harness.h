@@ -132,9 +132,14 @@ inline std::map<std::string, double> ParseMetrics(const std::string& text) {
 }
 
 // `heavykv serve` as a child process, its output in a log file, on ports it picked itself.
+// stub() and the health check use `credentials` (plaintext when null) and `channel_args` (e.g.
+// an SSL target name override); calls that need metadata add it to their own ClientContext.
 class ServerProcess {
  public:
-  explicit ServerProcess(std::vector<std::string> args) : log_(dir_.File("serve.log")) {
+  explicit ServerProcess(std::vector<std::string> args,
+                         std::shared_ptr<grpc::ChannelCredentials> credentials = nullptr,
+                         const grpc::ChannelArguments& channel_args = {})
+      : log_(dir_.File("serve.log")) {
     args.insert(args.begin(),
                 {Bin(), "serve", "--listen", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0"});
     pid_ = fork();
@@ -165,8 +170,9 @@ class ServerProcess {
       }
     }
     if (port_ == 0) return;
-    channel_ = grpc::CreateChannel("127.0.0.1:" + std::to_string(port_),
-                                   grpc::InsecureChannelCredentials());
+    if (credentials == nullptr) credentials = grpc::InsecureChannelCredentials();
+    channel_ = grpc::CreateCustomChannel("127.0.0.1:" + std::to_string(port_), credentials,
+                                         channel_args);
     stub_ = v1::Generation::NewStub(channel_);
     health_ = grpc::health::v1::Health::NewStub(channel_);
   }
@@ -211,6 +217,21 @@ class ServerProcess {
 
   std::map<std::string, double> Metrics() {
     return ParseMetrics(HttpGet(metrics_port_, "/metrics"));
+  }
+
+  // Sends `sig` and returns at once.
+  void Signal(int sig) { kill(pid_, sig); }
+
+  // Polls the log until it holds `text` `times` times or more (true), or `wait` passes (false).
+  bool WaitForLog(const std::string& text, int times = 1, std::chrono::milliseconds wait = 10s) {
+    for (auto until = std::chrono::steady_clock::now() + wait;
+         std::chrono::steady_clock::now() < until; std::this_thread::sleep_for(10ms)) {
+      const std::string log = ReadFile(log_);
+      int n = 0;
+      for (size_t at = log.find(text); at != std::string::npos; at = log.find(text, at + 1)) ++n;
+      if (n >= times) return true;
+    }
+    return false;
   }
 
   // Sends `sig` (to the process, or with `every_thread` to each of its threads but the first:

@@ -18,6 +18,8 @@ would only tell you after a failed rollout:
   the CPU request; --device cuda goes with an nvidia.com/gpu limit (and only it), a node selector
   and a toleration;
 - runAsUser is the Dockerfile's USER and the image carries the overlay's tag;
+- a NetworkPolicy selects the pods and admits the gRPC port and the metrics port, the metrics
+  port only from the monitoring namespace; the args keep server reflection off;
 - the dashboard and alert rules shipped in the overlays are the files in deploy/grafana and
   deploy/prometheus.
 A self-test breaks the rendered manifests in several ways and requires each to be reported.
@@ -241,6 +243,38 @@ def check(docs, overlay, ctx, errors):
     errors.check(str(sc.get("runAsUser")) == ctx["docker_uid"], f"runAsUser {sc.get('runAsUser')} "
                  f"is not the Dockerfile's USER {ctx['docker_uid']}")
 
+    # Network exposure: gRPC for the cluster's clients, metrics for Prometheus only.
+    errors.check(flags.get("reflection", "false").lower() in ("false", "0"),
+                 "keep server reflection off (no --reflection): it describes the whole API to "
+                 "anyone who can connect, and cannot check API keys")
+    np = one(docs, "NetworkPolicy", errors)
+    if np:
+        nspec = np["spec"]
+        errors.check(selects(nspec.get("podSelector", {}).get("matchLabels"), labels),
+                     "the NetworkPolicy does not select the heavykv pods")
+        errors.check("Ingress" in nspec.get("policyTypes", ["Ingress"]),
+                     "the NetworkPolicy must restrict Ingress")
+        admitted = {}  # container port number -> the `from` list of each rule admitting it
+        for rule in nspec.get("ingress", []):
+            for p in rule.get("ports") or [{}]:  # no ports: every port
+                ports = list(cports.values()) if "port" not in p else [cports.get(p["port"],
+                                                                                  p["port"])]
+                for n in ports:
+                    admitted.setdefault(n, []).append(rule.get("from") or [])  # none: anyone
+        for n in admitted:
+            errors.check(n in cports.values(), f"the NetworkPolicy admits port {n}, which is not "
+                         "a container port")
+        errors.check(listen in admitted, f"the NetworkPolicy does not admit the gRPC port {listen}")
+        errors.check(metrics in admitted,
+                     f"the NetworkPolicy does not admit the metrics port {metrics}: Prometheus "
+                     "could not scrape")
+        monitoring = {"namespaceSelector": {"matchLabels":
+                                            {"kubernetes.io/metadata.name": "monitoring"}}}
+        for peers in admitted.get(metrics, []):
+            errors.check(peers and all(peer == monitoring for peer in peers),
+                         "the NetworkPolicy admits the metrics port from beyond the monitoring "
+                         "namespace (namespaceSelector kubernetes.io/metadata.name: monitoring)")
+
     # Dashboards and alerts ship as the files CI checks.
     dash = [d for d in docs if d["kind"] == "ConfigMap" and "heavykv-dashboard.json" in
             d.get("data", {})]
@@ -293,6 +327,15 @@ def breakages(docs, overlay):
         "threads 0": lambda d: flags_cm(d)["data"].update(HEAVYKV_THREADS="0"),
         "root user": lambda d: dep(d)["spec"]["template"]["spec"]["securityContext"].update(
             runAsUser=0),
+        "reflection on": lambda d: container(d)["args"].append("--reflection"),
+        "no NetworkPolicy": lambda d: d.remove(kind(d, "NetworkPolicy")),
+        "NetworkPolicy selector": lambda d: kind(d, "NetworkPolicy")["spec"]["podSelector"]
+        ["matchLabels"].update({"app.kubernetes.io/name": "heavy"}),
+        "NetworkPolicy without gRPC": lambda d: kind(d, "NetworkPolicy")["spec"]["ingress"].pop(0),
+        "metrics open to all": lambda d: kind(d, "NetworkPolicy")["spec"]["ingress"][1].pop("from"),
+        "metrics open to a second namespace": lambda d: kind(d, "NetworkPolicy")["spec"]["ingress"]
+        [1]["from"].append({"namespaceSelector": {}}),
+        "every port open": lambda d: kind(d, "NetworkPolicy")["spec"]["ingress"][0].pop("ports"),
     }
     if overlay == "gpu":
         edits["no GPU limit"] = lambda d: container(d)["resources"]["limits"].pop("nvidia.com/gpu")

@@ -29,7 +29,7 @@ def main():
     log = tempfile.NamedTemporaryFile(prefix="heavykv-py-serve-", suffix=".log")
     server = subprocess.Popen(
         [args.binary, "serve", "--model", args.model, "--tokenizer", args.tokenizer,
-         "--listen", "127.0.0.1:0", "--metrics-address", "", "--threads", "1"],
+         "--listen", "127.0.0.1:0", "--metrics-address", "", "--threads", "1", "--reflection"],
         stdout=log, stderr=subprocess.STDOUT)
     try:
         port = None
@@ -46,8 +46,9 @@ def main():
         status = check(b"", timeout=10)
         assert status == b"\x08\x01", f"health: {status!r}"
 
-        # Server reflection (grpc.reflection.v1alpha): list_services (field 7), then the file
-        # that defines heavykv.v1.Generation (file_containing_symbol, field 4).
+        # Server reflection (grpc.reflection.v1alpha, on with --reflection): list_services
+        # (field 7), then the file that defines heavykv.v1.Generation (file_containing_symbol,
+        # field 4).
         reflect = channel.stream_stream(
             "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo")
         symbol = b"heavykv.v1.Generation"
