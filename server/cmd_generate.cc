@@ -62,9 +62,10 @@ int GenerateCommand(int argc, char** argv) {
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
       stub->Generate(&context, request);
   v1::GenerateResponse message, last;
-  std::string text;
+  std::string text, id;  // the server sends the request id in the first message only
   std::vector<int32_t> ids;
   while (reader->Read(&message)) {
+    if (id.empty()) id = message.request_id();
     text += message.text();
     ids.insert(ids.end(), message.token_ids().begin(), message.token_ids().end());
     if (!json) {
@@ -88,7 +89,7 @@ int GenerateCommand(int argc, char** argv) {
         "\"prompt_tokens\":%d,\"completion_tokens\":%d,\"policy\":%s,\"kv_budget_tokens\":%d,"
         "\"kv_tokens_kept\":%d,\"kv_tokens_evicted\":%lld,\"peak_pages\":%d,"
         "\"queue_seconds\":%.6f,\"time_to_first_token_seconds\":%.6f,\"total_seconds\":%.6f}\n",
-        JsonQuote(last.request_id()).c_str(), JsonQuote(text).c_str(),
+        JsonQuote(id).c_str(), JsonQuote(text).c_str(),
         absl::StrJoin(ids, ",").c_str(), server::FinishReasonName(last.finish_reason()).c_str(),
         u.prompt_tokens(), u.completion_tokens(), JsonQuote(u.policy()).c_str(),
         u.kv_budget_tokens(), u.kv_tokens_kept(),

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
+#include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -98,22 +99,35 @@ inline std::string JsonString(const std::string& json, const std::string& key) {
   return out;
 }
 
-// GET http://127.0.0.1:port/path; the body.
-inline std::string HttpGet(int port, const std::string& path) {
+// Sends `request` (raw bytes) to 127.0.0.1:port and returns all the server answers until it closes
+// the connection, or what came within `timeout` (send and receive time-outs on the socket).
+inline std::string HttpExchange(int port, const std::string& request,
+                                std::chrono::milliseconds timeout = 10s) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
+  timeval tv{};
+  tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
+  tv.tv_usec = static_cast<suseconds_t>((timeout.count() % 1000) * 1000);
+  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   std::string response;
   if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    const std::string req = "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
-    if (write(fd, req.data(), req.size()) == ssize_t(req.size())) {
+    if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) == ssize_t(request.size())) {
       char buf[4096];
       for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) response.append(buf, size_t(n));
     }
   }
   close(fd);
+  return response;
+}
+
+// GET http://127.0.0.1:port/path; the body.
+inline std::string HttpGet(int port, const std::string& path) {
+  const std::string response =
+      HttpExchange(port, "GET " + path + " HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n");
   const size_t body = response.find("\r\n\r\n");
   return body == std::string::npos ? "" : response.substr(body + 4);
 }
@@ -188,6 +202,14 @@ class ServerProcess {
   int metrics_port() const { return metrics_port_; }
   std::string log() const { return ReadFile(log_); }
   v1::Generation::Stub& stub() { return *stub_; }
+  // A stub on a connection of its own (a separate client, as the server sees it): gRPC would
+  // otherwise share one connection between channels to the same address.
+  std::unique_ptr<v1::Generation::Stub> NewClient() const {
+    grpc::ChannelArguments args;
+    args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+    return v1::Generation::NewStub(grpc::CreateCustomChannel(
+        address(), grpc::InsecureChannelCredentials(), args));
+  }
 
   HealthCheckResponse::ServingStatus Health() {
     grpc::ClientContext context;
