@@ -6,14 +6,16 @@
 #   DEST/lib         libheavykv_cuda.so and every shared library they load that is neither the C
 #                    runtime (libc, libm, ld-linux, libstdc++, libgcc_s) nor CUDA's (libcuda,
 #                    libcudart, libcublas*): gRPC, protobuf, abseil, OpenBLAS, ...
-#   DEST/lib/compat  this machine's libstdc++ and libgcc_s, used only where the GPU machine's are older
+#   DEST/lib/compat  this machine's libstdc++ and libgcc_s, used only where the GPU machine's are
+#                    older
 #   DEST/SOURCE_DIR  the source directory compiled into the binaries (they read models/ there)
 #   DEST/MANIFEST    commit, date, nvcc version
 #   DEST/gpu-check.sh  this checkout's copy, so the GPU machine runs it even from an older checkout
 # With TARBALL, also packs DEST's contents into TARBALL (gzip; ~23 MB, against 66 MB unpacked, most
 # of it OpenBLAS): for a tool that carries at most 64 MiB to the GPU machine.
-# Usage: scripts/gpu-bundle.sh DEST [TARBALL]   (HEAVYKV_JOBS, default 2; HEAVYKV_CUDA_ARCHS, default 90-real:
-#        the H200 only, half the nvcc time of the default 80-real;90-real)
+# Usage: scripts/gpu-bundle.sh DEST [TARBALL]
+#   HEAVYKV_JOBS, default 2; HEAVYKV_CUDA_ARCHS, default 90-real: the H200 (Hopper) only, half the
+#   nvcc time of the project's default "80-real 90-real"
 # Then, on the GPU machine, from the root of a checkout with DEST inside it (e.g. build-gpu/):
 #   bash DEST/gpu-check.sh --prebuilt DEST OUTDIR
 # (from a tarball: mkdir -p build-gpu && tar xzf TARBALL -C build-gpu, then the same with
@@ -36,7 +38,8 @@ mkdir -p "$DEST/bin" "$DEST/lib"
 for t in "${TARGETS[@]}"; do strip -o "$DEST/bin/$t" "build-gpu/bin/$t"; done
 strip --strip-unneeded -o "$DEST/lib/libheavykv_cuda.so" build-gpu/lib/libheavykv_cuda.so
 # The libraries the loader resolves here, minus the C runtime and CUDA's (the GPU machine's own).
-system='^(linux-vdso|libc|libm|libdl|libpthread|librt|ld-linux-x86-64|libstdc\+\+|libgcc_s|libcuda|libcudart|libcublas|libcublasLt)\.so'
+system='^(linux-vdso|libc|libm|libdl|libpthread|librt|ld-linux-x86-64|libstdc\+\+|libgcc_s'
+system+='|libcuda|libcudart|libcublas|libcublasLt)\.so'
 for f in "$DEST"/bin/* "$DEST/lib/libheavykv_cuda.so"; do
   ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r name path; do

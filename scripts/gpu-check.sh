@@ -4,7 +4,8 @@
 # GPU, and writes the results into OUTDIR (8 files, so that a tool returning at most 8 brings all):
 #   gpu.txt          nvidia-smi, the GPU's name/driver/clocks (read only: nothing is changed), the
 #                    CUDA libraries the loader finds, and ldd of each binary
-#   checks.log       the three CUDA test binaries' output, then the generation's stderr
+#   checks.log       the three CUDA test binaries' output, compute-sanitizer's memcheck of the tests
+#                    that failed (where it is installed), then the generation's stderr
 #   tests-xml.tar    their JUnit XML (cuda_kernels_test.xml, ...)
 #   bench.json, bench-decode.json, bench.log
 #                    heavykv_bench --summary_json of the cuda/ benchmarks (kernels + capacity, then
@@ -49,12 +50,13 @@ phase() { echo "$1: $2 ($(( $(date +%s) - start ))s)" | tee -a "$OUT/summary.txt
 {
   echo "== nvidia-smi"; nvidia-smi 2>&1
   echo "== GPU"
-  nvidia-smi --query-gpu=name,driver_version,memory.total,memory.used,clocks.sm,clocks.max.sm,clocks.mem,clocks.max.mem,power.limit \
-    --format=csv 2>&1
+  query=name,driver_version,memory.total,memory.used,clocks.sm,clocks.max.sm,clocks.mem
+  nvidia-smi --format=csv --query-gpu=$query,clocks.max.mem,power.limit 2>&1
   echo "== CUDA libraries the loader knows"; ldconfig -p 2>/dev/null | grep -E 'cublas|cudart'
 } > "$OUT/gpu.txt"
 if command -v nvidia-smi >/dev/null; then
-  phase gpu "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>&1 | head -1)"
+  phase gpu "$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader |
+    head -1)"
 else
   phase gpu "nvidia-smi not found"
 fi
@@ -96,7 +98,8 @@ else
     exit 1
   fi
   if ! bash scripts/install-deps.sh > "$OUT/deps.log" 2>&1; then
-    phase deps "FAILED: scripts/install-deps.sh could not install the missing packages (is apt reachable?); see deps.log"
+    phase deps "FAILED: scripts/install-deps.sh could not install the missing packages$(
+      ) (is apt reachable?); see deps.log"
     exit 1
   fi
   phase deps ok
@@ -124,6 +127,22 @@ for t in cuda_kernels_test cuda_cuda_model_runner_test cuda_eviction_rule_test; 
     status=1
     phase "test $t" "FAILED (exit $rc$( ((rc == 124)) && echo ': timed out'))"
   fi
+done
+# A failed or crashed binary: its failed tests (or the one it died in) again under
+# compute-sanitizer's memcheck, 90 s at most, appended to checks.log.
+sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
+for t in cuda_kernels_test cuda_cuda_model_runner_test; do
+  [[ -n "$sanitizer" ]] || break
+  s=$(awk -v h="=== $t" '$0 == h {p = 1; next} /^===/ {p = 0} p' "$OUT/checks.log")
+  f=$(grep -E '^\[  FAILED  \] [A-Za-z].* \(' <<<"$s" | awk '{print $4}' | paste -sd: -)
+  grep -q '^\[==========\] .* ran' <<<"$s" ||
+    f=$(grep '^\[ RUN      \]' <<<"$s" | tail -1 | awk '{print $4}')
+  [[ -n "$f" ]] || continue
+  { echo "=== compute-sanitizer $t --gtest_filter=$f"
+    timeout -k 5 90 "$sanitizer" --tool memcheck --print-limit 30 "$BIN/$t" --gtest_filter="$f" \
+      2>&1 | tail -150
+  } >> "$OUT/checks.log"
+  phase sanitizer "$t: see checks.log"
 done
 (cd "$OUT/xml" && tar cf "$OUT/tests-xml.tar" ./*.xml 2>/dev/null) && rm -rf "$OUT/xml"
 # Per binary: gtest's closing counts, then the names of the failed tests.
@@ -155,9 +174,12 @@ echo "=== heavykv run --device cuda" >> "$OUT/checks.log"
 ref=tests/data/stories260K.greedy.txt
 if timeout -k 5 60 "$BIN/heavykv" run --model models/stories260K.bin --tokenizer models/tok512.bin \
      --temperature 0 --steps 256 --device cuda > "$OUT/gen-cuda.txt" 2>> "$OUT/checks.log"; then
-  same=$(cmp "$OUT/gen-cuda.txt" "$ref" 2>/dev/null && echo all || cmp "$OUT/gen-cuda.txt" "$ref" 2>&1 | head -1)
-  phase generate "ok, vs the CPU reference ($(wc -c < "$ref") bytes): $( [[ $same == all ]] &&
-    echo identical || echo "differs: $same")"
+  if cmp -s "$OUT/gen-cuda.txt" "$ref"; then
+    same=identical
+  else
+    same="differs from byte $(cmp "$OUT/gen-cuda.txt" "$ref" 2>&1 | grep -o 'byte [0-9]*' | cut -d' ' -f2)"
+  fi
+  phase generate "ok; vs the CPU reference ($(wc -c < "$ref") bytes): $same"
 else
   status=1
   phase generate "FAILED: see checks.log"

@@ -9,7 +9,6 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kMaxGroup = kAttentionMaxGroup;
 constexpr int kVec = 8;              // bf16 per 16-byte load
-constexpr int kUnroll = 4;           // K or V loads a warp issues before using the first
 constexpr int32_t kMinChunk = 128;   // keys: shorter splits cost more in the combine than they win
 constexpr int64_t kSmemBudget = 48 * 1024;
 
@@ -106,41 +105,31 @@ static __global__ void __launch_bounds__(kThreads)
         qr[g][e] = (g < G && has_d) ? q_s[g * hd + sub * kVec + e] : 0.0f;
       }
     }
-    // kUnroll consecutive passes per warp, their loads issued before any use: a warp keeps
-    // kUnroll x 512 B in flight (hd 128), which the HBM latency needs (H200: 1 pass gave 37%).
-    for (int32_t p0 = warp * kUnroll; p0 < passes; p0 += kWarps * kUnroll) {
-      uint4 raw[kUnroll];
-#pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int32_t j = (p0 + u) * kpw + kl;
-        raw[u] = make_uint4(0, 0, 0, 0);
-        if (j < len && has_d) {
-          const int32_t s = begin + j;
-          raw[u] = *reinterpret_cast<const uint4*>(
-              a.pool.kv + a.pool.RowOffset(pages[s / bs], a.layer, h, 0, s % bs) + sub * kVec);
-        }
+    for (int32_t p = warp; p < passes; p += kWarps) {
+      const int32_t j = p * kpw + kl;
+      uint4 raw = make_uint4(0, 0, 0, 0);
+      if (j < len && has_d) {
+        const int32_t s = begin + j;
+        raw = *reinterpret_cast<const uint4*>(
+            a.pool.kv + a.pool.RowOffset(pages[s / bs], a.layer, h, 0, s % bs) + sub * kVec);
       }
+      float kf[kVec];
+      Bf16x8ToFloat(raw, kf);
+      float dot[kG];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int32_t j = (p0 + u) * kpw + kl;
-        float kf[kVec];
-        Bf16x8ToFloat(raw[u], kf);
-        float dot[kG];
+      for (int g = 0; g < kG; ++g) {
+        dot[g] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < kVec; ++e) dot[g] += qr[g][e] * kf[e];
+      }
+      for (int o = lpk / 2; o > 0; o >>= 1) {
+#pragma unroll
+        for (int g = 0; g < kG; ++g) dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], o);
+      }
+      if (sub == 0 && j < len) {
 #pragma unroll
         for (int g = 0; g < kG; ++g) {
-          dot[g] = 0.0f;
-#pragma unroll
-          for (int e = 0; e < kVec; ++e) dot[g] += qr[g][e] * kf[e];
-        }
-        for (int o = lpk / 2; o > 0; o >>= 1) {
-#pragma unroll
-          for (int g = 0; g < kG; ++g) dot[g] += __shfl_xor_sync(0xffffffffu, dot[g], o);
-        }
-        if (sub == 0 && j < len) {
-#pragma unroll
-          for (int g = 0; g < kG; ++g) {
-            if (g < G) lg[g * chunk + j] = dot[g] * scale;
-          }
+          if (g < G) lg[g * chunk + j] = dot[g] * scale;
         }
       }
     }
@@ -180,31 +169,20 @@ static __global__ void __launch_bounds__(kThreads)
 #pragma unroll
       for (int e = 0; e < kVec; ++e) acc[g][e] = 0.0f;
     }
-    for (int32_t p0 = warp * kUnroll; p0 < passes; p0 += kWarps * kUnroll) {
-      uint4 raw[kUnroll];
+    for (int32_t p = warp; p < passes; p += kWarps) {
+      const int32_t j = p * kpw + kl;
+      if (j < len && has_d) {
+        const int32_t s = begin + j;
+        const uint4 raw = *reinterpret_cast<const uint4*>(
+            a.pool.kv + a.pool.RowOffset(pages[s / bs], a.layer, h, 1, s % bs) + sub * kVec);
+        float vf[kVec];
+        Bf16x8ToFloat(raw, vf);
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int32_t j = (p0 + u) * kpw + kl;
-        raw[u] = make_uint4(0, 0, 0, 0);
-        if (j < len && has_d) {
-          const int32_t s = begin + j;
-          raw[u] = *reinterpret_cast<const uint4*>(
-              a.pool.kv + a.pool.RowOffset(pages[s / bs], a.layer, h, 1, s % bs) + sub * kVec);
-        }
-      }
+        for (int g = 0; g < kG; ++g) {
+          if (g < G) {
+            const float pe = lg[g * chunk + j];
 #pragma unroll
-      for (int u = 0; u < kUnroll; ++u) {
-        const int32_t j = (p0 + u) * kpw + kl;
-        if (j < len && has_d) {
-          float vf[kVec];
-          Bf16x8ToFloat(raw[u], vf);
-#pragma unroll
-          for (int g = 0; g < kG; ++g) {
-            if (g < G) {
-              const float pe = lg[g * chunk + j];
-#pragma unroll
-              for (int e = 0; e < kVec; ++e) acc[g][e] += pe * vf[e];
-            }
+            for (int e = 0; e < kVec; ++e) acc[g][e] += pe * vf[e];
           }
         }
       }
