@@ -71,7 +71,8 @@ class EngineImpl final : public Engine {
         cache_(std::move(cache)),
         runner_(std::move(runner)),
         scheduler_(cache_.get(), SchedulerConfig{options.max_step_tokens, options.max_running,
-                                                 PrefillChunk(options), options.full_overcommit}),
+                                                 PrefillChunk(options), options.full_overcommit,
+                                                 options.fair_share}),
         validator_(model_.config, tokenizer_ ? &*tokenizer_ : nullptr, options_, &scheduler_) {
     PublishStats();  // the pool's size is known before the first request
     thread_ = std::thread([this] { Loop(); });

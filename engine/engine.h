@@ -54,6 +54,7 @@ struct EngineOptions {
   int64_t max_prompt_bytes = 0;      // 0: max_prompt_tokens x the tokenizer's longest piece
   int32_t max_new_tokens_limit = 0;  // 0: the model's context length
   double full_overcommit = 1.0;      // see SchedulerConfig::full_overcommit
+  bool fair_share = true;            // see SchedulerConfig::fair_share
   std::string default_policy = "full";
   std::string default_budget = "1";  // KvBudget text: tokens or a fraction of the max length
   double default_recent_fraction = 0.5;

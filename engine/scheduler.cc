@@ -64,6 +64,7 @@ void Scheduler::Preempt(Sequence* seq, StepPlan& plan) {
 }
 
 size_t Scheduler::NextToAdmit() const {
+  if (!config_.fair_share) return 0;
   std::unordered_map<std::string_view, int32_t> running;
   for (const Sequence* s : running_) ++running[s->client];
   size_t best = 0;
@@ -81,7 +82,10 @@ size_t Scheduler::NextToAdmit() const {
 }
 
 void Scheduler::PreemptForFairness(StepPlan& plan) {
-  if (waiting_.empty() || static_cast<int32_t>(running_.size()) < config_.max_running) return;
+  if (!config_.fair_share || waiting_.empty() ||
+      static_cast<int32_t>(running_.size()) < config_.max_running) {
+    return;
+  }
   std::unordered_map<std::string_view, int32_t> running;
   for (const Sequence* s : running_) ++running[s->client];
   std::unordered_set<std::string_view> clients;

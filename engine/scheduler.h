@@ -64,6 +64,9 @@ struct SchedulerConfig {
   // preempts when the bet is lost. Measured with every request running to its length, 1 was
   // 10x faster than admitting on the first chunk alone (which preempted 1255 times).
   double full_overcommit = 1.0;
+  // Fair admission and fair-share preemption between clients (class comment); false: first come
+  // first served, whoever sent it.
+  bool fair_share = true;
 };
 
 struct ScheduledChunk {

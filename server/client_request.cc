@@ -53,11 +53,11 @@ void AddConnectionFlags(FlagSet& flags, ConnectionFlags* f) {
                "API key sent as `authorization: Bearer KEY` (unset: env HEAVYKV_API_KEY)");
 }
 
-absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(ConnectionFlags* f) {
+absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(ConnectionFlags* f, bool own_connection) {
   if (f->api_key.empty()) {
     if (const char* env = std::getenv("HEAVYKV_API_KEY"); env != nullptr) f->api_key = env;
   }
-  return server::ClientChannel(f->address, f->tls);
+  return server::ClientChannel(f->address, f->tls, own_connection);
 }
 
 void Authorize(const ConnectionFlags& f, grpc::ClientContext* context) {

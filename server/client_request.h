@@ -43,7 +43,9 @@ void AddConnectionFlags(FlagSet& flags, ConnectionFlags* f);
 
 // The channel to f->address (TLS with --tls-ca). Fills f->api_key from HEAVYKV_API_KEY when
 // --api-key was not given. INVALID_ARGUMENT / NOT_FOUND for bad TLS flags or files.
-absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(ConnectionFlags* f);
+// `own_connection` as server::ClientChannel.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(ConnectionFlags* f,
+                                                       bool own_connection = false);
 
 // Adds `authorization: Bearer KEY` to a call when there is a key.
 void Authorize(const ConnectionFlags& f, grpc::ClientContext* context);

@@ -3,6 +3,9 @@
 // (BOS first); each asks for G new tokens with ignore_eos, so every request does the same work.
 // Reports throughput, TTFT and inter-token latency percentiles, the most sequences the server
 // ran at once (GetCacheStats polled every 10 ms), and failed requests by status code.
+// --flood-streams F adds a second client, on its own connection, that keeps F streams of the same
+// requests (with --flood-max-tokens each) open all along: the figures are then those of a client
+// sharing the server with a flood, which the scheduler's fair admission is there to protect.
 #include <unistd.h>
 
 #include <algorithm>
@@ -102,6 +105,7 @@ void Progress(int64_t done, int64_t total) {
 int BenchCommand(int argc, char** argv) {
   ConnectionFlags conn;
   int64_t concurrency = 8, requests = 64, prompt_tokens = 32, seed = 1;
+  int64_t flood_streams = 0, flood_max_tokens = 512;
   bool json = false;
   RequestFlags rf;
   rf.ignore_eos = true;
@@ -114,11 +118,16 @@ int BenchCommand(int argc, char** argv) {
   flags.Int("prompt-tokens", &prompt_tokens, "prompt length in tokens, BOS included");
   flags.Int("prompt-seed", &seed, "seed of the random prompts");
   flags.Bool("json", &json, "print one JSON object instead of the table");
+  flags.Int("flood-streams", &flood_streams,
+            "streams another client (its own connection) keeps open meanwhile; 0 = none");
+  flags.Int("flood-max-tokens", &flood_max_tokens, "new tokens of each flood request");
   AddRequestFlags(flags, &rf);
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
-  if (concurrency < 1 || requests < 1 || prompt_tokens < 1) {
+  if (concurrency < 1 || requests < 1 || prompt_tokens < 1 || flood_streams < 0 ||
+      flood_max_tokens < 1) {
     return Fail(absl::InvalidArgumentError(
-        "--concurrency, --requests and --prompt-tokens must be at least 1"));
+        "--concurrency, --requests, --prompt-tokens and --flood-max-tokens must be at least 1, "
+        "--flood-streams at least 0"));
   }
   v1::GenerateRequest base;
   if (absl::Status s = FillRequest(flags, rf, &base); !s.ok()) return Fail(s);
@@ -153,6 +162,52 @@ int BenchCommand(int argc, char** argv) {
   Results results;
   std::atomic<int64_t> next = 0, done = 0;
   std::atomic<bool> finished = false;
+
+  // The flood: F streams on another connection, each sending one request after another until
+  // the measured client is done, then cancelled.
+  std::unique_ptr<v1::Generation::Stub> flood_stub;
+  if (flood_streams > 0) {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> own = Connect(&conn, /*own_connection=*/true);
+    if (!own.ok()) return Fail(own.status());
+    flood_stub = v1::Generation::NewStub(*own);
+  }
+  std::mutex flood_mu;
+  std::vector<grpc::ClientContext*> flood_calls;  // in flight, for the final cancel
+  std::vector<std::thread> flooders;
+  for (int64_t f = 0; f < flood_streams; ++f) {
+    flooders.emplace_back([&, f] {
+      v1::GenerateRequest req = batch[f % requests];
+      req.set_max_new_tokens(static_cast<int32_t>(flood_max_tokens));
+      req.set_request_id(absl::StrCat("flood-", f));
+      while (!finished.load()) {
+        grpc::ClientContext context;
+        Authorize(conn, &context);
+        {
+          std::lock_guard<std::mutex> lock(flood_mu);
+          if (finished.load()) break;
+          flood_calls.push_back(&context);
+        }
+        auto reader = flood_stub->Generate(&context, req);
+        for (v1::GenerateResponse m; reader->Read(&m);) {
+        }
+        reader->Finish();
+        std::lock_guard<std::mutex> lock(flood_mu);
+        flood_calls.erase(std::find(flood_calls.begin(), flood_calls.end(), &context));
+      }
+    });
+  }
+  if (flood_streams > 0) {  // let the flood fill the batch before the measured client starts
+    for (int i = 0; i < 200; ++i) {
+      grpc::ClientContext context;
+      Authorize(conn, &context);
+      v1::CacheStats stats;
+      if (stub->GetCacheStats(&context, v1::GetCacheStatsRequest(), &stats).ok() &&
+          stats.sequences_running() + stats.sequences_waiting() >= flood_streams) {
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+  }
   std::atomic<int32_t> max_running = 0;
   std::thread poller([&] {
     while (!finished.load()) {
@@ -187,7 +242,12 @@ int BenchCommand(int argc, char** argv) {
   }
   for (std::thread& t : clients) t.join();
   const double wall = SecondsSince(start, Clock::now());
-  finished = true;
+  {
+    std::lock_guard<std::mutex> lock(flood_mu);
+    finished = true;
+    for (grpc::ClientContext* c : flood_calls) c->TryCancel();
+  }
+  for (std::thread& t : flooders) t.join();
   poller.join();
 
   std::sort(results.ttft.begin(), results.ttft.end());
@@ -209,14 +269,15 @@ int BenchCommand(int argc, char** argv) {
         "\"output_tokens_per_second\":%.2f,\"requests_per_second\":%.3f,"
         "\"ttft_ms\":{\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f},"
         "\"itl_ms\":{\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f},"
-        "\"e2e_ms\":{\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f},\"max_running\":%d}\n",
+        "\"e2e_ms\":{\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f},\"max_running\":%d,"
+        "\"flood_streams\":%lld}\n",
         static_cast<long long>(requests), static_cast<long long>(results.ok),
         static_cast<long long>(failed), absl::StrJoin(error_parts, ",").c_str(),
         static_cast<long long>(concurrency), static_cast<long long>(results.prompt_tokens),
         static_cast<long long>(results.completion_tokens), wall, tok_s, req_s, ms(results.ttft, 50),
         ms(results.ttft, 90), ms(results.ttft, 99), ms(results.itl, 50), ms(results.itl, 90),
         ms(results.itl, 99), ms(results.e2e, 50), ms(results.e2e, 90), ms(results.e2e, 99),
-        max_running.load());
+        max_running.load(), static_cast<long long>(flood_streams));
   } else {
     std::printf("requests        %lld ok, %lld failed%s%s\n", static_cast<long long>(results.ok),
                 static_cast<long long>(failed), failed ? ": " : "",
@@ -234,6 +295,10 @@ int BenchCommand(int argc, char** argv) {
     std::printf("E2E ms          p50 %8.2f  p90 %8.2f  p99 %8.2f\n", ms(results.e2e, 50),
                 ms(results.e2e, 90), ms(results.e2e, 99));
     std::printf("max running     %d sequences at once\n", max_running.load());
+    if (flood_streams > 0) {
+      std::printf("flood           %lld streams of another client meanwhile\n",
+                  static_cast<long long>(flood_streams));
+    }
   }
   return failed > 0 ? 1 : 0;
 }

@@ -99,7 +99,7 @@ std::string WithPort(const std::string& address, int port) {
 int ServeCommand(int argc, char** argv) {
   std::string model_path, tokenizer_path, listen = "0.0.0.0:50051",
                                           metrics_address = "0.0.0.0:9090";
-  std::string policy = "full", budget = "1", device_name = "cpu";
+  std::string policy = "full", budget = "1", device_name = "cpu", scheduling = "fair";
   DtypeFlags dtypes;
   int64_t block_size = 16, kv_pages = 0, kv_pool_mb = 0, max_step_tokens = 512, max_running = 64;
   int64_t max_waiting = 256, max_prompt_tokens = 0, max_new_tokens_limit = 0, threads = 0;
@@ -142,6 +142,9 @@ int ServeCommand(int argc, char** argv) {
   flags.Double("full-overcommit", &full_overcommit,
                "admit full-cache requests while their possible growth is within this multiple "
                "of the pool; 1 never preempts them, more bets on early EOS");
+  flags.String("scheduling", &scheduling,
+               "fair: admission shares the batch between clients (connections), preempting a "
+               "flooding one; fcfs: first come first served");
   flags.Int("threads", &threads, "CPU threads; 0 = every core");
   flags.String("device", &device_name, "cpu or cuda: where the weights, KV pool and forward pass run");
   dtypes.Register(flags);
@@ -176,6 +179,9 @@ int ServeCommand(int argc, char** argv) {
                          CheckRange("max-new-tokens-limit", max_new_tokens_limit, 0, INT32_MAX),
                          CheckRange("threads", threads, 0, 4096)}) {
     if (!s.ok()) return Fail(s);
+  }
+  if (scheduling != "fair" && scheduling != "fcfs") {
+    return Fail(absl::InvalidArgumentError("--scheduling must be fair or fcfs"));
   }
   if (!(grace >= 0)) return Fail(absl::InvalidArgumentError("--grace must be >= 0 seconds"));
   if (!(max_connection_age >= 0 && max_connection_age <= 1e6)) {
@@ -245,6 +251,7 @@ int ServeCommand(int argc, char** argv) {
   options.max_prompt_bytes = max_prompt_bytes;
   options.max_new_tokens_limit = static_cast<int32_t>(max_new_tokens_limit);
   options.full_overcommit = full_overcommit;
+  options.fair_share = scheduling == "fair";
   options.default_policy = policy;
   options.default_budget = budget;
   options.default_recent_fraction = recent_fraction;

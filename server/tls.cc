@@ -70,14 +70,17 @@ void AddClientTlsFlags(cli::FlagSet& flags, ClientTls* tls) {
 }
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ClientChannel(const std::string& address,
-                                                             const ClientTls& tls) {
+                                                             const ClientTls& tls,
+                                                             bool own_connection) {
+  grpc::ChannelArguments args;
+  if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   if (tls.ca.empty()) {
     if (!tls.cert.empty() || !tls.key.empty() || !tls.server_name.empty()) {
       return absl::InvalidArgumentError(
           "--tls-cert, --tls-key and --tls-server-name need --tls-ca (the CA to verify the "
           "server with)");
     }
-    return grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
+    return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
   }
   if (tls.cert.empty() != tls.key.empty()) {
     return absl::InvalidArgumentError("--tls-cert and --tls-key go together: give both or neither");
@@ -94,7 +97,6 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> ClientChannel(const std::string& 
     options.pem_cert_chain = *std::move(cert);
     options.pem_private_key = *std::move(key);
   }
-  grpc::ChannelArguments args;
   if (!tls.server_name.empty()) args.SetSslTargetNameOverride(tls.server_name);
   return grpc::CreateCustomChannel(address, grpc::SslCredentials(options), args);
 }

@@ -47,8 +47,10 @@ struct ClientTls {
 void AddClientTlsFlags(cli::FlagSet& flags, ClientTls* tls);
 
 // A channel to `address`: plaintext without --tls-ca, TLS otherwise. Errors as
-// ServerCredentials.
+// ServerCredentials. `own_connection`: never share a connection with another channel (gRPC
+// shares them between channels with the same arguments), so the server sees another client.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ClientChannel(const std::string& address,
-                                                             const ClientTls& tls);
+                                                             const ClientTls& tls,
+                                                             bool own_connection = false);
 
 }  // namespace heavykv::server
