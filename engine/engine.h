@@ -1,14 +1,16 @@
-// Engine: the serving core. Requests are submitted from any thread; one engine thread runs the
-// continuous-batching loop (Scheduler plans a step, ModelRunner executes it, the engine samples,
-// detokenizes and streams deltas back) over the shared KvCache.
+// Engine: the serving core. Requests are submitted from any thread; one tokenizer thread turns
+// text prompts into tokens, and one engine thread runs the continuous-batching loop (Scheduler
+// plans a step, ModelRunner executes it, the engine samples, detokenizes and streams deltas back)
+// over the shared KvCache.
 //
 //   auto engine = Engine::Create(std::move(model), std::move(tokenizer), options);
 //   auto handle = engine->Submit(request, [](const GenerationDelta& d) { ... });
 //   ...handle->Cancel();   // client gone: pages are freed at the next step
 //
-// Callbacks run on the engine thread, in order, one at a time per request; they must not block
-// (queue the delta and return). The last delta of a request has `finished` set, exactly once,
-// whatever the outcome (length, stop, eos, cancelled, error).
+// Callbacks run on the engine's threads (the engine thread; the tokenizer thread for a request
+// refused or cancelled before its prompt was tokenized), in order, one at a time per request;
+// they must not block (queue the delta and return). The last delta of a request has `finished`
+// set, exactly once, whatever the outcome (length, stop, eos, cancelled, error, rejected).
 #pragma once
 
 #include <atomic>
@@ -27,7 +29,7 @@
 
 namespace heavykv {
 
-// Events for metrics, called on the engine thread (must be cheap and thread-safe to read).
+// Events for metrics, called on the engine's threads (must be cheap and thread-safe).
 // The server turns them into Prometheus series; the engine itself knows no metrics library.
 class EngineObserver {
  public:
