@@ -10,24 +10,6 @@
 namespace heavykv::e2e {
 namespace {
 
-// A connected loopback socket whose reads and writes give up after `timeout`; -1 on failure.
-int Connect(int port, std::chrono::seconds timeout = 5s) {
-  const int fd = socket(AF_INET, SOCK_STREAM, 0);
-  timeval tv{};
-  tv.tv_sec = timeout.count();
-  setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-  setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, sizeof tv);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(static_cast<uint16_t>(port));
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
-    close(fd);
-    return -1;
-  }
-  return fd;
-}
-
 struct HttpResponse {
   int status = 0;  // 0: no response (connection failed, closed or timed out)
   std::string head;
@@ -38,7 +20,7 @@ struct HttpResponse {
 // response of the metrics server ends it) or 5 s pass.
 HttpResponse Exchange(int port, const std::string& request) {
   HttpResponse r;
-  const int fd = Connect(port);
+  const int fd = ConnectLoopback(port);
   if (fd < 0) return r;
   std::string response;
   if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) == ssize_t(request.size())) {
@@ -175,7 +157,7 @@ TEST_F(MetricsE2eTest, EveryOtherRequestGetsItsStatusAndTheServerStaysUp) {
 TEST_F(MetricsE2eTest, StalledConnectionsDoNotBlockAScrape) {
   std::vector<int> stalled;
   for (int i = 0; i < 12; ++i) {
-    const int fd = Connect(server_->metrics_port());
+    const int fd = ConnectLoopback(server_->metrics_port());
     ASSERT_GE(fd, 0);
     if (i % 2 == 1) {
       const std::string half = i % 4 == 1 ? "GET /met" : "GET /metrics HTTP/1.1\r\nHost: 1";

@@ -720,6 +720,20 @@ namespace {
 
 // Fair sharing between clients, with the scheduler driven directly (the harness above checks the
 // first-come-first-served contract of a single client).
+
+// A 4-token prompt of `client` with room for `max_total`, owned by `seqs`, queued in `sched`.
+Sequence* EnqueueFor(Scheduler& sched, std::vector<std::unique_ptr<Sequence>>& seqs,
+                     const std::string& client, int32_t max_total) {
+  auto s = std::make_unique<Sequence>();
+  s->id = static_cast<int64_t>(seqs.size()) + 1;
+  s->tokens.assign(4, kToken);
+  s->num_prompt = 4;
+  s->max_total = max_total;
+  s->client = client;
+  sched.Enqueue(s.get());
+  seqs.push_back(std::move(s));
+  return seqs.back().get();
+}
 TEST(SchedulerFairnessTest, AWaitingClientTakesASlotFromAFloodingOne) {
   for (const bool fair : {true, false}) {
     SCOPED_TRACE(fair ? "fair" : "fcfs");
@@ -728,17 +742,7 @@ TEST(SchedulerFairnessTest, AWaitingClientTakesASlotFromAFloodingOne) {
     config.fair_share = fair;
     Scheduler sched(cache.get(), config);
     std::vector<std::unique_ptr<Sequence>> seqs;
-    auto add = [&](const std::string& client) {
-      auto s = std::make_unique<Sequence>();
-      s->id = static_cast<int64_t>(seqs.size()) + 1;
-      s->tokens.assign(4, kToken);
-      s->num_prompt = 4;
-      s->max_total = 32;
-      s->client = client;
-      sched.Enqueue(s.get());
-      seqs.push_back(std::move(s));
-      return seqs.back().get();
-    };
+    auto add = [&](const std::string& client) { return EnqueueFor(sched, seqs, client, 32); };
     Sequence* a1 = add("a");
     Sequence* a2 = add("a");
     Sequence* a3 = add("a");
@@ -769,17 +773,7 @@ TEST(SchedulerFairnessTest, AdmissionPrefersTheClientWithTheFewestRunning) {
   std::unique_ptr<KvCache> cache = *KvCache::Create(TinyShape(), 64);
   Scheduler sched(cache.get(), Config(64, /*max_running=*/3, /*prefill_chunk=*/8));
   std::vector<std::unique_ptr<Sequence>> seqs;
-  auto add = [&](const std::string& client) {
-    auto s = std::make_unique<Sequence>();
-    s->id = static_cast<int64_t>(seqs.size()) + 1;
-    s->tokens.assign(4, kToken);
-    s->num_prompt = 4;
-    s->max_total = 16;
-    s->client = client;
-    sched.Enqueue(s.get());
-    seqs.push_back(std::move(s));
-    return seqs.back().get();
-  };
+  auto add = [&](const std::string& client) { return EnqueueFor(sched, seqs, client, 16); };
   Sequence* a1 = add("a");
   Sequence* a2 = add("a");
   Sequence* a3 = add("a");

@@ -99,10 +99,9 @@ inline std::string JsonString(const std::string& json, const std::string& key) {
   return out;
 }
 
-// Sends `request` (raw bytes) to 127.0.0.1:port and returns all the server answers until it closes
-// the connection, or what came within `timeout` (send and receive time-outs on the socket).
-inline std::string HttpExchange(int port, const std::string& request,
-                                std::chrono::milliseconds timeout = 10s) {
+// A socket connected to 127.0.0.1:port whose reads and writes give up after `timeout`; -1 when
+// the connection fails.
+inline int ConnectLoopback(int port, std::chrono::milliseconds timeout = 5s) {
   const int fd = socket(AF_INET, SOCK_STREAM, 0);
   timeval tv{};
   tv.tv_sec = static_cast<time_t>(timeout.count() / 1000);
@@ -113,12 +112,23 @@ inline std::string HttpExchange(int port, const std::string& request,
   addr.sin_family = AF_INET;
   addr.sin_port = htons(static_cast<uint16_t>(port));
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Sends `request` (raw bytes) to 127.0.0.1:port and returns all the server answers until it closes
+// the connection, or what came within `timeout`.
+inline std::string HttpExchange(int port, const std::string& request,
+                                std::chrono::milliseconds timeout = 10s) {
+  const int fd = ConnectLoopback(port, timeout);
   std::string response;
-  if (connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0) {
-    if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) == ssize_t(request.size())) {
-      char buf[4096];
-      for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) response.append(buf, size_t(n));
-    }
+  if (fd < 0) return response;
+  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) == ssize_t(request.size())) {
+    char buf[4096];
+    for (ssize_t n; (n = read(fd, buf, sizeof buf)) > 0;) response.append(buf, size_t(n));
   }
   close(fd);
   return response;
