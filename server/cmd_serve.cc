@@ -143,8 +143,8 @@ int ServeCommand(int argc, char** argv) {
                "admit full-cache requests while their possible growth is within this multiple "
                "of the pool; 1 never preempts them, more bets on early EOS");
   flags.String("scheduling", &scheduling,
-               "fair: admission shares the batch between clients (connections), preempting a "
-               "flooding one; fcfs: first come first served");
+               "fair: admission shares the batch between clients (API keys, else connections), "
+               "preempting a flooding one; fcfs: first come first served");
   flags.Int("threads", &threads, "CPU threads; 0 = every core");
   flags.String("device", &device_name, "cpu or cuda: where the weights, KV pool and forward pass run");
   dtypes.Register(flags);

@@ -1,5 +1,6 @@
 #include "server/grpc_service.h"
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <utility>
@@ -206,6 +207,18 @@ grpc::ServerUnaryReactor* GenerationService::Refuse(grpc::CallbackServerContext*
   return reactor;
 }
 
+std::string GenerationService::ClientOf(const grpc::CallbackServerContext& context) const {
+  if (authenticate_) {  // the call passed the key check: its authorization names a listed key
+    const auto& metadata = context.client_metadata();
+    auto it = metadata.find("authorization");
+    if (it != metadata.end()) {
+      return absl::StrCat("key:", std::hash<std::string_view>{}(
+                                      std::string_view(it->second.data(), it->second.size())));
+    }
+  }
+  return context.peer();
+}
+
 grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
     grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
   std::string id = request->request_id();
@@ -218,7 +231,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
   absl::StatusOr<GenerationRequest> r = FromProto(*request);
   if (r.ok()) {
     r->request_id = id;
-    r->client = context->peer();
+    r->client = ClientOf(*context);
     if (context->deadline() != std::chrono::system_clock::time_point::max()) {
       r->deadline = absl::FromChrono(context->deadline());
     }

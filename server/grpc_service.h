@@ -65,6 +65,9 @@ class GenerationService final : public v1::Generation::CallbackService {
   // The call's default reactor, finished with the refusal, when authenticate_ denies the call;
   // null when it may run.
   grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context, std::string_view method);
+  // Who the scheduler shares the batch between: with API keys, the key (as a hash, so no copy of
+  // it lives on: every connection of one key is one client); without, the connection.
+  std::string ClientOf(const grpc::CallbackServerContext& context) const;
 
   Engine* engine_;
   ServiceDefaults defaults_;
