@@ -265,3 +265,45 @@ TEST(ServeFlagsTest, PoolsThatCannotFitAndAnEmptyQueueAreStartUpErrors) {
 
 }  // namespace
 }  // namespace heavykv
+
+namespace heavykv {
+namespace {
+
+using namespace heavykv::e2e;
+
+// SIGTERM while the server is still starting (here: filling a 3 GiB pool) ends it at once with
+// 128 + SIGTERM, instead of finishing the start-up first.
+TEST(ServeStartupTest, SigtermDuringStartUpEndsTheProcess) {
+  testing::TempDir dir;
+  const std::string log = dir.File("serve.log");
+  const pid_t pid = fork();
+  if (pid == 0) {
+    std::FILE* f = std::fopen(log.c_str(), "w");
+    dup2(fileno(f), STDOUT_FILENO);
+    dup2(fileno(f), STDERR_FILENO);
+    execl(Bin().c_str(), Bin().c_str(), "serve", "--model", testing::ModelPath().c_str(),
+          "--listen", "127.0.0.1:0", "--metrics-address", "", "--kv-pool-mb", "3072", nullptr);
+    _exit(127);
+  }
+  std::this_thread::sleep_for(200ms);
+  const bool started = ReadFile(log).find("listening") != std::string::npos;
+  kill(pid, SIGTERM);
+  int status = 0;
+  bool exited = false;
+  for (auto until = std::chrono::steady_clock::now() + 60s;
+       !(exited = waitpid(pid, &status, WNOHANG) == pid) && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(10ms);
+  }
+  if (!exited) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+  }
+  ASSERT_TRUE(exited) << "SIGTERM did not end the server within 60 s";
+  if (started) GTEST_SKIP() << "the server was up within 200 ms: nothing to interrupt";
+  ASSERT_TRUE(WIFEXITED(status)) << ReadFile(log);
+  EXPECT_EQ(WEXITSTATUS(status), 128 + SIGTERM) << ReadFile(log);
+  EXPECT_EQ(ReadFile(log).find("listening"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace heavykv
