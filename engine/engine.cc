@@ -134,8 +134,8 @@ class EngineImpl final : public Engine {
       std::lock_guard<std::mutex> lock(mu_);
       if (!draining_ && int32_t(preparing_.size()) < options_.max_waiting) {
         ++num_preparing_;
-        preparing_.push_back(PrepJob{
-            nullptr, TokenizeJob{std::move(text), std::move(cancelled), deadline, std::move(done)}});
+        preparing_.push_back(PrepJob{nullptr, TokenizeJob{std::move(text), std::move(cancelled),
+                                                          deadline, std::move(done)}});
         prep_cv_.notify_all();
         return;
       }
@@ -361,7 +361,8 @@ void EngineImpl::PrepareLoop() {
     absl::StatusOr<std::vector<int32_t>> ids = validator_.PromptTokens(r.raw, should_stop);
     if (!ids.ok()) {
       const bool stopped = ids.status().code() == absl::StatusCode::kCancelled;
-      FinishUnadmitted(r, stopped ? "cancelled" : "rejected", stopped ? absl::OkStatus() : ids.status());
+      FinishUnadmitted(r, stopped ? "cancelled" : "rejected",
+                       stopped ? absl::OkStatus() : ids.status());
       continue;
     }
     absl::StatusOr<ResolvedRequest> params = validator_.Resolve(r.raw, *std::move(ids));

@@ -98,7 +98,8 @@ absl::Status RequestValidator::Precheck(const GenerationRequest& q) const {
                                   " (it could not fit ", max_prompt_tokens(),
                                   " tokens otherwise): shorten it"));
     }
-    if (TextStream::Sanitize(*q.prompt) != *q.prompt) return Invalid("the prompt is not valid UTF-8");
+    if (TextStream::Sanitize(*q.prompt) != *q.prompt)
+      return Invalid("the prompt is not valid UTF-8");
   } else {
     if (q.prompt_token_ids.empty()) {
       return Invalid("the request has no prompt: set prompt or prompt_token_ids");
@@ -118,8 +119,8 @@ absl::Status RequestValidator::Precheck(const GenerationRequest& q) const {
   const int32_t limit =
       options_.max_new_tokens_limit > 0 ? options_.max_new_tokens_limit : config_.seq_len;
   if (q.max_new_tokens < 1 || q.max_new_tokens > limit) {
-    return Invalid(absl::StrCat("max_new_tokens must be in [1, ", limit, "], got ",
-                                q.max_new_tokens));
+    return Invalid(
+        absl::StrCat("max_new_tokens must be in [1, ", limit, "], got ", q.max_new_tokens));
   }
   if (q.temperature && !(std::isfinite(*q.temperature) && *q.temperature >= 0)) {
     return Invalid("temperature must be >= 0 (0 = greedy)");
@@ -233,8 +234,10 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
   int32_t need = 0, have = 0;
   const bool bounded = r.policy != "full" && r.budget_tokens < max_total;
   if (!scheduler_->Fits(max_total, bounded, r.budget_tokens, &need, &have)) {
-    return Invalid(absl::StrCat("this request needs ", need, " KV pages; the pool can give one "
-                                "request ", have, ": lower max_new_tokens or set a KV budget"));
+    return Invalid(absl::StrCat("this request needs ", need,
+                                " KV pages; the pool can give one "
+                                "request ",
+                                have, ": lower max_new_tokens or set a KV budget"));
   }
   return r;
 }

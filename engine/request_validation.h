@@ -22,8 +22,8 @@
 #include "absl/time/time.h"
 #include "engine/engine.h"
 #include "engine/model.h"
-#include "engine/scheduler.h"
 #include "engine/sampler.h"
+#include "engine/scheduler.h"
 #include "engine/tokenizer.h"
 
 namespace heavykv {

@@ -56,8 +56,8 @@ absl::Status CheckHostMemory(int64_t bytes, std::string_view what, double fracti
   const std::optional<int64_t> avail = AvailableHostMemoryBytes();
   if (!avail || bytes <= fraction * double(*avail)) return absl::OkStatus();
   return absl::InvalidArgumentError(absl::StrCat(
-      absl::string_view(what.data(), what.size()), " needs ", GiB(bytes), " but this machine (or container) has ", GiB(*avail),
-      " available: make it smaller"));
+      absl::string_view(what.data(), what.size()), " needs ", GiB(bytes),
+      " but this machine (or container) has ", GiB(*avail), " available: make it smaller"));
 }
 
 }  // namespace heavykv::cli

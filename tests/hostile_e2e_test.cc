@@ -56,7 +56,8 @@ TEST_F(HostileClientTest, MetricsPortAnswersEveryMethodAndPath) {
         "HEAD /metrics HTTP/1.1\r\nHost: x\r\n\r\n", "POST /metrics HTTP/1.1\r\nHost: x\r\n\r\n",
         "\x16\x03\x01garbage\r\n\r\n"}) {
     const std::string response = HttpExchange(port, req, 5s);
-    EXPECT_EQ(response.rfind("HTTP/1.1 ", 0), 0u) << ::testing::PrintToString(req) << ": " << response;
+    EXPECT_EQ(response.rfind("HTTP/1.1 ", 0), 0u)
+        << ::testing::PrintToString(req) << ": " << response;
   }
   EXPECT_GT(server_->Metrics()["heavykv_kv_pages_total"], 0);
   ExpectHealthy(*server_);
@@ -139,7 +140,8 @@ class LongPromptTest : public ::testing::Test {
     model_ = dir_->File("long.bin");
     RunCapture(Bin() +
                " make-model --dim 256 --hidden-dim 768 --layers 4 --heads 8 --kv-heads 4 "
-               "--vocab 512 --seq-len 2048 --out " + model_ + " 2>&1");
+               "--vocab 512 --seq-len 2048 --out " +
+               model_ + " 2>&1");
   }
   static void TearDownTestSuite() { delete dir_; }
   static testing::TempDir* dir_;
@@ -251,7 +253,7 @@ TEST_F(LongPromptTest, StreamsPerConnectionAreCapped) {
 TEST(ServeFlagsTest, PoolsThatCannotFitAndAnEmptyQueueAreStartUpErrors) {
   testing::TempDir dir;
   for (const std::string flags : {"--kv-pool-mb 100000000", "--kv-pages 2000000000",
-                                   "--kv-pool-mb 99999999999999", "--max-waiting 0"}) {
+                                  "--kv-pool-mb 99999999999999", "--max-waiting 0"}) {
     const std::string code = RunCapture(Bin() + " serve --model " + testing::ModelPath() +
                                         " --listen 127.0.0.1:0 --metrics-address '' " + flags +
                                         " > " + dir.File("out") + " 2>&1; echo $?");
@@ -291,7 +293,8 @@ TEST(ServeStartupTest, SigtermDuringStartUpEndsTheProcess) {
   int status = 0;
   bool exited = false;
   for (auto until = std::chrono::steady_clock::now() + 60s;
-       !(exited = waitpid(pid, &status, WNOHANG) == pid) && std::chrono::steady_clock::now() < until;) {
+       !(exited = waitpid(pid, &status, WNOHANG) == pid) &&
+       std::chrono::steady_clock::now() < until;) {
     std::this_thread::sleep_for(10ms);
   }
   if (!exited) {
