@@ -9,8 +9,8 @@ namespace {
 constexpr int kWarps = kStreamWarps;
 constexpr int kThreads = kStreamThreads;
 constexpr int kVec = 8;     // bf16 per 16-byte load
-constexpr int kUnroll = 4;
-constexpr int kMinBlocks = 4;  // per SM: at most 128 registers (2 for a group of 8)  // keys per lane group per iteration: 4 K + 4 V loads in flight
+constexpr int kUnroll = 4;     // keys per lane group per iteration: 4 K + 4 V loads in flight
+constexpr int kMinBlocks = 4;  // per SM: at most 128 registers (2 for a group of 8)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 // Below every real logit (in log2 units) and finite, so exp2(kNoLogit - kNoLogit) is no NaN.
