@@ -4,16 +4,21 @@
 // side by side, then reported as a counter (and so in --summary_json):
 //
 //   cuda/bandwidth/d2d                  device-to-device copy: hbm_bytes_per_second (read+write)
-//   cuda/attention/decode/b64/ctx4096/q32kv8/hd128/{noscores,scores}[/chunkN]
+//   cuda/attention/decode/b64/ctx4096/q32kv8/hd128/{noscores,scores}[/chunkN]/{stream,two-pass}
 //                                       kv_bytes_per_second, frac_of_4.8TBps (>= 0.70),
-//                                       frac_of_d2d; scores: time_vs_noscores (<= 1.10)
+//                                       frac_of_d2d; scores: time_vs_noscores (<= 1.10); the
+//                                       two split kernels of paged_attention.cuh side by side
 //   cuda/decode/llama3-1b/b64/ctx1024   one engine decode step, random llama3-1b weights:
-//                                       vs_bound = step time / ((weights + KV) / 4.8 TB/s) (<= 1.5)
+//                                       vs_bound = step / ((weights + KV) / 4.8 TB/s) (<= 1.5),
+//                                       with the default attention kernel (HEAVYKV_CUDA_ATTENTION);
+//                                       HEAVYKV_PROFILE_STEP=1 brackets one extra step with
+//                                       cudaProfilerStart/Stop (ncu --profile-from-start off)
 //   cuda/capacity/len4096/h2o20-vs-full sequences of 4096 tokens resident in one pool, real
 //                                       GPU forward passes: ratio (>= 4.5)
 // The llama3-1b checkpoint (5 GB) is written once into $HEAVYKV_BENCH_DIR (default
 // /tmp/heavykv-bench).
 #include <benchmark/benchmark.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -95,7 +100,8 @@ void BM_D2d(benchmark::State& state) {
 
 // Decode attention alone: `batch` sequences of `context` cached tokens, one new query each,
 // q_heads / kv_heads, head_dim, bf16 K/V, one layer, block tables over shuffled pages.
-void BM_DecodeAttention(benchmark::State& state, bool scores, int32_t max_chunk) {
+void BM_DecodeAttention(benchmark::State& state, bool scores, int32_t max_chunk,
+                        cuda::AttentionKernel kernel) {
   if (SkipWithoutGpu(state)) return;
   constexpr int32_t kBatch = 64, kContext = 4096, kQHeads = 32, kKvHeads = 8, kHd = 128, kBs = 16;
   const int32_t pages_per_seq = kContext / kBs, pages = kBatch * pages_per_seq;
@@ -151,12 +157,13 @@ void BM_DecodeAttention(benchmark::State& state, bool scores, int32_t max_chunk)
   a.out_stride = kQHeads * kHd;
   auto plan_for = [&](bool with_scores) {
     return cuda::PlanAttention(L.num_tokens, kKvHeads, a.group, kHd, kContext, with_scores, sms,
-                               max_chunk);
+                               max_chunk, kernel);
   };
   const cuda::AttentionPlan plan = plan_for(scores);
+  const cuda::AttentionPlan plain = plan_for(false);  // sized for both: the larger scratch
   void *po = nullptr, *pm = nullptr, *pe = nullptr;
-  cudaMalloc(&po, std::max<int64_t>(1, plan.part_out_floats) * 4);
-  cudaMalloc(&pm, std::max<int64_t>(1, plan.part_ml_floats) * 4);
+  cudaMalloc(&po, std::max<int64_t>({1, plan.part_out_floats, plain.part_out_floats}) * 4);
+  cudaMalloc(&pm, std::max<int64_t>({1, plan.part_ml_floats, plain.part_ml_floats}) * 4);
   cudaMalloc(&pe, std::max<int64_t>(1, plan.part_e_floats) * 4);
   a.part_out = static_cast<float*>(po);
   a.part_ml = static_cast<float*>(pm);
@@ -175,8 +182,8 @@ void BM_DecodeAttention(benchmark::State& state, bool scores, int32_t max_chunk)
   state.counters["frac_of_d2d"] = bw / D2dBandwidth();
   state.counters["chunk"] = plan.chunk;
   state.counters["splits"] = plan.max_splits;
-  if (scores) {  // the same launch without accumulation, side by side
-    const cuda::AttentionPlan plain = plan_for(false);
+  if (scores) {  // the same kernel without accumulation, side by side
+    state.counters["noscores_splits"] = plain.max_splits;
     const int32_t* no_scores = meta + L.evict_kind;  // all zeros: kEvictNone for every sequence
     a.step.accumulate = no_scores;
     const double base = TimeGpu([&] { cuda::PagedAttention(a, plain, nullptr); }, 20);
@@ -227,6 +234,12 @@ void BM_Decode1b(benchmark::State& state, int32_t batch, int32_t context) {
     return s;
   };
   if (!step(true).ok()) return state.SkipWithError("decode step failed");  // warm-up
+  if (const char* p = std::getenv("HEAVYKV_PROFILE_STEP"); p != nullptr && *p == '1') {
+    cudaProfilerStart();
+    const absl::Status s = step(false);
+    cudaProfilerStop();
+    if (!s.ok()) return state.SkipWithError("decode step failed");
+  }
   using Clock = std::chrono::steady_clock;
   double seconds = 0;
   for (auto _ : state) {
@@ -317,18 +330,19 @@ void BM_Capacity(benchmark::State& state) {
 const bool registered = [] {
   benchmark::RegisterBenchmark("cuda/bandwidth/d2d", BM_D2d)->Iterations(1)->UseManualTime();
   const std::string att = "cuda/attention/decode/b64/ctx4096/q32kv8/hd128/";
-  for (int32_t chunk : {0, 1024, 512}) {
-    const std::string suffix = chunk ? absl::StrCat("/chunk", chunk) : "";
-    benchmark::RegisterBenchmark((att + "noscores" + suffix).c_str(), BM_DecodeAttention, false,
-                                 chunk)
-        ->Iterations(3)
-        ->UseManualTime()
-        ->Unit(benchmark::kMicrosecond);
-    benchmark::RegisterBenchmark((att + "scores" + suffix).c_str(), BM_DecodeAttention, true,
-                                 chunk)
-        ->Iterations(3)
-        ->UseManualTime()
-        ->Unit(benchmark::kMicrosecond);
+  for (cuda::AttentionKernel kernel :
+       {cuda::AttentionKernel::kStream, cuda::AttentionKernel::kTwoPass}) {
+    const std::string name = absl::StrCat("/", cuda::AttentionKernelName(kernel));
+    for (int32_t chunk : {0, 1024, 512}) {
+      const std::string suffix = (chunk ? absl::StrCat("/chunk", chunk) : "") + name;
+      for (bool scores : {false, true}) {
+        benchmark::RegisterBenchmark((att + (scores ? "scores" : "noscores") + suffix).c_str(),
+                                     BM_DecodeAttention, scores, chunk, kernel)
+            ->Iterations(3)
+            ->UseManualTime()
+            ->Unit(benchmark::kMicrosecond);
+      }
+    }
   }
   benchmark::RegisterBenchmark("cuda/decode/llama3-1b/b64/ctx1024", BM_Decode1b, 64, 1024)
       ->Iterations(20)

@@ -1,6 +1,10 @@
 #include "kernels/cuda/paged_attention.cuh"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
+
+#include "kernels/cuda/attention_stream.cuh"
 
 namespace heavykv::cuda {
 namespace {
@@ -284,10 +288,79 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
+AttentionKernel DefaultAttentionKernel() {
+  static const AttentionKernel kernel = [] {
+    const char* v = std::getenv("HEAVYKV_CUDA_ATTENTION");
+    return v != nullptr && std::strcmp(v, "two-pass") == 0 ? AttentionKernel::kTwoPass
+                                                            : AttentionKernel::kStream;
+  }();
+  return kernel;
+}
+
+const char* AttentionKernelName(AttentionKernel kernel) {
+  return kernel == AttentionKernel::kTwoPass ? "two-pass" : "stream";
+}
+
+namespace {
+
+void SizeScratch(int64_t items, int32_t group, int32_t head_dim, bool scores,
+                 AttentionPlan* plan) {
+  if (plan->max_splits > 1) {
+    const int64_t parts = items * plan->max_splits * group;
+    plan->part_out_floats = parts * head_dim;
+    plan->part_ml_floats = parts * 2;
+    plan->part_e_floats = scores ? parts * plan->chunk : 0;
+  }
+}
+
+// kStream: without scores a chunk needs no shared memory per key, so a context splits only to
+// fill the GPU: of the split counts from the fewest the shared memory allows to chunks of
+// kMinChunk keys, the one whose blocks fill the resident slots in whole waves best.
+AttentionPlan PlanStream(int32_t num_tokens, int32_t num_kv_heads, int32_t group,
+                         int32_t head_dim, int32_t max_keys, bool scores, int32_t num_sms,
+                         int32_t max_chunk) {
+  AttentionPlan plan;
+  plan.kernel = AttentionKernel::kStream;
+  plan.scores = scores;
+  const int64_t fixed = internal::StreamSmemBytes(group, head_dim, 0);
+  int64_t limit = int64_t(1) << 30;
+  if (scores) limit = std::max<int64_t>(32, (kSmemBudget - fixed) / (4 * group) / 32 * 32);
+  if (max_chunk > 0) limit = std::min<int64_t>(limit, max_chunk);
+  const int64_t keys = std::max(1, max_keys);
+  const int64_t items = std::max<int64_t>(1, int64_t(num_tokens) * num_kv_heads);
+  const int64_t fewest = CeilDiv(keys, limit);
+  const int64_t most = std::min(fewest + 256, std::max(fewest, CeilDiv(keys, kMinChunk)));
+  double best_fill = -1.0;
+  for (int64_t s = fewest; s <= most; ++s) {
+    const int64_t chunk = std::min(limit, CeilDiv(CeilDiv(keys, s), 32) * 32);
+    const int64_t splits = CeilDiv(keys, chunk);
+    const int64_t smem = internal::StreamSmemBytes(group, head_dim, scores ? int32_t(chunk) : 0);
+    int64_t per_sm = internal::StreamBlocksPerSm(group, smem);
+    if (per_sm <= 0) per_sm = 4;  // no device to ask (the plan is still valid)
+    const int64_t slots = per_sm * std::max(1, num_sms), blocks = items * splits;
+    const double fill = double(blocks) / double(CeilDiv(blocks, slots) * slots);
+    if (fill > best_fill + 0.02) {
+      best_fill = fill;
+      plan.chunk = static_cast<int32_t>(chunk);
+      plan.max_splits = static_cast<int32_t>(splits);
+    }
+  }
+  SizeScratch(items, group, head_dim, scores, &plan);
+  return plan;
+}
+
+}  // namespace
+
 AttentionPlan PlanAttention(int32_t num_tokens, int32_t num_kv_heads, int32_t group,
                             int32_t head_dim, int32_t max_keys, bool scores, int32_t num_sms,
-                            int32_t max_chunk) {
+                            int32_t max_chunk, AttentionKernel kernel) {
+  if (kernel == AttentionKernel::kStream) {
+    return PlanStream(num_tokens, num_kv_heads, group, head_dim, max_keys, scores, num_sms,
+                      max_chunk);
+  }
   AttentionPlan plan;
+  plan.kernel = AttentionKernel::kTwoPass;
+  plan.scores = scores;
   const int64_t fixed = FixedSmemFloats(group, head_dim) * int64_t(sizeof(float));
   int64_t limit = (kSmemBudget - fixed) / (int64_t(sizeof(float)) * std::max(1, group));
   limit = std::max<int64_t>(32, limit / 32 * 32);
@@ -301,12 +374,7 @@ AttentionPlan PlanAttention(int32_t num_tokens, int32_t num_kv_heads, int32_t gr
   int64_t chunk = std::min(limit, CeilDiv(CeilDiv(keys, splits), 32) * 32);
   plan.chunk = static_cast<int32_t>(chunk);
   plan.max_splits = static_cast<int32_t>(CeilDiv(keys, chunk));
-  if (plan.max_splits > 1) {
-    const int64_t parts = items * plan.max_splits * group;
-    plan.part_out_floats = parts * head_dim;
-    plan.part_ml_floats = parts * 2;
-    plan.part_e_floats = scores ? parts * chunk : 0;
-  }
+  SizeScratch(items, group, head_dim, scores, &plan);
   return plan;
 }
 
@@ -318,6 +386,14 @@ cudaError_t PagedAttention(const AttentionArgs& args, const AttentionPlan& plan,
     return cudaErrorInvalidValue;
   }
   if (args.step.num_tokens <= 0) return cudaSuccess;
+  const dim3 cgrid(args.step.num_tokens, args.pool.num_kv_heads);
+  if (plan.kernel == AttentionKernel::kStream) {
+    const cudaError_t e = internal::LaunchAttentionStream(args, plan, stream);
+    if (e != cudaSuccess || plan.max_splits == 1) return e;
+    AttentionCombineKernel<<<cgrid, kThreads, plan.max_splits * G * sizeof(float), stream>>>(
+        args, plan.chunk, plan.max_splits);
+    return cudaGetLastError();
+  }
   const size_t smem = (FixedSmemFloats(G, hd) + int64_t(G) * plan.chunk) * sizeof(float);
   if (smem > size_t(kSmemBudget)) return cudaErrorInvalidValue;
   const dim3 grid(args.step.num_tokens, args.pool.num_kv_heads, plan.max_splits);
@@ -331,7 +407,6 @@ cudaError_t PagedAttention(const AttentionArgs& args, const AttentionPlan& plan,
     AttentionSplitKernel<8><<<grid, kThreads, smem, stream>>>(args, plan.chunk, plan.max_splits);
   }
   if (plan.max_splits > 1) {
-    const dim3 cgrid(args.step.num_tokens, args.pool.num_kv_heads);
     AttentionCombineKernel<<<cgrid, kThreads, plan.max_splits * G * sizeof(float), stream>>>(
         args, plan.chunk, plan.max_splits);
   }

@@ -10,6 +10,12 @@
 // the global max and sum, both the outputs and the chunk's stored exp(logit - m_c) values before
 // adding them to the scores. A context within one chunk needs no combine and no scratch.
 //
+// Two split kernels, chosen by the plan: kStream (the default; attention_stream.cuh) streams each
+// K and V row once per warp with an online softmax; kTwoPass (the first one) reads the chunk's K
+// rows, normalises over shared memory between block barriers, then reads its V rows. The
+// environment variable HEAVYKV_CUDA_ATTENTION=two-pass makes the old one the default, so that one
+// benchmark binary measures both side by side.
+//
 //   AttentionPlan plan = PlanAttention(T, kv_heads, group, head_dim, max_keys, scores, sms);
 //   (size scratch by plan), PagedAttention(args, plan, stream);
 #pragma once
@@ -25,7 +31,15 @@ namespace heavykv::cuda {
 inline constexpr int32_t kAttentionMaxGroup = 8;     // query heads per kv head
 inline constexpr int32_t kAttentionMaxHeadDim = 256; // and a multiple of 8
 
+enum class AttentionKernel { kStream, kTwoPass };
+
+// kStream, or kTwoPass where HEAVYKV_CUDA_ATTENTION is "two-pass" (read once per process).
+AttentionKernel DefaultAttentionKernel();
+const char* AttentionKernelName(AttentionKernel kernel);  // "stream", "two-pass"
+
 struct AttentionPlan {
+  AttentionKernel kernel = AttentionKernel::kStream;
+  bool scores = false;     // planned with score accumulation (shared memory for the logits)
   int32_t chunk = 0;       // keys per split
   int32_t max_splits = 1;  // splits of the longest context
   int64_t part_out_floats = 0;  // scratch the launch needs (0 when max_splits == 1)
@@ -34,11 +48,14 @@ struct AttentionPlan {
 };
 
 // Chooses the split size for `num_tokens` rows whose longest visible context is `max_keys`:
-// chunks fit the logits of the group in shared memory, and short batches split further so that
-// there are about two blocks per SM. `max_chunk` > 0 caps the chunk (tests force split-K).
+// chunks fit the logits of the group in shared memory (kTwoPass always, kStream with scores).
+// kTwoPass splits short batches further for about two blocks per SM; kStream picks the number of
+// splits whose blocks fill the SMs' resident slots in whole waves best (fewest splits on a tie).
+// `max_chunk` > 0 caps the chunk (tests force split-K).
 AttentionPlan PlanAttention(int32_t num_tokens, int32_t num_kv_heads, int32_t group,
                             int32_t head_dim, int32_t max_keys, bool scores, int32_t num_sms,
-                            int32_t max_chunk = 0);
+                            int32_t max_chunk = 0,
+                            AttentionKernel kernel = DefaultAttentionKernel());
 
 struct AttentionArgs {
   DeviceKvPool pool;

@@ -283,53 +283,57 @@ void CheckAttention(int32_t kv_heads, int32_t group, int32_t hd, const std::vect
     t0 += specs[i].num_new;
   }
 
-  // GPU.
+  // GPU, both split kernels, each on a fresh copy of the pool.
   std::vector<EvictRule> rules(specs.size());
   DevicePlan plan(steps, rules, bs);
-  const cuda::AttentionPlan ap = cuda::PlanAttention(
-      plan.layout.num_tokens, kv_heads, group, hd, plan.layout.max_held, plan.layout.any_scores,
-      NumSms(), max_chunk);
-  if (expect_split) {
-    EXPECT_GT(ap.max_splits, 1);
-  }
-  DeviceArray<bf16> dkv(f.kv);
-  DeviceArray<int32_t> dpos(f.pos);
-  DeviceArray<float> dscore(f.score), dq(q);
-  DeviceArray<bf16> dout(T * stride);
-  DeviceArray<float> po(std::max<int64_t>(1, ap.part_out_floats)),
-      pm(std::max<int64_t>(1, ap.part_ml_floats)), pe(std::max<int64_t>(1, ap.part_e_floats));
-  cuda::AttentionArgs a;
-  a.pool = f.dev;
-  a.pool.kv = dkv.get();
-  a.pool.pos = dpos.get();
-  a.pool.score = dscore.get();
-  a.step = plan.step;
-  a.layer = 1;
-  a.group = group;
-  a.q = dq.get();
-  a.q_stride = stride;
-  a.out = dout.get();
-  a.out_stride = stride;
-  a.part_out = po.get();
-  a.part_ml = pm.get();
-  a.part_e = pe.get();
-  HEAVYKV_CUDA_OK(cuda::PagedAttention(a, ap, 0));
-  EXPECT_LT(NormalizedError(FromBf16(dout.Download()), want), 1e-2);
+  using cuda::AttentionKernel;
+  for (AttentionKernel kernel : {AttentionKernel::kStream, AttentionKernel::kTwoPass}) {
+    SCOPED_TRACE(cuda::AttentionKernelName(kernel));
+    const cuda::AttentionPlan ap = cuda::PlanAttention(
+        plan.layout.num_tokens, kv_heads, group, hd, plan.layout.max_held, plan.layout.any_scores,
+        NumSms(), max_chunk, kernel);
+    if (expect_split) {
+      EXPECT_GT(ap.max_splits, 1);
+    }
+    DeviceArray<bf16> dkv(f.kv);
+    DeviceArray<int32_t> dpos(f.pos);
+    DeviceArray<float> dscore(f.score), dq(q);
+    DeviceArray<bf16> dout(T * stride);
+    DeviceArray<float> po(std::max<int64_t>(1, ap.part_out_floats)),
+        pm(std::max<int64_t>(1, ap.part_ml_floats)), pe(std::max<int64_t>(1, ap.part_e_floats));
+    cuda::AttentionArgs a;
+    a.pool = f.dev;
+    a.pool.kv = dkv.get();
+    a.pool.pos = dpos.get();
+    a.pool.score = dscore.get();
+    a.step = plan.step;
+    a.layer = 1;
+    a.group = group;
+    a.q = dq.get();
+    a.q_stride = stride;
+    a.out = dout.get();
+    a.out_stride = stride;
+    a.part_out = po.get();
+    a.part_ml = pm.get();
+    a.part_e = pe.get();
+    HEAVYKV_CUDA_OK(cuda::PagedAttention(a, ap, 0));
+    EXPECT_LT(NormalizedError(FromBf16(dout.Download()), want), 1e-2);
 
-  // Scores: compare every slot of layer 1 (those without accumulation must be unchanged).
-  const std::vector<float> got_score = dscore.Download();
-  std::vector<float> got, expect;
-  for (size_t i = 0; i < specs.size(); ++i) {
-    const int32_t held = specs[i].num_old + specs[i].num_new;
-    for (int32_t h = 0; h < kv_heads; ++h) {
-      PagedKvHead v = f.cache->View(seqs[i], 1, h, held);
-      for (int32_t s = 0; s < held; ++s) {
-        got.push_back(got_score[f.dev.MetaOffset(seqs[i].pages[s / bs], 1, h, s % bs)]);
-        expect.push_back(v.Score(s));
+    // Scores: compare every slot of layer 1 (those without accumulation must be unchanged).
+    const std::vector<float> got_score = dscore.Download();
+    std::vector<float> got, expect;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const int32_t held = specs[i].num_old + specs[i].num_new;
+      for (int32_t h = 0; h < kv_heads; ++h) {
+        PagedKvHead v = f.cache->View(seqs[i], 1, h, held);
+        for (int32_t s = 0; s < held; ++s) {
+          got.push_back(got_score[f.dev.MetaOffset(seqs[i].pages[s / bs], 1, h, s % bs)]);
+          expect.push_back(v.Score(s));
+        }
       }
     }
+    EXPECT_LT(NormalizedError(got, expect), 1e-5);
   }
-  EXPECT_LT(NormalizedError(got, expect), 1e-5);
 }
 
 TEST(CudaAttentionTest, DecodeMatchesCpu) {
