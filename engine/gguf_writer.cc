@@ -28,7 +28,12 @@ uint64_t Padding(uint64_t size, uint64_t alignment) {
 }  // namespace
 
 GgufWriter::GgufWriter(uint64_t alignment) : alignment_(alignment) {
-  if (alignment_ != 32) AddU32("general.alignment", static_cast<uint32_t>(alignment_));
+  if (alignment_ == 32) return;
+  if (alignment_ <= UINT32_MAX) {
+    AddU32("general.alignment", static_cast<uint32_t>(alignment_));
+  } else {
+    AddU64("general.alignment", alignment_);
+  }
 }
 
 void GgufWriter::Key(absl::string_view key, GgufValueType type) {
