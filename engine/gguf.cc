@@ -24,8 +24,7 @@ static_assert(std::endian::native == std::endian::little,
 namespace {
 
 constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" read as a little-endian uint32
-constexpr uint64_t kDefaultAlignment = 32;
-constexpr uint64_t kHeaderBytes = 24;  // magic, version, tensor count, metadata count
+constexpr uint64_t kHeaderBytes = 24;        // magic, version, tensor count, metadata count
 // The smallest a metadata entry (key length, type, one byte) and a tensor info (name length,
 // n_dims, one dimension, type, offset) can be: bounds on the counts before anything is reserved.
 constexpr uint64_t kMinMetadataBytes = 8 + 4 + 1;
@@ -39,57 +38,7 @@ T Load(const uint8_t* p) {
   return v;
 }
 
-// Bytes of one scalar of `type`; 0 for strings and arrays (variable length).
-uint64_t ScalarBytes(GgufValueType type) {
-  switch (type) {
-    case GgufValueType::kU8:
-    case GgufValueType::kI8:
-    case GgufValueType::kBool:
-      return 1;
-    case GgufValueType::kU16:
-    case GgufValueType::kI16:
-      return 2;
-    case GgufValueType::kU32:
-    case GgufValueType::kI32:
-    case GgufValueType::kF32:
-      return 4;
-    case GgufValueType::kU64:
-    case GgufValueType::kI64:
-    case GgufValueType::kF64:
-      return 8;
-    case GgufValueType::kString:
-    case GgufValueType::kArray:
-      return 0;
-  }
-  return 0;
-}
-
 bool ValidValueType(uint32_t id) { return id <= static_cast<uint32_t>(GgufValueType::kF64); }
-
-GgufScalar DecodeScalar(GgufValueType type, const uint8_t* p) {
-  switch (type) {
-    case GgufValueType::kU8: return uint64_t{Load<uint8_t>(p)};
-    case GgufValueType::kI8: return int64_t{Load<int8_t>(p)};
-    case GgufValueType::kU16: return uint64_t{Load<uint16_t>(p)};
-    case GgufValueType::kI16: return int64_t{Load<int16_t>(p)};
-    case GgufValueType::kU32: return uint64_t{Load<uint32_t>(p)};
-    case GgufValueType::kI32: return int64_t{Load<int32_t>(p)};
-    case GgufValueType::kU64: return Load<uint64_t>(p);
-    case GgufValueType::kI64: return Load<int64_t>(p);
-    case GgufValueType::kF32: return double{Load<float>(p)};
-    case GgufValueType::kF64: return Load<double>(p);
-    case GgufValueType::kBool: return Load<uint8_t>(p) != 0;
-    case GgufValueType::kString:
-    case GgufValueType::kArray:
-      break;
-  }
-  return uint64_t{0};
-}
-
-// The string at p (length-prefixed), which Open has validated.
-absl::string_view StringAt(const uint8_t* p) {
-  return {reinterpret_cast<const char*>(p + 8), static_cast<size_t>(Load<uint64_t>(p))};
-}
 
 std::string U128(unsigned __int128 v) {
   std::string digits;
@@ -101,57 +50,6 @@ std::string U128(unsigned __int128 v) {
 }
 
 }  // namespace
-
-absl::string_view GgufValueTypeName(GgufValueType type) {
-  switch (type) {
-    case GgufValueType::kU8: return "u8";
-    case GgufValueType::kI8: return "i8";
-    case GgufValueType::kU16: return "u16";
-    case GgufValueType::kI16: return "i16";
-    case GgufValueType::kU32: return "u32";
-    case GgufValueType::kI32: return "i32";
-    case GgufValueType::kF32: return "f32";
-    case GgufValueType::kBool: return "bool";
-    case GgufValueType::kString: return "string";
-    case GgufValueType::kArray: return "array";
-    case GgufValueType::kU64: return "u64";
-    case GgufValueType::kI64: return "i64";
-    case GgufValueType::kF64: return "f64";
-  }
-  return "?";
-}
-
-bool IsGgufIntegerType(GgufValueType type) {
-  switch (type) {
-    case GgufValueType::kU8:
-    case GgufValueType::kI8:
-    case GgufValueType::kU16:
-    case GgufValueType::kI16:
-    case GgufValueType::kU32:
-    case GgufValueType::kI32:
-    case GgufValueType::kU64:
-    case GgufValueType::kI64:
-      return true;
-    default:
-      return false;
-  }
-}
-
-GgufScalar GgufMetadata::Value() const {
-  if (type == GgufValueType::kString) {
-    return absl::string_view(reinterpret_cast<const char*>(raw.data()), raw.size());
-  }
-  return DecodeScalar(type, raw.data());
-}
-
-GgufScalar GgufMetadata::Element(uint64_t i) const {
-  if (element_type != GgufValueType::kString) {
-    return DecodeScalar(element_type, raw.data() + i * ScalarBytes(element_type));
-  }
-  const uint8_t* p = raw.data();
-  for (uint64_t k = 0; k < i; ++k) p += 8 + Load<uint64_t>(p);
-  return StringAt(p);
-}
 
 // Reads the header of a mapped file into a GgufFile, checking every field against the bytes
 // left before using it. Positions are uint64_t offsets into the mapping; `pos_ <= size_` always.
@@ -175,10 +73,11 @@ class GgufParser {
     }
     if (*version != 2 && *version != 3) {
       const uint32_t swapped = __builtin_bswap32(*version);
-      return Error("header", absl::StrCat("GGUF version ", *version, " is not supported (2 and 3 are)",
-                                          swapped == 2 || swapped == 3
-                                              ? "; this looks like a big-endian GGUF file"
-                                              : ""));
+      return Error(
+          "header",
+          absl::StrCat(
+              "GGUF version ", *version, " is not supported (2 and 3 are)",
+              swapped == 2 || swapped == 3 ? "; this looks like a big-endian GGUF file" : ""));
     }
     f_.version_ = *version;
     auto num_tensors = U64("header", "tensor count");
@@ -186,8 +85,8 @@ class GgufParser {
     auto num_metadata = U64("header", "metadata count");
     if (!num_metadata.ok()) return num_metadata.status();
     if (*num_metadata > Left() / kMinMetadataBytes) {
-      return Error("header", absl::StrCat("metadata count ", *num_metadata,
-                                          " cannot fit in the ", Left(), " bytes left"));
+      return Error("header", absl::StrCat("metadata count ", *num_metadata, " cannot fit in the ",
+                                          Left(), " bytes left"));
     }
     if (*num_tensors > Left() / kMinTensorInfoBytes) {
       return Error("header", absl::StrCat("tensor count ", *num_tensors, " cannot fit in the ",
@@ -263,7 +162,7 @@ class GgufParser {
       if (!s.ok()) return s.status();
       m.raw = {reinterpret_cast<const uint8_t*>(s->data()), s->size()};
     } else {
-      const uint64_t n = ScalarBytes(m.type);
+      const uint64_t n = GgufScalarBytes(m.type);
       if (absl::Status s = Need(n, at, GgufValueTypeName(m.type)); !s.ok()) return s;
       m.raw = {p_ + pos_, n};
       if (m.type == GgufValueType::kBool && p_[pos_] > 1) {
@@ -283,8 +182,8 @@ class GgufParser {
     auto elem = U32(at, "array element type");
     if (!elem.ok()) return elem.status();
     if (!ValidValueType(*elem)) {
-      return Error(at, absl::StrCat("array element type ", *elem,
-                                    " is not a GGUF value type (0..12)"));
+      return Error(at,
+                   absl::StrCat("array element type ", *elem, " is not a GGUF value type (0..12)"));
     }
     m->element_type = static_cast<GgufValueType>(*elem);
     if (m->element_type == GgufValueType::kArray) {
@@ -304,17 +203,16 @@ class GgufParser {
         if (!s.ok()) return s.status();
       }
     } else {
-      const uint64_t n = ScalarBytes(m->element_type);
+      const uint64_t n = GgufScalarBytes(m->element_type);
       if (*count > Left() / n) {
-        return Error(at, absl::StrCat("array of ", *count, " ",
-                                      GgufValueTypeName(m->element_type),
+        return Error(at, absl::StrCat("array of ", *count, " ", GgufValueTypeName(m->element_type),
                                       " cannot fit in the ", Left(), " bytes left"));
       }
       if (m->element_type == GgufValueType::kBool) {
         for (uint64_t i = 0; i < *count; ++i) {
           if (p_[pos_ + i] > 1) {
-            return Error(at, absl::StrCat("bool element #", i, " is ", p_[pos_ + i],
-                                          ", not 0 or 1"));
+            return Error(at,
+                         absl::StrCat("bool element #", i, " is ", p_[pos_ + i], ", not 0 or 1"));
           }
         }
       }
@@ -392,9 +290,9 @@ class GgufParser {
       return absl::OkStatus();
     }
     if (pad > Left()) {
-      return Error("data section", absl::StrCat("starts at ", pos_, " + ", pad,
-                                                " bytes of padding, past the end of the file (size ",
-                                                size_, ")"));
+      return Error("data section",
+                   absl::StrCat("starts at ", pos_, " + ", pad,
+                                " bytes of padding, past the end of the file (size ", size_, ")"));
     }
     f_.data_offset_ = pos_ + pad;
     const uint64_t data_bytes = size_ - f_.data_offset_;
@@ -504,158 +402,12 @@ const GgufTensor* GgufFile::FindTensor(absl::string_view name) const {
   auto it = tensor_index_.find(name);
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
 }
-
-absl::StatusOr<const GgufMetadata*> GgufFile::Require(absl::string_view key) const {
-  const GgufMetadata* m = FindMetadata(key);
-  if (m == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(path_, ": metadata key '", key, "' is missing"));
-  }
-  return m;
-}
-
-absl::Status GgufFile::WrongType(const GgufMetadata& m, absl::string_view wanted) const {
-  const std::string have =
-      m.is_array() ? absl::StrCat("array of ", GgufValueTypeName(m.element_type))
-                   : std::string(GgufValueTypeName(m.type));
-  return absl::InvalidArgumentError(
-      absl::StrCat(path_, ": metadata key '", m.key, "' is a ", have, ", not a ", wanted));
-}
-
-namespace {
-
-// An integer scalar converted to T when its value fits.
-template <typename T>
-std::optional<T> FitInt(const GgufScalar& v) {
-  if (const uint64_t* u = std::get_if<uint64_t>(&v)) {
-    if (std::in_range<T>(*u)) return static_cast<T>(*u);
-  } else if (const int64_t* s = std::get_if<int64_t>(&v)) {
-    if (std::in_range<T>(*s)) return static_cast<T>(*s);
-  }
-  return std::nullopt;
-}
-
-std::string ScalarText(const GgufScalar& v) {
-  if (const uint64_t* u = std::get_if<uint64_t>(&v)) return absl::StrCat(*u);
-  if (const int64_t* s = std::get_if<int64_t>(&v)) return absl::StrCat(*s);
-  return "?";
-}
-
-template <typename T>
-absl::StatusOr<T> GetInt(const GgufFile& f, absl::string_view key, absl::string_view name,
-                         absl::StatusOr<const GgufMetadata*> m, absl::Status wrong_type) {
-  if (!m.ok()) return m.status();
-  if (!IsGgufIntegerType((*m)->type)) return wrong_type;
-  const GgufScalar v = (*m)->Value();
-  if (std::optional<T> x = FitInt<T>(v)) return *x;
-  return absl::InvalidArgumentError(absl::StrCat(f.path(), ": metadata key '", key, "': value ",
-                                                 ScalarText(v), " does not fit a ", name));
-}
-
-}  // namespace
-
-absl::StatusOr<uint32_t> GgufFile::GetU32(absl::string_view key) const {
-  auto m = Require(key);
-  return GetInt<uint32_t>(*this, key, "u32", m, m.ok() ? WrongType(**m, "u32") : m.status());
-}
-absl::StatusOr<int32_t> GgufFile::GetI32(absl::string_view key) const {
-  auto m = Require(key);
-  return GetInt<int32_t>(*this, key, "i32", m, m.ok() ? WrongType(**m, "i32") : m.status());
-}
-absl::StatusOr<uint64_t> GgufFile::GetU64(absl::string_view key) const {
-  auto m = Require(key);
-  return GetInt<uint64_t>(*this, key, "u64", m, m.ok() ? WrongType(**m, "u64") : m.status());
-}
-absl::StatusOr<int64_t> GgufFile::GetI64(absl::string_view key) const {
-  auto m = Require(key);
-  return GetInt<int64_t>(*this, key, "i64", m, m.ok() ? WrongType(**m, "i64") : m.status());
-}
-
-absl::StatusOr<float> GgufFile::GetF32(absl::string_view key) const {
-  auto m = Require(key);
-  if (!m.ok()) return m.status();
-  if ((*m)->type != GgufValueType::kF32) return WrongType(**m, "f32");
-  return Load<float>((*m)->raw.data());
-}
-
-absl::StatusOr<double> GgufFile::GetF64(absl::string_view key) const {
-  auto m = Require(key);
-  if (!m.ok()) return m.status();
-  if ((*m)->type != GgufValueType::kF32 && (*m)->type != GgufValueType::kF64) {
-    return WrongType(**m, "f32 or f64");
-  }
-  return std::get<double>((*m)->Value());
-}
-
-absl::StatusOr<bool> GgufFile::GetBool(absl::string_view key) const {
-  auto m = Require(key);
-  if (!m.ok()) return m.status();
-  if ((*m)->type != GgufValueType::kBool) return WrongType(**m, "bool");
-  return std::get<bool>((*m)->Value());
-}
-
-absl::StatusOr<absl::string_view> GgufFile::GetString(absl::string_view key) const {
-  auto m = Require(key);
-  if (!m.ok()) return m.status();
-  if ((*m)->type != GgufValueType::kString) return WrongType(**m, "string");
-  return std::get<absl::string_view>((*m)->Value());
-}
-
-absl::StatusOr<std::vector<int64_t>> GgufFile::GetArrayI64(absl::string_view key) const {
-  auto m = Require(key);
-  if (!m.ok()) return m.status();
-  if (!(*m)->is_array() || !IsGgufIntegerType((*m)->element_type)) {
-    return WrongType(**m, "array of integers");
-  }
-  std::vector<int64_t> out;
-  out.reserve((*m)->count);  // validated: the elements are in the file
-  for (uint64_t i = 0; i < (*m)->count; ++i) {
-    const GgufScalar v = (*m)->Element(i);
-    std::optional<int64_t> x = FitInt<int64_t>(v);
-    if (!x) {
-      return absl::InvalidArgumentError(absl::StrCat(path_, ": metadata key '", key,
-                                                     "': element #", i, " (", ScalarText(v),
-                                                     ") does not fit an i64"));
-    }
-    out.push_back(*x);
-  }
-  return out;
-}
-
-absl::StatusOr<std::vector<float>> GgufFile::GetArrayF32(absl::string_view key) const {
-  auto m = Require(key);
-  if (!m.ok()) return m.status();
-  if (!(*m)->is_array() || (*m)->element_type != GgufValueType::kF32) {
-    return WrongType(**m, "array of f32");
-  }
-  std::vector<float> out((*m)->count);
-  if (!out.empty()) std::memcpy(out.data(), (*m)->raw.data(), out.size() * sizeof(float));
-  return out;
-}
-
-absl::StatusOr<std::vector<absl::string_view>> GgufFile::GetArrayString(
-    absl::string_view key) const {
-  auto m = Require(key);
-  if (!m.ok()) return m.status();
-  if (!(*m)->is_array() || (*m)->element_type != GgufValueType::kString) {
-    return WrongType(**m, "array of string");
-  }
-  std::vector<absl::string_view> out;
-  out.reserve((*m)->count);
-  const uint8_t* p = (*m)->raw.data();
-  for (uint64_t i = 0; i < (*m)->count; ++i) {
-    out.push_back(StringAt(p));
-    p += 8 + out.back().size();
-  }
-  return out;
-}
-
 bool IsGgufFile(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return false;
   uint8_t magic[4];
-  const bool ok = ::pread(fd, magic, sizeof(magic), 0) == sizeof(magic) &&
-                  Load<uint32_t>(magic) == kGgufMagic;
+  const bool ok =
+      ::pread(fd, magic, sizeof(magic), 0) == sizeof(magic) && Load<uint32_t>(magic) == kGgufMagic;
   ::close(fd);
   return ok;
 }

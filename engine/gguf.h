@@ -17,13 +17,12 @@
 #include <cstdint>
 #include <span>
 #include <string>
-#include "absl/strings/string_view.h"
-
 #include <variant>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "engine/gguf_types.h"
 
 namespace heavykv {
@@ -47,6 +46,8 @@ enum class GgufValueType : uint32_t {
 // "u8", "i32", "f32", "bool", "string", "array", ...
 absl::string_view GgufValueTypeName(GgufValueType type);
 bool IsGgufIntegerType(GgufValueType type);
+// Bytes of one scalar of `type` (1, 2, 4 or 8); 0 for strings and arrays (variable length).
+uint64_t GgufScalarBytes(GgufValueType type);
 
 // One scalar: an integer (unsigned types as uint64_t, signed as int64_t), a float (float32 and
 // float64 as double), a bool or a string.

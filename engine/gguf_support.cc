@@ -38,8 +38,9 @@ absl::Status CheckGgufSupported(const GgufFile& file) {
     if (std::find(kTypes.begin(), kTypes.end(), t.type) == kTypes.end()) {
       return absl::InvalidArgumentError(absl::StrCat(
           "tensor '", t.name, "' has type ", GgmlTypeName(t.type), " (heavykv runs ",
-          absl::StrJoin(kTypes, ", ",
-                        [](std::string* out, GgmlType x) { absl::StrAppend(out, GgmlTypeName(x)); }),
+          absl::StrJoin(
+              kTypes, ", ",
+              [](std::string* out, GgmlType x) { absl::StrAppend(out, GgmlTypeName(x)); }),
           ")"));
     }
   }

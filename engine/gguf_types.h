@@ -10,9 +10,9 @@
 #include <cstdint>
 #include <optional>
 #include <span>
-#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace heavykv {
 
@@ -42,8 +42,8 @@ enum class GgmlType : uint32_t {
 struct GgmlTypeInfo {
   GgmlType type;
   absl::string_view name;  // as llama.cpp prints it: "F32", "Q4_K", "BF16"
-  int64_t block_size;     // elements per block
-  int64_t block_bytes;    // bytes per block
+  int64_t block_size;      // elements per block
+  int64_t block_bytes;     // bytes per block
 };
 
 // Every known type, in id order.

@@ -116,20 +116,20 @@ void GgufWriter::AddArrayString(absl::string_view key, const std::vector<std::st
   for (const std::string& s : v) PutString(&metadata_, s);
 }
 
-absl::Status GgufWriter::AddTensor(absl::string_view name, GgmlType type,
-                                   std::vector<int64_t> dims, std::string data) {
+absl::Status GgufWriter::AddTensor(absl::string_view name, GgmlType type, std::vector<int64_t> dims,
+                                   std::string data) {
   if (dims.empty() || dims.size() > 4) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor '", name, "': ", dims.size(), " dimensions, not 1..4"));
   }
   absl::StatusOr<int64_t> bytes = GgmlTensorBytes(type, dims);
   if (!bytes.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': ", bytes.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor '", name, "': ", bytes.status().message()));
   }
   if (static_cast<uint64_t>(*bytes) != data.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': ", data.size(),
-                                                   " bytes given, its type and shape need ",
-                                                   *bytes));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", name, "': ", data.size(), " bytes given, its type and shape need ", *bytes));
   }
   const uint64_t offset = data_bytes_;
   data_bytes_ += data.size() + Padding(data.size(), alignment_);
@@ -174,7 +174,9 @@ absl::Status GgufWriter::WriteFile(const std::string& path) const {
     return absl::InvalidArgumentError(absl::StrCat(path, ": cannot create the file"));
   }
   const std::string zeros(alignment_, '\0');
-  auto write = [&](const char* p, size_t n) { return n == 0 || std::fwrite(p, 1, n, f.get()) == n; };
+  auto write = [&](const char* p, size_t n) {
+    return n == 0 || std::fwrite(p, 1, n, f.get()) == n;
+  };
   const std::string header = Header();
   bool ok = write(header.data(), header.size());
   for (const Tensor& t : tensors_) {

@@ -16,10 +16,10 @@
 #include <cstdint>
 #include <initializer_list>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "engine/gguf.h"
 #include "engine/gguf_types.h"
 

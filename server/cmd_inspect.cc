@@ -225,7 +225,8 @@ int InspectCheckpoint(const std::string& path, bool json) {
 int InspectCommand(int argc, char** argv) {
   std::string model_path;
   bool json = false;
-  FlagSet flags("inspect", "heavykv inspect MODEL [--json]   (a GGUF file or a llama2.c checkpoint)");
+  FlagSet flags("inspect",
+                "heavykv inspect MODEL [--json]   (a GGUF file or a llama2.c checkpoint)");
   flags.String("model", &model_path, "the model file (or give it as the argument)");
   flags.Bool("json", &json, "print one JSON object instead of the text");
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;

@@ -301,11 +301,9 @@ TEST(GgufTest, TypedGettersSayWhatIsWrong) {
   auto msg = [](const absl::Status& s) { return std::string(s.message()); };
   EXPECT_NE(msg(f->GetU32("nope").status()).find("metadata key 'nope' is missing"),
             std::string::npos);
-  EXPECT_NE(msg(f->GetU32("t.i8").status()).find("value -5 does not fit a u32"),
-            std::string::npos);
+  EXPECT_NE(msg(f->GetU32("t.i8").status()).find("value -5 does not fit a u32"), std::string::npos);
   EXPECT_NE(msg(f->GetU32("t.u64").status()).find("does not fit a u32"), std::string::npos);
-  EXPECT_NE(msg(f->GetF32("t.u8").status()).find("'t.u8' is a u8, not a f32"),
-            std::string::npos);
+  EXPECT_NE(msg(f->GetF32("t.u8").status()).find("'t.u8' is a u8, not a f32"), std::string::npos);
   EXPECT_NE(msg(f->GetU32("t.f32").status()).find("is a f32, not a u32"), std::string::npos);
   EXPECT_NE(msg(f->GetString("t.ai32").status()).find("is a array of i32, not a string"),
             std::string::npos);
@@ -406,7 +404,12 @@ TEST(GgufTest, BadAlignment) {
 // One tensor info `t` after a header, then the data section with `data_bytes` bytes.
 std::string OneTensor(const std::string& name, std::vector<uint64_t> dims, uint32_t type,
                       uint64_t offset, size_t data_bytes = 64) {
-  return Bytes().Header(1, 0).Tensor(name, std::move(dims), type, offset).PadTo(32).Zeros(data_bytes).s;
+  return Bytes()
+      .Header(1, 0)
+      .Tensor(name, std::move(dims), type, offset)
+      .PadTo(32)
+      .Zeros(data_bytes)
+      .s;
 }
 
 TEST(GgufTest, HostileTensorInfos) {
@@ -428,20 +431,21 @@ TEST(GgufTest, HostileTensorInfos) {
   ExpectRejected(OneTensor("blk.0.attn_q.weight", {16}, 0, 1024),
                  {"tensor 'blk.0.attn_q.weight'", "ends past the end of the file (size"});
   ExpectRejected(OneTensor("w", {32}, 0, 0), {"tensor 'w': data [", "ends past the end"});
-  ExpectRejected(OneTensor("w", {1}, 0, ~uint64_t{0} - 31),
-                 {"data [18446744073709551648, 18446744073709551652) ends past the end"});  // no wrap-around
+  ExpectRejected(
+      OneTensor("w", {1}, 0, ~uint64_t{0} - 31),
+      {"data [18446744073709551648, 18446744073709551652) ends past the end"});  // no wrap-around
   ExpectRejected(OneTensor("w", {4}, 0, 8), {"offset 8 is not a multiple of the alignment 32"});
   ExpectRejected(Bytes().Header(1, 0).U64(uint64_t{1} << 62).Zeros(32).s,
                  {"tensor #0", "name length 4611686018427387904"});
 }
 
 TEST(GgufTest, DuplicateAndOverlappingTensors) {
-  ExpectRejected(Bytes().Header(2, 0).Tensor("w", {4}, 0, 0).Tensor("w", {4}, 0, 32).PadTo(32)
-                     .Zeros(64).s,
-                 {"tensor 'w'", "appears twice"});
-  ExpectRejected(Bytes().Header(2, 0).Tensor("a", {16}, 0, 0).Tensor("b", {4}, 0, 32).PadTo(32)
-                     .Zeros(128).s,
-                 {"tensor 'b'", "overlaps tensor 'a'"});
+  ExpectRejected(
+      Bytes().Header(2, 0).Tensor("w", {4}, 0, 0).Tensor("w", {4}, 0, 32).PadTo(32).Zeros(64).s,
+      {"tensor 'w'", "appears twice"});
+  ExpectRejected(
+      Bytes().Header(2, 0).Tensor("a", {16}, 0, 0).Tensor("b", {4}, 0, 32).PadTo(32).Zeros(128).s,
+      {"tensor 'b'", "overlaps tensor 'a'"});
 }
 
 // Random byte flips in the header of valid files: Open returns OK or INVALID_ARGUMENT, never
@@ -471,9 +475,8 @@ TEST(GgufTest, MutatedFilesGiveOkOrAnError) {
       continue;
     }
     ++ok;
-    const auto* begin = reinterpret_cast<const uint8_t*>(f->tensors().empty()
-                                                              ? nullptr
-                                                              : f->tensors()[0].data.data()) -
+    const auto* begin = reinterpret_cast<const uint8_t*>(
+                            f->tensors().empty() ? nullptr : f->tensors()[0].data.data()) -
                         (f->tensors().empty() ? 0 : f->data_offset() + f->tensors()[0].offset);
     for (const GgufTensor& t : f->tensors()) {
       ASSERT_GE(t.data.data(), begin + f->data_offset());

@@ -26,19 +26,44 @@ void Copy(const GgufMetadata& m, heavykv::GgufWriter* w) {
   if (!m.is_array()) {
     const heavykv::GgufScalar v = m.Value();
     switch (m.type) {
-      case GgufValueType::kString: w->AddString(m.key, raw); return;
-      case GgufValueType::kBool: w->AddBool(m.key, std::get<bool>(v)); return;
-      case GgufValueType::kU8: w->AddU8(m.key, uint8_t(std::get<uint64_t>(v))); return;
-      case GgufValueType::kI8: w->AddI8(m.key, int8_t(std::get<int64_t>(v))); return;
-      case GgufValueType::kU16: w->AddU16(m.key, uint16_t(std::get<uint64_t>(v))); return;
-      case GgufValueType::kI16: w->AddI16(m.key, int16_t(std::get<int64_t>(v))); return;
-      case GgufValueType::kU32: w->AddU32(m.key, uint32_t(std::get<uint64_t>(v))); return;
-      case GgufValueType::kI32: w->AddI32(m.key, int32_t(std::get<int64_t>(v))); return;
-      case GgufValueType::kU64: w->AddU64(m.key, std::get<uint64_t>(v)); return;
-      case GgufValueType::kI64: w->AddI64(m.key, std::get<int64_t>(v)); return;
-      case GgufValueType::kF32: w->AddF32(m.key, float(std::get<double>(v))); return;
-      case GgufValueType::kF64: w->AddF64(m.key, std::get<double>(v)); return;
-      case GgufValueType::kArray: break;
+      case GgufValueType::kString:
+        w->AddString(m.key, raw);
+        return;
+      case GgufValueType::kBool:
+        w->AddBool(m.key, std::get<bool>(v));
+        return;
+      case GgufValueType::kU8:
+        w->AddU8(m.key, uint8_t(std::get<uint64_t>(v)));
+        return;
+      case GgufValueType::kI8:
+        w->AddI8(m.key, int8_t(std::get<int64_t>(v)));
+        return;
+      case GgufValueType::kU16:
+        w->AddU16(m.key, uint16_t(std::get<uint64_t>(v)));
+        return;
+      case GgufValueType::kI16:
+        w->AddI16(m.key, int16_t(std::get<int64_t>(v)));
+        return;
+      case GgufValueType::kU32:
+        w->AddU32(m.key, uint32_t(std::get<uint64_t>(v)));
+        return;
+      case GgufValueType::kI32:
+        w->AddI32(m.key, int32_t(std::get<int64_t>(v)));
+        return;
+      case GgufValueType::kU64:
+        w->AddU64(m.key, std::get<uint64_t>(v));
+        return;
+      case GgufValueType::kI64:
+        w->AddI64(m.key, std::get<int64_t>(v));
+        return;
+      case GgufValueType::kF32:
+        w->AddF32(m.key, float(std::get<double>(v)));
+        return;
+      case GgufValueType::kF64:
+        w->AddF64(m.key, std::get<double>(v));
+        return;
+      case GgufValueType::kArray:
+        break;
     }
     heavykv::fuzz::Die("a scalar of an unknown type was accepted");
   }
@@ -59,8 +84,10 @@ void Copy(const GgufMetadata& m, heavykv::GgufWriter* w) {
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const heavykv::fuzz::ScratchFile* file = new heavykv::fuzz::ScratchFile("heavykv_gguf_fuzz");
-  static const heavykv::fuzz::ScratchFile* copy = new heavykv::fuzz::ScratchFile("heavykv_gguf_copy");
+  static const heavykv::fuzz::ScratchFile* file =
+      new heavykv::fuzz::ScratchFile("heavykv_gguf_fuzz");
+  static const heavykv::fuzz::ScratchFile* copy =
+      new heavykv::fuzz::ScratchFile("heavykv_gguf_copy");
   absl::StatusOr<GgufFile> f = GgufFile::Open(file->Write(data, size));
   if (!f.ok()) {
     if (f.status().code() != absl::StatusCode::kInvalidArgument) {
@@ -91,8 +118,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   const std::string rewritten = w.Serialize();
   absl::StatusOr<GgufFile> g = GgufFile::Open(
       copy->Write(reinterpret_cast<const uint8_t*>(rewritten.data()), rewritten.size()));
-  if (!g.ok()) heavykv::fuzz::Die("a rewritten accepted file does not open: " +
-                                  std::string(g.status().message()));
+  if (!g.ok())
+    heavykv::fuzz::Die("a rewritten accepted file does not open: " +
+                       std::string(g.status().message()));
   // general.alignment is written by the writer, only when it is not the default.
   const size_t keys = f->metadata().size() - (f->FindMetadata("general.alignment") ? 1 : 0) +
                       (f->alignment() != 32 ? 1 : 0);
