@@ -11,6 +11,7 @@ BUILD_PKGS=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev libcpp-httplib-dev
+  nlohmann-json3-dev        # header-only: heavykv inspect --json
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-protobuf
   python3-yaml prometheus   # deploy checks: YAML parsing, promtool

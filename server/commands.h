@@ -21,6 +21,7 @@ int ServeCommand(int argc, char** argv);      // heavykv serve (cmd_serve.cc)
 int GenerateCommand(int argc, char** argv);   // heavykv generate (cmd_generate.cc)
 int BenchCommand(int argc, char** argv);      // heavykv bench (cmd_bench.cc)
 int PlanCommand(int argc, char** argv);       // heavykv plan (cmd_plan.cc)
+int InspectCommand(int argc, char** argv);    // heavykv inspect (cmd_inspect.cc)
 
 // Shared by the subcommands.
 absl::StatusOr<std::optional<Tokenizer>> LoadOptionalTokenizer(const std::string& path,

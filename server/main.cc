@@ -15,7 +15,8 @@ constexpr char kUsage[] =
     "  serve       the gRPC inference server (heavykv.v1.Generation) with Prometheus metrics\n"
     "  generate    stream one generation from a running server\n"
     "  bench       load-test a running server: throughput, TTFT and inter-token latency\n"
-    "  plan        size the KV pool: bytes per token, pages and sequences per replica\n";
+    "  plan        size the KV pool: bytes per token, pages and sequences per replica\n"
+    "  inspect     what a model file (GGUF or llama2.c) holds and whether heavykv runs it\n";
 
 }  // namespace
 
@@ -32,6 +33,7 @@ int main(int argc, char** argv) {
   if (!std::strcmp(cmd, "generate")) return heavykv::cli::GenerateCommand(argc, argv);
   if (!std::strcmp(cmd, "bench")) return heavykv::cli::BenchCommand(argc, argv);
   if (!std::strcmp(cmd, "plan")) return heavykv::cli::PlanCommand(argc, argv);
+  if (!std::strcmp(cmd, "inspect")) return heavykv::cli::InspectCommand(argc, argv);
   std::fprintf(stderr, "heavykv: unknown command \"%s\"\n%s", cmd, kUsage);
   return 2;
 }

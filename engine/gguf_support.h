@@ -1,0 +1,23 @@
+// CheckGgufSupported: whether heavykv can run the model in a GGUF file, answered from the file's
+// metadata and tensor types alone (no weights are read). `heavykv inspect` prints the answer; the
+// GGUF model loader (issue 14) calls it first, so an unsupported file fails before any work.
+#pragma once
+
+#include <span>
+
+#include "absl/status/status.h"
+#include "engine/gguf.h"
+#include "engine/gguf_types.h"
+
+namespace heavykv {
+
+// The architectures (general.architecture) and tensor types the loader is meant to run.
+std::span<const absl::string_view> SupportedGgufArchitectures();
+std::span<const GgmlType> SupportedGgmlTypes();
+
+// OK when heavykv runs the model; otherwise the reason, without the file name (the caller adds
+// it): INVALID_ARGUMENT for an unknown architecture, a tensor of another type, or a file without
+// tensors; UNIMPLEMENTED while the loader itself is missing.
+absl::Status CheckGgufSupported(const GgufFile& file);
+
+}  // namespace heavykv
