@@ -40,7 +40,8 @@ const std::vector<cpu::QuantMatrix>& QuantCopies(cpu::QuantType type, int64_t n)
   if (copies.empty()) {
     const std::vector<float> w = RandomWeights(n);
     auto first = cpu::QuantMatrix::Quantize(type, w.data(), n, kK);
-    const int64_t count = std::max<int64_t>(1, (kStreamBytes + first->bytes() - 1) / first->bytes());
+    const int64_t count =
+        std::max<int64_t>(1, (kStreamBytes + first->bytes() - 1) / first->bytes());
     for (int64_t c = 1; c < count; ++c) {
       copies.push_back(*cpu::QuantMatrix::FromRows(type, n, kK, first->row(0), first->bytes()));
     }
@@ -64,8 +65,8 @@ const std::vector<cpu::PackedMatrix>& PackedCopies(int64_t n) {
 
 void SetCounters(benchmark::State& state, int64_t m, int64_t n, int64_t bytes) {
   state.SetBytesProcessed(state.iterations() * bytes);
-  state.counters["flops"] =
-      benchmark::Counter(double(state.iterations()) * 2.0 * m * n * kK, benchmark::Counter::kIsRate);
+  state.counters["flops"] = benchmark::Counter(double(state.iterations()) * 2.0 * m * n * kK,
+                                               benchmark::Counter::kIsRate);
 }
 
 void BM_QuantGemm(benchmark::State& state, cpu::QuantType type, int64_t m, int64_t n) {

@@ -33,15 +33,24 @@ using heavykv::testing::GgufTestTensor;
 // placement or scale lands far above these.
 double MaxRelRms(QuantType type) {
   switch (type) {
-    case QuantType::kF32: return 0.0;
-    case QuantType::kF16: return 3e-4;
-    case QuantType::kBf16: return 2.5e-3;
-    case QuantType::kQ8_0: return 0.006;
-    case QuantType::kQ6_K: return 0.025;
-    case QuantType::kQ5_0: return 0.045;
-    case QuantType::kQ5_K: return 0.045;
-    case QuantType::kQ4_0: return 0.085;
-    case QuantType::kQ4_K: return 0.09;
+    case QuantType::kF32:
+      return 0.0;
+    case QuantType::kF16:
+      return 3e-4;
+    case QuantType::kBf16:
+      return 2.5e-3;
+    case QuantType::kQ8_0:
+      return 0.006;
+    case QuantType::kQ6_K:
+      return 0.025;
+    case QuantType::kQ5_0:
+      return 0.045;
+    case QuantType::kQ5_K:
+      return 0.045;
+    case QuantType::kQ4_0:
+      return 0.085;
+    case QuantType::kQ4_K:
+      return 0.09;
   }
   return 0.0;
 }
@@ -70,11 +79,12 @@ TEST(QuantTypesTest, GeometryAndIdsAreGgmls) {
     int64_t elems, bytes;
     const char* name;
   };
-  const Row rows[] = {{QuantType::kF32, 0, 1, 4, "f32"},      {QuantType::kF16, 1, 1, 2, "f16"},
-                      {QuantType::kBf16, 30, 1, 2, "bf16"},   {QuantType::kQ8_0, 8, 32, 34, "q8_0"},
-                      {QuantType::kQ4_0, 2, 32, 18, "q4_0"},  {QuantType::kQ5_0, 6, 32, 22, "q5_0"},
-                      {QuantType::kQ4_K, 12, 256, 144, "q4_K"}, {QuantType::kQ5_K, 13, 256, 176, "q5_K"},
-                      {QuantType::kQ6_K, 14, 256, 210, "q6_K"}};
+  const Row rows[] = {
+      {QuantType::kF32, 0, 1, 4, "f32"},        {QuantType::kF16, 1, 1, 2, "f16"},
+      {QuantType::kBf16, 30, 1, 2, "bf16"},     {QuantType::kQ8_0, 8, 32, 34, "q8_0"},
+      {QuantType::kQ4_0, 2, 32, 18, "q4_0"},    {QuantType::kQ5_0, 6, 32, 22, "q5_0"},
+      {QuantType::kQ4_K, 12, 256, 144, "q4_K"}, {QuantType::kQ5_K, 13, 256, 176, "q5_K"},
+      {QuantType::kQ6_K, 14, 256, 210, "q6_K"}};
   for (const Row& r : rows) {
     EXPECT_EQ(static_cast<uint32_t>(r.type), r.id);
     EXPECT_EQ(QuantBlockElems(r.type), r.elems) << r.name;
@@ -220,12 +230,13 @@ std::map<QuantType, FixtureStats> CompareFixture(const std::string& file,
     ++s.tensors;
   }
   for (const auto& [type, s] : stats) {
-    std::printf("[ fixture ] %-20s %-5s tensors %2lld  blocks %7lld  identical to llama-quantize "
-                "%7lld (%.4f%%)  dequant rel rms %.5f\n",
-                std::filesystem::path(file).filename().c_str(), QuantTypeName(type),
-                static_cast<long long>(s.tensors), static_cast<long long>(s.blocks),
-                static_cast<long long>(s.blocks_identical),
-                100.0 * double(s.blocks_identical) / double(s.blocks), s.worst_rel_rms);
+    std::printf(
+        "[ fixture ] %-20s %-5s tensors %2lld  blocks %7lld  identical to llama-quantize "
+        "%7lld (%.4f%%)  dequant rel rms %.5f\n",
+        std::filesystem::path(file).filename().c_str(), QuantTypeName(type),
+        static_cast<long long>(s.tensors), static_cast<long long>(s.blocks),
+        static_cast<long long>(s.blocks_identical),
+        100.0 * double(s.blocks_identical) / double(s.blocks), s.worst_rel_rms);
   }
   return stats;
 }
@@ -247,7 +258,10 @@ TEST(QuantFixtureTest, LlamaCppFilesDequantizeAndRequantizeAsLlamaQuantizeDid) {
       {"rl256-q6_k.gguf", "rl256-f32.gguf", {QuantType::kQ6_K}},
       {"rl256-f16.gguf", "rl256-f32.gguf", {QuantType::kF16}},
       {"rl256-bf16.gguf", "rl256-f32.gguf", {QuantType::kBf16}},
-      {"s260-q4_k_m.gguf", "s260-f32.gguf", {QuantType::kQ5_0, QuantType::kQ8_0, QuantType::kF16}, 1.25},
+      {"s260-q4_k_m.gguf",
+       "s260-f32.gguf",
+       {QuantType::kQ5_0, QuantType::kQ8_0, QuantType::kF16},
+       1.25},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(c.file);
@@ -278,9 +292,9 @@ std::vector<double> Reference(const std::vector<float>& x, const std::vector<flo
 
 void CheckMatmul(QuantType type, Isa isa, int64_t m, int64_t n, int64_t k, bool accumulate,
                  int threads) {
-  SCOPED_TRACE(::testing::Message() << QuantTypeName(type) << " isa=" << IsaName(isa) << " m=" << m
-                                    << " n=" << n << " k=" << k << " acc=" << accumulate
-                                    << " threads=" << threads);
+  SCOPED_TRACE(::testing::Message()
+               << QuantTypeName(type) << " isa=" << IsaName(isa) << " m=" << m << " n=" << n
+               << " k=" << k << " acc=" << accumulate << " threads=" << threads);
   SetNumThreads(threads);
   const std::vector<float> w = Uniform(n * k, uint32_t(n * 7 + k)), x = Uniform(m * k, uint32_t(m));
   const std::vector<float> y0 = Uniform(m * n, 3);
@@ -295,7 +309,8 @@ void CheckMatmul(QuantType type, Isa isa, int64_t m, int64_t n, int64_t k, bool 
     for (int64_t j = 0; j < n; ++j) y[i * ldy + j] = y0[i * n + j];
   }
   MatmulQuantWith(isa, x.data(), *q, y.data(), m, ldy, accumulate);
-  const std::vector<double> ref = Reference(x, wdq, accumulate ? y0 : std::vector<float>{}, m, n, k);
+  const std::vector<double> ref =
+      Reference(x, wdq, accumulate ? y0 : std::vector<float>{}, m, n, k);
   double err = 0, norm = 0;
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {

@@ -52,7 +52,8 @@ void RowPath(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t m,
   for (int64_t r = r0; r < r0 + count; ++r) {
     Dequantize(isa, w, r, row);
     DotRows(isa, x, m, k, row, dots);
-    for (int64_t i = 0; i < m; ++i) y[i * ldy + r] = accumulate ? y[i * ldy + r] + dots[i] : dots[i];
+    for (int64_t i = 0; i < m; ++i)
+      y[i * ldy + r] = accumulate ? y[i * ldy + r] + dots[i] : dots[i];
   }
 }
 
@@ -62,7 +63,7 @@ void PanelPath(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t 
                bool accumulate, int64_t p) {
   thread_local AlignedVector<float> rows_buf, panel_buf;
   const int64_t n = w.rows(), k = w.cols();
-  float* rows = Scratch(rows_buf, kGroupRows * k);  // [8][k]
+  float* rows = Scratch(rows_buf, kGroupRows * k);    // [8][k]
   float* panel = Scratch(panel_buf, k * kPanelRows);  // [k][48]
   const int ncols = static_cast<int>(std::min(kPanelRows, n - p * kPanelRows));
   for (int j0 = 0; j0 < kPanelRows; j0 += kGroupRows) {

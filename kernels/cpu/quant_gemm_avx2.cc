@@ -96,14 +96,13 @@ HEAVYKV_AVX2 void QK45(const uint8_t* src, float* y, int64_t k) {
         if constexpr (kFiveBits) {
           const __m256i h = U8x8(qh + l);
           const __m256i b0 = _mm256_set1_epi32(1 << j), b1 = _mm256_set1_epi32(2 << j);
-          lo = _mm256_or_si256(lo, _mm256_and_si256(
-                                       _mm256_cmpeq_epi32(_mm256_and_si256(h, b0), b0), sixteen));
-          hi = _mm256_or_si256(hi, _mm256_and_si256(
-                                       _mm256_cmpeq_epi32(_mm256_and_si256(h, b1), b1), sixteen));
+          lo = _mm256_or_si256(
+              lo, _mm256_and_si256(_mm256_cmpeq_epi32(_mm256_and_si256(h, b0), b0), sixteen));
+          hi = _mm256_or_si256(
+              hi, _mm256_and_si256(_mm256_cmpeq_epi32(_mm256_and_si256(h, b1), b1), sixteen));
         }
         _mm256_storeu_ps(y + l, _mm256_sub_ps(_mm256_mul_ps(d0, _mm256_cvtepi32_ps(lo)), mm0));
-        _mm256_storeu_ps(y + 32 + l,
-                         _mm256_sub_ps(_mm256_mul_ps(d1, _mm256_cvtepi32_ps(hi)), mm1));
+        _mm256_storeu_ps(y + 32 + l, _mm256_sub_ps(_mm256_mul_ps(d1, _mm256_cvtepi32_ps(hi)), mm1));
       }
     }
   }
@@ -111,7 +110,8 @@ HEAVYKV_AVX2 void QK45(const uint8_t* src, float* y, int64_t k) {
 
 // Bits 4-5 of a Q6_K level: bits shift, shift + 1 of its qh byte (one per lane).
 HEAVYKV_AVX2 inline __m256i TopBits(__m256i h, int shift, __m256i three) {
-  return _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(shift)), three), 4);
+  return _mm256_slli_epi32(_mm256_and_si256(_mm256_srl_epi32(h, _mm_cvtsi32_si128(shift)), three),
+                           4);
 }
 
 HEAVYKV_AVX2 void Q6_K(const uint8_t* src, float* y, int64_t k) {
@@ -142,8 +142,8 @@ HEAVYKV_AVX2 void Q6_K(const uint8_t* src, float* y, int64_t k) {
 HEAVYKV_AVX2 void F16(const uint8_t* src, float* y, int64_t k) {
   int64_t i = 0;
   for (; i + 8 <= k; i += 8) {
-    _mm256_storeu_ps(y + i, _mm256_cvtph_ps(_mm_loadu_si128(
-                                reinterpret_cast<const __m128i*>(src + 2 * i))));
+    _mm256_storeu_ps(
+        y + i, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i))));
   }
   for (; i < k; ++i) y[i] = HalfAt(src + 2 * i);
 }
@@ -151,8 +151,8 @@ HEAVYKV_AVX2 void F16(const uint8_t* src, float* y, int64_t k) {
 HEAVYKV_AVX2 void Bf16(const uint8_t* src, float* y, int64_t k) {
   int64_t i = 0;
   for (; i + 8 <= k; i += 8) {
-    const __m256i h = _mm256_cvtepu16_epi32(_mm_loadu_si128(
-        reinterpret_cast<const __m128i*>(src + 2 * i)));
+    const __m256i h =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i)));
     _mm256_storeu_ps(y + i, _mm256_castsi256_ps(_mm256_slli_epi32(h, 16)));
   }
   for (; i < k; ++i) {
@@ -194,15 +194,33 @@ HEAVYKV_AVX2 void DotN(const float* x, int64_t k, const float* w, float* out) {
 
 void DequantizeRowAvx2(QuantType type, const uint8_t* src, float* out, int64_t k) {
   switch (type) {
-    case QuantType::kF32: std::memcpy(out, src, k * sizeof(float)); break;
-    case QuantType::kF16: F16(src, out, k); break;
-    case QuantType::kBf16: Bf16(src, out, k); break;
-    case QuantType::kQ8_0: Q8_0(src, out, k); break;
-    case QuantType::kQ4_0: Q4_0(src, out, k); break;
-    case QuantType::kQ5_0: Q5_0(src, out, k); break;
-    case QuantType::kQ4_K: QK45<false>(src, out, k); break;
-    case QuantType::kQ5_K: QK45<true>(src, out, k); break;
-    case QuantType::kQ6_K: Q6_K(src, out, k); break;
+    case QuantType::kF32:
+      std::memcpy(out, src, k * sizeof(float));
+      break;
+    case QuantType::kF16:
+      F16(src, out, k);
+      break;
+    case QuantType::kBf16:
+      Bf16(src, out, k);
+      break;
+    case QuantType::kQ8_0:
+      Q8_0(src, out, k);
+      break;
+    case QuantType::kQ4_0:
+      Q4_0(src, out, k);
+      break;
+    case QuantType::kQ5_0:
+      Q5_0(src, out, k);
+      break;
+    case QuantType::kQ4_K:
+      QK45<false>(src, out, k);
+      break;
+    case QuantType::kQ5_K:
+      QK45<true>(src, out, k);
+      break;
+    case QuantType::kQ6_K:
+      Q6_K(src, out, k);
+      break;
   }
 }
 
@@ -210,10 +228,17 @@ void DotRowsAvx2(const float* x, int64_t m, int64_t k, const float* w, float* ou
   int64_t i = 0;
   for (; i + 4 <= m; i += 4) DotN<4>(x + i * k, k, w, out + i);
   switch (m - i) {
-    case 3: DotN<3>(x + i * k, k, w, out + i); break;
-    case 2: DotN<2>(x + i * k, k, w, out + i); break;
-    case 1: DotN<1>(x + i * k, k, w, out + i); break;
-    default: break;
+    case 3:
+      DotN<3>(x + i * k, k, w, out + i);
+      break;
+    case 2:
+      DotN<2>(x + i * k, k, w, out + i);
+      break;
+    case 1:
+      DotN<1>(x + i * k, k, w, out + i);
+      break;
+    default:
+      break;
   }
 }
 
@@ -227,8 +252,8 @@ HEAVYKV_AVX2 void TransposeRows8Avx2(const float* rows, int64_t k, float* panel)
       t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);  // columns 2, 3 | 6, 7
     }
     for (int i = 0; i < 8; i += 4) {
-      s[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);      // column 0 | 4 of 4 rows
-      s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);  // column 1 | 5
+      s[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);          // column 0 | 4 of 4 rows
+      s[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);      // column 1 | 5
       s[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);  // column 2 | 6
       s[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);  // column 3 | 7
     }

@@ -15,11 +15,12 @@
 // scales, then 6-bit (8-bit for Q6_K) codes for the sub-block scales, then the levels again
 // against the coded scales. Same arithmetic in the same order, so the bytes agree with
 // llama-quantize's.
+#include "kernels/cpu/quant_kquants.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 
-#include "kernels/cpu/quant_kquants.h"
 #include "kernels/cpu/quant_types.h"
 
 namespace heavykv::cpu::internal {
@@ -101,8 +102,7 @@ float FitScaleMin(int n, int nmax, const float* x, const float* w, uint8_t* L, f
 
 // Q4_K and Q5_K share everything but the level count (15 or 31), the search grid and where the
 // levels go. Writes d, dmin and the 12 scale bytes at `block` and the levels to L[256].
-void QuantizeKScales(const float* x, int nmax, float rmin, int nstep, uint8_t* block,
-                     uint8_t* L) {
+void QuantizeKScales(const float* x, int nmax, float rmin, int nstep, uint8_t* block, uint8_t* L) {
   float scales[8], mins[8], weights[32];
   float max_scale = 0, max_min = 0;
   for (int j = 0; j < 8; ++j) {

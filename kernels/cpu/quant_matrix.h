@@ -24,8 +24,7 @@ class QuantMatrix {
   static absl::StatusOr<QuantMatrix> FromRows(QuantType type, int64_t n, int64_t k,
                                               const void* data, int64_t bytes);
   // Quantizes w[n][k] (row-major fp32) with QuantizeRow; the same shape checks.
-  static absl::StatusOr<QuantMatrix> Quantize(QuantType type, const float* w, int64_t n,
-                                              int64_t k);
+  static absl::StatusOr<QuantMatrix> Quantize(QuantType type, const float* w, int64_t n, int64_t k);
 
   QuantType type() const { return type_; }
   int64_t rows() const { return n_; }  // n: outputs

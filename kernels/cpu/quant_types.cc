@@ -121,15 +121,24 @@ void CheckRow(QuantType type, int64_t k) {
 
 const char* QuantTypeName(QuantType type) {
   switch (type) {
-    case QuantType::kF32: return "f32";
-    case QuantType::kF16: return "f16";
-    case QuantType::kBf16: return "bf16";
-    case QuantType::kQ8_0: return "q8_0";
-    case QuantType::kQ4_0: return "q4_0";
-    case QuantType::kQ5_0: return "q5_0";
-    case QuantType::kQ4_K: return "q4_K";
-    case QuantType::kQ5_K: return "q5_K";
-    case QuantType::kQ6_K: return "q6_K";
+    case QuantType::kF32:
+      return "f32";
+    case QuantType::kF16:
+      return "f16";
+    case QuantType::kBf16:
+      return "bf16";
+    case QuantType::kQ8_0:
+      return "q8_0";
+    case QuantType::kQ4_0:
+      return "q4_0";
+    case QuantType::kQ5_0:
+      return "q5_0";
+    case QuantType::kQ4_K:
+      return "q4_K";
+    case QuantType::kQ5_K:
+      return "q5_K";
+    case QuantType::kQ6_K:
+      return "q6_K";
   }
   return "?";
 }
@@ -138,28 +147,39 @@ int64_t QuantBlockElems(QuantType type) {
   switch (type) {
     case QuantType::kF32:
     case QuantType::kF16:
-    case QuantType::kBf16: return 1;
+    case QuantType::kBf16:
+      return 1;
     case QuantType::kQ8_0:
     case QuantType::kQ4_0:
-    case QuantType::kQ5_0: return 32;
+    case QuantType::kQ5_0:
+      return 32;
     case QuantType::kQ4_K:
     case QuantType::kQ5_K:
-    case QuantType::kQ6_K: return internal::kQk;
+    case QuantType::kQ6_K:
+      return internal::kQk;
   }
   return 1;
 }
 
 int64_t QuantBlockBytes(QuantType type) {
   switch (type) {
-    case QuantType::kF32: return 4;
+    case QuantType::kF32:
+      return 4;
     case QuantType::kF16:
-    case QuantType::kBf16: return 2;
-    case QuantType::kQ8_0: return 34;
-    case QuantType::kQ4_0: return 18;
-    case QuantType::kQ5_0: return 22;
-    case QuantType::kQ4_K: return 144;
-    case QuantType::kQ5_K: return 176;
-    case QuantType::kQ6_K: return 210;
+    case QuantType::kBf16:
+      return 2;
+    case QuantType::kQ8_0:
+      return 34;
+    case QuantType::kQ4_0:
+      return 18;
+    case QuantType::kQ5_0:
+      return 22;
+    case QuantType::kQ4_K:
+      return 144;
+    case QuantType::kQ5_K:
+      return 176;
+    case QuantType::kQ6_K:
+      return 210;
   }
   return 4;
 }
@@ -177,19 +197,33 @@ void DequantizeRow(QuantType type, const void* src, float* dst, int64_t k) {
   CheckRow(type, k);
   const auto* s = static_cast<const uint8_t*>(src);
   switch (type) {
-    case QuantType::kF32: std::memcpy(dst, s, k * sizeof(float)); break;
+    case QuantType::kF32:
+      std::memcpy(dst, s, k * sizeof(float));
+      break;
     case QuantType::kF16:
       for (int64_t i = 0; i < k; ++i) dst[i] = Fp16ToFloat(Load16(s + 2 * i));
       break;
     case QuantType::kBf16:
       for (int64_t i = 0; i < k; ++i) dst[i] = Bf16ToFloat(Load16(s + 2 * i));
       break;
-    case QuantType::kQ8_0: DequantizeQ8_0(s, dst, k); break;
-    case QuantType::kQ4_0: DequantizeQ4_0(s, dst, k); break;
-    case QuantType::kQ5_0: DequantizeQ5_0(s, dst, k); break;
-    case QuantType::kQ4_K: internal::DequantizeQ4K(s, dst, k); break;
-    case QuantType::kQ5_K: internal::DequantizeQ5K(s, dst, k); break;
-    case QuantType::kQ6_K: internal::DequantizeQ6K(s, dst, k); break;
+    case QuantType::kQ8_0:
+      DequantizeQ8_0(s, dst, k);
+      break;
+    case QuantType::kQ4_0:
+      DequantizeQ4_0(s, dst, k);
+      break;
+    case QuantType::kQ5_0:
+      DequantizeQ5_0(s, dst, k);
+      break;
+    case QuantType::kQ4_K:
+      internal::DequantizeQ4K(s, dst, k);
+      break;
+    case QuantType::kQ5_K:
+      internal::DequantizeQ5K(s, dst, k);
+      break;
+    case QuantType::kQ6_K:
+      internal::DequantizeQ6K(s, dst, k);
+      break;
   }
 }
 
@@ -197,19 +231,33 @@ void QuantizeRow(QuantType type, const float* src, void* dst, int64_t k) {
   CheckRow(type, k);
   auto* d = static_cast<uint8_t*>(dst);
   switch (type) {
-    case QuantType::kF32: std::memcpy(d, src, k * sizeof(float)); break;
+    case QuantType::kF32:
+      std::memcpy(d, src, k * sizeof(float));
+      break;
     case QuantType::kF16:
       for (int64_t i = 0; i < k; ++i) Store16(d + 2 * i, FloatToFp16(src[i]));
       break;
     case QuantType::kBf16:
       for (int64_t i = 0; i < k; ++i) Store16(d + 2 * i, FloatToBf16(src[i]));
       break;
-    case QuantType::kQ8_0: QuantizeQ8_0(src, d, k); break;
-    case QuantType::kQ4_0: QuantizeQ4_0(src, d, k); break;
-    case QuantType::kQ5_0: QuantizeQ5_0(src, d, k); break;
-    case QuantType::kQ4_K: internal::QuantizeQ4K(src, d, k); break;
-    case QuantType::kQ5_K: internal::QuantizeQ5K(src, d, k); break;
-    case QuantType::kQ6_K: internal::QuantizeQ6K(src, d, k); break;
+    case QuantType::kQ8_0:
+      QuantizeQ8_0(src, d, k);
+      break;
+    case QuantType::kQ4_0:
+      QuantizeQ4_0(src, d, k);
+      break;
+    case QuantType::kQ5_0:
+      QuantizeQ5_0(src, d, k);
+      break;
+    case QuantType::kQ4_K:
+      internal::QuantizeQ4K(src, d, k);
+      break;
+    case QuantType::kQ5_K:
+      internal::QuantizeQ5K(src, d, k);
+      break;
+    case QuantType::kQ6_K:
+      internal::QuantizeQ6K(src, d, k);
+      break;
   }
 }
 
