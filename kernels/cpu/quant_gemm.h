@@ -18,7 +18,8 @@
 
 namespace heavykv::cpu {
 
-// Largest m that takes the row-by-row path (measured on the Zen 1 VM, docs/BENCHMARKS.md).
+// Largest m that takes the row-by-row path. Not yet tuned: the m = 4..8 crossover against the
+// panel path is still to be measured (docs/BENCHMARKS.md, quant_gemm).
 inline constexpr int64_t kQuantRowPathMaxM = 3;
 
 // y[m][ldy] (+)= x[m][k] * W^T, ldy >= W.rows(); x rows contiguous ([m][k]). Parallel with
