@@ -21,6 +21,7 @@ namespace heavykv::bench {
 void RegisterAll();
 void RegisterServe();
 void RegisterTokenizer();
+void RegisterQuant();
 }
 
 namespace {
@@ -75,6 +76,7 @@ int main(int argc, char** argv) {
   heavykv::bench::RegisterAll();
   heavykv::bench::RegisterServe();
   heavykv::bench::RegisterTokenizer();
+  heavykv::bench::RegisterQuant();
   CollectingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
 

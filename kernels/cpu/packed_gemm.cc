@@ -183,6 +183,25 @@ void MatmulPackedImpl(const float* x, const PackedMatrix& w, const T* data, floa
 
 }  // namespace
 
+namespace internal {
+
+void PanelFp32(Isa isa, const float* x, const float* panel, const float* next, int64_t panel_elems,
+               float* y, int64_t m, int64_t k, int64_t ldy, bool accumulate, int ncols) {
+  switch (isa) {
+    case Isa::kAvx512:
+      PanelAvx512(x, panel, next, panel_elems, y, m, k, ldy, accumulate, ncols);
+      break;
+    case Isa::kAvx2:
+      PanelAvx2(x, panel, next, panel_elems, y, m, k, ldy, accumulate, ncols);
+      break;
+    case Isa::kPortable:
+      PanelPortable(x, panel, y, m, k, ldy, accumulate, ncols);
+      break;
+  }
+}
+
+}  // namespace internal
+
 void MatmulPackedWith(Isa isa, const float* x, const PackedMatrix& w, float* y, int64_t m,
                       int64_t ldy, bool accumulate) {
   if (w.bf16()) {

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "kernels/cpu/isa.h"
+
 namespace heavykv::cpu::internal {
 
 // Prefetch of the next weights (a panel, or a chunk of one), shared out over the passes of the
@@ -30,5 +32,11 @@ struct Prefetch {
 template <typename T>
 void PanelAvx2(const float* x, const T* panel, const T* next, int64_t panel_elems, float* y,
                int64_t m, int64_t k, int64_t ldy, bool accumulate, int ncols);
+
+// One fp32 panel ([k][kPanelRows], panel_elems floats) against every row of x with `isa`'s
+// kernel: MatmulPacked's inner step, for callers that build panels on the fly (MatmulQuant
+// dequantizes weight rows into one). `next` (or null) is prefetched during this one.
+void PanelFp32(Isa isa, const float* x, const float* panel, const float* next, int64_t panel_elems,
+               float* y, int64_t m, int64_t k, int64_t ldy, bool accumulate, int ncols);
 
 }  // namespace heavykv::cpu::internal

@@ -1,0 +1,60 @@
+#include "kernels/cpu/quant_matrix.h"
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace heavykv::cpu {
+
+absl::Status QuantMatrix::CheckShape(QuantType type, int64_t n, int64_t k) {
+  if (n <= 0 || k <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a ", QuantTypeName(type), " matrix needs positive rows and columns, got ", n, " x ", k));
+  }
+  const int64_t block = QuantBlockElems(type);
+  if (k % block != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a ", QuantTypeName(type), " row holds whole blocks of ", block,
+                     " elements, but the matrix has ", k, " columns (", n, " x ", k, ")"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<QuantMatrix> QuantMatrix::FromRows(QuantType type, int64_t n, int64_t k,
+                                                  const void* data, int64_t bytes) {
+  if (absl::Status s = CheckShape(type, n, k); !s.ok()) return s;
+  const int64_t row_bytes = QuantRowBytes(type, k);
+  if (bytes != n * row_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("a ", n, " x ", k, " ", QuantTypeName(type),
+                                                   " matrix is ", n * row_bytes, " bytes, but ",
+                                                   bytes, " were given"));
+  }
+  QuantMatrix m;
+  m.type_ = type;
+  m.n_ = n;
+  m.k_ = k;
+  m.row_bytes_ = row_bytes;
+  m.data_.resize(n * row_bytes);
+  std::memcpy(m.data_.data(), data, n * row_bytes);
+  return m;
+}
+
+absl::StatusOr<QuantMatrix> QuantMatrix::Quantize(QuantType type, const float* w, int64_t n,
+                                                  int64_t k) {
+  if (absl::Status s = CheckShape(type, n, k); !s.ok()) return s;
+  QuantMatrix m;
+  m.type_ = type;
+  m.n_ = n;
+  m.k_ = k;
+  m.row_bytes_ = QuantRowBytes(type, k);
+  m.data_.resize(n * m.row_bytes_);
+  for (int64_t r = 0; r < n; ++r)
+    QuantizeRow(type, w + r * k, m.data_.data() + r * m.row_bytes_, k);
+  return m;
+}
+
+void QuantMatrix::DequantizeRowTo(int64_t r, float* out) const {
+  DequantizeRow(type_, row(r), out, k_);
+}
+
+}  // namespace heavykv::cpu

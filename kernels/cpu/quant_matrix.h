@@ -1,0 +1,50 @@
+// QuantMatrix: a weight matrix W[n][k] (y = x W^T: n outputs of k inputs) of one QuantType,
+// held as the GGUF file stores it: n rows of QuantRowBytes(type, k) bytes, each row k / block
+// consecutive blocks (quant_types.h). No fp32 copy and no repacked layout: MatmulQuant
+// (quant_gemm.h) dequantizes rows on the fly, so resident bytes are the tensor's bytes (64-byte
+// aligned, on huge pages when large, memory/aligned_vector.h). Immutable once created; any
+// number of threads may read it.
+#pragma once
+
+#include <cstdint>
+
+#include "absl/status/statusor.h"
+#include "kernels/cpu/quant_types.h"
+#include "memory/aligned_vector.h"
+
+namespace heavykv::cpu {
+
+class QuantMatrix {
+ public:
+  QuantMatrix() = default;
+
+  // Copies n rows of k elements of `type` from `data` ([n][row_bytes()], `bytes` long, e.g. a
+  // GGUF tensor's data). InvalidArgument, saying which, when k is not a whole number of blocks,
+  // n or k is not positive, or `bytes` is not n rows.
+  static absl::StatusOr<QuantMatrix> FromRows(QuantType type, int64_t n, int64_t k,
+                                              const void* data, int64_t bytes);
+  // Quantizes w[n][k] (row-major fp32) with QuantizeRow; the same shape checks.
+  static absl::StatusOr<QuantMatrix> Quantize(QuantType type, const float* w, int64_t n, int64_t k);
+
+  QuantType type() const { return type_; }
+  int64_t rows() const { return n_; }  // n: outputs
+  int64_t cols() const { return k_; }  // k: inputs
+  bool empty() const { return n_ == 0; }
+  int64_t row_bytes() const { return row_bytes_; }
+  // Bytes of the rows (what one pass of the GEMM streams).
+  int64_t bytes() const { return n_ * row_bytes_; }
+  // Row r's blocks.
+  const uint8_t* row(int64_t r) const { return data_.data() + r * row_bytes_; }
+
+  // out[k] = W[r][:], dequantized (portable code: the reference the kernels are tested against).
+  void DequantizeRowTo(int64_t r, float* out) const;
+
+ private:
+  static absl::Status CheckShape(QuantType type, int64_t n, int64_t k);
+
+  QuantType type_ = QuantType::kF32;
+  int64_t n_ = 0, k_ = 0, row_bytes_ = 0;
+  AlignedVector<uint8_t> data_;  // [n][row_bytes_]
+};
+
+}  // namespace heavykv::cpu

@@ -1,0 +1,107 @@
+// The weight formats of GGUF files (ggml's block layouts) that the CPU kernels read directly:
+// QuantType with each type's block geometry, fp16 conversions, and QuantizeRow / DequantizeRow
+// for one row. A row of k elements is k / block_elems consecutive blocks, exactly as the file
+// stores it, so a tensor's bytes are used unchanged (QuantMatrix, quant_matrix.h).
+//
+//   type   block  bytes  layout of one block (little-endian)
+//   F32      1      4    float
+//   F16      1      2    IEEE half
+//   BF16     1      2    upper half of an fp32
+//   Q8_0    32     34    fp16 d; int8 q[32]                       x = d * q
+//   Q4_0    32     18    fp16 d; u8 qs[16]: low nibble -> 0..15, high -> 16..31; x = d * (q - 8)
+//   Q5_0    32     22    fp16 d; u32 qh (bit j = 5th bit of x[j]); qs[16] as Q4_0; x = d * (q - 16)
+//   Q4_K   256    144    fp16 d, dmin; u8 scales[12] (8 x 6-bit scale + 6-bit min); qs[128]
+//                        x = d * sc[j] * q - dmin * m[j], sub-block j of 32, q 4 bits
+//   Q5_K   256    176    as Q4_K, then qh[32] (the 5th bits), then qs[128]
+//   Q6_K   256    210    ql[128] (low 4 bits), qh[64] (high 2 bits), int8 scales[16], fp16 d
+//                        x = d * scales[j] * (q - 32), sub-block j of 16, q 6 bits
+// The K-quant bit placement is documented beside the code (quant_kquants.cc).
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "absl/status/statusor.h"
+
+namespace heavykv::cpu {
+
+// The values are ggml's type ids (the `type` field of a GGUF tensor info).
+enum class QuantType : uint32_t {
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ5_0 = 6,
+  kQ8_0 = 8,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kBf16 = 30,
+};
+
+// Every type, for tests and benchmarks that cover them all.
+inline constexpr QuantType kAllQuantTypes[] = {
+    QuantType::kF32,  QuantType::kF16,  QuantType::kBf16, QuantType::kQ8_0, QuantType::kQ4_0,
+    QuantType::kQ5_0, QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K};
+
+// ggml's name: "f32", "q4_K", ...
+const char* QuantTypeName(QuantType type);
+// Elements per block (1, 32 or 256) and bytes per block.
+int64_t QuantBlockElems(QuantType type);
+int64_t QuantBlockBytes(QuantType type);
+// Bytes of a row of k elements; k must be a multiple of QuantBlockElems(type).
+inline int64_t QuantRowBytes(QuantType type, int64_t k) {
+  return k / QuantBlockElems(type) * QuantBlockBytes(type);
+}
+// The type of ggml id `id`, or InvalidArgument naming the id when heavykv has no kernel for it.
+absl::StatusOr<QuantType> QuantTypeFromGgmlId(uint32_t id);
+
+// dst[k] = the values of the k elements at src. k must be a multiple of the block (aborts
+// otherwise: callers validate shapes when a matrix is created, QuantMatrix::FromRows).
+void DequantizeRow(QuantType type, const void* src, float* dst, int64_t k);
+// Writes QuantRowBytes(type, k) bytes at dst encoding src[k], with llama.cpp's reference
+// quantizer's arithmetic (no importance matrix), so files written here match llama-quantize's.
+void QuantizeRow(QuantType type, const float* src, void* dst, int64_t k);
+
+// IEEE fp16 <-> fp32, rounded to nearest even; subnormals, infinities and NaN preserved.
+inline float Fp16ToFloat(uint16_t h) {
+  const uint32_t sign = uint32_t(h & 0x8000u) << 16;
+  const uint32_t exp = (h >> 10) & 0x1Fu, mant = h & 0x3FFu;
+  uint32_t bits;
+  if (exp == 0x1F) {
+    bits = sign | 0x7F800000u | (mant << 13);
+  } else if (exp != 0) {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  } else {
+    // Zero or subnormal: mant * 2^-24, exact in fp32.
+    float f = float(mant) * 5.9604644775390625e-8f;
+    std::memcpy(&bits, &f, sizeof(bits));
+    bits |= sign;
+  }
+  float out;
+  std::memcpy(&out, &bits, sizeof(out));
+  return out;
+}
+
+inline uint16_t FloatToFp16(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof(u));
+  const uint16_t sign = uint16_t((u >> 16) & 0x8000u);
+  const uint32_t abs = u & 0x7FFFFFFFu;
+  if (abs > 0x7F800000u) return uint16_t(sign | 0x7E00u | ((abs >> 13) & 0x3FFu));  // NaN
+  if (abs >= 0x477FF000u) return uint16_t(sign | 0x7C00u);  // rounds past 65504: infinity
+  if (abs < 0x38800000u) {
+    // Below 2^-14: a subnormal (or zero). Adding 0.5 aligns the mantissa's unit to 2^-24 and the
+    // fp32 addition rounds to nearest even there.
+    float a;
+    std::memcpy(&a, &abs, sizeof(a));
+    a += 0.5f;
+    uint32_t r;
+    std::memcpy(&r, &a, sizeof(r));
+    return uint16_t(sign | (r - 0x3F000000u));
+  }
+  // Normal: rebias the exponent and round the 13 dropped bits to nearest even.
+  const uint32_t rounded = abs + 0xFFFu + ((abs >> 13) & 1u);
+  return uint16_t(sign | ((rounded - 0x38000000u) >> 13));
+}
+
+}  // namespace heavykv::cpu

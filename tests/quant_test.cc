@@ -1,0 +1,400 @@
+// The GGUF weight formats and the quantized GEMM: block geometry and type ids, fp16 conversion
+// (exhaustive, and against the CPU's F16C where it has it), quantize/dequantize round trips within
+// each format's error, the real llama.cpp fixtures (/work/shared/gguf: dequantized tensors against
+// the same tensors in f32, and our quantizer's bytes against llama-quantize's), MatmulQuant on
+// every ISA path against a double-precision product with the dequantized weights, and the
+// errors a malformed matrix gets at creation.
+#include <gtest/gtest.h>
+#include <immintrin.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
+#include "kernels/cpu/quant_gemm.h"
+#include "kernels/cpu/quant_matrix.h"
+#include "kernels/cpu/quant_types.h"
+#include "tests/gguf_test_reader.h"
+#include "tests/test_util.h"
+
+namespace heavykv::cpu {
+namespace {
+
+using heavykv::testing::GgufTestFile;
+using heavykv::testing::GgufTestTensor;
+
+// Relative RMS error ||a - b|| / ||b|| that each format must stay under on uniform data (the
+// rounding step over sqrt(12), relative to the data's RMS, with some margin): a wrong bit
+// placement or scale lands far above these.
+double MaxRelRms(QuantType type) {
+  switch (type) {
+    case QuantType::kF32:
+      return 0.0;
+    case QuantType::kF16:
+      return 3e-4;
+    case QuantType::kBf16:
+      return 2.5e-3;
+    case QuantType::kQ8_0:
+      return 0.006;
+    case QuantType::kQ6_K:
+      return 0.025;
+    case QuantType::kQ5_0:
+      return 0.045;
+    case QuantType::kQ5_K:
+      return 0.045;
+    case QuantType::kQ4_0:
+      return 0.085;
+    case QuantType::kQ4_K:
+      return 0.09;
+  }
+  return 0.0;
+}
+
+double RelRms(const float* a, const float* b, int64_t count) {
+  double err = 0, norm = 0;
+  for (int64_t i = 0; i < count; ++i) {
+    err += (double(a[i]) - b[i]) * (double(a[i]) - b[i]);
+    norm += double(b[i]) * b[i];
+  }
+  return norm == 0 ? std::sqrt(err) : std::sqrt(err / norm);
+}
+
+std::vector<float> Uniform(int64_t count, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(count);
+  for (float& x : v) x = u(rng);
+  return v;
+}
+
+TEST(QuantTypesTest, GeometryAndIdsAreGgmls) {
+  struct Row {
+    QuantType type;
+    uint32_t id;
+    int64_t elems, bytes;
+    const char* name;
+  };
+  const Row rows[] = {
+      {QuantType::kF32, 0, 1, 4, "f32"},        {QuantType::kF16, 1, 1, 2, "f16"},
+      {QuantType::kBf16, 30, 1, 2, "bf16"},     {QuantType::kQ8_0, 8, 32, 34, "q8_0"},
+      {QuantType::kQ4_0, 2, 32, 18, "q4_0"},    {QuantType::kQ5_0, 6, 32, 22, "q5_0"},
+      {QuantType::kQ4_K, 12, 256, 144, "q4_K"}, {QuantType::kQ5_K, 13, 256, 176, "q5_K"},
+      {QuantType::kQ6_K, 14, 256, 210, "q6_K"}};
+  for (const Row& r : rows) {
+    EXPECT_EQ(static_cast<uint32_t>(r.type), r.id);
+    EXPECT_EQ(QuantBlockElems(r.type), r.elems) << r.name;
+    EXPECT_EQ(QuantBlockBytes(r.type), r.bytes) << r.name;
+    EXPECT_STREQ(QuantTypeName(r.type), r.name);
+    auto t = QuantTypeFromGgmlId(r.id);
+    ASSERT_TRUE(t.ok());
+    EXPECT_EQ(*t, r.type);
+  }
+  EXPECT_EQ(QuantRowBytes(QuantType::kQ4_K, 2048), 8 * 144);
+  // Q4_1 (3) and IQ types exist in ggml but have no kernel here: a clear error, not a guess.
+  for (uint32_t id : {3u, 7u, 10u, 11u, 16u, 99u}) {
+    auto t = QuantTypeFromGgmlId(id);
+    ASSERT_FALSE(t.ok()) << id;
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(t.status().message().find(std::to_string(id)), std::string::npos);
+  }
+}
+
+__attribute__((target("f16c"))) uint16_t HardwareFp16(float f) {
+  return static_cast<uint16_t>(_cvtss_sh(f, _MM_FROUND_TO_NEAREST_INT));
+}
+
+TEST(QuantTypesTest, Fp16ConversionsAreExact) {
+  // Every fp16 value survives fp16 -> fp32 -> fp16 (NaNs stay NaN).
+  for (uint32_t h = 0; h < 65536; ++h) {
+    const float f = Fp16ToFloat(uint16_t(h));
+    if ((h & 0x7C00) == 0x7C00 && (h & 0x3FF) != 0) {
+      ASSERT_TRUE(std::isnan(f)) << h;
+      ASSERT_TRUE(std::isnan(Fp16ToFloat(FloatToFp16(f)))) << h;
+    } else {
+      ASSERT_EQ(FloatToFp16(f), h) << h;
+    }
+  }
+  EXPECT_EQ(Fp16ToFloat(0x3C00), 1.0f);
+  EXPECT_EQ(Fp16ToFloat(0x0001), std::ldexp(1.0f, -24));  // smallest subnormal
+  EXPECT_EQ(FloatToFp16(65520.0f), 0x7C00);               // halfway past the max: infinity
+  EXPECT_EQ(FloatToFp16(65519.0f), 0x7BFF);
+  // Rounding against the CPU's own conversion, over every magnitude fp16 covers and beyond.
+  if (!__builtin_cpu_supports("f16c")) {
+    std::printf("[ note ] this CPU has no F16C: fp16 rounding checked on round trips only\n");
+    return;
+  }
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<uint32_t> bits(0, 0xFFFFFFFFu);
+  int checked = 0;
+  for (int i = 0; i < 2000000; ++i) {
+    uint32_t u = bits(rng);
+    // Exponents around fp16's range (2^-27 .. 2^17) get most of the samples.
+    if (i % 4 != 0) u = (u & 0x807FFFFFu) | ((100u + (u >> 23) % 46) << 23);
+    float f;
+    std::memcpy(&f, &u, sizeof(f));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(FloatToFp16(f), HardwareFp16(f)) << f;
+    ++checked;
+  }
+  EXPECT_GT(checked, 1000000);
+}
+
+TEST(QuantTypesTest, RoundTripsStayWithinEachFormatsError) {
+  for (QuantType type : kAllQuantTypes) {
+    SCOPED_TRACE(QuantTypeName(type));
+    const int64_t k = 1024;
+    std::vector<float> x = Uniform(k, 11);
+    // Blocks with one large outlier and a constant sub-block: scale searches and min handling.
+    x[5] = 9.0f;
+    for (int i = 512; i < 544; ++i) x[i] = 0.3f;
+    std::vector<uint8_t> q(QuantRowBytes(type, k));
+    std::vector<float> back(k);
+    QuantizeRow(type, x.data(), q.data(), k);
+    DequantizeRow(type, q.data(), back.data(), k);
+    std::vector<float> x_tail(x.begin() + 544, x.end()), back_tail(back.begin() + 544, back.end());
+    // The uniform part (after the outlier's super-block).
+    EXPECT_LE(RelRms(back_tail.data(), x_tail.data(), k - 544), MaxRelRms(type));
+    EXPECT_LE(RelRms(back.data(), x.data(), k), 2 * MaxRelRms(type));
+    // Zeros stay zeros (no division by a zero scale).
+    std::vector<float> zeros(k, 0.0f);
+    QuantizeRow(type, zeros.data(), q.data(), k);
+    DequantizeRow(type, q.data(), back.data(), k);
+    for (int64_t i = 0; i < k; ++i) ASSERT_EQ(back[i], 0.0f) << i;
+  }
+}
+
+// The fixtures: GGUF files written by llama.cpp's llama-quantize from rl256-f32.gguf /
+// s260-f32.gguf. Looked for in tests/data/gguf (if copied into the repo) or /work/shared/gguf.
+std::string FixtureDir() {
+  for (const std::string& dir :
+       {heavykv::testing::SourcePath("tests/data/gguf"), std::string("/work/shared/gguf")}) {
+    if (std::filesystem::exists(dir + "/rl256-f32.gguf")) return dir;
+  }
+  return {};
+}
+
+struct FixtureStats {
+  int64_t tensors = 0, blocks = 0, blocks_identical = 0;
+  double worst_rel_rms = 0;
+};
+
+// Every quantized tensor of `file` against the same tensor of `f32_file`: its dequantization
+// within the format's error, and our quantizer's blocks against the file's.
+// `slack` widens the error bound for trained weights, whose heavier tails than the uniform
+// data MaxRelRms is calibrated on leave more error per RMS.
+std::map<QuantType, FixtureStats> CompareFixture(const std::string& file,
+                                                 const std::string& f32_file, double slack) {
+  std::map<QuantType, FixtureStats> stats;
+  const GgufTestFile q(file), f(f32_file);
+  EXPECT_TRUE(q.ok()) << file;
+  EXPECT_TRUE(f.ok()) << f32_file;
+  for (const auto& [name, t] : q.tensors()) {
+    auto type = QuantTypeFromGgmlId(t.type);
+    if (!type.ok() || *type == QuantType::kF32) continue;
+    const auto it = f.tensors().find(name);
+    EXPECT_NE(it, f.tensors().end()) << name;
+    if (it == f.tensors().end()) continue;
+    const GgufTestTensor& ref = it->second;
+    EXPECT_EQ(ref.type, 0u);
+    EXPECT_EQ(ref.dims, t.dims) << name;
+    const int64_t k = t.dims[0], rows = t.rows(), row_bytes = QuantRowBytes(*type, k);
+    auto m = QuantMatrix::FromRows(*type, rows, k, t.data, rows * row_bytes);
+    EXPECT_TRUE(m.ok()) << name << ": " << m.status();
+    if (!m.ok()) continue;
+    const auto* w = reinterpret_cast<const float*>(ref.data);
+    std::vector<float> row(k);
+    std::vector<uint8_t> ours(row_bytes);
+    FixtureStats& s = stats[*type];
+    double err = 0, norm = 0;
+    for (int64_t r = 0; r < rows; ++r) {
+      m->DequantizeRowTo(r, row.data());
+      for (int64_t i = 0; i < k; ++i) {
+        err += (double(row[i]) - w[r * k + i]) * (double(row[i]) - w[r * k + i]);
+        norm += double(w[r * k + i]) * w[r * k + i];
+      }
+      QuantizeRow(*type, w + r * k, ours.data(), k);
+      const int64_t bb = QuantBlockBytes(*type);
+      for (int64_t b = 0; b < row_bytes / bb; ++b) {
+        ++s.blocks;
+        s.blocks_identical += std::memcmp(ours.data() + b * bb, m->row(r) + b * bb, bb) == 0;
+      }
+    }
+    const double rel = std::sqrt(err / norm);
+    EXPECT_LE(rel, slack * MaxRelRms(*type)) << name << " (" << QuantTypeName(*type) << ")";
+    s.worst_rel_rms = std::max(s.worst_rel_rms, rel);
+    ++s.tensors;
+  }
+  for (const auto& [type, s] : stats) {
+    std::printf(
+        "[ fixture ] %-20s %-5s tensors %2lld  blocks %7lld  identical to llama-quantize "
+        "%7lld (%.4f%%)  dequant rel rms %.5f\n",
+        std::filesystem::path(file).filename().c_str(), QuantTypeName(type),
+        static_cast<long long>(s.tensors), static_cast<long long>(s.blocks),
+        static_cast<long long>(s.blocks_identical),
+        100.0 * double(s.blocks_identical) / double(s.blocks), s.worst_rel_rms);
+  }
+  return stats;
+}
+
+TEST(QuantFixtureTest, LlamaCppFilesDequantizeAndRequantizeAsLlamaQuantizeDid) {
+  const std::string dir = FixtureDir();
+  if (dir.empty()) GTEST_SKIP() << "no GGUF fixtures (tests/data/gguf or /work/shared/gguf)";
+  struct Case {
+    const char* file;
+    const char* f32;
+    std::vector<QuantType> expected;  // types the file must hold
+    double slack = 1.0;
+  };
+  const Case cases[] = {
+      {"rl256-q8_0.gguf", "rl256-f32.gguf", {QuantType::kQ8_0}},
+      {"rl256-q4_0.gguf", "rl256-f32.gguf", {QuantType::kQ4_0, QuantType::kQ6_K}},
+      {"rl256-q4_k_m.gguf", "rl256-f32.gguf", {QuantType::kQ4_K, QuantType::kQ6_K}},
+      {"rl256-q5_k_m.gguf", "rl256-f32.gguf", {QuantType::kQ5_K, QuantType::kQ6_K}},
+      {"rl256-q6_k.gguf", "rl256-f32.gguf", {QuantType::kQ6_K}},
+      {"rl256-f16.gguf", "rl256-f32.gguf", {QuantType::kF16}},
+      {"rl256-bf16.gguf", "rl256-f32.gguf", {QuantType::kBf16}},
+      {"s260-q4_k_m.gguf",
+       "s260-f32.gguf",
+       {QuantType::kQ5_0, QuantType::kQ8_0, QuantType::kF16},
+       1.25},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.file);
+    const auto stats = CompareFixture(dir + "/" + c.file, dir + "/" + c.f32, c.slack);
+    for (QuantType type : c.expected) {
+      const auto it = stats.find(type);
+      ASSERT_NE(it, stats.end()) << "no " << QuantTypeName(type) << " tensor";
+      const FixtureStats& s = it->second;
+      // Our quantizer reproduces llama-quantize's bytes (see the printed table).
+      EXPECT_EQ(s.blocks_identical, s.blocks) << QuantTypeName(type);
+    }
+  }
+}
+
+// y[m][n] = x[m][k] w[n][k]^T (+ y0) in double.
+std::vector<double> Reference(const std::vector<float>& x, const std::vector<float>& w,
+                              const std::vector<float>& y0, int64_t m, int64_t n, int64_t k) {
+  std::vector<double> y(m * n);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = y0.empty() ? 0.0 : y0[i * n + j];
+      for (int64_t d = 0; d < k; ++d) acc += double(x[i * k + d]) * w[j * k + d];
+      y[i * n + j] = acc;
+    }
+  }
+  return y;
+}
+
+void CheckMatmul(QuantType type, Isa isa, int64_t m, int64_t n, int64_t k, bool accumulate,
+                 int threads) {
+  SCOPED_TRACE(::testing::Message()
+               << QuantTypeName(type) << " isa=" << IsaName(isa) << " m=" << m << " n=" << n
+               << " k=" << k << " acc=" << accumulate << " threads=" << threads);
+  SetNumThreads(threads);
+  const std::vector<float> w = Uniform(n * k, uint32_t(n * 7 + k)), x = Uniform(m * k, uint32_t(m));
+  const std::vector<float> y0 = Uniform(m * n, 3);
+  auto q = QuantMatrix::Quantize(type, w.data(), n, k);
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->bytes(), n * QuantRowBytes(type, k));
+  std::vector<float> wdq(n * k);
+  for (int64_t r = 0; r < n; ++r) q->DequantizeRowTo(r, wdq.data() + r * k);
+  const int64_t ldy = n + 5;  // outputs past column n must stay untouched
+  std::vector<float> y(m * ldy, 7.0f);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) y[i * ldy + j] = y0[i * n + j];
+  }
+  MatmulQuantWith(isa, x.data(), *q, y.data(), m, ldy, accumulate);
+  const std::vector<double> ref =
+      Reference(x, wdq, accumulate ? y0 : std::vector<float>{}, m, n, k);
+  double err = 0, norm = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      const double d = y[i * ldy + j] - ref[i * n + j];
+      err += d * d;
+      norm += ref[i * n + j] * ref[i * n + j];
+    }
+    for (int64_t j = n; j < ldy; ++j) ASSERT_EQ(y[i * ldy + j], 7.0f) << "wrote past column n";
+  }
+  EXPECT_LT(std::sqrt(err / norm), 2e-6);
+}
+
+// k per type: not a multiple of the AVX2 kernel's 512-input chunk nor of 16 where the block allows.
+int64_t TestK(QuantType type) {
+  const int64_t block = QuantBlockElems(type);
+  return block == 256 ? 768 : block == 32 ? 608 : 601;
+}
+
+TEST(QuantGemmTest, MatchesDequantizedProductOnEveryIsa) {
+  for (Isa isa : heavykv::testing::IsasToTest()) {
+    for (QuantType type : kAllQuantTypes) {
+      // m: one decode, the row path's widest, the panel path's tails, a decode batch, a prefill.
+      for (int64_t m : {1, 2, 3, 4, 7, 32, 100}) {
+        // n = 100: two whole panels and a partial one of 4 rows (a partial group of 8).
+        CheckMatmul(type, isa, m, 100, TestK(type), m % 2 == 0, m == 32 ? 2 : 1);
+      }
+    }
+    // Big enough to split over two threads, on both paths.
+    CheckMatmul(QuantType::kQ4_K, isa, 32, 300, 1024, true, 2);
+    CheckMatmul(QuantType::kQ8_0, isa, 2, 1000, 2048, false, 2);
+    CheckMatmul(QuantType::kQ6_K, isa, 7, 50, 256, false, 2);
+  }
+}
+
+TEST(QuantGemmTest, VectorDequantizersMatchThePortableOnes) {
+  for (Isa isa : heavykv::testing::IsasToTest()) {
+    for (QuantType type : kAllQuantTypes) {
+      SCOPED_TRACE(::testing::Message() << QuantTypeName(type) << " isa=" << IsaName(isa));
+      const int64_t n = 9, k = TestK(type);
+      std::vector<float> w = Uniform(n * k, 5);
+      w[3] = -40.0f;  // an outlier block
+      auto q = QuantMatrix::Quantize(type, w.data(), n, k);
+      ASSERT_TRUE(q.ok());
+      std::vector<float> a(k), b(k);
+      for (int64_t r = 0; r < n; ++r) {
+        q->DequantizeRowTo(r, a.data());
+        DequantizeRowWith(isa, *q, r, b.data());
+        for (int64_t i = 0; i < k; ++i) {
+          // Q4_K / Q5_K compute d * q - m, which an FMA may round once instead of twice.
+          ASSERT_NEAR(b[i], a[i], 1e-6f * (1.0f + std::fabs(a[i]))) << "row " << r << " elem " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(QuantMatrixTest, BadShapesAreErrorsAtCreation) {
+  const std::vector<float> w(4 * 512, 0.5f);
+  std::vector<uint8_t> bytes(4 * QuantRowBytes(QuantType::kQ4_K, 512));
+  // k not a whole number of blocks.
+  auto a = QuantMatrix::FromRows(QuantType::kQ4_K, 4, 300, bytes.data(), int64_t(bytes.size()));
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(a.status().message().find("256"), std::string::npos) << a.status();
+  EXPECT_NE(a.status().message().find("300"), std::string::npos) << a.status();
+  auto b = QuantMatrix::Quantize(QuantType::kQ8_0, w.data(), 4, 40);
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kInvalidArgument);
+  // The byte count must be exactly n rows.
+  auto c = QuantMatrix::FromRows(QuantType::kQ4_K, 4, 512, bytes.data(), int64_t(bytes.size()) - 1);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(c.status().message().find("bytes"), std::string::npos) << c.status();
+  // No rows or columns.
+  EXPECT_FALSE(QuantMatrix::FromRows(QuantType::kQ8_0, 0, 32, bytes.data(), 0).ok());
+  EXPECT_FALSE(QuantMatrix::Quantize(QuantType::kF16, w.data(), 4, 0).ok());
+  // The right shape is accepted and keeps the bytes as given (no repack, no fp32 copy).
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = uint8_t(i * 31);
+  auto d = QuantMatrix::FromRows(QuantType::kQ4_K, 4, 512, bytes.data(), int64_t(bytes.size()));
+  ASSERT_TRUE(d.ok()) << d.status();
+  EXPECT_EQ(d->bytes(), int64_t(bytes.size()));
+  EXPECT_EQ(std::memcmp(d->row(0), bytes.data(), bytes.size()), 0);
+  EXPECT_EQ(std::memcmp(d->row(3), bytes.data() + 3 * d->row_bytes(), d->row_bytes()), 0);
+}
+
+}  // namespace
+}  // namespace heavykv::cpu
