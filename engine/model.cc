@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <memory>
 #include <vector>
 
@@ -23,6 +24,10 @@ absl::StatusOr<ModelConfig> ParseHeader(std::FILE* f, const std::string& path) {
   if (std::fread(h, sizeof(int32_t), 7, f) != 7) {
     return absl::InvalidArgumentError(
         absl::StrCat(path, ": truncated checkpoint (shorter than the 28-byte header)"));
+  }
+  if (h[5] == std::numeric_limits<int32_t>::min()) {  // its negation, below, would overflow
+    return absl::InvalidArgumentError(absl::StrCat(
+        path, ": inconsistent header: vocab_size ", h[5], " is out of range"));
   }
   ModelConfig c;
   c.dim = h[0];
@@ -77,6 +82,17 @@ absl::Status ModelConfig::Validate() const {
   if (int64_t(dim) * vocab_size > (int64_t(1) << 40) ||
       int64_t(dim) * hidden_dim > (int64_t(1) << 36)) {
     return absl::InvalidArgumentError("inconsistent header: dimensions are implausibly large");
+  }
+  // NumParams() and the loader's expected file size are int64 sums of products that each field
+  // alone cannot overflow but all of them together can (a crafted header with 2^30 dim, 2^20
+  // heads and a few layers did). Bound the total, in double so that the check itself cannot
+  // overflow: 2^40 parameters (4 TiB of fp32) is far beyond any llama2.c checkpoint.
+  const double d = dim, kv = double(num_kv_heads) * head_dim();
+  const double params = 2 * double(vocab_size) * d + double(seq_len) * head_dim() +
+                        double(num_layers) * (2 * d + 2 * d * d + 2 * d * kv + 3 * d * hidden_dim);
+  if (params > double(int64_t(1) << 40)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inconsistent header: dimensions are implausibly large (", params, " parameters)"));
   }
   return absl::OkStatus();
 }

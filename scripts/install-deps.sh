@@ -14,6 +14,7 @@ BUILD_PKGS=(
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-protobuf
   python3-yaml prometheus   # deploy checks: YAML parsing, promtool
+  clang libclang-rt-14-dev libomp-dev  # sanitizer + libFuzzer build (scripts/test-sanitizers.sh)
 )
 RUNTIME_PKGS=(
   libgrpc++1.51 libprotobuf32 libabsl20220623 libspdlog1.10 libfmt9
