@@ -4,7 +4,8 @@
 #     behaviour aborts), RelWithDebInfo, CUDA off, plus the libFuzzer targets (HEAVYKV_FUZZ=ON),
 #     into build-asan/.
 #  2. Runs the unit and end-to-end tests there (ctest), servers spawned by the tests included:
-#     every sanitizer report, from any process, lands in build-asan/sanitizer-logs and fails the run.
+#     every sanitizer report, from any process, lands in build-asan/sanitizer-logs and fails the
+#     run.
 #  3. Runs each fuzz target in tests/fuzz for a bounded number of inputs, starting from its seed
 #     corpus in tests/fuzz/corpus/<target>/; a crash fails the run (docs/FUZZING.md).
 # HEAVYKV_SKIP_SANITIZERS=1 skips all of it (local runs); HEAVYKV_ASAN_BUILD_DIR (build-asan),

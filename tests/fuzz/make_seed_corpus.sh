@@ -7,7 +7,10 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 HEAVYKV="${1:-build-asan/bin/heavykv}"
 OUT=tests/fuzz/corpus
-rm -rf "$OUT" && mkdir -p "$OUT"/{model_loader_fuzzer,tokenizer_fuzzer,request_validation_fuzzer,proto_convert_fuzzer}
+rm -rf "$OUT"
+for t in model_loader tokenizer request_validation proto_convert; do
+  mkdir -p "$OUT/${t}_fuzzer"
+done
 
 # model_loader_fuzzer: the checkpoint file itself. Valid: tiny random models from make-model
 # (shared and separate classifier, grouped-query attention). Broken: truncated, header only,
@@ -80,8 +83,10 @@ encode() {  # encode NAME TEXT
     proto/heavykv/v1/generation.proto >"$p/$1"
 }
 encode valid_text 'request_id: "r1" prompt: "Once upon a time" max_new_tokens: 8'
-encode valid_ids 'prompt_token_ids { ids: [1, 403, 407] } max_new_tokens: 4 stop: "." stop_token_ids: 2'
-encode valid_sampling 'prompt: "Hi" sampling { temperature: 0.7 top_p: 0.9 top_k: 20 seed: 7 } logprobs: true'
+encode valid_ids \
+  'prompt_token_ids { ids: [1, 403, 407] } max_new_tokens: 4 stop: "." stop_token_ids: 2'
+encode valid_sampling \
+  'prompt: "Hi" sampling { temperature: 0.7 top_p: 0.9 top_k: 20 seed: 7 } logprobs: true'
 encode valid_kv 'prompt: "Lily" kv { policy: "h2o" budget_fraction: 0.25 recent_fraction: 0.5 }'
 encode broken_no_prompt 'max_new_tokens: 4'
 encode broken_bad_ids 'prompt_token_ids { ids: [-1, 512, 2147483647] }'
