@@ -26,6 +26,8 @@ phase() {  # prints how long the phase that just ended took
   phase_start=$SECONDS
 }
 
+# RelWithDebInfo, not Debug: measured on 2 cores, Debug built in 141 s but its tests took 338 s;
+# RelWithDebInfo built in 234 s and its tests took 70 s. Clang, so one build serves the fuzzers.
 cmake -S . -B "$BUILD_DIR" -G Ninja -DCMAKE_C_COMPILER=clang -DCMAKE_CXX_COMPILER=clang++ \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo -DHEAVYKV_SANITIZE=address,undefined -DHEAVYKV_FUZZ=ON \
   -DHEAVYKV_CUDA=OFF -DHEAVYKV_BUILD_BENCH=OFF >/dev/null
