@@ -122,6 +122,17 @@ absl::Status ModelConfig::Validate() const {
         "inconsistent header: the checkpoint size overflows int64 (n_layers ", num_layers,
         ", seq_len ", seq_len, ")"));
   }
+  // NumParams() and the loader's expected file size are int64 sums of products that each field
+  // alone cannot overflow but all of them together can (a crafted header with 2^30 dim, 2^20
+  // heads and a few layers did). Bound the total, in double so that the check itself cannot
+  // overflow: 2^40 parameters (4 TiB of fp32) is far beyond any llama2.c checkpoint.
+  const double d = dim, kv = double(num_kv_heads) * head_dim();
+  const double params = 2 * double(vocab_size) * d + double(seq_len) * head_dim() +
+                        double(num_layers) * (2 * d + 2 * d * d + 2 * d * kv + 3 * d * hidden_dim);
+  if (params > double(int64_t(1) << 40)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inconsistent header: dimensions are implausibly large (", params, " parameters)"));
+  }
   return absl::OkStatus();
 }
 

@@ -16,6 +16,7 @@ BUILD_PKGS=(
   python3 python3-grpcio python3-protobuf
   python3-yaml prometheus   # deploy checks: YAML parsing, promtool
   openssl                   # tests/security_e2e_test.cc makes its CA and certificates
+  clang libclang-rt-14-dev libomp-dev  # sanitizer + libFuzzer build (scripts/test-sanitizers.sh)
 )
 RUNTIME_PKGS=(
   libgrpc++1.51 libprotobuf32 libabsl20220623 libspdlog1.10 libfmt9

@@ -211,6 +211,36 @@ TEST(ModelTest, RejectsHeadersWhoseSizesOverflow) {
                  "does not fit an int32");
 }
 
+// A negative vocab_size means a separate classifier; INT32_MIN has no positive counterpart (its
+// negation was undefined behaviour, caught by UBSan in the sanitizer build).
+TEST(ModelTest, RejectsMostNegativeVocabSize) {
+  TempDir dir;
+  std::vector<char> raw = ReadAll(ModelPath());
+  int32_t vocab = std::numeric_limits<int32_t>::min();
+  std::memcpy(raw.data() + 20, &vocab, 4);
+  WriteAll(dir.File("vocab.bin"), raw);
+  for (const absl::Status& s : {LoadModel(dir.File("vocab.bin")).status(),
+                                ReadModelConfig(dir.File("vocab.bin")).status()}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+    EXPECT_NE(s.message().find("vocab_size -2147483648"), absl::string_view::npos) << s;
+  }
+}
+
+// Each field passes its own checks, but the parameter count overflows int64 (UBSan found the
+// overflow in NumParams; without the UB the wrapped size could match a small file).
+TEST(ModelTest, RejectsHeaderWhoseParameterCountOverflows) {
+  TempDir dir;
+  const int32_t header[7] = {1 << 20, 1, 4, 1024, 1024, 1, 1};
+  std::vector<char> raw(sizeof(header) + 64, 0);
+  std::memcpy(raw.data(), header, sizeof(header));
+  WriteAll(dir.File("huge.bin"), raw);
+  for (const absl::Status& s : {LoadModel(dir.File("huge.bin")).status(),
+                                ReadModelConfig(dir.File("huge.bin")).status()}) {
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << s;
+    EXPECT_NE(s.message().find("implausibly large"), absl::string_view::npos) << s;
+  }
+}
+
 TEST(ModelTest, MakeModelRoundTripsWithSeparateClassifier) {
   TempDir dir;
   ModelConfig c = testing::SmallGqaConfig();

@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# Regenerates the committed seed corpora in tests/fuzz/corpus/<target>/: a few valid and a few
+# broken inputs per fuzz target, each a few KB at most. Run from anywhere after a build; the
+# output is deterministic, so a rerun shows no diff unless a format changed.
+# Usage: tests/fuzz/make_seed_corpus.sh [path/to/heavykv]  (default build-asan/bin/heavykv)
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+HEAVYKV="${1:-build-asan/bin/heavykv}"
+OUT=tests/fuzz/corpus
+rm -rf "$OUT"
+for t in model_loader tokenizer request_validation proto_convert; do
+  mkdir -p "$OUT/${t}_fuzzer"
+done
+
+# model_loader_fuzzer: the checkpoint file itself. Valid: tiny random models from make-model
+# (shared and separate classifier, grouped-query attention). Broken: truncated, header only,
+# trailing data, vocab_size INT32_MIN (issue 13's UBSan finding), zero layers, odd head size,
+# a parameter count that overflows int64.
+m="$OUT/model_loader_fuzzer"
+"$HEAVYKV" make-model --dim 8 --hidden-dim 16 --layers 1 --heads 2 --vocab 4 --seq-len 4 \
+  --out "$m/valid_shared" 2>/dev/null
+"$HEAVYKV" make-model --dim 8 --hidden-dim 8 --layers 2 --heads 2 --kv-heads 1 --vocab 5 \
+  --seq-len 3 --separate-classifier --seed 2 --out "$m/valid_gqa_separate" 2>/dev/null
+python3 - "$m" <<'PY'
+import struct, sys
+d = sys.argv[1]
+raw = open(f"{d}/valid_shared", "rb").read()
+def put(name, data): open(f"{d}/{name}", "wb").write(data)
+def header(fields): return struct.pack("<7i", *fields) + raw[28:]
+put("broken_truncated", raw[:-4])
+put("broken_header_only", raw[:28])
+put("broken_trailing", raw + b"\0" * 4)
+put("broken_vocab_int32_min", header([8, 16, 1, 2, 2, -2**31, 4]))
+put("broken_zero_layers", header([8, 16, 0, 2, 2, 4, 4]))
+put("broken_odd_head_size", header([6, 16, 1, 2, 2, 4, 4]))
+# Every field within its own bounds, the parameter count past int64 (found by UBSan).
+put("broken_params_overflow_int64", struct.pack("<7i", 2**30, 1, 4, 2**20, 2**20, 1, 1) + bytes(64))
+PY
+
+# tokenizer_fuzzer: uint16 vocab_size - 259, uint16 text length, text, tokenizer file.
+python3 - "$OUT/tokenizer_fuzzer" <<'PY'
+import struct, sys
+d = sys.argv[1]
+def tok_file(pieces, max_len=8, bad_len=None):
+    out = struct.pack("<i", max_len)
+    for i, (p, score) in enumerate(pieces):
+        n = len(p) if bad_len is None or i != 5 else bad_len
+        out += struct.pack("<fi", score, n) + p
+    return out
+base = [(b"<unk>", 0.0), (b"<s>", 0.0), (b"</s>", 0.0)]
+base += [(b"<0x%02X>" % i, 0.0) for i in range(256)]
+merges = [(b" ", -1.0), (b"a", -2.0), (b"b", -3.0), (b"ab", -4.0), (b" a", -5.0),
+          (b" ab", -6.0), (b"\xc3\xa9", -7.0), (b"ba", -8.0)]
+pieces = base + merges
+good = tok_file(pieces)
+def put(name, text, file, vocab=len(pieces)):
+    open(f"{d}/{name}", "wb").write(struct.pack("<HH", vocab - 259, len(text)) + text + file)
+put("valid_ab", b"ab ab ba b", good)
+put("valid_utf8", "caf\u00e9 \u00e9t\u00e9 \u2603".encode(), good)
+put("valid_bytes", b"\x00\xff\xfe a\x80b\xc3", good)
+put("valid_empty_text", b"", good)
+put("broken_vocab_mismatch", b"ab", good, vocab=len(pieces) + 1)
+put("broken_truncated", b"ab", good[:-3])
+put("broken_negative_length", b"ab", tok_file(pieces, bad_len=-1))
+put("broken_max_token_length", b"ab", tok_file(pieces, max_len=0))
+PY
+
+# request_validation_fuzzer: FuzzedDataProvider bytes (any bytes are a request); a few fixed
+# pseudo-random inputs of different lengths.
+python3 - "$OUT/request_validation_fuzzer" <<'PY'
+import random, sys
+d = sys.argv[1]
+for n in (16, 64, 256, 1024):
+    r = random.Random(n)
+    open(f"{d}/random_{n}", "wb").write(bytes(r.randrange(256) for _ in range(n)))
+open(f"{d}/text_prompt", "wb").write(b"\x01Once upon a time" + b"\x00" * 32 + b"\x01\x10")
+PY
+
+# proto_convert_fuzzer: serialized heavykv.v1.GenerateRequest messages, written from text format.
+p="$OUT/proto_convert_fuzzer"
+encode() {  # encode NAME TEXT
+  printf '%s\n' "$2" | protoc -I proto --encode=heavykv.v1.GenerateRequest \
+    proto/heavykv/v1/generation.proto >"$p/$1"
+}
+encode valid_text 'request_id: "r1" prompt: "Once upon a time" max_new_tokens: 8'
+encode valid_ids \
+  'prompt_token_ids { ids: [1, 403, 407] } max_new_tokens: 4 stop: "." stop_token_ids: 2'
+encode valid_sampling \
+  'prompt: "Hi" sampling { temperature: 0.7 top_p: 0.9 top_k: 20 seed: 7 } logprobs: true'
+encode valid_kv 'prompt: "Lily" kv { policy: "h2o" budget_fraction: 0.25 recent_fraction: 0.5 }'
+encode broken_no_prompt 'max_new_tokens: 4'
+encode broken_bad_ids 'prompt_token_ids { ids: [-1, 512, 2147483647] }'
+encode broken_bad_utf8 'prompt: "\377\376" stop: ""'
+encode broken_too_long 'prompt: "a" max_new_tokens: 100000 kv { budget_tokens: -3 }'
+printf '\x12\xff\xff\xff\xff\x0f' >"$p/broken_wire_format"
+ls -l "$OUT"/*
