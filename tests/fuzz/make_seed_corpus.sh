@@ -8,9 +8,11 @@ cd "$(dirname "$0")/../.."
 HEAVYKV="${1:-build-asan/bin/heavykv}"
 OUT=tests/fuzz/corpus
 rm -rf "$OUT"
-for t in model_loader tokenizer request_validation proto_convert; do
+for t in model_loader tokenizer request_validation proto_convert gguf; do
   mkdir -p "$OUT/${t}_fuzzer"
 done
+# gguf_fuzzer: written from the GGUF specification by its own script.
+python3 tests/fuzz/make_gguf_seed_corpus.py "$OUT/gguf_fuzzer"
 
 # model_loader_fuzzer: the checkpoint file itself. Valid: tiny random models from make-model
 # (shared and separate classifier, grouped-query attention). Broken: truncated, header only,
