@@ -121,7 +121,7 @@ TEST(QuantTypesTest, Fp16ConversionsAreExact) {
   EXPECT_EQ(FloatToFp16(65520.0f), 0x7C00);               // halfway past the max: infinity
   EXPECT_EQ(FloatToFp16(65519.0f), 0x7BFF);
   // Rounding against the CPU's own conversion, over every magnitude fp16 covers and beyond.
-  if (!__builtin_cpu_supports("f16c")) {
+  if (!HasF16c()) {
     std::printf("[ note ] this CPU has no F16C: fp16 rounding checked on round trips only\n");
     return;
   }

@@ -4,22 +4,32 @@
 // Isa argument in their test entry points, so tests run every path the test machine supports.
 #pragma once
 
+#include <cpuid.h>
+
 #include <vector>
 
 namespace heavykv::cpu {
 
 enum class Isa {
   kPortable,  // baseline x86-64 (SSE2), plain loops for the auto-vectoriser
-  kAvx2,      // AVX2 + FMA, 16 ymm registers (Haswell and later, AMD Zen)
+  kAvx2,      // AVX2 + FMA + F16C, 16 ymm registers (Haswell and later, AMD Zen)
   kAvx512,    // AVX-512F, 32 zmm registers (Skylake-SP and later)
 };
+
+// F16C (fp16 <-> fp32 conversions; CPUID leaf 1, ECX bit 29), which the quantized kernels' AVX2
+// path uses. Read from CPUID: clang 14's __builtin_cpu_supports does not know "f16c".
+inline bool HasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) && (ecx & (1u << 29)) != 0;
+}
 
 // Whether this CPU can run `isa`'s code.
 inline bool IsaSupported(Isa isa) {
   __builtin_cpu_init();  // idempotent; needed if this runs during static initialisation
   switch (isa) {
     case Isa::kPortable: return true;
-    case Isa::kAvx2: return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    case Isa::kAvx2:
+      return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && HasF16c();
     case Isa::kAvx512: return __builtin_cpu_supports("avx512f");
   }
   return false;
