@@ -3,6 +3,7 @@
 // same values and the thresholds measure the kernels, not the storage: fp32 paths (RoPE, GEMM
 // accumulation, scores) to ~1e-5, bf16 outputs to 1e-2 (bf16 keeps 8 bits: 2^-9 relative).
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <random>
 
@@ -70,7 +71,8 @@ TEST(CudaOpsTest, RopeMatchesCpu) {
     cpu::Rope(want.data(), rows, stride, rot, hd, pos.data());
     DeviceArray<float> dx(x);
     DeviceArray<int32_t> dp(pos);
-    HEAVYKV_CUDA_OK(cuda::Rope(dx.get(), rows, stride, rot, hd, dp.get(), 0));
+    DeviceArray<float> df(cuda::RopeInvFreq(hd));
+    HEAVYKV_CUDA_OK(cuda::Rope(dx.get(), rows, stride, rot, hd, df.get(), dp.get(), 0));
     // Large angles amplify the libm / CUDA cosf differences of a few ulps.
     EXPECT_LT(NormalizedError(dx.Download(), want), 2e-5) << hd;
   }
@@ -231,13 +233,15 @@ int NumSms() {
 
 // Attention of layer 1 over sequences `specs` on the CPU (PagedAttention) and the GPU, compared.
 void CheckAttention(int32_t kv_heads, int32_t group, int32_t hd, const std::vector<SeqSpec>& specs,
-                    int32_t max_chunk, bool expect_split) {
+                    int32_t max_chunk, bool expect_split, int32_t bs = 16) {
   SCOPED_TRACE(absl::StrCat("kv_heads ", kv_heads, " group ", group, " head_dim ", hd,
-                            " max_chunk ", max_chunk));
-  const int32_t bs = 16, layers = 2;
+                            " max_chunk ", max_chunk, " block_size ", bs));
+  const int32_t layers = 2;
   int32_t pages = 3;
   for (const SeqSpec& s : specs) pages += (s.num_old + s.num_new + bs - 1) / bs;
   PoolFixture f(layers, kv_heads, hd, bs, pages);
+  // Slots no sequence holds read as NaN: a kernel must mask them, not multiply them by zero.
+  std::fill(f.kv.begin(), f.kv.end(), __float2bfloat16_rn(std::nanf("")));
   auto h2o = *MakePolicy("h2o", 0.5);
   SequenceKv scramble;  // takes the first pages, so the sequences' tables are not 0, 1, 2, ...
   ASSERT_TRUE(f.cache->Reserve(scramble, 3 * bs).ok());
@@ -283,15 +287,20 @@ void CheckAttention(int32_t kv_heads, int32_t group, int32_t hd, const std::vect
     t0 += specs[i].num_new;
   }
 
-  // GPU, both split kernels, each on a fresh copy of the pool.
+  // GPU, every split kernel, each on a fresh copy of the pool (kMma plans kStream for head dims
+  // other than 64 and 128).
   std::vector<EvictRule> rules(specs.size());
   DevicePlan plan(steps, rules, bs);
   using cuda::AttentionKernel;
-  for (AttentionKernel kernel : {AttentionKernel::kStream, AttentionKernel::kTwoPass}) {
+  for (AttentionKernel kernel :
+       {AttentionKernel::kMma, AttentionKernel::kStream, AttentionKernel::kTwoPass}) {
     SCOPED_TRACE(cuda::AttentionKernelName(kernel));
     const cuda::AttentionPlan ap = cuda::PlanAttention(
         plan.layout.num_tokens, kv_heads, group, hd, plan.layout.max_held, plan.layout.any_scores,
         NumSms(), max_chunk, kernel);
+    if (kernel == AttentionKernel::kMma) {
+      EXPECT_EQ(ap.kernel, hd == 64 || hd == 128 ? AttentionKernel::kMma : AttentionKernel::kStream);
+    }
     if (expect_split) {
       EXPECT_GT(ap.max_splits, 1);
     }
@@ -359,6 +368,17 @@ TEST(CudaAttentionTest, SplitKRescalesOutputsAndScores) {
   CheckAttention(2, 4, 64, {{5000, 1, true}, {3100, 2, true}, {40, 1, true}}, 0, true);
   CheckAttention(2, 4, 64, {{200, 1, true}, {150, 6, true}, {10, 1, false}}, 32, true);
   CheckAttention(4, 2, 8, {{500, 3, true}, {63, 1, true}}, 64, true);
+  CheckAttention(8, 4, 128, {{4100, 1, true}, {2000, 3, true}, {70, 1, false}}, 0, false);
+  CheckAttention(2, 8, 128, {{700, 1, true}, {300, 4, true}}, 128, true);
+}
+
+TEST(CudaAttentionTest, PagesNotAMultipleOfTheMmaTile) {
+  HEAVYKV_SKIP_WITHOUT_GPU();
+  // The mma kernel addresses a 16-key tile row by row when pages hold 8 or 24 keys.
+  const std::vector<SeqSpec> specs = {{0, 1, true}, {37, 1, true}, {300, 2, true}, {15, 1, false}};
+  CheckAttention(2, 4, 64, specs, 0, false, 8);
+  CheckAttention(2, 4, 128, specs, 64, true, 24);
+  CheckAttention(1, 2, 64, specs, 0, false, 32);
 }
 
 TEST(CudaKvAppendTest, WritesRowsPositionsAndZeroScores) {

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# gpu3 session, run 5: gpu-check.sh (tests, cuda/ benchmarks with the three attention kernels side
+# by side, the decode step with the new default "mma"), the decode step again with the previous
+# default (HEAVYKV_CUDA_ATTENTION=stream), ncu of the attention kernels (mma with and without
+# scores, stream without) and of one decode step per batch size.
+# Usage, from the checkout root on the GPU machine (build-gpu3/bundle.tar.gz from
+# scripts/gpu-bundle.sh): bash docs/gpu-run-2026-12-04/run5/run5.sh "$OUT"
+set -uo pipefail
+OUT=${1:?OUT}
+B=build-gpu3
+R=/tmp/r5
+rm -rf "$B/b" "$R"; mkdir -p "$B/b" "$R"
+tar xzf "$B/bundle.tar.gz" -C "$B/b"
+t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$R/extra-summary.txt"; }
+bash "$B/b/gpu-check.sh" --prebuilt "$B/b" "$R/check" > "$R/check-console.txt" 2>&1
+el "gpu-check exit $?"
+cp "$R/check/summary.txt" "$OUT/summary.txt"; cp "$R/check/bench.log" "$OUT/bench.log" 2>/dev/null
+LIBS=$PWD/$B/b/lib
+for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do [[ -d $d ]] && LIBS=$LIBS:$d; done
+export LD_LIBRARY_PATH=$LIBS
+export HEAVYKV_CUDA_BACKEND=$PWD/$B/b/lib/libheavykv_cuda.so
+export HEAVYKV_BENCH_DIR=/tmp/heavykv-bench
+BIN=$B/b/bin
+HEAVYKV_CUDA_ATTENTION=stream timeout -k 5 60 "$BIN/heavykv_bench" --benchmark_filter='^cuda/decode' \
+  --benchmark_color=false --summary_json="$R/bench-decode-stream.json" > "$R/bench-decode-stream.log" 2>&1
+el "decode with stream exit $?"
+NCU=/usr/local/cuda/bin/ncu
+S="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section InstructionStats"
+for ks in mma/noscores mma/scores stream/noscores; do
+  k=${ks%/*}; s=${ks#*/}
+  name=$([[ $k == mma ]] && echo AttentionMmaKernel || echo AttentionStreamKernel)
+  echo "=== ncu $name, hd128/$s/$k" >> "$R/ncu-attention.txt"
+  timeout -k 5 40 $NCU --clock-control none -k "regex:$name" -c 1 $S "$BIN/heavykv_bench" \
+    --benchmark_filter="hd128/$s/$k/iter" --benchmark_color=false >> "$R/ncu-attention.txt" 2>&1
+  el "ncu $k $s exit $?"
+done
+cp "$R/ncu-attention.txt" "$OUT/ncu-attention.txt"
+HEAVYKV_PROFILE_STEP=1 timeout -k 5 75 $NCU --clock-control none --profile-from-start off --csv \
+  --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum "$BIN/heavykv_bench" \
+  --benchmark_filter='^cuda/decode' --benchmark_color=false > "$R/ncu-step.csv" 2>&1
+el "ncu decode step exit $?"
+cp "$R/extra-summary.txt" "$OUT/extra-summary.txt"
+tar czf "$OUT/run5.tar.gz" -C "$R" .
+el "done"
+cp "$R/extra-summary.txt" "$OUT/extra-summary.txt"
