@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # gpu3 session, run 5: gpu-check.sh (tests, cuda/ benchmarks with the three attention kernels side
 # by side, the decode step with the new default "mma"), the decode step again with the previous
-# default (HEAVYKV_CUDA_ATTENTION=stream), ncu of the attention kernels (mma with and without
+# default (HEAVYKV_CUDA_ATTENTION=stream) and with cuBLASLt candidates timed (HEAVYKV_CUDA_GEMM_TUNE=1,
+# also the runner's parity tests), ncu of the attention kernels (mma with and without
 # scores, stream without) and of one decode step per batch size.
 # Usage, from the checkout root on the GPU machine (build-gpu3/bundle.tar.gz from
 # scripts/gpu-bundle.sh): bash docs/gpu-run-2026-12-04/run5/run5.sh "$OUT"
@@ -24,6 +25,11 @@ BIN=$B/b/bin
 HEAVYKV_CUDA_ATTENTION=stream timeout -k 5 60 "$BIN/heavykv_bench" --benchmark_filter='^cuda/decode' \
   --benchmark_color=false --summary_json="$R/bench-decode-stream.json" > "$R/bench-decode-stream.log" 2>&1
 el "decode with stream exit $?"
+HEAVYKV_CUDA_GEMM_TUNE=1 timeout -k 5 60 "$BIN/heavykv_bench" --benchmark_filter='^cuda/decode' \
+  --benchmark_color=false --summary_json="$R/bench-decode-gemm-tune.json" > "$R/bench-decode-gemm-tune.log" 2>&1
+el "decode with GEMM tuning exit $?"
+HEAVYKV_CUDA_GEMM_TUNE=1 timeout -k 5 60 "$BIN/cuda_cuda_model_runner_test" > "$R/runner-test-gemm-tune.log" 2>&1
+el "runner test with GEMM tuning exit $? ($(grep -E '^\[  (PASSED|FAILED) ' "$R/runner-test-gemm-tune.log" | tr '\n' ' '))"
 NCU=/usr/local/cuda/bin/ncu
 S="--section SpeedOfLight --section Occupancy --section LaunchStats --section WarpStateStats --section InstructionStats"
 for ks in mma/noscores mma/scores stream/noscores; do
