@@ -413,9 +413,8 @@ absl::Status CudaModelRunner::Impl::Enqueue() {
     HEAVYKV_RETURN_IF_ERROR(LtStatus(cuda::GemmBf16(lt, ws, kWorkspaceBytes, xbh, w.wqkv, qkvf, T,
                                                     qkv_dim, dim, qkv_dim, false, stream),
                                      "qkv GEMM"));
-    HEAVYKV_CUDA_RETURN(cuda::Rope(qkvf, T, qkv_dim, dim + kv_dim, c.head_dim(),
-                                   rope_freq.as<float>(), step.token_pos, stream));
-    HEAVYKV_CUDA_RETURN(cuda::KvAppend(pool, step, l, qkvf, qkv_dim, dim, dim + kv_dim, stream));
+    HEAVYKV_CUDA_RETURN(cuda::RopeKvAppend(pool, step, l, qkvf, qkv_dim, dim, dim + kv_dim,
+                                           rope_freq.as<float>(), stream));
     cuda::AttentionArgs a;
     a.pool = pool;
     a.step = step;

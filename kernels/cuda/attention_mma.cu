@@ -59,11 +59,11 @@ static __global__ void __launch_bounds__(kThreads, 4)
   const int32_t nsplit = (n + chunk - 1) / chunk;
   const int32_t G = a.group, bs = a.pool.block_size;
   const bool scores = logit_keys > 0 && a.step.accumulate[seq] != 0;
-  float* wacc = smem;                                          // [kWarps][G][kD]
+  float* wacc = smem;                                             // [kWarps][G][kD]
   uint4* q_s = reinterpret_cast<uint4*>(wacc + kWarps * G * kD);  // [2][8][kD] bf16: hi, lo
-  float* wml = wacc + kWarps * G * kD + 8 * kD;                // [kWarps][G][2]
-  float* stat = wml + kWarps * G * 2;                          // [G] max, then [G] sum
-  float* lg = stat + 2 * G;                                    // [G][logit_keys]
+  float* wml = wacc + kWarps * G * kD + 8 * kD;                   // [kWarps][G][2]
+  float* stat = wml + kWarps * G * 2;                             // [G] max, then [G] sum
+  float* lg = stat + 2 * G;                                       // [G][logit_keys]
 
   const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
   const int r = lane / 4, c = lane % 4;
@@ -93,8 +93,7 @@ static __global__ void __launch_bounds__(kThreads, 4)
 
   for (int32_t base = warp * kTile; base < len; base += kWarps * kTile) {
     const int32_t s0 = begin + base;
-    const bf16* tile =
-        a.pool.kv + a.pool.RowOffset(__ldg(pages + s0 / bs), a.layer, h, 0, s0 % bs);
+    const bf16* tile = a.pool.kv + a.pool.RowOffset(__ldg(pages + s0 / bs), a.layer, h, 0, s0 % bs);
     auto row = [&](int32_t k) -> const bf16* {  // K row of the tile's key k (clamped to len)
       if (one_page) return tile + k * kD;
       const int32_t s = s0 + min(k, len - 1 - base);
@@ -109,8 +108,8 @@ static __global__ void __launch_bounds__(kThreads, 4)
     }
 #pragma unroll
     for (int v = 0; v < 4; ++v) {
-      const uint4* p = reinterpret_cast<const uint4*>(row((v / 2) * 8 + 2 * c + v % 2) +
-                                                      v_offset + r * 8);
+      const uint4* p =
+          reinterpret_cast<const uint4*>(row((v / 2) * 8 + 2 * c + v % 2) + v_offset + r * 8);
 #pragma unroll
       for (int blk = 0; blk < kD / 64; ++blk) vr[v][blk] = __ldg(p + blk * 8);
     }
@@ -203,7 +202,8 @@ static __global__ void __launch_bounds__(kThreads, 4)
   for (int i = 0; i < kMt; ++i) {
     const int d = (i / 4) * 64 + r * 8 + (i % 4) * 2;
     if (2 * c < G) {
-      *reinterpret_cast<float2*>(&wacc[(warp * G + 2 * c) * kD + d]) = make_float2(o[i][0], o[i][2]);
+      *reinterpret_cast<float2*>(&wacc[(warp * G + 2 * c) * kD + d]) =
+          make_float2(o[i][0], o[i][2]);
     }
     if (2 * c + 1 < G) {
       *reinterpret_cast<float2*>(&wacc[(warp * G + 2 * c + 1) * kD + d]) =

@@ -34,7 +34,8 @@ inline bool MmaSupports(int32_t head_dim) { return head_dim == 64 || head_dim ==
 // group head.
 inline int64_t MmaSmemBytes(int32_t group, int32_t head_dim, int32_t logit_keys) {
   return (int64_t(kMmaWarps) * group * (head_dim + 2) + 8 * int64_t(head_dim) + 2 * group +
-          int64_t(group) * logit_keys) * int64_t(sizeof(float));
+          int64_t(group) * logit_keys) *
+         int64_t(sizeof(float));
 }
 
 // Resident blocks per SM for `smem_bytes` of dynamic shared memory; 0 where it cannot be known.

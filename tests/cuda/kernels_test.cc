@@ -423,6 +423,55 @@ TEST(CudaKvAppendTest, WritesRowsPositionsAndZeroScores) {
   }
 }
 
+TEST(CudaKvAppendTest, RopeKvAppendMatchesRopeThenKvAppend) {
+  HEAVYKV_SKIP_WITHOUT_GPU();
+  for (int32_t hd : {8, 64, 128}) {
+    SCOPED_TRACE(hd);
+    const int32_t bs = 16, kv_heads = 2, layers = 2;
+    PoolFixture f(layers, kv_heads, hd, bs, 8);
+    SequenceKv a, b;
+    ASSERT_TRUE(f.cache->Reserve(a, 21).ok());  // 17 old + 4 new slots
+    a.num_slots = 17;
+    ASSERT_TRUE(f.cache->Reserve(b, 1).ok());
+    const std::vector<int32_t> ta(4, 0), tb(1, 0);
+    const SequenceStep steps[] = {{&a, ta, 131000, false}, {&b, tb, 3, false}};
+    const EvictRule rules[2] = {};
+    DevicePlan plan(steps, rules, bs);
+    const int64_t dim = 4 * hd, kv_dim = kv_heads * hd, qkv_dim = dim + 2 * kv_dim;
+    const std::vector<float> qkv = RandomVector(5 * qkv_dim, 5);
+    const DeviceArray<float> freq(cuda::RopeInvFreq(hd));
+    std::vector<bf16> kv_out[2];
+    std::vector<int32_t> pos_out[2];
+    std::vector<float> score_out[2], qkv_out[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      DeviceArray<bf16> dkv(f.kv);
+      DeviceArray<int32_t> dpos(std::vector<int32_t>(f.pos.size(), -1));
+      DeviceArray<float> dscore(std::vector<float>(f.score.size(), 7.0f)), dqkv(qkv);
+      cuda::DeviceKvPool pool = f.dev;
+      pool.kv = dkv.get();
+      pool.pos = dpos.get();
+      pool.score = dscore.get();
+      if (fused) {
+        HEAVYKV_CUDA_OK(cuda::RopeKvAppend(pool, plan.step, 1, dqkv.get(), qkv_dim, dim,
+                                           dim + kv_dim, freq.get(), 0));
+      } else {
+        HEAVYKV_CUDA_OK(cuda::Rope(dqkv.get(), 5, qkv_dim, dim + kv_dim, hd, freq.get(),
+                                   plan.step.token_pos, 0));
+        HEAVYKV_CUDA_OK(
+            cuda::KvAppend(pool, plan.step, 1, dqkv.get(), qkv_dim, dim, dim + kv_dim, 0));
+      }
+      kv_out[fused] = dkv.Download();
+      pos_out[fused] = dpos.Download();
+      score_out[fused] = dscore.Download();
+      qkv_out[fused] = dqkv.Download();
+    }
+    EXPECT_LT(NormalizedError(qkv_out[1], qkv_out[0]), 1e-6);
+    EXPECT_LT(NormalizedError(FromBf16(kv_out[1]), FromBf16(kv_out[0])), 1e-5);
+    EXPECT_EQ(pos_out[1], pos_out[0]);
+    EXPECT_EQ(score_out[1], score_out[0]);
+  }
+}
+
 struct EvictSpec {
   const char* policy;
   double recent_fraction;
