@@ -9,13 +9,12 @@
 set -uo pipefail
 OUT=${1:?OUT}
 B=build-gpu3
-R=/tmp/r5
-rm -rf "$B/b" "$R"; mkdir -p "$B/b" "$R"
+R=$OUT  # everything is written there as it happens, so a run cut short still returns it
+rm -rf "$B/b"; mkdir -p "$B/b" "$R"
 tar xzf "$B/bundle.tar.gz" -C "$B/b"
 t0=$(date +%s); el() { echo "[$(( $(date +%s) - t0 ))s] $*" | tee -a "$R/extra-summary.txt"; }
 bash "$B/b/gpu-check.sh" --prebuilt "$B/b" "$R/check" > "$R/check-console.txt" 2>&1
 el "gpu-check exit $?"
-cp "$R/check/summary.txt" "$OUT/summary.txt"; cp "$R/check/bench.log" "$OUT/bench.log" 2>/dev/null
 LIBS=$PWD/$B/b/lib
 for d in /usr/local/cuda/lib64 /usr/local/cuda/targets/x86_64-linux/lib; do [[ -d $d ]] && LIBS=$LIBS:$d; done
 export LD_LIBRARY_PATH=$LIBS
@@ -40,12 +39,8 @@ for ks in mma/noscores mma/scores stream/noscores; do
     --benchmark_filter="hd128/$s/$k/iter" --benchmark_color=false >> "$R/ncu-attention.txt" 2>&1
   el "ncu $k $s exit $?"
 done
-cp "$R/ncu-attention.txt" "$OUT/ncu-attention.txt"
 HEAVYKV_PROFILE_STEP=1 timeout -k 5 75 $NCU --clock-control none --profile-from-start off --csv \
   --metrics gpu__time_duration.sum,dram__bytes_read.sum,dram__bytes_write.sum "$BIN/heavykv_bench" \
   --benchmark_filter='^cuda/decode' --benchmark_color=false > "$R/ncu-step.csv" 2>&1
 el "ncu decode step exit $?"
-cp "$R/extra-summary.txt" "$OUT/extra-summary.txt"
-tar czf "$OUT/run5.tar.gz" -C "$R" .
 el "done"
-cp "$R/extra-summary.txt" "$OUT/extra-summary.txt"
