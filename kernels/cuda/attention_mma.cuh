@@ -8,8 +8,9 @@
 // consistently between q and K, and between V and the output, so that no transpose is needed).
 // q is split into two bf16 halves (hi + lo) so that the fp32 logits, and the H2O scores computed
 // from them, keep ~16 bits of q's mantissa; P enters P.V in bf16. With scores the logits are kept
-// in shared memory as in the stream kernel, with an opt-in budget of up to kMmaSmemBudget so that
-// long contexts need fewer splits.
+// in shared memory as in the stream kernel; the planner keeps chunks to 1024 keys then (longer
+// ones cost residency: run 5), which for 8 heads of 128 dims still needs more than the default
+// 48 KB, hence the opt-in budget kMmaSmemBudget.
 // Shapes: head_dim 64 or 128 (MmaSupports; the planner uses the stream kernel for the others) and
 // chunks a multiple of 16 keys; any block_size (a tile's 16 rows are addressed once when pages
 // hold a multiple of 16 keys, row by row otherwise).

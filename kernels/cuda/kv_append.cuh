@@ -1,7 +1,7 @@
 // KV append: writes a step's new K and V rows (after RoPE) into the pages of their sequences as
 // bf16, with each slot's position and a zero score, for one layer; RopeKvAppend also applies
-// RoPE to the step's q and k first (the decode step's path: one launch instead of two). The pages were reserved by
-// KvCache::Reserve before the step (the block tables in `step` cover them).
+// RoPE to the step's q and k first (the decode step's path: one launch instead of two). The pages
+// were reserved by KvCache::Reserve before the step (the block tables in `step` cover them).
 #pragma once
 
 #include <cuda_runtime.h>

@@ -52,10 +52,10 @@ struct AttentionPlan {
 
 // Chooses the split size for `num_tokens` rows whose longest visible context is `max_keys`:
 // chunks fit the logits of the group in shared memory (kTwoPass always, kStream and kMma with
-// scores; kMma may use up to 112 KB of it). kTwoPass splits short batches further for about two
-// blocks per SM; kStream and kMma pick the number of splits whose blocks fill the SMs' resident
-// slots in whole waves best (fewest splits on a tie). The returned plan's kernel may differ from
-// `kernel` (kMma -> kStream for a head_dim it does not take).
+// scores; kMma may use up to 112 KB of it, in chunks of at most 1024 keys). kTwoPass splits short
+// batches further for about two blocks per SM; kStream and kMma pick the number of splits whose
+// blocks fill the SMs' resident slots in whole waves best (fewest splits on a tie). The returned
+// plan's kernel may differ from `kernel` (kMma -> kStream for a head_dim it does not take).
 // `max_chunk` > 0 caps the chunk (tests force split-K).
 AttentionPlan PlanAttention(int32_t num_tokens, int32_t num_kv_heads, int32_t group,
                             int32_t head_dim, int32_t max_keys, bool scores, int32_t num_sms,

@@ -299,7 +299,8 @@ void CheckAttention(int32_t kv_heads, int32_t group, int32_t hd, const std::vect
         plan.layout.num_tokens, kv_heads, group, hd, plan.layout.max_held, plan.layout.any_scores,
         NumSms(), max_chunk, kernel);
     if (kernel == AttentionKernel::kMma) {
-      EXPECT_EQ(ap.kernel, hd == 64 || hd == 128 ? AttentionKernel::kMma : AttentionKernel::kStream);
+      const bool mma_dims = hd == 64 || hd == 128;
+      EXPECT_EQ(ap.kernel, mma_dims ? AttentionKernel::kMma : AttentionKernel::kStream);
     }
     if (expect_split) {
       EXPECT_GT(ap.max_splits, 1);
