@@ -181,7 +181,7 @@ int main(int argc, char** argv) {
 
   // The CUDA targets (issue 5), from counters the cuda/ benchmarks compute in their own run.
   const std::string att = "cuda/attention/decode/b64/ctx4096/q32kv8/hd128/";
-  for (const char* kernel : {"stream", "two-pass"}) {
+  for (const char* kernel : {"mma", "stream", "two-pass"}) {
     const std::string scores = att + "scores/" + kernel;
     if (!has(scores)) continue;
     const double f = F[scores].counters["frac_of_4.8TBps"];

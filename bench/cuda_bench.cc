@@ -330,8 +330,8 @@ void BM_Capacity(benchmark::State& state) {
 const bool registered = [] {
   benchmark::RegisterBenchmark("cuda/bandwidth/d2d", BM_D2d)->Iterations(1)->UseManualTime();
   const std::string att = "cuda/attention/decode/b64/ctx4096/q32kv8/hd128/";
-  for (cuda::AttentionKernel kernel :
-       {cuda::AttentionKernel::kStream, cuda::AttentionKernel::kTwoPass}) {
+  for (cuda::AttentionKernel kernel : {cuda::AttentionKernel::kMma, cuda::AttentionKernel::kStream,
+                                        cuda::AttentionKernel::kTwoPass}) {
     const std::string name = absl::StrCat("/", cuda::AttentionKernelName(kernel));
     for (int32_t chunk : {0, 1024, 512}) {
       const std::string suffix = (chunk ? absl::StrCat("/chunk", chunk) : "") + name;

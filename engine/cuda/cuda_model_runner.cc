@@ -143,6 +143,7 @@ struct CudaModelRunner::Impl {
   bf16* classifier = nullptr;
   bf16* embedding = nullptr;
   float* rms_final = nullptr;
+  DeviceBuffer rope_freq;  // [head_dim / 2] cuda::RopeInvFreq
   int64_t weight_bytes = 0;  // what a decode step reads
 
   // The pool.
@@ -239,6 +240,10 @@ absl::Status CudaModelRunner::Impl::Init() {
   HEAVYKV_RETURN_IF_ERROR(LtStatus(cuda::CreateGemmHandle(&lt), "loading cuBLASLt"));
   HEAVYKV_RETURN_IF_ERROR(workspace.Reserve(kWorkspaceBytes, stream));
   HEAVYKV_RETURN_IF_ERROR(UploadWeights());
+  const std::vector<float> freq = cuda::RopeInvFreq(hd);
+  HEAVYKV_RETURN_IF_ERROR(rope_freq.Reserve(int64_t(freq.size() * sizeof(float)), stream));
+  HEAVYKV_CUDA_RETURN(cudaMemcpy(rope_freq.as<float>(), freq.data(), freq.size() * sizeof(float),
+                                 cudaMemcpyHostToDevice));
 
   const int64_t pages = cache->allocator().num_pages_total();
   pool.num_layers = s.num_layers;
@@ -408,9 +413,8 @@ absl::Status CudaModelRunner::Impl::Enqueue() {
     HEAVYKV_RETURN_IF_ERROR(LtStatus(cuda::GemmBf16(lt, ws, kWorkspaceBytes, xbh, w.wqkv, qkvf, T,
                                                     qkv_dim, dim, qkv_dim, false, stream),
                                      "qkv GEMM"));
-    HEAVYKV_CUDA_RETURN(cuda::Rope(qkvf, T, qkv_dim, dim + kv_dim, c.head_dim(), step.token_pos,
-                                   stream));
-    HEAVYKV_CUDA_RETURN(cuda::KvAppend(pool, step, l, qkvf, qkv_dim, dim, dim + kv_dim, stream));
+    HEAVYKV_CUDA_RETURN(cuda::RopeKvAppend(pool, step, l, qkvf, qkv_dim, dim, dim + kv_dim,
+                                           rope_freq.as<float>(), stream));
     cuda::AttentionArgs a;
     a.pool = pool;
     a.step = step;

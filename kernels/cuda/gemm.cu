@@ -2,6 +2,8 @@
 
 #include <dlfcn.h>
 
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <mutex>
 #include <tuple>
@@ -70,8 +72,67 @@ using Key = std::tuple<cublasLtHandle_t, int64_t, int64_t, int64_t, int64_t, boo
     if (s_ != CUBLAS_STATUS_SUCCESS) return s_;                \
   } while (0)
 
+constexpr int kTuneCandidates = 8;
+
+// HEAVYKV_CUDA_GEMM_TUNE=1: time cuBLASLt's first kTuneCandidates heuristic algorithms once per
+// shape instead of taking its first (read once per process).
+bool TuneGemms() {
+  static const bool tune = [] {
+    const char* v = std::getenv("HEAVYKV_CUDA_GEMM_TUNE");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return tune;
+}
+
+// Times each candidate on `stream` (a warm-up, then 3 runs) and returns the fastest one's index.
+// The runs write y = x W^T (beta 0) into the second half of the workspace, so that neither y nor
+// an accumulated residual is touched; candidates get the first half as their workspace. Returns
+// 0 (the heuristic's first) where the output does not fit or timing fails.
+int FastestCandidate(cublasLtHandle_t lt, const Plan& p,
+                     const cublasLtMatmulHeuristicResult_t* results, int found, const bf16* x,
+                     const bf16* w, int64_t m, int64_t ldy, void* workspace,
+                     size_t workspace_bytes, cudaStream_t stream) {
+  const size_t half = workspace_bytes / 2 / 256 * 256;
+  if (found <= 1 || size_t(m) * size_t(ldy) * sizeof(float) > half) return 0;
+  float* scratch = reinterpret_cast<float*>(static_cast<char*>(workspace) + half);
+  cudaEvent_t start = nullptr, stop = nullptr;
+  if (cudaEventCreate(&start) != cudaSuccess || cudaEventCreate(&stop) != cudaSuccess) {
+    cudaGetLastError();
+    return 0;
+  }
+  const Lt& L = LoadLt();
+  const float alpha = 1.0f, beta = 0.0f;
+  int best = 0;
+  float best_ms = 0.0f;
+  for (int i = 0; i < found; ++i) {
+    if (results[i].workspaceSize > half) continue;
+    auto run = [&] {
+      return L.Matmul(lt, p.desc, &alpha, w, p.a, x, p.b, &beta, scratch, p.c, scratch, p.c,
+                      &results[i].algo, workspace, half, stream);
+    };
+    if (run() != CUBLAS_STATUS_SUCCESS) continue;
+    cudaEventRecord(start, stream);
+    for (int r = 0; r < 3; ++r) run();
+    cudaEventRecord(stop, stream);
+    float ms = 0.0f;
+    if (cudaEventSynchronize(stop) != cudaSuccess ||
+        cudaEventElapsedTime(&ms, start, stop) != cudaSuccess) {
+      cudaGetLastError();
+      continue;
+    }
+    if (i == 0 || ms < best_ms) {
+      best = i;
+      best_ms = ms;
+    }
+  }
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return best;
+}
+
 cublasStatus_t MakePlan(cublasLtHandle_t lt, size_t workspace_bytes, int64_t m, int64_t n,
-                        int64_t k, int64_t ldy, bool accumulate, Plan* p) {
+                        int64_t k, int64_t ldy, bool accumulate, const bf16* x, const bf16* w,
+                        void* workspace, cudaStream_t stream, Plan* p) {
   const Lt& L = LoadLt();
   HEAVYKV_LT(L.MatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -92,16 +153,19 @@ cublasStatus_t MakePlan(cublasLtHandle_t lt, size_t workspace_bytes, int64_t m, 
       s = L.MatmulPreferenceSetAttribute(pref, attr, &align, sizeof(align));
     }
   }
-  cublasLtMatmulHeuristicResult_t result{};
+  cublasLtMatmulHeuristicResult_t results[kTuneCandidates] = {};
   int found = 0;
   if (s == CUBLAS_STATUS_SUCCESS) {
-    s = L.MatmulAlgoGetHeuristic(lt, p->desc, p->a, p->b, p->c, p->c, pref, 1, &result,
-                                       &found);
+    s = L.MatmulAlgoGetHeuristic(lt, p->desc, p->a, p->b, p->c, p->c, pref,
+                                 TuneGemms() ? kTuneCandidates : 1, results, &found);
   }
   L.MatmulPreferenceDestroy(pref);
   if (s != CUBLAS_STATUS_SUCCESS) return s;
   if (found == 0) return CUBLAS_STATUS_NOT_SUPPORTED;
-  p->algo = result.algo;
+  const int best = TuneGemms() ? FastestCandidate(lt, *p, results, found, x, w, m, ldy, workspace,
+                                                  workspace_bytes, stream)
+                               : 0;
+  p->algo = results[best].algo;
   p->ok = true;
   (void)accumulate;
   return CUBLAS_STATUS_SUCCESS;
@@ -128,7 +192,10 @@ cublasStatus_t GemmBf16(cublasLtHandle_t lt, void* workspace, size_t workspace_b
   // Plans live as long as the thread (a handful of shapes per model and step size).
   thread_local std::map<Key, Plan> plans;
   Plan& p = plans[Key{lt, m, n, k, ldy, accumulate, workspace_bytes}];
-  if (!p.ok) HEAVYKV_LT(MakePlan(lt, workspace_bytes, m, n, k, ldy, accumulate, &p));
+  if (!p.ok) {
+    HEAVYKV_LT(MakePlan(lt, workspace_bytes, m, n, k, ldy, accumulate, x, w, workspace, stream,
+                        &p));
+  }
   const float alpha = 1.0f, beta = accumulate ? 1.0f : 0.0f;
   return LoadLt().Matmul(lt, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
                         workspace, workspace_bytes, stream);

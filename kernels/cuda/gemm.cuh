@@ -8,7 +8,9 @@
 // Returns cuBLAS's status (CUBLAS_STATUS_NOT_SUPPORTED when no algorithm fits,
 // CUBLAS_STATUS_NOT_INITIALIZED when the library cannot be loaded); the caller turns it into an
 // absl::Status at the backend boundary. Descriptors and the chosen algorithm are cached per shape
-// and thread, so a decode step pays cuBLASLt's heuristic only once.
+// and thread, so a decode step pays cuBLASLt's heuristic only once. With HEAVYKV_CUDA_GEMM_TUNE=1
+// the first call of a shape also times the heuristic's first 8 algorithms on the stream (into the
+// second half of the workspace, so the outputs are untouched) and keeps the fastest.
 //
 // libcublasLt is loaded with dlopen on first use instead of being linked: its 92 KiB of
 // thread-local storage would otherwise be part of every thread's static TLS block from process

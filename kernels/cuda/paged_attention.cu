@@ -4,6 +4,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "kernels/cuda/attention_mma.cuh"
 #include "kernels/cuda/attention_stream.cuh"
 
 namespace heavykv::cuda {
@@ -15,6 +16,7 @@ constexpr int kMaxGroup = kAttentionMaxGroup;
 constexpr int kVec = 8;              // bf16 per 16-byte load
 constexpr int32_t kMinChunk = 128;   // keys: shorter splits cost more in the combine than they win
 constexpr int64_t kSmemBudget = 48 * 1024;
+constexpr int64_t kMmaMaxScoreChunk = 1024;
 
 // Lanes that share one K/V row: each loads 8 consecutive elements (a power of two, <= 32).
 __host__ __device__ inline int32_t LanesPerKey(int32_t head_dim) {
@@ -291,14 +293,17 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 AttentionKernel DefaultAttentionKernel() {
   static const AttentionKernel kernel = [] {
     const char* v = std::getenv("HEAVYKV_CUDA_ATTENTION");
-    return v != nullptr && std::strcmp(v, "two-pass") == 0 ? AttentionKernel::kTwoPass
-                                                            : AttentionKernel::kStream;
+    if (v != nullptr && std::strcmp(v, "two-pass") == 0) return AttentionKernel::kTwoPass;
+    if (v != nullptr && std::strcmp(v, "stream") == 0) return AttentionKernel::kStream;
+    return AttentionKernel::kMma;
   }();
   return kernel;
 }
 
 const char* AttentionKernelName(AttentionKernel kernel) {
-  return kernel == AttentionKernel::kTwoPass ? "two-pass" : "stream";
+  return kernel == AttentionKernel::kTwoPass ? "two-pass"
+         : kernel == AttentionKernel::kStream ? "stream"
+                                              : "mma";
 }
 
 namespace {
@@ -313,18 +318,27 @@ void SizeScratch(int64_t items, int32_t group, int32_t head_dim, bool scores,
   }
 }
 
-// kStream: without scores a chunk needs no shared memory per key, so a context splits only to
-// fill the GPU: of the split counts from the fewest the shared memory allows to chunks of
+// kStream and kMma: without scores a chunk needs no shared memory per key, so a context splits
+// only to fill the GPU: of the split counts from the fewest the shared memory allows to chunks of
 // kMinChunk keys, the one whose blocks fill the resident slots in whole waves best.
 AttentionPlan PlanStream(int32_t num_tokens, int32_t num_kv_heads, int32_t group,
                          int32_t head_dim, int32_t max_keys, bool scores, int32_t num_sms,
-                         int32_t max_chunk) {
+                         int32_t max_chunk, AttentionKernel kernel) {
+  const bool mma = kernel == AttentionKernel::kMma;
+  auto smem_bytes = [&](int32_t logit_keys) {
+    return mma ? internal::MmaSmemBytes(group, head_dim, logit_keys)
+               : internal::StreamSmemBytes(group, head_dim, logit_keys);
+  };
   AttentionPlan plan;
-  plan.kernel = AttentionKernel::kStream;
+  plan.kernel = kernel;
   plan.scores = scores;
-  const int64_t fixed = internal::StreamSmemBytes(group, head_dim, 0);
+  const int64_t fixed = smem_bytes(0), budget = mma ? internal::kMmaSmemBudget : kSmemBudget;
   int64_t limit = int64_t(1) << 30;
-  if (scores) limit = std::max<int64_t>(32, (kSmemBudget - fixed) / (4 * group) / 32 * 32);
+  if (scores) limit = std::max<int64_t>(32, (budget - fixed) / (4 * group) / 32 * 32);
+  // kMma with scores: chunks of at most 1024 keys. Longer ones fit its shared memory but cost
+  // residency and serialise each block's score epilogue (run 5, b64 x ctx4096 hd128: 4096-key
+  // chunks 329 us, 1024 306 us, 512 320 us).
+  if (scores && mma) limit = std::min<int64_t>(limit, kMmaMaxScoreChunk);
   if (max_chunk > 0) limit = std::min<int64_t>(limit, max_chunk);
   const int64_t keys = std::max(1, max_keys);
   const int64_t items = std::max<int64_t>(1, int64_t(num_tokens) * num_kv_heads);
@@ -334,8 +348,9 @@ AttentionPlan PlanStream(int32_t num_tokens, int32_t num_kv_heads, int32_t group
   for (int64_t s = fewest; s <= most; ++s) {
     const int64_t chunk = std::min(limit, CeilDiv(CeilDiv(keys, s), 32) * 32);
     const int64_t splits = CeilDiv(keys, chunk);
-    const int64_t smem = internal::StreamSmemBytes(group, head_dim, scores ? int32_t(chunk) : 0);
-    int64_t per_sm = internal::StreamBlocksPerSm(group, smem);
+    const int64_t smem = smem_bytes(scores ? int32_t(chunk) : 0);
+    int64_t per_sm = mma ? internal::MmaBlocksPerSm(head_dim, smem)
+                         : internal::StreamBlocksPerSm(group, smem);
     if (per_sm <= 0) per_sm = 4;  // no device to ask (the plan is still valid)
     const int64_t slots = per_sm * std::max(1, num_sms), blocks = items * splits;
     const double fill = double(blocks) / double(CeilDiv(blocks, slots) * slots);
@@ -354,9 +369,12 @@ AttentionPlan PlanStream(int32_t num_tokens, int32_t num_kv_heads, int32_t group
 AttentionPlan PlanAttention(int32_t num_tokens, int32_t num_kv_heads, int32_t group,
                             int32_t head_dim, int32_t max_keys, bool scores, int32_t num_sms,
                             int32_t max_chunk, AttentionKernel kernel) {
-  if (kernel == AttentionKernel::kStream) {
+  if (kernel == AttentionKernel::kMma && !internal::MmaSupports(head_dim)) {
+    kernel = AttentionKernel::kStream;
+  }
+  if (kernel != AttentionKernel::kTwoPass) {
     return PlanStream(num_tokens, num_kv_heads, group, head_dim, max_keys, scores, num_sms,
-                      max_chunk);
+                      max_chunk, kernel);
   }
   AttentionPlan plan;
   plan.kernel = AttentionKernel::kTwoPass;
@@ -387,8 +405,10 @@ cudaError_t PagedAttention(const AttentionArgs& args, const AttentionPlan& plan,
   }
   if (args.step.num_tokens <= 0) return cudaSuccess;
   const dim3 cgrid(args.step.num_tokens, args.pool.num_kv_heads);
-  if (plan.kernel == AttentionKernel::kStream) {
-    const cudaError_t e = internal::LaunchAttentionStream(args, plan, stream);
+  if (plan.kernel != AttentionKernel::kTwoPass) {
+    const cudaError_t e = plan.kernel == AttentionKernel::kMma
+                              ? internal::LaunchAttentionMma(args, plan, stream)
+                              : internal::LaunchAttentionStream(args, plan, stream);
     if (e != cudaSuccess || plan.max_splits == 1) return e;
     AttentionCombineKernel<<<cgrid, kThreads, plan.max_splits * G * sizeof(float), stream>>>(
         args, plan.chunk, plan.max_splits);

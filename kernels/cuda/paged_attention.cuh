@@ -10,11 +10,13 @@
 // the global max and sum, both the outputs and the chunk's stored exp(logit - m_c) values before
 // adding them to the scores. A context within one chunk needs no combine and no scratch.
 //
-// Two split kernels, chosen by the plan: kStream (the default; attention_stream.cuh) streams each
-// K and V row once per warp with an online softmax; kTwoPass (the first one) reads the chunk's K
-// rows, normalises over shared memory between block barriers, then reads its V rows. The
-// environment variable HEAVYKV_CUDA_ATTENTION=two-pass makes the old one the default, so that one
-// benchmark binary measures both side by side.
+// Three split kernels, chosen by the plan: kMma (the default; attention_mma.cuh) streams tiles of
+// 16 keys per warp through tensor-core mma.sync with an online softmax (head_dim 64 and 128; the
+// plan falls back to kStream for other head dims); kStream (attention_stream.cuh) streams each K
+// and V row once per warp on the CUDA cores; kTwoPass (the first one) reads the chunk's K rows,
+// normalises over shared memory between block barriers, then reads its V rows. The environment
+// variable HEAVYKV_CUDA_ATTENTION=stream or =two-pass makes an older one the default, so that one
+// benchmark binary measures them side by side.
 //
 //   AttentionPlan plan = PlanAttention(T, kv_heads, group, head_dim, max_keys, scores, sms);
 //   (size scratch by plan), PagedAttention(args, plan, stream);
@@ -31,11 +33,12 @@ namespace heavykv::cuda {
 inline constexpr int32_t kAttentionMaxGroup = 8;     // query heads per kv head
 inline constexpr int32_t kAttentionMaxHeadDim = 256; // and a multiple of 8
 
-enum class AttentionKernel { kStream, kTwoPass };
+enum class AttentionKernel { kMma, kStream, kTwoPass };
 
-// kStream, or kTwoPass where HEAVYKV_CUDA_ATTENTION is "two-pass" (read once per process).
+// kMma, or kStream / kTwoPass where HEAVYKV_CUDA_ATTENTION is "stream" / "two-pass" (read once
+// per process).
 AttentionKernel DefaultAttentionKernel();
-const char* AttentionKernelName(AttentionKernel kernel);  // "stream", "two-pass"
+const char* AttentionKernelName(AttentionKernel kernel);  // "mma", "stream", "two-pass"
 
 struct AttentionPlan {
   AttentionKernel kernel = AttentionKernel::kStream;
@@ -48,9 +51,11 @@ struct AttentionPlan {
 };
 
 // Chooses the split size for `num_tokens` rows whose longest visible context is `max_keys`:
-// chunks fit the logits of the group in shared memory (kTwoPass always, kStream with scores).
-// kTwoPass splits short batches further for about two blocks per SM; kStream picks the number of
-// splits whose blocks fill the SMs' resident slots in whole waves best (fewest splits on a tie).
+// chunks fit the logits of the group in shared memory (kTwoPass always, kStream and kMma with
+// scores; kMma may use up to 112 KB of it, in chunks of at most 1024 keys). kTwoPass splits short
+// batches further for about two blocks per SM; kStream and kMma pick the number of splits whose
+// blocks fill the SMs' resident slots in whole waves best (fewest splits on a tie). The returned
+// plan's kernel may differ from `kernel` (kMma -> kStream for a head_dim it does not take).
 // `max_chunk` > 0 caps the chunk (tests force split-K).
 AttentionPlan PlanAttention(int32_t num_tokens, int32_t num_kv_heads, int32_t group,
                             int32_t head_dim, int32_t max_keys, bool scores, int32_t num_sms,

@@ -3,6 +3,7 @@
 // same values and the thresholds measure the kernels, not the storage: fp32 paths (RoPE, GEMM
 // accumulation, scores) to ~1e-5, bf16 outputs to 1e-2 (bf16 keeps 8 bits: 2^-9 relative).
 #include <algorithm>
+#include <cmath>
 #include <numeric>
 #include <random>
 
@@ -70,7 +71,8 @@ TEST(CudaOpsTest, RopeMatchesCpu) {
     cpu::Rope(want.data(), rows, stride, rot, hd, pos.data());
     DeviceArray<float> dx(x);
     DeviceArray<int32_t> dp(pos);
-    HEAVYKV_CUDA_OK(cuda::Rope(dx.get(), rows, stride, rot, hd, dp.get(), 0));
+    DeviceArray<float> df(cuda::RopeInvFreq(hd));
+    HEAVYKV_CUDA_OK(cuda::Rope(dx.get(), rows, stride, rot, hd, df.get(), dp.get(), 0));
     // Large angles amplify the libm / CUDA cosf differences of a few ulps.
     EXPECT_LT(NormalizedError(dx.Download(), want), 2e-5) << hd;
   }
@@ -231,13 +233,15 @@ int NumSms() {
 
 // Attention of layer 1 over sequences `specs` on the CPU (PagedAttention) and the GPU, compared.
 void CheckAttention(int32_t kv_heads, int32_t group, int32_t hd, const std::vector<SeqSpec>& specs,
-                    int32_t max_chunk, bool expect_split) {
+                    int32_t max_chunk, bool expect_split, int32_t bs = 16) {
   SCOPED_TRACE(absl::StrCat("kv_heads ", kv_heads, " group ", group, " head_dim ", hd,
-                            " max_chunk ", max_chunk));
-  const int32_t bs = 16, layers = 2;
+                            " max_chunk ", max_chunk, " block_size ", bs));
+  const int32_t layers = 2;
   int32_t pages = 3;
   for (const SeqSpec& s : specs) pages += (s.num_old + s.num_new + bs - 1) / bs;
   PoolFixture f(layers, kv_heads, hd, bs, pages);
+  // Slots no sequence holds read as NaN: a kernel must mask them, not multiply them by zero.
+  std::fill(f.kv.begin(), f.kv.end(), __float2bfloat16_rn(std::nanf("")));
   auto h2o = *MakePolicy("h2o", 0.5);
   SequenceKv scramble;  // takes the first pages, so the sequences' tables are not 0, 1, 2, ...
   ASSERT_TRUE(f.cache->Reserve(scramble, 3 * bs).ok());
@@ -283,15 +287,21 @@ void CheckAttention(int32_t kv_heads, int32_t group, int32_t hd, const std::vect
     t0 += specs[i].num_new;
   }
 
-  // GPU, both split kernels, each on a fresh copy of the pool.
+  // GPU, every split kernel, each on a fresh copy of the pool (kMma plans kStream for head dims
+  // other than 64 and 128).
   std::vector<EvictRule> rules(specs.size());
   DevicePlan plan(steps, rules, bs);
   using cuda::AttentionKernel;
-  for (AttentionKernel kernel : {AttentionKernel::kStream, AttentionKernel::kTwoPass}) {
+  for (AttentionKernel kernel :
+       {AttentionKernel::kMma, AttentionKernel::kStream, AttentionKernel::kTwoPass}) {
     SCOPED_TRACE(cuda::AttentionKernelName(kernel));
     const cuda::AttentionPlan ap = cuda::PlanAttention(
         plan.layout.num_tokens, kv_heads, group, hd, plan.layout.max_held, plan.layout.any_scores,
         NumSms(), max_chunk, kernel);
+    if (kernel == AttentionKernel::kMma) {
+      const bool mma_dims = hd == 64 || hd == 128;
+      EXPECT_EQ(ap.kernel, mma_dims ? AttentionKernel::kMma : AttentionKernel::kStream);
+    }
     if (expect_split) {
       EXPECT_GT(ap.max_splits, 1);
     }
@@ -359,6 +369,17 @@ TEST(CudaAttentionTest, SplitKRescalesOutputsAndScores) {
   CheckAttention(2, 4, 64, {{5000, 1, true}, {3100, 2, true}, {40, 1, true}}, 0, true);
   CheckAttention(2, 4, 64, {{200, 1, true}, {150, 6, true}, {10, 1, false}}, 32, true);
   CheckAttention(4, 2, 8, {{500, 3, true}, {63, 1, true}}, 64, true);
+  CheckAttention(8, 4, 128, {{4100, 1, true}, {2000, 3, true}, {70, 1, false}}, 0, false);
+  CheckAttention(2, 8, 128, {{700, 1, true}, {300, 4, true}}, 128, true);
+}
+
+TEST(CudaAttentionTest, PagesNotAMultipleOfTheMmaTile) {
+  HEAVYKV_SKIP_WITHOUT_GPU();
+  // The mma kernel addresses a 16-key tile row by row when pages hold 8 or 24 keys.
+  const std::vector<SeqSpec> specs = {{0, 1, true}, {37, 1, true}, {300, 2, true}, {15, 1, false}};
+  CheckAttention(2, 4, 64, specs, 0, false, 8);
+  CheckAttention(2, 4, 128, specs, 64, true, 24);
+  CheckAttention(1, 2, 64, specs, 0, false, 32);
 }
 
 TEST(CudaKvAppendTest, WritesRowsPositionsAndZeroScores) {
@@ -400,6 +421,55 @@ TEST(CudaKvAppendTest, WritesRowsPositionsAndZeroScores) {
       EXPECT_EQ(score[f.dev.MetaOffset(page, 1, h, row)], 0.0f);
       EXPECT_EQ(pos[f.dev.MetaOffset(page, 0, h, row)], -1);  // other layers untouched
     }
+  }
+}
+
+TEST(CudaKvAppendTest, RopeKvAppendMatchesRopeThenKvAppend) {
+  HEAVYKV_SKIP_WITHOUT_GPU();
+  for (int32_t hd : {8, 64, 128}) {
+    SCOPED_TRACE(hd);
+    const int32_t bs = 16, kv_heads = 2, layers = 2;
+    PoolFixture f(layers, kv_heads, hd, bs, 8);
+    SequenceKv a, b;
+    ASSERT_TRUE(f.cache->Reserve(a, 21).ok());  // 17 old + 4 new slots
+    a.num_slots = 17;
+    ASSERT_TRUE(f.cache->Reserve(b, 1).ok());
+    const std::vector<int32_t> ta(4, 0), tb(1, 0);
+    const SequenceStep steps[] = {{&a, ta, 131000, false}, {&b, tb, 3, false}};
+    const EvictRule rules[2] = {};
+    DevicePlan plan(steps, rules, bs);
+    const int64_t dim = 4 * hd, kv_dim = kv_heads * hd, qkv_dim = dim + 2 * kv_dim;
+    const std::vector<float> qkv = RandomVector(5 * qkv_dim, 5);
+    const DeviceArray<float> freq(cuda::RopeInvFreq(hd));
+    std::vector<bf16> kv_out[2];
+    std::vector<int32_t> pos_out[2];
+    std::vector<float> score_out[2], qkv_out[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      DeviceArray<bf16> dkv(f.kv);
+      DeviceArray<int32_t> dpos(std::vector<int32_t>(f.pos.size(), -1));
+      DeviceArray<float> dscore(std::vector<float>(f.score.size(), 7.0f)), dqkv(qkv);
+      cuda::DeviceKvPool pool = f.dev;
+      pool.kv = dkv.get();
+      pool.pos = dpos.get();
+      pool.score = dscore.get();
+      if (fused) {
+        HEAVYKV_CUDA_OK(cuda::RopeKvAppend(pool, plan.step, 1, dqkv.get(), qkv_dim, dim,
+                                           dim + kv_dim, freq.get(), 0));
+      } else {
+        HEAVYKV_CUDA_OK(cuda::Rope(dqkv.get(), 5, qkv_dim, dim + kv_dim, hd, freq.get(),
+                                   plan.step.token_pos, 0));
+        HEAVYKV_CUDA_OK(
+            cuda::KvAppend(pool, plan.step, 1, dqkv.get(), qkv_dim, dim, dim + kv_dim, 0));
+      }
+      kv_out[fused] = dkv.Download();
+      pos_out[fused] = dpos.Download();
+      score_out[fused] = dscore.Download();
+      qkv_out[fused] = dqkv.Download();
+    }
+    EXPECT_LT(NormalizedError(qkv_out[1], qkv_out[0]), 1e-6);
+    EXPECT_LT(NormalizedError(FromBf16(kv_out[1]), FromBf16(kv_out[0])), 1e-5);
+    EXPECT_EQ(pos_out[1], pos_out[0]);
+    EXPECT_EQ(score_out[1], score_out[0]);
   }
 }
 
