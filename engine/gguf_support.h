@@ -1,6 +1,6 @@
 // CheckGgufSupported: whether heavykv can run the model in a GGUF file, answered from the file's
 // metadata and tensor types alone (no weights are read). `heavykv inspect` prints the answer; the
-// GGUF model loader (issue 14) calls it first, so an unsupported file fails before any work.
+// GGUF model loader (engine/gguf_model.h) gives the same verdicts, naming the file.
 #pragma once
 
 #include <span>
@@ -17,7 +17,8 @@ std::span<const GgmlType> SupportedGgmlTypes();
 
 // OK when heavykv runs the model; otherwise the reason, without the file name (the caller adds
 // it): INVALID_ARGUMENT for an unknown architecture, a tensor of another type, or a file without
-// tensors; UNIMPLEMENTED while the loader itself is missing.
+// tensors, a missing key or tensor; UNIMPLEMENTED for what is planned but not run yet (qwen2 and
+// qwen3, quantized tensors, rope scaling).
 absl::Status CheckGgufSupported(const GgufFile& file);
 
 }  // namespace heavykv

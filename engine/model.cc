@@ -9,6 +9,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/gguf.h"
+#include "engine/gguf_model.h"
 
 namespace heavykv {
 namespace {
@@ -100,6 +102,11 @@ absl::Status ModelConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrCat("unsupported header: head size ", head_dim(), " is over 1024"));
   }
+  if (!(rope_theta > 0 && rope_theta < 1e30f) || !(rms_norm_eps > 0 && rms_norm_eps < 1)) {
+    return absl::InvalidArgumentError(absl::StrCat("inconsistent header: rope theta ", rope_theta,
+                                                   " must be positive and rms epsilon ",
+                                                   rms_norm_eps, " in (0, 1)"));
+  }
   if (num_heads % num_kv_heads != 0) {
     return absl::InvalidArgumentError(absl::StrCat("inconsistent header: n_heads ", num_heads,
                                                    " is not a multiple of n_kv_heads ",
@@ -160,6 +167,11 @@ int64_t Model::WeightBytes() const {
 }
 
 absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& path) {
+  if (IsGgufFile(path)) {
+    absl::StatusOr<GgufFile> g = GgufFile::Open(path);
+    if (!g.ok()) return g.status();
+    return ReadGgufModelConfig(*g);
+  }
   File f(std::fopen(path.c_str(), "rb"));
   if (!f) return absl::NotFoundError(absl::StrCat("cannot open model file ", path));
   return ParseHeader(f.get(), path);
@@ -173,6 +185,12 @@ absl::StatusOr<cpu::WeightType> ParseWeightDtype(absl::string_view name) {
 }
 
 absl::StatusOr<Model> LoadModel(const std::string& path, cpu::WeightType weights) {
+  if (IsGgufFile(path)) {
+    // The mapping lives until the weights are packed, and is released on return.
+    absl::StatusOr<GgufFile> g = GgufFile::Open(path);
+    if (!g.ok()) return g.status();
+    return LoadGgufModel(*g, weights);
+  }
   File f(std::fopen(path.c_str(), "rb"));
   if (!f) return absl::NotFoundError(absl::StrCat("cannot open model file ", path));
   absl::StatusOr<ModelConfig> cfg = ParseHeader(f.get(), path);

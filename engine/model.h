@@ -1,5 +1,6 @@
 // Model: a Llama-family transformer's configuration and fp32 weights, loaded from a llama2.c
-// checkpoint (header of seven int32, then fp32 tensors) into a layout fused for batched GEMMs.
+// checkpoint (header of seven int32, then fp32 tensors) or a GGUF file (engine/gguf_model.h; told
+// apart by the GGUF magic) into a layout fused for batched GEMMs.
 //
 // Checkpoint: dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len; a positive
 // vocab_size means the classifier shares the token embedding, a negative one that a separate
@@ -25,6 +26,10 @@ struct ModelConfig {
   int32_t vocab_size = 0;
   int32_t seq_len = 0;
   bool shared_classifier = true;
+  // llama2.c's fixed values; a GGUF file gives its own (llama.rope.freq_base,
+  // llama.attention.layer_norm_rms_epsilon).
+  float rope_theta = 10000.0f;
+  float rms_norm_eps = 1e-5f;
 
   int32_t head_dim() const { return dim / num_heads; }
   int32_t kv_dim() const { return num_kv_heads * head_dim(); }
@@ -66,7 +71,8 @@ struct Model {
   int64_t WeightBytes() const;
 };
 
-// Loads a llama2.c checkpoint. NOT_FOUND if it cannot be opened; INVALID_ARGUMENT with the
+// Loads a llama2.c checkpoint, or a GGUF file (LoadGgufModel) when the file starts with the GGUF
+// magic. NOT_FOUND if it cannot be opened; INVALID_ARGUMENT with the
 // reason if the header is inconsistent or the file size does not match the header.
 // `weights` kBf16 packs every matrix as bf16 (--weight-dtype bf16: half the memory and the
 // bytes a step streams; the GEMM widens to fp32); norms and a separate embedding stay fp32.
@@ -75,7 +81,7 @@ struct Model {
 absl::StatusOr<cpu::WeightType> ParseWeightDtype(absl::string_view name);
 absl::StatusOr<Model> LoadModel(const std::string& path,
                                 cpu::WeightType weights = cpu::WeightType::kFp32);
-// Reads only the header.
+// Reads only the header (a GGUF file: its metadata and tensor shapes, no weights).
 absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& path);
 
 }  // namespace heavykv

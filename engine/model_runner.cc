@@ -68,9 +68,9 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
   const bool parallel_attention = num_tasks > 1 && attention_work > (int64_t(1) << 16);
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = model_.layers[l];
-    cpu::RmsNorm(x_.data(), w.rms_att.data(), xb_.data(), T, dim);
+    cpu::RmsNorm(x_.data(), w.rms_att.data(), xb_.data(), T, dim, c.rms_norm_eps);
     cpu::MatmulPacked(xb_.data(), w.wqkv, qkv_.data(), T, qkv_dim, /*accumulate=*/false);
-    cpu::Rope(qkv_.data(), T, qkv_dim, dim + kv_dim, hd, pos_.data());
+    cpu::Rope(qkv_.data(), T, qkv_dim, dim + kv_dim, hd, pos_.data(), c.rope_theta);
 
 #pragma omp parallel for schedule(dynamic, 1) if (parallel_attention)
     for (int64_t task = 0; task < num_tasks; ++task) {
@@ -106,7 +106,7 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
     }
 
     cpu::MatmulPacked(att_.data(), w.wo, x_.data(), T, dim, /*accumulate=*/true);
-    cpu::RmsNorm(x_.data(), w.rms_ffn.data(), xb_.data(), T, dim);
+    cpu::RmsNorm(x_.data(), w.rms_ffn.data(), xb_.data(), T, dim, c.rms_norm_eps);
     cpu::MatmulPacked(xb_.data(), w.w13, hb_.data(), T, 2 * hid, /*accumulate=*/false);
     cpu::SwiGlu(hb_.data(), hb2_.data(), T, hid);
     cpu::MatmulPacked(hb2_.data(), w.w2, x_.data(), T, dim, /*accumulate=*/true);
@@ -122,7 +122,8 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
     const int64_t n = steps[i].tokens.size();
     const int64_t from = steps[i].all_logits ? first_token[i] : first_token[i] + n - 1;
     const int64_t count = steps[i].all_logits ? n : 1;
-    cpu::RmsNorm(&x_[from * dim], model_.rms_final.data(), &xb_[r * dim], count, dim);
+    cpu::RmsNorm(&x_[from * dim], model_.rms_final.data(), &xb_[r * dim], count, dim,
+                 c.rms_norm_eps);
     r += count;
   }
   logits_.resize(rows * c.vocab_size);

@@ -3,6 +3,7 @@
 // behaviour is accidental (C-string truncation, sscanf leniency) we copy it on purpose.
 #include "engine/tokenizer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -213,6 +214,32 @@ absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& path, int32_t vocab
   // the first) so that the choice is at least deterministic.
   tok.ids_.reserve(tok.pieces_.size());
   for (int32_t id = 0; id < found; ++id) tok.ids_.emplace(tok.pieces_[id], id);
+  return tok;
+}
+
+absl::StatusOr<Tokenizer> Tokenizer::FromPieces(std::vector<std::string> pieces,
+                                                std::vector<float> scores,
+                                                absl::string_view source) {
+  if (pieces.size() != scores.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("tokenizer ", source, ": ", pieces.size(),
+                                                   " pieces but ", scores.size(), " scores"));
+  }
+  if (pieces.size() < size_t(kMinVocabSize) ||
+      pieces.size() > size_t(std::numeric_limits<int32_t>::max())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer ", source, ": ", pieces.size(), " pieces, need at least ",
+                     kMinVocabSize, " (3 special tokens + 256 byte-fallback tokens)"));
+  }
+  Tokenizer tok;
+  tok.max_token_length_ = 1;
+  for (std::string& piece : pieces) {
+    piece.resize(std::strlen(piece.c_str()));  // as Load: a NUL ends the piece
+    tok.max_token_length_ = std::max(tok.max_token_length_, static_cast<int32_t>(piece.size()));
+  }
+  tok.pieces_ = std::move(pieces);
+  tok.scores_ = std::move(scores);
+  tok.ids_.reserve(tok.pieces_.size());
+  for (int32_t id = 0; id < tok.vocab_size(); ++id) tok.ids_.emplace(tok.pieces_[id], id);
   return tok;
 }
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 
 namespace heavykv {
 
@@ -32,6 +33,12 @@ class Tokenizer {
  public:
   // Loads a llama2.c tokenizer file whose vocabulary must have exactly `vocab_size` tokens.
   static absl::StatusOr<Tokenizer> Load(const std::string& path, int32_t vocab_size);
+  // The same tokenizer from its pieces and scores (as a tokenizer file would hold them, spaces as
+  // ' '), e.g. a GGUF file's (engine/gguf_tokenizer.h). INVALID_ARGUMENT when the counts differ
+  // or there are fewer than 259 pieces; `source` names them in errors.
+  static absl::StatusOr<Tokenizer> FromPieces(std::vector<std::string> pieces,
+                                              std::vector<float> scores,
+                                              absl::string_view source);
 
   std::vector<int32_t> Encode(std::string_view text, bool bos, bool eos) const;
   // The same ids, or std::nullopt once `should_stop` returns true. It is called every few

@@ -22,8 +22,8 @@ int EvalCommand(int argc, char** argv) {
   double recent_fraction = 0.5;
   bool json = false;
   FlagSet flags("eval", "heavykv eval --model FILE --tokenizer FILE --text FILE [flags]");
-  flags.String("model", &model_path, "llama2.c checkpoint (required)");
-  flags.String("tokenizer", &tokenizer_path, "llama2.c tokenizer; without it --text holds token ids");
+  flags.String("model", &model_path, "llama2.c checkpoint or GGUF file (required)");
+  flags.String("tokenizer", &tokenizer_path, "llama2.c tokenizer (default: a GGUF model's own); else --text holds ids");
   flags.String("text", &text_path, "stories separated by blank lines (required)");
   flags.Int("window", &window, "tokens per window; 0 = context length");
   flags.Int("max-windows", &max_windows, "windows to evaluate; 0 = all");
@@ -51,7 +51,7 @@ int EvalCommand(int argc, char** argv) {
   absl::StatusOr<Model> model = LoadModel(model_path, dtypes.weights);
   if (!model.ok()) return Fail(model.status());
   absl::StatusOr<std::optional<Tokenizer>> tok =
-      LoadOptionalTokenizer(tokenizer_path, model->config.vocab_size);
+      LoadOptionalTokenizer(tokenizer_path, model_path, model->config.vocab_size);
   if (!tok.ok()) return Fail(tok.status());
   std::ifstream in(text_path, std::ios::binary);
   if (!in) return Fail(absl::NotFoundError(absl::StrCat("cannot open --text ", text_path)));

@@ -42,7 +42,7 @@ int PlanCommand(int argc, char** argv) {
                              "--head-dim N --seq-len N) [--kv-pool-mb MIB | --kv-pages N] "
                              "[--kv-budget LIST] [flags]\nshapes: ",
                              NamedShapeList()));
-  flags.String("model", &model_path, "llama2.c checkpoint (only its header is read)");
+  flags.String("model", &model_path, "llama2.c checkpoint or GGUF file (only its header is read)");
   flags.String("shape", &shape_name, "named model shape; the dimension flags override its fields");
   flags.Int("layers", &layers, "transformer layers");
   flags.Int("kv-heads", &kv_heads, "kv heads");

@@ -11,6 +11,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "engine/generator.h"
+#include "engine/gguf.h"
+#include "engine/gguf_tokenizer.h"
 #include "engine/step_runner.h"
 #include "kernels/cpu/gemm.h"
 #include "server/cli_flags.h"
@@ -21,9 +23,25 @@
 namespace heavykv::cli {
 
 absl::StatusOr<std::optional<Tokenizer>> LoadOptionalTokenizer(const std::string& path,
+                                                               const std::string& model_path,
                                                                int32_t vocab_size) {
-  if (path.empty()) return std::optional<Tokenizer>();
-  absl::StatusOr<Tokenizer> t = Tokenizer::Load(path, vocab_size);
+  absl::StatusOr<Tokenizer> t = absl::NotFoundError("no tokenizer");
+  if (!path.empty()) {
+    t = Tokenizer::Load(path, vocab_size);
+  } else if (IsGgufFile(model_path)) {
+    absl::StatusOr<GgufFile> f = GgufFile::Open(model_path);
+    if (!f.ok()) return f.status();
+    t = LoadGgufTokenizer(*f, vocab_size);
+    if (absl::IsNotFound(t.status())) return std::optional<Tokenizer>();
+    // Token ids still work: say why text does not, and go on without a tokenizer.
+    if (absl::IsUnimplemented(t.status())) {
+      std::fprintf(stderr, "note: %s; prompts and output are token ids\n",
+                   std::string(t.status().message()).c_str());
+      return std::optional<Tokenizer>();
+    }
+  } else {
+    return std::optional<Tokenizer>();
+  }
   if (!t.ok()) return t.status();
   return std::optional<Tokenizer>(*std::move(t));
 }
@@ -82,8 +100,9 @@ int RunCommand(int argc, char** argv) {
   double temperature = 1.0, top_p = 0.9, recent_fraction = 0.5;
   bool json = false;
   FlagSet flags("run", "heavykv run --model FILE [--tokenizer FILE] [--prompt TEXT] [flags]");
-  flags.String("model", &model_path, "llama2.c checkpoint (required)");
-  flags.String("tokenizer", &tokenizer_path, "llama2.c tokenizer; without it prompts and output are token ids");
+  flags.String("model", &model_path, "llama2.c checkpoint or GGUF file (required)");
+  flags.String("tokenizer", &tokenizer_path,
+               "llama2.c tokenizer (default: a GGUF model's own); else prompts and output are ids");
   flags.String("prompt", &prompt, "prompt text (token ids without --tokenizer)");
   flags.Int("steps", &steps, "positions to run, prompt included (llama2.c -n); 0 = context length");
   flags.Double("temperature", &temperature, "0 = greedy");
@@ -112,7 +131,8 @@ int RunCommand(int argc, char** argv) {
   absl::StatusOr<Model> model = LoadModel(model_path, dtypes.weights);
   if (!model.ok()) return Fail(model.status());
   const ModelConfig& c = model->config;
-  absl::StatusOr<std::optional<Tokenizer>> tok = LoadOptionalTokenizer(tokenizer_path, c.vocab_size);
+  absl::StatusOr<std::optional<Tokenizer>> tok =
+      LoadOptionalTokenizer(tokenizer_path, model_path, c.vocab_size);
   if (!tok.ok()) return Fail(tok.status());
   absl::StatusOr<std::vector<int32_t>> ids = PromptTokens(*tok, prompt);
   if (!ids.ok()) return Fail(ids.status());

@@ -109,9 +109,9 @@ int ServeCommand(int argc, char** argv) {
   std::string api_key_file;
   bool reflection = false;
   FlagSet flags("serve", "heavykv serve --model FILE [--tokenizer FILE] [flags]");
-  flags.String("model", &model_path, "llama2.c checkpoint (required)");
+  flags.String("model", &model_path, "llama2.c checkpoint or GGUF file (required)");
   flags.String("tokenizer", &tokenizer_path,
-               "llama2.c tokenizer; without it requests send token ids");
+               "llama2.c tokenizer (default: a GGUF model's own); else requests send ids");
   flags.String("listen", &listen, "gRPC address host:port (port 0: any free port)");
   flags.String("metrics-address", &metrics_address,
                "Prometheus /metrics address host:port; empty = off");
@@ -214,7 +214,7 @@ int ServeCommand(int argc, char** argv) {
   if (!model.ok()) return Fail(model.status());
   const ModelConfig c = model->config;
   absl::StatusOr<std::optional<Tokenizer>> tok =
-      LoadOptionalTokenizer(tokenizer_path, c.vocab_size);
+      LoadOptionalTokenizer(tokenizer_path, model_path, c.vocab_size);
   if (!tok.ok()) return Fail(tok.status());
   const KvShape shape = KvShapeForDevice(*device, c, static_cast<int32_t>(block_size), dtypes.kv);
   const int64_t pages_per_context = (c.seq_len + block_size - 1) / block_size;

@@ -24,7 +24,10 @@ int PlanCommand(int argc, char** argv);       // heavykv plan (cmd_plan.cc)
 int InspectCommand(int argc, char** argv);    // heavykv inspect (cmd_inspect.cc)
 
 // Shared by the subcommands.
+// The tokenizer at `path` (--tokenizer) when given; else a GGUF model's own (engine/
+// gguf_tokenizer.h; one that heavykv cannot run yet is noted on stderr and left out); else none.
 absl::StatusOr<std::optional<Tokenizer>> LoadOptionalTokenizer(const std::string& path,
+                                                               const std::string& model_path,
                                                                int32_t vocab_size);
 // Prompt tokens: encoded text with BOS when a tokenizer is given, else whitespace-separated ids
 // (BOS prepended when the list is empty or does not start with it).

@@ -10,7 +10,8 @@ constexpr int64_t kParallelMin = 1 << 16;
 
 }  // namespace
 
-void RmsNorm(const float* x, const float* w, float* out, int64_t rows, int64_t dim) {
+void RmsNorm(const float* x, const float* w, float* out, int64_t rows, int64_t dim,
+             float eps) {
 #pragma omp parallel for if (rows * dim > kParallelMin)
   for (int64_t t = 0; t < rows; ++t) {
     const float* xr = x + t * dim;
@@ -18,21 +19,21 @@ void RmsNorm(const float* x, const float* w, float* out, int64_t rows, int64_t d
     float ss = 0.0f;
     for (int64_t j = 0; j < dim; ++j) ss += xr[j] * xr[j];
     ss /= dim;
-    ss += 1e-5f;
+    ss += eps;
     ss = 1.0f / std::sqrt(ss);
     for (int64_t j = 0; j < dim; ++j) o[j] = w[j] * (ss * xr[j]);
   }
 }
 
 void Rope(float* x, int64_t rows, int64_t row_stride, int64_t rot_dim, int64_t head_dim,
-          const int32_t* pos) {
+          const int32_t* pos, float theta) {
 #pragma omp parallel for if (rows * rot_dim > kParallelMin)
   for (int64_t t = 0; t < rows; ++t) {
     // The angle depends only on (pos, i mod head_dim): compute each once per row with the same
     // float operations as run.c, so rotations agree with it bit for bit.
     float cos_tab[512], sin_tab[512];
     for (int64_t i = 0; i < head_dim; i += 2) {
-      float freq = 1.0f / powf(10000.0f, i / (float)head_dim);
+      float freq = 1.0f / powf(theta, i / (float)head_dim);
       float val = pos[t] * freq;
       cos_tab[i / 2] = cosf(val);
       sin_tab[i / 2] = sinf(val);

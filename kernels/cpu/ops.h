@@ -6,14 +6,15 @@
 
 namespace heavykv::cpu {
 
-// out[t] = w * x[t] / sqrt(mean(x[t]^2) + 1e-5) for each of `rows` rows of `dim`.
-void RmsNorm(const float* x, const float* w, float* out, int64_t rows, int64_t dim);
+// out[t] = w * x[t] / sqrt(mean(x[t]^2) + eps) for each of `rows` rows of `dim`.
+void RmsNorm(const float* x, const float* w, float* out, int64_t rows, int64_t dim,
+             float eps = 1e-5f);
 
 // Rotates, in place, the first `rot_dim` entries of row t of x [rows][row_stride] (pairs (2i,
-// 2i+1), frequency 10000^(-(2i mod head_dim)/head_dim)) by angle pos[t] * frequency.
+// 2i+1), frequency theta^(-(2i mod head_dim)/head_dim)) by angle pos[t] * frequency.
 // Requires head_dim <= 1024 (checked when a model is loaded).
 void Rope(float* x, int64_t rows, int64_t row_stride, int64_t rot_dim, int64_t head_dim,
-          const int32_t* pos);
+          const int32_t* pos, float theta = 10000.0f);
 
 // out[t][i] = silu(gu[t][i]) * gu[t][hidden + i] for gu [rows][2*hidden], out [rows][hidden].
 void SwiGlu(const float* gu, float* out, int64_t rows, int64_t hidden);
