@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/gguf.h"
 #include "engine/gguf_support.h"
 #include "engine/gguf_tokenizer.h"
@@ -181,6 +182,31 @@ TEST(GgufModelTest, CliGreedyIdsMatchLlamaCpp) {
                        kS260Greedy);
 }
 
+// `heavykv eval` perplexity against llama.cpp's own (../shared/gguf/ppl.jsonl, copied here):
+// {"model": "s260-f32.gguf", "windows": 4, "tokens": 2044, "ppl": 2.8661},
+// {"model": "rl256-f32.gguf", "windows": 2, "tokens": 1022, "ppl": 7715.3559}. Its README: a
+// correct loader with fp32 arithmetic lands within 0.1%.
+TEST(GgufModelTest, CliEvalMatchesLlamaCppPerplexity) {
+  struct Case {
+    const char* model;
+    int windows, tokens;
+    double ppl;
+  };
+  for (const Case& c :
+       {Case{"s260-f32.gguf", 4, 2044, 2.8661}, Case{"rl256-f32.gguf", 2, 1022, 7715.3559}}) {
+    int rc = 0;
+    const std::string out = RunCapture(
+        absl::StrCat(HEAVYKV_BINARY, " eval --model ", Fixture(c.model), " --text ",
+                     SourcePath("tests/data/eval_stories.txt"), " --window 512 --max-windows ",
+                     c.windows, " --policy full --kv-dtype fp32 --json --threads 1 2>/dev/null"),
+        &rc);
+    ASSERT_EQ(rc, 0) << c.model;
+    const nlohmann::json j = nlohmann::json::parse(out);
+    EXPECT_EQ(j["tokens"], c.tokens) << c.model;
+    EXPECT_NEAR(j["ppl"].get<double>(), c.ppl, c.ppl * 0.001) << c.model;
+  }
+}
+
 TEST(GgufModelTest, InspectSaysSupported) {
   for (const char* name : {"s260-f32.gguf", "rl256-f32.gguf"}) {
     absl::StatusOr<GgufFile> f = GgufFile::Open(Fixture(name));
@@ -339,6 +365,32 @@ TEST(GgufModelTest, HalfPrecisionTiedAndThetaFromTheFile) {
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_FALSE(m->config.shared_classifier);
   EXPECT_EQ(m->embedding_storage.size(), size_t(512 * 64));
+}
+
+TEST(GgufModelTest, OtherTokenizerModelsLeavePromptsAsIds) {
+  TempDir dir;
+  const std::string path = dir.File("m.gguf");
+  WriteEditedS260(
+      path,
+      [](absl::string_view key, GgufWriter& w) {
+        if (key != "tokenizer.ggml.model") return true;
+        w.AddString(key, "gpt2");
+        return false;
+      },
+      KeepTensor);
+  absl::StatusOr<GgufFile> f = GgufFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status();
+  const absl::Status s = LoadGgufTokenizer(*f, 512).status();
+  EXPECT_TRUE(absl::IsUnimplemented(s)) << s;
+  EXPECT_NE(s.message().find("'gpt2'"), std::string::npos) << s;
+  // The model still runs on token ids; stderr says why text is not tokenized.
+  int rc = 0;
+  const std::string out = RunCapture(std::string(HEAVYKV_BINARY) + " run --model " + path +
+                                         " --prompt '1 403 407 261 378' --temperature 0 "
+                                         "--steps 8 --json --kv-dtype fp32 2>&1 >/dev/null",
+                                     &rc);
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("tokenizer model 'gpt2' is not supported yet"), std::string::npos) << out;
 }
 
 }  // namespace
