@@ -18,19 +18,6 @@
 namespace heavykv::cpu {
 namespace {
 
-// y[m][n] = x[m][k] w[n][k]^T (+ y0), in double.
-std::vector<double> Reference(const std::vector<float>& x, const std::vector<float>& w,
-                              const std::vector<float>& y0, int64_t m, int64_t n, int64_t k) {
-  std::vector<double> y(m * n);
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      double acc = y0.empty() ? 0.0 : y0[i * n + j];
-      for (int64_t d = 0; d < k; ++d) acc += double(x[i * k + d]) * w[j * k + d];
-      y[i * n + j] = acc;
-    }
-  }
-  return y;
-}
 
 double RelError(const float* y, const std::vector<double>& ref, int64_t m, int64_t n,
                 int64_t ldy) {
@@ -84,7 +71,8 @@ void Check(Path path, int64_t m, int64_t n, int64_t k, bool accumulate, int thre
       MatmulPackedWith(isa, xa.data(), packed, y.data(), m, ldy, accumulate);
       break;
   }
-  std::vector<double> ref = Reference(x, w_ref, accumulate ? y0 : std::vector<float>{}, m, n, k);
+  std::vector<double> ref =
+      testing::ReferenceMatmul(x, w_ref, accumulate ? y0 : std::vector<float>{}, m, n, k);
   EXPECT_LT(RelError(y.data(), ref, m, n, ldy), 1e-6);
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = n; j < ldy; ++j) ASSERT_EQ(y[i * ldy + j], 7.0f) << "wrote past column n";

@@ -16,23 +16,9 @@
 namespace heavykv {
 namespace {
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using testing::ReadFile;
+using testing::RunCapture;
 
-// Runs a shell command and returns its stdout.
-std::string RunCapture(const std::string& cmd, int* exit_code) {
-  std::string out;
-  std::FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  *exit_code = pclose(p);
-  return out;
-}
 
 class GenerateTest : public ::testing::Test {
  protected:

@@ -25,28 +25,13 @@
 namespace heavykv {
 namespace {
 
+using testing::ReadFile;
+using testing::RunCapture;
 using testing::SourcePath;
 using testing::TempDir;
 
 std::string Fixture(const std::string& name) { return SourcePath("tests/data/gguf/" + name); }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
-// stdout of a shell command; its exit status in *code.
-std::string RunCapture(const std::string& cmd, int* code) {
-  std::string out;
-  std::FILE* p = popen(cmd.c_str(), "r");
-  char buf[4096];
-  size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  *code = pclose(p);
-  return out;
-}
 
 // "Once upon a time" with BOS, as both tokenizers (tok512.bin and the GGUF's) encode it.
 const std::vector<int32_t> kPromptIds = {1, 403, 407, 261, 378};

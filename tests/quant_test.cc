@@ -282,19 +282,6 @@ TEST(QuantFixtureTest, LlamaCppFilesDequantizeAndRequantizeAsLlamaQuantizeDid) {
   }
 }
 
-// y[m][n] = x[m][k] w[n][k]^T (+ y0) in double.
-std::vector<double> Reference(const std::vector<float>& x, const std::vector<float>& w,
-                              const std::vector<float>& y0, int64_t m, int64_t n, int64_t k) {
-  std::vector<double> y(m * n);
-  for (int64_t i = 0; i < m; ++i) {
-    for (int64_t j = 0; j < n; ++j) {
-      double acc = y0.empty() ? 0.0 : y0[i * n + j];
-      for (int64_t d = 0; d < k; ++d) acc += double(x[i * k + d]) * w[j * k + d];
-      y[i * n + j] = acc;
-    }
-  }
-  return y;
-}
 
 void CheckMatmul(QuantType type, Isa isa, int64_t m, int64_t n, int64_t k, bool accumulate,
                  int threads) {
@@ -316,7 +303,7 @@ void CheckMatmul(QuantType type, Isa isa, int64_t m, int64_t n, int64_t k, bool 
   }
   MatmulQuantWith(isa, x.data(), *q, y.data(), m, ldy, accumulate);
   const std::vector<double> ref =
-      Reference(x, wdq, accumulate ? y0 : std::vector<float>{}, m, n, k);
+      testing::ReferenceMatmul(x, wdq, accumulate ? y0 : std::vector<float>{}, m, n, k);
   double err = 0, norm = 0;
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) {

@@ -36,23 +36,9 @@ using namespace std::chrono_literals;
 using grpc::health::v1::HealthCheckResponse;
 
 inline std::string Bin() { return HEAVYKV_BINARY; }
+using testing::ReadFile;
+using testing::RunCapture;
 
-inline std::string RunCapture(const std::string& cmd) {
-  std::string out;
-  std::FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) return out;
-  char buf[4096];
-  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  pclose(p);
-  return out;
-}
-
-inline std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
 
 // The minimal JSON reading these tests need: `"key":[ints]` and `"key":"string"` (the escapes
 // cli::JsonQuote writes).

@@ -6,8 +6,9 @@
 
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
-
 #include <vector>
 
 #include "engine/make_model.h"
@@ -25,6 +26,44 @@ inline std::vector<cpu::Isa> IsasToTest() {
     }
   }
   return cpu::SupportedIsas();
+}
+
+// The whole file, bytes as they are ("" when it cannot be read).
+inline std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// The stdout of a shell command; its wait status in *code when given.
+inline std::string RunCapture(const std::string& cmd, int* code = nullptr) {
+  std::string out;
+  std::FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) {
+    if (code != nullptr) *code = -1;
+    return out;
+  }
+  char buf[4096];
+  for (size_t n; (n = std::fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  const int status = pclose(p);
+  if (code != nullptr) *code = status;
+  return out;
+}
+
+// y[m][n] = x[m][k] w[n][k]^T (+ y0 when not empty), in double: the reference of the GEMM tests.
+inline std::vector<double> ReferenceMatmul(const std::vector<float>& x, const std::vector<float>& w,
+                                           const std::vector<float>& y0, int64_t m, int64_t n,
+                                           int64_t k) {
+  std::vector<double> y(m * n);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double acc = y0.empty() ? 0.0 : y0[i * n + j];
+      for (int64_t d = 0; d < k; ++d) acc += double(x[i * k + d]) * w[j * k + d];
+      y[i * n + j] = acc;
+    }
+  }
+  return y;
 }
 
 inline std::string SourcePath(const std::string& rel) {
