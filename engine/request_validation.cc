@@ -64,17 +64,30 @@ int32_t RequestValidator::max_prompt_tokens() const {
   return options_.max_prompt_tokens > 0 ? options_.max_prompt_tokens : config_.seq_len - 1;
 }
 
-absl::StatusOr<std::vector<int32_t>> RequestValidator::Encode(
-    const std::string& text, const std::function<bool()>& should_stop) const {
+absl::Status RequestValidator::CheckText(const std::string& text, absl::string_view what) const {
   if (tokenizer_ == nullptr) {
     return Invalid("this server has no tokenizer: send prompt_token_ids instead of prompt text");
   }
   if (int64_t(text.size()) > max_prompt_bytes_) {
-    return Invalid(absl::StrCat("the text has ", text.size(), " bytes; this server takes at most ",
-                                max_prompt_bytes_, " (it could not fit ", max_prompt_tokens(),
+    return Invalid(absl::StrCat("the ", what, " has ", text.size(),
+                                " bytes; this server takes at most ", max_prompt_bytes_,
+                                " (it could not fit ", max_prompt_tokens(),
                                 " tokens otherwise): shorten it"));
   }
-  if (TextStream::Sanitize(text) != text) return Invalid("the text is not valid UTF-8");
+  if (TextStream::Sanitize(text) != text) {
+    return Invalid(absl::StrCat("the ", what, " is not valid UTF-8"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<int32_t>> RequestValidator::Encode(
+    const std::string& text, const std::function<bool()>& should_stop) const {
+  if (absl::Status s = CheckText(text, "text"); !s.ok()) return s;
+  return EncodeChecked(text, should_stop);
+}
+
+absl::StatusOr<std::vector<int32_t>> RequestValidator::EncodeChecked(
+    const std::string& text, const std::function<bool()>& should_stop) const {
   std::optional<std::vector<int32_t>> ids =
       tokenizer_->Encode(text, /*bos=*/true, /*eos=*/false, should_stop);
   if (!ids.has_value()) return absl::CancelledError("tokenizing was stopped");
@@ -89,17 +102,7 @@ absl::Status RequestValidator::Precheck(const GenerationRequest& q) const {
   if (q.client.size() > kMaxClientKeyBytes) return Invalid("the client key is too long");
   if (q.prompt.has_value()) {
     if (q.prompt->empty()) return Invalid("the prompt is empty: send some text");
-    if (tokenizer_ == nullptr) {
-      return Invalid("this server has no tokenizer: send prompt_token_ids instead of prompt text");
-    }
-    if (int64_t(q.prompt->size()) > max_prompt_bytes_) {
-      return Invalid(absl::StrCat("the prompt has ", q.prompt->size(),
-                                  " bytes; this server takes at most ", max_prompt_bytes_,
-                                  " (it could not fit ", max_prompt_tokens(),
-                                  " tokens otherwise): shorten it"));
-    }
-    if (TextStream::Sanitize(*q.prompt) != *q.prompt)
-      return Invalid("the prompt is not valid UTF-8");
+    if (absl::Status s = CheckText(*q.prompt, "prompt"); !s.ok()) return s;
   } else {
     if (q.prompt_token_ids.empty()) {
       return Invalid("the request has no prompt: set prompt or prompt_token_ids");
@@ -172,7 +175,8 @@ absl::Status RequestValidator::Precheck(const GenerationRequest& q) const {
 
 absl::StatusOr<std::vector<int32_t>> RequestValidator::PromptTokens(
     const GenerationRequest& q, const std::function<bool()>& should_stop) const {
-  if (q.prompt.has_value()) return Encode(*q.prompt, should_stop);
+  // Precheck has checked the text (tokenizer, bytes, UTF-8): only the tokenizing is left.
+  if (q.prompt.has_value()) return EncodeChecked(*q.prompt, should_stop);
   std::vector<int32_t> prompt;
   prompt.reserve(q.prompt_token_ids.size() + 1);
   if (q.prompt_token_ids.empty() || q.prompt_token_ids[0] != kBosId) prompt.push_back(kBosId);

@@ -69,7 +69,8 @@ class RequestValidator {
                    const EngineOptions& options, const Scheduler* scheduler);
 
   absl::Status Precheck(const GenerationRequest& request) const;
-  // CANCELLED when `should_stop` turned true while tokenizing.
+  // For a request that passed Precheck (its text is not checked again). CANCELLED when
+  // `should_stop` turned true while tokenizing.
   absl::StatusOr<std::vector<int32_t>> PromptTokens(
       const GenerationRequest& request, const std::function<bool()>& should_stop = nullptr) const;
   absl::StatusOr<ResolvedRequest> Resolve(const GenerationRequest& request,
@@ -88,6 +89,13 @@ class RequestValidator {
   int64_t max_prompt_bytes() const { return max_prompt_bytes_; }
 
  private:
+  // The tokenizer exists, `text` is within max_prompt_bytes() and valid UTF-8; `what` names it in
+  // the message ("prompt", "text").
+  absl::Status CheckText(const std::string& text, absl::string_view what) const;
+  // BOS + the encoding of a text CheckText accepted.
+  absl::StatusOr<std::vector<int32_t>> EncodeChecked(const std::string& text,
+                                                     const std::function<bool()>& should_stop) const;
+
   ModelConfig config_;
   const Tokenizer* tokenizer_;
   EngineOptions options_;
