@@ -79,9 +79,24 @@ bool ReadFloats(std::FILE* f, float* dst, int64_t n) {
 
 }  // namespace
 
+const char* ArchitectureName(Architecture a) {
+  switch (a) {
+    case Architecture::kLlama:
+      return "llama";
+    case Architecture::kQwen2:
+      return "qwen2";
+    case Architecture::kQwen3:
+      return "qwen3";
+  }
+  return "?";
+}
+
 int64_t ModelConfig::NumParams() const {
-  const int64_t d = dim, hid = hidden_dim, L = num_layers, kv = kv_dim(), V = vocab_size;
-  int64_t per_layer = 2 * d + d * d * 2 + 2 * d * kv + 3 * d * hid;
+  const int64_t d = dim, hid = hidden_dim, L = num_layers, kv = kv_dim(), V = vocab_size,
+                q = q_dim();
+  int64_t per_layer = 2 * d + d * q * 2 + 2 * d * kv + 3 * d * hid;
+  if (attention_bias) per_layer += q + 2 * kv;
+  if (qk_norm) per_layer += 2 * int64_t(head_dim());
   return V * d + L * per_layer + d + (shared_classifier ? 0 : V * d);
 }
 
@@ -93,10 +108,10 @@ absl::Status ModelConfig::Validate() const {
         hidden_dim, ", n_layers ", num_layers, ", n_heads ", num_heads, ", n_kv_heads ",
         num_kv_heads, ", vocab_size ", vocab_size, ", seq_len ", seq_len, ")"));
   }
-  if (dim % num_heads != 0 || head_dim() % 2 != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("inconsistent header: dim ", dim,
-                                                   " must split into ", num_heads,
-                                                   " heads of an even size"));
+  if (head_size < 0 || (head_size == 0 && dim % num_heads != 0) || head_dim() % 2 != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "inconsistent header: dim ", dim, " must split into ", num_heads,
+        " heads of an even size (or the head size ", head_size, " must be even)"));
   }
   if (head_dim() > 1024) {
     return absl::InvalidArgumentError(
@@ -117,7 +132,7 @@ absl::Status ModelConfig::Validate() const {
     return absl::InvalidArgumentError("inconsistent header: dimensions are implausibly large");
   }
   // qkv_dim() and other per-row sizes are int32.
-  if (int64_t(dim) + 2 * int64_t(kv_dim()) > std::numeric_limits<int32_t>::max() ||
+  if (int64_t(num_heads) * head_dim() + 2 * int64_t(num_kv_heads) * head_dim() > std::numeric_limits<int32_t>::max() ||
       2 * int64_t(hidden_dim) > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "unsupported header: dim ", dim, " (+ 2 x kv_dim ", kv_dim(), ") or 2 x hidden_dim ",
@@ -133,9 +148,9 @@ absl::Status ModelConfig::Validate() const {
   // alone cannot overflow but all of them together can (a crafted header with 2^30 dim, 2^20
   // heads and a few layers did). Bound the total, in double so that the check itself cannot
   // overflow: 2^40 parameters (4 TiB of fp32) is far beyond any llama2.c checkpoint.
-  const double d = dim, kv = double(num_kv_heads) * head_dim();
+  const double d = dim, kv = double(num_kv_heads) * head_dim(), q = double(num_heads) * head_dim();
   const double params = 2 * double(vocab_size) * d + double(seq_len) * head_dim() +
-                        double(num_layers) * (2 * d + 2 * d * d + 2 * d * kv + 3 * d * hidden_dim);
+                        double(num_layers) * (2 * d + 2 * d * q + 2 * d * kv + 3 * d * hidden_dim);
   if (params > double(int64_t(1) << 40)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "inconsistent header: dimensions are implausibly large (", params, " parameters)"));

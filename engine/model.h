@@ -17,6 +17,20 @@
 
 namespace heavykv {
 
+// The transformer variant: what the layers compute besides the Llama block (GGUF
+// general.architecture). kLlama covers Llama 1/2/3.x, Mistral, TinyLlama, SmolLM.
+enum class Architecture {
+  kLlama,
+  kQwen2,  // q/k/v biases
+  kQwen3,  // per-head RMSNorm of q and k before rope; head size from key_length
+};
+const char* ArchitectureName(Architecture a);
+
+// How rope pairs the entries of a head of size hd. kInterleaved (llama.cpp's NORM, run.c) rotates
+// (2i, 2i+1); kNeox (Qwen, GPT-NeoX, Hugging Face's rotate_half) rotates (i, i + hd/2). Both use
+// frequency theta^(-2i/hd) (times a per-pair factor where rope_freqs.weight gives one).
+enum class RopeStyle { kInterleaved, kNeox };
+
 struct ModelConfig {
   int32_t dim = 0;
   int32_t hidden_dim = 0;
@@ -30,11 +44,21 @@ struct ModelConfig {
   // llama.attention.layer_norm_rms_epsilon).
   float rope_theta = 10000.0f;
   float rms_norm_eps = 1e-5f;
+  Architecture arch = Architecture::kLlama;
+  RopeStyle rope_style = RopeStyle::kInterleaved;
+  // Size of a query / key / value head; 0 means dim / num_heads (every llama2.c checkpoint and
+  // most GGUF files). Qwen3 heads are wider (attention.key_length 128 at dim 1024 / 16 heads).
+  int32_t head_size = 0;
+  bool attention_bias = false;  // q/k/v projections add a bias (Qwen2)
+  bool qk_norm = false;         // per-head RMSNorm of q and k before rope (Qwen3)
+  // Llama 3.1 rope scaling: the Model carries head_dim/2 frequency divisors (rope_freqs.weight).
+  bool rope_freq_factors = false;
 
-  int32_t head_dim() const { return dim / num_heads; }
+  int32_t head_dim() const { return head_size > 0 ? head_size : dim / num_heads; }
+  int32_t q_dim() const { return num_heads * head_dim(); }  // == dim unless head_size says not
   int32_t kv_dim() const { return num_kv_heads * head_dim(); }
   int32_t group_size() const { return num_heads / num_kv_heads; }  // query heads per kv head
-  int32_t qkv_dim() const { return dim + 2 * kv_dim(); }
+  int32_t qkv_dim() const { return q_dim() + 2 * kv_dim(); }
   // Parameters as stored in the checkpoint (without the RoPE tables); defined when Validate() is
   // ok.
   int64_t NumParams() const;
