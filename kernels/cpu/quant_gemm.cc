@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/packed_gemm_panels.h"
 #include "kernels/cpu/packed_matrix.h"
+#include "kernels/cpu/quant_dot.h"
 #include "kernels/cpu/quant_gemm_paths.h"
 #include "memory/aligned_vector.h"
 
@@ -17,7 +18,8 @@ constexpr int kGroupRows = 8;  // rows dequantized together, then transposed int
 
 // Per-thread scratch, grown on demand and kept for the thread's life (the OpenMP pool's threads
 // persist), so a call never allocates, nor faults in fresh pages, once warm.
-float* Scratch(AlignedVector<float>& buf, int64_t elems) {
+template <typename T>
+T* Scratch(AlignedVector<T>& buf, int64_t elems) {
   if (static_cast<int64_t>(buf.size()) < elems) buf.resize(elems);
   return buf.data();
 }
@@ -88,14 +90,121 @@ void PanelPath(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t 
                       accumulate, ncols);
 }
 
+// The int8 path's kernel for `isa`: AVX-512 needs AVX-512BW as well (every AVX-512 server CPU
+// has it) and takes dpbusd where the CPU has AVX512-VNNI.
+using DotTileFn = void (*)(const internal::DotTile&);
+DotTileFn DotKernel(Isa isa) {
+  static const bool bw = __builtin_cpu_supports("avx512bw"), vnni = bw && internal::HasAvx512Vnni();
+  switch (isa) {
+    case Isa::kPortable: return internal::DotTilePortable;
+    case Isa::kAvx2: return internal::DotTileAvx2;
+    case Isa::kAvx512:
+      return vnni ? internal::DotTileAvx512Vnni : bw ? internal::DotTileAvx512 : internal::DotTileAvx2;
+  }
+  return internal::DotTilePortable;
+}
+
+constexpr int kInt8BlockRows = 16;  // weight rows unpacked per slice (4 tiles of kDotTileRows)
+constexpr int kInt8BlockActs = 16;  // activation rows per pass over those rows' slice
+
+// Rows [r0, r0 + nr) (nr <= kInt8BlockRows) of W against all of `a`'s rows: each slice of
+// kDotSlice inputs is unpacked once and dotted with every activation row, kInt8BlockActs rows at
+// a time so that both sides' slices stay in L1 / L2 while they are reused.
+void Int8Block(DotTileFn kernel, const internal::QuantActs& a, const QuantMatrix& w, float* y,
+               int64_t ldy, bool accumulate, int64_t r0, int nr) {
+  thread_local AlignedVector<uint8_t> lv_buf;
+  thread_local AlignedVector<float> f_buf, acc_buf;
+  const int64_t m = a.m, k = w.cols();
+  uint8_t* lv = Scratch(lv_buf, kInt8BlockRows * internal::kDotSlice);
+  float* fl = Scratch(f_buf, 2 * kInt8BlockRows * internal::kDotSlice / 4);
+  float* acc = Scratch(acc_buf, 2 * kInt8BlockRows * m);  // [2][nr][m]: sums, this slice's part
+  float* part = acc + kInt8BlockRows * m;
+  internal::UnpackedSlice slices[kInt8BlockRows];
+  for (int r = 0; r < nr; ++r) {
+    slices[r] = {lv + r * internal::kDotSlice, fl + r * (internal::kDotSlice / 4),
+                 fl + (kInt8BlockRows + r) * (internal::kDotSlice / 4)};
+  }
+  for (int64_t k0 = 0; k0 < k; k0 += internal::kDotSlice) {
+    const int64_t len = std::min(internal::kDotSlice, k - k0);
+    const int64_t len_p = (len + internal::kDotPad - 1) / internal::kDotPad * internal::kDotPad;
+    for (int r = 0; r < nr; ++r) internal::UnpackSlice(w.type(), w.row(r0 + r), k0, len, slices[r]);
+    for (int64_t c0 = 0; c0 < m; c0 += kInt8BlockActs) {
+      for (int t0 = 0; t0 < nr; t0 += internal::kDotTileRows) {
+        internal::DotTile t;
+        t.w = slices + t0;
+        t.nr = std::min(internal::kDotTileRows, nr - t0);
+        t.qs = a.qs + c0 * a.kp + k0;
+        t.scale = a.scale + c0 * (a.kp / 4) + k0 / 4;
+        t.sum = a.sum + c0 * (a.kp / 4) + k0 / 4;
+        t.qs_stride = a.kp;
+        t.f_stride = a.kp / 4;
+        t.nc = static_cast<int>(std::min<int64_t>(kInt8BlockActs, m - c0));
+        t.len = len_p;
+        t.signed_levels = w.type() == QuantType::kQ8_0;
+        t.out = (k0 == 0 ? acc : part) + t0 * m + c0;
+        t.ldo = m;
+        kernel(t);
+      }
+    }
+    if (k0 > 0) {
+      for (int64_t j = 0; j < nr * m; ++j) acc[j] += part[j];
+    }
+  }
+  for (int r = 0; r < nr; ++r) {
+    for (int64_t i = 0; i < m; ++i) {
+      float& out = y[i * ldy + r0 + r];
+      out = accumulate ? out + acc[r * m + i] : acc[r * m + i];
+    }
+  }
+}
+
+void MatmulInt8(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t m, int64_t ldy,
+                bool accumulate, bool parallel) {
+  thread_local AlignedVector<int8_t> qs_buf;
+  thread_local AlignedVector<float> f_buf;
+  const int64_t n = w.rows(), k = w.cols();
+  internal::QuantActs a;
+  a.m = m;
+  a.k = k;
+  a.kp = (k + internal::kDotPad - 1) / internal::kDotPad * internal::kDotPad;
+  a.qs = Scratch(qs_buf, m * a.kp);
+  a.scale = Scratch(f_buf, 2 * m * (a.kp / 4));
+  a.sum = a.scale + m * (a.kp / 4);
+  const DotTileFn kernel = DotKernel(isa);
+  const int64_t blocks = (n + kInt8BlockRows - 1) / kInt8BlockRows;
+#pragma omp parallel if (parallel)
+  {
+#pragma omp for schedule(static)
+    for (int64_t i = 0; i < m; ++i) internal::QuantizeActRows(x, i, i + 1, a);
+    // schedule(static): contiguous ranges of rows keep each thread's weight stream sequential.
+#pragma omp for schedule(static)
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t r0 = b * kInt8BlockRows;
+      Int8Block(kernel, a, w, y, ldy, accumulate, r0,
+                static_cast<int>(std::min<int64_t>(kInt8BlockRows, n - r0)));
+    }
+  }
+}
+
 }  // namespace
 
+bool QuantUsesInt8(QuantType type, int64_t m) {
+  return internal::HasInt8Dot(type) && m <= kQuantInt8MaxM;
+}
+
 void MatmulQuantWith(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t m,
-                     int64_t ldy, bool accumulate) {
+                     int64_t ldy, bool accumulate, QuantPath path) {
   const int64_t n = w.rows(), k = w.cols();
   if (m <= 0 || n == 0) return;
-  const int64_t panels = (n + kPanelRows - 1) / kPanelRows;
   const bool parallel = !omp_in_parallel() && m * n * k >= (int64_t(1) << 21);
+  const bool int8 = path == QuantPath::kInt8    ? internal::HasInt8Dot(w.type())
+                    : path == QuantPath::kAuto ? QuantUsesInt8(w.type(), m)
+                                               : false;
+  if (int8) {
+    MatmulInt8(isa, x, w, y, m, ldy, accumulate, parallel);
+    return;
+  }
+  const int64_t panels = (n + kPanelRows - 1) / kPanelRows;
   // schedule(static): contiguous ranges of rows keep each thread's weight stream sequential.
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t p = 0; p < panels; ++p) {

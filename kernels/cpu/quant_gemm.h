@@ -18,6 +18,13 @@
 
 namespace heavykv::cpu {
 
+// Which arithmetic MatmulQuantWith uses: kAuto is MatmulQuant's rule (QuantUsesInt8); kInt8
+// where the type has no int8 kernel (F32, F16, BF16) runs fp32.
+enum class QuantPath { kAuto, kFp32, kInt8 };
+
+// Largest m that takes the int8 path (block formats only). Measured: docs/BENCHMARKS.md.
+inline constexpr int64_t kQuantInt8MaxM = 1 << 30;
+
 // Largest m that takes the row-by-row path. Not yet tuned: the m = 4..8 crossover against the
 // panel path is still to be measured (docs/BENCHMARKS.md, quant_gemm).
 inline constexpr int64_t kQuantRowPathMaxM = 3;
@@ -30,7 +37,9 @@ void MatmulQuant(const float* x, const QuantMatrix& w, float* y, int64_t m, int6
 // every path the machine has, and benchmarks. AVX-512 uses the AVX2 dequantizers and the
 // AVX-512 panel kernel.
 void MatmulQuantWith(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t m,
-                     int64_t ldy, bool accumulate);
+                     int64_t ldy, bool accumulate, QuantPath path = QuantPath::kAuto);
+// Whether MatmulQuant takes the int8 path for `type` at batch m (the rule above).
+bool QuantUsesInt8(QuantType type, int64_t m);
 
 // out[k] = row `r` of w dequantized with `isa`'s code (the portable one is
 // QuantMatrix::DequantizeRowTo); for tests of the vector dequantizers.

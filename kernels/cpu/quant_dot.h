@@ -1,0 +1,60 @@
+// Internal to quant_gemm.cc: the int8 path of MatmulQuant. The activation rows are quantized once
+// per call to int8 (QuantActs), weight rows are unpacked slice by slice into one byte per level
+// with float scales (UnpackedSlice), and each ISA's kernel takes integer dot products of byte
+// levels with int8 activations, four inputs per 32-bit lane (maddubs + madd on AVX2 and AVX-512,
+// dpbusd with AVX512-VNNI), converting each lane to fp32 once per chunk of 32 (AVX2) or 64
+// (AVX-512) inputs. Not for other callers: use MatmulQuant (quant_gemm.h).
+//
+// Both sides describe each group of 4 inputs (one 32-bit lane) with float numbers, so every
+// weight type (32-element blocks or 256-element super-blocks with 16- or 32-element sub-blocks)
+// runs the same kernel:
+//   activation lane g: qs[4g..4g+3] int8, scale[g] (the scale of its 32-element block) and
+//                      sum[g] = scale[g] * (qs[4g] + .. + qs[4g+3]);
+//   weight lane g:     lv[4g..4g+3] unsigned levels, wsc[g] and wmn[g] with
+//                      w = wsc[g] * lv - wmn[g] for each of the four.
+// so sum_i w_i x_i ~= sum_g wsc[g] * scale[g] * (lv . qs)_g - wmn[g] * sum[g]. Q8_0's levels are
+// its int8 values + 128 (wmn = 128 d), where the maddubs kernels, which saturate at 16 bits, go
+// back to the signed values (signed_levels).
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cpu/quant_dot_kernel.h"
+#include "kernels/cpu/quant_types.h"
+
+namespace heavykv::cpu::internal {
+
+// Inputs per lane group a kernel's chunk spans; activation rows and slices are padded with zeros
+// to a multiple of kDotPad so every kernel sees whole chunks.
+inline constexpr int64_t kDotPad = 64;
+// Inputs unpacked per weight row at a time (a multiple of 256 and of kDotPad).
+inline constexpr int64_t kDotSlice = 1024;
+// Weight rows per tile: unpacked together and dotted with each activation row's slice while it is
+// in registers / L1.
+inline constexpr int kDotTileRows = 4;
+
+// Whether the int8 path has a kernel for `type` (the block formats; not F32/F16/BF16).
+bool HasInt8Dot(QuantType type);
+
+// Activation rows x[m][k] quantized with one scale per 32 inputs (amax / 127, rounded to nearest):
+// qs [m][kp], scale and sum [m][kp / 4], kp = k rounded up to kDotPad, the padding zeros.
+struct QuantActs {
+  int64_t m = 0, k = 0, kp = 0;
+  int8_t* qs = nullptr;
+  float* scale = nullptr;
+  float* sum = nullptr;
+};
+// Rows [i0, i1) of x into `a` (whose arrays hold m rows). Portable code, vectorised by the
+// compiler; the same rounding on every ISA.
+void QuantizeActRows(const float* x, int64_t i0, int64_t i1, const QuantActs& a);
+
+// One weight row's inputs [k0, k0 + len) (len a multiple of the block, k0 of kDotSlice) unpacked:
+// lv [kp_len] levels, wsc and wmn [kp_len / 4], kp_len = len rounded up to kDotPad (the padding's
+// levels 0 and scales 0).
+void UnpackSlice(QuantType type, const uint8_t* row, int64_t k0, int64_t len,
+                 const UnpackedSlice& out);
+
+// AVX512-VNNI (CPUID leaf 7, ECX bit 11), read from CPUID as HasF16c does.
+bool HasAvx512Vnni();
+
+}  // namespace heavykv::cpu::internal

@@ -1,0 +1,12 @@
+// DotTileAvx2 (quant_dot_kernel.h): the int8 dot kernel of quant_dot_simd.h for
+// AVX2 (256-bit maddubs + madd).
+// This file is compiled with that ISA's -m flags (kernels/cpu/CMakeLists.txt) and must only be
+// called where the CPU has it (quant_gemm.cc checks); it includes nothing with external linkage
+// that another file could share.
+#include "kernels/cpu/quant_dot_simd.h"
+
+namespace heavykv::cpu::internal {
+
+void DotTileAvx2(const DotTile& t) { DotTileSimd(t); }
+
+}  // namespace heavykv::cpu::internal
