@@ -1,6 +1,6 @@
-// The int8 path's portable pieces (quant_dot.h): activation quantization, the weight unpackers
-// (one per block format, written as plain loops over whole blocks for the compiler to vectorise),
-// the portable dot kernel, and the CPUID check for AVX512-VNNI.
+// The int8 path's portable pieces (quant_dot.h): activation quantization, the weight unpackers (one
+// per block format, written as plain loops over whole blocks for the compiler to vectorise), the
+// portable dot kernel, and the CPUID check for AVX512-VNNI.
 #include "kernels/cpu/quant_dot.h"
 
 #include <cpuid.h>
@@ -171,18 +171,22 @@ void QuantizeActRows(const float* x, int64_t i0, int64_t i1, const QuantActs& a)
 }
 
 void UnpackSlice(QuantType type, const uint8_t* row, int64_t k0, int64_t len,
-                 const UnpackedSlice& out) {
+                 const UnpackedSlice& out, bool avx2) {
   const int64_t block = QuantBlockElems(type);
   const uint8_t* src = row + k0 / block * QuantBlockBytes(type);
   const int64_t nb = len / block;
-  switch (type) {
-    case QuantType::kQ8_0: UnpackQ8_0(src, nb, out); break;
-    case QuantType::kQ4_0: UnpackQ4_0(src, nb, out); break;
-    case QuantType::kQ5_0: UnpackQ5_0(src, nb, out); break;
-    case QuantType::kQ4_K: UnpackQ4K(src, nb, out); break;
-    case QuantType::kQ5_K: UnpackQ5K(src, nb, out); break;
-    case QuantType::kQ6_K: UnpackQ6K(src, nb, out); break;
-    default: std::abort();  // HasInt8Dot(type) is the caller's check
+  if (avx2 && UnpackSliceAvx2(static_cast<int>(type), src, nb, out)) {
+    // done
+  } else {
+    switch (type) {
+      case QuantType::kQ8_0: UnpackQ8_0(src, nb, out); break;
+      case QuantType::kQ4_0: UnpackQ4_0(src, nb, out); break;
+      case QuantType::kQ5_0: UnpackQ5_0(src, nb, out); break;
+      case QuantType::kQ4_K: UnpackQ4K(src, nb, out); break;
+      case QuantType::kQ5_K: UnpackQ5K(src, nb, out); break;
+      case QuantType::kQ6_K: UnpackQ6K(src, nb, out); break;
+      default: std::abort();  // HasInt8Dot(type) is the caller's check
+    }
   }
   const int64_t padded = (len + kDotPad - 1) / kDotPad * kDotPad;
   std::memset(out.lv + len, 0, padded - len);

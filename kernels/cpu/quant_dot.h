@@ -50,9 +50,10 @@ void QuantizeActRows(const float* x, int64_t i0, int64_t i1, const QuantActs& a)
 
 // One weight row's inputs [k0, k0 + len) (len a multiple of the block, k0 of kDotSlice) unpacked:
 // lv [kp_len] levels, wsc and wmn [kp_len / 4], kp_len = len rounded up to kDotPad (the padding's
-// levels 0 and scales 0).
+// levels 0 and scales 0). avx2: with UnpackSliceAvx2 (the CPU must have AVX2 and F16C); the
+// same bytes and floats either way.
 void UnpackSlice(QuantType type, const uint8_t* row, int64_t k0, int64_t len,
-                 const UnpackedSlice& out);
+                 const UnpackedSlice& out, bool avx2);
 
 // AVX512-VNNI (CPUID leaf 7, ECX bit 11), read from CPUID as HasF16c does.
 bool HasAvx512Vnni();

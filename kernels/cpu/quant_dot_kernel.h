@@ -36,4 +36,8 @@ void DotTileAvx2(const DotTile& t);
 void DotTileAvx512(const DotTile& t);
 void DotTileAvx512Vnni(const DotTile& t);
 
+// quant_dot.h's unpackers for `blocks` blocks at src of the type whose ggml id is type_id, in
+// AVX2 (+ F16C); false for a type without one. Called through UnpackSlice.
+bool UnpackSliceAvx2(int type_id, const uint8_t* src, int64_t blocks, const UnpackedSlice& out);
+
 }  // namespace heavykv::cpu::internal

@@ -29,7 +29,7 @@ namespace {
 using VI = __m512i;
 using VF = __m512;
 constexpr int kChunk = 64;  // inputs per vector of levels
-constexpr int kMaxC = 4;    // activation rows per tile: 16 accumulators of 32 zmm
+constexpr int kMaxC = 3;    // activation rows per tile: 12 accumulators of 32 zmm
 inline VI LoadI(const void* p) { return _mm512_loadu_si512(p); }
 inline VF LoadF(const float* p) { return _mm512_loadu_ps(p); }
 inline VF ZeroF() { return _mm512_setzero_ps(); }
