@@ -17,6 +17,7 @@
 
 #include "engine/gguf.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/quant_dot.h"
 #include "kernels/cpu/quant_gemm.h"
 #include "kernels/cpu/quant_matrix.h"
 #include "kernels/cpu/quant_types.h"
@@ -301,7 +302,7 @@ void CheckMatmul(QuantType type, Isa isa, int64_t m, int64_t n, int64_t k, bool 
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) y[i * ldy + j] = y0[i * n + j];
   }
-  MatmulQuantWith(isa, x.data(), *q, y.data(), m, ldy, accumulate);
+  MatmulQuantWith(isa, x.data(), *q, y.data(), m, ldy, accumulate, QuantPath::kFp32);
   const std::vector<double> ref =
       testing::ReferenceMatmul(x, wdq, accumulate ? y0 : std::vector<float>{}, m, n, k);
   double err = 0, norm = 0;
@@ -314,6 +315,199 @@ void CheckMatmul(QuantType type, Isa isa, int64_t m, int64_t n, int64_t k, bool 
     for (int64_t j = n; j < ldy; ++j) ASSERT_EQ(y[i * ldy + j], 7.0f) << "wrote past column n";
   }
   EXPECT_LT(std::sqrt(err / norm), 2e-6);
+}
+
+// The int8 path against a double-precision product with the dequantized weights. Its error is
+// the activations' rounding: input i of row r becomes a multiple of its block's step
+// s_i = amax(block) / 127, off by at most s_i / 2, so output (r, j) is off by
+//   at most  B = sum_i |w_ji| s_i / 2           (every rounding at its worst: asserted per output)
+//   about    V = sum_i w_ji^2 s_i^2 / 12        (roundings uniform and independent: the summed
+//                                                squared error over all outputs is asserted below
+//                                                2 x the summed V, and 1.01 x the right answer,
+//                                                a 1% scale error, is checked to fail that bound)
+// plus fp32 accumulation, 1e-5 of sum_i |w_ji x_i|. Returns the summed squared error / summed V.
+double CheckInt8Matmul(QuantType type, Isa isa, int64_t m, int64_t n, int64_t k, bool accumulate,
+                       int threads, uint32_t seed = 1) {
+  SCOPED_TRACE(::testing::Message()
+               << "int8 " << QuantTypeName(type) << " isa=" << IsaName(isa) << " m=" << m
+               << " n=" << n << " k=" << k << " acc=" << accumulate << " threads=" << threads);
+  SetNumThreads(threads);
+  const std::vector<float> w = Uniform(n * k, seed * 7 + uint32_t(n + k));
+  std::vector<float> x = Uniform(m * k, seed + uint32_t(m));
+  for (int64_t i = 0; i < m * k; i += 97) x[i] *= 6.0f;  // blocks of different scales
+  const std::vector<float> y0 = Uniform(m * n, 3);
+  auto q = QuantMatrix::Quantize(type, w.data(), n, k);
+  EXPECT_TRUE(q.ok()) << q.status();
+  if (!q.ok()) return 0;
+  std::vector<float> wdq(n * k), step(m * k);
+  for (int64_t r = 0; r < n; ++r) q->DequantizeRowTo(r, wdq.data() + r * k);
+  for (int64_t b = 0; b < m * k / 32; ++b) {
+    float amax = 0;
+    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[32 * b + j]));
+    for (int j = 0; j < 32; ++j) step[32 * b + j] = amax / 127;
+  }
+  const int64_t ldy = n + 3;
+  std::vector<float> y(m * ldy, 7.0f);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) y[i * ldy + j] = y0[i * n + j];
+  }
+  MatmulQuantWith(isa, x.data(), *q, y.data(), m, ldy, accumulate, QuantPath::kInt8);
+  const std::vector<double> ref =
+      testing::ReferenceMatmul(x, wdq, accumulate ? y0 : std::vector<float>{}, m, n, k);
+  double err2 = 0, var = 0, err2_scaled = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double bound = 0, v = 0, mag = 0;
+      for (int64_t kk = 0; kk < k; ++kk) {
+        const double wv = wdq[j * k + kk], s = step[i * k + kk];
+        bound += std::fabs(wv) * s / 2;
+        v += wv * wv * s * s / 12;
+        mag += std::fabs(wv * x[i * k + kk]);
+      }
+      const double d = y[i * ldy + j] - ref[i * n + j];
+      EXPECT_LE(std::fabs(d), bound + 1e-5 * mag) << "output " << i << "," << j;
+      err2 += d * d;
+      var += v;
+      const double base = accumulate ? y0[i * n + j] : 0.0;
+      const double wrong = base + 1.01 * (y[i * ldy + j] - base) - ref[i * n + j];
+      err2_scaled += wrong * wrong;
+    }
+    for (int64_t j = n; j < ldy; ++j) EXPECT_EQ(y[i * ldy + j], 7.0f) << "wrote past column n";
+  }
+  EXPECT_LT(err2, 2 * var);
+  EXPECT_GT(err2_scaled, 2 * var) << "the bound would not see a 1% scale error";
+  return err2 / var;
+}
+
+TEST(QuantGemmTest, Int8PathIsWithinTheActivationRoundingOnEveryIsa) {
+  for (Isa isa : heavykv::testing::IsasToTest()) {
+    for (QuantType type : kAllQuantTypes) {
+      if (!internal::HasInt8Dot(type)) continue;
+      const int64_t block = QuantBlockElems(type);
+      // m: one decode, odd and blocked batches; n = 37: a partial block of 16 rows and a partial
+      // tile of 4; k: several blocks, and past one slice (kDotSlice) at m > 4.
+      for (int64_t m : {1, 3, 6, 33}) {
+        const double ratio = CheckInt8Matmul(type, isa, m, 37, block == 256 ? 768 : 608,
+                                             m % 2 == 1, 1);
+        if (m == 33) {
+          std::printf("[ int8 ] %-4s %-8s squared error / its expectation %.3f\n",
+                      QuantTypeName(type), IsaName(isa), ratio);
+        }
+      }
+      CheckInt8Matmul(type, isa, 9, 70, 2304, true, 2);
+    }
+    CheckInt8Matmul(QuantType::kQ4_K, isa, 32, 300, 2048, false, 2);
+  }
+}
+
+// Activations that 8 bits hold exactly (integers with each 32-block reaching +-127, so its
+// scale is 1): the int8 path must then give the fp32 product with the dequantized weights to
+// fp32 rounding, which a misplaced bit, scale or offset anywhere would break.
+TEST(QuantGemmTest, Int8PathIsExactOnActivationsThatAreInt8) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> level(-127, 127);
+  for (Isa isa : heavykv::testing::IsasToTest()) {
+    for (QuantType type : kAllQuantTypes) {
+      if (!internal::HasInt8Dot(type)) continue;
+      SCOPED_TRACE(::testing::Message() << QuantTypeName(type) << " isa=" << IsaName(isa));
+      const int64_t m = 5, n = 21, k = 1280;
+      std::vector<float> x(m * k);
+      for (int64_t i = 0; i < m * k; ++i) x[i] = float(i % 32 == 7 ? (i % 64 ? 127 : -127) : level(rng));
+      const std::vector<float> w = Uniform(n * k, 9);
+      auto q = QuantMatrix::Quantize(type, w.data(), n, k);
+      ASSERT_TRUE(q.ok());
+      std::vector<float> wdq(n * k), y(m * n);
+      for (int64_t r = 0; r < n; ++r) q->DequantizeRowTo(r, wdq.data() + r * k);
+      MatmulQuantWith(isa, x.data(), *q, y.data(), m, n, false, QuantPath::kInt8);
+      const std::vector<double> ref = testing::ReferenceMatmul(x, wdq, {}, m, n, k);
+      for (int64_t i = 0; i < m * n; ++i) {
+        double mag = 0;
+        for (int64_t kk = 0; kk < k; ++kk)
+          mag += std::fabs(double(wdq[(i % n) * k + kk]) * x[(i / n) * k + kk]);
+        ASSERT_NEAR(y[i], ref[i], 2e-6 * mag) << i;
+      }
+    }
+  }
+}
+
+// Every dot kernel this CPU runs (AVX-512 with and without VNNI included) against the portable
+// one on the same unpacked tile, levels and activations at their extremes: 255 * -127 pairs
+// would saturate maddubs' 16 bits if the Q8_0 (signed_levels) handling were wrong.
+TEST(QuantGemmTest, DotKernelsAgreeWithThePortableOne) {
+  struct Kernel {
+    const char* name;
+    void (*fn)(const internal::DotTile&);
+    bool supported;
+  };
+  const bool bw = IsaSupported(Isa::kAvx512) && __builtin_cpu_supports("avx512bw");
+  const Kernel kernels[] = {
+      {"avx2", internal::DotTileAvx2, IsaSupported(Isa::kAvx2)},
+      {"avx512", internal::DotTileAvx512, bw},
+      {"avx512vnni", internal::DotTileAvx512Vnni, bw && internal::HasAvx512Vnni()},
+  };
+  std::mt19937 rng(3);
+  const int64_t len = 640, nc = 7, nr = 4;
+  for (bool signed_levels : {false, true}) {
+    std::vector<uint8_t> lv(nr * len);
+    std::vector<float> wsc(nr * len / 4), wmn(nr * len / 4);
+    std::vector<int8_t> qs(nc * len);
+    std::vector<float> scale(nc * len / 4), sum(nc * len / 4);
+    for (size_t i = 0; i < lv.size(); ++i) {
+      // Q8_0's levels span 1..255 (int8 + 128); the others stay below 64.
+      lv[i] = signed_levels ? uint8_t(i % 5 == 0 ? 255 : i % 5 == 1 ? 1 : rng() % 256)
+                            : uint8_t(i % 3 == 0 ? 63 : rng() % 64);
+    }
+    for (size_t i = 0; i < qs.size(); ++i) qs[i] = int8_t(i % 2 ? -127 : int(rng() % 255) - 127);
+    for (float& v : wsc) v = 0.001f * float(1 + rng() % 100);
+    for (size_t g = 0; g < wmn.size(); ++g) wmn[g] = signed_levels ? 128 * wsc[g] : 0.01f;
+    for (float& v : scale) v = 0.01f * float(1 + rng() % 10);
+    for (int64_t g = 0; g < nc * len / 4; ++g) {
+      sum[g] = scale[g] * float(qs[4 * g] + qs[4 * g + 1] + qs[4 * g + 2] + qs[4 * g + 3]);
+    }
+    internal::UnpackedSlice w[nr];
+    for (int r = 0; r < nr; ++r) {
+      w[r] = {lv.data() + r * len, wsc.data() + r * len / 4, wmn.data() + r * len / 4};
+    }
+    for (int tile_rows = 1; tile_rows <= nr; ++tile_rows) {
+      internal::DotTile t{w,     tile_rows, qs.data(), scale.data(), sum.data(), len,
+                          len / 4, int(nc), len,     signed_levels, nullptr,      nc};
+      std::vector<float> want(nr * nc), got(nr * nc);
+      t.out = want.data();
+      internal::DotTilePortable(t);
+      for (const Kernel& kernel : kernels) {
+        if (!kernel.supported) continue;
+        SCOPED_TRACE(::testing::Message() << kernel.name << " signed=" << signed_levels
+                                          << " rows=" << tile_rows);
+        std::fill(got.begin(), got.end(), 0.0f);
+        t.out = got.data();
+        kernel.fn(t);
+        for (int64_t i = 0; i < tile_rows * nc; ++i) {
+          ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i]))) << i;
+        }
+      }
+    }
+  }
+}
+
+// The portable and vector int8 paths quantize activations with the same code and take exact
+// integer dots, so they differ by fp32 summation order only.
+TEST(QuantGemmTest, Int8PathsAgreeAcrossIsas) {
+  for (QuantType type : kAllQuantTypes) {
+    if (!internal::HasInt8Dot(type)) continue;
+    SCOPED_TRACE(QuantTypeName(type));
+    const int64_t m = 7, n = 50, k = 1536;
+    const std::vector<float> w = Uniform(n * k, 21), x = Uniform(m * k, 22);
+    auto q = QuantMatrix::Quantize(type, w.data(), n, k);
+    ASSERT_TRUE(q.ok());
+    std::vector<float> want(m * n), got(m * n);
+    MatmulQuantWith(Isa::kPortable, x.data(), *q, want.data(), m, n, false, QuantPath::kInt8);
+    for (Isa isa : heavykv::testing::IsasToTest()) {
+      MatmulQuantWith(isa, x.data(), *q, got.data(), m, n, false, QuantPath::kInt8);
+      for (int64_t i = 0; i < m * n; ++i) {
+        ASSERT_NEAR(got[i], want[i], 2e-5f * (1.0f + std::fabs(want[i]))) << IsaName(isa) << " " << i;
+      }
+    }
+  }
 }
 
 // k per type: not a multiple of the AVX2 kernel's 512-input chunk nor of 16 where the block allows.
