@@ -31,24 +31,15 @@ namespace {
 // placement or scale lands far above these.
 double MaxRelRms(QuantType type) {
   switch (type) {
-    case QuantType::kF32:
-      return 0.0;
-    case QuantType::kF16:
-      return 3e-4;
-    case QuantType::kBf16:
-      return 2.5e-3;
-    case QuantType::kQ8_0:
-      return 0.006;
-    case QuantType::kQ6_K:
-      return 0.025;
-    case QuantType::kQ5_0:
-      return 0.045;
-    case QuantType::kQ5_K:
-      return 0.045;
-    case QuantType::kQ4_0:
-      return 0.085;
-    case QuantType::kQ4_K:
-      return 0.09;
+    case QuantType::kF32: return 0.0;
+    case QuantType::kF16: return 3e-4;
+    case QuantType::kBf16: return 2.5e-3;
+    case QuantType::kQ8_0: return 0.006;
+    case QuantType::kQ6_K: return 0.025;
+    case QuantType::kQ5_0: return 0.045;
+    case QuantType::kQ5_K: return 0.045;
+    case QuantType::kQ4_0: return 0.085;
+    case QuantType::kQ4_K: return 0.09;
   }
   return 0.0;
 }
@@ -283,7 +274,6 @@ TEST(QuantFixtureTest, LlamaCppFilesDequantizeAndRequantizeAsLlamaQuantizeDid) {
   }
 }
 
-
 void CheckMatmul(QuantType type, Isa isa, int64_t m, int64_t n, int64_t k, bool accumulate,
                  int threads) {
   SCOPED_TRACE(::testing::Message()
@@ -319,12 +309,13 @@ void CheckMatmul(QuantType type, Isa isa, int64_t m, int64_t n, int64_t k, bool 
 
 // The int8 path against a double-precision product with the dequantized weights. Its error is
 // the activations' rounding: input i of row r becomes a multiple of its block's step
-// s_i = amax(block) / 127, off by at most s_i / 2, so output (r, j) is off by
+// s_i = amax(block) / 127 (blocks of 32 inputs, 256 for the K-quants), off by at most s_i / 2, so
+// output (r, j) is off by
 //   at most  B = sum_i |w_ji| s_i / 2           (every rounding at its worst: asserted per output)
 //   about    V = sum_i w_ji^2 s_i^2 / 12        (roundings uniform and independent: the summed
 //                                                squared error over all outputs is asserted below
-//                                                2 x the summed V, and 1.01 x the right answer,
-//                                                a 1% scale error, is checked to fail that bound)
+//                                                2 x the summed V, and 1.05 x the right answer,
+//                                                a 5% scale error, is checked to fail that bound)
 // plus fp32 accumulation, 1e-5 of sum_i |w_ji x_i|. Returns the summed squared error / summed V.
 double CheckInt8Matmul(QuantType type, Isa isa, int64_t m, int64_t n, int64_t k, bool accumulate,
                        int threads, uint32_t seed = 1) {
@@ -341,10 +332,11 @@ double CheckInt8Matmul(QuantType type, Isa isa, int64_t m, int64_t n, int64_t k,
   if (!q.ok()) return 0;
   std::vector<float> wdq(n * k), step(m * k);
   for (int64_t r = 0; r < n; ++r) q->DequantizeRowTo(r, wdq.data() + r * k);
-  for (int64_t b = 0; b < m * k / 32; ++b) {
+  const int64_t act_block = internal::Int8ActBlock(type);  // 32, or 256 for the K-quants
+  for (int64_t b = 0; b < m * k / act_block; ++b) {
     float amax = 0;
-    for (int j = 0; j < 32; ++j) amax = std::max(amax, std::fabs(x[32 * b + j]));
-    for (int j = 0; j < 32; ++j) step[32 * b + j] = amax / 127;
+    for (int64_t j = 0; j < act_block; ++j) amax = std::max(amax, std::fabs(x[act_block * b + j]));
+    for (int64_t j = 0; j < act_block; ++j) step[act_block * b + j] = amax / 127;
   }
   const int64_t ldy = n + 3;
   std::vector<float> y(m * ldy, 7.0f);
@@ -369,13 +361,13 @@ double CheckInt8Matmul(QuantType type, Isa isa, int64_t m, int64_t n, int64_t k,
       err2 += d * d;
       var += v;
       const double base = accumulate ? y0[i * n + j] : 0.0;
-      const double wrong = base + 1.01 * (y[i * ldy + j] - base) - ref[i * n + j];
+      const double wrong = base + 1.05 * (y[i * ldy + j] - base) - ref[i * n + j];
       err2_scaled += wrong * wrong;
     }
     for (int64_t j = n; j < ldy; ++j) EXPECT_EQ(y[i * ldy + j], 7.0f) << "wrote past column n";
   }
   EXPECT_LT(err2, 2 * var);
-  EXPECT_GT(err2_scaled, 2 * var) << "the bound would not see a 1% scale error";
+  EXPECT_GT(err2_scaled, 2 * var) << "the bound would not see a 5% scale error";
   return err2 / var;
 }
 
@@ -387,8 +379,8 @@ TEST(QuantGemmTest, Int8PathIsWithinTheActivationRoundingOnEveryIsa) {
       // m: one decode, odd and blocked batches; n = 37: a partial block of 16 rows and a partial
       // tile of 4; k: several blocks, and past one slice (kDotSlice) at m > 4.
       for (int64_t m : {1, 3, 6, 33}) {
-        const double ratio = CheckInt8Matmul(type, isa, m, 37, block == 256 ? 768 : 608,
-                                             m % 2 == 1, 1);
+        const double ratio =
+            CheckInt8Matmul(type, isa, m, 37, block == 256 ? 768 : 608, m % 2 == 1, 1);
         if (m == 33) {
           std::printf("[ int8 ] %-4s %-8s squared error / its expectation %.3f\n",
                       QuantTypeName(type), IsaName(isa), ratio);
@@ -412,7 +404,8 @@ TEST(QuantGemmTest, Int8PathIsExactOnActivationsThatAreInt8) {
       SCOPED_TRACE(::testing::Message() << QuantTypeName(type) << " isa=" << IsaName(isa));
       const int64_t m = 5, n = 21, k = 1280;
       std::vector<float> x(m * k);
-      for (int64_t i = 0; i < m * k; ++i) x[i] = float(i % 32 == 7 ? (i % 64 ? 127 : -127) : level(rng));
+      for (int64_t i = 0; i < m * k; ++i)
+        x[i] = float(i % 32 == 7 ? (i % 64 ? 127 : -127) : level(rng));
       const std::vector<float> w = Uniform(n * k, 9);
       auto q = QuantMatrix::Quantize(type, w.data(), n, k);
       ASSERT_TRUE(q.ok());
@@ -446,43 +439,78 @@ TEST(QuantGemmTest, DotKernelsAgreeWithThePortableOne) {
       {"avx512vnni", internal::DotTileAvx512Vnni, bw && internal::HasAvx512Vnni()},
   };
   std::mt19937 rng(3);
-  const int64_t len = 640, nc = 7, nr = 4;
-  for (bool signed_levels : {false, true}) {
-    std::vector<uint8_t> lv(nr * len);
-    std::vector<float> wsc(nr * len / 4), wmn(nr * len / 4);
-    std::vector<int8_t> qs(nc * len);
-    std::vector<float> scale(nc * len / 4), sum(nc * len / 4);
-    for (size_t i = 0; i < lv.size(); ++i) {
-      // Q8_0's levels span 1..255 (int8 + 128); the others stay below 64.
-      lv[i] = signed_levels ? uint8_t(i % 5 == 0 ? 255 : i % 5 == 1 ? 1 : rng() % 256)
-                            : uint8_t(i % 3 == 0 ? 63 : rng() % 64);
-    }
-    for (size_t i = 0; i < qs.size(); ++i) qs[i] = int8_t(i % 2 ? -127 : int(rng() % 255) - 127);
-    for (float& v : wsc) v = 0.001f * float(1 + rng() % 100);
-    for (size_t g = 0; g < wmn.size(); ++g) wmn[g] = signed_levels ? 128 * wsc[g] : 0.01f;
-    for (float& v : scale) v = 0.01f * float(1 + rng() % 10);
-    for (int64_t g = 0; g < nc * len / 4; ++g) {
-      sum[g] = scale[g] * float(qs[4 * g] + qs[4 * g + 1] + qs[4 * g + 2] + qs[4 * g + 3]);
-    }
-    internal::UnpackedSlice w[nr];
-    for (int r = 0; r < nr; ++r) {
-      w[r] = {lv.data() + r * len, wsc.data() + r * len / 4, wmn.data() + r * len / 4};
-    }
-    for (int tile_rows = 1; tile_rows <= nr; ++tile_rows) {
-      internal::DotTile t{w,     tile_rows, qs.data(), scale.data(), sum.data(), len,
-                          len / 4, int(nc), len,     signed_levels, nullptr,      nc};
-      std::vector<float> want(nr * nc), got(nr * nc);
-      t.out = want.data();
-      internal::DotTilePortable(t);
-      for (const Kernel& kernel : kernels) {
-        if (!kernel.supported) continue;
-        SCOPED_TRACE(::testing::Message() << kernel.name << " signed=" << signed_levels
-                                          << " rows=" << tile_rows);
-        std::fill(got.begin(), got.end(), 0.0f);
-        t.out = got.data();
-        kernel.fn(t);
-        for (int64_t i = 0; i < tile_rows * nc; ++i) {
-          ASSERT_NEAR(got[i], want[i], 1e-4f * (1.0f + std::fabs(want[i]))) << i;
+  const int64_t len = 768, nc = 7, nr = 4;
+  for (bool block256 : {false, true}) {
+    for (bool signed_levels : {false, true}) {
+      std::vector<uint8_t> lv(nr * len);
+      std::vector<float> wsc(nr * len / 4), wmn(nr * len / 16);
+      std::vector<int8_t> qs(nc * len);
+      std::vector<float> scale(nc * len / 4), sum(nc * len / 16);
+      for (size_t i = 0; i < lv.size(); ++i) {
+        // Q8_0's levels span 1..255 (int8 + 128); the others stay below 64.
+        lv[i] = signed_levels ? uint8_t(i % 5 == 0   ? 255
+                                        : i % 5 == 1 ? 1
+                                                     : rng() % 256)
+                              : uint8_t(i % 3 == 0 ? 63 : rng() % 64);
+      }
+      for (size_t i = 0; i < qs.size(); ++i) qs[i] = int8_t(i % 2 ? -127 : int(rng() % 255) - 127);
+      // Q8_0's scale is one per block, which the signed detour (no offset term) relies on.
+      for (size_t g = 0; g < wsc.size(); ++g) {
+        wsc[g] = signed_levels && g % 4 ? wsc[g - 1] : 0.001f * float(1 + rng() % 100);
+      }
+      for (size_t h = 0; h < wmn.size(); ++h) wmn[h] = signed_levels ? 128 * wsc[4 * h] : 0.01f;
+      for (int64_t g = 0; g < nc * len / 4; ++g) {
+        // One step per 256 inputs, or per 32.
+        scale[g] = 0.01f * float(1 + (block256 ? g / 64 : g / 8) % 10);
+      }
+      for (int64_t h = 0; h < nc * len / 16; ++h) {
+        int s = 0;
+        for (int j = 0; j < 16; ++j) s += qs[16 * h + j];
+        sum[h] = scale[4 * h] * float(s);
+      }
+      internal::UnpackedSlice w[nr];
+      for (int r = 0; r < nr; ++r) {
+        w[r] = {lv.data() + r * len, wsc.data() + r * len / 4, wmn.data() + r * len / 16};
+      }
+      for (int tile_rows = 1; tile_rows <= nr; ++tile_rows) {
+        internal::DotTile t;
+        t.w = w;
+        t.nr = tile_rows;
+        t.qs = qs.data();
+        t.scale = scale.data();
+        t.sum = sum.data();
+        t.qs_stride = len;
+        t.scale_stride = len / 4;
+        t.sum_stride = len / 16;
+        t.nc = int(nc);
+        t.len = len;
+        t.signed_levels = signed_levels;
+        t.act_block256 = block256;
+        t.ldo = nc;
+        std::vector<float> want(nr * nc), got(nr * nc);
+        t.out = want.data();
+        internal::DotTilePortable(t);
+        for (const Kernel& kernel : kernels) {
+          if (!kernel.supported) continue;
+          SCOPED_TRACE(::testing::Message() << kernel.name << " signed=" << signed_levels
+                                            << " block256=" << block256 << " rows=" << tile_rows);
+          std::fill(got.begin(), got.end(), 0.0f);
+          t.out = got.data();
+          kernel.fn(t);
+          for (int64_t i = 0; i < tile_rows * nc; ++i) {
+            // fp32 summation order: relative to the terms' magnitudes (Q8_0's + 128 and its
+            // offset term cancel), not to their sum.
+            const int64_t r = i / nc, col = i % nc;
+            double mag = 0;
+            for (int64_t e = 0; e < len; ++e) {
+              mag += std::fabs(double(wsc[r * len / 4 + e / 4]) * scale[col * len / 4 + e / 4] *
+                               lv[r * len + e] * qs[col * len + e]);
+            }
+            for (int64_t h = 0; h < len / 16; ++h) {
+              mag += std::fabs(double(wmn[r * len / 16 + h]) * sum[col * len / 16 + h]);
+            }
+            ASSERT_NEAR(got[i], want[i], 1e-6 * mag) << i;
+          }
         }
       }
     }
@@ -504,7 +532,8 @@ TEST(QuantGemmTest, Int8PathsAgreeAcrossIsas) {
     for (Isa isa : heavykv::testing::IsasToTest()) {
       MatmulQuantWith(isa, x.data(), *q, got.data(), m, n, false, QuantPath::kInt8);
       for (int64_t i = 0; i < m * n; ++i) {
-        ASSERT_NEAR(got[i], want[i], 2e-5f * (1.0f + std::fabs(want[i]))) << IsaName(isa) << " " << i;
+        ASSERT_NEAR(got[i], want[i], 2e-5f * (1.0f + std::fabs(want[i])))
+            << IsaName(isa) << " " << i;
       }
     }
   }

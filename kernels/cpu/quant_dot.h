@@ -5,16 +5,18 @@
 // dpbusd with AVX512-VNNI), converting each lane to fp32 once per chunk of 32 (AVX2) or 64
 // (AVX-512) inputs. Not for other callers: use MatmulQuant (quant_gemm.h).
 //
-// Both sides describe each group of 4 inputs (one 32-bit lane) with float numbers, so every
-// weight type (32-element blocks or 256-element super-blocks with 16- or 32-element sub-blocks)
-// runs the same kernel:
-//   activation lane g: qs[4g..4g+3] int8, scale[g] (the scale of its 32-element block) and
-//                      sum[g] = scale[g] * (qs[4g] + .. + qs[4g+3]);
-//   weight lane g:     lv[4g..4g+3] unsigned levels, wsc[g] and wmn[g] with
-//                      w = wsc[g] * lv - wmn[g] for each of the four.
-// so sum_i w_i x_i ~= sum_g wsc[g] * scale[g] * (lv . qs)_g - wmn[g] * sum[g]. Q8_0's levels are
-// its int8 values + 128 (wmn = 128 d), where the maddubs kernels, which saturate at 16 bits, go
-// back to the signed values (signed_levels).
+// Both sides describe their numbers with floats per group of inputs, so every weight type
+// (32-element blocks, or 256-element super-blocks with 16- or 32-element sub-blocks) runs the same
+// kernel:
+//   activations: qs[i] int8; scale[g] for each lane g (4 inputs), the step of its block (32
+//                inputs like ggml's Q8_0 for Q8_0 / Q4_0 / Q5_0 weights, 256 like Q8_K for the
+//                K-quants); sum[h] = scale * (qs[16h] + .. + qs[16h + 15]) per 16 inputs;
+//   weights:     lv[i] unsigned levels, wsc[g] per lane and wmn[h] per 16 inputs with
+//                w_i = wsc[g] * lv[i] - wmn[h];
+// so sum_i w_i x_i ~= sum_g wsc[g] * scale[g] * (lv . qs)_g - sum_h wmn[h] * sum[h]: one integer
+// dot per lane, and the offsets (ggml's mins and the -8 / -16 / -32 of the signed formats) once
+// per 16 inputs. Q8_0's levels are its int8 values + 128 (wmn = 128 d), where the maddubs kernels,
+// which saturate at 16 bits, go back to the signed values (signed_levels).
 #pragma once
 
 #include <cstdint>
@@ -24,9 +26,6 @@
 
 namespace heavykv::cpu::internal {
 
-// Inputs per lane group a kernel's chunk spans; activation rows and slices are padded with zeros
-// to a multiple of kDotPad so every kernel sees whole chunks.
-inline constexpr int64_t kDotPad = 64;
 // Inputs unpacked per weight row at a time (a multiple of 256 and of kDotPad).
 inline constexpr int64_t kDotSlice = 1024;
 // Weight rows per tile: unpacked together and dotted with each activation row's slice while it is
@@ -35,11 +34,14 @@ inline constexpr int kDotTileRows = 4;
 
 // Whether the int8 path has a kernel for `type` (the block formats; not F32/F16/BF16).
 bool HasInt8Dot(QuantType type);
+// The activation block for `type`'s int8 path: 256 for the K-quants, else 32.
+int64_t Int8ActBlock(QuantType type);
 
-// Activation rows x[m][k] quantized with one scale per 32 inputs (amax / 127, rounded to nearest):
-// qs [m][kp], scale and sum [m][kp / 4], kp = k rounded up to kDotPad, the padding zeros.
+// Activation rows x[m][k] quantized with one step per `block` (32 or 256) inputs (amax / 127,
+// rounded to nearest): qs [m][kp], scale [m][kp / 4], sum [m][kp / 16], kp = k rounded up to
+// kDotPad, the padding zeros.
 struct QuantActs {
-  int64_t m = 0, k = 0, kp = 0;
+  int64_t m = 0, k = 0, kp = 0, block = 32;
   int8_t* qs = nullptr;
   float* scale = nullptr;
   float* sum = nullptr;
@@ -49,9 +51,9 @@ struct QuantActs {
 void QuantizeActRows(const float* x, int64_t i0, int64_t i1, const QuantActs& a);
 
 // One weight row's inputs [k0, k0 + len) (len a multiple of the block, k0 of kDotSlice) unpacked:
-// lv [kp_len] levels, wsc and wmn [kp_len / 4], kp_len = len rounded up to kDotPad (the padding's
-// levels 0 and scales 0). avx2: with UnpackSliceAvx2 (the CPU must have AVX2 and F16C); the
-// same bytes and floats either way.
+// lv [kp_len] levels, wsc [kp_len / 4], wmn [kp_len / 16], kp_len = len rounded up to kDotPad
+// (the padding's levels 0 and scales 0). avx2: with UnpackSliceAvx2 (the CPU must have AVX2 and
+// F16C); the same bytes and floats either way.
 void UnpackSlice(QuantType type, const uint8_t* row, int64_t k0, int64_t len,
                  const UnpackedSlice& out, bool avx2);
 

@@ -31,10 +31,10 @@ inline void KScaleMinSimd(const uint8_t* s, int j, int* scale, int* min) {
     *min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
   }
 }
-// Lanes [g, g + 8) of wsc and wmn.
+// Lanes [g, g + 8) of wsc and their two offsets in wmn.
 inline void Fill8(const UnpackedSlice& o, int64_t g, float sc, float mn) {
   _mm256_storeu_ps(o.wsc + g, _mm256_set1_ps(sc));
-  _mm256_storeu_ps(o.wmn + g, _mm256_set1_ps(mn));
+  o.wmn[g / 4] = o.wmn[g / 4 + 1] = mn;
 }
 // The 32 low nibbles of q[0..15] then the 16 high ones.
 inline __m256i Nibbles16(const uint8_t* q) {
@@ -131,7 +131,7 @@ void Q6K(const uint8_t* src, int64_t nsb, const UnpackedSlice& o) {
     for (int j = 0; j < 16; ++j) {
       const float dj = d * float(sc[j]);
       _mm_storeu_ps(o.wsc + 64 * s + 4 * j, _mm_set1_ps(dj));
-      _mm_storeu_ps(o.wmn + 64 * s + 4 * j, _mm_set1_ps(32.0f * dj));
+      o.wmn[16 * s + j] = 32.0f * dj;
     }
   }
 }

@@ -8,26 +8,33 @@
 
 namespace heavykv::cpu::internal {
 
-// A weight row's slice, unpacked (quant_dot.h, UnpackSlice): lv [len] levels, wsc and wmn
-// [len / 4] lane scales and offsets.
+// Inputs per unit the kernels step through: a K-quant super-block, and the span of one vector of
+// 16 offset terms (one per 16 inputs). Activation rows and slices are padded to it with zeros.
+inline constexpr int64_t kDotPad = 256;
+
+// A weight row's slice, unpacked (quant_dot.h, UnpackSlice): lv [len] levels, wsc [len / 4] lane
+// scales, wmn [len / 16] offsets per 16 inputs.
 struct UnpackedSlice {
   uint8_t* lv;
   float* wsc;
   float* wmn;
 };
 // out[r * ldo + c] = sum over the slice's len inputs of the dot of weight row r (w[r], r < nr <= 4)
-// with activation row c (qs + c * qs_stride, scale and sum + c * f_stride; c < nc), each lane
-// g adding wsc[g] * scale[g] * (lv . qs)_g - wmn[g] * sum[g] (quant_dot.h).
+// with activation row c (qs + c * qs_stride, scale + c * scale_stride, sum + c * sum_stride;
+// c < nc): each lane g (4 inputs) adds wsc[g] * scale[g] * (lv . qs)_g and each 16 inputs h
+// subtract wmn[h] * sum[h] (quant_dot.h). act_block256: scale[] is constant over each 256 inputs
+// (the K-quants' activations), which the kernels apply once per 256 instead of once per lane.
 struct DotTile {
   const UnpackedSlice* w;  // [nr]
   int nr;
   const int8_t* qs;  // activation row 0 at the slice's first input
   const float* scale;
   const float* sum;
-  int64_t qs_stride, f_stride;  // between activation rows: kp and kp / 4
+  int64_t qs_stride, scale_stride, sum_stride;  // between activation rows: kp, kp / 4, kp / 16
   int nc;
-  int64_t len;  // kp_len, a multiple of kDotPad
+  int64_t len;  // a multiple of kDotPad
   bool signed_levels;
+  bool act_block256;
   float* out;
   int64_t ldo;
 };

@@ -4,11 +4,12 @@
 // twice the width) or AVX512-VNNI (one dpbusd). Everything here has internal linkage, so no
 // function compiled for a wider ISA can be picked by the linker for a narrower file's caller.
 //
-// Register blocking: a tile of R <= 4 weight rows by C activation rows keeps R * C fp32
-// accumulators of one vector each; every weight chunk loaded is used C times and every
-// activation chunk R times. Per chunk and pair: an integer dot into 32-bit lanes (each the dot
-// of 4 levels with 4 int8 activations), one conversion to fp32, one multiply of the two sides'
-// lane scales, and one fused multiply-add each for the dot and the weight's offset term.
+// Register blocking: a tile of R weight rows by C activation rows keeps R * C fp32 accumulators
+// of one vector each; every weight chunk loaded is used C times and every activation chunk R
+// times. Per chunk of 32 / 64 inputs and pair: an integer dot into 32-bit lanes (each the dot of
+// 4 levels with 4 int8 activations), one conversion to fp32 and one fused multiply-add with the
+// weight's lane scales (times the activation's lane scales, one multiply more, for the 32-input
+// activation blocks; once per 256 inputs for the K-quants'); the offsets once per 256 inputs.
 #pragma once
 
 #include <immintrin.h>
@@ -29,7 +30,6 @@ namespace {
 using VI = __m512i;
 using VF = __m512;
 constexpr int kChunk = 64;  // inputs per vector of levels
-constexpr int kMaxC = 3;    // activation rows per tile: 12 accumulators of 32 zmm
 inline VI LoadI(const void* p) { return _mm512_loadu_si512(p); }
 inline VF LoadF(const float* p) { return _mm512_loadu_ps(p); }
 inline VF ZeroF() { return _mm512_setzero_ps(); }
@@ -60,7 +60,6 @@ inline VI DotAbs(VI abs_w, VI signed_a) {
 using VI = __m256i;
 using VF = __m256;
 constexpr int kChunk = 32;
-constexpr int kMaxC = 2;  // 8 accumulators of 16 ymm
 inline VI LoadI(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
 inline VF LoadF(const float* p) { return _mm256_loadu_ps(p); }
 inline VF ZeroF() { return _mm256_setzero_ps(); }
@@ -85,81 +84,140 @@ inline VI DotAbs(VI abs_w, VI signed_a) {
 }
 #endif
 
-// Rows [0, R) of the tile against activation rows [c0, c0 + C). kSigned: the levels are int8
-// values + 128 (Q8_0) and the maddubs kernels take their dot with the signed values (|w| times
-// a with w's sign), which cannot saturate; the offset term then drops out.
-template <int R, int C, bool kSigned>
-inline void TileRC(const DotTile& t, int c0) {
+inline VF Set1(float v) {
+#if defined(__AVX512F__)
+  return _mm512_set1_ps(v);
+#else
+  return _mm256_set1_ps(v);
+#endif
+}
+constexpr int kLanes = kChunk / 4;  // fp32 lanes per vector
+
+// The integer dot of a chunk: lane l = sum of u[4l + j] * a[4l + j]. kSigned: u holds int8 + 128
+// and the maddubs kernels take |w| times a with w's sign, which cannot saturate (VNNI's 32-bit
+// dpbusd of the unsigned levels cannot either; the offset term then covers the + 128).
+template <bool kSigned>
+inline VI ChunkDot(VI u, VI a) {
+#if !defined(__AVX512VNNI__)
+  if (kSigned) {
+    const VI w = Xor80(u);
+    return DotAbs(Abs8(w), Sign8(a, w));
+  }
+#endif
+  return DotU8S8(u, a);
+}
+
+// Weight rows [r0, r0 + R) of the tile against activation rows [c0, c0 + C), in units of 256
+// inputs (kDotPad). k256: the activation's scale is one number per unit, so each pair sums
+// dot * wsc over the unit and multiplies by it once.
+template <int R, int C, bool kSigned, bool k256>
+inline void TileRC(const DotTile& t, int r0, int c0) {
+  constexpr bool kOffsets = !kSigned;  // the signed detour leaves no + 128 to take off
   VF acc[R][C];
   for (int r = 0; r < R; ++r) {
     for (int c = 0; c < C; ++c) acc[r][c] = ZeroF();
   }
+  const UnpackedSlice* w = t.w + r0;
   const int8_t* qs = t.qs + c0 * t.qs_stride;
-  const float* scale = t.scale + c0 * t.f_stride;
-  const float* sum = t.sum + c0 * t.f_stride;
-  for (int64_t i = 0; i < t.len; i += kChunk) {
-    const int64_t g = i / 4;
-    VI u[R];
-    VF ws[R];
-    for (int r = 0; r < R; ++r) {
-      u[r] = LoadI(t.w[r].lv + i);
-      if (kSigned) u[r] = Xor80(u[r]);
-      ws[r] = LoadF(t.w[r].wsc + g);
+  const float* scale = t.scale + c0 * t.scale_stride;
+  const float* sum = t.sum + c0 * t.sum_stride;
+  for (int64_t u0 = 0; u0 < t.len; u0 += kDotPad) {
+    VF part[R][C];
+    if (k256) {
+      for (int r = 0; r < R; ++r) {
+        for (int c = 0; c < C; ++c) part[r][c] = ZeroF();
+      }
     }
-    for (int c = 0; c < C; ++c) {
-      const VI a = LoadI(qs + c * t.qs_stride + i);
-      const VF as = LoadF(scale + c * t.f_stride + g);
-      if (kSigned) {
-        for (int r = 0; r < R; ++r) {
-          const VI d = DotAbs(Abs8(u[r]), Sign8(a, u[r]));
-          acc[r][c] = Fma(Cvt(d), Mul(ws[r], as), acc[r][c]);
+    for (int64_t i = u0; i < u0 + kDotPad; i += kChunk) {
+      const int64_t g = i / 4;
+      VI u[R];
+      VF ws[R];
+      for (int r = 0; r < R; ++r) {
+        u[r] = LoadI(w[r].lv + i);
+        ws[r] = LoadF(w[r].wsc + g);
+      }
+      for (int c = 0; c < C; ++c) {
+        const VI a = LoadI(qs + c * t.qs_stride + i);
+        if (k256) {
+          for (int r = 0; r < R; ++r) {
+            part[r][c] = Fma(Cvt(ChunkDot<kSigned>(u[r], a)), ws[r], part[r][c]);
+          }
+        } else {
+          const VF as = LoadF(scale + c * t.scale_stride + g);
+          for (int r = 0; r < R; ++r) {
+            acc[r][c] = Fma(Cvt(ChunkDot<kSigned>(u[r], a)), Mul(ws[r], as), acc[r][c]);
+          }
         }
-      } else {
-        const VF sm = LoadF(sum + c * t.f_stride + g);
-        for (int r = 0; r < R; ++r) {
-          const VI d = DotU8S8(u[r], a);
-          acc[r][c] = Fma(Cvt(d), Mul(ws[r], as), acc[r][c]);
-          acc[r][c] = Fnma(LoadF(t.w[r].wmn + g), sm, acc[r][c]);
+      }
+    }
+    if (k256) {
+      for (int c = 0; c < C; ++c) {
+        const VF as = Set1(scale[c * t.scale_stride + u0 / 4]);
+        for (int r = 0; r < R; ++r) acc[r][c] = Fma(part[r][c], as, acc[r][c]);
+      }
+    }
+    if (kOffsets) {
+      for (int64_t h = u0 / 16; h < (u0 + kDotPad) / 16; h += kLanes) {
+        for (int c = 0; c < C; ++c) {
+          const VF sm = LoadF(sum + c * t.sum_stride + h);
+          for (int r = 0; r < R; ++r) acc[r][c] = Fnma(LoadF(w[r].wmn + h), sm, acc[r][c]);
         }
       }
     }
   }
   for (int r = 0; r < R; ++r) {
-    for (int c = 0; c < C; ++c) t.out[r * t.ldo + c0 + c] = Hsum(acc[r][c]);
+    for (int c = 0; c < C; ++c) t.out[(r0 + r) * t.ldo + c0 + c] = Hsum(acc[r][c]);
   }
 }
 
-template <int R, bool kSigned>
-inline void TileR(const DotTile& t) {
+// Tile shapes (weight rows x activation rows) that keep the accumulators, the R weight chunks and
+// their scales in registers: 32 zmm, or 16 ymm.
+#if defined(__AVX512F__)
+constexpr int kMaxR = 4, kMaxC256 = 2, kMaxC32 = 3;
+#else
+constexpr int kMaxR = 2, kMaxC256 = 2, kMaxC32 = 2;
+#endif
+
+template <int R, bool kSigned, bool k256>
+inline void TileR(const DotTile& t, int r0) {
+  constexpr int kMaxC = k256 ? kMaxC256 : kMaxC32;
   int c = 0;
-  for (; c + kMaxC <= t.nc; c += kMaxC) TileRC<R, kMaxC, kSigned>(t, c);
+  for (; c + kMaxC <= t.nc; c += kMaxC) TileRC<R, kMaxC, kSigned, k256>(t, r0, c);
   if (kMaxC > 2) {
-    for (; c + 2 <= t.nc; c += 2) TileRC<R, 2, kSigned>(t, c);
+    for (; c + 2 <= t.nc; c += 2) TileRC<R, 2, kSigned, k256>(t, r0, c);
   }
-  for (; c < t.nc; ++c) TileRC<R, 1, kSigned>(t, c);
+  for (; c < t.nc; ++c) TileRC<R, 1, kSigned, k256>(t, r0, c);
 }
 
-template <bool kSigned>
-inline void TileSigned(const DotTile& t) {
-  switch (t.nr) {
-    case 1: TileR<1, kSigned>(t); break;
-    case 2: TileR<2, kSigned>(t); break;
-    case 3: TileR<3, kSigned>(t); break;
-    default: TileR<4, kSigned>(t); break;
+template <bool kSigned, bool k256>
+inline void TileAll(const DotTile& t) {
+  for (int r0 = 0; r0 < t.nr; r0 += kMaxR) {
+    switch (t.nr - r0 < kMaxR ? t.nr - r0 : kMaxR) {
+      case 1: TileR<1, kSigned, k256>(t, r0); break;
+      case 2: TileR<2, kSigned, k256>(t, r0); break;
+      case 3: TileR<3 < kMaxR ? 3 : kMaxR, kSigned, k256>(t, r0); break;
+      default: TileR<kMaxR, kSigned, k256>(t, r0); break;
+    }
   }
 }
 
-// VNNI's dpbusd accumulates in 32 bits, so the unsigned levels + offset term never saturate.
 inline void DotTileSimd(const DotTile& t) {
 #if defined(__AVX512VNNI__)
-  TileSigned<false>(t);
+  constexpr bool kSignedPath = false;  // dpbusd's 32-bit sums need no signed detour
 #else
-  if (t.signed_levels) {
-    TileSigned<true>(t);
-  } else {
-    TileSigned<false>(t);
-  }
+  const bool kSignedPath = t.signed_levels;
 #endif
+  if (kSignedPath) {
+    if (t.act_block256) {
+      TileAll<true, true>(t);
+    } else {
+      TileAll<true, false>(t);
+    }
+  } else if (t.act_block256) {
+    TileAll<false, true>(t);
+  } else {
+    TileAll<false, false>(t);
+  }
 }
 
 }  // namespace

@@ -107,7 +107,7 @@ DotTileFn DotKernel(Isa isa) {
 }
 
 constexpr int kInt8BlockRows = 16;  // weight rows unpacked per slice (4 tiles of kDotTileRows)
-constexpr int kInt8BlockActs = 16;       // activation rows per pass over those rows' slice
+constexpr int kInt8BlockActs = 16;  // activation rows per pass over those rows' slice
 constexpr int64_t kInt8WholeRowMaxM = 4;  // up to this m, slices are whole rows
 
 // Rows [r0, r0 + nr) (nr <= kInt8BlockRows) of W against all of `a`'s rows: each slice of kDotSlice
@@ -122,12 +122,13 @@ void Int8Block(DotTileFn kernel, bool avx2, const internal::QuantActs& a, const 
   // other, which the hardware prefetcher follows; the unpacked rows (3 bytes an input) stay in L2.
   const int64_t slice = m <= kInt8WholeRowMaxM ? a.kp : internal::kDotSlice;
   uint8_t* lv = Scratch(lv_buf, kInt8BlockRows * slice);
-  float* fl = Scratch(f_buf, 2 * kInt8BlockRows * slice / 4);
+  float* fl = Scratch(f_buf, kInt8BlockRows * (slice / 4 + slice / 16));
   float* acc = Scratch(acc_buf, 2 * kInt8BlockRows * m);  // [2][nr][m]: sums, this slice's part
   float* part = acc + kInt8BlockRows * m;
   internal::UnpackedSlice slices[kInt8BlockRows];
   for (int r = 0; r < nr; ++r) {
-    slices[r] = {lv + r * slice, fl + r * (slice / 4), fl + (kInt8BlockRows + r) * (slice / 4)};
+    slices[r] = {lv + r * slice, fl + r * (slice / 4),
+                 fl + kInt8BlockRows * (slice / 4) + r * (slice / 16)};
   }
   for (int64_t k0 = 0; k0 < k; k0 += slice) {
     const int64_t len = std::min(slice, k - k0);
@@ -141,9 +142,11 @@ void Int8Block(DotTileFn kernel, bool avx2, const internal::QuantActs& a, const 
         t.nr = std::min(internal::kDotTileRows, nr - t0);
         t.qs = a.qs + c0 * a.kp + k0;
         t.scale = a.scale + c0 * (a.kp / 4) + k0 / 4;
-        t.sum = a.sum + c0 * (a.kp / 4) + k0 / 4;
+        t.sum = a.sum + c0 * (a.kp / 16) + k0 / 16;
         t.qs_stride = a.kp;
-        t.f_stride = a.kp / 4;
+        t.scale_stride = a.kp / 4;
+        t.sum_stride = a.kp / 16;
+        t.act_block256 = a.block == 256;
         t.nc = static_cast<int>(std::min<int64_t>(kInt8BlockActs, m - c0));
         t.len = len_p;
         t.signed_levels = w.type() == QuantType::kQ8_0;
@@ -172,7 +175,8 @@ void MatmulInt8(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t
   a.k = k;
   a.kp = (k + internal::kDotPad - 1) / internal::kDotPad * internal::kDotPad;
   a.qs = Scratch(qs_buf, m * a.kp);
-  a.scale = Scratch(f_buf, 2 * m * (a.kp / 4));
+  a.block = internal::Int8ActBlock(w.type());
+  a.scale = Scratch(f_buf, m * (a.kp / 4 + a.kp / 16));
   a.sum = a.scale + m * (a.kp / 4);
   const DotTileFn kernel = DotKernel(isa);
   const int64_t blocks = (n + kInt8BlockRows - 1) / kInt8BlockRows;
