@@ -21,15 +21,23 @@ inline __m256i Load32(const uint8_t* p) {
 inline void Store32(uint8_t* p, __m256i v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
 }
-// quant_kquants.h's KScaleMin, here with internal linkage (see the file comment).
-inline void KScaleMinSimd(const uint8_t* s, int j, int* scale, int* min) {
-  if (j < 4) {
-    *scale = s[j] & 63;
-    *min = s[j + 4] & 63;
-  } else {
-    *scale = (s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4);
-    *min = (s[j + 4] >> 4) | ((s[j] >> 6) << 4);
-  }
+// The 8 six-bit scales and mins of a Q4_K / Q5_K block's 12 scale bytes (quant_kquants.h,
+// KScaleMin) at once: bytes 0-3 and 4-7 hold sub-blocks 0-3's scales and mins in their low 6
+// bits; sub-blocks 4-7 take their low 4 bits from bytes 8-11 and their top 2 from the top bits
+// of bytes 0-3 (scales) and 4-7 (mins). scales[8], mins[8] as fp32 times d and dmin.
+inline void KScalesMins(const uint8_t* s, float d, float dmin, float* scales, float* mins) {
+  uint32_t a0, a1, a2;
+  __builtin_memcpy(&a0, s, 4);
+  __builtin_memcpy(&a1, s + 4, 4);
+  __builtin_memcpy(&a2, s + 8, 4);
+  const uint64_t sc = uint64_t(a0 & 0x3F3F3F3Fu) |
+                      uint64_t((a2 & 0x0F0F0F0Fu) | (((a0 >> 6) & 0x03030303u) << 4)) << 32;
+  const uint64_t mn = uint64_t(a1 & 0x3F3F3F3Fu) |
+                      uint64_t(((a2 >> 4) & 0x0F0F0F0Fu) | (((a1 >> 6) & 0x03030303u) << 4)) << 32;
+  const __m256 fs = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(sc))));
+  const __m256 fm = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(mn))));
+  _mm256_storeu_ps(scales, _mm256_mul_ps(fs, _mm256_set1_ps(d)));
+  _mm256_storeu_ps(mins, _mm256_mul_ps(fm, _mm256_set1_ps(dmin)));
 }
 // Lanes [g, g + 8) of wsc and their two offsets in wmn.
 inline void Fill8(const UnpackedSlice& o, int64_t g, float sc, float mn) {
@@ -85,7 +93,8 @@ template <bool kFifth>
 void Q45K(const uint8_t* src, int64_t nsb, const UnpackedSlice& o) {
   const __m256i low = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
   for (int64_t s = 0; s < nsb; ++s, src += kFifth ? 176 : 144) {
-    const float d = Half(src), dmin = Half(src + 2);
+    float scales[8], mins[8];
+    KScalesMins(src + 4, Half(src), Half(src + 2), scales, mins);
     const uint8_t* q = src + (kFifth ? 48 : 16);
     const __m256i qh = kFifth ? Load32(src + 16) : _mm256_setzero_si256();
     uint8_t* lv = o.lv + 256 * s;
@@ -100,11 +109,8 @@ void Q45K(const uint8_t* src, int64_t nsb, const UnpackedSlice& o) {
       }
       Store32(lv, l0);
       Store32(lv + 32, l1);
-      for (int h = 0; h < 2; ++h) {
-        int sc, mn;
-        KScaleMinSimd(src + 4, j + h, &sc, &mn);
-        Fill8(o, 64 * s + 8 * (j + h), d * float(sc), dmin * float(mn));
-      }
+      Fill8(o, 64 * s + 8 * j, scales[j], mins[j]);
+      Fill8(o, 64 * s + 8 * (j + 1), scales[j + 1], mins[j + 1]);
     }
   }
 }
@@ -127,12 +133,15 @@ void Q6K(const uint8_t* src, int64_t nsb, const UnpackedSlice& o) {
                                        _mm256_and_si256(_mm256_srli_epi16(h, 2), top)));
     }
     // Sub-block j of 16 inputs (4 lanes): w = d * sc[j] * (u - 32).
-    const auto* sc = reinterpret_cast<const int8_t*>(src + 192);
-    for (int j = 0; j < 16; ++j) {
-      const float dj = d * float(sc[j]);
-      _mm_storeu_ps(o.wsc + 64 * s + 4 * j, _mm_set1_ps(dj));
-      o.wmn[16 * s + j] = 32.0f * dj;
-    }
+    const __m128i sc = _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 192));
+    const __m256 vd = _mm256_set1_ps(d), v32 = _mm256_set1_ps(32.0f);
+    alignas(32) float dj[16];
+    _mm256_store_ps(dj, _mm256_mul_ps(vd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
+    _mm256_store_ps(
+        dj + 8, _mm256_mul_ps(vd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
+    _mm256_storeu_ps(o.wmn + 16 * s, _mm256_mul_ps(_mm256_load_ps(dj), v32));
+    _mm256_storeu_ps(o.wmn + 16 * s + 8, _mm256_mul_ps(_mm256_load_ps(dj + 8), v32));
+    for (int j = 0; j < 16; ++j) _mm_storeu_ps(o.wsc + 64 * s + 4 * j, _mm_broadcast_ss(dj + j));
   }
 }
 

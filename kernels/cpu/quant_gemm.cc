@@ -133,8 +133,18 @@ void Int8Block(DotTileFn kernel, bool avx2, const internal::QuantActs& a, const 
   for (int64_t k0 = 0; k0 < k; k0 += slice) {
     const int64_t len = std::min(slice, k - k0);
     const int64_t len_p = (len + internal::kDotPad - 1) / internal::kDotPad * internal::kDotPad;
-    for (int r = 0; r < nr; ++r)
+    const int64_t block_bytes = QuantBlockBytes(w.type()), block = QuantBlockElems(w.type());
+    for (int r = 0; r < nr; ++r) {
       internal::UnpackSlice(w.type(), w.row(r0 + r), k0, len, slices[r], avx2);
+      // The same slice of the row one block on (this thread's next rows, schedule(static)) into
+      // L2, so its memory latency overlaps this block's dot products instead of stalling the
+      // unpacker.
+      if (r0 + kInt8BlockRows + r < w.rows()) {
+        const uint8_t* next = w.row(r0 + kInt8BlockRows + r) + k0 / block * block_bytes;
+        for (int64_t b = 0; b < len / block * block_bytes; b += 64)
+          __builtin_prefetch(next + b, 0, 2);
+      }
+    }
     for (int64_t c0 = 0; c0 < m; c0 += kInt8BlockActs) {
       for (int t0 = 0; t0 < nr; t0 += internal::kDotTileRows) {
         internal::DotTile t;
