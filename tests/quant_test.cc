@@ -517,6 +517,29 @@ TEST(QuantGemmTest, DotKernelsAgreeWithThePortableOne) {
   }
 }
 
+// MatmulQuant takes the int8 path for the block formats up to kQuantInt8MaxM and fp32 above it
+// and for F16 / BF16 / F32: bit for bit what the explicit paths give.
+TEST(QuantGemmTest, AutoFollowsThePathRule) {
+  SetNumThreads(1);
+  const int64_t n = 40, k = 512;
+  for (QuantType type : {QuantType::kQ4_K, QuantType::kQ8_0, QuantType::kF16}) {
+    const std::vector<float> w = Uniform(n * k, 1);
+    auto q = QuantMatrix::Quantize(type, w.data(), n, k);
+    ASSERT_TRUE(q.ok());
+    for (int64_t m : {int64_t(1), kQuantInt8MaxM, kQuantInt8MaxM + 1}) {
+      SCOPED_TRACE(::testing::Message() << QuantTypeName(type) << " m=" << m);
+      const std::vector<float> x = Uniform(m * k, 2);
+      std::vector<float> got(m * n), want(m * n);
+      MatmulQuant(x.data(), *q, got.data(), m, n, false);
+      const bool int8 = type != QuantType::kF16 && m <= kQuantInt8MaxM;
+      EXPECT_EQ(QuantUsesInt8(type, m), int8);
+      MatmulQuantWith(BestIsa(), x.data(), *q, want.data(), m, n, false,
+                      int8 ? QuantPath::kInt8 : QuantPath::kFp32);
+      for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(got[i], want[i]) << i;
+    }
+  }
+}
+
 // The portable and vector int8 paths quantize activations with the same code and take exact
 // integer dots, so they differ by fp32 summation order only.
 TEST(QuantGemmTest, Int8PathsAgreeAcrossIsas) {
