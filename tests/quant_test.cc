@@ -435,6 +435,7 @@ TEST(QuantGemmTest, DotKernelsAgreeWithThePortableOne) {
   const bool bw = IsaSupported(Isa::kAvx512) && __builtin_cpu_supports("avx512bw");
   const Kernel kernels[] = {
       {"avx2", internal::DotTileAvx2, IsaSupported(Isa::kAvx2)},
+      {"avxvnni", internal::DotTileAvxVnni, IsaSupported(Isa::kAvx2) && internal::HasAvxVnni()},
       {"avx512", internal::DotTileAvx512, bw},
       {"avx512vnni", internal::DotTileAvx512Vnni, bw && internal::HasAvx512Vnni()},
   };

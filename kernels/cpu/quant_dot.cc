@@ -146,6 +146,11 @@ bool HasAvx512Vnni() {
 
 int64_t Int8ActBlock(QuantType type) { return QuantBlockElems(type) == 256 ? 256 : 32; }
 
+bool HasAvxVnni() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 4)) != 0;
+}
+
 void QuantizeActRows(const float* x, int64_t i0, int64_t i1, const QuantActs& a) {
   const int64_t block = a.block, nb = a.k / block;
   for (int64_t i = i0; i < i1; ++i) {

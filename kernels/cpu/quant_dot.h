@@ -57,7 +57,9 @@ void QuantizeActRows(const float* x, int64_t i0, int64_t i1, const QuantActs& a)
 void UnpackSlice(QuantType type, const uint8_t* row, int64_t k0, int64_t len,
                  const UnpackedSlice& out, bool avx2);
 
-// AVX512-VNNI (CPUID leaf 7, ECX bit 11), read from CPUID as HasF16c does.
+// AVX512-VNNI (CPUID leaf 7, ECX bit 11) and AVX-VNNI (leaf 7 sub-leaf 1, EAX bit 4), read from
+// CPUID as HasF16c does.
 bool HasAvx512Vnni();
+bool HasAvxVnni();
 
 }  // namespace heavykv::cpu::internal

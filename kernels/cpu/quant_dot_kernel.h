@@ -40,6 +40,7 @@ struct DotTile {
 };
 void DotTilePortable(const DotTile& t);
 void DotTileAvx2(const DotTile& t);
+void DotTileAvxVnni(const DotTile& t);
 void DotTileAvx512(const DotTile& t);
 void DotTileAvx512Vnni(const DotTile& t);
 

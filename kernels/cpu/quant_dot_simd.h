@@ -1,15 +1,16 @@
-// Internal to quant_dot_avx2.cc, quant_dot_avx512.cc and quant_dot_avx512vnni.cc: the int8 dot
-// kernel (quant_dot.h's DotTile) written once over a vector width, instantiated by each of those
-// files under its own -m flags: 256-bit AVX2 (maddubs + madd), 512-bit AVX-512BW (the same at
-// twice the width) or AVX512-VNNI (one dpbusd). Everything here has internal linkage, so no
-// function compiled for a wider ISA can be picked by the linker for a narrower file's caller.
+// Internal to quant_dot_avx2.cc, quant_dot_avxvnni.cc, quant_dot_avx512.cc and
+// quant_dot_avx512vnni.cc: the int8 dot kernel (quant_dot.h's DotTile) written once over a vector
+// width, instantiated by each of those files under its own -m flags: 256-bit AVX2 (maddubs + madd)
+// or AVX-VNNI (one 256-bit dpbusd), 512-bit AVX-512BW (maddubs + madd) or AVX512-VNNI (one dpbusd).
+// Everything here has internal linkage, so no function compiled for a wider ISA can be picked by
+// the linker for a narrower file's caller.
 //
-// Register blocking: a tile of R weight rows by C activation rows keeps R * C fp32 accumulators
-// of one vector each; every weight chunk loaded is used C times and every activation chunk R
-// times. Per chunk of 32 / 64 inputs and pair: an integer dot into 32-bit lanes (each the dot of
-// 4 levels with 4 int8 activations), one conversion to fp32 and one fused multiply-add with the
-// weight's lane scales (times the activation's lane scales, one multiply more, for the 32-input
-// activation blocks; once per 256 inputs for the K-quants'); the offsets once per 256 inputs.
+// Register blocking: a tile of R weight rows by C activation rows keeps R * C fp32 accumulators of
+// one vector each; every weight chunk loaded is used C times and every activation chunk R times.
+// Per chunk of 32 / 64 inputs and pair: an integer dot into 32-bit lanes (each the dot of 4 levels
+// with 4 int8 activations), one conversion to fp32 and one fused multiply-add with the weight's
+// lane scales (times the activation's lane scales, one multiply more, for the 32-input activation
+// blocks; once per 256 inputs for the K-quants'); the offsets once per 256 inputs.
 #pragma once
 
 #include <immintrin.h>
@@ -38,8 +39,8 @@ inline VF Mul(VF a, VF b) { return _mm512_mul_ps(a, b); }
 inline VF Fma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
 inline VF Fnma(VF a, VF b, VF c) { return _mm512_fnmadd_ps(a, b, c); }
 inline float Hsum(VF v) { return _mm512_reduce_add_ps(v); }
-// Lane l: sum of u[4l + j] * a[4l + j], u unsigned, a signed (no 16-bit saturation when
-// 2 * max(u) * 127 < 2^15, which holds for levels below 129).
+// Lane l: sum of u[4l + j] * a[4l + j], u unsigned, a signed (no 16-bit saturation when 2 * max(u)
+// * 127 < 2^15, which holds for levels below 129).
 inline VI DotU8S8(VI u, VI a) {
 #if defined(__AVX512VNNI__)
   return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, a);
@@ -74,7 +75,11 @@ inline float Hsum(VF v) {
   return _mm_cvtss_f32(s);
 }
 inline VI DotU8S8(VI u, VI a) {
+#if defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, a);
+#else
   return _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1));
+#endif
 }
 inline VI Xor80(VI v) { return _mm256_xor_si256(v, _mm256_set1_epi8(char(0x80))); }
 inline VI Abs8(VI v) { return _mm256_abs_epi8(v); }
@@ -98,7 +103,7 @@ constexpr int kLanes = kChunk / 4;  // fp32 lanes per vector
 // dpbusd of the unsigned levels cannot either; the offset term then covers the + 128).
 template <bool kSigned>
 inline VI ChunkDot(VI u, VI a) {
-#if !defined(__AVX512VNNI__)
+#if !defined(__AVX512VNNI__) && !defined(__AVXVNNI__)
   if (kSigned) {
     const VI w = Xor80(u);
     return DotAbs(Abs8(w), Sign8(a, w));
@@ -107,9 +112,9 @@ inline VI ChunkDot(VI u, VI a) {
   return DotU8S8(u, a);
 }
 
-// Weight rows [r0, r0 + R) of the tile against activation rows [c0, c0 + C), in units of 256
-// inputs (kDotPad). k256: the activation's scale is one number per unit, so each pair sums
-// dot * wsc over the unit and multiplies by it once.
+// Weight rows [r0, r0 + R) of the tile against activation rows [c0, c0 + C), in units of 256 inputs
+// (kDotPad). k256: the activation's scale is one number per unit, so each pair sums dot * wsc over
+// the unit and multiplies by it once.
 template <int R, int C, bool kSigned, bool k256>
 inline void TileRC(const DotTile& t, int r0, int c0) {
   constexpr bool kOffsets = !kSigned;  // the signed detour leaves no + 128 to take off
@@ -202,7 +207,7 @@ inline void TileAll(const DotTile& t) {
 }
 
 inline void DotTileSimd(const DotTile& t) {
-#if defined(__AVX512VNNI__)
+#if defined(__AVX512VNNI__) || defined(__AVXVNNI__)
   constexpr bool kSignedPath = false;  // dpbusd's 32-bit sums need no signed detour
 #else
   const bool kSignedPath = t.signed_levels;

@@ -90,18 +90,19 @@ void PanelPath(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t 
                       accumulate, ncols);
 }
 
-// The int8 path's kernel for `isa`: AVX-512 needs AVX-512BW as well (every AVX-512 server CPU has
-// it) and takes dpbusd where the CPU has AVX512-VNNI.
+// The int8 path's kernel for `isa`: AVX2 takes AVX-VNNI's 256-bit dpbusd where the CPU has it;
+// AVX-512 needs AVX-512BW as well (every AVX-512 server CPU has it) and takes dpbusd where the
+// CPU has AVX512-VNNI.
 using DotTileFn = void (*)(const internal::DotTile&);
 DotTileFn DotKernel(Isa isa) {
   static const bool bw = __builtin_cpu_supports("avx512bw"), vnni = bw && internal::HasAvx512Vnni();
+  static const bool avx_vnni = IsaSupported(Isa::kAvx2) && internal::HasAvxVnni();
+  const DotTileFn avx2 = avx_vnni ? internal::DotTileAvxVnni : internal::DotTileAvx2;
   switch (isa) {
     case Isa::kPortable: return internal::DotTilePortable;
-    case Isa::kAvx2: return internal::DotTileAvx2;
+    case Isa::kAvx2: return avx2;
     case Isa::kAvx512:
-      return vnni ? internal::DotTileAvx512Vnni
-             : bw ? internal::DotTileAvx512
-                  : internal::DotTileAvx2;
+      return vnni ? internal::DotTileAvx512Vnni : bw ? internal::DotTileAvx512 : avx2;
   }
   return internal::DotTilePortable;
 }
