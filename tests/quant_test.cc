@@ -430,23 +430,27 @@ TEST(QuantGemmTest, DotKernelsAgreeWithThePortableOne) {
   struct Kernel {
     const char* name;
     void (*fn)(const internal::DotTile&);
+    void (*permute)(uint8_t*, int64_t);
     bool supported;
   };
+  const bool avx2 = IsaSupported(Isa::kAvx2);
   const bool bw = IsaSupported(Isa::kAvx512) && __builtin_cpu_supports("avx512bw");
   const Kernel kernels[] = {
-      {"avx2", internal::DotTileAvx2, IsaSupported(Isa::kAvx2)},
-      {"avxvnni", internal::DotTileAvxVnni, IsaSupported(Isa::kAvx2) && internal::HasAvxVnni()},
-      {"avx512", internal::DotTileAvx512, bw},
-      {"avx512vnni", internal::DotTileAvx512Vnni, bw && internal::HasAvx512Vnni()},
+      {"avx2", internal::DotTileAvx2, internal::PermuteLevelsAvx2, avx2},
+      {"avxvnni", internal::DotTileAvxVnni, internal::PermuteLevelsAvx2,
+       avx2 && internal::HasAvxVnni()},
+      {"avx512", internal::DotTileAvx512, internal::PermuteLevelsAvx512, bw},
+      {"avx512vnni", internal::DotTileAvx512Vnni, internal::PermuteLevelsAvx512,
+       bw && internal::HasAvx512Vnni()},
   };
   std::mt19937 rng(3);
   const int64_t len = 768, nc = 7, nr = 4;
   for (bool block256 : {false, true}) {
     for (bool signed_levels : {false, true}) {
       std::vector<uint8_t> lv(nr * len);
-      std::vector<float> wsc(nr * len / 4), wmn(nr * len / 16);
+      std::vector<float> wsc(nr * len / 16), wmn(nr * len / 16);
       std::vector<int8_t> qs(nc * len);
-      std::vector<float> scale(nc * len / 4), sum(nc * len / 16);
+      std::vector<float> scale(nc * len / 16), sum(nc * len / 16);
       for (size_t i = 0; i < lv.size(); ++i) {
         // Q8_0's levels span 1..255 (int8 + 128); the others stay below 64.
         lv[i] = signed_levels ? uint8_t(i % 5 == 0   ? 255
@@ -455,62 +459,99 @@ TEST(QuantGemmTest, DotKernelsAgreeWithThePortableOne) {
                               : uint8_t(i % 3 == 0 ? 63 : rng() % 64);
       }
       for (size_t i = 0; i < qs.size(); ++i) qs[i] = int8_t(i % 2 ? -127 : int(rng() % 255) - 127);
-      // Q8_0's scale is one per block, which the signed detour (no offset term) relies on.
-      for (size_t g = 0; g < wsc.size(); ++g) {
-        wsc[g] = signed_levels && g % 4 ? wsc[g - 1] : 0.001f * float(1 + rng() % 100);
-      }
-      for (size_t h = 0; h < wmn.size(); ++h) wmn[h] = signed_levels ? 128 * wsc[4 * h] : 0.01f;
-      for (int64_t g = 0; g < nc * len / 4; ++g) {
-        // One step per 256 inputs, or per 32.
-        scale[g] = 0.01f * float(1 + (block256 ? g / 64 : g / 8) % 10);
+      // Q8_0's scale is one per block of 32, which the signed detour (no offset term) relies on.
+      for (size_t h = 0; h < wsc.size(); ++h) {
+        wsc[h] = signed_levels && h % 2 ? wsc[h - 1] : 0.001f * float(1 + rng() % 100);
+        wmn[h] = signed_levels ? 128 * wsc[h] : 0.01f * float(rng() % 10);
       }
       for (int64_t h = 0; h < nc * len / 16; ++h) {
+        // One step per 256 inputs, or per 32.
+        scale[h] = 0.01f * float(1 + (block256 ? h / 16 : h / 2) % 10);
         int s = 0;
         for (int j = 0; j < 16; ++j) s += qs[16 * h + j];
-        sum[h] = scale[4 * h] * float(s);
-      }
-      internal::UnpackedSlice w[nr];
-      for (int r = 0; r < nr; ++r) {
-        w[r] = {lv.data() + r * len, wsc.data() + r * len / 4, wmn.data() + r * len / 16};
+        sum[h] = scale[h] * float(s);
       }
       for (int tile_rows = 1; tile_rows <= nr; ++tile_rows) {
         internal::DotTile t;
-        t.w = w;
         t.nr = tile_rows;
-        t.qs = qs.data();
         t.scale = scale.data();
         t.sum = sum.data();
         t.qs_stride = len;
-        t.scale_stride = len / 4;
-        t.sum_stride = len / 16;
+        t.f_stride = len / 16;
         t.nc = int(nc);
         t.len = len;
         t.signed_levels = signed_levels;
-        t.act_block256 = block256;
         t.ldo = nc;
         std::vector<float> want(nr * nc), got(nr * nc);
+        internal::UnpackedSlice w[nr];
+        for (int r = 0; r < nr; ++r) {
+          w[r] = {lv.data() + r * len, wsc.data() + r * len / 16, wmn.data() + r * len / 16};
+        }
+        t.w = w;
+        t.qs = qs.data();
         t.out = want.data();
         internal::DotTilePortable(t);
         for (const Kernel& kernel : kernels) {
           if (!kernel.supported) continue;
           SCOPED_TRACE(::testing::Message() << kernel.name << " signed=" << signed_levels
                                             << " block256=" << block256 << " rows=" << tile_rows);
+          // The same numbers in the order this kernel reads them.
+          std::vector<uint8_t> lv_p = lv;
+          std::vector<int8_t> qs_p = qs;
+          for (int r = 0; r < nr; ++r) kernel.permute(lv_p.data() + r * len, len);
+          for (int c = 0; c < nc; ++c) {
+            kernel.permute(reinterpret_cast<uint8_t*>(qs_p.data()) + c * len, len);
+          }
+          internal::UnpackedSlice wp[nr];
+          for (int r = 0; r < nr; ++r) wp[r] = {lv_p.data() + r * len, w[r].wsc, w[r].wmn};
+          internal::DotTile tp = t;
+          tp.w = wp;
+          tp.qs = qs_p.data();
           std::fill(got.begin(), got.end(), 0.0f);
-          t.out = got.data();
-          kernel.fn(t);
+          tp.out = got.data();
+          kernel.fn(tp);
           for (int64_t i = 0; i < tile_rows * nc; ++i) {
             // fp32 summation order: relative to the terms' magnitudes (Q8_0's + 128 and its
             // offset term cancel), not to their sum.
             const int64_t r = i / nc, col = i % nc;
             double mag = 0;
             for (int64_t e = 0; e < len; ++e) {
-              mag += std::fabs(double(wsc[r * len / 4 + e / 4]) * scale[col * len / 4 + e / 4] *
+              mag += std::fabs(double(wsc[(r * len + e) / 16]) * scale[(col * len + e) / 16] *
                                lv[r * len + e] * qs[col * len + e]);
             }
             for (int64_t h = 0; h < len / 16; ++h) {
               mag += std::fabs(double(wmn[r * len / 16 + h]) * sum[col * len / 16 + h]);
             }
             ASSERT_NEAR(got[i], want[i], 1e-6 * mag) << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The permutations move 4-byte words exactly as documented (quant_dot_kernel.h).
+TEST(QuantGemmTest, LevelPermutationsAreTheDocumentedTransposes) {
+  struct Perm {
+    void (*fn)(uint8_t*, int64_t);
+    int64_t lanes;
+    bool supported;
+  };
+  const Perm perms[] = {{internal::PermuteLevelsAvx2, 8, IsaSupported(Isa::kAvx2)},
+                        {internal::PermuteLevelsAvx512, 16, IsaSupported(Isa::kAvx512)}};
+  for (const Perm& p : perms) {
+    if (!p.supported) continue;
+    std::vector<uint8_t> v(512);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = uint8_t(i * 7 + i / 256);
+    std::vector<uint8_t> out = v;
+    p.fn(out.data(), int64_t(out.size()));
+    const int64_t run = 16 * p.lanes;  // bytes per super-chunk
+    for (int64_t s = 0; s < int64_t(v.size()); s += run) {
+      for (int64_t l = 0; l < p.lanes; ++l) {
+        for (int k = 0; k < 4; ++k) {
+          for (int b = 0; b < 4; ++b) {
+            ASSERT_EQ(out[s + 4 * (k * p.lanes + l) + b], v[s + 4 * (4 * l + k) + b])
+                << "lanes " << p.lanes << " l " << l << " k " << k;
           }
         }
       }

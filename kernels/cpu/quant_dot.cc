@@ -20,11 +20,13 @@ inline float HalfAt(const uint8_t* p) {
   return Fp16ToFloat(h);
 }
 
-// Lanes [g0, g0 + count) of wsc (g0 and count multiples of 4) and their offsets in wmn (one per
-// 16 inputs, so per 4 lanes).
+// The scale and offset of inputs [4 * g0, 4 * (g0 + count)) (g0 and count multiples of 4): groups
+// g0 / 4 .. of 16 in wsc and wmn.
 inline void FillLanes(float* wsc, float* wmn, int64_t g0, int count, float sc, float mn) {
-  for (int g = 0; g < count; ++g) wsc[g0 + g] = sc;
-  for (int h = 0; h < count / 4; ++h) wmn[g0 / 4 + h] = mn;
+  for (int h = 0; h < count / 4; ++h) {
+    wsc[g0 / 4 + h] = sc;
+    wmn[g0 / 4 + h] = mn;
+  }
 }
 
 // 32-element blocks: d and levels u with w = d * (u - offset).
@@ -156,7 +158,7 @@ void QuantizeActRows(const float* x, int64_t i0, int64_t i1, const QuantActs& a)
   for (int64_t i = i0; i < i1; ++i) {
     const float* xr = x + i * a.k;
     int8_t* q = a.qs + i * a.kp;
-    float* scale = a.scale + i * (a.kp / 4);
+    float* scale = a.scale + i * (a.kp / 16);
     float* sum = a.sum + i * (a.kp / 16);
     for (int64_t b = 0; b < nb; ++b) {
       const float* xb = xr + block * b;
@@ -169,16 +171,15 @@ void QuantizeActRows(const float* x, int64_t i0, int64_t i1, const QuantActs& a)
       int8_t* qb = q + block * b;
       // |xb[j] * id| <= 127 (up to rounding, which NearestInt keeps at 127).
       for (int64_t j = 0; j < block; ++j) qb[j] = int8_t(NearestInt(xb[j] * id));
-      for (int64_t g = 0; g < block / 4; ++g) scale[block / 4 * b + g] = d;
       for (int64_t h = 0; h < block / 16; ++h) {
+        scale[block / 16 * b + h] = d;
         int s = 0;
         for (int j = 0; j < 16; ++j) s += qb[16 * h + j];
         sum[block / 16 * b + h] = d * float(s);
       }
     }
     for (int64_t j = a.k; j < a.kp; ++j) q[j] = 0;
-    for (int64_t g = a.k / 4; g < a.kp / 4; ++g) scale[g] = 0.0f;
-    for (int64_t h = a.k / 16; h < a.kp / 16; ++h) sum[h] = 0.0f;
+    for (int64_t h = a.k / 16; h < a.kp / 16; ++h) scale[h] = sum[h] = 0.0f;
   }
 }
 
@@ -202,8 +203,7 @@ void UnpackSlice(QuantType type, const uint8_t* row, int64_t k0, int64_t len,
   }
   const int64_t padded = (len + kDotPad - 1) / kDotPad * kDotPad;
   std::memset(out.lv + len, 0, padded - len);
-  for (int64_t g = len / 4; g < padded / 4; ++g) out.wsc[g] = 0.0f;
-  for (int64_t h = len / 16; h < padded / 16; ++h) out.wmn[h] = 0.0f;
+  for (int64_t h = len / 16; h < padded / 16; ++h) out.wsc[h] = out.wmn[h] = 0.0f;
 }
 
 void DotTilePortable(const DotTile& t) {
@@ -211,15 +211,14 @@ void DotTilePortable(const DotTile& t) {
     const UnpackedSlice& w = t.w[r];
     for (int c = 0; c < t.nc; ++c) {
       const int8_t* q = t.qs + c * t.qs_stride;
-      const float* scale = t.scale + c * t.scale_stride;
-      const float* sum = t.sum + c * t.sum_stride;
+      const float* scale = t.scale + c * t.f_stride;
+      const float* sum = t.sum + c * t.f_stride;
       float acc = 0.0f;
-      for (int64_t g = 0; g < t.len / 4; ++g) {
+      for (int64_t h = 0; h < t.len / 16; ++h) {
         int32_t dot = 0;
-        for (int j = 0; j < 4; ++j) dot += int32_t(w.lv[4 * g + j]) * q[4 * g + j];
-        acc += w.wsc[g] * scale[g] * float(dot);
+        for (int j = 0; j < 16; ++j) dot += int32_t(w.lv[16 * h + j]) * q[16 * h + j];
+        acc += w.wsc[h] * scale[h] * float(dot) - w.wmn[h] * sum[h];
       }
-      for (int64_t h = 0; h < t.len / 16; ++h) acc -= w.wmn[h] * sum[h];
       t.out[r * t.ldo + c] = acc;
     }
   }

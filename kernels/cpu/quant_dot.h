@@ -2,21 +2,23 @@
 // per call to int8 (QuantActs), weight rows are unpacked slice by slice into one byte per level
 // with float scales (UnpackedSlice), and each ISA's kernel takes integer dot products of byte
 // levels with int8 activations, four inputs per 32-bit lane (maddubs + madd on AVX2 and AVX-512,
-// dpbusd with AVX512-VNNI), converting each lane to fp32 once per chunk of 32 (AVX2) or 64
-// (AVX-512) inputs. Not for other callers: use MatmulQuant (quant_gemm.h).
+// dpbusd with AVX-VNNI and AVX512-VNNI), converting each lane to fp32 once per 16 inputs it
+// sums. Not for other callers: use MatmulQuant (quant_gemm.h).
 //
-// Both sides describe their numbers with floats per group of inputs, so every weight type
+// Both sides describe their numbers with floats per group of 16 inputs, so every weight type
 // (32-element blocks, or 256-element super-blocks with 16- or 32-element sub-blocks) runs the same
 // kernel:
-//   activations: qs[i] int8; scale[g] for each lane g (4 inputs), the step of its block (32
-//                inputs like ggml's Q8_0 for Q8_0 / Q4_0 / Q5_0 weights, 256 like Q8_K for the
-//                K-quants); sum[h] = scale * (qs[16h] + .. + qs[16h + 15]) per 16 inputs;
-//   weights:     lv[i] unsigned levels, wsc[g] per lane and wmn[h] per 16 inputs with
-//                w_i = wsc[g] * lv[i] - wmn[h];
-// so sum_i w_i x_i ~= sum_g wsc[g] * scale[g] * (lv . qs)_g - sum_h wmn[h] * sum[h]: one integer
-// dot per lane, and the offsets (ggml's mins and the -8 / -16 / -32 of the signed formats) once
-// per 16 inputs. Q8_0's levels are its int8 values + 128 (wmn = 128 d), where the maddubs kernels,
-// which saturate at 16 bits, go back to the signed values (signed_levels).
+//   activations: qs[i] int8; scale[h] for each group h of 16, the step of its block (32 inputs
+//                like ggml's Q8_0 for Q8_0 / Q4_0 / Q5_0 weights, 256 like Q8_K for the
+//                K-quants); sum[h] = scale[h] * (qs[16h] + .. + qs[16h + 15]);
+//   weights:     lv[i] unsigned levels, wsc[h] and wmn[h] per group with w_i = wsc[h] * lv[i] -
+//                wmn[h];
+// so sum_i w_i x_i ~= sum_h wsc[h] * scale[h] * (lv . qs)_h - wmn[h] * sum[h]: integer dots,
+// and one conversion, scale and offset (ggml's mins and the -8 / -16 / -32 of the signed formats)
+// per 16 inputs. The vector kernels read levels and activations permuted so that each 32-bit lane
+// of a vector sums one group (PermuteLevels*, quant_dot_kernel.h). Q8_0's levels are its int8
+// values + 128 (wmn = 128 d), where the maddubs kernels, which saturate at 16 bits, go back to the
+// signed values (signed_levels).
 #pragma once
 
 #include <cstdint>
@@ -38,7 +40,7 @@ bool HasInt8Dot(QuantType type);
 int64_t Int8ActBlock(QuantType type);
 
 // Activation rows x[m][k] quantized with one step per `block` (32 or 256) inputs (amax / 127,
-// rounded to nearest): qs [m][kp], scale [m][kp / 4], sum [m][kp / 16], kp = k rounded up to
+// rounded to nearest): qs [m][kp], scale and sum [m][kp / 16], kp = k rounded up to
 // kDotPad, the padding zeros.
 struct QuantActs {
   int64_t m = 0, k = 0, kp = 0, block = 32;
@@ -51,9 +53,9 @@ struct QuantActs {
 void QuantizeActRows(const float* x, int64_t i0, int64_t i1, const QuantActs& a);
 
 // One weight row's inputs [k0, k0 + len) (len a multiple of the block, k0 of kDotSlice) unpacked:
-// lv [kp_len] levels, wsc [kp_len / 4], wmn [kp_len / 16], kp_len = len rounded up to kDotPad
-// (the padding's levels 0 and scales 0). avx2: with UnpackSliceAvx2 (the CPU must have AVX2 and
-// F16C); the same bytes and floats either way.
+// lv [kp_len] levels in natural order, wsc and wmn [kp_len / 16], kp_len = len rounded up to
+// kDotPad (the padding's levels 0 and scales 0). avx2: with UnpackSliceAvx2 (the CPU must have AVX2
+// and F16C); the same bytes and floats either way.
 void UnpackSlice(QuantType type, const uint8_t* row, int64_t k0, int64_t len,
                  const UnpackedSlice& out, bool avx2);
 

@@ -39,9 +39,9 @@ inline void KScalesMins(const uint8_t* s, float d, float dmin, float* scales, fl
   _mm256_storeu_ps(scales, _mm256_mul_ps(fs, _mm256_set1_ps(d)));
   _mm256_storeu_ps(mins, _mm256_mul_ps(fm, _mm256_set1_ps(dmin)));
 }
-// Lanes [g, g + 8) of wsc and their two offsets in wmn.
+// The scale and offset of inputs [4g, 4g + 32): two groups of 16 in wsc and wmn.
 inline void Fill8(const UnpackedSlice& o, int64_t g, float sc, float mn) {
-  _mm256_storeu_ps(o.wsc + g, _mm256_set1_ps(sc));
+  o.wsc[g / 4] = o.wsc[g / 4 + 1] = sc;
   o.wmn[g / 4] = o.wmn[g / 4 + 1] = mn;
 }
 // The 32 low nibbles of q[0..15] then the 16 high ones.
@@ -139,9 +139,10 @@ void Q6K(const uint8_t* src, int64_t nsb, const UnpackedSlice& o) {
     _mm256_store_ps(dj, _mm256_mul_ps(vd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(sc))));
     _mm256_store_ps(
         dj + 8, _mm256_mul_ps(vd, _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(_mm_srli_si128(sc, 8)))));
+    _mm256_storeu_ps(o.wsc + 16 * s, _mm256_load_ps(dj));
+    _mm256_storeu_ps(o.wsc + 16 * s + 8, _mm256_load_ps(dj + 8));
     _mm256_storeu_ps(o.wmn + 16 * s, _mm256_mul_ps(_mm256_load_ps(dj), v32));
     _mm256_storeu_ps(o.wmn + 16 * s + 8, _mm256_mul_ps(_mm256_load_ps(dj + 8), v32));
-    for (int j = 0; j < 16; ++j) _mm_storeu_ps(o.wsc + 64 * s + 4 * j, _mm_broadcast_ss(dj + j));
   }
 }
 
@@ -160,5 +161,7 @@ bool UnpackSliceAvx2(int type_id, const uint8_t* src, int64_t blocks, const Unpa
   }
   return false;
 }
+
+void PermuteLevelsAvx2(uint8_t* p, int64_t len) { PermuteLevelsSimd(p, len); }
 
 }  // namespace heavykv::cpu::internal

@@ -9,4 +9,6 @@ namespace heavykv::cpu::internal {
 
 void DotTileAvx512(const DotTile& t) { DotTileSimd(t); }
 
+void PermuteLevelsAvx512(uint8_t* p, int64_t len) { PermuteLevelsSimd(p, len); }
+
 }  // namespace heavykv::cpu::internal

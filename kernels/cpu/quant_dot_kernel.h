@@ -8,33 +8,32 @@
 
 namespace heavykv::cpu::internal {
 
-// Inputs per unit the kernels step through: a K-quant super-block, and the span of one vector of
-// 16 offset terms (one per 16 inputs). Activation rows and slices are padded to it with zeros.
+// Inputs per unit the kernels step through (a K-quant super-block; two or one of the vector
+// kernels' super-chunks). Activation rows and slices are padded to it with zeros.
 inline constexpr int64_t kDotPad = 256;
 
-// A weight row's slice, unpacked (quant_dot.h, UnpackSlice): lv [len] levels, wsc [len / 4] lane
-// scales, wmn [len / 16] offsets per 16 inputs.
+// A weight row's slice, unpacked (quant_dot.h, UnpackSlice): lv [len] levels, wsc and wmn
+// [len / 16] scale and offset per 16 inputs.
 struct UnpackedSlice {
   uint8_t* lv;
   float* wsc;
   float* wmn;
 };
 // out[r * ldo + c] = sum over the slice's len inputs of the dot of weight row r (w[r], r < nr <= 4)
-// with activation row c (qs + c * qs_stride, scale + c * scale_stride, sum + c * sum_stride;
-// c < nc): each lane g (4 inputs) adds wsc[g] * scale[g] * (lv . qs)_g and each 16 inputs h
-// subtract wmn[h] * sum[h] (quant_dot.h). act_block256: scale[] is constant over each 256 inputs
-// (the K-quants' activations), which the kernels apply once per 256 instead of once per lane.
+// with activation row c (qs + c * qs_stride, scale and sum + c * f_stride; c < nc): each group h
+// of 16 inputs adds wsc[h] * scale[h] * (lv . qs)_h - wmn[h] * sum[h] (quant_dot.h). The levels
+// and activations are in natural order for the portable kernel and permuted by the vector
+// kernel's PermuteLevels for the others (the scales and sums are per group: never permuted).
 struct DotTile {
   const UnpackedSlice* w;  // [nr]
   int nr;
   const int8_t* qs;  // activation row 0 at the slice's first input
   const float* scale;
   const float* sum;
-  int64_t qs_stride, scale_stride, sum_stride;  // between activation rows: kp, kp / 4, kp / 16
+  int64_t qs_stride, f_stride;  // between activation rows: kp and kp / 16
   int nc;
   int64_t len;  // a multiple of kDotPad
   bool signed_levels;
-  bool act_block256;
   float* out;
   int64_t ldo;
 };
@@ -43,6 +42,13 @@ void DotTileAvx2(const DotTile& t);
 void DotTileAvxVnni(const DotTile& t);
 void DotTileAvx512(const DotTile& t);
 void DotTileAvx512Vnni(const DotTile& t);
+
+// The order the 256-bit (AVX2, AVX-VNNI) and 512-bit (AVX-512, AVX512-VNNI) kernels read levels
+// and activations in: in place over `len` bytes (a multiple of kDotPad), within each run of 128 /
+// 256 inputs (8 / 16 groups of 16), 4-byte word 4l + k (inputs 16l + 4k .. + 3) moves to word
+// k * lanes + l, so that lane l of the run's k-th vector holds group l.
+void PermuteLevelsAvx2(uint8_t* p, int64_t len);
+void PermuteLevelsAvx512(uint8_t* p, int64_t len);
 
 // quant_dot.h's unpackers for `blocks` blocks at src of the type whose ggml id is type_id, in
 // AVX2 (+ F16C); false for a type without one. Called through UnpackSlice.

@@ -5,12 +5,12 @@
 // Everything here has internal linkage, so no function compiled for a wider ISA can be picked by
 // the linker for a narrower file's caller.
 //
-// Register blocking: a tile of R weight rows by C activation rows keeps R * C fp32 accumulators of
-// one vector each; every weight chunk loaded is used C times and every activation chunk R times.
-// Per chunk of 32 / 64 inputs and pair: an integer dot into 32-bit lanes (each the dot of 4 levels
-// with 4 int8 activations), one conversion to fp32 and one fused multiply-add with the weight's
-// lane scales (times the activation's lane scales, one multiply more, for the 32-input activation
-// blocks; once per 256 inputs for the K-quants'); the offsets once per 256 inputs.
+// Register blocking: a tile of R weight rows by C activation rows keeps R * C int32 and R * C fp32
+// accumulators of one vector each; every weight chunk loaded is used C times and every activation
+// chunk R times. Per chunk of 32 / 64 inputs and pair: one integer dot into 32-bit lanes (dpbusd,
+// or maddubs + madd + add); per super-chunk of 4 chunks, in which each lane has summed one group
+// of 16 inputs: one conversion, one multiply of the two sides' group scales, one fused
+// multiply-add, and one more for the offsets.
 #pragma once
 
 #include <immintrin.h>
@@ -89,33 +89,84 @@ inline VI DotAbs(VI abs_w, VI signed_a) {
 }
 #endif
 
-inline VF Set1(float v) {
+inline VI ZeroI() {
 #if defined(__AVX512F__)
-  return _mm512_set1_ps(v);
+  return _mm512_setzero_si512();
 #else
-  return _mm256_set1_ps(v);
+  return _mm256_setzero_si256();
+#endif
+}
+inline VI AddI(VI a, VI b) {
+#if defined(__AVX512F__)
+  return _mm512_add_epi32(a, b);
+#else
+  return _mm256_add_epi32(a, b);
 #endif
 }
 constexpr int kLanes = kChunk / 4;  // fp32 lanes per vector
 
-// The integer dot of a chunk: lane l = sum of u[4l + j] * a[4l + j]. kSigned: u holds int8 + 128
-// and the maddubs kernels take |w| times a with w's sign, which cannot saturate (VNNI's 32-bit
-// dpbusd of the unsigned levels cannot either; the offset term then covers the + 128).
+// iacc + the integer dot of a chunk: lane l adds sum_j u[4l + j] * a[4l + j]. kSigned: u holds
+// int8 + 128 and the maddubs kernels take |w| times a with w's sign, which cannot saturate
+// (VNNI's 32-bit dpbusd of the unsigned levels cannot either; the offset term then covers the
+// + 128).
 template <bool kSigned>
-inline VI ChunkDot(VI u, VI a) {
-#if !defined(__AVX512VNNI__) && !defined(__AVXVNNI__)
+inline VI ChunkDotAdd(VI iacc, VI u, VI a) {
+#if defined(__AVX512VNNI__)
+  return _mm512_dpbusd_epi32(iacc, u, a);
+#elif defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(iacc, u, a);
+#else
   if (kSigned) {
     const VI w = Xor80(u);
-    return DotAbs(Abs8(w), Sign8(a, w));
+    return AddI(iacc, DotAbs(Abs8(w), Sign8(a, w)));
   }
+  return AddI(iacc, DotU8S8(u, a));
 #endif
-  return DotU8S8(u, a);
 }
 
-// Weight rows [r0, r0 + R) of the tile against activation rows [c0, c0 + C), in units of 256 inputs
-// (kDotPad). k256: the activation's scale is one number per unit, so each pair sums dot * wsc over
-// the unit and multiplies by it once.
-template <int R, int C, bool kSigned, bool k256>
+// Inputs per super-chunk: kLanes groups of 16 inputs, laid out by PermuteLevels so that chunk k
+// of it holds inputs 4k..4k+3 of group l in lane l. A lane's integer sums over the super-chunk's
+// 4 chunks then all belong to one group of 16, which has one weight scale, one activation scale
+// and one offset: 4 integer dots, one conversion and two fused multiply-adds per super-chunk.
+constexpr int64_t kSuper = 16 * kLanes;
+
+// In place, each super-chunk of `len` bytes (a multiple of kSuper) from natural order (4-byte word
+// 4l + k = inputs 16l + 4k .. + 3) to the kernel's (word k * kLanes + l).
+inline void PermuteLevelsSimd(uint8_t* p, int64_t len) {
+  for (int64_t s = 0; s < len; s += kSuper, p += kSuper) {
+#if defined(__AVX512F__)
+    const __m512i z0 = LoadI(p), z1 = LoadI(p + 64), z2 = LoadI(p + 128), z3 = LoadI(p + 192);
+    for (int k = 0; k < 4; ++k) {
+      // Lane l < 8 takes word 4l + k of z0:z1, lane 8 + l word 4l + k of z2:z3.
+      const __m512i idx = _mm512_add_epi32(
+          _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28),
+          _mm512_set1_epi32(k));
+      const __m512i lo = _mm512_permutex2var_epi32(z0, idx, z1);
+      const __m512i hi = _mm512_permutex2var_epi32(z2, idx, z3);
+      _mm512_storeu_si512(p + 64 * k, _mm512_inserti64x4(lo, _mm512_castsi512_si256(hi), 1));
+    }
+#else
+    // Each ymm holds groups 2i, 2i + 1: pair their words k (one qword per k), then transpose
+    // the 4 x 4 qwords.
+    const __m256i pair = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    __m256i y[4];
+    for (int i = 0; i < 4; ++i) y[i] = _mm256_permutevar8x32_epi32(LoadI(p + 32 * i), pair);
+    const __m256i lo01 = _mm256_unpacklo_epi64(y[0], y[1]),
+                  hi01 = _mm256_unpackhi_epi64(y[0], y[1]);
+    const __m256i lo23 = _mm256_unpacklo_epi64(y[2], y[3]),
+                  hi23 = _mm256_unpackhi_epi64(y[2], y[3]);
+    auto* out = reinterpret_cast<__m256i*>(p);
+    _mm256_storeu_si256(out + 0, _mm256_permute2x128_si256(lo01, lo23, 0x20));
+    _mm256_storeu_si256(out + 1, _mm256_permute2x128_si256(hi01, hi23, 0x20));
+    _mm256_storeu_si256(out + 2, _mm256_permute2x128_si256(lo01, lo23, 0x31));
+    _mm256_storeu_si256(out + 3, _mm256_permute2x128_si256(hi01, hi23, 0x31));
+#endif
+  }
+}
+
+// Weight rows [r0, r0 + R) of the tile against activation rows [c0, c0 + C), one super-chunk at a
+// time: R * C integer accumulators over its 4 chunks, then R * C fp32 ones over the slice.
+template <int R, int C, bool kSigned>
 inline void TileRC(const DotTile& t, int r0, int c0) {
   constexpr bool kOffsets = !kSigned;  // the signed detour leaves no + 128 to take off
   VF acc[R][C];
@@ -124,48 +175,28 @@ inline void TileRC(const DotTile& t, int r0, int c0) {
   }
   const UnpackedSlice* w = t.w + r0;
   const int8_t* qs = t.qs + c0 * t.qs_stride;
-  const float* scale = t.scale + c0 * t.scale_stride;
-  const float* sum = t.sum + c0 * t.sum_stride;
-  for (int64_t u0 = 0; u0 < t.len; u0 += kDotPad) {
-    VF part[R][C];
-    if (k256) {
+  const float* scale = t.scale + c0 * t.f_stride;
+  const float* sum = t.sum + c0 * t.f_stride;
+  for (int64_t s0 = 0; s0 < t.len; s0 += kSuper) {
+    VI iacc[R][C];
+    for (int r = 0; r < R; ++r) {
+      for (int c = 0; c < C; ++c) iacc[r][c] = ZeroI();
+    }
+    for (int64_t i = s0; i < s0 + kSuper; i += kChunk) {
+      VI a[C];
+      for (int c = 0; c < C; ++c) a[c] = LoadI(qs + c * t.qs_stride + i);
       for (int r = 0; r < R; ++r) {
-        for (int c = 0; c < C; ++c) part[r][c] = ZeroF();
+        const VI u = LoadI(w[r].lv + i);
+        for (int c = 0; c < C; ++c) iacc[r][c] = ChunkDotAdd<kSigned>(iacc[r][c], u, a[c]);
       }
     }
-    for (int64_t i = u0; i < u0 + kDotPad; i += kChunk) {
-      const int64_t g = i / 4;
-      VI u[R];
-      VF ws[R];
-      for (int r = 0; r < R; ++r) {
-        u[r] = LoadI(w[r].lv + i);
-        ws[r] = LoadF(w[r].wsc + g);
-      }
+    const int64_t h = s0 / 16;
+    for (int r = 0; r < R; ++r) {
+      const VF ws = LoadF(w[r].wsc + h);
       for (int c = 0; c < C; ++c) {
-        const VI a = LoadI(qs + c * t.qs_stride + i);
-        if (k256) {
-          for (int r = 0; r < R; ++r) {
-            part[r][c] = Fma(Cvt(ChunkDot<kSigned>(u[r], a)), ws[r], part[r][c]);
-          }
-        } else {
-          const VF as = LoadF(scale + c * t.scale_stride + g);
-          for (int r = 0; r < R; ++r) {
-            acc[r][c] = Fma(Cvt(ChunkDot<kSigned>(u[r], a)), Mul(ws[r], as), acc[r][c]);
-          }
-        }
-      }
-    }
-    if (k256) {
-      for (int c = 0; c < C; ++c) {
-        const VF as = Set1(scale[c * t.scale_stride + u0 / 4]);
-        for (int r = 0; r < R; ++r) acc[r][c] = Fma(part[r][c], as, acc[r][c]);
-      }
-    }
-    if (kOffsets) {
-      for (int64_t h = u0 / 16; h < (u0 + kDotPad) / 16; h += kLanes) {
-        for (int c = 0; c < C; ++c) {
-          const VF sm = LoadF(sum + c * t.sum_stride + h);
-          for (int r = 0; r < R; ++r) acc[r][c] = Fnma(LoadF(w[r].wmn + h), sm, acc[r][c]);
+        acc[r][c] = Fma(Cvt(iacc[r][c]), Mul(ws, LoadF(scale + c * t.f_stride + h)), acc[r][c]);
+        if (kOffsets) {
+          acc[r][c] = Fnma(LoadF(w[r].wmn + h), LoadF(sum + c * t.f_stride + h), acc[r][c]);
         }
       }
     }
@@ -175,54 +206,46 @@ inline void TileRC(const DotTile& t, int r0, int c0) {
   }
 }
 
-// Tile shapes (weight rows x activation rows) that keep the accumulators, the R weight chunks and
-// their scales in registers: 32 zmm, or 16 ymm.
+// Tile shapes (weight rows x activation rows) that keep both kinds of accumulators and the
+// activation chunks in registers: 32 zmm, or 16 ymm.
 #if defined(__AVX512F__)
-constexpr int kMaxR = 4, kMaxC256 = 2, kMaxC32 = 3;
+constexpr int kMaxR = 4, kMaxC = 2;
 #else
-constexpr int kMaxR = 2, kMaxC256 = 2, kMaxC32 = 2;
+constexpr int kMaxR = 2, kMaxC = 2;
 #endif
 
-template <int R, bool kSigned, bool k256>
+template <int R, bool kSigned>
 inline void TileR(const DotTile& t, int r0) {
-  constexpr int kMaxC = k256 ? kMaxC256 : kMaxC32;
   int c = 0;
-  for (; c + kMaxC <= t.nc; c += kMaxC) TileRC<R, kMaxC, kSigned, k256>(t, r0, c);
+  for (; c + kMaxC <= t.nc; c += kMaxC) TileRC<R, kMaxC, kSigned>(t, r0, c);
   if (kMaxC > 2) {
-    for (; c + 2 <= t.nc; c += 2) TileRC<R, 2, kSigned, k256>(t, r0, c);
+    for (; c + 2 <= t.nc; c += 2) TileRC<R, 2, kSigned>(t, r0, c);
   }
-  for (; c < t.nc; ++c) TileRC<R, 1, kSigned, k256>(t, r0, c);
+  for (; c < t.nc; ++c) TileRC<R, 1, kSigned>(t, r0, c);
 }
 
-template <bool kSigned, bool k256>
+template <bool kSigned>
 inline void TileAll(const DotTile& t) {
   for (int r0 = 0; r0 < t.nr; r0 += kMaxR) {
     switch (t.nr - r0 < kMaxR ? t.nr - r0 : kMaxR) {
-      case 1: TileR<1, kSigned, k256>(t, r0); break;
-      case 2: TileR<2, kSigned, k256>(t, r0); break;
-      case 3: TileR<3 < kMaxR ? 3 : kMaxR, kSigned, k256>(t, r0); break;
-      default: TileR<kMaxR, kSigned, k256>(t, r0); break;
+      case 1: TileR<1, kSigned>(t, r0); break;
+      case 2: TileR<2, kSigned>(t, r0); break;
+      case 3: TileR<(3 < kMaxR ? 3 : kMaxR), kSigned>(t, r0); break;
+      default: TileR<kMaxR, kSigned>(t, r0); break;
     }
   }
 }
 
 inline void DotTileSimd(const DotTile& t) {
 #if defined(__AVX512VNNI__) || defined(__AVXVNNI__)
-  constexpr bool kSignedPath = false;  // dpbusd's 32-bit sums need no signed detour
+  TileAll<false>(t);  // dpbusd's 32-bit sums need no signed detour
 #else
-  const bool kSignedPath = t.signed_levels;
-#endif
-  if (kSignedPath) {
-    if (t.act_block256) {
-      TileAll<true, true>(t);
-    } else {
-      TileAll<true, false>(t);
-    }
-  } else if (t.act_block256) {
-    TileAll<false, true>(t);
+  if (t.signed_levels) {
+    TileAll<true>(t);
   } else {
-    TileAll<false, false>(t);
+    TileAll<false>(t);
   }
+#endif
 }
 
 }  // namespace

@@ -93,18 +93,24 @@ void PanelPath(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t 
 // The int8 path's kernel for `isa`: AVX2 takes AVX-VNNI's 256-bit dpbusd where the CPU has it;
 // AVX-512 needs AVX-512BW as well (every AVX-512 server CPU has it) and takes dpbusd where the
 // CPU has AVX512-VNNI.
-using DotTileFn = void (*)(const internal::DotTile&);
-DotTileFn DotKernel(Isa isa) {
+struct Int8Kernel {
+  void (*dot)(const internal::DotTile&);
+  void (*permute)(uint8_t*, int64_t);  // the order `dot` reads levels in; null: natural
+};
+Int8Kernel DotKernel(Isa isa) {
   static const bool bw = __builtin_cpu_supports("avx512bw"), vnni = bw && internal::HasAvx512Vnni();
   static const bool avx_vnni = IsaSupported(Isa::kAvx2) && internal::HasAvxVnni();
-  const DotTileFn avx2 = avx_vnni ? internal::DotTileAvxVnni : internal::DotTileAvx2;
+  const Int8Kernel avx2 = {avx_vnni ? internal::DotTileAvxVnni : internal::DotTileAvx2,
+                           internal::PermuteLevelsAvx2};
   switch (isa) {
-    case Isa::kPortable: return internal::DotTilePortable;
+    case Isa::kPortable: return {internal::DotTilePortable, nullptr};
     case Isa::kAvx2: return avx2;
     case Isa::kAvx512:
-      return vnni ? internal::DotTileAvx512Vnni : bw ? internal::DotTileAvx512 : avx2;
+      if (!bw) return avx2;
+      return {vnni ? internal::DotTileAvx512Vnni : internal::DotTileAvx512,
+              internal::PermuteLevelsAvx512};
   }
-  return internal::DotTilePortable;
+  return {internal::DotTilePortable, nullptr};
 }
 
 constexpr int kInt8BlockRows = 16;  // weight rows unpacked per slice (4 tiles of kDotTileRows)
@@ -114,8 +120,8 @@ constexpr int64_t kInt8WholeRowMaxM = 4;  // up to this m, slices are whole rows
 // Rows [r0, r0 + nr) (nr <= kInt8BlockRows) of W against all of `a`'s rows: each slice of kDotSlice
 // inputs is unpacked once and dotted with every activation row, kInt8BlockActs rows at a time so
 // that both sides' slices stay in L1 / L2 while they are reused.
-void Int8Block(DotTileFn kernel, bool avx2, const internal::QuantActs& a, const QuantMatrix& w,
-               float* y, int64_t ldy, bool accumulate, int64_t r0, int nr) {
+void Int8Block(const Int8Kernel& kernel, bool avx2, const internal::QuantActs& a,
+               const QuantMatrix& w, float* y, int64_t ldy, bool accumulate, int64_t r0, int nr) {
   thread_local AlignedVector<uint8_t> lv_buf;
   thread_local AlignedVector<float> f_buf, acc_buf;
   const int64_t m = a.m, k = w.cols();
@@ -123,13 +129,12 @@ void Int8Block(DotTileFn kernel, bool avx2, const internal::QuantActs& a, const 
   // other, which the hardware prefetcher follows; the unpacked rows (3 bytes an input) stay in L2.
   const int64_t slice = m <= kInt8WholeRowMaxM ? a.kp : internal::kDotSlice;
   uint8_t* lv = Scratch(lv_buf, kInt8BlockRows * slice);
-  float* fl = Scratch(f_buf, kInt8BlockRows * (slice / 4 + slice / 16));
+  float* fl = Scratch(f_buf, 2 * kInt8BlockRows * (slice / 16));
   float* acc = Scratch(acc_buf, 2 * kInt8BlockRows * m);  // [2][nr][m]: sums, this slice's part
   float* part = acc + kInt8BlockRows * m;
   internal::UnpackedSlice slices[kInt8BlockRows];
   for (int r = 0; r < nr; ++r) {
-    slices[r] = {lv + r * slice, fl + r * (slice / 4),
-                 fl + kInt8BlockRows * (slice / 4) + r * (slice / 16)};
+    slices[r] = {lv + r * slice, fl + r * (slice / 16), fl + (kInt8BlockRows + r) * (slice / 16)};
   }
   for (int64_t k0 = 0; k0 < k; k0 += slice) {
     const int64_t len = std::min(slice, k - k0);
@@ -137,6 +142,7 @@ void Int8Block(DotTileFn kernel, bool avx2, const internal::QuantActs& a, const 
     const int64_t block_bytes = QuantBlockBytes(w.type()), block = QuantBlockElems(w.type());
     for (int r = 0; r < nr; ++r) {
       internal::UnpackSlice(w.type(), w.row(r0 + r), k0, len, slices[r], avx2);
+      if (kernel.permute != nullptr) kernel.permute(slices[r].lv, len_p);
       // The same slice of the row one block on (this thread's next rows, schedule(static)) into
       // L2, so its memory latency overlaps this block's dot products instead of stalling the
       // unpacker.
@@ -152,18 +158,16 @@ void Int8Block(DotTileFn kernel, bool avx2, const internal::QuantActs& a, const 
         t.w = slices + t0;
         t.nr = std::min(internal::kDotTileRows, nr - t0);
         t.qs = a.qs + c0 * a.kp + k0;
-        t.scale = a.scale + c0 * (a.kp / 4) + k0 / 4;
+        t.scale = a.scale + c0 * (a.kp / 16) + k0 / 16;
         t.sum = a.sum + c0 * (a.kp / 16) + k0 / 16;
         t.qs_stride = a.kp;
-        t.scale_stride = a.kp / 4;
-        t.sum_stride = a.kp / 16;
-        t.act_block256 = a.block == 256;
+        t.f_stride = a.kp / 16;
         t.nc = static_cast<int>(std::min<int64_t>(kInt8BlockActs, m - c0));
         t.len = len_p;
         t.signed_levels = w.type() == QuantType::kQ8_0;
         t.out = (k0 == 0 ? acc : part) + t0 * m + c0;
         t.ldo = m;
-        kernel(t);
+        kernel.dot(t);
       }
     }
     if (k0 > 0) {
@@ -187,15 +191,19 @@ void MatmulInt8(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t
   a.kp = (k + internal::kDotPad - 1) / internal::kDotPad * internal::kDotPad;
   a.qs = Scratch(qs_buf, m * a.kp);
   a.block = internal::Int8ActBlock(w.type());
-  a.scale = Scratch(f_buf, m * (a.kp / 4 + a.kp / 16));
-  a.sum = a.scale + m * (a.kp / 4);
-  const DotTileFn kernel = DotKernel(isa);
+  a.scale = Scratch(f_buf, 2 * m * (a.kp / 16));
+  a.sum = a.scale + m * (a.kp / 16);
+  const Int8Kernel kernel = DotKernel(isa);
   const int64_t blocks = (n + kInt8BlockRows - 1) / kInt8BlockRows;
 #pragma omp parallel if (parallel)
   {
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < m; ++i) internal::QuantizeActRows(x, i, i + 1, a);
-      // schedule(static): contiguous ranges of rows keep each thread's weight stream sequential.
+    for (int64_t i = 0; i < m; ++i) {
+      internal::QuantizeActRows(x, i, i + 1, a);
+      if (kernel.permute != nullptr)
+        kernel.permute(reinterpret_cast<uint8_t*>(a.qs + i * a.kp), a.kp);
+    }
+    // schedule(static): contiguous ranges of rows keep each thread's weight stream sequential.
 #pragma omp for schedule(static)
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t r0 = b * kInt8BlockRows;
