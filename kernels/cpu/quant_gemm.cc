@@ -216,7 +216,8 @@ void MatmulInt8(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t
 }  // namespace
 
 bool QuantUsesInt8(QuantType type, int64_t m) {
-  return internal::HasInt8Dot(type) && m <= kQuantInt8MaxM;
+  (void)m;  // measured: no m where the fp32 path beats int8 (quant_gemm.h)
+  return internal::HasInt8Dot(type);
 }
 
 void MatmulQuantWith(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t m,

@@ -2,14 +2,14 @@
 // of any QuantType, any m (1 for a single decode, a batch of decodes, or a prefill chunk).
 //
 // Two arithmetics, chosen per call by QuantUsesInt8 (the rule below):
-//  - int8 (the block formats Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, for decode-sized m): each
-//    activation row is quantized once per call to int8 with one step per 32 inputs (per 256 for
-//    the K-quants), as llama.cpp does, and the weights' levels take integer dot products with it
-//    (quant_dot.h: AVX512-VNNI dpbusd, AVX-512BW / AVX2 maddubs, or portable loops). The result
+//  - int8 (the block formats Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, any m): each activation row is
+//    quantized once per call to int8 with one step per 32 inputs (per 256 for the K-quants), as
+//    llama.cpp does, and the weights' levels take integer dot products with it (quant_dot.h:
+//    AVX512-VNNI or AVX-VNNI dpbusd, AVX-512BW / AVX2 maddubs, or portable loops). The result
 //    is the exact product of the dequantized weights with the rounded activations, up to fp32
 //    summation: it differs from the fp32 product by at most sum_i |w_i| s_i / 2 per output, s_i
 //    the step of input i's block (amax / 127), and by about sqrt(sum_i w_i^2 s_i^2 / 12).
-//  - fp32 (F32 / F16 / BF16 always, the block formats at prefill-sized m): the weights are
+//  - fp32 (F32 / F16 / BF16, and QuantPath::kFp32 for tests and benchmarks): the weights are
 //    dequantized on the fly and the activations are never quantized, so the result is the fp32
 //    product with the dequantized matrix up to fp32 rounding. For m <= kQuantRowPathMaxM each
 //    weight row is dequantized into an L1-resident buffer and dotted with the m rows of x; above
@@ -31,14 +31,12 @@ namespace heavykv::cpu {
 // where the type has no int8 kernel (F32, F16, BF16) runs fp32.
 enum class QuantPath { kAuto, kFp32, kInt8 };
 
-// Largest m that takes the int8 path (block formats only). Measured on Zen 5 (docs/BENCHMARKS.md,
-// quant_gemm, one thread): int8 is 1.5-3x the fp32 path's speed at m = 1..32 for every block
-// format; at m = 64 the two are within +-20% of each other (either way, by shape); from m = 128
-// on the fp32 panel kernel is as fast or up to 1.35x faster (it keeps 24 accumulators busy on
-// dequantized panels, while the int8 tile reloads both sides' scales per chunk), so prefill
-// chunks stay fp32.
-inline constexpr int64_t kQuantInt8MaxM = 48;
-
+// The rule (QuantUsesInt8): the block formats always take the int8 path, F16 / BF16 / F32 the
+// fp32 one. Measured on Zen 5 with AVX512-VNNI (docs/BENCHMARKS.md, quant_gemm, one thread,
+// int8 against the fp32 path on the same matrices): int8 is 1.5-2.6x as fast at m = 1, 1.7-2.2x
+// at m = 8..48, 1.4-1.6x at m = 64..128 and 1.15-1.4x at m = 256..512 (prefill), for every block
+// format and llama3.2-1b shape, so no m is left where fp32 wins. (On AVX2-only CPUs, where the
+// int8 dot is maddubs + madd, not yet measured: docs/BENCHMARKS.md.)
 // Largest m for which the fp32 path goes row by row rather than by panels (only F16 / BF16 / F32
 // weights, and QuantPath::kFp32, take the fp32 path at such m).
 inline constexpr int64_t kQuantRowPathMaxM = 3;
