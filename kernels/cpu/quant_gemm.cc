@@ -115,7 +115,8 @@ Int8Kernel DotKernel(Isa isa) {
 
 constexpr int kInt8BlockRows = 16;  // weight rows unpacked per slice (4 tiles of kDotTileRows)
 constexpr int kInt8BlockActs = 16;  // activation rows per pass over those rows' slice
-constexpr int64_t kInt8WholeRowMaxM = 4;  // up to this m, slices are whole rows
+constexpr int64_t kInt8WholeRowMaxM = 4;             // up to this m, slices are whole rows
+constexpr int64_t kInt8SerialQuantizeMax = 1 << 16;  // activation inputs quantized unsplit
 
 // Rows [r0, r0 + nr) (nr <= kInt8BlockRows) of W against all of `a`'s rows: each slice of kDotSlice
 // inputs is unpacked once and dotted with every activation row, kInt8BlockActs rows at a time so
@@ -195,16 +196,27 @@ void MatmulInt8(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t
   a.sum = a.scale + m * (a.kp / 16);
   const Int8Kernel kernel = DotKernel(isa);
   const int64_t blocks = (n + kInt8BlockRows - 1) / kInt8BlockRows;
+  auto quantize_row = [&](int64_t i) {
+    internal::QuantizeActRows(x, i, i + 1, a);
+    if (kernel.permute != nullptr)
+      kernel.permute(reinterpret_cast<uint8_t*>(a.qs + i * a.kp), a.kp);
+  };
+  // Decode-sized batches are quantized by the calling thread before the parallel region: a
+  // barrier between quantizing and the dot products would cost more than the few microseconds
+  // of work it spreads (and on a busy machine it waits for a descheduled thread's time slice).
+  const bool quantize_first = !parallel || m * k <= kInt8SerialQuantizeMax;
+  if (quantize_first) {
+    for (int64_t i = 0; i < m; ++i) quantize_row(i);
+  }
 #pragma omp parallel if (parallel)
   {
+    if (!quantize_first) {
 #pragma omp for schedule(static)
-    for (int64_t i = 0; i < m; ++i) {
-      internal::QuantizeActRows(x, i, i + 1, a);
-      if (kernel.permute != nullptr)
-        kernel.permute(reinterpret_cast<uint8_t*>(a.qs + i * a.kp), a.kp);
+      for (int64_t i = 0; i < m; ++i) quantize_row(i);
     }
     // schedule(static): contiguous ranges of rows keep each thread's weight stream sequential.
-#pragma omp for schedule(static)
+    // nowait: the region's end is the one barrier.
+#pragma omp for schedule(static) nowait
     for (int64_t b = 0; b < blocks; ++b) {
       const int64_t r0 = b * kInt8BlockRows;
       Int8Block(kernel, isa != Isa::kPortable, a, w, y, ldy, accumulate, r0,
