@@ -21,11 +21,18 @@ inline __m256i Load32(const uint8_t* p) {
 inline void Store32(uint8_t* p, __m256i v) {
   _mm256_storeu_si256(reinterpret_cast<__m256i*>(p), v);
 }
+// v[0..7] each twice, in order, at out[0..15].
+inline void StoreTwice(float* out, __m256 v) {
+  const __m256 lo = _mm256_unpacklo_ps(v, v), hi = _mm256_unpackhi_ps(v, v);
+  _mm256_storeu_ps(out, _mm256_permute2f128_ps(lo, hi, 0x20));
+  _mm256_storeu_ps(out + 8, _mm256_permute2f128_ps(lo, hi, 0x31));
+}
 // The 8 six-bit scales and mins of a Q4_K / Q5_K block's 12 scale bytes (quant_kquants.h,
 // KScaleMin) at once: bytes 0-3 and 4-7 hold sub-blocks 0-3's scales and mins in their low 6
 // bits; sub-blocks 4-7 take their low 4 bits from bytes 8-11 and their top 2 from the top bits
-// of bytes 0-3 (scales) and 4-7 (mins). scales[8], mins[8] as fp32 times d and dmin.
-inline void KScalesMins(const uint8_t* s, float d, float dmin, float* scales, float* mins) {
+// of bytes 0-3 (scales) and 4-7 (mins). Written times d and dmin as the scale and offset of each
+// of the block's 16 groups of 16 (wsc[16], wmn[16]).
+inline void KScalesMins(const uint8_t* s, float d, float dmin, float* wsc, float* wmn) {
   uint32_t a0, a1, a2;
   __builtin_memcpy(&a0, s, 4);
   __builtin_memcpy(&a1, s + 4, 4);
@@ -36,8 +43,8 @@ inline void KScalesMins(const uint8_t* s, float d, float dmin, float* scales, fl
                       uint64_t(((a2 >> 4) & 0x0F0F0F0Fu) | (((a1 >> 6) & 0x03030303u) << 4)) << 32;
   const __m256 fs = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(sc))));
   const __m256 fm = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(mn))));
-  _mm256_storeu_ps(scales, _mm256_mul_ps(fs, _mm256_set1_ps(d)));
-  _mm256_storeu_ps(mins, _mm256_mul_ps(fm, _mm256_set1_ps(dmin)));
+  StoreTwice(wsc, _mm256_mul_ps(fs, _mm256_set1_ps(d)));
+  StoreTwice(wmn, _mm256_mul_ps(fm, _mm256_set1_ps(dmin)));
 }
 // The scale and offset of inputs [4g, 4g + 32): two groups of 16 in wsc and wmn.
 inline void Fill8(const UnpackedSlice& o, int64_t g, float sc, float mn) {
@@ -93,8 +100,7 @@ template <bool kFifth>
 void Q45K(const uint8_t* src, int64_t nsb, const UnpackedSlice& o) {
   const __m256i low = _mm256_set1_epi8(0xF), one = _mm256_set1_epi8(1);
   for (int64_t s = 0; s < nsb; ++s, src += kFifth ? 176 : 144) {
-    float scales[8], mins[8];
-    KScalesMins(src + 4, Half(src), Half(src + 2), scales, mins);
+    KScalesMins(src + 4, Half(src), Half(src + 2), o.wsc + 16 * s, o.wmn + 16 * s);
     const uint8_t* q = src + (kFifth ? 48 : 16);
     const __m256i qh = kFifth ? Load32(src + 16) : _mm256_setzero_si256();
     uint8_t* lv = o.lv + 256 * s;
@@ -109,8 +115,6 @@ void Q45K(const uint8_t* src, int64_t nsb, const UnpackedSlice& o) {
       }
       Store32(lv, l0);
       Store32(lv + 32, l1);
-      Fill8(o, 64 * s + 8 * j, scales[j], mins[j]);
-      Fill8(o, 64 * s + 8 * (j + 1), scales[j + 1], mins[j + 1]);
     }
   }
 }
