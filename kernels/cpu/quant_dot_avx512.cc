@@ -11,4 +11,6 @@ void DotTileAvx512(const DotTile& t) { DotTileSimd(t); }
 
 void PermuteLevelsAvx512(uint8_t* p, int64_t len) { PermuteLevelsSimd(p, len); }
 
+void FusedRowsQ4KAvx512(const FusedRows& f) { FusedRowsQ4KSimd(f); }
+
 }  // namespace heavykv::cpu::internal

@@ -9,4 +9,6 @@ namespace heavykv::cpu::internal {
 
 void DotTileAvx512Vnni(const DotTile& t) { DotTileSimd(t); }
 
+void FusedRowsQ4KAvx512Vnni(const FusedRows& f) { FusedRowsQ4KSimd(f); }
+
 }  // namespace heavykv::cpu::internal

@@ -43,6 +43,24 @@ void DotTileAvxVnni(const DotTile& t);
 void DotTileAvx512(const DotTile& t);
 void DotTileAvx512Vnni(const DotTile& t);
 
+// Small batches of Q4_K rows without an unpacked copy (512-bit kernels only): out[r * ldo + c]
+// = the dot of rows[r] (nsb whole super-blocks from the slice's first, r < nr) with activation row
+// c < nc <= 4, given in the 512-bit kernels' permuted order, as DotTile computes it.
+struct FusedRows {
+  const uint8_t* const* rows;
+  int nr;
+  int64_t nsb;
+  const int8_t* qs;
+  const float* scale;
+  const float* sum;
+  int64_t qs_stride, f_stride;
+  int nc;
+  float* out;
+  int64_t ldo;
+};
+void FusedRowsQ4KAvx512(const FusedRows& f);
+void FusedRowsQ4KAvx512Vnni(const FusedRows& f);
+
 // The order the 256-bit (AVX2, AVX-VNNI) and 512-bit (AVX-512, AVX512-VNNI) kernels read levels
 // and activations in: in place over `len` bytes (a multiple of kDotPad), within each run of 128 /
 // 256 inputs (8 / 16 groups of 16), 4-byte word 4l + k (inputs 16l + 4k .. + 3) moves to word

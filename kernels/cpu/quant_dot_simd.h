@@ -236,6 +236,65 @@ inline void TileAll(const DotTile& t) {
   }
 }
 
+#if defined(__AVX512F__)
+// Q4_K rows straight from their blocks for small batches (quant_dot_kernel.h, FusedRowsQ4K): per
+// super-block, the 128 bytes of nibbles are gathered into the kernel's lane order by one 2-source
+// word permute per chunk (lane g of chunk k takes word 4g' + k of its group's 16 levels: word
+// 8 (g / 4) + 4 (g % 2) + k of qs, low nibbles for even sub-blocks g / 2, high for odd), and the
+// 8 sub-block scales and mins are decoded and spread over the 16 groups in registers: no unpacked
+// copy is written or read back.
+inline void FusedRowsQ4KSimd(const FusedRows& f) {
+  const __m512i low = _mm512_set1_epi8(0xF);
+  const __m512i shifts = _mm512_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4);
+  const __m512i words = _mm512_setr_epi32(0, 4, 0, 4, 8, 12, 8, 12, 16, 20, 16, 20, 24, 28, 24, 28);
+  const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  for (int r = 0; r < f.nr; ++r) {
+    VF acc[4] = {ZeroF(), ZeroF(), ZeroF(), ZeroF()};
+    const uint8_t* blk = f.rows[r];
+    for (int64_t s = 0; s < f.nsb; ++s, blk += 144) {
+      uint16_t hd, hm;
+      __builtin_memcpy(&hd, blk, 2);
+      __builtin_memcpy(&hm, blk + 2, 2);
+      uint32_t a0, a1, a2;
+      __builtin_memcpy(&a0, blk + 4, 4);
+      __builtin_memcpy(&a1, blk + 8, 4);
+      __builtin_memcpy(&a2, blk + 12, 4);
+      // Sub-blocks 0-3 in the low 6 bits of bytes 0-3 (scales) and 4-7 (mins); 4-7 from the
+      // nibbles of bytes 8-11 and the top 2 bits of bytes 0-3 / 4-7 (quant_kquants.h).
+      const uint64_t sc = uint64_t(a0 & 0x3F3F3F3Fu) |
+                          uint64_t((a2 & 0x0F0F0F0Fu) | (((a0 >> 6) & 0x03030303u) << 4)) << 32;
+      const uint64_t mn = uint64_t(a1 & 0x3F3F3F3Fu) |
+                          uint64_t(((a2 >> 4) & 0x0F0F0F0Fu) | (((a1 >> 6) & 0x03030303u) << 4))
+                              << 32;
+      const __m512 d = _mm512_set1_ps(_cvtsh_ss(hd)), dmin = _mm512_set1_ps(_cvtsh_ss(hm));
+      const VF ws =
+          _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(
+                               twice, _mm512_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(sc))))));
+      const VF wm =
+          _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(
+                                  twice, _mm512_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(mn))))));
+      const __m512i q0 = LoadI(blk + 16), q1 = LoadI(blk + 80);
+      VI u[4];
+      for (int k = 0; k < 4; ++k) {
+        const __m512i v =
+            _mm512_permutex2var_epi32(q0, _mm512_add_epi32(words, _mm512_set1_epi32(k)), q1);
+        u[k] = _mm512_and_si512(_mm512_srlv_epi32(v, shifts), low);
+      }
+      const int64_t h = 16 * s;
+      for (int c = 0; c < f.nc; ++c) {
+        const int8_t* q = f.qs + c * f.qs_stride + 256 * s;
+        VI iacc = ZeroI();
+        for (int k = 0; k < 4; ++k) iacc = ChunkDotAdd<false>(iacc, u[k], LoadI(q + 64 * k));
+        const float* scale = f.scale + c * f.f_stride + h;
+        acc[c] = Fma(Cvt(iacc), Mul(ws, LoadF(scale)), acc[c]);
+        acc[c] = Fnma(wm, LoadF(f.sum + c * f.f_stride + h), acc[c]);
+      }
+    }
+    for (int c = 0; c < f.nc; ++c) f.out[r * f.ldo + c] = Hsum(acc[c]);
+  }
+}
+#endif
+
 inline void DotTileSimd(const DotTile& t) {
 #if defined(__AVX512VNNI__) || defined(__AVXVNNI__)
   TileAll<false>(t);  // dpbusd's 32-bit sums need no signed detour

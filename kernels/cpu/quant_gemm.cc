@@ -95,22 +95,24 @@ void PanelPath(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t 
 // CPU has AVX512-VNNI.
 struct Int8Kernel {
   void (*dot)(const internal::DotTile&);
-  void (*permute)(uint8_t*, int64_t);  // the order `dot` reads levels in; null: natural
+  void (*permute)(uint8_t*, int64_t);             // the order `dot` reads levels in; null: natural
+  void (*fused_q4k)(const internal::FusedRows&);  // Q4_K rows for small m; null: none
 };
 Int8Kernel DotKernel(Isa isa) {
   static const bool bw = __builtin_cpu_supports("avx512bw"), vnni = bw && internal::HasAvx512Vnni();
   static const bool avx_vnni = IsaSupported(Isa::kAvx2) && internal::HasAvxVnni();
   const Int8Kernel avx2 = {avx_vnni ? internal::DotTileAvxVnni : internal::DotTileAvx2,
-                           internal::PermuteLevelsAvx2};
+                           internal::PermuteLevelsAvx2, nullptr};
   switch (isa) {
-    case Isa::kPortable: return {internal::DotTilePortable, nullptr};
+    case Isa::kPortable: return {internal::DotTilePortable, nullptr, nullptr};
     case Isa::kAvx2: return avx2;
     case Isa::kAvx512:
       if (!bw) return avx2;
       return {vnni ? internal::DotTileAvx512Vnni : internal::DotTileAvx512,
-              internal::PermuteLevelsAvx512};
+              internal::PermuteLevelsAvx512,
+              vnni ? internal::FusedRowsQ4KAvx512Vnni : internal::FusedRowsQ4KAvx512};
   }
-  return {internal::DotTilePortable, nullptr};
+  return {internal::DotTilePortable, nullptr, nullptr};
 }
 
 constexpr int kInt8BlockRows = 16;  // weight rows unpacked per slice (4 tiles of kDotTileRows)
@@ -137,42 +139,56 @@ void Int8Block(const Int8Kernel& kernel, bool avx2, const internal::QuantActs& a
   for (int r = 0; r < nr; ++r) {
     slices[r] = {lv + r * slice, fl + r * (slice / 16), fl + (kInt8BlockRows + r) * (slice / 16)};
   }
-  for (int64_t k0 = 0; k0 < k; k0 += slice) {
-    const int64_t len = std::min(slice, k - k0);
-    const int64_t len_p = (len + internal::kDotPad - 1) / internal::kDotPad * internal::kDotPad;
-    const int64_t block_bytes = QuantBlockBytes(w.type()), block = QuantBlockElems(w.type());
+  if (kernel.fused_q4k != nullptr && w.type() == QuantType::kQ4_K && m <= kInt8WholeRowMaxM) {
     for (int r = 0; r < nr; ++r) {
-      internal::UnpackSlice(w.type(), w.row(r0 + r), k0, len, slices[r], avx2);
-      if (kernel.permute != nullptr) kernel.permute(slices[r].lv, len_p);
-      // The same slice of the row one block on (this thread's next rows, schedule(static)) into
-      // L2, so its memory latency overlaps this block's dot products instead of stalling the
-      // unpacker.
+      const uint8_t* row = w.row(r0 + r);
+      internal::FusedRows f{
+          &row,        1, k / 256, a.qs, a.scale, a.sum, a.kp, a.kp / 16, static_cast<int>(m),
+          acc + r * m, m};
+      kernel.fused_q4k(f);
       if (r0 + kInt8BlockRows + r < w.rows()) {
-        const uint8_t* next = w.row(r0 + kInt8BlockRows + r) + k0 / block * block_bytes;
-        for (int64_t b = 0; b < len / block * block_bytes; b += 64)
-          __builtin_prefetch(next + b, 0, 2);
+        const uint8_t* next = w.row(r0 + kInt8BlockRows + r);
+        for (int64_t b = 0; b < w.row_bytes(); b += 64) __builtin_prefetch(next + b, 0, 2);
       }
     }
-    for (int64_t c0 = 0; c0 < m; c0 += kInt8BlockActs) {
-      for (int t0 = 0; t0 < nr; t0 += internal::kDotTileRows) {
-        internal::DotTile t;
-        t.w = slices + t0;
-        t.nr = std::min(internal::kDotTileRows, nr - t0);
-        t.qs = a.qs + c0 * a.kp + k0;
-        t.scale = a.scale + c0 * (a.kp / 16) + k0 / 16;
-        t.sum = a.sum + c0 * (a.kp / 16) + k0 / 16;
-        t.qs_stride = a.kp;
-        t.f_stride = a.kp / 16;
-        t.nc = static_cast<int>(std::min<int64_t>(kInt8BlockActs, m - c0));
-        t.len = len_p;
-        t.signed_levels = w.type() == QuantType::kQ8_0;
-        t.out = (k0 == 0 ? acc : part) + t0 * m + c0;
-        t.ldo = m;
-        kernel.dot(t);
+  } else {
+    for (int64_t k0 = 0; k0 < k; k0 += slice) {
+      const int64_t len = std::min(slice, k - k0);
+      const int64_t len_p = (len + internal::kDotPad - 1) / internal::kDotPad * internal::kDotPad;
+      const int64_t block_bytes = QuantBlockBytes(w.type()), block = QuantBlockElems(w.type());
+      for (int r = 0; r < nr; ++r) {
+        internal::UnpackSlice(w.type(), w.row(r0 + r), k0, len, slices[r], avx2);
+        if (kernel.permute != nullptr) kernel.permute(slices[r].lv, len_p);
+        // The same slice of the row one block on (this thread's next rows, schedule(static)) into
+        // L2, so its memory latency overlaps this block's dot products instead of stalling the
+        // unpacker.
+        if (r0 + kInt8BlockRows + r < w.rows()) {
+          const uint8_t* next = w.row(r0 + kInt8BlockRows + r) + k0 / block * block_bytes;
+          for (int64_t b = 0; b < len / block * block_bytes; b += 64)
+            __builtin_prefetch(next + b, 0, 2);
+        }
       }
-    }
-    if (k0 > 0) {
-      for (int64_t j = 0; j < nr * m; ++j) acc[j] += part[j];
+      for (int64_t c0 = 0; c0 < m; c0 += kInt8BlockActs) {
+        for (int t0 = 0; t0 < nr; t0 += internal::kDotTileRows) {
+          internal::DotTile t;
+          t.w = slices + t0;
+          t.nr = std::min(internal::kDotTileRows, nr - t0);
+          t.qs = a.qs + c0 * a.kp + k0;
+          t.scale = a.scale + c0 * (a.kp / 16) + k0 / 16;
+          t.sum = a.sum + c0 * (a.kp / 16) + k0 / 16;
+          t.qs_stride = a.kp;
+          t.f_stride = a.kp / 16;
+          t.nc = static_cast<int>(std::min<int64_t>(kInt8BlockActs, m - c0));
+          t.len = len_p;
+          t.signed_levels = w.type() == QuantType::kQ8_0;
+          t.out = (k0 == 0 ? acc : part) + t0 * m + c0;
+          t.ldo = m;
+          kernel.dot(t);
+        }
+      }
+      if (k0 > 0) {
+        for (int64_t j = 0; j < nr * m; ++j) acc[j] += part[j];
+      }
     }
   }
   for (int64_t i = 0; i < m; ++i) {
