@@ -387,6 +387,7 @@ TEST(QuantGemmTest, Int8PathIsWithinTheActivationRoundingOnEveryIsa) {
         }
       }
       CheckInt8Matmul(type, isa, 9, 70, 2304, true, 2);
+      CheckInt8Matmul(type, isa, 2, 37, 1024, false, 1);  // whole 256-input runs: fused decoders
     }
     CheckInt8Matmul(QuantType::kQ4_K, isa, 32, 300, 2048, false, 2);
   }
@@ -531,6 +532,62 @@ TEST(QuantGemmTest, DotKernelsAgreeWithThePortableOne) {
       }
     }
   }
+}
+
+// The fused decoders (Q4_K, Q6_K, Q8_0 rows read straight from their blocks for m <= 4), with and
+// without VNNI, against the portable int8 path on the same activations.
+TEST(QuantGemmTest, FusedDecodersAgreeWithThePortablePath) {
+  if (!IsaSupported(Isa::kAvx512) || !__builtin_cpu_supports("avx512bw")) {
+    GTEST_SKIP() << "no AVX-512BW";
+  }
+  struct Fused {
+    const char* name;
+    bool (*fn)(int, const internal::FusedRows&);
+    bool supported;
+  };
+  const Fused fused[] = {{"avx512", internal::FusedRowsAvx512, true},
+                         {"avx512vnni", internal::FusedRowsAvx512Vnni, internal::HasAvx512Vnni()}};
+  const int64_t m = 3, n = 5, k = 768;
+  for (QuantType type : {QuantType::kQ4_K, QuantType::kQ6_K, QuantType::kQ8_0}) {
+    std::vector<float> w = Uniform(n * k, 31), x = Uniform(m * k, 32);
+    w[7] = -30.0f;  // a large scale and a negative Q6_K sub-block scale nearby
+    auto q = QuantMatrix::Quantize(type, w.data(), n, k);
+    ASSERT_TRUE(q.ok());
+    std::vector<float> want(m * n);
+    MatmulQuantWith(Isa::kPortable, x.data(), *q, want.data(), m, n, false, QuantPath::kInt8);
+    // The activations as the 512-bit kernels read them.
+    std::vector<int8_t> qs(m * k);
+    std::vector<float> scale(m * k / 16), sum(m * k / 16);
+    internal::QuantActs a;
+    a.m = m;
+    a.k = a.kp = k;
+    a.block = internal::Int8ActBlock(type);
+    a.qs = qs.data();
+    a.scale = scale.data();
+    a.sum = sum.data();
+    internal::QuantizeActRows(x.data(), 0, m, a);
+    for (int64_t i = 0; i < m; ++i) {
+      internal::PermuteLevelsAvx512(reinterpret_cast<uint8_t*>(qs.data()) + i * k, k);
+    }
+    for (const Fused& fu : fused) {
+      if (!fu.supported) continue;
+      SCOPED_TRACE(::testing::Message() << QuantTypeName(type) << " " << fu.name);
+      std::vector<const uint8_t*> rows(n);
+      for (int64_t r = 0; r < n; ++r) rows[r] = q->row(r);
+      std::vector<float> got(n * m);  // [n][m]
+      internal::FusedRows f{rows.data(), int(n), k / 256,    qs.data(), scale.data(), sum.data(), k,
+                            k / 16,      int(m), got.data(), m};
+      ASSERT_TRUE(fu.fn(static_cast<int>(type), f));
+      for (int64_t i = 0; i < m; ++i) {
+        for (int64_t r = 0; r < n; ++r) {
+          ASSERT_NEAR(got[r * m + i], want[i * n + r], 1e-4 * (1 + std::fabs(want[i * n + r])))
+              << "row " << r << " act " << i;
+        }
+      }
+    }
+  }
+  EXPECT_FALSE(
+      internal::FusedRowsAvx512(static_cast<int>(QuantType::kQ4_0), internal::FusedRows{}));
 }
 
 // The permutations move 4-byte words exactly as documented (quant_dot_kernel.h).

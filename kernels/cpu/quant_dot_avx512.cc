@@ -11,6 +11,6 @@ void DotTileAvx512(const DotTile& t) { DotTileSimd(t); }
 
 void PermuteLevelsAvx512(uint8_t* p, int64_t len) { PermuteLevelsSimd(p, len); }
 
-void FusedRowsQ4KAvx512(const FusedRows& f) { FusedRowsQ4KSimd(f); }
+bool FusedRowsAvx512(int type_id, const FusedRows& f) { return FusedRowsSimdFor(type_id, f); }
 
 }  // namespace heavykv::cpu::internal

@@ -9,6 +9,6 @@ namespace heavykv::cpu::internal {
 
 void DotTileAvx512Vnni(const DotTile& t) { DotTileSimd(t); }
 
-void FusedRowsQ4KAvx512Vnni(const FusedRows& f) { FusedRowsQ4KSimd(f); }
+bool FusedRowsAvx512Vnni(int type_id, const FusedRows& f) { return FusedRowsSimdFor(type_id, f); }
 
 }  // namespace heavykv::cpu::internal

@@ -43,9 +43,10 @@ void DotTileAvxVnni(const DotTile& t);
 void DotTileAvx512(const DotTile& t);
 void DotTileAvx512Vnni(const DotTile& t);
 
-// Small batches of Q4_K rows without an unpacked copy (512-bit kernels only): out[r * ldo + c]
-// = the dot of rows[r] (nsb whole super-blocks from the slice's first, r < nr) with activation row
-// c < nc <= 4, given in the 512-bit kernels' permuted order, as DotTile computes it.
+// Small batches of weight rows without an unpacked copy (512-bit kernels; Q4_K, Q6_K, Q8_0):
+// out[r * ldo + c] = the dot of rows[r] (nsb whole runs of 256 inputs from the slice's first: one
+// K-quant super-block, or 8 Q8_0 blocks; r < nr) with activation row c < nc <= 4, given in the
+// 512-bit kernels' permuted order, as DotTile computes it. False, doing nothing, for other types.
 struct FusedRows {
   const uint8_t* const* rows;
   int nr;
@@ -58,8 +59,8 @@ struct FusedRows {
   float* out;
   int64_t ldo;
 };
-void FusedRowsQ4KAvx512(const FusedRows& f);
-void FusedRowsQ4KAvx512Vnni(const FusedRows& f);
+bool FusedRowsAvx512(int type_id, const FusedRows& f);
+bool FusedRowsAvx512Vnni(int type_id, const FusedRows& f);
 
 // The order the 256-bit (AVX2, AVX-VNNI) and 512-bit (AVX-512, AVX512-VNNI) kernels read levels
 // and activations in: in place over `len` bytes (a multiple of kDotPad), within each run of 128 /

@@ -89,6 +89,13 @@ inline VI DotAbs(VI abs_w, VI signed_a) {
 }
 #endif
 
+inline VF Set1F(float v) {
+#if defined(__AVX512F__)
+  return _mm512_set1_ps(v);
+#else
+  return _mm256_set1_ps(v);
+#endif
+}
 inline VI ZeroI() {
 #if defined(__AVX512F__)
   return _mm512_setzero_si512();
@@ -237,61 +244,148 @@ inline void TileAll(const DotTile& t) {
 }
 
 #if defined(__AVX512F__)
-// Q4_K rows straight from their blocks for small batches (quant_dot_kernel.h, FusedRowsQ4K): per
-// super-block, the 128 bytes of nibbles are gathered into the kernel's lane order by one 2-source
-// word permute per chunk (lane g of chunk k takes word 4g' + k of its group's 16 levels: word
-// 8 (g / 4) + 4 (g % 2) + k of qs, low nibbles for even sub-blocks g / 2, high for odd), and the
-// 8 sub-block scales and mins are decoded and spread over the 16 groups in registers: no unpacked
-// copy is written or read back.
-inline void FusedRowsQ4KSimd(const FusedRows& f) {
-  const __m512i low = _mm512_set1_epi8(0xF);
-  const __m512i shifts = _mm512_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4);
-  const __m512i words = _mm512_setr_epi32(0, 4, 0, 4, 8, 12, 8, 12, 16, 20, 16, 20, 24, 28, 24, 28);
-  const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+// Small batches of weight rows straight from their blocks (quant_dot_kernel.h, FusedRows): each
+// run of 256 inputs is decoded in registers into the 4 chunks of levels, in the kernel's lane
+// order (lane g of chunk k: inputs 4k..4k+3 of group g of 16), and the 16 group scales and
+// offsets; no unpacked copy is written or read back.
+
+// Words w[g] + k of the 2-source table (t0, t1), each shifted right by sh[g] bits, masked to
+// `mask` in every byte.
+inline __m512i Gather(__m512i t0, __m512i t1, __m512i w, int k, __m512i sh, __m512i mask) {
+  const __m512i v = _mm512_permutex2var_epi32(t0, _mm512_add_epi32(w, _mm512_set1_epi32(k)), t1);
+  return _mm512_and_si512(_mm512_srlv_epi32(v, sh), mask);
+}
+inline float HalfToFloat(const uint8_t* p) {
+  uint16_t h;
+  __builtin_memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// Q4_K (144 bytes): group g is half g % 2 of sub-block g / 2, whose levels are the low (even
+// sub-block) or high (odd) nibbles of qs[32 (g / 4) ..]: word 8 (g / 4) + 4 (g % 2) + k of qs.
+struct DecodeQ4K {
+  static constexpr int64_t kBytes = 144;
+  static constexpr bool kSigned = false;
+  void operator()(const uint8_t* blk, VI u[4], VF* ws, VF* wm) const {
+    uint32_t a0, a1, a2;
+    __builtin_memcpy(&a0, blk + 4, 4);
+    __builtin_memcpy(&a1, blk + 8, 4);
+    __builtin_memcpy(&a2, blk + 12, 4);
+    // Sub-blocks 0-3 in the low 6 bits of bytes 0-3 (scales) and 4-7 (mins); 4-7 from the
+    // nibbles of bytes 8-11 and the top 2 bits of bytes 0-3 / 4-7 (quant_kquants.h).
+    const uint64_t sc = uint64_t(a0 & 0x3F3F3F3Fu) |
+                        uint64_t((a2 & 0x0F0F0F0Fu) | (((a0 >> 6) & 0x03030303u) << 4)) << 32;
+    const uint64_t mn = uint64_t(a1 & 0x3F3F3F3Fu) |
+                        uint64_t(((a2 >> 4) & 0x0F0F0F0Fu) | (((a1 >> 6) & 0x03030303u) << 4))
+                            << 32;
+    const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    *ws = Mul(
+        Set1F(HalfToFloat(blk)),
+        Cvt(_mm512_permutexvar_epi32(twice, _mm512_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(sc))))));
+    *wm = Mul(
+        Set1F(HalfToFloat(blk + 2)),
+        Cvt(_mm512_permutexvar_epi32(twice, _mm512_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(mn))))));
+    const __m512i words =
+        _mm512_setr_epi32(0, 4, 0, 4, 8, 12, 8, 12, 16, 20, 16, 20, 24, 28, 24, 28);
+    const __m512i shifts = _mm512_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4);
+    const __m512i q0 = LoadI(blk + 16), q1 = LoadI(blk + 80), low = _mm512_set1_epi8(0xF);
+    for (int k = 0; k < 4; ++k) u[k] = Gather(q0, q1, words, k, shifts, low);
+  }
+};
+
+// Q6_K (210 bytes): group g is sub-block g (its own int8 scale); its half is g / 8 and its
+// quarter (g % 8) / 2: low 4 bits from word 16 (g / 8) + 8 (quarter % 2) + 4 (g % 2) + k of ql,
+// shifted by 4 (quarter / 2); top 2 bits from word 8 (g / 8) + 4 (g % 2) + k of qh, shifted by
+// 2 quarter.
+struct DecodeQ6K {
+  static constexpr int64_t kBytes = 210;
+  static constexpr bool kSigned = false;
+  void operator()(const uint8_t* blk, VI u[4], VF* ws, VF* wm) const {
+    const VF d = Set1F(HalfToFloat(blk + 208));
+    *ws = Mul(
+        d, Cvt(_mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192)))));
+    *wm = Mul(*ws, Set1F(32.0f));
+    const __m512i lw = _mm512_setr_epi32(0, 4, 8, 12, 0, 4, 8, 12, 16, 20, 24, 28, 16, 20, 24, 28);
+    const __m512i ls = _mm512_setr_epi32(0, 0, 0, 0, 4, 4, 4, 4, 0, 0, 0, 0, 4, 4, 4, 4);
+    const __m512i hw = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 8, 12, 8, 12, 8, 12, 8, 12);
+    const __m512i hs = _mm512_setr_epi32(0, 0, 2, 2, 4, 4, 6, 6, 0, 0, 2, 2, 4, 4, 6, 6);
+    const __m512i ql0 = LoadI(blk), ql1 = LoadI(blk + 64), qh = LoadI(blk + 128);
+    const __m512i low = _mm512_set1_epi8(0xF), two = _mm512_set1_epi8(3);
+    for (int k = 0; k < 4; ++k) {
+      const __m512i lo = Gather(ql0, ql1, lw, k, ls, low);
+      const __m512i hi = Gather(qh, qh, hw, k, hs, two);
+      u[k] = _mm512_or_si512(lo, _mm512_slli_epi32(hi, 4));
+    }
+  }
+};
+
+// Q8_0 (8 blocks of 34 bytes per 256 inputs): group g is half g % 2 of block g / 2; its levels are
+// the int8 values + 128, and the block's fp16 d scales both halves.
+struct DecodeQ8_0 {
+  static constexpr int64_t kBytes = 8 * 34;
+  static constexpr bool kSigned = true;
+  void operator()(const uint8_t* blk, VI u[4], VF* ws, VF* wm) const {
+    const __m512i d_at =
+        _mm512_setr_epi32(0, 0, 34, 34, 68, 68, 102, 102, 136, 136, 170, 170, 204, 204, 238, 238);
+    const __m512i halves = _mm512_i32gather_epi32(d_at, blk, 1);  // low 16 bits: the d of g / 2
+    *ws = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(halves));
+    *wm = Mul(*ws, Set1F(128.0f));
+    // Blocks 2i, 2i + 1 side by side: natural order, 64 inputs a vector, then into lane order.
+    __m512i z[4];
+    for (int i = 0; i < 4; ++i) {
+      const __m256i b0 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 68 * i + 2));
+      const __m256i b1 = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 68 * i + 36));
+      z[i] = Xor80(_mm512_inserti64x4(_mm512_castsi256_si512(b0), b1, 1));
+    }
+    const __m512i idx = _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28);
+    for (int k = 0; k < 4; ++k) {
+      const __m512i at = _mm512_add_epi32(idx, _mm512_set1_epi32(k));
+      const __m512i lo = _mm512_permutex2var_epi32(z[0], at, z[1]);
+      const __m512i hi = _mm512_permutex2var_epi32(z[2], at, z[3]);
+      u[k] = _mm512_inserti64x4(lo, _mm512_castsi512_si256(hi), 1);
+    }
+  }
+};
+
+template <class Decode>
+inline void FusedRowsSimd(const FusedRows& f) {
+  // The maddubs kernels take Q8_0's signed detour, which needs no offsets; dpbusd takes them.
+#if defined(__AVX512VNNI__)
+  constexpr bool kOffsets = true;
+#else
+  constexpr bool kOffsets = !Decode::kSigned;
+#endif
+  const Decode decode;
   for (int r = 0; r < f.nr; ++r) {
     VF acc[4] = {ZeroF(), ZeroF(), ZeroF(), ZeroF()};
     const uint8_t* blk = f.rows[r];
-    for (int64_t s = 0; s < f.nsb; ++s, blk += 144) {
-      uint16_t hd, hm;
-      __builtin_memcpy(&hd, blk, 2);
-      __builtin_memcpy(&hm, blk + 2, 2);
-      uint32_t a0, a1, a2;
-      __builtin_memcpy(&a0, blk + 4, 4);
-      __builtin_memcpy(&a1, blk + 8, 4);
-      __builtin_memcpy(&a2, blk + 12, 4);
-      // Sub-blocks 0-3 in the low 6 bits of bytes 0-3 (scales) and 4-7 (mins); 4-7 from the
-      // nibbles of bytes 8-11 and the top 2 bits of bytes 0-3 / 4-7 (quant_kquants.h).
-      const uint64_t sc = uint64_t(a0 & 0x3F3F3F3Fu) |
-                          uint64_t((a2 & 0x0F0F0F0Fu) | (((a0 >> 6) & 0x03030303u) << 4)) << 32;
-      const uint64_t mn = uint64_t(a1 & 0x3F3F3F3Fu) |
-                          uint64_t(((a2 >> 4) & 0x0F0F0F0Fu) | (((a1 >> 6) & 0x03030303u) << 4))
-                              << 32;
-      const __m512 d = _mm512_set1_ps(_cvtsh_ss(hd)), dmin = _mm512_set1_ps(_cvtsh_ss(hm));
-      const VF ws =
-          _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(
-                               twice, _mm512_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(sc))))));
-      const VF wm =
-          _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(
-                                  twice, _mm512_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(mn))))));
-      const __m512i q0 = LoadI(blk + 16), q1 = LoadI(blk + 80);
+    for (int64_t s = 0; s < f.nsb; ++s, blk += Decode::kBytes) {
       VI u[4];
-      for (int k = 0; k < 4; ++k) {
-        const __m512i v =
-            _mm512_permutex2var_epi32(q0, _mm512_add_epi32(words, _mm512_set1_epi32(k)), q1);
-        u[k] = _mm512_and_si512(_mm512_srlv_epi32(v, shifts), low);
-      }
+      VF ws, wm;
+      decode(blk, u, &ws, &wm);
       const int64_t h = 16 * s;
       for (int c = 0; c < f.nc; ++c) {
         const int8_t* q = f.qs + c * f.qs_stride + 256 * s;
         VI iacc = ZeroI();
-        for (int k = 0; k < 4; ++k) iacc = ChunkDotAdd<false>(iacc, u[k], LoadI(q + 64 * k));
-        const float* scale = f.scale + c * f.f_stride + h;
-        acc[c] = Fma(Cvt(iacc), Mul(ws, LoadF(scale)), acc[c]);
-        acc[c] = Fnma(wm, LoadF(f.sum + c * f.f_stride + h), acc[c]);
+        for (int k = 0; k < 4; ++k) {
+          iacc = ChunkDotAdd<Decode::kSigned>(iacc, u[k], LoadI(q + 64 * k));
+        }
+        acc[c] = Fma(Cvt(iacc), Mul(ws, LoadF(f.scale + c * f.f_stride + h)), acc[c]);
+        if (kOffsets) acc[c] = Fnma(wm, LoadF(f.sum + c * f.f_stride + h), acc[c]);
       }
     }
     for (int c = 0; c < f.nc; ++c) f.out[r * f.ldo + c] = Hsum(acc[c]);
   }
+}
+
+// Dispatches on the ggml type id; false where there is no fused decoder.
+inline bool FusedRowsSimdFor(int type_id, const FusedRows& f) {
+  switch (type_id) {
+    case 12: FusedRowsSimd<DecodeQ4K>(f); return true;
+    case 14: FusedRowsSimd<DecodeQ6K>(f); return true;
+    case 8: FusedRowsSimd<DecodeQ8_0>(f); return true;
+  }
+  return false;
 }
 #endif
 

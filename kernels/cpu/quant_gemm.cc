@@ -95,8 +95,8 @@ void PanelPath(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t 
 // CPU has AVX512-VNNI.
 struct Int8Kernel {
   void (*dot)(const internal::DotTile&);
-  void (*permute)(uint8_t*, int64_t);             // the order `dot` reads levels in; null: natural
-  void (*fused_q4k)(const internal::FusedRows&);  // Q4_K rows for small m; null: none
+  void (*permute)(uint8_t*, int64_t);              // the order `dot` reads levels in; null: natural
+  bool (*fused)(int, const internal::FusedRows&);  // rows straight from blocks; null: none
 };
 Int8Kernel DotKernel(Isa isa) {
   static const bool bw = __builtin_cpu_supports("avx512bw"), vnni = bw && internal::HasAvx512Vnni();
@@ -110,7 +110,7 @@ Int8Kernel DotKernel(Isa isa) {
       if (!bw) return avx2;
       return {vnni ? internal::DotTileAvx512Vnni : internal::DotTileAvx512,
               internal::PermuteLevelsAvx512,
-              vnni ? internal::FusedRowsQ4KAvx512Vnni : internal::FusedRowsQ4KAvx512};
+              vnni ? internal::FusedRowsAvx512Vnni : internal::FusedRowsAvx512};
   }
   return {internal::DotTilePortable, nullptr, nullptr};
 }
@@ -139,13 +139,17 @@ void Int8Block(const Int8Kernel& kernel, bool avx2, const internal::QuantActs& a
   for (int r = 0; r < nr; ++r) {
     slices[r] = {lv + r * slice, fl + r * (slice / 16), fl + (kInt8BlockRows + r) * (slice / 16)};
   }
-  if (kernel.fused_q4k != nullptr && w.type() == QuantType::kQ4_K && m <= kInt8WholeRowMaxM) {
+  // Small batches of the types with a fused decoder skip the unpacked copy.
+  const bool fused = kernel.fused != nullptr && m <= kInt8WholeRowMaxM && k % 256 == 0 &&
+                     (w.type() == QuantType::kQ4_K || w.type() == QuantType::kQ6_K ||
+                      w.type() == QuantType::kQ8_0);
+  if (fused) {
     for (int r = 0; r < nr; ++r) {
       const uint8_t* row = w.row(r0 + r);
       internal::FusedRows f{
           &row,        1, k / 256, a.qs, a.scale, a.sum, a.kp, a.kp / 16, static_cast<int>(m),
           acc + r * m, m};
-      kernel.fused_q4k(f);
+      kernel.fused(static_cast<int>(w.type()), f);
       if (r0 + kInt8BlockRows + r < w.rows()) {
         const uint8_t* next = w.row(r0 + kInt8BlockRows + r);
         for (int64_t b = 0; b < w.row_bytes(); b += 64) __builtin_prefetch(next + b, 0, 2);
