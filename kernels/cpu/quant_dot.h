@@ -3,7 +3,9 @@
 // with float scales (UnpackedSlice), and each ISA's kernel takes integer dot products of byte
 // levels with int8 activations, four inputs per 32-bit lane (maddubs + madd on AVX2 and AVX-512,
 // dpbusd with AVX-VNNI and AVX512-VNNI), converting each lane to fp32 once per 16 inputs it
-// sums. Not for other callers: use MatmulQuant (quant_gemm.h).
+// sums. For batches of up to 4 rows the 512-bit kernels read Q4_K, Q6_K and Q8_0 rows straight
+// from their blocks instead (FusedRows, quant_dot_kernel.h). Not for other callers: use
+// MatmulQuant (quant_gemm.h).
 //
 // Both sides describe their numbers with floats per group of 16 inputs, so every weight type
 // (32-element blocks, or 256-element super-blocks with 16- or 32-element sub-blocks) runs the same

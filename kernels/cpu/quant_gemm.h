@@ -5,10 +5,11 @@
 //  - int8 (the block formats Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K, any m): each activation row is
 //    quantized once per call to int8 with one step per 32 inputs (per 256 for the K-quants), as
 //    llama.cpp does, and the weights' levels take integer dot products with it (quant_dot.h:
-//    AVX512-VNNI or AVX-VNNI dpbusd, AVX-512BW / AVX2 maddubs, or portable loops). The result
-//    is the exact product of the dequantized weights with the rounded activations, up to fp32
-//    summation: it differs from the fp32 product by at most sum_i |w_i| s_i / 2 per output, s_i
-//    the step of input i's block (amax / 127), and by about sqrt(sum_i w_i^2 s_i^2 / 12).
+//    AVX512-VNNI or AVX-VNNI dpbusd, AVX-512BW / AVX2 maddubs, or portable loops; with AVX-512,
+//    Q4_K / Q6_K / Q8_0 rows for m <= 4 are decoded in registers straight from their blocks). The
+//    result is the exact product of the dequantized weights with the rounded activations, up to
+//    fp32 summation: it differs from the fp32 product by at most sum_i |w_i| s_i / 2 per output,
+//    s_i the step of input i's block (amax / 127), and by about sqrt(sum_i w_i^2 s_i^2 / 12).
 //  - fp32 (F32 / F16 / BF16, and QuantPath::kFp32 for tests and benchmarks): the weights are
 //    dequantized on the fly and the activations are never quantized, so the result is the fp32
 //    product with the dequantized matrix up to fp32 rounding. For m <= kQuantRowPathMaxM each
@@ -27,22 +28,23 @@
 
 namespace heavykv::cpu {
 
-// Which arithmetic MatmulQuantWith uses: kAuto is MatmulQuant's rule (QuantUsesInt8); kInt8
-// where the type has no int8 kernel (F32, F16, BF16) runs fp32.
+// Which arithmetic MatmulQuantWith uses: kAuto is MatmulQuant's rule (QuantUsesInt8); kInt8 where
+// the type has no int8 kernel (F32, F16, BF16) runs fp32.
 enum class QuantPath { kAuto, kFp32, kInt8 };
 
-// The rule (QuantUsesInt8): the block formats always take the int8 path, F16 / BF16 / F32 the
-// fp32 one. Measured on Zen 5 with AVX512-VNNI (docs/BENCHMARKS.md, quant_gemm, one thread,
-// int8 against the fp32 path on the same matrices): int8 is 1.5-2.6x as fast at m = 1, 1.7-2.2x
-// at m = 8..48, 1.4-1.6x at m = 64..128 and 1.15-1.4x at m = 256..512 (prefill), for every block
-// format and llama3.2-1b shape, so no m is left where fp32 wins. (On AVX2-only CPUs, where the
-// int8 dot is maddubs + madd, not yet measured: docs/BENCHMARKS.md.)
+// The rule (QuantUsesInt8): the block formats always take the int8 path, F16 / BF16 / F32 the fp32
+// one. Measured on Zen 5 with AVX512-VNNI (docs/BENCHMARKS.md, quant_gemm, one thread, int8 against
+// the fp32 path on the same matrices, side by side): int8 is 1.6-4x as fast at m = 1, 2-3x at
+// m = 8, 1.5-1.9x at m = 32, 1.4-1.6x at m = 64..128 and 1.1-1.4x at m = 256..512 (prefill), for
+// every block format and llama3.2-1b shape, so no m is left where fp32 wins. (On AVX2-only CPUs,
+// where the int8 dot is maddubs + madd, not yet measured.)
+
 // Largest m for which the fp32 path goes row by row rather than by panels (only F16 / BF16 / F32
 // weights, and QuantPath::kFp32, take the fp32 path at such m).
 inline constexpr int64_t kQuantRowPathMaxM = 3;
 
-// y[m][ldy] (+)= x[m][k] * W^T, ldy >= W.rows(); x rows contiguous ([m][k]). Parallel with
-// OpenMP unless already inside a parallel region or under ~2M multiply-adds. Runs BestIsa().
+// y[m][ldy] (+)= x[m][k] * W^T, ldy >= W.rows(); x rows contiguous ([m][k]). Parallel with OpenMP
+// unless already inside a parallel region or under ~2M multiply-adds. Runs BestIsa().
 void MatmulQuant(const float* x, const QuantMatrix& w, float* y, int64_t m, int64_t ldy,
                  bool accumulate);
 // The same with `isa`'s kernels, which the CPU must support (IsaSupported), and `path`'s
