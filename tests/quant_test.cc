@@ -547,7 +547,7 @@ TEST(QuantGemmTest, FusedDecodersAgreeWithThePortablePath) {
   };
   const Fused fused[] = {{"avx512", internal::FusedRowsAvx512, true},
                          {"avx512vnni", internal::FusedRowsAvx512Vnni, internal::HasAvx512Vnni()}};
-  const int64_t m = 3, n = 5, k = 768;
+  const int64_t m = 6, n = 5, k = 768;  // two groups of activation rows (4 + 2)
   for (QuantType type : {QuantType::kQ4_K, QuantType::kQ6_K, QuantType::kQ8_0}) {
     std::vector<float> w = Uniform(n * k, 31), x = Uniform(m * k, 32);
     w[7] = -30.0f;  // a large scale and a negative Q6_K sub-block scale nearby

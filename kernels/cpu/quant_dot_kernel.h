@@ -45,8 +45,9 @@ void DotTileAvx512Vnni(const DotTile& t);
 
 // Small batches of weight rows without an unpacked copy (512-bit kernels; Q4_K, Q6_K, Q8_0):
 // out[r * ldo + c] = the dot of rows[r] (nsb whole runs of 256 inputs from the slice's first: one
-// K-quant super-block, or 8 Q8_0 blocks; r < nr) with activation row c < nc <= 4, given in the
-// 512-bit kernels' permuted order, as DotTile computes it. False, doing nothing, for other types.
+// K-quant super-block, or 8 Q8_0 blocks; r < nr) with activation row c < nc (4 at a time, each
+// group decoding the rows again), given in the 512-bit kernels' permuted order, as DotTile
+// computes it. False, doing nothing, for other types.
 struct FusedRows {
   const uint8_t* const* rows;
   int nr;

@@ -357,24 +357,29 @@ inline void FusedRowsSimd(const FusedRows& f) {
 #endif
   const Decode decode;
   for (int r = 0; r < f.nr; ++r) {
-    VF acc[4] = {ZeroF(), ZeroF(), ZeroF(), ZeroF()};
-    const uint8_t* blk = f.rows[r];
-    for (int64_t s = 0; s < f.nsb; ++s, blk += Decode::kBytes) {
-      VI u[4];
-      VF ws, wm;
-      decode(blk, u, &ws, &wm);
-      const int64_t h = 16 * s;
-      for (int c = 0; c < f.nc; ++c) {
-        const int8_t* q = f.qs + c * f.qs_stride + 256 * s;
-        VI iacc = ZeroI();
-        for (int k = 0; k < 4; ++k) {
-          iacc = ChunkDotAdd<Decode::kSigned>(iacc, u[k], LoadI(q + 64 * k));
+    // Activation rows 4 at a time (4 accumulators); each group decodes the row again.
+    for (int c0 = 0; c0 < f.nc; c0 += 4) {
+      const int nc = f.nc - c0 < 4 ? f.nc - c0 : 4;
+      VF acc[4] = {ZeroF(), ZeroF(), ZeroF(), ZeroF()};
+      const uint8_t* blk = f.rows[r];
+      for (int64_t s = 0; s < f.nsb; ++s, blk += Decode::kBytes) {
+        VI u[4];
+        VF ws, wm;
+        decode(blk, u, &ws, &wm);
+        const int64_t h = 16 * s;
+        for (int c = 0; c < nc; ++c) {
+          const int8_t* q = f.qs + (c0 + c) * f.qs_stride + 256 * s;
+          VI iacc = ZeroI();
+          for (int k = 0; k < 4; ++k) {
+            iacc = ChunkDotAdd<Decode::kSigned>(iacc, u[k], LoadI(q + 64 * k));
+          }
+          const float* scale = f.scale + (c0 + c) * f.f_stride + h;
+          acc[c] = Fma(Cvt(iacc), Mul(ws, LoadF(scale)), acc[c]);
+          if (kOffsets) acc[c] = Fnma(wm, LoadF(f.sum + (c0 + c) * f.f_stride + h), acc[c]);
         }
-        acc[c] = Fma(Cvt(iacc), Mul(ws, LoadF(f.scale + c * f.f_stride + h)), acc[c]);
-        if (kOffsets) acc[c] = Fnma(wm, LoadF(f.sum + c * f.f_stride + h), acc[c]);
       }
+      for (int c = 0; c < nc; ++c) f.out[r * f.ldo + c0 + c] = Hsum(acc[c]);
     }
-    for (int c = 0; c < f.nc; ++c) f.out[r * f.ldo + c] = Hsum(acc[c]);
   }
 }
 
