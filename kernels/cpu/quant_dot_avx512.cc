@@ -13,4 +13,8 @@ void PermuteLevelsAvx512(uint8_t* p, int64_t len) { PermuteLevelsSimd(p, len); }
 
 bool FusedRowsAvx512(int type_id, const FusedRows& f) { return FusedRowsSimdFor(type_id, f); }
 
+bool DecodeSliceAvx512(int type_id, const uint8_t* src, int64_t nsb, const UnpackedSlice& out) {
+  return DecodeSliceSimdFor(type_id, src, nsb, out);
+}
+
 }  // namespace heavykv::cpu::internal

@@ -63,6 +63,11 @@ struct FusedRows {
 bool FusedRowsAvx512(int type_id, const FusedRows& f);
 bool FusedRowsAvx512Vnni(int type_id, const FusedRows& f);
 
+// The same decoders writing an unpacked slice of nsb runs of 256 inputs at src (the row's blocks
+// from the slice's first), in the 512-bit kernels' order (what UnpackSlice then PermuteLevelsAvx512
+// give). False, doing nothing, for other types.
+bool DecodeSliceAvx512(int type_id, const uint8_t* src, int64_t nsb, const UnpackedSlice& out);
+
 // The order the 256-bit (AVX2, AVX-VNNI) and 512-bit (AVX-512, AVX512-VNNI) kernels read levels
 // and activations in: in place over `len` bytes (a multiple of kDotPad), within each run of 128 /
 // 256 inputs (8 / 16 groups of 16), 4-byte word 4l + k (inputs 16l + 4k .. + 3) moves to word

@@ -383,6 +383,31 @@ inline void FusedRowsSimd(const FusedRows& f) {
   }
 }
 
+// The decoders writing an unpacked slice (UnpackedSlice, already in the kernel's lane order) for
+// batches that reuse it: nsb runs of 256 inputs from src.
+template <class Decode>
+inline void DecodeSliceSimd(const uint8_t* src, int64_t nsb, const UnpackedSlice& out) {
+  const Decode decode;
+  for (int64_t s = 0; s < nsb; ++s, src += Decode::kBytes) {
+    VI u[4];
+    VF ws, wm;
+    decode(src, u, &ws, &wm);
+    for (int k = 0; k < 4; ++k) _mm512_storeu_si512(out.lv + 256 * s + 64 * k, u[k]);
+    _mm512_storeu_ps(out.wsc + 16 * s, ws);
+    _mm512_storeu_ps(out.wmn + 16 * s, wm);
+  }
+}
+
+inline bool DecodeSliceSimdFor(int type_id, const uint8_t* src, int64_t nsb,
+                               const UnpackedSlice& out) {
+  switch (type_id) {
+    case 12: DecodeSliceSimd<DecodeQ4K>(src, nsb, out); return true;
+    case 14: DecodeSliceSimd<DecodeQ6K>(src, nsb, out); return true;
+    case 8: DecodeSliceSimd<DecodeQ8_0>(src, nsb, out); return true;
+  }
+  return false;
+}
+
 // Dispatches on the ggml type id; false where there is no fused decoder.
 inline bool FusedRowsSimdFor(int type_id, const FusedRows& f) {
   switch (type_id) {

@@ -97,22 +97,25 @@ struct Int8Kernel {
   void (*dot)(const internal::DotTile&);
   void (*permute)(uint8_t*, int64_t);              // the order `dot` reads levels in; null: natural
   bool (*fused)(int, const internal::FusedRows&);  // rows straight from blocks; null: none
+  // Unpacks straight into `dot`'s order where it can (else false); null: none.
+  bool (*decode)(int, const uint8_t*, int64_t, const internal::UnpackedSlice&);
 };
 Int8Kernel DotKernel(Isa isa) {
   static const bool bw = __builtin_cpu_supports("avx512bw"), vnni = bw && internal::HasAvx512Vnni();
   static const bool avx_vnni = IsaSupported(Isa::kAvx2) && internal::HasAvxVnni();
   const Int8Kernel avx2 = {avx_vnni ? internal::DotTileAvxVnni : internal::DotTileAvx2,
-                           internal::PermuteLevelsAvx2, nullptr};
+                           internal::PermuteLevelsAvx2, nullptr, nullptr};
   switch (isa) {
-    case Isa::kPortable: return {internal::DotTilePortable, nullptr, nullptr};
+    case Isa::kPortable: return {internal::DotTilePortable, nullptr, nullptr, nullptr};
     case Isa::kAvx2: return avx2;
     case Isa::kAvx512:
       if (!bw) return avx2;
       return {vnni ? internal::DotTileAvx512Vnni : internal::DotTileAvx512,
               internal::PermuteLevelsAvx512,
-              vnni ? internal::FusedRowsAvx512Vnni : internal::FusedRowsAvx512};
+              vnni ? internal::FusedRowsAvx512Vnni : internal::FusedRowsAvx512,
+              internal::DecodeSliceAvx512};
   }
-  return {internal::DotTilePortable, nullptr, nullptr};
+  return {internal::DotTilePortable, nullptr, nullptr, nullptr};
 }
 
 constexpr int kInt8BlockRows = 16;  // weight rows unpacked per slice (4 tiles of kDotTileRows)
@@ -165,8 +168,14 @@ void Int8Block(const Int8Kernel& kernel, bool avx2, const internal::QuantActs& a
       const int64_t len_p = (len + internal::kDotPad - 1) / internal::kDotPad * internal::kDotPad;
       const int64_t block_bytes = QuantBlockBytes(w.type()), block = QuantBlockElems(w.type());
       for (int r = 0; r < nr; ++r) {
-        internal::UnpackSlice(w.type(), w.row(r0 + r), k0, len, slices[r], avx2);
-        if (kernel.permute != nullptr) kernel.permute(slices[r].lv, len_p);
+        const bool decoded =
+            kernel.decode != nullptr && len % 256 == 0 &&
+            kernel.decode(static_cast<int>(w.type()), w.row(r0 + r) + k0 / block * block_bytes,
+                          len / 256, slices[r]);
+        if (!decoded) {
+          internal::UnpackSlice(w.type(), w.row(r0 + r), k0, len, slices[r], avx2);
+          if (kernel.permute != nullptr) kernel.permute(slices[r].lv, len_p);
+        }
         // The same slice of the row one block on (this thread's next rows, schedule(static)) into
         // L2, so its memory latency overlaps this block's dot products instead of stalling the
         // unpacker.
