@@ -33,11 +33,12 @@ namespace heavykv::cpu {
 enum class QuantPath { kAuto, kFp32, kInt8 };
 
 // The rule (QuantUsesInt8): the block formats always take the int8 path, F16 / BF16 / F32 the fp32
-// one. Measured on Zen 5 with AVX512-VNNI (docs/BENCHMARKS.md, quant_gemm, one thread, int8 against
-// the fp32 path on the same matrices, side by side): int8 is 1.8-5.7x as fast at m = 1, 2-3x at
-// m = 8, 1.5-1.9x at m = 32, 1.4-1.6x at m = 64..128 and 1.1-1.4x at m = 256..512 (prefill), for
-// every block format and llama3.2-1b shape, so no m is left where fp32 wins. (On AVX2-only CPUs,
-// where the int8 dot is maddubs + madd, not yet measured.)
+// one. Measured on Zen 5 with AVX512-VNNI (docs/BENCHMARKS.md, quant_gemm, int8 against the fp32
+// path on the same matrices, side by side): on one thread int8 is 1.9-6.5x as fast at m = 1,
+// 2.2-3.3x at m = 8, 1.6-2.0x at m = 32, 1.4-1.6x at m = 64..128 and 1.1-1.3x at m = 256..512
+// (prefill), for every block format and llama3.2-1b shape; on two threads 0.96-1.12x at m = 512
+// (the 2048 x 2048 matrix the closest). No m is left where fp32 is clearly faster. (On AVX2-only
+// CPUs, where the int8 dot is maddubs + madd, not yet measured.)
 
 // Largest m for which the fp32 path goes row by row rather than by panels (only F16 / BF16 / F32
 // weights, and QuantPath::kFp32, take the fp32 path at such m).
