@@ -1,6 +1,6 @@
 // The int8 path's portable pieces (quant_dot.h): activation quantization, the weight unpackers (one
 // per block format, written as plain loops over whole blocks for the compiler to vectorise), the
-// portable dot kernel, and the CPUID check for AVX512-VNNI.
+// portable dot kernel, and the CPUID checks for AVX512-VNNI and AVX-VNNI.
 #include "kernels/cpu/quant_dot.h"
 
 #include <cpuid.h>

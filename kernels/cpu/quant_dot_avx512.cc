@@ -1,8 +1,11 @@
-// DotTileAvx512 (quant_dot_kernel.h): the int8 dot kernel of quant_dot_simd.h for
-// AVX-512BW (512-bit maddubs + madd), on AVX-512 CPUs without VNNI (Skylake-SP, Cascade Lake).
-// This file is compiled with that ISA's -m flags (kernels/cpu/CMakeLists.txt) and must only be
-// called where the CPU has it (quant_gemm.cc checks); it includes nothing with external linkage
-// that another file could share.
+// For AVX-512BW (512-bit maddubs + madd; AVX-512 CPUs without VNNI: Skylake-SP, Cascade Lake) the
+// pieces of quant_dot_simd.h (quant_dot_kernel.h): DotTileAvx512, the int8 dot kernel;
+// PermuteLevelsAvx512, its lane order; FusedRowsAvx512, the Q4_K / Q6_K / Q8_0 rows read straight
+// from their blocks for small batches; and DecodeSliceAvx512, the same decoders writing a slice in
+// lane order (no VNNI needed: the VNNI path uses it too). This file is compiled with
+// -mavx512f -mavx512bw (and AVX2, FMA, F16C; kernels/cpu/CMakeLists.txt) and must only be called
+// where the CPU has them (quant_gemm.cc checks); it includes nothing with external linkage that
+// another file could share.
 #include "kernels/cpu/quant_dot_simd.h"
 
 namespace heavykv::cpu::internal {

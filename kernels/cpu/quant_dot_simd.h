@@ -11,6 +11,10 @@
 // or maddubs + madd + add); per super-chunk of 4 chunks, in which each lane has summed one group
 // of 16 inputs: one conversion, one multiply of the two sides' group scales, one fused
 // multiply-add, and one more for the offsets.
+//
+// With AVX-512, Q4_K / Q6_K / Q8_0 blocks are also decoded in registers straight into that lane
+// order (2-source word permutes and per-lane shifts; FusedRows for small batches, DecodeSlice to
+// write a slice for larger ones).
 #pragma once
 
 #include <immintrin.h>
