@@ -275,14 +275,14 @@ absl::Status CudaModelRunner::Impl::UploadWeights() {
     return o;
   };
   struct Slot {
-    const cpu::PackedMatrix* matrix = nullptr;  // or
+    const cpu::Linear* matrix = nullptr;        // or
     const float* floats = nullptr;              // fp32 vector / row-major table
     int64_t rows = 0, cols = 0;                 // elements = rows * cols
     bool to_bf16 = true;
     int64_t offset = 0;
   };
   std::vector<Slot> slots;
-  auto add_matrix = [&](const cpu::PackedMatrix& m) {
+  auto add_matrix = [&](const cpu::Linear& m) {
     slots.push_back({&m, nullptr, m.rows(), m.cols(), true, place(m.rows() * m.cols() * 2)});
     return slots.back().offset;
   };
@@ -306,9 +306,8 @@ absl::Status CudaModelRunner::Impl::UploadWeights() {
     lo.push_back(o);
   }
   const int64_t cls = add_matrix(model.classifier);
-  const int64_t emb = c.shared_classifier || model.embedding_storage.empty()
-                          ? cls
-                          : add_floats(model.embedding_storage.data(), c.vocab_size, c.dim, true);
+  const int64_t emb =
+      c.shared_classifier || model.embedding.empty() ? cls : add_matrix(model.embedding);
   const int64_t fin = add_floats(model.rms_final.data(), 1, c.dim, false);
   HEAVYKV_RETURN_IF_ERROR(weights.Reserve(off, stream));
   char* base = weights.as<char>();

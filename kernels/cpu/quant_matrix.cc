@@ -53,6 +53,23 @@ absl::StatusOr<QuantMatrix> QuantMatrix::Quantize(QuantType type, const float* w
   return m;
 }
 
+absl::StatusOr<QuantMatrix> QuantMatrix::Concat(const QuantMatrix& a, const QuantMatrix& b) {
+  if (a.type_ != b.type_ || a.k_ != b.k_ || a.empty() || b.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "cannot stack a ", b.n_, " x ", b.k_, " ", QuantTypeName(b.type_), " matrix below a ",
+        a.n_, " x ", a.k_, " ", QuantTypeName(a.type_), " one"));
+  }
+  QuantMatrix m;
+  m.type_ = a.type_;
+  m.n_ = a.n_ + b.n_;
+  m.k_ = a.k_;
+  m.row_bytes_ = a.row_bytes_;
+  m.data_.resize(m.n_ * m.row_bytes_);
+  std::memcpy(m.data_.data(), a.data_.data(), a.bytes());
+  std::memcpy(m.data_.data() + a.bytes(), b.data_.data(), b.bytes());
+  return m;
+}
+
 void QuantMatrix::DequantizeRowTo(int64_t r, float* out) const {
   DequantizeRow(type_, row(r), out, k_);
 }

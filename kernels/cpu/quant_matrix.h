@@ -25,6 +25,9 @@ class QuantMatrix {
                                               const void* data, int64_t bytes);
   // Quantizes w[n][k] (row-major fp32) with QuantizeRow; the same shape checks.
   static absl::StatusOr<QuantMatrix> Quantize(QuantType type, const float* w, int64_t n, int64_t k);
+  // The rows of `a`, then those of `b` (a fused projection). InvalidArgument unless both have the
+  // same type and width.
+  static absl::StatusOr<QuantMatrix> Concat(const QuantMatrix& a, const QuantMatrix& b);
 
   QuantType type() const { return type_; }
   int64_t rows() const { return n_; }  // n: outputs
