@@ -5,7 +5,8 @@
 // the top two logits are further apart than that. The same logit parity on GGUF models of the
 // other architectures and settings: qwen2 (q/k/v bias, NEOX rope, theta 1e6, eps 1e-6), Llama 3.1
 // rope_freqs at theta 500000, Q4_K/Q6_K weights (dequantized to bf16 at upload), and a random
-// qwen3 (per-head q/k norm, q_dim != dim) written here with GgufWriter.
+// qwen3 (per-head q/k norm, q_dim != dim) written here with GgufWriter, within a looser bound
+// (kGgufTolerance says why).
 #include <memory>
 #include <random>
 
@@ -189,6 +190,14 @@ TEST_F(CudaModelRunnerTest, DefaultPoolFitsInFreeMemory) {
   EXPECT_GT(*pages, 1000);
 }
 
+// The GGUF models are random (uniform weights), which makes their logits far more sensitive to
+// bf16 rounding than a trained model's: the CPU runner with only its weights and K/V rounded to
+// bf16 already lands 0.017 (rl256), 0.023 (rq256) and 0.028 (rl3) from the fp32 run on these
+// steps (stories260K: 0.0013), and the GPU also rounds the GEMM inputs. A wrong rope (theta
+// 10000 for rl3, interleaved pairs for rq256) or a missing bias moves them by 0.6 to 1.4.
+// The factors and the epsilon hardly show in logits this noisy; kernels_test.cc checks them.
+constexpr double kGgufTolerance = 0.1;
+
 std::string GgufFixture(const std::string& name) {
   return std::string(HEAVYKV_SOURCE_DIR) + "/tests/data/gguf/" + name;
 }
@@ -244,7 +253,7 @@ TEST(CudaGgufTest, Qwen2BiasNeoxLogitsMatchCpu) {
   ASSERT_TRUE(m.config.attention_bias);
   ASSERT_EQ(m.config.rope_style, RopeStyle::kNeox);
   ASSERT_NE(m.config.rms_norm_eps, 1e-5f);
-  EXPECT_LT(GgufParityError(m), 3e-2);
+  EXPECT_LT(GgufParityError(m), kGgufTolerance);
 }
 
 TEST(CudaGgufTest, Llama31RopeFreqsLogitsMatchCpu) {
@@ -252,7 +261,7 @@ TEST(CudaGgufTest, Llama31RopeFreqsLogitsMatchCpu) {
   const Model m = LoadFixture(GgufFixture("rl3-f32.gguf"));
   ASSERT_FALSE(m.rope_freqs.empty());
   ASSERT_EQ(m.config.rope_theta, 500000.0f);
-  EXPECT_LT(GgufParityError(m), 3e-2);
+  EXPECT_LT(GgufParityError(m), kGgufTolerance);
 }
 
 TEST(CudaGgufTest, QuantizedWeightsLogitsMatchCpu) {
@@ -261,7 +270,7 @@ TEST(CudaGgufTest, QuantizedWeightsLogitsMatchCpu) {
   const Model m = LoadFixture(GgufFixture("rl256-q4_k_m.gguf"));
   ASSERT_FALSE(m.layers.empty());
   ASSERT_FALSE(m.layers[0].wqkv.IsPacked(cpu::WeightType::kFp32));
-  EXPECT_LT(GgufParityError(m), 3e-2);
+  EXPECT_LT(GgufParityError(m), kGgufTolerance);
 }
 
 // A random qwen3 (the layout of tests/gguf_arch_test.cc's): dim 64, 4 heads / 2 kv heads of 32,
@@ -320,7 +329,7 @@ TEST(CudaGgufTest, Qwen3QkNormWideHeadsLogitsMatchCpu) {
   const Model m = LoadFixture(path);
   ASSERT_TRUE(m.config.qk_norm);
   ASSERT_NE(m.config.q_dim(), m.config.dim);
-  EXPECT_LT(GgufParityError(m), 3e-2);
+  EXPECT_LT(GgufParityError(m), kGgufTolerance);
 }
 
 }  // namespace
