@@ -40,7 +40,7 @@ int MakeModelCommand(int argc, char** argv) {
   flags.Bool("tied", &tied,
              "gguf: the classifier is the token embedding (no output.weight); default the "
              "shape's (llama3.2-1b, qwen2.5-0.5b, qwen3-0.6b tie; llama3-8b does not), else tied");
-  flags.String("name", &model_name, "gguf: general.name (default: the shape's name, or random)");
+  flags.String("name", &model_name, "gguf: general.name (default: random-SHAPE, or random)");
   flags.Int("dim", &dim, "model width");
   flags.Int("hidden-dim", &hidden, "feed-forward width");
   flags.Int("layers", &layers, "transformer layers");
