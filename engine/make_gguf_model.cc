@@ -207,8 +207,10 @@ absl::StatusOr<ModelConfig> WriteRandomGgufModel(const RandomGgufOptions& o,
     AddMinimalVocab(c.vocab_size, &w);
   }
   const std::vector<RandomTensorPlan> plan = PlanRandomGgufTensors(c, o.weights);
+  int64_t total = 0, done = 0;
   for (const RandomTensorPlan& t : plan) {
     if (absl::Status s = w.AddTensorInfo(t.name, t.type, t.dims); !s.ok()) return s;
+    total += *GgmlTensorBytes(t.type, t.dims);
   }
   absl::StatusOr<GgufStreamWriter> out = w.StartFile(path);
   if (!out.ok()) return out.status();
@@ -226,6 +228,8 @@ absl::StatusOr<ModelConfig> WriteRandomGgufModel(const RandomGgufOptions& o,
       buf.resize(n * row_bytes);
       EncodeRows(t, o.seed, r, n, *q, row_bytes, buf.data());
       if (absl::Status s = out->Write(buf.data(), buf.size()); !s.ok()) return s;
+      done += static_cast<int64_t>(buf.size());
+      if (o.progress) o.progress(done, total);
     }
   }
   if (absl::Status s = out->Finish(); !s.ok()) return s;

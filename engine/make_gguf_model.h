@@ -14,6 +14,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -32,6 +33,8 @@ struct RandomGgufOptions {
   // A GGUF file whose tokenizer.* keys are copied; the vocabulary size becomes its token count.
   // Empty: a minimal SentencePiece vocabulary of config.vocab_size pieces (at least 259).
   std::string vocab_from;
+  // Called after each chunk written with the tensor bytes written so far and in all; may be empty.
+  std::function<void(int64_t done, int64_t total)> progress;
 };
 
 // One tensor of the file and how its values are drawn: uniform in +-scale, or all equal to

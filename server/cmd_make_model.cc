@@ -1,6 +1,8 @@
 // heavykv make-model: writes a random-weight model at a named or explicit shape, as a llama2.c
 // checkpoint (engine/make_model.h) or a GGUF file of llama, qwen2 or qwen3 architecture with
 // llama.cpp's metadata, weight types and a vocabulary (engine/make_gguf_model.h).
+#include <unistd.h>
+
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
@@ -118,6 +120,15 @@ int MakeModelCommand(int argc, char** argv) {
     if (!vocab_from.empty() && vocab > 0) {
       return Fail(absl::InvalidArgumentError(
           "--vocab and --vocab-from conflict: the vocabulary file sets the size"));
+    }
+    if (isatty(STDERR_FILENO)) {  // a big model takes minutes: show how far it is
+      o.progress = [last = int64_t{-1}](int64_t done, int64_t total) mutable {
+        const int64_t percent = total > 0 ? done * 100 / total : 100;
+        if (percent == last) return;
+        last = percent;
+        std::fprintf(stderr, "\rwriting tensors: %3lld%%", static_cast<long long>(percent));
+        if (done == total) std::fprintf(stderr, "\n");
+      };
     }
     absl::StatusOr<ModelConfig> written = WriteRandomGgufModel(o, out);
     if (!written.ok()) return Fail(written.status());
