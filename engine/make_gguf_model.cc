@@ -59,10 +59,6 @@ void AddModelMetadata(const RandomGgufOptions& o, const ModelConfig& c, GgufWrit
     w->AddU32(a + ".vocab_size", c.vocab_size);
     w->AddU32(a + ".rope.dimension_count", c.head_dim());
   }
-  const GgmlType base = o.weights.base;
-  if (base != GgmlType::kF32 && base != GgmlType::kF16 && base != GgmlType::kBF16) {
-    w->AddU32("general.quantization_version", 2);  // GGML_QNT_VERSION, as llama-quantize
-  }
 }
 
 // A SentencePiece vocabulary that both llama.cpp and heavykv's tokenizer load: <unk>, <s>,
@@ -206,6 +202,8 @@ absl::StatusOr<ModelConfig> WriteRandomGgufModel(const RandomGgufOptions& o,
   } else {
     AddMinimalVocab(c.vocab_size, &w);
   }
+  // GGML_QNT_VERSION, after the vocabulary as the converter writes it (for every file type).
+  w.AddU32("general.quantization_version", 2);
   const std::vector<RandomTensorPlan> plan = PlanRandomGgufTensors(c, o.weights);
   int64_t total = 0, done = 0;
   for (const RandomTensorPlan& t : plan) {

@@ -10,6 +10,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <string>
 #include <vector>
 
@@ -204,6 +205,7 @@ TEST(MakeGgufModelTest, WritesEachArchitectureAndType) {
       EXPECT_EQ(*f->GetString("general.architecture"), a);
       EXPECT_EQ(*f->GetString("general.name"), "tiny");
       EXPECT_EQ(*f->GetU32("general.file_type"), o.weights.file_type);
+      EXPECT_EQ(*f->GetU32("general.quantization_version"), 2u);
       EXPECT_EQ(f->alignment(), 32u);
       EXPECT_EQ(f->FindMetadata("general.alignment"), nullptr);
       for (const auto& [key, want] : {std::pair<std::string, uint32_t>{".block_count", 3},
@@ -342,6 +344,50 @@ TEST(MakeGgufModelTest, HeavykvLoadsTheLlamaFile) {
   absl::StatusOr<Tokenizer> tok = LoadGgufTokenizer(*f, m->config.vocab_size);
   ASSERT_TRUE(tok.ok()) << tok.status();
   EXPECT_FALSE(tok->Encode("hello world", true, false).empty());
+}
+
+// With llama.cpp at hand ($LLAMA_CPP_BIN, the folder of llama-quantize): its quantization of
+// our F32 file is our quantized file, tensor for tensor, byte for byte (llama-quantize adds no
+// key we lack). Skipped without it.
+TEST(MakeGgufModelTest, LlamaQuantizeMakesTheSameTensors) {
+  const char* bin = std::getenv("LLAMA_CPP_BIN");
+  const std::string quantize = bin == nullptr ? "" : std::string(bin) + "/llama-quantize";
+  if (quantize.empty() || !std::filesystem::exists(quantize)) {
+    GTEST_SKIP() << "set LLAMA_CPP_BIN to the folder of llama.cpp's llama-quantize";
+  }
+  TempDir dir;
+  for (Architecture arch : {Architecture::kLlama, Architecture::kQwen2}) {
+    for (const char* type : {"q4_k_m", "q5_k_m", "q6_k", "q8_0"}) {
+      SCOPED_TRACE(absl::StrCat(ArchitectureName(arch), " ", type));
+      RandomGgufOptions o;
+      o.config = SmallConfig(arch);
+      o.config.hidden_dim = 512;  // rows of 256: no Q5_K -> Q5_1 fallback, which heavykv lacks
+      o.config.shared_classifier = arch == Architecture::kQwen2;
+      o.weights = *ParseGgufWeightMix("f32");
+      ASSERT_TRUE(WriteRandomGgufModel(o, dir.File("f32.gguf")).ok());
+      o.weights = *ParseGgufWeightMix(type);
+      ASSERT_TRUE(WriteRandomGgufModel(o, dir.File("ours.gguf")).ok());
+      int code = 0;
+      RunCapture(absl::StrCat(quantize, " ", dir.File("f32.gguf"), " ", dir.File("theirs.gguf"),
+                              " ", type, " 1 2>&1"),
+                 &code);
+      ASSERT_EQ(code, 0);
+      absl::StatusOr<GgufFile> ours = GgufFile::Open(dir.File("ours.gguf"));
+      absl::StatusOr<GgufFile> theirs = GgufFile::Open(dir.File("theirs.gguf"));
+      ASSERT_TRUE(ours.ok() && theirs.ok());
+      ASSERT_EQ(ours->tensors().size(), theirs->tensors().size());
+      for (const GgufTensor& t : theirs->tensors()) {
+        const GgufTensor* mine = ours->FindTensor(t.name);
+        ASSERT_NE(mine, nullptr) << t.name;
+        EXPECT_EQ(mine->type, t.type) << t.name;
+        EXPECT_TRUE(std::equal(mine->data.begin(), mine->data.end(), t.data.begin(), t.data.end()))
+            << t.name;
+      }
+      for (const GgufMetadata& m : theirs->metadata()) {
+        EXPECT_NE(ours->FindMetadata(m.key), nullptr) << m.key;
+      }
+    }
+  }
 }
 
 // The command: a GGUF file from flags, and one-line errors with a non-zero exit.
