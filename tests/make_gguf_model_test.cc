@@ -328,22 +328,34 @@ TEST(MakeGgufModelTest, CopiesTheVocabulary) {
   EXPECT_TRUE(absl::IsInvalidArgument(WriteRandomGgufModel(o, dir.File("w.gguf")).status()));
 }
 
-// heavykv runs llama files with F32/F16/BF16 weights: the model and its minimal vocabulary load.
-TEST(MakeGgufModelTest, HeavykvLoadsTheLlamaFile) {
+// heavykv loads what make-model writes, each architecture with a quantized mix, and reads back
+// the config it was written with; the minimal vocabulary loads as a tokenizer.
+TEST(MakeGgufModelTest, HeavykvLoadsEachArchitecture) {
   TempDir dir;
-  RandomGgufOptions o;
-  o.config = SmallConfig(Architecture::kLlama);
-  o.weights = *ParseGgufWeightMix("bf16");
-  ASSERT_TRUE(WriteRandomGgufModel(o, dir.File("l.gguf")).ok());
-  absl::StatusOr<GgufFile> f = GgufFile::Open(dir.File("l.gguf"));
-  ASSERT_TRUE(f.ok()) << f.status();
-  absl::StatusOr<Model> m = LoadGgufModel(*f, cpu::WeightType::kFp32);
-  ASSERT_TRUE(m.ok()) << m.status();
-  EXPECT_EQ(m->config.vocab_size, 300);
-  EXPECT_TRUE(m->config.shared_classifier);
-  absl::StatusOr<Tokenizer> tok = LoadGgufTokenizer(*f, m->config.vocab_size);
-  ASSERT_TRUE(tok.ok()) << tok.status();
-  EXPECT_FALSE(tok->Encode("hello world", true, false).empty());
+  for (Architecture arch : {Architecture::kLlama, Architecture::kQwen2, Architecture::kQwen3}) {
+    SCOPED_TRACE(ArchitectureName(arch));
+    RandomGgufOptions o;
+    o.config = SmallConfig(arch);
+    o.config.shared_classifier = arch != Architecture::kLlama;
+    o.weights = *ParseGgufWeightMix(arch == Architecture::kQwen2 ? "bf16" : "q4_k_m");
+    const std::string path = dir.File("m.gguf");
+    ASSERT_TRUE(WriteRandomGgufModel(o, path).ok());
+    absl::StatusOr<GgufFile> f = GgufFile::Open(path);
+    ASSERT_TRUE(f.ok()) << f.status();
+    absl::StatusOr<Model> m = LoadGgufModel(*f, cpu::WeightType::kFp32);
+    ASSERT_TRUE(m.ok()) << m.status();
+    const ModelConfig& c = m->config;
+    EXPECT_EQ(c.arch, arch);
+    EXPECT_EQ(c.rope_style, o.config.rope_style);
+    EXPECT_EQ(c.head_dim(), o.config.head_dim());
+    EXPECT_EQ(c.attention_bias, o.config.attention_bias);
+    EXPECT_EQ(c.qk_norm, o.config.qk_norm);
+    EXPECT_EQ(c.vocab_size, 300);
+    EXPECT_EQ(c.shared_classifier, o.config.shared_classifier);
+    absl::StatusOr<Tokenizer> tok = LoadGgufTokenizer(*f, c.vocab_size);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    EXPECT_FALSE(tok->Encode("hello world", true, false).empty());
+  }
 }
 
 // With llama.cpp at hand ($LLAMA_CPP_BIN, the folder of llama-quantize): its quantization of
