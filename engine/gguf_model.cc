@@ -183,7 +183,10 @@ absl::StatusOr<ModelConfig> ReadGgufModelConfig(const GgufFile& f) {
   return c;
 }
 
-absl::StatusOr<Model> LoadGgufModel(const GgufFile& f, cpu::WeightType weights) {
+namespace {
+
+absl::StatusOr<Model> Load(const GgufFile& f, cpu::WeightType weights,
+                           const std::shared_ptr<const GgufFile>& owner) {
   absl::StatusOr<ModelConfig> cfg = ReadGgufModelConfig(f);
   if (!cfg.ok()) return cfg.status();
   ModelConfig c = *cfg;
@@ -276,8 +279,12 @@ absl::StatusOr<Model> LoadGgufModel(const GgufFile& f, cpu::WeightType weights) 
       if (absl::Status s = flush(); !s.ok()) return s;
       absl::StatusOr<cpu::QuantType> qt = cpu::QuantTypeFromGgmlId(uint32_t(t->type));
       if (!qt.ok()) return qt.status();
-      absl::StatusOr<cpu::QuantMatrix> qm = cpu::QuantMatrix::FromRows(
-          *qt, rows, cols, t->data.data(), static_cast<int64_t>(t->data.size()));
+      absl::StatusOr<cpu::QuantMatrix> qm =
+          owner != nullptr
+              ? cpu::QuantMatrix::View(*qt, rows, cols, t->data.data(),
+                                       static_cast<int64_t>(t->data.size()), owner)
+              : cpu::QuantMatrix::FromRows(*qt, rows, cols, t->data.data(),
+                                           static_cast<int64_t>(t->data.size()));
       if (!qm.ok()) {
         return absl::InvalidArgumentError(
             absl::StrCat(f.path(), ": tensor '", t->name, "': ", qm.status().message()));
@@ -329,6 +336,17 @@ absl::StatusOr<Model> LoadGgufModel(const GgufFile& f, cpu::WeightType weights) 
   }
   if (!status.ok()) return status;
   return m;
+}
+
+}  // namespace
+
+absl::StatusOr<Model> LoadGgufModel(const GgufFile& f, cpu::WeightType weights) {
+  return Load(f, weights, nullptr);
+}
+
+absl::StatusOr<Model> LoadGgufModel(std::shared_ptr<const GgufFile> file,
+                                    cpu::WeightType weights) {
+  return Load(*file, weights, file);
 }
 
 }  // namespace heavykv

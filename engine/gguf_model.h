@@ -21,9 +21,13 @@
 // `weights` kBf16), BF16 matrices as bf16 panels (exact); F16 and quantized matrices are copied
 // block for block into QuantMatrix parts (cpu::Linear), so resident weight bytes equal the file's
 // tensor bytes for every type but F32 under --weight-dtype bf16 (half). Norms, biases and rope
-// factors are fp32 vectors. The Model owns everything; nothing points into the mapping
-// afterwards, so the caller may close the GgufFile (LoadModel does, on return).
+// factors are fp32 vectors. Memory: from a `const GgufFile&` the Model owns copies of
+// everything and the caller may close the file; from a shared_ptr (LoadModel) the F16 and
+// quantized matrices stay in the read-only mapping, which the Model keeps open (load time is
+// then the page cache's, as llama.cpp's mmap loading).
 #pragma once
+
+#include <memory>
 
 #include "absl/status/statusor.h"
 #include "engine/gguf.h"
@@ -43,6 +47,12 @@ absl::StatusOr<ModelConfig> ReadGgufModelConfig(const GgufFile& file);
 // The configuration, then every tensor checked (present, shape, type) before it is converted.
 // INVALID_ARGUMENT naming a missing tensor, a wrong shape or a type that is not a weight type
 // (or a quantized vector). `weights` as in LoadModel, for the float-typed matrices only.
+// This overload copies every tensor out of `file`, which may be closed afterwards.
 absl::StatusOr<Model> LoadGgufModel(const GgufFile& file, cpu::WeightType weights);
+// The same, but F16 and quantized matrices are views of the file's mapping (cpu::QuantMatrix::
+// View) that share ownership of `file`: the mapping stays open as long as the Model (or any
+// copy of its matrices) lives, and loading copies none of those bytes. What LoadModel does.
+absl::StatusOr<Model> LoadGgufModel(std::shared_ptr<const GgufFile> file,
+                                    cpu::WeightType weights);
 
 }  // namespace heavykv

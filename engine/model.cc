@@ -201,10 +201,11 @@ absl::StatusOr<cpu::WeightType> ParseWeightDtype(absl::string_view name) {
 
 absl::StatusOr<Model> LoadModel(const std::string& path, cpu::WeightType weights) {
   if (IsGgufFile(path)) {
-    // The mapping lives until the weights are packed, and is released on return.
+    // Quantized and F16 matrices stay in the mapping, which the Model's matrices keep open;
+    // the rest is packed, and the mapping is released with the last matrix that views it.
     absl::StatusOr<GgufFile> g = GgufFile::Open(path);
     if (!g.ok()) return g.status();
-    return LoadGgufModel(*g, weights);
+    return LoadGgufModel(std::make_shared<const GgufFile>(*std::move(g)), weights);
   }
   File f(std::fopen(path.c_str(), "rb"));
   if (!f) return absl::NotFoundError(absl::StrCat("cannot open model file ", path));

@@ -8,6 +8,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <vector>
@@ -407,7 +409,39 @@ TEST(GgufArchTest, QuantizedWeightsStayQuantizedInMemory) {
     const int64_t held = m->HeldBytes();
     EXPECT_LE(held, file_bytes * 11 / 10) << name;
     EXPECT_GE(held, file_bytes * 9 / 10) << name;  // nothing was dropped either
+    // LoadModel leaves quantized matrices in the file's mapping (nothing copied), and the model
+    // keeps the mapping open after the GgufFile above and LoadModel's own are gone.
+    const auto* down = std::get_if<cpu::QuantMatrix>(&m->layers[1].w2.parts().front());
+    ASSERT_NE(down, nullptr) << name;
+    EXPECT_TRUE(down->is_view()) << name;
+    std::vector<float> row(down->cols());
+    down->DequantizeRowTo(down->rows() - 1, row.data());
   }
+}
+
+// Views join only where one ends where the next begins; owned matrices are copied together.
+TEST(GgufArchTest, QuantViewsJoinOnlyWhenAdjacent) {
+  auto bytes = std::make_shared<std::vector<uint8_t>>(4 * 34, 0);
+  for (size_t i = 0; i < bytes->size(); ++i) (*bytes)[i] = uint8_t(i * 7);
+  auto view = [&](int64_t first_row, int64_t rows) {
+    return *cpu::QuantMatrix::View(cpu::QuantType::kQ8_0, rows, 32, bytes->data() + first_row * 34,
+                                   rows * 34, bytes);
+  };
+  cpu::Linear lin(view(0, 1));
+  ASSERT_TRUE(lin.Append(view(1, 2)).ok());  // adjacent: one part of 3 rows
+  EXPECT_EQ(lin.parts().size(), 1u);
+  ASSERT_TRUE(lin.Append(view(0, 1)).ok());  // not adjacent: a second part, nothing copied
+  EXPECT_EQ(lin.parts().size(), 2u);
+  EXPECT_EQ(lin.rows(), 4);
+  std::vector<float> a(32), b(32);
+  lin.Row(3, a.data());
+  lin.Row(0, b.data());
+  EXPECT_EQ(a, b);
+  cpu::Linear owned(*cpu::QuantMatrix::FromRows(cpu::QuantType::kQ8_0, 1, 32, bytes->data(), 34));
+  ASSERT_TRUE(owned.Append(*cpu::QuantMatrix::FromRows(cpu::QuantType::kQ8_0, 1, 32,
+                                                       bytes->data() + 68, 34)).ok());
+  EXPECT_EQ(owned.parts().size(), 1u);  // copied into one
+  EXPECT_EQ(owned.rows(), 2);
 }
 
 }  // namespace

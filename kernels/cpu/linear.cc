@@ -31,6 +31,14 @@ absl::Status Linear::Append(QuantMatrix m) {
   if (!parts_.empty()) {
     if (auto* last = std::get_if<QuantMatrix>(&parts_.back());
         last != nullptr && last->type() == m.type()) {
+      if (last->is_view() || m.is_view()) {  // join views only where they touch: never copy
+        if (std::optional<QuantMatrix> joined = QuantMatrix::JoinViews(*last, m)) {
+          *last = *std::move(joined);
+          return absl::OkStatus();
+        }
+        parts_.emplace_back(std::move(m));
+        return absl::OkStatus();
+      }
       absl::StatusOr<QuantMatrix> merged = QuantMatrix::Concat(*last, m);
       if (!merged.ok()) return merged.status();
       *last = std::move(*merged);

@@ -2,8 +2,10 @@
 // are one or more consecutive blocks ("parts"), each either a PackedMatrix (fp32 or bf16 panels,
 // packed_matrix.h) or a QuantMatrix (a GGUF block format kept as the file stores it,
 // quant_matrix.h). Fused projections are built by appending parts: wq | wk | wv of a GGUF file
-// may have different types (Q4_K_M stores attn_v as Q6_K in some layers), and a QuantMatrix part
-// absorbs a following QuantMatrix of the same type and width, so a uniform file gives one part.
+// may have different types (Q4_K_M stores attn_v as Q6_K in some layers). A QuantMatrix part
+// absorbs a following QuantMatrix of the same type and width: by copying both when they own
+// their bytes, and, when they are views of a file's mapping, only where the second starts where
+// the first ends (never a copy: otherwise the part is simply added).
 //
 // Multiply() is the weight-type dispatch of the CPU forward pass: each part goes to its kernel
 // (MatmulPacked or MatmulQuant) with its block of output columns. Immutable once built; any
