@@ -157,6 +157,24 @@ absl::StatusOr<ModelConfig> ReadGgufModelConfig(const GgufFile& f) {
   }
   c.vocab_size = static_cast<int32_t>(emb->dims[1]);
   c.shared_classifier = true;  // LoadGgufModel decides from output.weight
+  for (const auto& [key, field] : {std::pair<const char*, int32_t*>{
+                                       "tokenizer.ggml.bos_token_id", &c.bos_id},
+                                   {"tokenizer.ggml.eos_token_id", &c.eos_id}}) {
+    if (f.FindMetadata(key) == nullptr) continue;
+    absl::StatusOr<uint32_t> id = f.GetU32(key);
+    if (!id.ok()) return id.status();
+    if (*id >= uint32_t(c.vocab_size)) {
+      return absl::InvalidArgumentError(absl::StrCat(f.path(), ": metadata key '", key, "' is ",
+                                                     *id, ", outside the vocabulary of ",
+                                                     c.vocab_size));
+    }
+    *field = static_cast<int32_t>(*id);
+  }
+  if (f.FindMetadata("tokenizer.ggml.add_bos_token") != nullptr) {
+    absl::StatusOr<bool> add = f.GetBool("tokenizer.ggml.add_bos_token");
+    if (!add.ok()) return add.status();
+    c.add_bos = *add;
+  }
   c.rope_freq_factors = f.FindTensor("rope_freqs.weight") != nullptr;
   if (absl::Status s = c.Validate(); !s.ok()) return Prefixed(f, s);
 

@@ -54,6 +54,13 @@ struct ModelConfig {
   bool qk_norm = false;         // per-head RMSNorm of q and k before rope (Qwen3)
   // Llama 3.1 rope scaling: the Model carries head_dim/2 frequency divisors (rope_freqs.weight).
   bool rope_freq_factors = false;
+  // Special tokens: llama2.c's 1 and 2; a GGUF file's tokenizer.ggml.bos_token_id /
+  // eos_token_id. A prompt of ids gets BOS in front unless it starts with it or add_bos is false
+  // (tokenizer.ggml.add_bos_token; Qwen files say false); generation ends at EOS (or BOS, as
+  // run.c does).
+  int32_t bos_id = 1;
+  int32_t eos_id = 2;
+  bool add_bos = true;
 
   int32_t head_dim() const { return head_size > 0 ? head_size : dim / num_heads; }
   int32_t q_dim() const { return num_heads * head_dim(); }  // == dim unless head_size says not

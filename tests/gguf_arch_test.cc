@@ -33,6 +33,7 @@ struct Spec {
   float theta = 10000.0f, eps = 1e-5f;
   bool neox = false, bias = false, qk_norm = false, rope_freqs = false, tied = false;
   GgmlType matrix_type = GgmlType::kF32;
+  int bos = -1, eos = -1, add_bos = -1;  // tokenizer.ggml.* keys; -1: not written
   int hd() const { return head_size > 0 ? head_size : dim / heads; }
 };
 
@@ -104,6 +105,9 @@ RandomModel WriteModel(const Spec& s, const std::string& path) {
   w.AddU32(a + ".rope.dimension_count", hd);
   w.AddF32(a + ".rope.freq_base", s.theta);
   w.AddF32(a + ".attention.layer_norm_rms_epsilon", s.eps);
+  if (s.bos >= 0) w.AddU32("tokenizer.ggml.bos_token_id", s.bos);
+  if (s.eos >= 0) w.AddU32("tokenizer.ggml.eos_token_id", s.eos);
+  if (s.add_bos >= 0) w.AddBool("tokenizer.ggml.add_bos_token", s.add_bos == 1);
   if (s.head_size > 0) {
     w.AddU32(a + ".attention.key_length", hd);
     w.AddU32(a + ".attention.value_length", hd);
@@ -338,6 +342,41 @@ TEST(GgufArchTest, ConfigComesFromTheMetadata) {
   EXPECT_EQ(c->rope_style, RopeStyle::kInterleaved);
   EXPECT_TRUE(c->rope_freq_factors);
   EXPECT_EQ(c->rope_theta, 500000.0f);
+}
+
+// BOS / EOS ids and whether a prompt gets BOS come from the tokenizer keys; `run` honours them.
+TEST(GgufArchTest, SpecialTokensComeFromTheMetadata) {
+  TempDir dir;
+  Spec s = Qwen2();
+  s.bos = 7;
+  s.eos = 9;
+  s.add_bos = 0;
+  WriteModel(s, dir.File("m.gguf"));
+  absl::StatusOr<ModelConfig> c = ReadModelConfig(dir.File("m.gguf"));
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(c->bos_id, 7);
+  EXPECT_EQ(c->eos_id, 9);
+  EXPECT_FALSE(c->add_bos);
+  int rc = 0;
+  std::string out = testing::RunCapture(
+      std::string(HEAVYKV_BINARY) + " run --model " + dir.File("m.gguf") +
+          " --prompt '3 4' --steps 6 --temperature 0 --json 2>&1",
+      &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\"token_ids\":[3,4,"), std::string::npos) << out;  // no BOS in front
+  s.add_bos = 1;
+  WriteModel(s, dir.File("m.gguf"));
+  out = testing::RunCapture(std::string(HEAVYKV_BINARY) + " run --model " + dir.File("m.gguf") +
+                                " --prompt '3 4' --steps 6 --temperature 0 --json 2>&1",
+                            &rc);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("\"token_ids\":[7,3,4,"), std::string::npos) << out;
+  // An id outside the vocabulary is a clear error.
+  s.eos = 40;
+  WriteModel(s, dir.File("m.gguf"));
+  const absl::Status bad = ReadModelConfig(dir.File("m.gguf")).status();
+  EXPECT_TRUE(absl::IsInvalidArgument(bad)) << bad;
+  EXPECT_NE(bad.message().find("eos_token_id"), std::string::npos) << bad;
 }
 
 // fp32 arithmetic against double: the error is rounding only.
