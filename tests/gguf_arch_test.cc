@@ -12,6 +12,7 @@
 #include <memory>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -389,6 +390,18 @@ TEST(GgufArchTest, LlamaWithRopeFreqsMatchesTheReference) {
 TEST(GgufArchTest, Qwen2MatchesTheReference) { EXPECT_LT(RelativeError(Qwen2()), 1e-4); }
 
 TEST(GgufArchTest, Qwen3MatchesTheReference) { EXPECT_LT(RelativeError(Qwen3()), 1e-4); }
+
+// Head dims 64 and 128 (Llama 3, Qwen3) and GQA groups of 1, 4 and 8.
+TEST(GgufArchTest, WideHeadsAndGroupSizesMatchTheReference) {
+  for (auto [head_size, heads, kv_heads] : {std::tuple{128, 8, 1}, std::tuple{64, 8, 2},
+                                            std::tuple{128, 4, 4}}) {
+    Spec s = Qwen3();
+    s.head_size = head_size;
+    s.heads = heads;
+    s.kv_heads = kv_heads;
+    EXPECT_LT(RelativeError(s), 1e-4) << head_size << " " << heads << "/" << kv_heads;
+  }
+}
 
 // The reference is sensitive to each trait: the same file read as another architecture (rope
 // pairing, missing bias or norm) is far off, so the tests above cannot pass by accident.

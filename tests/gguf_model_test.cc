@@ -4,9 +4,11 @@
 // reference text and what llama.cpp itself generates (../shared/gguf/greedy.jsonl, copied below).
 #include "engine/gguf_model.h"
 
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <filesystem>
 #include <functional>
 #include <sstream>
@@ -227,6 +229,30 @@ TEST(GgufModelTest, CliEvalMatchesLlamaCppPerplexity) {
     EXPECT_NEAR(j["ppl"].get<double>(), want, want * tolerance) << name;
   }
   EXPECT_GE(ran, 13);
+}
+
+// Every KV policy runs unchanged on a quantized qwen2 model (biases, NEOX, GQA 4:1): eval with
+// budgets of 20% gives finite perplexities, the evicting ones above full's.
+TEST(GgufModelTest, EveryPolicyRunsOnAQuantizedQwen2) {
+  int rc = 0;
+  const std::string out = RunCapture(
+      absl::StrCat(HEAVYKV_BINARY, " eval --model ", Fixture("rq256-q4_k_m.gguf"), " --text ",
+                   SourcePath("tests/data/eval_stories.txt"),
+                   " --window 256 --max-windows 1 --policy full,window,sink,h2o --kv-budget 0.2"
+                   " --json 2>/dev/null"),
+      &rc);
+  ASSERT_EQ(rc, 0) << out;
+  std::map<std::string, double> ppl;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) {
+    const nlohmann::json j = nlohmann::json::parse(line);
+    ppl[j["policy"].get<std::string>()] = j["ppl"].get<double>();
+  }
+  ASSERT_EQ(ppl.size(), 4u) << out;
+  for (const auto& [policy, p] : ppl) {
+    EXPECT_TRUE(std::isfinite(p) && p > 1) << policy << " " << p;
+    if (policy != "full") EXPECT_NE(p, ppl["full"]) << policy;  // it did evict
+  }
 }
 
 TEST(GgufModelTest, InspectSaysSupported) {
