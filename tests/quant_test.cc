@@ -17,6 +17,7 @@
 
 #include "engine/gguf.h"
 #include "kernels/cpu/gemm.h"
+#include "kernels/cpu/quant_dot.h"
 #include "kernels/cpu/quant_gemm.h"
 #include "kernels/cpu/quant_matrix.h"
 #include "kernels/cpu/quant_types.h"
@@ -30,24 +31,15 @@ namespace {
 // placement or scale lands far above these.
 double MaxRelRms(QuantType type) {
   switch (type) {
-    case QuantType::kF32:
-      return 0.0;
-    case QuantType::kF16:
-      return 3e-4;
-    case QuantType::kBf16:
-      return 2.5e-3;
-    case QuantType::kQ8_0:
-      return 0.006;
-    case QuantType::kQ6_K:
-      return 0.025;
-    case QuantType::kQ5_0:
-      return 0.045;
-    case QuantType::kQ5_K:
-      return 0.045;
-    case QuantType::kQ4_0:
-      return 0.085;
-    case QuantType::kQ4_K:
-      return 0.09;
+    case QuantType::kF32: return 0.0;
+    case QuantType::kF16: return 3e-4;
+    case QuantType::kBf16: return 2.5e-3;
+    case QuantType::kQ8_0: return 0.006;
+    case QuantType::kQ6_K: return 0.025;
+    case QuantType::kQ5_0: return 0.045;
+    case QuantType::kQ5_K: return 0.045;
+    case QuantType::kQ4_0: return 0.085;
+    case QuantType::kQ4_K: return 0.09;
   }
   return 0.0;
 }
@@ -282,7 +274,6 @@ TEST(QuantFixtureTest, LlamaCppFilesDequantizeAndRequantizeAsLlamaQuantizeDid) {
   }
 }
 
-
 void CheckMatmul(QuantType type, Isa isa, int64_t m, int64_t n, int64_t k, bool accumulate,
                  int threads) {
   SCOPED_TRACE(::testing::Message()
@@ -301,7 +292,7 @@ void CheckMatmul(QuantType type, Isa isa, int64_t m, int64_t n, int64_t k, bool 
   for (int64_t i = 0; i < m; ++i) {
     for (int64_t j = 0; j < n; ++j) y[i * ldy + j] = y0[i * n + j];
   }
-  MatmulQuantWith(isa, x.data(), *q, y.data(), m, ldy, accumulate);
+  MatmulQuantWith(isa, x.data(), *q, y.data(), m, ldy, accumulate, QuantPath::kFp32);
   const std::vector<double> ref =
       testing::ReferenceMatmul(x, wdq, accumulate ? y0 : std::vector<float>{}, m, n, k);
   double err = 0, norm = 0;
@@ -314,6 +305,306 @@ void CheckMatmul(QuantType type, Isa isa, int64_t m, int64_t n, int64_t k, bool 
     for (int64_t j = n; j < ldy; ++j) ASSERT_EQ(y[i * ldy + j], 7.0f) << "wrote past column n";
   }
   EXPECT_LT(std::sqrt(err / norm), 2e-6);
+}
+
+// The int8 path against a double-precision product with the dequantized weights. Its error is
+// the activations' rounding: input i of row r becomes a multiple of its block's step
+// s_i = amax(block) / 127 (blocks of 32 inputs, 256 for the K-quants), off by at most s_i / 2, so
+// output (r, j) is off by
+//   at most  B = sum_i |w_ji| s_i / 2           (every rounding at its worst: asserted per output)
+//   about    V = sum_i w_ji^2 s_i^2 / 12        (roundings uniform and independent: the summed
+//                                                squared error over all outputs is asserted below
+//                                                2 x the summed V, and 1.05 x the right answer,
+//                                                a 5% scale error, is checked to fail that bound)
+// plus fp32 accumulation, 1e-5 of sum_i |w_ji x_i|. Returns the summed squared error / summed V.
+double CheckInt8Matmul(QuantType type, Isa isa, int64_t m, int64_t n, int64_t k, bool accumulate,
+                       int threads, uint32_t seed = 1) {
+  SCOPED_TRACE(::testing::Message()
+               << "int8 " << QuantTypeName(type) << " isa=" << IsaName(isa) << " m=" << m
+               << " n=" << n << " k=" << k << " acc=" << accumulate << " threads=" << threads);
+  SetNumThreads(threads);
+  const std::vector<float> w = Uniform(n * k, seed * 7 + uint32_t(n + k));
+  std::vector<float> x = Uniform(m * k, seed + uint32_t(m));
+  for (int64_t i = 0; i < m * k; i += 97) x[i] *= 6.0f;  // blocks of different scales
+  const std::vector<float> y0 = Uniform(m * n, 3);
+  auto q = QuantMatrix::Quantize(type, w.data(), n, k);
+  EXPECT_TRUE(q.ok()) << q.status();
+  if (!q.ok()) return 0;
+  std::vector<float> wdq(n * k), step(m * k);
+  for (int64_t r = 0; r < n; ++r) q->DequantizeRowTo(r, wdq.data() + r * k);
+  const int64_t act_block = internal::Int8ActBlock(type);  // 32, or 256 for the K-quants
+  for (int64_t b = 0; b < m * k / act_block; ++b) {
+    float amax = 0;
+    for (int64_t j = 0; j < act_block; ++j) amax = std::max(amax, std::fabs(x[act_block * b + j]));
+    for (int64_t j = 0; j < act_block; ++j) step[act_block * b + j] = amax / 127;
+  }
+  const int64_t ldy = n + 3;
+  std::vector<float> y(m * ldy, 7.0f);
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) y[i * ldy + j] = y0[i * n + j];
+  }
+  MatmulQuantWith(isa, x.data(), *q, y.data(), m, ldy, accumulate, QuantPath::kInt8);
+  const std::vector<double> ref =
+      testing::ReferenceMatmul(x, wdq, accumulate ? y0 : std::vector<float>{}, m, n, k);
+  double err2 = 0, var = 0, err2_scaled = 0;
+  for (int64_t i = 0; i < m; ++i) {
+    for (int64_t j = 0; j < n; ++j) {
+      double bound = 0, v = 0, mag = 0;
+      for (int64_t kk = 0; kk < k; ++kk) {
+        const double wv = wdq[j * k + kk], s = step[i * k + kk];
+        bound += std::fabs(wv) * s / 2;
+        v += wv * wv * s * s / 12;
+        mag += std::fabs(wv * x[i * k + kk]);
+      }
+      const double d = y[i * ldy + j] - ref[i * n + j];
+      EXPECT_LE(std::fabs(d), bound + 1e-5 * mag) << "output " << i << "," << j;
+      err2 += d * d;
+      var += v;
+      const double base = accumulate ? y0[i * n + j] : 0.0;
+      const double wrong = base + 1.05 * (y[i * ldy + j] - base) - ref[i * n + j];
+      err2_scaled += wrong * wrong;
+    }
+    for (int64_t j = n; j < ldy; ++j) EXPECT_EQ(y[i * ldy + j], 7.0f) << "wrote past column n";
+  }
+  EXPECT_LT(err2, 2 * var);
+  EXPECT_GT(err2_scaled, 2 * var) << "the bound would not see a 5% scale error";
+  return err2 / var;
+}
+
+TEST(QuantGemmTest, Int8PathIsWithinTheActivationRoundingOnEveryIsa) {
+  for (Isa isa : heavykv::testing::IsasToTest()) {
+    for (QuantType type : kAllQuantTypes) {
+      if (!internal::HasInt8Dot(type)) continue;
+      const int64_t block = QuantBlockElems(type);
+      // m: one decode, odd and blocked batches; n = 37: a partial block of 16 rows and a partial
+      // tile of 4; k: several blocks, and past one slice (kDotSlice) at m > 4.
+      for (int64_t m : {1, 3, 6, 33}) {
+        const double ratio =
+            CheckInt8Matmul(type, isa, m, 37, block == 256 ? 768 : 608, m % 2 == 1, 1);
+        if (m == 33) {
+          std::printf("[ int8 ] %-4s %-8s squared error / its expectation %.3f\n",
+                      QuantTypeName(type), IsaName(isa), ratio);
+        }
+      }
+      CheckInt8Matmul(type, isa, 9, 70, 2304, true, 2);
+    }
+    CheckInt8Matmul(QuantType::kQ4_K, isa, 32, 300, 2048, false, 2);
+  }
+}
+
+// Activations that 8 bits hold exactly (integers with each 32-block reaching +-127, so its
+// scale is 1): the int8 path must then give the fp32 product with the dequantized weights to
+// fp32 rounding, which a misplaced bit, scale or offset anywhere would break.
+TEST(QuantGemmTest, Int8PathIsExactOnActivationsThatAreInt8) {
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<int> level(-127, 127);
+  for (Isa isa : heavykv::testing::IsasToTest()) {
+    for (QuantType type : kAllQuantTypes) {
+      if (!internal::HasInt8Dot(type)) continue;
+      SCOPED_TRACE(::testing::Message() << QuantTypeName(type) << " isa=" << IsaName(isa));
+      // m = 3 for the whole-row (and, for Q4_K on AVX-512, fused) path, 5 for the sliced one.
+      for (int64_t m : {3, 5}) {
+        const int64_t n = 21, k = 1280;
+        std::vector<float> x(m * k);
+        for (int64_t i = 0; i < m * k; ++i)
+          x[i] = float(i % 32 == 7 ? (i % 64 ? 127 : -127) : level(rng));
+        const std::vector<float> w = Uniform(n * k, 9);
+        auto q = QuantMatrix::Quantize(type, w.data(), n, k);
+        ASSERT_TRUE(q.ok());
+        std::vector<float> wdq(n * k), y(m * n);
+        for (int64_t r = 0; r < n; ++r) q->DequantizeRowTo(r, wdq.data() + r * k);
+        MatmulQuantWith(isa, x.data(), *q, y.data(), m, n, false, QuantPath::kInt8);
+        const std::vector<double> ref = testing::ReferenceMatmul(x, wdq, {}, m, n, k);
+        for (int64_t i = 0; i < m * n; ++i) {
+          double mag = 0;
+          for (int64_t kk = 0; kk < k; ++kk)
+            mag += std::fabs(double(wdq[(i % n) * k + kk]) * x[(i / n) * k + kk]);
+          ASSERT_NEAR(y[i], ref[i], 2e-6 * mag) << i;
+        }
+      }
+    }
+  }
+}
+
+// Every dot kernel this CPU runs (AVX-512 with and without VNNI included) against the portable
+// one on the same unpacked tile, levels and activations at their extremes: 255 * -127 pairs
+// would saturate maddubs' 16 bits if the Q8_0 (signed_levels) handling were wrong.
+TEST(QuantGemmTest, DotKernelsAgreeWithThePortableOne) {
+  struct Kernel {
+    const char* name;
+    void (*fn)(const internal::DotTile&);
+    void (*permute)(uint8_t*, int64_t);
+    bool supported;
+  };
+  const bool avx2 = IsaSupported(Isa::kAvx2);
+  const bool bw = IsaSupported(Isa::kAvx512) && __builtin_cpu_supports("avx512bw");
+  const Kernel kernels[] = {
+      {"avx2", internal::DotTileAvx2, internal::PermuteLevelsAvx2, avx2},
+      {"avxvnni", internal::DotTileAvxVnni, internal::PermuteLevelsAvx2,
+       avx2 && internal::HasAvxVnni()},
+      {"avx512", internal::DotTileAvx512, internal::PermuteLevelsAvx512, bw},
+      {"avx512vnni", internal::DotTileAvx512Vnni, internal::PermuteLevelsAvx512,
+       bw && internal::HasAvx512Vnni()},
+  };
+  std::mt19937 rng(3);
+  const int64_t len = 768, nc = 7, nr = 4;
+  for (bool block256 : {false, true}) {
+    for (bool signed_levels : {false, true}) {
+      std::vector<uint8_t> lv(nr * len);
+      std::vector<float> wsc(nr * len / 16), wmn(nr * len / 16);
+      std::vector<int8_t> qs(nc * len);
+      std::vector<float> scale(nc * len / 16), sum(nc * len / 16);
+      for (size_t i = 0; i < lv.size(); ++i) {
+        // Q8_0's levels span 1..255 (int8 + 128); the others stay below 64.
+        lv[i] = signed_levels ? uint8_t(i % 5 == 0   ? 255
+                                        : i % 5 == 1 ? 1
+                                                     : rng() % 256)
+                              : uint8_t(i % 3 == 0 ? 63 : rng() % 64);
+      }
+      for (size_t i = 0; i < qs.size(); ++i) qs[i] = int8_t(i % 2 ? -127 : int(rng() % 255) - 127);
+      // Q8_0's scale is one per block of 32, which the signed detour (no offset term) relies on.
+      for (size_t h = 0; h < wsc.size(); ++h) {
+        wsc[h] = signed_levels && h % 2 ? wsc[h - 1] : 0.001f * float(1 + rng() % 100);
+        wmn[h] = signed_levels ? 128 * wsc[h] : 0.01f * float(rng() % 10);
+      }
+      for (int64_t h = 0; h < nc * len / 16; ++h) {
+        // One step per 256 inputs, or per 32.
+        scale[h] = 0.01f * float(1 + (block256 ? h / 16 : h / 2) % 10);
+        int s = 0;
+        for (int j = 0; j < 16; ++j) s += qs[16 * h + j];
+        sum[h] = scale[h] * float(s);
+      }
+      for (int tile_rows = 1; tile_rows <= nr; ++tile_rows) {
+        internal::DotTile t;
+        t.nr = tile_rows;
+        t.scale = scale.data();
+        t.sum = sum.data();
+        t.qs_stride = len;
+        t.f_stride = len / 16;
+        t.nc = int(nc);
+        t.len = len;
+        t.signed_levels = signed_levels;
+        t.ldo = nc;
+        std::vector<float> want(nr * nc), got(nr * nc);
+        internal::UnpackedSlice w[nr];
+        for (int r = 0; r < nr; ++r) {
+          w[r] = {lv.data() + r * len, wsc.data() + r * len / 16, wmn.data() + r * len / 16};
+        }
+        t.w = w;
+        t.qs = qs.data();
+        t.out = want.data();
+        internal::DotTilePortable(t);
+        for (const Kernel& kernel : kernels) {
+          if (!kernel.supported) continue;
+          SCOPED_TRACE(::testing::Message() << kernel.name << " signed=" << signed_levels
+                                            << " block256=" << block256 << " rows=" << tile_rows);
+          // The same numbers in the order this kernel reads them.
+          std::vector<uint8_t> lv_p = lv;
+          std::vector<int8_t> qs_p = qs;
+          for (int r = 0; r < nr; ++r) kernel.permute(lv_p.data() + r * len, len);
+          for (int c = 0; c < nc; ++c) {
+            kernel.permute(reinterpret_cast<uint8_t*>(qs_p.data()) + c * len, len);
+          }
+          internal::UnpackedSlice wp[nr];
+          for (int r = 0; r < nr; ++r) wp[r] = {lv_p.data() + r * len, w[r].wsc, w[r].wmn};
+          internal::DotTile tp = t;
+          tp.w = wp;
+          tp.qs = qs_p.data();
+          std::fill(got.begin(), got.end(), 0.0f);
+          tp.out = got.data();
+          kernel.fn(tp);
+          for (int64_t i = 0; i < tile_rows * nc; ++i) {
+            // fp32 summation order: relative to the terms' magnitudes (Q8_0's + 128 and its
+            // offset term cancel), not to their sum.
+            const int64_t r = i / nc, col = i % nc;
+            double mag = 0;
+            for (int64_t e = 0; e < len; ++e) {
+              mag += std::fabs(double(wsc[(r * len + e) / 16]) * scale[(col * len + e) / 16] *
+                               lv[r * len + e] * qs[col * len + e]);
+            }
+            for (int64_t h = 0; h < len / 16; ++h) {
+              mag += std::fabs(double(wmn[r * len / 16 + h]) * sum[col * len / 16 + h]);
+            }
+            ASSERT_NEAR(got[i], want[i], 1e-6 * mag) << i;
+          }
+        }
+      }
+    }
+  }
+}
+
+// The permutations move 4-byte words exactly as documented (quant_dot_kernel.h).
+TEST(QuantGemmTest, LevelPermutationsAreTheDocumentedTransposes) {
+  struct Perm {
+    void (*fn)(uint8_t*, int64_t);
+    int64_t lanes;
+    bool supported;
+  };
+  const Perm perms[] = {{internal::PermuteLevelsAvx2, 8, IsaSupported(Isa::kAvx2)},
+                        {internal::PermuteLevelsAvx512, 16, IsaSupported(Isa::kAvx512)}};
+  for (const Perm& p : perms) {
+    if (!p.supported) continue;
+    std::vector<uint8_t> v(512);
+    for (size_t i = 0; i < v.size(); ++i) v[i] = uint8_t(i * 7 + i / 256);
+    std::vector<uint8_t> out = v;
+    p.fn(out.data(), int64_t(out.size()));
+    const int64_t run = 16 * p.lanes;  // bytes per super-chunk
+    for (int64_t s = 0; s < int64_t(v.size()); s += run) {
+      for (int64_t l = 0; l < p.lanes; ++l) {
+        for (int k = 0; k < 4; ++k) {
+          for (int b = 0; b < 4; ++b) {
+            ASSERT_EQ(out[s + 4 * (k * p.lanes + l) + b], v[s + 4 * (4 * l + k) + b])
+                << "lanes " << p.lanes << " l " << l << " k " << k;
+          }
+        }
+      }
+    }
+  }
+}
+
+// MatmulQuant takes the int8 path for the block formats at any m and fp32 for F16 / BF16 / F32:
+// bit for bit what the explicit paths give.
+TEST(QuantGemmTest, AutoFollowsThePathRule) {
+  SetNumThreads(1);
+  const int64_t n = 40, k = 512;
+  for (QuantType type : {QuantType::kQ4_K, QuantType::kQ8_0, QuantType::kF16}) {
+    const std::vector<float> w = Uniform(n * k, 1);
+    auto q = QuantMatrix::Quantize(type, w.data(), n, k);
+    ASSERT_TRUE(q.ok());
+    for (int64_t m : {1, 48, 100}) {
+      SCOPED_TRACE(::testing::Message() << QuantTypeName(type) << " m=" << m);
+      const std::vector<float> x = Uniform(m * k, 2);
+      std::vector<float> got(m * n), want(m * n);
+      MatmulQuant(x.data(), *q, got.data(), m, n, false);
+      const bool int8 = type != QuantType::kF16;
+      EXPECT_EQ(QuantUsesInt8(type, m), int8);
+      MatmulQuantWith(BestIsa(), x.data(), *q, want.data(), m, n, false,
+                      int8 ? QuantPath::kInt8 : QuantPath::kFp32);
+      for (int64_t i = 0; i < m * n; ++i) ASSERT_EQ(got[i], want[i]) << i;
+    }
+  }
+}
+
+// The portable and vector int8 paths quantize activations with the same code and take exact
+// integer dots, so they differ by fp32 summation order only.
+TEST(QuantGemmTest, Int8PathsAgreeAcrossIsas) {
+  for (QuantType type : kAllQuantTypes) {
+    if (!internal::HasInt8Dot(type)) continue;
+    SCOPED_TRACE(QuantTypeName(type));
+    const int64_t m = 7, n = 50, k = 1536;
+    const std::vector<float> w = Uniform(n * k, 21), x = Uniform(m * k, 22);
+    auto q = QuantMatrix::Quantize(type, w.data(), n, k);
+    ASSERT_TRUE(q.ok());
+    std::vector<float> want(m * n), got(m * n);
+    MatmulQuantWith(Isa::kPortable, x.data(), *q, want.data(), m, n, false, QuantPath::kInt8);
+    for (Isa isa : heavykv::testing::IsasToTest()) {
+      MatmulQuantWith(isa, x.data(), *q, got.data(), m, n, false, QuantPath::kInt8);
+      for (int64_t i = 0; i < m * n; ++i) {
+        ASSERT_NEAR(got[i], want[i], 2e-5f * (1.0f + std::fabs(want[i])))
+            << IsaName(isa) << " " << i;
+      }
+    }
+  }
 }
 
 // k per type: not a multiple of the AVX2 kernel's 512-input chunk nor of 16 where the block allows.

@@ -7,6 +7,7 @@
 
 #include "kernels/cpu/packed_gemm_panels.h"
 #include "kernels/cpu/packed_matrix.h"
+#include "kernels/cpu/quant_dot.h"
 #include "kernels/cpu/quant_gemm_paths.h"
 #include "memory/aligned_vector.h"
 
@@ -17,7 +18,8 @@ constexpr int kGroupRows = 8;  // rows dequantized together, then transposed int
 
 // Per-thread scratch, grown on demand and kept for the thread's life (the OpenMP pool's threads
 // persist), so a call never allocates, nor faults in fresh pages, once warm.
-float* Scratch(AlignedVector<float>& buf, int64_t elems) {
+template <typename T>
+T* Scratch(AlignedVector<T>& buf, int64_t elems) {
   if (static_cast<int64_t>(buf.size()) < elems) buf.resize(elems);
   return buf.data();
 }
@@ -57,8 +59,8 @@ void RowPath(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t m,
   }
 }
 
-// Panel p of W (rows p * 48 ..), dequantized into PackedMatrix's fp32 panel layout, against all
-// of x.
+// Panel p of W (rows p * 48 ..), dequantized into PackedMatrix's fp32 panel layout, against all of
+// x.
 void PanelPath(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t m, int64_t ldy,
                bool accumulate, int64_t p) {
   thread_local AlignedVector<float> rows_buf, panel_buf;
@@ -88,14 +90,177 @@ void PanelPath(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t 
                       accumulate, ncols);
 }
 
+// The int8 path's kernel for `isa`: AVX2 takes AVX-VNNI's 256-bit dpbusd where the CPU has it;
+// AVX-512 needs AVX-512BW as well (every AVX-512 server CPU has it) and takes dpbusd where the
+// CPU has AVX512-VNNI.
+struct Int8Kernel {
+  void (*dot)(const internal::DotTile&);
+  void (*permute)(uint8_t*, int64_t);             // the order `dot` reads levels in; null: natural
+  void (*fused_q4k)(const internal::FusedRows&);  // Q4_K rows for small m; null: none
+};
+Int8Kernel DotKernel(Isa isa) {
+  static const bool bw = __builtin_cpu_supports("avx512bw"), vnni = bw && internal::HasAvx512Vnni();
+  static const bool avx_vnni = IsaSupported(Isa::kAvx2) && internal::HasAvxVnni();
+  const Int8Kernel avx2 = {avx_vnni ? internal::DotTileAvxVnni : internal::DotTileAvx2,
+                           internal::PermuteLevelsAvx2, nullptr};
+  switch (isa) {
+    case Isa::kPortable: return {internal::DotTilePortable, nullptr, nullptr};
+    case Isa::kAvx2: return avx2;
+    case Isa::kAvx512:
+      if (!bw) return avx2;
+      return {vnni ? internal::DotTileAvx512Vnni : internal::DotTileAvx512,
+              internal::PermuteLevelsAvx512,
+              vnni ? internal::FusedRowsQ4KAvx512Vnni : internal::FusedRowsQ4KAvx512};
+  }
+  return {internal::DotTilePortable, nullptr, nullptr};
+}
+
+constexpr int kInt8BlockRows = 16;  // weight rows unpacked per slice (4 tiles of kDotTileRows)
+constexpr int kInt8BlockActs = 16;  // activation rows per pass over those rows' slice
+constexpr int64_t kInt8WholeRowMaxM = 4;             // up to this m, slices are whole rows
+constexpr int64_t kInt8SerialQuantizeMax = 1 << 16;  // activation inputs quantized unsplit
+
+// Rows [r0, r0 + nr) (nr <= kInt8BlockRows) of W against all of `a`'s rows: each slice of kDotSlice
+// inputs is unpacked once and dotted with every activation row, kInt8BlockActs rows at a time so
+// that both sides' slices stay in L1 / L2 while they are reused.
+void Int8Block(const Int8Kernel& kernel, bool avx2, const internal::QuantActs& a,
+               const QuantMatrix& w, float* y, int64_t ldy, bool accumulate, int64_t r0, int nr) {
+  thread_local AlignedVector<uint8_t> lv_buf;
+  thread_local AlignedVector<float> f_buf, acc_buf;
+  const int64_t m = a.m, k = w.cols();
+  // Small batches take whole rows: the weights then stream in address order, one row after the
+  // other, which the hardware prefetcher follows; the unpacked rows (3 bytes an input) stay in L2.
+  const int64_t slice = m <= kInt8WholeRowMaxM ? a.kp : internal::kDotSlice;
+  uint8_t* lv = Scratch(lv_buf, kInt8BlockRows * slice);
+  float* fl = Scratch(f_buf, 2 * kInt8BlockRows * (slice / 16));
+  float* acc = Scratch(acc_buf, 2 * kInt8BlockRows * m);  // [2][nr][m]: sums, this slice's part
+  float* part = acc + kInt8BlockRows * m;
+  internal::UnpackedSlice slices[kInt8BlockRows];
+  for (int r = 0; r < nr; ++r) {
+    slices[r] = {lv + r * slice, fl + r * (slice / 16), fl + (kInt8BlockRows + r) * (slice / 16)};
+  }
+  if (kernel.fused_q4k != nullptr && w.type() == QuantType::kQ4_K && m <= kInt8WholeRowMaxM) {
+    for (int r = 0; r < nr; ++r) {
+      const uint8_t* row = w.row(r0 + r);
+      internal::FusedRows f{
+          &row,        1, k / 256, a.qs, a.scale, a.sum, a.kp, a.kp / 16, static_cast<int>(m),
+          acc + r * m, m};
+      kernel.fused_q4k(f);
+      if (r0 + kInt8BlockRows + r < w.rows()) {
+        const uint8_t* next = w.row(r0 + kInt8BlockRows + r);
+        for (int64_t b = 0; b < w.row_bytes(); b += 64) __builtin_prefetch(next + b, 0, 2);
+      }
+    }
+  } else {
+    for (int64_t k0 = 0; k0 < k; k0 += slice) {
+      const int64_t len = std::min(slice, k - k0);
+      const int64_t len_p = (len + internal::kDotPad - 1) / internal::kDotPad * internal::kDotPad;
+      const int64_t block_bytes = QuantBlockBytes(w.type()), block = QuantBlockElems(w.type());
+      for (int r = 0; r < nr; ++r) {
+        internal::UnpackSlice(w.type(), w.row(r0 + r), k0, len, slices[r], avx2);
+        if (kernel.permute != nullptr) kernel.permute(slices[r].lv, len_p);
+        // The same slice of the row one block on (this thread's next rows, schedule(static)) into
+        // L2, so its memory latency overlaps this block's dot products instead of stalling the
+        // unpacker.
+        if (r0 + kInt8BlockRows + r < w.rows()) {
+          const uint8_t* next = w.row(r0 + kInt8BlockRows + r) + k0 / block * block_bytes;
+          for (int64_t b = 0; b < len / block * block_bytes; b += 64)
+            __builtin_prefetch(next + b, 0, 2);
+        }
+      }
+      for (int64_t c0 = 0; c0 < m; c0 += kInt8BlockActs) {
+        for (int t0 = 0; t0 < nr; t0 += internal::kDotTileRows) {
+          internal::DotTile t;
+          t.w = slices + t0;
+          t.nr = std::min(internal::kDotTileRows, nr - t0);
+          t.qs = a.qs + c0 * a.kp + k0;
+          t.scale = a.scale + c0 * (a.kp / 16) + k0 / 16;
+          t.sum = a.sum + c0 * (a.kp / 16) + k0 / 16;
+          t.qs_stride = a.kp;
+          t.f_stride = a.kp / 16;
+          t.nc = static_cast<int>(std::min<int64_t>(kInt8BlockActs, m - c0));
+          t.len = len_p;
+          t.signed_levels = w.type() == QuantType::kQ8_0;
+          t.out = (k0 == 0 ? acc : part) + t0 * m + c0;
+          t.ldo = m;
+          kernel.dot(t);
+        }
+      }
+      if (k0 > 0) {
+        for (int64_t j = 0; j < nr * m; ++j) acc[j] += part[j];
+      }
+    }
+  }
+  for (int64_t i = 0; i < m; ++i) {
+    float* yi = y + i * ldy + r0;
+    for (int r = 0; r < nr; ++r) yi[r] = accumulate ? yi[r] + acc[r * m + i] : acc[r * m + i];
+  }
+}
+
+void MatmulInt8(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t m, int64_t ldy,
+                bool accumulate, bool parallel) {
+  thread_local AlignedVector<int8_t> qs_buf;
+  thread_local AlignedVector<float> f_buf;
+  const int64_t n = w.rows(), k = w.cols();
+  internal::QuantActs a;
+  a.m = m;
+  a.k = k;
+  a.kp = (k + internal::kDotPad - 1) / internal::kDotPad * internal::kDotPad;
+  a.qs = Scratch(qs_buf, m * a.kp);
+  a.block = internal::Int8ActBlock(w.type());
+  a.scale = Scratch(f_buf, 2 * m * (a.kp / 16));
+  a.sum = a.scale + m * (a.kp / 16);
+  const Int8Kernel kernel = DotKernel(isa);
+  const int64_t blocks = (n + kInt8BlockRows - 1) / kInt8BlockRows;
+  auto quantize_row = [&](int64_t i) {
+    internal::QuantizeActRows(x, i, i + 1, a);
+    if (kernel.permute != nullptr)
+      kernel.permute(reinterpret_cast<uint8_t*>(a.qs + i * a.kp), a.kp);
+  };
+  // Decode-sized batches are quantized by the calling thread before the parallel region: a
+  // barrier between quantizing and the dot products would cost more than the few microseconds
+  // of work it spreads (and on a busy machine it waits for a descheduled thread's time slice).
+  const bool quantize_first = !parallel || m * k <= kInt8SerialQuantizeMax;
+  if (quantize_first) {
+    for (int64_t i = 0; i < m; ++i) quantize_row(i);
+  }
+#pragma omp parallel if (parallel)
+  {
+    if (!quantize_first) {
+#pragma omp for schedule(static)
+      for (int64_t i = 0; i < m; ++i) quantize_row(i);
+    }
+    // schedule(static): contiguous ranges of rows keep each thread's weight stream sequential.
+    // nowait: the region's end is the one barrier.
+#pragma omp for schedule(static) nowait
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t r0 = b * kInt8BlockRows;
+      Int8Block(kernel, isa != Isa::kPortable, a, w, y, ldy, accumulate, r0,
+                static_cast<int>(std::min<int64_t>(kInt8BlockRows, n - r0)));
+    }
+  }
+}
+
 }  // namespace
 
+bool QuantUsesInt8(QuantType type, int64_t m) {
+  (void)m;  // measured: no m where the fp32 path beats int8 (quant_gemm.h)
+  return internal::HasInt8Dot(type);
+}
+
 void MatmulQuantWith(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t m,
-                     int64_t ldy, bool accumulate) {
+                     int64_t ldy, bool accumulate, QuantPath path) {
   const int64_t n = w.rows(), k = w.cols();
   if (m <= 0 || n == 0) return;
-  const int64_t panels = (n + kPanelRows - 1) / kPanelRows;
   const bool parallel = !omp_in_parallel() && m * n * k >= (int64_t(1) << 21);
+  const bool int8 = path == QuantPath::kInt8   ? internal::HasInt8Dot(w.type())
+                    : path == QuantPath::kAuto ? QuantUsesInt8(w.type(), m)
+                                               : false;
+  if (int8) {
+    MatmulInt8(isa, x, w, y, m, ldy, accumulate, parallel);
+    return;
+  }
+  const int64_t panels = (n + kPanelRows - 1) / kPanelRows;
   // schedule(static): contiguous ranges of rows keep each thread's weight stream sequential.
 #pragma omp parallel for schedule(static) if (parallel)
   for (int64_t p = 0; p < panels; ++p) {

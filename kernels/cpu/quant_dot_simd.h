@@ -1,0 +1,311 @@
+// Internal to quant_dot_avx2.cc, quant_dot_avxvnni.cc, quant_dot_avx512.cc and
+// quant_dot_avx512vnni.cc: the int8 dot kernel (quant_dot.h's DotTile) written once over a vector
+// width, instantiated by each of those files under its own -m flags: 256-bit AVX2 (maddubs + madd)
+// or AVX-VNNI (one 256-bit dpbusd), 512-bit AVX-512BW (maddubs + madd) or AVX512-VNNI (one dpbusd).
+// Everything here has internal linkage, so no function compiled for a wider ISA can be picked by
+// the linker for a narrower file's caller.
+//
+// Register blocking: a tile of R weight rows by C activation rows keeps R * C int32 and R * C fp32
+// accumulators of one vector each; every weight chunk loaded is used C times and every activation
+// chunk R times. Per chunk of 32 / 64 inputs and pair: one integer dot into 32-bit lanes (dpbusd,
+// or maddubs + madd + add); per super-chunk of 4 chunks, in which each lane has summed one group
+// of 16 inputs: one conversion, one multiply of the two sides' group scales, one fused
+// multiply-add, and one more for the offsets.
+#pragma once
+
+#include <immintrin.h>
+
+// GCC 12 warns that AVX-512 intrinsics read an uninitialised value: its own _mm512_undefined_*()
+// placeholder (GCC bug 105593), not ours.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
+
+#include <cstdint>
+
+#include "kernels/cpu/quant_dot_kernel.h"
+
+namespace heavykv::cpu::internal {
+namespace {
+
+#if defined(__AVX512F__)
+using VI = __m512i;
+using VF = __m512;
+constexpr int kChunk = 64;  // inputs per vector of levels
+inline VI LoadI(const void* p) { return _mm512_loadu_si512(p); }
+inline VF LoadF(const float* p) { return _mm512_loadu_ps(p); }
+inline VF ZeroF() { return _mm512_setzero_ps(); }
+inline VF Cvt(VI v) { return _mm512_cvtepi32_ps(v); }
+inline VF Mul(VF a, VF b) { return _mm512_mul_ps(a, b); }
+inline VF Fma(VF a, VF b, VF c) { return _mm512_fmadd_ps(a, b, c); }
+inline VF Fnma(VF a, VF b, VF c) { return _mm512_fnmadd_ps(a, b, c); }
+inline float Hsum(VF v) { return _mm512_reduce_add_ps(v); }
+// Lane l: sum of u[4l + j] * a[4l + j], u unsigned, a signed (no 16-bit saturation when 2 * max(u)
+// * 127 < 2^15, which holds for levels below 129).
+inline VI DotU8S8(VI u, VI a) {
+#if defined(__AVX512VNNI__)
+  return _mm512_dpbusd_epi32(_mm512_setzero_si512(), u, a);
+#else
+  return _mm512_madd_epi16(_mm512_maddubs_epi16(u, a), _mm512_set1_epi16(1));
+#endif
+}
+inline VI Xor80(VI v) { return _mm512_xor_si512(v, _mm512_set1_epi8(char(0x80))); }
+inline VI Abs8(VI v) { return _mm512_abs_epi8(v); }
+// a negated where s < 0 (where s == 0 the other factor, |s|, is 0 anyway).
+inline VI Sign8(VI a, VI s) {
+  return _mm512_mask_sub_epi8(a, _mm512_movepi8_mask(s), _mm512_setzero_si512(), a);
+}
+inline VI DotAbs(VI abs_w, VI signed_a) {
+  return _mm512_madd_epi16(_mm512_maddubs_epi16(abs_w, signed_a), _mm512_set1_epi16(1));
+}
+#else
+using VI = __m256i;
+using VF = __m256;
+constexpr int kChunk = 32;
+inline VI LoadI(const void* p) { return _mm256_loadu_si256(static_cast<const __m256i*>(p)); }
+inline VF LoadF(const float* p) { return _mm256_loadu_ps(p); }
+inline VF ZeroF() { return _mm256_setzero_ps(); }
+inline VF Cvt(VI v) { return _mm256_cvtepi32_ps(v); }
+inline VF Mul(VF a, VF b) { return _mm256_mul_ps(a, b); }
+inline VF Fma(VF a, VF b, VF c) { return _mm256_fmadd_ps(a, b, c); }
+inline VF Fnma(VF a, VF b, VF c) { return _mm256_fnmadd_ps(a, b, c); }
+inline float Hsum(VF v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+inline VI DotU8S8(VI u, VI a) {
+#if defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(_mm256_setzero_si256(), u, a);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(u, a), _mm256_set1_epi16(1));
+#endif
+}
+inline VI Xor80(VI v) { return _mm256_xor_si256(v, _mm256_set1_epi8(char(0x80))); }
+inline VI Abs8(VI v) { return _mm256_abs_epi8(v); }
+inline VI Sign8(VI a, VI s) { return _mm256_sign_epi8(a, s); }
+inline VI DotAbs(VI abs_w, VI signed_a) {
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(abs_w, signed_a), _mm256_set1_epi16(1));
+}
+#endif
+
+inline VI ZeroI() {
+#if defined(__AVX512F__)
+  return _mm512_setzero_si512();
+#else
+  return _mm256_setzero_si256();
+#endif
+}
+inline VI AddI(VI a, VI b) {
+#if defined(__AVX512F__)
+  return _mm512_add_epi32(a, b);
+#else
+  return _mm256_add_epi32(a, b);
+#endif
+}
+constexpr int kLanes = kChunk / 4;  // fp32 lanes per vector
+
+// iacc + the integer dot of a chunk: lane l adds sum_j u[4l + j] * a[4l + j]. kSigned: u holds
+// int8 + 128 and the maddubs kernels take |w| times a with w's sign, which cannot saturate
+// (VNNI's 32-bit dpbusd of the unsigned levels cannot either; the offset term then covers the
+// + 128).
+template <bool kSigned>
+inline VI ChunkDotAdd(VI iacc, VI u, VI a) {
+#if defined(__AVX512VNNI__)
+  return _mm512_dpbusd_epi32(iacc, u, a);
+#elif defined(__AVXVNNI__)
+  return _mm256_dpbusd_avx_epi32(iacc, u, a);
+#else
+  if (kSigned) {
+    const VI w = Xor80(u);
+    return AddI(iacc, DotAbs(Abs8(w), Sign8(a, w)));
+  }
+  return AddI(iacc, DotU8S8(u, a));
+#endif
+}
+
+// Inputs per super-chunk: kLanes groups of 16 inputs, laid out by PermuteLevels so that chunk k
+// of it holds inputs 4k..4k+3 of group l in lane l. A lane's integer sums over the super-chunk's
+// 4 chunks then all belong to one group of 16, which has one weight scale, one activation scale
+// and one offset: 4 integer dots, one conversion and two fused multiply-adds per super-chunk.
+constexpr int64_t kSuper = 16 * kLanes;
+
+// In place, each super-chunk of `len` bytes (a multiple of kSuper) from natural order (4-byte word
+// 4l + k = inputs 16l + 4k .. + 3) to the kernel's (word k * kLanes + l).
+inline void PermuteLevelsSimd(uint8_t* p, int64_t len) {
+  for (int64_t s = 0; s < len; s += kSuper, p += kSuper) {
+#if defined(__AVX512F__)
+    const __m512i z0 = LoadI(p), z1 = LoadI(p + 64), z2 = LoadI(p + 128), z3 = LoadI(p + 192);
+    for (int k = 0; k < 4; ++k) {
+      // Lane l < 8 takes word 4l + k of z0:z1, lane 8 + l word 4l + k of z2:z3.
+      const __m512i idx = _mm512_add_epi32(
+          _mm512_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28, 0, 4, 8, 12, 16, 20, 24, 28),
+          _mm512_set1_epi32(k));
+      const __m512i lo = _mm512_permutex2var_epi32(z0, idx, z1);
+      const __m512i hi = _mm512_permutex2var_epi32(z2, idx, z3);
+      _mm512_storeu_si512(p + 64 * k, _mm512_inserti64x4(lo, _mm512_castsi512_si256(hi), 1));
+    }
+#else
+    // Each ymm holds groups 2i, 2i + 1: pair their words k (one qword per k), then transpose
+    // the 4 x 4 qwords.
+    const __m256i pair = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+    __m256i y[4];
+    for (int i = 0; i < 4; ++i) y[i] = _mm256_permutevar8x32_epi32(LoadI(p + 32 * i), pair);
+    const __m256i lo01 = _mm256_unpacklo_epi64(y[0], y[1]),
+                  hi01 = _mm256_unpackhi_epi64(y[0], y[1]);
+    const __m256i lo23 = _mm256_unpacklo_epi64(y[2], y[3]),
+                  hi23 = _mm256_unpackhi_epi64(y[2], y[3]);
+    auto* out = reinterpret_cast<__m256i*>(p);
+    _mm256_storeu_si256(out + 0, _mm256_permute2x128_si256(lo01, lo23, 0x20));
+    _mm256_storeu_si256(out + 1, _mm256_permute2x128_si256(hi01, hi23, 0x20));
+    _mm256_storeu_si256(out + 2, _mm256_permute2x128_si256(lo01, lo23, 0x31));
+    _mm256_storeu_si256(out + 3, _mm256_permute2x128_si256(hi01, hi23, 0x31));
+#endif
+  }
+}
+
+// Weight rows [r0, r0 + R) of the tile against activation rows [c0, c0 + C), one super-chunk at a
+// time: R * C integer accumulators over its 4 chunks, then R * C fp32 ones over the slice.
+template <int R, int C, bool kSigned>
+inline void TileRC(const DotTile& t, int r0, int c0) {
+  constexpr bool kOffsets = !kSigned;  // the signed detour leaves no + 128 to take off
+  VF acc[R][C];
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) acc[r][c] = ZeroF();
+  }
+  const UnpackedSlice* w = t.w + r0;
+  const int8_t* qs = t.qs + c0 * t.qs_stride;
+  const float* scale = t.scale + c0 * t.f_stride;
+  const float* sum = t.sum + c0 * t.f_stride;
+  for (int64_t s0 = 0; s0 < t.len; s0 += kSuper) {
+    VI iacc[R][C];
+    for (int r = 0; r < R; ++r) {
+      for (int c = 0; c < C; ++c) iacc[r][c] = ZeroI();
+    }
+    for (int64_t i = s0; i < s0 + kSuper; i += kChunk) {
+      VI a[C];
+      for (int c = 0; c < C; ++c) a[c] = LoadI(qs + c * t.qs_stride + i);
+      for (int r = 0; r < R; ++r) {
+        const VI u = LoadI(w[r].lv + i);
+        for (int c = 0; c < C; ++c) iacc[r][c] = ChunkDotAdd<kSigned>(iacc[r][c], u, a[c]);
+      }
+    }
+    const int64_t h = s0 / 16;
+    for (int r = 0; r < R; ++r) {
+      const VF ws = LoadF(w[r].wsc + h);
+      for (int c = 0; c < C; ++c) {
+        acc[r][c] = Fma(Cvt(iacc[r][c]), Mul(ws, LoadF(scale + c * t.f_stride + h)), acc[r][c]);
+        if (kOffsets) {
+          acc[r][c] = Fnma(LoadF(w[r].wmn + h), LoadF(sum + c * t.f_stride + h), acc[r][c]);
+        }
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r) {
+    for (int c = 0; c < C; ++c) t.out[(r0 + r) * t.ldo + c0 + c] = Hsum(acc[r][c]);
+  }
+}
+
+// Tile shapes (weight rows x activation rows) that keep both kinds of accumulators and the
+// activation chunks in registers: 32 zmm, or 16 ymm.
+#if defined(__AVX512F__)
+constexpr int kMaxR = 4, kMaxC = 2;
+#else
+constexpr int kMaxR = 2, kMaxC = 2;
+#endif
+
+template <int R, bool kSigned>
+inline void TileR(const DotTile& t, int r0) {
+  int c = 0;
+  for (; c + kMaxC <= t.nc; c += kMaxC) TileRC<R, kMaxC, kSigned>(t, r0, c);
+  if (kMaxC > 2) {
+    for (; c + 2 <= t.nc; c += 2) TileRC<R, 2, kSigned>(t, r0, c);
+  }
+  for (; c < t.nc; ++c) TileRC<R, 1, kSigned>(t, r0, c);
+}
+
+template <bool kSigned>
+inline void TileAll(const DotTile& t) {
+  for (int r0 = 0; r0 < t.nr; r0 += kMaxR) {
+    switch (t.nr - r0 < kMaxR ? t.nr - r0 : kMaxR) {
+      case 1: TileR<1, kSigned>(t, r0); break;
+      case 2: TileR<2, kSigned>(t, r0); break;
+      case 3: TileR<(3 < kMaxR ? 3 : kMaxR), kSigned>(t, r0); break;
+      default: TileR<kMaxR, kSigned>(t, r0); break;
+    }
+  }
+}
+
+#if defined(__AVX512F__)
+// Q4_K rows straight from their blocks for small batches (quant_dot_kernel.h, FusedRowsQ4K): per
+// super-block, the 128 bytes of nibbles are gathered into the kernel's lane order by one 2-source
+// word permute per chunk (lane g of chunk k takes word 4g' + k of its group's 16 levels: word
+// 8 (g / 4) + 4 (g % 2) + k of qs, low nibbles for even sub-blocks g / 2, high for odd), and the
+// 8 sub-block scales and mins are decoded and spread over the 16 groups in registers: no unpacked
+// copy is written or read back.
+inline void FusedRowsQ4KSimd(const FusedRows& f) {
+  const __m512i low = _mm512_set1_epi8(0xF);
+  const __m512i shifts = _mm512_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4);
+  const __m512i words = _mm512_setr_epi32(0, 4, 0, 4, 8, 12, 8, 12, 16, 20, 16, 20, 24, 28, 24, 28);
+  const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  for (int r = 0; r < f.nr; ++r) {
+    VF acc[4] = {ZeroF(), ZeroF(), ZeroF(), ZeroF()};
+    const uint8_t* blk = f.rows[r];
+    for (int64_t s = 0; s < f.nsb; ++s, blk += 144) {
+      uint16_t hd, hm;
+      __builtin_memcpy(&hd, blk, 2);
+      __builtin_memcpy(&hm, blk + 2, 2);
+      uint32_t a0, a1, a2;
+      __builtin_memcpy(&a0, blk + 4, 4);
+      __builtin_memcpy(&a1, blk + 8, 4);
+      __builtin_memcpy(&a2, blk + 12, 4);
+      // Sub-blocks 0-3 in the low 6 bits of bytes 0-3 (scales) and 4-7 (mins); 4-7 from the
+      // nibbles of bytes 8-11 and the top 2 bits of bytes 0-3 / 4-7 (quant_kquants.h).
+      const uint64_t sc = uint64_t(a0 & 0x3F3F3F3Fu) |
+                          uint64_t((a2 & 0x0F0F0F0Fu) | (((a0 >> 6) & 0x03030303u) << 4)) << 32;
+      const uint64_t mn = uint64_t(a1 & 0x3F3F3F3Fu) |
+                          uint64_t(((a2 >> 4) & 0x0F0F0F0Fu) | (((a1 >> 6) & 0x03030303u) << 4))
+                              << 32;
+      const __m512 d = _mm512_set1_ps(_cvtsh_ss(hd)), dmin = _mm512_set1_ps(_cvtsh_ss(hm));
+      const VF ws =
+          _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(
+                               twice, _mm512_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(sc))))));
+      const VF wm =
+          _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_permutexvar_epi32(
+                                  twice, _mm512_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(mn))))));
+      const __m512i q0 = LoadI(blk + 16), q1 = LoadI(blk + 80);
+      VI u[4];
+      for (int k = 0; k < 4; ++k) {
+        const __m512i v =
+            _mm512_permutex2var_epi32(q0, _mm512_add_epi32(words, _mm512_set1_epi32(k)), q1);
+        u[k] = _mm512_and_si512(_mm512_srlv_epi32(v, shifts), low);
+      }
+      const int64_t h = 16 * s;
+      for (int c = 0; c < f.nc; ++c) {
+        const int8_t* q = f.qs + c * f.qs_stride + 256 * s;
+        VI iacc = ZeroI();
+        for (int k = 0; k < 4; ++k) iacc = ChunkDotAdd<false>(iacc, u[k], LoadI(q + 64 * k));
+        const float* scale = f.scale + c * f.f_stride + h;
+        acc[c] = Fma(Cvt(iacc), Mul(ws, LoadF(scale)), acc[c]);
+        acc[c] = Fnma(wm, LoadF(f.sum + c * f.f_stride + h), acc[c]);
+      }
+    }
+    for (int c = 0; c < f.nc; ++c) f.out[r * f.ldo + c] = Hsum(acc[c]);
+  }
+}
+#endif
+
+inline void DotTileSimd(const DotTile& t) {
+#if defined(__AVX512VNNI__) || defined(__AVXVNNI__)
+  TileAll<false>(t);  // dpbusd's 32-bit sums need no signed detour
+#else
+  if (t.signed_levels) {
+    TileAll<true>(t);
+  } else {
+    TileAll<false>(t);
+  }
+#endif
+}
+
+}  // namespace
+}  // namespace heavykv::cpu::internal
