@@ -15,14 +15,19 @@ std::string& ScratchDir() {
   return dir;
 }
 
+}  // namespace
+
 void Die(const absl::Status& s) {
   std::fprintf(stderr, "bench: %s\n", std::string(s.message()).c_str());
   std::exit(1);
 }
 
-}  // namespace
-
 void SetScratchDir(const std::string& dir) { ScratchDir() = dir; }
+
+std::string GgufBenchModelPath(const std::string& shape, const std::string& mix) {
+  std::filesystem::create_directories(ScratchDir());
+  return ScratchDir() + "/" + shape + "-" + mix + ".gguf";
+}
 
 const std::string& Stories110MPath() {
   static const std::string* path = [] {

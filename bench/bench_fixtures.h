@@ -16,6 +16,11 @@ namespace heavykv::bench {
 
 // Directory for generated models (--bench_dir, default /tmp/heavykv-bench).
 void SetScratchDir(const std::string& dir);
+// <scratch dir>/<shape>-<mix>.gguf (the directory is created): where the GGUF benchmarks keep
+// their random model, and where scripts/bench-llamacpp.sh writes the same file for llama.cpp.
+std::string GgufBenchModelPath(const std::string& shape, const std::string& mix);
+// Prints the status and exits 1: a fixture that cannot be made ends the run.
+[[noreturn]] void Die(const absl::Status& s);
 
 // The stories110M shape with a context long enough for the 4096-token benchmarks, loaded once.
 // With bf16 weights (--weight-dtype bf16) it is a second model, loaded on first use.

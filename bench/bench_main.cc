@@ -1,7 +1,8 @@
 // heavykv_bench: runs the Google Benchmark suite, then prints the ratios of docs/BENCHMARKS.md,
 // each formed from two figures measured in this same run, and their targets.
 //
-//   heavykv_bench [--threads N] [--summary_json FILE] [google benchmark flags]
+//   heavykv_bench [--threads N] [--summary_json FILE] [--bench_dir DIR] [--peer_json FILE]
+//                 [google benchmark flags]
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
@@ -16,12 +17,14 @@
 #include "absl/strings/str_format.h"
 #include "bench/bench_fixtures.h"
 #include "kernels/cpu/gemm.h"
+#include "nlohmann/json.hpp"
 
 namespace heavykv::bench {
 void RegisterAll();
 void RegisterServe();
 void RegisterTokenizer();
 void RegisterQuant();
+void RegisterGguf();
 }
 
 namespace {
@@ -56,7 +59,7 @@ struct Ratio {
 }  // namespace
 
 int main(int argc, char** argv) {
-  std::string summary_path;
+  std::string summary_path, peer_path;
   int threads = static_cast<int>(std::thread::hardware_concurrency());
   std::vector<char*> rest = {argv[0]};
   for (int i = 1; i < argc; ++i) {
@@ -64,6 +67,8 @@ int main(int argc, char** argv) {
       summary_path = argv[i] + 15;
     } else if (!std::strncmp(argv[i], "--threads=", 10)) {
       threads = std::atoi(argv[i] + 10);
+    } else if (!std::strncmp(argv[i], "--peer_json=", 12)) {
+      peer_path = argv[i] + 12;
     } else if (!std::strncmp(argv[i], "--bench_dir=", 12)) {
       heavykv::bench::SetScratchDir(argv[i] + 12);
     } else {
@@ -77,6 +82,7 @@ int main(int argc, char** argv) {
   heavykv::bench::RegisterServe();
   heavykv::bench::RegisterTokenizer();
   heavykv::bench::RegisterQuant();
+  heavykv::bench::RegisterGguf();
   CollectingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
 
@@ -221,6 +227,35 @@ int main(int argc, char** argv) {
         "pool of the same bytes", b["max_running"] / f["max_running"], "(info)", true);
     add(absl::StrCat("serving, ", p, " bf16 w+K/V / full fp32: tokens/s"),
         "pool of the same bytes", b["tokens_per_second"] / f["tokens_per_second"], "(info)", true);
+  }
+  // GGUF models against llama.cpp on the same file (issue 14 section 5): --peer_json is what
+  // scripts/bench-llamacpp.sh measured with llama.cpp's own tools just before this run.
+  if (!peer_path.empty()) {
+    std::ifstream in(peer_path);
+    const nlohmann::json peer = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (peer.is_discarded() || !peer.contains("models")) {
+      std::fprintf(stderr, "--peer_json=%s: not a bench-llamacpp.sh result\n", peer_path.c_str());
+    } else {
+      for (const auto& [mix, p] : peer["models"].items()) {
+        const std::string base = absl::StrCat("gguf/llama3.2-1b/", mix, "/");
+        auto vs = [&](const std::string& bench, const char* key, const std::string& label,
+                      double limit) {
+          if (!has(base + bench) || !p.contains(key)) return;
+          const double v = F[base + bench].counters["tokens"] / p[key].get<double>();
+          add(absl::StrCat("llama3.2-1b ", mix, ": ", label), "tokens/s over llama.cpp's", v,
+              absl::StrFormat(">= %.1f", limit), v >= limit);
+        };
+        vs("decode-b1", "tg128", "batch-1 decode / llama-bench -n 128", 1.0);
+        vs("prefill512", "pp512", "prefill 512 / llama-bench -p 512", 1.0);
+        vs("decode-b32", "batched_tg_npl32", "32-seq decode / llama-batched-bench", 1.5);
+        if (p.contains("load_to_first_token_s") && p.contains("heavykv_load_to_first_token_s")) {
+          const double v = p["heavykv_load_to_first_token_s"].get<double>() /
+                           p["load_to_first_token_s"].get<double>();
+          add(absl::StrCat("llama3.2-1b ", mix, ": load to first token / llama.cpp's"),
+              "wall time ratio (the script's)", v, "<= 1.5", v <= 1.5);
+        }
+      }
+    }
   }
   std::printf("\n%-62s %9s %9s %s\n", "ratio (measured side by side in this run)", "value",
               "target", "met");

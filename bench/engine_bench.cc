@@ -118,11 +118,13 @@ void BM_GemmDecodeShapes(benchmark::State& state, bool packed, cpu::WeightType w
   const ModelConfig& c = model.config;
   const int64_t m = state.range(0), hid = c.hidden_dim;
   std::vector<float> x(m * 2 * hid, 0.01f), y(m * std::max<int64_t>(c.vocab_size, 2 * hid));
-  std::vector<const cpu::PackedMatrix*> mats;
+  std::vector<const cpu::PackedMatrix*> mats;  // the runner's matrices are single packed parts
   for (const LayerWeights& w : model.layers) {
-    for (const cpu::PackedMatrix* p : {&w.wqkv, &w.wo, &w.w13, &w.w2}) mats.push_back(p);
+    for (const cpu::Linear* p : {&w.wqkv, &w.wo, &w.w13, &w.w2}) {
+      mats.push_back(&std::get<cpu::PackedMatrix>(p->parts().front()));
+    }
   }
-  mats.push_back(&model.classifier);
+  mats.push_back(&std::get<cpu::PackedMatrix>(model.classifier.parts().front()));
   std::vector<AlignedVector<float>> row_major;
   if (!packed) {
     for (const cpu::PackedMatrix* p : mats) {

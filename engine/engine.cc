@@ -399,7 +399,9 @@ void EngineImpl::OnToken(Request& r, int32_t token, const float* logits) {
   }
   r.last_token = now;
   // End-of-sequence and stop tokens end the request and are not part of its output.
-  if ((token == kEosId || token == kBosId) && !p.ignore_eos) return Finish(r, "eos");
+  if ((token == model_.config.eos_id || token == model_.config.bos_id) && !p.ignore_eos) {
+    return Finish(r, "eos");
+  }
   for (int32_t s : p.stop_token_ids) {
     if (token == s) return Finish(r, "stop");
   }

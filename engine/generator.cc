@@ -59,7 +59,7 @@ absl::StatusOr<GenerateResult> Generate(StepRunner& runner, std::span<const int3
   while (true) {
     logits.assign(out.begin(), out.end());
     const int32_t next = sampler.Sample(logits);
-    if (next == kBosId || next == kEosId) {
+    if (next == c.bos_id || next == c.eos_id) {
       result.finish_reason = "eos";
       break;
     }

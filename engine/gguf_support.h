@@ -17,8 +17,8 @@ std::span<const GgmlType> SupportedGgmlTypes();
 
 // OK when heavykv runs the model; otherwise the reason, without the file name (the caller adds
 // it): INVALID_ARGUMENT for an unknown architecture, a tensor of another type, or a file without
-// tensors, a missing key or tensor; UNIMPLEMENTED for what is planned but not run yet (qwen2 and
-// qwen3, quantized tensors, rope scaling).
+// tensors, a missing key or tensor; UNIMPLEMENTED for what the runner does not do (partial
+// rotary, rope scaling other than Llama 3.1's rope_freqs, values wider than keys).
 absl::Status CheckGgufSupported(const GgufFile& file);
 
 }  // namespace heavykv

@@ -1,5 +1,6 @@
 #include "engine/gguf_writer.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -116,8 +117,30 @@ void GgufWriter::AddArrayString(absl::string_view key, const std::vector<std::st
   for (const std::string& s : v) PutString(&metadata_, s);
 }
 
+void GgufWriter::AddMetadata(const GgufMetadata& m) {
+  const absl::string_view raw(reinterpret_cast<const char*>(m.raw.data()), m.raw.size());
+  if (m.type == GgufValueType::kString) {
+    AddString(m.key, raw);
+  } else if (m.is_array()) {
+    AddArray(m.key, m.element_type, m.count, raw);  // string elements keep their length prefixes
+  } else {
+    Key(m.key, m.type);
+    metadata_.append(raw.data(), raw.size());
+  }
+}
+
 absl::Status GgufWriter::AddTensor(absl::string_view name, GgmlType type, std::vector<int64_t> dims,
                                    std::string data) {
+  return PushTensor(name, type, std::move(dims), std::move(data), true);
+}
+
+absl::Status GgufWriter::AddTensorInfo(absl::string_view name, GgmlType type,
+                                       std::vector<int64_t> dims) {
+  return PushTensor(name, type, std::move(dims), std::string(), false);
+}
+
+absl::Status GgufWriter::PushTensor(absl::string_view name, GgmlType type,
+                                    std::vector<int64_t> dims, std::string data, bool has_data) {
   if (dims.empty() || dims.size() > 4) {
     return absl::InvalidArgumentError(
         absl::StrCat("tensor '", name, "': ", dims.size(), " dimensions, not 1..4"));
@@ -127,13 +150,15 @@ absl::Status GgufWriter::AddTensor(absl::string_view name, GgmlType type, std::v
     return absl::InvalidArgumentError(
         absl::StrCat("tensor '", name, "': ", bytes.status().message()));
   }
-  if (static_cast<uint64_t>(*bytes) != data.size()) {
+  if (has_data && static_cast<uint64_t>(*bytes) != data.size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "tensor '", name, "': ", data.size(), " bytes given, its type and shape need ", *bytes));
   }
+  const uint64_t size = static_cast<uint64_t>(*bytes);
   const uint64_t offset = data_bytes_;
-  data_bytes_ += data.size() + Padding(data.size(), alignment_);
-  tensors_.push_back({std::string(name), type, std::move(dims), std::move(data), offset});
+  data_bytes_ += size + Padding(size, alignment_);
+  tensors_.push_back(
+      {std::string(name), type, std::move(dims), std::move(data), offset, size, has_data});
   return absl::OkStatus();
 }
 
@@ -159,32 +184,98 @@ std::string GgufWriter::Header() const {
 std::string GgufWriter::Serialize() const {
   std::string out = Header();
   for (const Tensor& t : tensors_) {
-    out.append(t.data);
-    out.append(Padding(t.data.size(), alignment_), '\0');
+    if (t.has_data) {
+      out.append(t.data);
+    } else {
+      out.append(t.bytes, '\0');
+    }
+    out.append(Padding(t.bytes, alignment_), '\0');
   }
   return out;
 }
 
 absl::Status GgufWriter::WriteFile(const std::string& path) const {
-  struct Closer {
-    void operator()(std::FILE* f) const { std::fclose(f); }
-  };
-  std::unique_ptr<std::FILE, Closer> f(std::fopen(path.c_str(), "wb"));
+  absl::StatusOr<GgufStreamWriter> out = StartFile(path);
+  if (!out.ok()) return out.status();
+  absl::Status s = out->Finish();
+  if (absl::IsDataLoss(s)) return absl::InvalidArgumentError(absl::StrCat(path, ": write failed"));
+  return s;
+}
+
+absl::StatusOr<GgufStreamWriter> GgufWriter::StartFile(const std::string& path) const {
+  std::FILE* f = std::fopen(path.c_str(), "wb");
   if (f == nullptr) {
     return absl::InvalidArgumentError(absl::StrCat(path, ": cannot create the file"));
   }
-  const std::string zeros(alignment_, '\0');
-  auto write = [&](const char* p, size_t n) {
-    return n == 0 || std::fwrite(p, 1, n, f.get()) == n;
-  };
+  GgufStreamWriter out(this, f, path);
   const std::string header = Header();
-  bool ok = write(header.data(), header.size());
-  for (const Tensor& t : tensors_) {
-    ok = ok && write(t.data.data(), t.data.size()) &&
-         write(zeros.data(), Padding(t.data.size(), alignment_));
+  out.ok_ = std::fwrite(header.data(), 1, header.size(), f) == header.size();
+  out.ok_ = out.ok_ && out.Advance();
+  if (!out.ok_) return absl::InvalidArgumentError(absl::StrCat(path, ": write failed"));
+  return out;
+}
+
+void GgufStreamWriter::Closer::operator()(std::FILE* f) const { std::fclose(f); }
+
+GgufStreamWriter::GgufStreamWriter(const GgufWriter* writer, std::FILE* f, std::string path)
+    : writer_(writer), file_(f), path_(std::move(path)) {}
+
+GgufStreamWriter::~GgufStreamWriter() = default;
+
+const std::string* GgufStreamWriter::current_tensor() const {
+  return next_ < writer_->tensors_.size() ? &writer_->tensors_[next_].name : nullptr;
+}
+
+bool GgufStreamWriter::Advance() {
+  static constexpr char kZeros[256] = {};
+  const std::vector<GgufWriter::Tensor>& tensors = writer_->tensors_;
+  auto pad = [&](uint64_t size) {
+    for (uint64_t left = Padding(size, writer_->alignment_); left > 0 && ok_;) {
+      const size_t n = static_cast<size_t>(std::min<uint64_t>(left, sizeof kZeros));
+      ok_ = std::fwrite(kZeros, 1, n, file_.get()) == n;
+      left -= n;
+    }
+  };
+  while (ok_ && next_ < tensors.size()) {
+    const GgufWriter::Tensor& t = tensors[next_];
+    if (!t.has_data && written_ < t.bytes) break;  // the caller's turn
+    if (t.has_data && !t.data.empty()) {
+      ok_ = std::fwrite(t.data.data(), 1, t.data.size(), file_.get()) == t.data.size();
+    }
+    pad(t.bytes);
+    ++next_;
+    written_ = 0;
   }
-  if (std::fclose(f.release()) != 0) ok = false;
-  if (!ok) return absl::InvalidArgumentError(absl::StrCat(path, ": write failed"));
+  return ok_;
+}
+
+absl::Status GgufStreamWriter::Write(const void* data, size_t n) {
+  if (!ok_) return absl::DataLossError(absl::StrCat(path_, ": write failed"));
+  const std::string* name = current_tensor();
+  if (name == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(path_, ": ", n, " bytes written after the last tensor"));
+  }
+  const GgufWriter::Tensor& t = writer_->tensors_[next_];
+  if (n > t.bytes - written_) {
+    return absl::InvalidArgumentError(absl::StrCat(path_, ": tensor '", t.name, "' takes ",
+                                                   t.bytes, " bytes; ", written_ + n, " given"));
+  }
+  ok_ = n == 0 || std::fwrite(data, 1, n, file_.get()) == n;
+  written_ += n;
+  if (ok_ && written_ == t.bytes) Advance();
+  if (!ok_) return absl::DataLossError(absl::StrCat(path_, ": write failed"));
+  return absl::OkStatus();
+}
+
+absl::Status GgufStreamWriter::Finish() {
+  if (const std::string* name = current_tensor(); name != nullptr && ok_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path_, ": tensor '", *name, "' has ", written_, " of its ",
+                     writer_->tensors_[next_].bytes, " bytes"));
+  }
+  if (file_ != nullptr && std::fclose(file_.release()) != 0) ok_ = false;
+  if (!ok_) return absl::DataLossError(absl::StrCat(path_, ": write failed"));
   return absl::OkStatus();
 }
 

@@ -159,26 +159,26 @@ absl::Status ModelConfig::Validate() const {
 }
 
 void Model::EmbedToken(int32_t token, float* out) const {
-  if (embedding_storage.empty()) {
-    classifier.Row(token, out);
-  } else {
-    std::memcpy(out, &embedding_storage[int64_t(token) * config.dim], config.dim * sizeof(float));
-  }
+  (embedding.empty() ? classifier : embedding).Row(token, out);
 }
 
 int64_t Model::WeightBytes() const {
-  // Every matrix once, as packed (fp32 or bf16; the padding rows of a last panel are not
-  // counted), the norms in fp32. A separate embedding is only gathered: not counted.
+  // Every matrix once, as stored (fp32 or bf16 panels, the padding rows of a last panel not
+  // counted; quantized blocks), the norms and biases in fp32. A separate embedding is only
+  // gathered: not counted.
   int64_t bytes = 0;
-  auto add = [&](const cpu::PackedMatrix& w) {
-    bytes += w.rows() * w.cols() * (w.bf16() ? 2 : 4);
-  };
   for (const LayerWeights& l : layers) {
-    for (const cpu::PackedMatrix* w : {&l.wqkv, &l.wo, &l.w13, &l.w2}) add(*w);
-    bytes += int64_t(l.rms_att.size() + l.rms_ffn.size()) * int64_t(sizeof(float));
+    for (const cpu::Linear* w : {&l.wqkv, &l.wo, &l.w13, &l.w2}) bytes += w->bytes();
+    bytes += int64_t(l.rms_att.size() + l.rms_ffn.size() + l.bqkv.size() + l.q_norm.size() +
+                     l.k_norm.size()) *
+             int64_t(sizeof(float));
   }
-  add(classifier);
+  bytes += classifier.bytes();
   return bytes + int64_t(rms_final.size()) * int64_t(sizeof(float));
+}
+
+int64_t Model::HeldBytes() const {
+  return WeightBytes() + embedding.bytes() + int64_t(rope_freqs.size()) * int64_t(sizeof(float));
 }
 
 absl::StatusOr<ModelConfig> ReadModelConfig(const std::string& path) {
@@ -201,10 +201,11 @@ absl::StatusOr<cpu::WeightType> ParseWeightDtype(absl::string_view name) {
 
 absl::StatusOr<Model> LoadModel(const std::string& path, cpu::WeightType weights) {
   if (IsGgufFile(path)) {
-    // The mapping lives until the weights are packed, and is released on return.
+    // Quantized and F16 matrices stay in the mapping, which the Model's matrices keep open;
+    // the rest is packed, and the mapping is released with the last matrix that views it.
     absl::StatusOr<GgufFile> g = GgufFile::Open(path);
     if (!g.ok()) return g.status();
-    return LoadGgufModel(*g, weights);
+    return LoadGgufModel(std::make_shared<const GgufFile>(*std::move(g)), weights);
   }
   File f(std::fopen(path.c_str(), "rb"));
   if (!f) return absl::NotFoundError(absl::StrCat("cannot open model file ", path));
@@ -259,10 +260,10 @@ absl::StatusOr<Model> LoadModel(const std::string& path, cpu::WeightType weights
       ok = ReadFloats(f.get(), st[l].data() + first * in, rows * in);
     }
   };
-  auto pack = [&](Staging& st, cpu::PackedMatrix LayerWeights::*member, int64_t rows,
-                  int64_t in) {
+  auto pack = [&](Staging& st, cpu::Linear LayerWeights::*member, int64_t rows, int64_t in) {
     for (int64_t l = 0; l < L && ok; ++l) {
-      m.layers[l].*member = cpu::PackedMatrix::FromRowMajor(st[l].data(), rows, in, weights);
+      m.layers[l].*member =
+          cpu::Linear(cpu::PackedMatrix::FromRowMajor(st[l].data(), rows, in, weights));
       AlignedVector<float>().swap(st[l]);
     }
   };
@@ -288,10 +289,13 @@ absl::StatusOr<Model> LoadModel(const std::string& path, cpu::WeightType weights
   if (ok && !c.shared_classifier) {
     AlignedVector<float> classifier(c.vocab_size * d);
     ok = ReadFloats(f.get(), classifier.data(), c.vocab_size * d);
-    m.classifier = cpu::PackedMatrix::FromRowMajor(classifier.data(), c.vocab_size, d, weights);
-    m.embedding_storage = std::move(embedding);
+    m.classifier =
+        cpu::Linear(cpu::PackedMatrix::FromRowMajor(classifier.data(), c.vocab_size, d, weights));
+    // A separate embedding stays fp32 (only gathered, one row per token).
+    m.embedding = cpu::Linear(cpu::PackedMatrix::FromRowMajor(embedding.data(), c.vocab_size, d));
   } else if (ok) {
-    m.classifier = cpu::PackedMatrix::FromRowMajor(embedding.data(), c.vocab_size, d, weights);
+    m.classifier =
+        cpu::Linear(cpu::PackedMatrix::FromRowMajor(embedding.data(), c.vocab_size, d, weights));
   }
   if (!ok) return absl::DataLossError(absl::StrCat(path, ": read error while loading weights"));
   return m;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/cpu/linear.h"
 #include "kernels/cpu/packed_matrix.h"
 #include "memory/aligned_vector.h"
 
@@ -53,6 +54,13 @@ struct ModelConfig {
   bool qk_norm = false;         // per-head RMSNorm of q and k before rope (Qwen3)
   // Llama 3.1 rope scaling: the Model carries head_dim/2 frequency divisors (rope_freqs.weight).
   bool rope_freq_factors = false;
+  // Special tokens: llama2.c's 1 and 2; a GGUF file's tokenizer.ggml.bos_token_id /
+  // eos_token_id. A prompt of ids gets BOS in front unless it starts with it or add_bos is false
+  // (tokenizer.ggml.add_bos_token; Qwen files say false); generation ends at EOS (or BOS, as
+  // run.c does).
+  int32_t bos_id = 1;
+  int32_t eos_id = 2;
+  bool add_bos = true;
 
   int32_t head_dim() const { return head_size > 0 ? head_size : dim / num_heads; }
   int32_t q_dim() const { return num_heads * head_dim(); }  // == dim unless head_size says not
@@ -68,31 +76,40 @@ struct ModelConfig {
   absl::Status Validate() const;
 };
 
-// Weights in the fused layout the runner multiplies with. Each matrix is [out][in], held once,
-// packed for the CPU GEMM (kernels/cpu/packed_matrix.h); a backend that wants row-major data
-// (e.g. to upload it) reads it back with PackedMatrix::ToRowMajor / Row.
+// Weights in the fused layout the runner multiplies with. Each matrix is [out][in], held once as
+// a cpu::Linear (kernels/cpu/linear.h): fp32 or bf16 panels packed for the CPU GEMM
+// (llama2.c checkpoints, F32/F16/BF16 GGUF tensors), or a GGUF block format kept as the file
+// stores it (Q8_0, Q4_K, ...; a fused matrix of mixed types is several parts). A backend that
+// wants row-major data (e.g. to upload it) reads it back with Linear::ToRowMajor / Row.
 struct LayerWeights {
   AlignedVector<float> rms_att;  // [dim]
-  cpu::PackedMatrix wqkv;        // [dim + 2*kv_dim][dim]: rows of wq, then wk, then wv
-  cpu::PackedMatrix wo;          // [dim][dim]
+  cpu::Linear wqkv;              // [q_dim + 2*kv_dim][dim]: rows of wq, then wk, then wv
+  AlignedVector<float> bqkv;     // [q_dim + 2*kv_dim] q/k/v biases (Qwen2); empty: none
+  AlignedVector<float> q_norm;   // [head_dim] per-head RMSNorm weights of q (Qwen3); empty: none
+  AlignedVector<float> k_norm;   // [head_dim] the same for k
+  cpu::Linear wo;                // [dim][q_dim]
   AlignedVector<float> rms_ffn;  // [dim]
-  cpu::PackedMatrix w13;         // [2*hidden][dim]: rows of w1 (gate), then w3 (up)
-  cpu::PackedMatrix w2;          // [dim][hidden]
+  cpu::Linear w13;               // [2*hidden][dim]: rows of w1 (gate), then w3 (up)
+  cpu::Linear w2;                // [dim][hidden]
 };
 
 struct Model {
   ModelConfig config;
   std::vector<LayerWeights> layers;
   AlignedVector<float> rms_final;  // [dim]
-  cpu::PackedMatrix classifier;    // [vocab][dim]; the token embedding too when shared
-  // [vocab][dim] row-major token embedding; empty when shared with the classifier (then rows
-  // are read back from `classifier`). Use EmbedToken().
-  AlignedVector<float> embedding_storage;
+  cpu::Linear classifier;          // [vocab][dim]; the token embedding too when shared
+  // [vocab][dim] token embedding; empty when shared with the classifier (then rows are read
+  // back from `classifier`). Use EmbedToken().
+  cpu::Linear embedding;
+  // [head_dim / 2] rope frequency divisors (config.rope_freq_factors; Llama 3.1); else empty.
+  AlignedVector<float> rope_freqs;
 
   // out[dim] = embedding row of `token` (0 <= token < vocab_size).
   void EmbedToken(int32_t token, float* out) const;
   // Bytes of weights a decode step reads (every matrix once, the classifier once).
   int64_t WeightBytes() const;
+  // Bytes the model holds: WeightBytes() plus a separate embedding and the rope factors.
+  int64_t HeldBytes() const;
 };
 
 // Loads a llama2.c checkpoint, or a GGUF file (LoadGgufModel) when the file starts with the GGUF

@@ -4,7 +4,6 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/paged_attention.h"
 
@@ -24,7 +23,8 @@ ModelRunner::ModelRunner(const Model& model, KvCache* cache) : model_(model), ca
 absl::StatusOr<std::span<const float>> ModelRunner::Forward(
     std::span<const SequenceStep> steps) {
   const ModelConfig& c = model_.config;
-  const int64_t dim = c.dim, kv_dim = c.kv_dim(), qkv_dim = c.qkv_dim(), hid = c.hidden_dim;
+  const int64_t dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), qkv_dim = c.qkv_dim(),
+                hid = c.hidden_dim;
   const int32_t hd = c.head_dim(), G = c.group_size(), n_kv = c.num_kv_heads;
 
   // Validate the plan and reserve the slots of the new tokens, before touching any state.
@@ -46,7 +46,7 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
   x_.resize(T * dim);
   xb_.resize(T * dim);
   qkv_.resize(T * qkv_dim);
-  att_.resize(T * dim);
+  att_.resize(T * q_dim);
   hb_.resize(T * 2 * hid);
   hb2_.resize(T * hid);
   pos_.resize(T);
@@ -66,11 +66,26 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
   }
   attention_work *= int64_t(c.num_heads) * hd;
   const bool parallel_attention = num_tasks > 1 && attention_work > (int64_t(1) << 16);
+  cpu::RopeParams rope;
+  rope.head_dim = hd;
+  rope.theta = c.rope_theta;
+  rope.neox = c.rope_style == RopeStyle::kNeox;
+  rope.freq_factors = model_.rope_freqs.empty() ? nullptr : model_.rope_freqs.data();
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = model_.layers[l];
     cpu::RmsNorm(x_.data(), w.rms_att.data(), xb_.data(), T, dim, c.rms_norm_eps);
-    cpu::MatmulPacked(xb_.data(), w.wqkv, qkv_.data(), T, qkv_dim, /*accumulate=*/false);
-    cpu::Rope(qkv_.data(), T, qkv_dim, dim + kv_dim, hd, pos_.data(), c.rope_theta);
+    w.wqkv.Multiply(xb_.data(), qkv_.data(), T, qkv_dim, /*accumulate=*/false);
+    if (!w.bqkv.empty()) {
+      for (int64_t t = 0; t < T; ++t) cpu::Add(&qkv_[t * qkv_dim], w.bqkv.data(), qkv_dim);
+    }
+    if (!w.q_norm.empty()) {  // each head of q, then of k, normalised on its own
+      for (int64_t t = 0; t < T; ++t) {
+        float* row = &qkv_[t * qkv_dim];
+        cpu::RmsNorm(row, w.q_norm.data(), row, c.num_heads, hd, c.rms_norm_eps);
+        cpu::RmsNorm(row + q_dim, w.k_norm.data(), row + q_dim, n_kv, hd, c.rms_norm_eps);
+      }
+    }
+    cpu::Rope(qkv_.data(), T, qkv_dim, q_dim + kv_dim, pos_.data(), rope);
 
 #pragma omp parallel for schedule(dynamic, 1) if (parallel_attention)
     for (int64_t task = 0; task < num_tasks; ++task) {
@@ -82,7 +97,8 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
       PagedKvHead kv = cache_->View(*st.kv, l, h, old + n);
       for (int32_t i = 0; i < n; ++i) {  // append this step's K/V rows to the head
         const float* row = &qkv_[(t0 + i) * qkv_dim];
-        kv.StoreRows(old + i, row + dim + int64_t(h) * hd, row + dim + kv_dim + int64_t(h) * hd);
+        kv.StoreRows(old + i, row + q_dim + int64_t(h) * hd,
+                     row + q_dim + kv_dim + int64_t(h) * hd);
         kv.Pos(old + i) = st.start_pos + i;
         kv.Score(old + i) = 0.0f;
       }
@@ -93,8 +109,8 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
       a.group = G;
       a.q = &qkv_[t0 * qkv_dim + int64_t(h) * G * hd];
       a.q_stride = qkv_dim;
-      a.out = &att_[t0 * dim + int64_t(h) * G * hd];
-      a.out_stride = dim;
+      a.out = &att_[t0 * q_dim + int64_t(h) * G * hd];
+      a.out_stride = q_dim;
       a.accumulate_scores = st.kv->policy != nullptr && st.kv->policy->needs_scores();
       // The score update reads the scores, EvictHead the positions (and scores) after it.
       const bool evicts = st.kv->policy != nullptr && old + n > st.kv->budget;
@@ -105,11 +121,11 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
       cache_->EvictHead(*st.kv, l, h, old + n, st.start_pos + n - 1);
     }
 
-    cpu::MatmulPacked(att_.data(), w.wo, x_.data(), T, dim, /*accumulate=*/true);
+    w.wo.Multiply(att_.data(), x_.data(), T, dim, /*accumulate=*/true);
     cpu::RmsNorm(x_.data(), w.rms_ffn.data(), xb_.data(), T, dim, c.rms_norm_eps);
-    cpu::MatmulPacked(xb_.data(), w.w13, hb_.data(), T, 2 * hid, /*accumulate=*/false);
+    w.w13.Multiply(xb_.data(), hb_.data(), T, 2 * hid, /*accumulate=*/false);
     cpu::SwiGlu(hb_.data(), hb2_.data(), T, hid);
-    cpu::MatmulPacked(hb2_.data(), w.w2, x_.data(), T, dim, /*accumulate=*/true);
+    w.w2.Multiply(hb2_.data(), x_.data(), T, dim, /*accumulate=*/true);
   }
 
   for (const SequenceStep& st : steps) {
@@ -127,8 +143,8 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
     r += count;
   }
   logits_.resize(rows * c.vocab_size);
-  cpu::MatmulPacked(xb_.data(), model_.classifier, logits_.data(), rows, c.vocab_size,
-                    /*accumulate=*/false);
+  model_.classifier.Multiply(xb_.data(), logits_.data(), rows, c.vocab_size,
+                            /*accumulate=*/false);
   return std::span<const float>(logits_);
 }
 

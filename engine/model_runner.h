@@ -44,8 +44,8 @@ class ModelRunner : public StepRunner {
   // Activations, sized for the largest step seen. Rows are tokens of the step.
   AlignedVector<float> x_;       // [T][dim] residual stream
   AlignedVector<float> xb_;      // [T][dim] normalised input of a sub-block
-  AlignedVector<float> qkv_;     // [T][dim + 2*kv_dim]
-  AlignedVector<float> att_;     // [T][dim]
+  AlignedVector<float> qkv_;     // [T][q_dim + 2*kv_dim]
+  AlignedVector<float> att_;     // [T][q_dim]
   AlignedVector<float> hb_;      // [T][2*hidden]
   AlignedVector<float> hb2_;     // [T][hidden]
   AlignedVector<float> logits_;  // [rows][vocab]

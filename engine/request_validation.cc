@@ -179,8 +179,12 @@ absl::StatusOr<std::vector<int32_t>> RequestValidator::PromptTokens(
   if (q.prompt.has_value()) return EncodeChecked(*q.prompt, should_stop);
   std::vector<int32_t> prompt;
   prompt.reserve(q.prompt_token_ids.size() + 1);
-  if (q.prompt_token_ids.empty() || q.prompt_token_ids[0] != kBosId) prompt.push_back(kBosId);
+  if (config_.add_bos &&
+      (q.prompt_token_ids.empty() || q.prompt_token_ids[0] != config_.bos_id)) {
+    prompt.push_back(config_.bos_id);
+  }
   prompt.insert(prompt.end(), q.prompt_token_ids.begin(), q.prompt_token_ids.end());
+  if (prompt.empty()) return Invalid("the prompt is empty (this model adds no BOS token)");
   return prompt;
 }
 

@@ -47,7 +47,8 @@ absl::StatusOr<std::optional<Tokenizer>> LoadOptionalTokenizer(const std::string
 }
 
 absl::StatusOr<std::vector<int32_t>> PromptTokens(const std::optional<Tokenizer>& tok,
-                                                  const std::string& prompt) {
+                                                  const std::string& prompt,
+                                                  const ModelConfig& config) {
   if (tok) return tok->Encode(prompt, /*bos=*/true, /*eos=*/false);
   std::vector<int32_t> ids;
   for (absl::string_view part : absl::StrSplit(prompt, absl::ByAnyChar(" \t\n,"),
@@ -60,7 +61,10 @@ absl::StatusOr<std::vector<int32_t>> PromptTokens(const std::optional<Tokenizer>
     }
     ids.push_back(id);
   }
-  if (ids.empty() || ids[0] != kBosId) ids.insert(ids.begin(), kBosId);
+  if (config.add_bos && (ids.empty() || ids[0] != config.bos_id)) {
+    ids.insert(ids.begin(), config.bos_id);
+  }
+  if (ids.empty()) return absl::InvalidArgumentError("the prompt is empty");
   return ids;
 }
 
@@ -134,7 +138,7 @@ int RunCommand(int argc, char** argv) {
   absl::StatusOr<std::optional<Tokenizer>> tok =
       LoadOptionalTokenizer(tokenizer_path, model_path, c.vocab_size);
   if (!tok.ok()) return Fail(tok.status());
-  absl::StatusOr<std::vector<int32_t>> ids = PromptTokens(*tok, prompt);
+  absl::StatusOr<std::vector<int32_t>> ids = PromptTokens(*tok, prompt, c);
   if (!ids.ok()) return Fail(ids.status());
   if (steps == 0) steps = c.seq_len;
   if (steps < int64_t(ids->size()) || steps > c.seq_len) {

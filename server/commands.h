@@ -30,9 +30,11 @@ absl::StatusOr<std::optional<Tokenizer>> LoadOptionalTokenizer(const std::string
                                                                const std::string& model_path,
                                                                int32_t vocab_size);
 // Prompt tokens: encoded text with BOS when a tokenizer is given, else whitespace-separated ids
-// (BOS prepended when the list is empty or does not start with it).
+// (the model's BOS prepended when the list does not start with it, unless config.add_bos is
+// false); INVALID_ARGUMENT for an empty result.
 absl::StatusOr<std::vector<int32_t>> PromptTokens(const std::optional<Tokenizer>& tok,
-                                                  const std::string& prompt);
+                                                  const std::string& prompt,
+                                                  const ModelConfig& config);
 // Pool size from --kv-pages, else --kv-pool-mb, else `default_pages`.
 absl::StatusOr<int32_t> PoolPages(const KvShape& shape, int64_t kv_pages, int64_t kv_pool_mb,
                                   int32_t default_pages);

@@ -313,6 +313,46 @@ TEST(GgufTest, TypedGettersSayWhatIsWrong) {
   EXPECT_EQ(f->GetI64("nope").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// A streamed file (AddTensorInfo, StartFile, Write in pieces) is the file AddTensor makes; the
+// stream refuses bytes past a tensor's end and an early Finish; AddMetadata copies an entry.
+TEST(GgufTest, WriterStreamsTensorsInPieces) {
+  TempDir dir;
+  WriteAll(dir.File("src.gguf"), SmallFile());
+  absl::StatusOr<GgufFile> src = GgufFile::Open(dir.File("src.gguf"));
+  ASSERT_TRUE(src.ok()) << src.status();
+  const std::string x = F32Bytes({1, 2, 3, 4, 5}), z = F32Bytes({6, 7});
+  GgufWriter whole(64), streamed(64);
+  for (GgufWriter* w : {&whole, &streamed}) {
+    for (const GgufMetadata& m : src->metadata()) w->AddMetadata(m);
+  }
+  ASSERT_TRUE(whole.AddTensor("x", GgmlType::kF32, {5}, x).ok());
+  ASSERT_TRUE(whole.AddTensor("y", GgmlType::kI8, {3}, "abc").ok());
+  ASSERT_TRUE(whole.AddTensor("z", GgmlType::kF32, {2}, z).ok());
+  ASSERT_TRUE(streamed.AddTensorInfo("x", GgmlType::kF32, {5}).ok());
+  ASSERT_TRUE(streamed.AddTensor("y", GgmlType::kI8, {3}, "abc").ok());  // written by the stream
+  ASSERT_TRUE(streamed.AddTensorInfo("z", GgmlType::kF32, {2}).ok());
+  EXPECT_FALSE(streamed.AddTensorInfo("q", GgmlType::kQ4_K, {100}).ok());
+  absl::StatusOr<GgufStreamWriter> out = streamed.StartFile(dir.File("s.gguf"));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(*out->current_tensor(), "x");
+  ASSERT_TRUE(out->Write(x.data(), 7).ok());
+  EXPECT_TRUE(absl::IsInvalidArgument(out->Write(x.data(), 14)));  // past x's 20 bytes
+  ASSERT_TRUE(out->Write(x.data() + 7, 13).ok());
+  EXPECT_EQ(*out->current_tensor(), "z");
+  EXPECT_TRUE(absl::IsFailedPrecondition(out->Finish()));
+  ASSERT_TRUE(out->Write(z.data(), z.size()).ok());
+  EXPECT_EQ(out->current_tensor(), nullptr);
+  EXPECT_TRUE(absl::IsInvalidArgument(out->Write(z.data(), 1)));
+  ASSERT_TRUE(out->Finish().ok());
+  EXPECT_EQ(ReadAll(dir.File("s.gguf")), whole.Serialize());
+  EXPECT_EQ(streamed.Serialize().size(), whole.Serialize().size());  // zeros for x and z
+  absl::StatusOr<GgufFile> f = GgufFile::Open(dir.File("s.gguf"));
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ(f->metadata().size(), src->metadata().size() + 1);  // + general.alignment
+  // WriteFile needs every tensor's bytes.
+  EXPECT_TRUE(absl::IsFailedPrecondition(streamed.WriteFile(dir.File("t.gguf"))));
+}
+
 TEST(GgufTest, WriterAlignsToItsAlignmentAndMovesKeepViews) {
   GgufWriter w(64);
   w.AddString("general.architecture", "llama");
@@ -519,8 +559,7 @@ TEST(InspectCliTest, TextOnAGgufFixture) {
            "metadata: 21 keys\n",
            "tensors: 48\n",
            "total: 292800 parameters, 289696 bytes of tensor data\n",
-           "supported: no (tensor 'output.weight' has type Q8_0: quantized weights are not run "
-           "yet)\n",
+           "supported: yes\n",
        }) {
     EXPECT_NE(r.out.find(line), std::string::npos) << line << "\n" << r.out;
   }
@@ -548,8 +587,7 @@ TEST(InspectCliTest, JsonOnAGgufFixture) {
   EXPECT_EQ(j["tensors"].size(), 21u);
   EXPECT_EQ(j["total_parameters"], 1770752);
   EXPECT_EQ(j["total_bytes"], 1034240);
-  EXPECT_EQ(j["supported"], false);
-  EXPECT_EQ(j["reason"], "tensor 'output.weight' has type Q6_K: quantized weights are not run yet");
+  EXPECT_EQ(j["supported"], true);
   for (const auto& m : j["metadata"]) {
     if (m["key"] == "tokenizer.ggml.scores") {
       EXPECT_EQ(m["type"], "array");

@@ -42,7 +42,7 @@ TEST(ModelTest, LoadsBundledModelHeader) {
   EXPECT_EQ(c.vocab_size, 512);
   EXPECT_EQ(c.seq_len, 512);
   EXPECT_TRUE(c.shared_classifier);
-  EXPECT_TRUE(m->embedding_storage.empty());  // rows come from the shared classifier
+  EXPECT_TRUE(m->embedding.empty());  // rows come from the shared classifier
 }
 
 // Every fused, packed matrix read back equals the checkpoint's tensors, in the fused order; with
@@ -53,7 +53,7 @@ TEST(ModelTest, FusedMatricesHoldTheCheckpointTensors) {
   SCOPED_TRACE(bf16 ? "bf16 weights" : "fp32 weights");
   absl::StatusOr<Model> m = LoadModel(ModelPath(), type);
   ASSERT_TRUE(m.ok()) << m.status();
-  EXPECT_EQ(m->classifier.bf16(), bf16);
+  EXPECT_TRUE(m->classifier.IsPacked(type));
   const ModelConfig& c = m->config;
   const int64_t d = c.dim, kv = c.kv_dim(), hid = c.hidden_dim, L = c.num_layers;
   const std::vector<char> raw = ReadAll(ModelPath());
@@ -78,7 +78,7 @@ TEST(ModelTest, FusedMatricesHoldTheCheckpointTensors) {
     }
     return v;
   };
-  auto unpack = [](const cpu::PackedMatrix& p) {
+  auto unpack = [](const cpu::Linear& p) {
     std::vector<float> v(p.rows() * p.cols());
     p.ToRowMajor(v.data());
     return v;
@@ -246,7 +246,8 @@ TEST(ModelTest, MakeModelRoundTripsWithSeparateClassifier) {
   ASSERT_TRUE(m.ok()) << m.status();
   EXPECT_EQ(m->config.num_kv_heads, 2);
   EXPECT_FALSE(m->config.shared_classifier);
-  ASSERT_EQ(m->embedding_storage.size(), size_t(300) * 64);
+  ASSERT_EQ(m->embedding.rows(), 300);
+  ASSERT_EQ(m->embedding.cols(), 64);
   EXPECT_EQ(m->classifier.rows(), 300);
   // A separate classifier: the embedding row and the classifier row of a token differ.
   std::vector<float> emb(64), cls(64);

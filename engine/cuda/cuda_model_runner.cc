@@ -16,6 +16,7 @@
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/kv_append.cuh"
 #include "kernels/cuda/paged_attention.cuh"
+#include "kernels/cuda/qkv_bias_norm.cuh"
 #include "kernels/cuda/rms_norm.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/swiglu.cuh"
@@ -138,12 +139,14 @@ struct CudaModelRunner::Impl {
   struct Layer {
     bf16 *wqkv, *wo, *w13, *w2;
     float *rms_att, *rms_ffn;
+    float* bqkv;            // [qkv_dim] or null (no attention bias)
+    float *q_norm, *k_norm;  // [head_dim] each, or null (no q/k norm)
   };
   std::vector<Layer> layers;
   bf16* classifier = nullptr;
   bf16* embedding = nullptr;
   float* rms_final = nullptr;
-  DeviceBuffer rope_freq;  // [head_dim / 2] cuda::RopeInvFreq
+  DeviceBuffer rope_freq;  // [head_dim / 2] cuda::RopeInvFreq of the model's theta and factors
   int64_t weight_bytes = 0;  // what a decode step reads
 
   // The pool.
@@ -194,8 +197,11 @@ int64_t CudaWeightBytes(const Model& model) {
   }
   params += int64_t(c.vocab_size) * c.dim;               // classifier
   if (!c.shared_classifier) params += int64_t(c.vocab_size) * c.dim;  // embedding table
-  return params * int64_t(sizeof(bf16)) +
-         (2 * int64_t(c.num_layers) + 1) * c.dim * int64_t(sizeof(float));
+  int64_t floats = (2 * int64_t(c.num_layers) + 1) * c.dim;  // norms
+  for (const LayerWeights& w : model.layers) {
+    floats += int64_t(w.bqkv.size() + w.q_norm.size() + w.k_norm.size());
+  }
+  return params * int64_t(sizeof(bf16)) + floats * int64_t(sizeof(float));
 }
 
 absl::StatusOr<int32_t> CudaDefaultKvPages(const Model& model, const KvShape& shape) {
@@ -239,8 +245,12 @@ absl::Status CudaModelRunner::Impl::Init() {
   HEAVYKV_CUDA_RETURN(cudaEventCreateWithFlags(&meta_free, cudaEventDisableTiming));
   HEAVYKV_RETURN_IF_ERROR(LtStatus(cuda::CreateGemmHandle(&lt), "loading cuBLASLt"));
   HEAVYKV_RETURN_IF_ERROR(workspace.Reserve(kWorkspaceBytes, stream));
+  if (!model.rope_freqs.empty() && int64_t(model.rope_freqs.size()) != hd / 2) {
+    return absl::InvalidArgumentError("the model's rope frequency factors are not head_dim / 2");
+  }
   HEAVYKV_RETURN_IF_ERROR(UploadWeights());
-  const std::vector<float> freq = cuda::RopeInvFreq(hd);
+  const std::vector<float> freq = cuda::RopeInvFreq(
+      hd, c.rope_theta, model.rope_freqs.empty() ? nullptr : model.rope_freqs.data());
   HEAVYKV_RETURN_IF_ERROR(rope_freq.Reserve(int64_t(freq.size() * sizeof(float)), stream));
   HEAVYKV_CUDA_RETURN(cudaMemcpy(rope_freq.as<float>(), freq.data(), freq.size() * sizeof(float),
                                  cudaMemcpyHostToDevice));
@@ -275,14 +285,14 @@ absl::Status CudaModelRunner::Impl::UploadWeights() {
     return o;
   };
   struct Slot {
-    const cpu::PackedMatrix* matrix = nullptr;  // or
+    const cpu::Linear* matrix = nullptr;        // or
     const float* floats = nullptr;              // fp32 vector / row-major table
     int64_t rows = 0, cols = 0;                 // elements = rows * cols
     bool to_bf16 = true;
     int64_t offset = 0;
   };
   std::vector<Slot> slots;
-  auto add_matrix = [&](const cpu::PackedMatrix& m) {
+  auto add_matrix = [&](const cpu::Linear& m) {
     slots.push_back({&m, nullptr, m.rows(), m.cols(), true, place(m.rows() * m.cols() * 2)});
     return slots.back().offset;
   };
@@ -293,6 +303,7 @@ absl::Status CudaModelRunner::Impl::UploadWeights() {
   };
   struct Offsets {
     int64_t wqkv, wo, w13, w2, rms_att, rms_ffn;
+    int64_t bqkv = -1, q_norm = -1, k_norm = -1;  // -1: the model has none
   };
   std::vector<Offsets> lo;
   for (const LayerWeights& w : model.layers) {
@@ -303,12 +314,16 @@ absl::Status CudaModelRunner::Impl::UploadWeights() {
     o.w2 = add_matrix(w.w2);
     o.rms_att = add_floats(w.rms_att.data(), 1, c.dim, false);
     o.rms_ffn = add_floats(w.rms_ffn.data(), 1, c.dim, false);
+    if (!w.bqkv.empty()) o.bqkv = add_floats(w.bqkv.data(), 1, c.qkv_dim(), false);
+    if (!w.q_norm.empty()) {
+      o.q_norm = add_floats(w.q_norm.data(), 1, c.head_dim(), false);
+      o.k_norm = add_floats(w.k_norm.data(), 1, c.head_dim(), false);
+    }
     lo.push_back(o);
   }
   const int64_t cls = add_matrix(model.classifier);
-  const int64_t emb = c.shared_classifier || model.embedding_storage.empty()
-                          ? cls
-                          : add_floats(model.embedding_storage.data(), c.vocab_size, c.dim, true);
+  const int64_t emb =
+      c.shared_classifier || model.embedding.empty() ? cls : add_matrix(model.embedding);
   const int64_t fin = add_floats(model.rms_final.data(), 1, c.dim, false);
   HEAVYKV_RETURN_IF_ERROR(weights.Reserve(off, stream));
   char* base = weights.as<char>();
@@ -332,11 +347,14 @@ absl::Status CudaModelRunner::Impl::UploadWeights() {
           cudaMemcpy(base + sl.offset, src, n * sizeof(float), cudaMemcpyHostToDevice));
     }
   }
+  auto floats_at = [&](int64_t o) {
+    return o < 0 ? nullptr : reinterpret_cast<float*>(base + o);
+  };
   for (const Offsets& o : lo) {
     layers.push_back({reinterpret_cast<bf16*>(base + o.wqkv), reinterpret_cast<bf16*>(base + o.wo),
                       reinterpret_cast<bf16*>(base + o.w13), reinterpret_cast<bf16*>(base + o.w2),
-                      reinterpret_cast<float*>(base + o.rms_att),
-                      reinterpret_cast<float*>(base + o.rms_ffn)});
+                      floats_at(o.rms_att), floats_at(o.rms_ffn), floats_at(o.bqkv),
+                      floats_at(o.q_norm), floats_at(o.k_norm)});
   }
   classifier = reinterpret_cast<bf16*>(base + cls);
   embedding = reinterpret_cast<bf16*>(base + emb);
@@ -364,7 +382,7 @@ absl::Status CudaModelRunner::Impl::Prepare(std::span<const SequenceStep> steps,
   HEAVYKV_RETURN_IF_ERROR(x.Reserve(f(T * dim), stream));
   HEAVYKV_RETURN_IF_ERROR(xb.Reserve(h(T * dim), stream));
   HEAVYKV_RETURN_IF_ERROR(qkv.Reserve(f(T * c.qkv_dim()), stream));
-  HEAVYKV_RETURN_IF_ERROR(att.Reserve(h(T * dim), stream));
+  HEAVYKV_RETURN_IF_ERROR(att.Reserve(h(T * c.q_dim()), stream));
   HEAVYKV_RETURN_IF_ERROR(hb.Reserve(f(T * 2 * hid), stream));
   HEAVYKV_RETURN_IF_ERROR(hb2.Reserve(h(T * hid), stream));
   HEAVYKV_RETURN_IF_ERROR(logits.Reserve(f(rows * c.vocab_size), stream));
@@ -383,8 +401,11 @@ absl::Status CudaModelRunner::Impl::Prepare(std::span<const SequenceStep> steps,
 
 absl::Status CudaModelRunner::Impl::Enqueue() {
   const ModelConfig& c = model.config;
-  const int64_t dim = c.dim, kv_dim = c.kv_dim(), qkv_dim = c.qkv_dim(), hid = c.hidden_dim;
+  const int64_t dim = c.dim, q_dim = c.q_dim(), kv_dim = c.kv_dim(), qkv_dim = c.qkv_dim(),
+                hid = c.hidden_dim;
   const int64_t T = layout.num_tokens, rows = layout.num_rows;
+  const float eps = c.rms_norm_eps;
+  const bool neox = c.rope_style == RopeStyle::kNeox;
   const int32_t* d_meta = meta.as<int32_t>();
   HEAVYKV_CUDA_RETURN(cudaMemcpyAsync(meta.as<int32_t>(), h_meta.as<int32_t>(),
                                       layout.data.size() * sizeof(int32_t),
@@ -409,12 +430,17 @@ absl::Status CudaModelRunner::Impl::Enqueue() {
   HEAVYKV_CUDA_RETURN(cuda::Embedding(embedding, d_meta + layout.tokens, xf, T, dim, stream));
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const Layer& w = layers[l];
-    HEAVYKV_CUDA_RETURN(cuda::RmsNorm(xf, w.rms_att, xbh, T, dim, nullptr, stream));
+    HEAVYKV_CUDA_RETURN(cuda::RmsNorm(xf, w.rms_att, xbh, T, dim, eps, nullptr, stream));
     HEAVYKV_RETURN_IF_ERROR(LtStatus(cuda::GemmBf16(lt, ws, kWorkspaceBytes, xbh, w.wqkv, qkvf, T,
                                                     qkv_dim, dim, qkv_dim, false, stream),
                                      "qkv GEMM"));
-    HEAVYKV_CUDA_RETURN(cuda::RopeKvAppend(pool, step, l, qkvf, qkv_dim, dim, dim + kv_dim,
-                                           rope_freq.as<float>(), stream));
+    if (w.bqkv != nullptr || w.q_norm != nullptr) {  // Qwen2's biases, Qwen3's q/k norms
+      HEAVYKV_CUDA_RETURN(cuda::QkvBiasNorm(qkvf, T, qkv_dim, w.bqkv, w.q_norm, w.k_norm,
+                                            c.num_heads, c.num_kv_heads, c.head_dim(), eps,
+                                            stream));
+    }
+    HEAVYKV_CUDA_RETURN(cuda::RopeKvAppend(pool, step, l, qkvf, qkv_dim, q_dim, q_dim + kv_dim,
+                                           rope_freq.as<float>(), neox, stream));
     cuda::AttentionArgs a;
     a.pool = pool;
     a.step = step;
@@ -423,7 +449,7 @@ absl::Status CudaModelRunner::Impl::Enqueue() {
     a.q = qkvf;
     a.q_stride = qkv_dim;
     a.out = atth;
-    a.out_stride = dim;
+    a.out_stride = q_dim;
     a.part_out = part_out.as<float>();
     a.part_ml = part_ml.as<float>();
     a.part_e = part_e.as<float>();
@@ -433,9 +459,9 @@ absl::Status CudaModelRunner::Impl::Enqueue() {
           cuda::EvictLayer(pool, step, l, layout.max_held, error.as<int32_t>(), stream));
     }
     HEAVYKV_RETURN_IF_ERROR(LtStatus(cuda::GemmBf16(lt, ws, kWorkspaceBytes, atth, w.wo, xf, T,
-                                                    dim, dim, dim, true, stream),
+                                                    dim, q_dim, dim, true, stream),
                                      "output projection GEMM"));
-    HEAVYKV_CUDA_RETURN(cuda::RmsNorm(xf, w.rms_ffn, xbh, T, dim, nullptr, stream));
+    HEAVYKV_CUDA_RETURN(cuda::RmsNorm(xf, w.rms_ffn, xbh, T, dim, eps, nullptr, stream));
     HEAVYKV_RETURN_IF_ERROR(LtStatus(cuda::GemmBf16(lt, ws, kWorkspaceBytes, xbh, w.w13, hbf, T,
                                                     2 * hid, dim, 2 * hid, false, stream),
                                      "gate/up GEMM"));
@@ -445,7 +471,7 @@ absl::Status CudaModelRunner::Impl::Enqueue() {
                                      "down projection GEMM"));
   }
   HEAVYKV_CUDA_RETURN(
-      cuda::RmsNorm(xf, rms_final, xbh, rows, dim, d_meta + layout.logit_rows, stream));
+      cuda::RmsNorm(xf, rms_final, xbh, rows, dim, eps, d_meta + layout.logit_rows, stream));
   return LtStatus(cuda::GemmBf16(lt, ws, kWorkspaceBytes, xbh, classifier, logits.as<float>(),
                                  rows, c.vocab_size, dim, c.vocab_size, false, stream),
                   "classifier GEMM");

@@ -4,16 +4,21 @@
 // Memory ownership:
 //  - The KvCache (created with KvStorage::kExternal) owns the page ids, block tables and slot
 //    counts, on the host, exactly as on the CPU: Reserve before a step, Commit after it.
-//  - This runner owns everything in GPU memory: the bf16 weights (uploaded once from the fp32
-//    Model), the K/V pool ([pages][layers][kv_heads][2][block_size][head_dim] bf16, the CPU's
+//  - This runner owns everything in GPU memory: the bf16 weights (uploaded once from the Model:
+//    each matrix read back row-major with Linear::ToRowMajor, quantized GGUF parts dequantized,
+//    then rounded to bf16; norms, q/k/v biases, q/k norm weights and the rope table in fp32),
+//    the K/V pool ([pages][layers][kv_heads][2][block_size][head_dim] bf16, the CPU's
 //    layout), the per-slot pos (int32) and score (fp32) arrays, activations and scratch.
 //  - Per step the host uploads one int32 buffer (block tables as indptr + page ids, counts,
 //    rules, tokens; engine/cuda/step_layout.h) and downloads the logits. Appending K/V,
 //    attention with H2O score accumulation, and eviction (victim choice and compaction, one
 //    kernel per layer after its attention) all run on the GPU, with no host round trip in the
 //    step; the host only calls KvCache::Commit.
-// Numerics: bf16 weights, K/V and GEMM inputs; fp32 accumulation, residual stream, norms, RoPE,
-// softmax and scores. Not thread-safe: one thread drives a runner (as with ModelRunner).
+// Runs every model the CPU runner does (engine/model_runner.cc): the llama, qwen2 (q/k/v bias,
+// NEOX rope) and qwen3 (per-head q/k RMSNorm, q_dim != dim) blocks, with the model's rope theta,
+// rope_freqs factors and RMS epsilon.
+// Numerics: bf16 weights, K/V and GEMM inputs; fp32 accumulation, residual stream, norms, biases,
+// RoPE, softmax and scores. Not thread-safe: one thread drives a runner (as with ModelRunner).
 #pragma once
 
 #include <cstdint>

@@ -27,18 +27,38 @@ void RmsNorm(const float* x, const float* w, float* out, int64_t rows, int64_t d
 
 void Rope(float* x, int64_t rows, int64_t row_stride, int64_t rot_dim, int64_t head_dim,
           const int32_t* pos, float theta) {
+  RopeParams p;
+  p.head_dim = head_dim;
+  p.theta = theta;
+  Rope(x, rows, row_stride, rot_dim, pos, p);
+}
+
+void Rope(float* x, int64_t rows, int64_t row_stride, int64_t rot_dim, const int32_t* pos,
+          const RopeParams& p) {
+  const int64_t head_dim = p.head_dim, half = head_dim / 2;
 #pragma omp parallel for if (rows * rot_dim > kParallelMin)
   for (int64_t t = 0; t < rows; ++t) {
     // The angle depends only on (pos, i mod head_dim): compute each once per row with the same
     // float operations as run.c, so rotations agree with it bit for bit.
     float cos_tab[512], sin_tab[512];
     for (int64_t i = 0; i < head_dim; i += 2) {
-      float freq = 1.0f / powf(theta, i / (float)head_dim);
+      float freq = 1.0f / powf(p.theta, i / (float)head_dim);
+      if (p.freq_factors != nullptr) freq /= p.freq_factors[i / 2];
       float val = pos[t] * freq;
       cos_tab[i / 2] = cosf(val);
       sin_tab[i / 2] = sinf(val);
     }
     float* r = x + t * row_stride;
+    if (p.neox) {
+      for (int64_t h = 0; h < rot_dim; h += head_dim) {
+        for (int64_t j = 0; j < half; ++j) {
+          float v0 = r[h + j], v1 = r[h + j + half];
+          r[h + j] = v0 * cos_tab[j] - v1 * sin_tab[j];
+          r[h + j + half] = v0 * sin_tab[j] + v1 * cos_tab[j];
+        }
+      }
+      continue;
+    }
     for (int64_t i = 0; i < rot_dim; i += 2) {
       int64_t j = (i % head_dim) / 2;
       float v0 = r[i], v1 = r[i + 1];

@@ -16,6 +16,19 @@ void RmsNorm(const float* x, const float* w, float* out, int64_t rows, int64_t d
 void Rope(float* x, int64_t rows, int64_t row_stride, int64_t rot_dim, int64_t head_dim,
           const int32_t* pos, float theta = 10000.0f);
 
+// Rope of a model that is not llama2.c's: `neox` pairs entry i of a head with i + head_dim/2
+// (Qwen, GPT-NeoX) instead of 2i with 2i+1; `freq_factors` (head_dim/2 floats, Llama 3.1's
+// rope_freqs.weight, or null) divides pair j's frequency theta^(-2j/head_dim). With neox false
+// and no factors it is Rope() above, bit for bit.
+struct RopeParams {
+  int64_t head_dim = 0;
+  float theta = 10000.0f;
+  bool neox = false;
+  const float* freq_factors = nullptr;
+};
+void Rope(float* x, int64_t rows, int64_t row_stride, int64_t rot_dim, const int32_t* pos,
+          const RopeParams& p);
+
 // out[t][i] = silu(gu[t][i]) * gu[t][hidden + i] for gu [rows][2*hidden], out [rows][hidden].
 void SwiGlu(const float* gu, float* out, int64_t rows, int64_t hidden);
 

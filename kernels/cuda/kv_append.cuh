@@ -21,9 +21,10 @@ cudaError_t KvAppend(const DeviceKvPool& pool, const DeviceStep& step, int32_t l
 // Rope (rope.cuh) over the first k_offset + num_kv_heads * head_dim entries of each row (the
 // query heads, then the kv heads' K) at the step's token positions, then KvAppend, in one launch:
 // the same results as the two calls. inv_freq [head_dim / 2] is RopeInvFreq's table in device
-// memory; k_offset, v_offset and qkv_stride are even and k_offset a multiple of head_dim.
+// memory, `neox` Rope's pairing; k_offset, v_offset and qkv_stride are even and k_offset a
+// multiple of head_dim.
 cudaError_t RopeKvAppend(const DeviceKvPool& pool, const DeviceStep& step, int32_t layer,
                          float* qkv, int64_t qkv_stride, int64_t k_offset, int64_t v_offset,
-                         const float* inv_freq, cudaStream_t stream);
+                         const float* inv_freq, bool neox, cudaStream_t stream);
 
 }  // namespace heavykv::cuda

@@ -6,6 +6,8 @@
 #include <cmath>
 #include <numeric>
 #include <random>
+#include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/device_step.h"
@@ -18,6 +20,7 @@
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/kv_append.cuh"
 #include "kernels/cuda/paged_attention.cuh"
+#include "kernels/cuda/qkv_bias_norm.cuh"
 #include "kernels/cuda/rms_norm.cuh"
 #include "kernels/cuda/rope.cuh"
 #include "kernels/cuda/swiglu.cuh"
@@ -42,19 +45,22 @@ std::vector<float> Rounded(std::vector<float> v) {
 
 TEST(CudaOpsTest, RmsNormMatchesCpu) {
   HEAVYKV_SKIP_WITHOUT_GPU();
-  for (int64_t dim : {64, 172, 2048}) {
+  // eps 1e-6 (Qwen) on rows of mean square ~1e-4, where it is not negligible next to 1e-5.
+  for (auto [dim, eps, scale] : {std::tuple<int64_t, float, float>{64, 1e-5f, 1.0f},
+                                 {172, 1e-5f, 1.0f}, {2048, 1e-5f, 1.0f}, {896, 1e-6f, 0.02f}}) {
     const int64_t rows = 5;
-    std::vector<float> x = RandomVector(rows * dim, 1), w = RandomVector(dim, 2, 0.5f, 1.5f);
+    std::vector<float> x = RandomVector(rows * dim, 1, -scale, scale),
+                       w = RandomVector(dim, 2, 0.5f, 1.5f);
     std::vector<float> want(rows * dim);
-    cpu::RmsNorm(x.data(), w.data(), want.data(), rows, dim);
+    cpu::RmsNorm(x.data(), w.data(), want.data(), rows, dim, eps);
     DeviceArray<float> dx(x), dw(w);
     DeviceArray<bf16> out(rows * dim);
-    HEAVYKV_CUDA_OK(cuda::RmsNorm(dx.get(), dw.get(), out.get(), rows, dim, nullptr, 0));
+    HEAVYKV_CUDA_OK(cuda::RmsNorm(dx.get(), dw.get(), out.get(), rows, dim, eps, nullptr, 0));
     EXPECT_LT(NormalizedError(FromBf16(out.Download()), want), 1e-2) << dim;
     // Gathered rows (the final norm): rows 4 and 1.
     DeviceArray<int32_t> idx(std::vector<int32_t>{4, 1});
     DeviceArray<bf16> out2(2 * dim);
-    HEAVYKV_CUDA_OK(cuda::RmsNorm(dx.get(), dw.get(), out2.get(), 2, dim, idx.get(), 0));
+    HEAVYKV_CUDA_OK(cuda::RmsNorm(dx.get(), dw.get(), out2.get(), 2, dim, eps, idx.get(), 0));
     std::vector<float> want2(want.begin() + 4 * dim, want.begin() + 5 * dim);
     want2.insert(want2.end(), want.begin() + dim, want.begin() + 2 * dim);
     EXPECT_LT(NormalizedError(FromBf16(out2.Download()), want2), 1e-2) << dim;
@@ -72,10 +78,107 @@ TEST(CudaOpsTest, RopeMatchesCpu) {
     DeviceArray<float> dx(x);
     DeviceArray<int32_t> dp(pos);
     DeviceArray<float> df(cuda::RopeInvFreq(hd));
-    HEAVYKV_CUDA_OK(cuda::Rope(dx.get(), rows, stride, rot, hd, df.get(), dp.get(), 0));
+    HEAVYKV_CUDA_OK(cuda::Rope(dx.get(), rows, stride, rot, hd, df.get(), false, dp.get(), 0));
     // Large angles amplify the libm / CUDA cosf differences of a few ulps.
     EXPECT_LT(NormalizedError(dx.Download(), want), 2e-5) << hd;
   }
+}
+
+// The table is built on the host (no GPU needed): the CPU Rope's frequencies bit for bit, for
+// llama2.c's theta through pow in double, for the others through the CPU's own powf, and divided
+// by Llama 3.1's factors as the CPU divides them.
+TEST(CudaRopeTableTest, InvFreqIsTheCpusFrequency) {
+  const std::vector<float> factors = RandomVector(128, 11, 1.0f, 7.0f);
+  for (float theta : {10000.0f, 500000.0f, 1e6f}) {
+    for (int64_t hd : {8, 32, 48, 64, 128, 256}) {
+      for (const float* f : {static_cast<const float*>(nullptr), factors.data()}) {
+        const std::vector<float> got = cuda::RopeInvFreq(hd, theta, f);
+        ASSERT_EQ(got.size(), size_t(hd / 2));
+        for (int64_t i = 0; i < hd; i += 2) {
+          float want = 1.0f / powf(theta, i / (float)hd);  // kernels/cpu/ops.cc Rope
+          if (f != nullptr) want /= f[i / 2];
+          EXPECT_EQ(got[i / 2], want) << "theta " << theta << " hd " << hd << " i " << i;
+        }
+      }
+    }
+  }
+}
+
+// NEOX pairing, other thetas and rope_freqs factors (Qwen2/3, Llama 3.1) against kernels/cpu Rope.
+TEST(CudaOpsTest, RopeNeoxThetaAndFactorsMatchCpu) {
+  HEAVYKV_SKIP_WITHOUT_GPU();
+  const std::vector<float> factors = RandomVector(64, 12, 1.0f, 7.0f);
+  for (int64_t hd : {8, 32, 64, 128}) {
+    for (float theta : {10000.0f, 500000.0f, 1e6f}) {
+      for (bool neox : {false, true}) {
+        for (bool with_factors : {false, true}) {
+          SCOPED_TRACE(absl::StrCat("hd ", hd, " theta ", theta, " neox ", neox, " factors ",
+                                    with_factors));
+          const int64_t rows = 7, heads = 4, stride = heads * hd + 16, rot = (heads - 1) * hd;
+          std::vector<float> x = RandomVector(rows * stride, 13);
+          std::vector<int32_t> pos = {0, 1, 5, 100, 511, 4095, 131071};
+          cpu::RopeParams p;
+          p.head_dim = hd;
+          p.theta = theta;
+          p.neox = neox;
+          p.freq_factors = with_factors ? factors.data() : nullptr;
+          std::vector<float> want = x;
+          cpu::Rope(want.data(), rows, stride, rot, pos.data(), p);
+          DeviceArray<float> dx(x);
+          DeviceArray<int32_t> dp(pos);
+          DeviceArray<float> df(cuda::RopeInvFreq(hd, theta, p.freq_factors));
+          HEAVYKV_CUDA_OK(cuda::Rope(dx.get(), rows, stride, rot, hd, df.get(), neox, dp.get(), 0));
+          const std::vector<float> got = dx.Download();
+          EXPECT_LT(NormalizedError(got, want), 2e-5);
+          // Entries past rot_dim are not touched.
+          for (int64_t r = 0; r < rows; ++r) {
+            for (int64_t i = rot; i < stride; ++i) {
+              ASSERT_EQ(got[r * stride + i], x[r * stride + i]);
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// Bias (Qwen2) and per-head q/k RMSNorm (Qwen3) against the CPU forward's Add and RmsNorm.
+TEST(CudaOpsTest, QkvBiasNormMatchesCpu) {
+  HEAVYKV_SKIP_WITHOUT_GPU();
+  for (int32_t hd : {8, 32, 64, 128, 256}) {
+    for (int mode = 0; mode < 3; ++mode) {  // bias, norm, both
+      SCOPED_TRACE(absl::StrCat("hd ", hd, " mode ", mode));
+      const bool bias = mode != 1, norm = mode != 0;
+      const int32_t heads = 6, kv_heads = 2, rows = 5;
+      const int64_t q_dim = heads * hd, kv_dim = kv_heads * hd, qkv_dim = q_dim + 2 * kv_dim;
+      const int64_t stride = qkv_dim + 8;  // the runner's rows are qkv_dim; any stride works
+      const float eps = 1e-6f;
+      std::vector<float> x = RandomVector(rows * stride, 21, -0.05f, 0.05f);
+      const std::vector<float> b = RandomVector(qkv_dim, 22, -0.5f, 0.5f),
+                               qn = RandomVector(hd, 23, 0.5f, 1.5f),
+                               kn = RandomVector(hd, 24, 0.5f, 1.5f);
+      std::vector<float> want = x;
+      for (int32_t t = 0; t < rows; ++t) {
+        float* row = &want[t * stride];
+        if (bias) cpu::Add(row, b.data(), qkv_dim);
+        if (norm) {
+          cpu::RmsNorm(row, qn.data(), row, heads, hd, eps);
+          cpu::RmsNorm(row + q_dim, kn.data(), row + q_dim, kv_heads, hd, eps);
+        }
+      }
+      DeviceArray<float> dx(x), db(b), dqn(qn), dkn(kn);
+      HEAVYKV_CUDA_OK(cuda::QkvBiasNorm(dx.get(), rows, stride, bias ? db.get() : nullptr,
+                                        norm ? dqn.get() : nullptr, norm ? dkn.get() : nullptr,
+                                        heads, kv_heads, hd, eps, 0));
+      const std::vector<float> got = dx.Download();
+      EXPECT_LT(NormalizedError(got, want), 1e-6);
+      for (int32_t t = 0; t < rows; ++t) {  // the padding past qkv_dim is not touched
+        for (int64_t i = qkv_dim; i < stride; ++i) ASSERT_EQ(got[t * stride + i], x[t * stride + i]);
+      }
+    }
+  }
+  EXPECT_EQ(cuda::QkvBiasNorm(nullptr, 1, 8, nullptr, nullptr, nullptr, 1, 1, 512, 1e-6f, 0),
+            cudaErrorInvalidValue);
 }
 
 TEST(CudaOpsTest, SwiGluMatchesCpu) {
@@ -426,8 +529,10 @@ TEST(CudaKvAppendTest, WritesRowsPositionsAndZeroScores) {
 
 TEST(CudaKvAppendTest, RopeKvAppendMatchesRopeThenKvAppend) {
   HEAVYKV_SKIP_WITHOUT_GPU();
-  for (int32_t hd : {8, 64, 128}) {
-    SCOPED_TRACE(hd);
+  const std::vector<float> factors = RandomVector(64, 9, 1.0f, 7.0f);
+  for (auto [hd, neox] : {std::pair<int32_t, bool>{8, false}, {64, false}, {128, false},
+                          {8, true}, {32, true}, {128, true}}) {
+    SCOPED_TRACE(absl::StrCat("hd ", hd, " neox ", neox));
     const int32_t bs = 16, kv_heads = 2, layers = 2;
     PoolFixture f(layers, kv_heads, hd, bs, 8);
     SequenceKv a, b;
@@ -440,7 +545,8 @@ TEST(CudaKvAppendTest, RopeKvAppendMatchesRopeThenKvAppend) {
     DevicePlan plan(steps, rules, bs);
     const int64_t dim = 4 * hd, kv_dim = kv_heads * hd, qkv_dim = dim + 2 * kv_dim;
     const std::vector<float> qkv = RandomVector(5 * qkv_dim, 5);
-    const DeviceArray<float> freq(cuda::RopeInvFreq(hd));
+    const DeviceArray<float> freq(
+        neox ? cuda::RopeInvFreq(hd, 1e6f, factors.data()) : cuda::RopeInvFreq(hd));
     std::vector<bf16> kv_out[2];
     std::vector<int32_t> pos_out[2];
     std::vector<float> score_out[2], qkv_out[2];
@@ -454,9 +560,9 @@ TEST(CudaKvAppendTest, RopeKvAppendMatchesRopeThenKvAppend) {
       pool.score = dscore.get();
       if (fused) {
         HEAVYKV_CUDA_OK(cuda::RopeKvAppend(pool, plan.step, 1, dqkv.get(), qkv_dim, dim,
-                                           dim + kv_dim, freq.get(), 0));
+                                           dim + kv_dim, freq.get(), neox, 0));
       } else {
-        HEAVYKV_CUDA_OK(cuda::Rope(dqkv.get(), 5, qkv_dim, dim + kv_dim, hd, freq.get(),
+        HEAVYKV_CUDA_OK(cuda::Rope(dqkv.get(), 5, qkv_dim, dim + kv_dim, hd, freq.get(), neox,
                                    plan.step.token_pos, 0));
         HEAVYKV_CUDA_OK(
             cuda::KvAppend(pool, plan.step, 1, dqkv.get(), qkv_dim, dim, dim + kv_dim, 0));

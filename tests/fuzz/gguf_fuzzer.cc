@@ -2,6 +2,8 @@
 // status for any bytes, never crash, overflow, hang or allocate what the file size does not back;
 // an accepted file must keep its promises: every tensor's bytes inside the file, every metadata
 // value readable, and a copy written with GgufWriter must open again with the same contents.
+// A file the model loader accepts (engine/gguf_model.h) must give a model that agrees with its
+// configuration and runs a step of two tokens (small models only: the fuzzer stays fast).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
@@ -9,7 +11,9 @@
 #include <vector>
 
 #include "engine/gguf.h"
+#include "engine/gguf_model.h"
 #include "engine/gguf_support.h"
+#include "engine/model_runner.h"
 #include "engine/gguf_writer.h"
 #include "tests/fuzz/fuzz_util.h"
 
@@ -81,6 +85,36 @@ void Copy(const GgufMetadata& m, heavykv::GgufWriter* w) {
   }
 }
 
+// Loads the model of an accepted file, if the loader takes it, and runs one step.
+void CheckModel(const GgufFile& f) {
+  absl::StatusOr<heavykv::ModelConfig> config = heavykv::ReadGgufModelConfig(f);
+  if (!config.ok() || config->NumParams() > (int64_t(1) << 22)) return;
+  absl::StatusOr<heavykv::Model> model = heavykv::LoadGgufModel(f, heavykv::cpu::WeightType::kFp32);
+  if (!model.ok()) return;
+  const heavykv::ModelConfig& c = model->config;
+  if (c.dim != config->dim || c.vocab_size != config->vocab_size ||
+      static_cast<int64_t>(model->layers.size()) != c.num_layers ||
+      model->classifier.rows() != c.vocab_size || model->classifier.cols() != c.dim ||
+      model->layers[0].wqkv.rows() != c.qkv_dim() || model->layers[0].wo.cols() != c.q_dim()) {
+    heavykv::fuzz::Die("an accepted GGUF model disagrees with its configuration");
+  }
+  heavykv::KvShape shape = heavykv::KvShapeFor(c, 16);
+  absl::StatusOr<std::unique_ptr<heavykv::KvCache>> cache = heavykv::KvCache::Create(shape, 4);
+  if (!cache.ok()) heavykv::fuzz::Die("no KV cache for an accepted model");
+  heavykv::ModelRunner runner(*model, cache->get());
+  heavykv::SequenceKv kv;
+  const std::vector<int32_t> tokens = {0, c.vocab_size - 1};
+  heavykv::SequenceStep step{&kv, tokens, 0, true};
+  absl::StatusOr<std::span<const float>> logits = runner.Forward({&step, 1});
+  if (c.seq_len >= 2 && !logits.ok()) {
+    heavykv::fuzz::Die("an accepted model cannot run two tokens: " +
+                       std::string(logits.status().message()));
+  }
+  if (logits.ok() && logits->size() != size_t(2) * c.vocab_size) {
+    heavykv::fuzz::Die("a step returned the wrong number of logits");
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -96,6 +130,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   (void)heavykv::CheckGgufSupported(*f);
+  CheckModel(*f);
   // The writer pads its header to the alignment: copy only files it can write in little memory.
   if (f->alignment() > 4096) return 0;
   heavykv::GgufWriter w(f->alignment());

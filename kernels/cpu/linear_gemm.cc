@@ -1,0 +1,20 @@
+// Linear::Multiply (linear.h), apart from the rest of Linear so that code that only holds and
+// reads weights (the CUDA module, which uploads them) does not link the CPU GEMMs.
+#include "kernels/cpu/linear.h"
+#include "kernels/cpu/packed_gemm.h"
+#include "kernels/cpu/quant_gemm.h"
+
+namespace heavykv::cpu {
+
+void Linear::Multiply(const float* x, float* y, int64_t m, int64_t ldy, bool accumulate) const {
+  for (const Part& p : parts_) {
+    if (const auto* w = std::get_if<PackedMatrix>(&p)) {
+      MatmulPacked(x, *w, y, m, ldy, accumulate);
+    } else {
+      MatmulQuant(x, std::get<QuantMatrix>(p), y, m, ldy, accumulate);
+    }
+    y += std::visit([](const auto& q) { return q.rows(); }, p);
+  }
+}
+
+}  // namespace heavykv::cpu

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# heavykv against llama.cpp on the same GGUF files, side by side in one run (issue 14 section 5;
+# docs/BENCHMARKS.md "GGUF models against llama.cpp"). For each weight mix (default: q4_k_m q8_0)
+# it writes, once, a random model at the llama3.2-1b shape with `heavykv make-model --format gguf`
+# into BENCH_DIR, then, one after the other on an otherwise idle machine, with 2 threads:
+#   llama-bench -p 512 -n 128 -r 3                          -> pp512, tg128 tokens/s
+#   llama-batched-bench -npp 128 -ntg 128 -npl 32 -c 8192     -> aggregate decode tokens/s
+#   load to first token, best of 3 (warm page cache): llama-simple -n 1 against
+#     heavykv run --steps (prompt + 1)
+# and writes BENCH_DIR/peer.json; then heavykv_bench runs its gguf/ cases on the same files and
+# prints the ratios (bench_main.cc, --peer_json).
+#
+# usage: scripts/bench-llamacpp.sh LLAMA_CPP_BIN_DIR [BENCH_DIR] [MIX...]
+#   LLAMA_CPP_BIN_DIR: llama.cpp's build/bin (../shared/tools/setup-llamacpp.sh builds it)
+#   BENCH_DIR: default /tmp/heavykv-bench; HEAVYKV_BUILD: heavykv's build dir (default build)
+set -euo pipefail
+LLAMA=${1:?usage: scripts/bench-llamacpp.sh LLAMA_CPP_BIN_DIR [BENCH_DIR] [MIX...]}
+DIR=${2:-/tmp/heavykv-bench}
+shift $(( $# >= 2 ? 2 : 1 ))
+MIXES=("$@")
+[ ${#MIXES[@]} -eq 0 ] && MIXES=(q4_k_m q8_0)
+BUILD=${HEAVYKV_BUILD:-build}
+HK=$BUILD/bin/heavykv
+THREADS=2
+mkdir -p "$DIR"
+now() { date +%s.%N; }
+best_of_3() {  # prints the shortest wall time of three runs of "$@" (output discarded)
+  local best=
+  for _ in 1 2 3; do
+    local t0 t1
+    t0=$(now); "$@" >/dev/null 2>&1; t1=$(now)
+    best=$(python3 -c "a=$t1-$t0; b='$best'; print(a if not b or a < float(b) else b)")
+  done
+  echo "$best"
+}
+
+PEER=$DIR/peer.json
+echo "{\"cpu\": \"$(lscpu | sed -n 's/^Model name: *//p' | head -1)\", \"threads\": $THREADS, \"models\": {" >"$PEER.tmp"
+first=1
+for mix in "${MIXES[@]}"; do
+  model=$DIR/llama3.2-1b-$mix.gguf
+  if [ ! -f "$model" ]; then
+    "$HK" make-model --format gguf --shape llama3.2-1b --weight-type "$mix" --out "$model.tmp"
+    mv "$model.tmp" "$model"
+  fi
+  echo "== $mix: llama-bench" >&2
+  "$LLAMA/llama-bench" -m "$model" -p 512 -n 128 -r 3 -t $THREADS -o json >"$DIR/llama-bench-$mix.json"
+  echo "== $mix: llama-batched-bench" >&2
+  "$LLAMA/llama-batched-bench" -m "$model" -c 8192 -b 2048 -ub 512 -npp 128 -ntg 128 -npl 32 \
+    -t $THREADS --output-format jsonl >"$DIR/llama-batched-$mix.jsonl" 2>"$DIR/llama-batched-$mix.log"
+  echo "== $mix: load to first token" >&2
+  ll=$(best_of_3 "$LLAMA/llama-simple" -m "$model" -n 1 "Once")
+  hk=$(best_of_3 "$HK" run --model "$model" --prompt "1 2 3" --steps 4 --temperature 0 --threads $THREADS)
+  python3 - "$DIR/llama-bench-$mix.json" "$DIR/llama-batched-$mix.jsonl" "$mix" "$ll" "$hk" "$first" >>"$PEER.tmp" <<'PY'
+import json, sys
+bench, batched, mix, ll, hk, first = sys.argv[1:7]
+runs = json.load(open(bench))
+pp = next(r["avg_ts"] for r in runs if r["n_prompt"] == 512 and r["n_gen"] == 0)
+tg = next(r["avg_ts"] for r in runs if r["n_gen"] == 128 and r["n_prompt"] == 0)
+rows = [json.loads(l) for l in open(batched) if l.startswith("{")]
+btg = next(r["speed_tg"] for r in rows if r["pl"] == 32)
+out = {"pp512": pp, "tg128": tg, "batched_tg_npl32": btg,
+       "load_to_first_token_s": float(ll), "heavykv_load_to_first_token_s": float(hk)}
+print(("" if first == "1" else ",") + json.dumps(mix) + ": " + json.dumps(out))
+PY
+  first=0
+done
+echo "}}" >>"$PEER.tmp"
+mv "$PEER.tmp" "$PEER"
+cat "$PEER"
+filter="^gguf/llama3.2-1b/($(IFS='|'; echo "${MIXES[*]}"))/"
+"$BUILD/bin/heavykv_bench" --threads=$THREADS --bench_dir="$DIR" --peer_json="$PEER" \
+  --summary_json="$DIR/heavykv-gguf.json" --benchmark_filter="$filter"
