@@ -66,16 +66,18 @@ void BM_GgufDecode(benchmark::State& state, std::string mix, int32_t batch, int3
 
 void BM_GgufPrefill(benchmark::State& state, std::string mix, int32_t tokens) {
   const Model& model = Llama1b(mix);
-  std::unique_ptr<Batch> b = MakeBatch(model, 1, 0, "full", kUnboundedBudget);
-  ModelRunner runner(model, b->cache.get());
+  KvShape shape = KvShapeFor(model.config, 16);
+  shape.element_bytes = 4;
+  std::unique_ptr<KvCache> cache = *KvCache::Create(shape, tokens / 16 + 2);
+  ModelRunner runner(model, cache.get());
   std::vector<int32_t> prompt(tokens);
   for (int32_t i = 0; i < tokens; ++i) prompt[i] = 1 + (i * 7919) % (model.config.vocab_size - 1);
-  SequenceKv& kv = b->seqs[0];
+  SequenceKv kv;
   auto run = [&] {
     SequenceStep step{&kv, prompt, 0, false};
     absl::StatusOr<std::span<const float>> r = runner.Forward({&step, 1});
     if (!r.ok()) Die(r.status());
-    b->cache->Truncate(kv, 0);
+    cache->Release(kv);
   };
   run();  // warm-up
   for (auto _ : state) run();

@@ -5,8 +5,8 @@
 # into BENCH_DIR, then, one after the other on an otherwise idle machine, with 2 threads:
 #   llama-bench -p 512 -n 128 -r 3                          -> pp512, tg128 tokens/s
 #   llama-batched-bench -npp 128 -ntg 128 -npl 32 -c 8192     -> aggregate decode tokens/s
-#   load to first token, best of 3 (warm page cache): llama-simple -n 1 against
-#     heavykv run --steps (prompt + 1)
+#   load to first token, best of 3 (warm page cache): llama-simple -n 1 "Once" against
+#     heavykv run --prompt "Once" --steps (its prompt tokens + 1); both exit after one new token
 # and writes BENCH_DIR/peer.json; then heavykv_bench runs its gguf/ cases on the same files and
 # prints the ratios (bench_main.cc, --peer_json).
 #
@@ -28,7 +28,11 @@ best_of_3() {  # prints the shortest wall time of three runs of "$@" (output dis
   local best=
   for _ in 1 2 3; do
     local t0 t1
-    t0=$(now); "$@" >/dev/null 2>&1; t1=$(now)
+    t0=$(now)
+    if ! "$@" >/dev/null 2>"$DIR/last-run.err"; then
+      echo "bench-llamacpp: failed: $*" >&2; cat "$DIR/last-run.err" >&2; exit 1
+    fi
+    t1=$(now)
     best=$(python3 -c "a=$t1-$t0; b='$best'; print(a if not b or a < float(b) else b)")
   done
   echo "$best"
@@ -50,7 +54,11 @@ for mix in "${MIXES[@]}"; do
     -t $THREADS --output-format jsonl >"$DIR/llama-batched-$mix.jsonl" 2>"$DIR/llama-batched-$mix.log"
   echo "== $mix: load to first token" >&2
   ll=$(best_of_3 "$LLAMA/llama-simple" -m "$model" -n 1 "Once")
-  hk=$(best_of_3 "$HK" run --model "$model" --prompt "1 2 3" --steps 4 --temperature 0 --threads $THREADS)
+  # heavykv run: --steps is the sequence length, so the prompt's tokens plus one new token.
+  n=$("$HK" run --model "$model" --prompt "Once" --steps 64 --temperature 0 --threads $THREADS \
+      --json 2>/dev/null | python3 -c 'import json,sys; print(json.load(sys.stdin)["prompt_tokens"])')
+  hk=$(best_of_3 "$HK" run --model "$model" --prompt "Once" --steps $((n + 1)) --temperature 0 \
+      --threads $THREADS)
   python3 - "$DIR/llama-bench-$mix.json" "$DIR/llama-batched-$mix.jsonl" "$mix" "$ll" "$hk" "$first" >>"$PEER.tmp" <<'PY'
 import json, sys
 bench, batched, mix, ll, hk, first = sys.argv[1:7]
