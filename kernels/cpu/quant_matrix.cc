@@ -20,8 +20,8 @@ absl::Status QuantMatrix::CheckShape(QuantType type, int64_t n, int64_t k) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<QuantMatrix> QuantMatrix::FromRows(QuantType type, int64_t n, int64_t k,
-                                                  const void* data, int64_t bytes) {
+absl::StatusOr<QuantMatrix> QuantMatrix::Empty(QuantType type, int64_t n, int64_t k,
+                                               int64_t bytes) {
   if (absl::Status s = CheckShape(type, n, k); !s.ok()) return s;
   const int64_t row_bytes = QuantRowBytes(type, k);
   if (bytes != n * row_bytes) {
@@ -34,28 +34,25 @@ absl::StatusOr<QuantMatrix> QuantMatrix::FromRows(QuantType type, int64_t n, int
   m.n_ = n;
   m.k_ = k;
   m.row_bytes_ = row_bytes;
-  m.data_.resize(n * row_bytes);
-  std::memcpy(m.data_.data(), data, n * row_bytes);
+  return m;
+}
+
+absl::StatusOr<QuantMatrix> QuantMatrix::FromRows(QuantType type, int64_t n, int64_t k,
+                                                  const void* data, int64_t bytes) {
+  absl::StatusOr<QuantMatrix> m = Empty(type, n, k, bytes);
+  if (!m.ok()) return m;
+  m->data_.resize(bytes);
+  std::memcpy(m->data_.data(), data, bytes);
   return m;
 }
 
 absl::StatusOr<QuantMatrix> QuantMatrix::View(QuantType type, int64_t n, int64_t k,
                                               const void* data, int64_t bytes,
                                               std::shared_ptr<const void> owner) {
-  if (absl::Status s = CheckShape(type, n, k); !s.ok()) return s;
-  const int64_t row_bytes = QuantRowBytes(type, k);
-  if (bytes != n * row_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat("a ", n, " x ", k, " ", QuantTypeName(type),
-                                                   " matrix is ", n * row_bytes, " bytes, but ",
-                                                   bytes, " were given"));
-  }
-  QuantMatrix m;
-  m.type_ = type;
-  m.n_ = n;
-  m.k_ = k;
-  m.row_bytes_ = row_bytes;
-  m.view_ = static_cast<const uint8_t*>(data);
-  m.owner_ = std::move(owner);
+  absl::StatusOr<QuantMatrix> m = Empty(type, n, k, bytes);
+  if (!m.ok()) return m;
+  m->view_ = static_cast<const uint8_t*>(data);
+  m->owner_ = std::move(owner);
   return m;
 }
 

@@ -58,6 +58,8 @@ class QuantMatrix {
 
  private:
   static absl::Status CheckShape(QuantType type, int64_t n, int64_t k);
+  // A matrix of that shape with no bytes yet, once CheckShape passes and `bytes` is n rows.
+  static absl::StatusOr<QuantMatrix> Empty(QuantType type, int64_t n, int64_t k, int64_t bytes);
 
   const uint8_t* data() const { return view_ != nullptr ? view_ : data_.data(); }
 
