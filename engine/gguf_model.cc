@@ -35,8 +35,9 @@ absl::Status ReadPositive(const GgufFile& f, const std::string& key, int32_t fal
   return absl::OkStatus();
 }
 
-// The tensor `name` of type F32, F16 or BF16 with dims [cols, rows] (rows == 0: a vector
-// [cols]); errors name the tensor.
+// The tensor `name` with dims [cols, rows] (rows == 0: a vector [cols]) and a type heavykv runs
+// (SupportedGgmlTypes: a float type, or for a matrix also a block format); errors name the
+// tensor.
 absl::StatusOr<const GgufTensor*> FindWeight(const GgufFile& f, const std::string& name,
                                              int64_t cols, int64_t rows) {
   const GgufTensor* t = f.FindTensor(name);
@@ -52,30 +53,21 @@ absl::StatusOr<const GgufTensor*> FindWeight(const GgufFile& f, const std::strin
                      "], the metadata implies [", absl::StrJoin(want, ", "), "]"));
   }
   const bool vector = rows == 0;
-  switch (t->type) {
-    case GgmlType::kF32:
-    case GgmlType::kF16:
-    case GgmlType::kBF16:
-      return t;
-    case GgmlType::kQ8_0:
-    case GgmlType::kQ4_0:
-    case GgmlType::kQ5_0:
-    case GgmlType::kQ4_K:
-    case GgmlType::kQ5_K:
-    case GgmlType::kQ6_K:
-      if (!vector) return t;
-      return absl::InvalidArgumentError(
-          absl::StrCat(f.path(), ": tensor '", name, "' is a vector of type ",
-                       GgmlTypeName(t->type), "; norms and biases must be F32, F16 or BF16"));
-    default:
-      return absl::InvalidArgumentError(absl::StrCat(
-          f.path(), ": tensor '", name, "' has type ", GgmlTypeName(t->type),
-          vector ? ", not a vector type (F32, F16, BF16)"
-                 : ", not a weight type (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K)"));
+  const bool is_float =
+      t->type == GgmlType::kF32 || t->type == GgmlType::kF16 || t->type == GgmlType::kBF16;
+  const std::span<const GgmlType> runs = SupportedGgmlTypes();
+  const bool supported = std::find(runs.begin(), runs.end(), t->type) != runs.end();
+  if (is_float || (supported && !vector)) return t;
+  if (supported) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(f.path(), ": tensor '", name, "' is a vector of type ",
+                     GgmlTypeName(t->type), "; norms and biases must be F32, F16 or BF16"));
   }
+  return absl::InvalidArgumentError(absl::StrCat(
+      f.path(), ": tensor '", name, "' has type ", GgmlTypeName(t->type),
+      vector ? ", not a vector type (F32, F16, BF16)"
+             : ", not a weight type (F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K, Q6_K)"));
 }
-
-
 
 // dst[rows * cols] (row-major fp32) = the tensor's values; its type and shape were checked.
 void ToFloat(const GgufTensor& t, float* dst) {
@@ -96,17 +88,8 @@ absl::StatusOr<ModelConfig> ReadGgufModelConfig(const GgufFile& f) {
   absl::StatusOr<absl::string_view> arch_name = f.GetString("general.architecture");
   if (!arch_name.ok()) return arch_name.status();
   ModelConfig c;
-  if (*arch_name == "llama") {
-    c.arch = Architecture::kLlama;
-    c.rope_style = RopeStyle::kInterleaved;
-  } else if (*arch_name == "qwen2") {
-    c.arch = Architecture::kQwen2;
-    c.rope_style = RopeStyle::kNeox;
-    c.attention_bias = true;
-  } else if (*arch_name == "qwen3") {
-    c.arch = Architecture::kQwen3;
-    c.rope_style = RopeStyle::kNeox;
-    c.qk_norm = true;
+  if (absl::StatusOr<Architecture> arch = ParseArchitecture(*arch_name); arch.ok()) {
+    SetArchitecture(*arch, &c);
   } else {
     const auto known = SupportedGgufArchitectures();
     return absl::InvalidArgumentError(
@@ -143,7 +126,7 @@ absl::StatusOr<ModelConfig> ReadGgufModelConfig(const GgufFile& f) {
     if (absl::Status s = ReadPositive(f, a + ".attention.key_length", 0, &key_length); !s.ok()) {
       return s;
     }
-    if (c.num_heads > 0 && key_length != c.dim / c.num_heads) c.head_size = key_length;
+    if (key_length != c.dim / c.num_heads) c.head_size = key_length;
   }
   const GgufTensor* emb = f.FindTensor("token_embd.weight");
   if (emb == nullptr) {

@@ -39,21 +39,6 @@ struct FileCloser {
 
 }  // namespace
 
-void SetArchitecture(Architecture arch, ModelConfig* c) {
-  c->arch = arch;
-  c->rope_style = arch == Architecture::kLlama ? RopeStyle::kInterleaved : RopeStyle::kNeox;
-  c->attention_bias = arch == Architecture::kQwen2;
-  c->qk_norm = arch == Architecture::kQwen3;
-}
-
-absl::StatusOr<Architecture> ParseArchitecture(absl::string_view name) {
-  for (Architecture a : {Architecture::kLlama, Architecture::kQwen2, Architecture::kQwen3}) {
-    if (name == ArchitectureName(a)) return a;
-  }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown architecture \"", name, "\"; choose one of: llama, qwen2, qwen3"));
-}
-
 absl::StatusOr<ModelConfig> NamedShape(absl::string_view name) {
   if (name == "stories260K") return Shape(64, 172, 5, 8, 4, 512, 512);
   if (name == "stories15M") return Shape(288, 768, 6, 6, 6, 32000, 256);

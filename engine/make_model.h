@@ -20,12 +20,6 @@ namespace heavykv {
 absl::StatusOr<ModelConfig> NamedShape(absl::string_view name);
 std::string NamedShapeList();
 
-// "llama", "qwen2", "qwen3" (ArchitectureName's names); INVALID_ARGUMENT listing them.
-absl::StatusOr<Architecture> ParseArchitecture(absl::string_view name);
-// Sets the architecture and what it implies: rope style (NEOX for Qwen), q/k/v biases (qwen2),
-// q/k norms (qwen3). Sizes, rope theta and epsilon stay.
-void SetArchitecture(Architecture arch, ModelConfig* c);
-
 // Writes a checkpoint with the given shape (shared classifier when config.shared_classifier)
 // and weights drawn deterministically from `seed`: matrices uniform in +-1/sqrt(fan_in), norms 1.
 // INVALID_ARGUMENT for another architecture than llama or a head size other than dim / heads.

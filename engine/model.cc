@@ -91,6 +91,29 @@ const char* ArchitectureName(Architecture a) {
   return "?";
 }
 
+void SetArchitecture(Architecture arch, ModelConfig* c) {
+  c->arch = arch;
+  c->rope_style = arch == Architecture::kLlama ? RopeStyle::kInterleaved : RopeStyle::kNeox;
+  c->attention_bias = arch == Architecture::kQwen2;
+  c->qk_norm = arch == Architecture::kQwen3;
+}
+
+absl::StatusOr<Architecture> ParseArchitecture(absl::string_view name) {
+  for (Architecture a : {Architecture::kLlama, Architecture::kQwen2, Architecture::kQwen3}) {
+    if (name == ArchitectureName(a)) return a;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown architecture \"", name, "\"; choose one of: llama, qwen2, qwen3"));
+}
+
+std::vector<int32_t> PromptWithBos(const ModelConfig& c, std::span<const int32_t> ids) {
+  std::vector<int32_t> prompt;
+  prompt.reserve(ids.size() + 1);
+  if (c.add_bos && (ids.empty() || ids[0] != c.bos_id)) prompt.push_back(c.bos_id);
+  prompt.insert(prompt.end(), ids.begin(), ids.end());
+  return prompt;
+}
+
 int64_t ModelConfig::NumParams() const {
   const int64_t d = dim, hid = hidden_dim, L = num_layers, kv = kv_dim(), V = vocab_size,
                 q = q_dim();
@@ -132,7 +155,8 @@ absl::Status ModelConfig::Validate() const {
     return absl::InvalidArgumentError("inconsistent header: dimensions are implausibly large");
   }
   // qkv_dim() and other per-row sizes are int32.
-  if (int64_t(num_heads) * head_dim() + 2 * int64_t(num_kv_heads) * head_dim() > std::numeric_limits<int32_t>::max() ||
+  const int64_t wide_qkv = (int64_t(num_heads) + 2 * int64_t(num_kv_heads)) * head_dim();
+  if (wide_qkv > std::numeric_limits<int32_t>::max() ||
       2 * int64_t(hidden_dim) > std::numeric_limits<int32_t>::max()) {
     return absl::InvalidArgumentError(absl::StrCat(
         "unsupported header: dim ", dim, " (+ 2 x kv_dim ", kv_dim(), ") or 2 x hidden_dim ",

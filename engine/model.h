@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,8 @@ enum class Architecture {
   kQwen3,  // per-head RMSNorm of q and k before rope; head size from key_length
 };
 const char* ArchitectureName(Architecture a);
+// "llama", "qwen2", "qwen3" (ArchitectureName's names); INVALID_ARGUMENT listing them.
+absl::StatusOr<Architecture> ParseArchitecture(absl::string_view name);
 
 // How rope pairs the entries of a head of size hd. kInterleaved (llama.cpp's NORM, run.c) rotates
 // (2i, 2i+1); kNeox (Qwen, GPT-NeoX, Hugging Face's rotate_half) rotates (i, i + hd/2). Both use
@@ -75,6 +78,13 @@ struct ModelConfig {
   // INVALID_ARGUMENT naming the field.
   absl::Status Validate() const;
 };
+
+// Sets the architecture and what it implies: rope style (NEOX for Qwen), q/k/v biases (qwen2),
+// q/k norms (qwen3). Sizes, rope theta and epsilon stay.
+void SetArchitecture(Architecture arch, ModelConfig* c);
+// A prompt of ids as the model takes it: `ids` with c.bos_id in front unless they already start
+// with it or c.add_bos is false.
+std::vector<int32_t> PromptWithBos(const ModelConfig& c, std::span<const int32_t> ids);
 
 // Weights in the fused layout the runner multiplies with. Each matrix is [out][in], held once as
 // a cpu::Linear (kernels/cpu/linear.h): fp32 or bf16 panels packed for the CPU GEMM

@@ -177,15 +177,8 @@ absl::StatusOr<std::vector<int32_t>> RequestValidator::PromptTokens(
     const GenerationRequest& q, const std::function<bool()>& should_stop) const {
   // Precheck has checked the text (tokenizer, bytes, UTF-8): only the tokenizing is left.
   if (q.prompt.has_value()) return EncodeChecked(*q.prompt, should_stop);
-  std::vector<int32_t> prompt;
-  prompt.reserve(q.prompt_token_ids.size() + 1);
-  if (config_.add_bos &&
-      (q.prompt_token_ids.empty() || q.prompt_token_ids[0] != config_.bos_id)) {
-    prompt.push_back(config_.bos_id);
-  }
-  prompt.insert(prompt.end(), q.prompt_token_ids.begin(), q.prompt_token_ids.end());
-  if (prompt.empty()) return Invalid("the prompt is empty (this model adds no BOS token)");
-  return prompt;
+  // Precheck refused an empty prompt_token_ids, so the prompt is never empty.
+  return PromptWithBos(config_, q.prompt_token_ids);
 }
 
 absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationRequest& q) const {

@@ -61,9 +61,7 @@ absl::StatusOr<std::vector<int32_t>> PromptTokens(const std::optional<Tokenizer>
     }
     ids.push_back(id);
   }
-  if (config.add_bos && (ids.empty() || ids[0] != config.bos_id)) {
-    ids.insert(ids.begin(), config.bos_id);
-  }
+  ids = PromptWithBos(config, ids);
   if (ids.empty()) return absl::InvalidArgumentError("the prompt is empty");
   return ids;
 }

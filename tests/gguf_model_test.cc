@@ -251,7 +251,9 @@ TEST(GgufModelTest, EveryPolicyRunsOnAQuantizedQwen2) {
   ASSERT_EQ(ppl.size(), 4u) << out;
   for (const auto& [policy, p] : ppl) {
     EXPECT_TRUE(std::isfinite(p) && p > 1) << policy << " " << p;
-    if (policy != "full") EXPECT_NE(p, ppl["full"]) << policy;  // it did evict
+    if (policy != "full") {
+      EXPECT_NE(p, ppl["full"]) << policy;  // it did evict
+    }
   }
 }
 

@@ -3,31 +3,26 @@
 #include "absl/strings/str_cat.h"
 
 namespace heavykv::cpu {
-namespace {
-
-int64_t PartRows(const Linear::Part& p) {
+int64_t Linear::PartRows(const Part& p) {
   return std::visit([](const auto& m) { return m.rows(); }, p);
 }
-int64_t PartCols(const Linear::Part& p) {
-  return std::visit([](const auto& m) { return m.cols(); }, p);
+
+absl::Status Linear::CheckWidth(int64_t part_cols) const {
+  if (!parts_.empty() && part_cols != cols()) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot append a part of ", part_cols,
+                                                   " columns to a matrix of ", cols()));
+  }
+  return absl::OkStatus();
 }
 
-}  // namespace
-
 absl::Status Linear::Append(PackedMatrix m) {
-  if (!parts_.empty() && m.cols() != cols()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot append a part of ", m.cols(), " columns to a matrix of ", cols()));
-  }
+  if (absl::Status s = CheckWidth(m.cols()); !s.ok()) return s;
   parts_.emplace_back(std::move(m));
   return absl::OkStatus();
 }
 
 absl::Status Linear::Append(QuantMatrix m) {
-  if (!parts_.empty() && m.cols() != cols()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cannot append a part of ", m.cols(), " columns to a matrix of ", cols()));
-  }
+  if (absl::Status s = CheckWidth(m.cols()); !s.ok()) return s;
   if (!parts_.empty()) {
     if (auto* last = std::get_if<QuantMatrix>(&parts_.back());
         last != nullptr && last->type() == m.type()) {
@@ -55,7 +50,9 @@ int64_t Linear::rows() const {
   return n;
 }
 
-int64_t Linear::cols() const { return parts_.empty() ? 0 : PartCols(parts_.front()); }
+int64_t Linear::cols() const {
+  return parts_.empty() ? 0 : std::visit([](const auto& m) { return m.cols(); }, parts_.front());
+}
 
 bool Linear::IsPacked(WeightType type) const {
   for (const Part& p : parts_) {

@@ -53,6 +53,10 @@ class Linear {
   void Multiply(const float* x, float* y, int64_t m, int64_t ldy, bool accumulate) const;
 
  private:
+  static int64_t PartRows(const Part& p);
+  // InvalidArgument unless a part of `cols` columns may go below the current ones.
+  absl::Status CheckWidth(int64_t cols) const;
+
   std::vector<Part> parts_;
 };
 

@@ -13,7 +13,7 @@ void Linear::Multiply(const float* x, float* y, int64_t m, int64_t ldy, bool acc
     } else {
       MatmulQuant(x, std::get<QuantMatrix>(p), y, m, ldy, accumulate);
     }
-    y += std::visit([](const auto& q) { return q.rows(); }, p);
+    y += PartRows(p);
   }
 }
 

@@ -86,14 +86,11 @@ absl::StatusOr<QuantMatrix> QuantMatrix::Concat(const QuantMatrix& a, const Quan
         "cannot stack a ", b.n_, " x ", b.k_, " ", QuantTypeName(b.type_), " matrix below a ",
         a.n_, " x ", a.k_, " ", QuantTypeName(a.type_), " one"));
   }
-  QuantMatrix m;
-  m.type_ = a.type_;
-  m.n_ = a.n_ + b.n_;
-  m.k_ = a.k_;
-  m.row_bytes_ = a.row_bytes_;
-  m.data_.resize(m.n_ * m.row_bytes_);
-  std::memcpy(m.data_.data(), a.data(), a.bytes());
-  std::memcpy(m.data_.data() + a.bytes(), b.data(), b.bytes());
+  absl::StatusOr<QuantMatrix> m = Empty(a.type_, a.n_ + b.n_, a.k_, a.bytes() + b.bytes());
+  if (!m.ok()) return m;
+  m->data_.resize(a.bytes() + b.bytes());
+  std::memcpy(m->data_.data(), a.data(), a.bytes());
+  std::memcpy(m->data_.data() + a.bytes(), b.data(), b.bytes());
   return m;
 }
 
