@@ -7,9 +7,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
-#include <iterator>
 #include <random>
-#include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -22,16 +20,12 @@
 #include "engine/tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
+#include "tests/tokenizer_vectors.h"
 
 namespace heavykv {
 namespace {
 
 using Ids = std::vector<int32_t>;
-
-std::string ReadAll(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
 
 bool Exists(const std::string& path) { return std::ifstream(path).good(); }
 
@@ -40,40 +34,6 @@ bool Exists(const std::string& path) { return std::ifstream(path).good(); }
     return ::testing::AssertionSuccess();
   }
   return ::testing::AssertionFailure() << "status " << status << " lacks \"" << needle << "\"";
-}
-
-struct Vector {
-  std::string text;
-  Ids ids;
-};
-
-// llama.cpp's tests/test-tokenizer-0 format: inputs separated by "\n__ggml_vocab_test__\n", one
-// line of space-separated ids per input.
-std::vector<Vector> ReadVectors(const std::string& inp_path, const std::string& out_path) {
-  const std::string inp = ReadAll(inp_path);
-  const std::string sep = "\n__ggml_vocab_test__\n";
-  std::vector<std::string> texts;
-  for (size_t pos = 0; pos < inp.size();) {
-    const size_t next = inp.find(sep, pos);
-    if (next == std::string::npos) {
-      texts.push_back(inp.substr(pos));
-      break;
-    }
-    texts.push_back(inp.substr(pos, next - pos));
-    pos = next + sep.size();
-  }
-  std::ifstream out(out_path);
-  std::vector<Vector> vectors;
-  std::string line;
-  for (size_t i = 0; std::getline(out, line); ++i) {
-    Vector v;
-    if (i < texts.size()) v.text = texts[i];
-    std::istringstream ids(line);
-    for (int32_t id; ids >> id;) v.ids.push_back(id);
-    vectors.push_back(std::move(v));
-  }
-  EXPECT_EQ(vectors.size(), texts.size()) << inp_path;
-  return vectors;
 }
 
 std::string Show(const Ids& ids) {
@@ -116,7 +76,7 @@ TEST_P(VectorTest, MatchesLlamaCpp) {
   if (path.empty()) GTEST_SKIP() << name << " is not in tests/data/gguf/ or ../shared/gguf/";
   absl::StatusOr<BpeTokenizer> tok = LoadBpe(path);
   ASSERT_TRUE(tok.ok()) << tok.status();
-  const std::vector<Vector> vectors = ReadVectors(testing::SourcePath("tests/data/gguf/" + name + ".inp"),
+  const std::vector<testing::Vector> vectors = testing::ReadVectors(testing::SourcePath("tests/data/gguf/" + name + ".inp"),
                                                   testing::SourcePath("tests/data/gguf/" + name + ".out"));
   ASSERT_FALSE(vectors.empty());
   int failed = 0;
