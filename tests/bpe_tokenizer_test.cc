@@ -274,6 +274,25 @@ TEST(BpeTokenizerTest, EveryPreTokenizerSplitsIntoTiles) {
   }
 }
 
+// Long runs of one class of character (the worst case for backtracking patterns such as \s+$)
+// finish and round-trip with every pre-tokenizer.
+TEST(BpeTokenizerTest, LongRunsWithEveryPreTokenizer) {
+  const size_t n = 64 << 10;
+  std::vector<std::string> texts = {std::string(n, ' '), std::string(n, '\n'),
+                                    std::string(n, '7'), std::string(n, '!'),
+                                    std::string(n, ' ') + "x", "x" + std::string(n, '\t') + "x"};
+  std::string mixed;
+  while (mixed.size() < n) mixed += " \n\r\t\xC2\xA0";
+  texts.push_back(mixed);
+  for (const std::string& name : PreTokenizer::Names()) {
+    absl::StatusOr<BpeTokenizer> tok = BpeTokenizer::Create(SmallVocab(name), name);
+    ASSERT_TRUE(tok.ok()) << tok.status();
+    for (const std::string& text : texts) {
+      EXPECT_EQ(DecodeAll(*tok, tok->Encode(text, false, false)), text) << name;
+    }
+  }
+}
+
 TEST(BpeTokenizerTest, SpecialTokensInText) {
   absl::StatusOr<BpeTokenizer> tok = BpeTokenizer::Create(SmallVocab(), "small");
   ASSERT_TRUE(tok.ok()) << tok.status();
