@@ -103,6 +103,9 @@ class BpeTokenizer::Workspace {
   std::vector<int32_t> symbols;       // [word bytes] token per surviving symbol, kDead otherwise
   std::vector<uint32_t> prev, next;   // [word bytes] links between surviving symbols
   std::vector<Candidate> heap;
+  // Pre-tokens already merged in this call -> {first id's index in `out`, number of ids}: text
+  // repeats its words, and a lookup is cheaper than merging again. Views into the text.
+  absl::flat_hash_map<absl::string_view, std::pair<uint32_t, uint32_t>> seen;
 
  private:
   static constexpr int kInterval = 4096;
@@ -243,9 +246,24 @@ bool BpeTokenizer::EncodeText(std::string_view text, Workspace* ws) const {
   if (text.empty()) return true;
   ws->spans.clear();
   pre_.Split(text, &ws->spans);
-  if (ws->Stopped(int(text.size() / 64))) return false;
+  if (ws->Stopped(int(std::min<size_t>(text.size() / 64, 1 << 20)))) return false;
+  // Words up to this many bytes are remembered (longer ones rarely repeat).
+  constexpr size_t kMaxCachedWord = 64;
   for (const PreTokenizer::Span& span : ws->spans) {
-    if (!EncodeWord(text.substr(span.begin, span.end - span.begin), ws)) return false;
+    const std::string_view word = text.substr(span.begin, span.end - span.begin);
+    if (word.size() < 2 || word.size() > kMaxCachedWord ||
+        ws->out.size() >= std::numeric_limits<uint32_t>::max() / 2) {
+      if (!EncodeWord(word, ws)) return false;
+      continue;
+    }
+    const auto [it, inserted] = ws->seen.try_emplace(AbslView(word), uint32_t(ws->out.size()), 0);
+    if (!inserted) {
+      const auto [first, count] = it->second;
+      for (uint32_t k = 0; k < count; ++k) ws->out.push_back(ws->out[first + k]);
+      continue;
+    }
+    if (!EncodeWord(word, ws)) return false;
+    it->second.second = uint32_t(ws->out.size() - it->second.first);
   }
   return true;
 }
