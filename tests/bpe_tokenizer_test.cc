@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <fstream>
+#include <iterator>
 #include <random>
+#include <sstream>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -15,8 +17,8 @@
 
 #include "absl/status/status.h"
 #include "engine/gguf.h"
-#include "engine/gguf_writer.h"
 #include "engine/gguf_tokenizer.h"
+#include "engine/gguf_writer.h"
 #include "engine/tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
@@ -26,6 +28,11 @@ namespace heavykv {
 namespace {
 
 using Ids = std::vector<int32_t>;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+}
 
 bool Exists(const std::string& path) { return std::ifstream(path).good(); }
 
@@ -90,6 +97,27 @@ TEST_P(VectorTest, MatchesLlamaCpp) {
     EXPECT_EQ(DecodeAll(*tok, got), vectors[i].text) << name << " vector " << i;
   }
   EXPECT_EQ(failed, 0) << "of " << vectors.size();
+
+  // 16 KB of mixed text (stories, scripts, code, emoji, odd spaces) and the ids llama.cpp's
+  // llama-tokenize --no-bos --no-escape gives it (tests/data/gguf/README.md).
+  const std::string stem = name.substr(0, name.find(".gguf"));
+  std::string listed = ReadFile(testing::SourcePath("tests/data/gguf/bpe-mix." + stem + ".ids"));
+  ASSERT_FALSE(listed.empty());
+  for (char& c : listed) {
+    if (c == '[' || c == ']' || c == ',') c = ' ';
+  }
+  Ids want;
+  std::istringstream in(listed);
+  for (int32_t id; in >> id;) want.push_back(id);
+  const std::string mix = ReadFile(testing::SourcePath("tests/data/gguf/bpe-mix.txt"));
+  const Ids got = tok->Encode(mix, false, false);
+  EXPECT_EQ(got.size(), want.size());
+  size_t first_diff = 0;
+  while (first_diff < got.size() && first_diff < want.size() && got[first_diff] == want[first_diff]) {
+    ++first_diff;
+  }
+  EXPECT_EQ(got, want) << "first difference at id " << first_diff;
+  EXPECT_EQ(DecodeAll(*tok, got), mix);
 }
 
 INSTANTIATE_TEST_SUITE_P(Vocabularies, VectorTest,
