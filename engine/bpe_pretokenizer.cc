@@ -39,7 +39,10 @@ constexpr const char* kTekken =
 constexpr const char* kDeepSeekCjk = "[一-龥ࠀ-一가-퟿]+";
 // DeepSeek LLM's letters: the cased letters of its tokenizer.json, spelled out.
 constexpr const char* kDeepSeekLetters =
-    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-𑣟𞤀-𞥃]+";
+    "\\s?[A-Za-zµÀ-ÖØ-öø-ƺƼ-ƿǄ-ʓʕ-ʯͰ-ͳͶͷͻ-ͽͿΆΈ-ΊΌΎ-ΡΣ-ϵϷ-ҁҊ-ԯԱ-ՖႠ-ჅᎠ-Ᏽᏸ-ᏽᲐ-ᲺᲽ-Ჿᴀ-"
+    "ᴫᵫ-ᵷᵹ-ᶚḀ-ἕἘ-Ἕἠ-ὅὈ-Ὅὐ-ὗὙὛὝὟ-ώᾀ-ᾴᾶ-ᾼιῂ-ῄῆ-ῌῐ-ΐῖ-Ίῠ-Ῥῲ-ῴῶ-ῼℂℇℊ-ℓℕℙ-ℝℤΩℨK-ℭℯ-ℴℹℼ-ℿⅅ-ⅉⅎↃↄⰀ-ⱻⱾ-ⳤⳫ-"
+    "ⳮⳲⳳꙀ-ꙭꚀ-ꚛꜢ-ꝯꝱ-ꞇꞋ-ꞎꭰ-ꮿﬀ-ﬆﬓ-ﬗＡ-Ｚａ-ｚ𐐀-𐑏𐒰-𐓓𐓘-𐓻𐲀-𐲲𐳀-𐳲𑢠-"
+    "𑣟𞤀-𞥃]+";
 
 struct Definition {
   std::vector<const char*> names;
@@ -51,8 +54,7 @@ struct Definition {
 // llama.cpp's names for each expression set (convert_hf_to_gguf.py's `tokenizer.ggml.pre`).
 const std::vector<Definition>& Definitions() {
   static const auto* defs = new std::vector<Definition>{
-      {{"default"},
-       {R"([\p{P}\$\+<=>\^~\|]+)", kGpt2, R"(\p{N}+)", "[0-9][0-9][0-9]"}},
+      {{"default"}, {R"([\p{P}\$\+<=>\^~\|]+)", kGpt2, R"(\p{N}+)", "[0-9][0-9][0-9]"}},
       {{"llama-bpe", "llama3", "llama-v3", "falcon3", "dbrx", "smaug-bpe", "chatglm-bpe"},
        {kLlama3},
        /*ignore_merges=*/true,
@@ -122,17 +124,17 @@ absl::StatusOr<PreTokenizer> PreTokenizer::Create(absl::string_view name) {
   for (const Definition& def : Definitions()) {
     for (const char* n : def.names) {
       if (name != n) continue;
-      absl::StatusOr<PreTokenizer> pre = FromPatterns(
-          std::vector<std::string>(def.patterns.begin(), def.patterns.end()), name);
+      absl::StatusOr<PreTokenizer> pre =
+          FromPatterns(std::vector<std::string>(def.patterns.begin(), def.patterns.end()), name);
       if (!pre.ok()) return pre.status();
       pre->ignore_merges_ = def.ignore_merges;
       pre->default_add_bos_ = def.add_bos;
       return pre;
     }
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat("unknown BPE pre-tokenizer '", name, "' (tokenizer.ggml.pre); heavykv knows ",
-                   absl::StrJoin(Names(), ", ")));
+  return absl::InvalidArgumentError(absl::StrCat("unknown BPE pre-tokenizer '", name,
+                                                 "' (tokenizer.ggml.pre); heavykv knows ",
+                                                 absl::StrJoin(Names(), ", ")));
 }
 
 absl::StatusOr<PreTokenizer> PreTokenizer::FromPatterns(const std::vector<std::string>& patterns,
@@ -150,9 +152,9 @@ absl::StatusOr<PreTokenizer> PreTokenizer::FromPatterns(const std::vector<std::s
     if (code == nullptr) {
       PCRE2_UCHAR message[256];
       pcre2_get_error_message(error, message, sizeof message);
-      return absl::InvalidArgumentError(
-          absl::StrCat("pre-tokenizer '", name, "': pattern /", p, "/ does not compile at offset ",
-                       offset, ": ", reinterpret_cast<const char*>(message)));
+      return absl::InvalidArgumentError(absl::StrCat("pre-tokenizer '", name, "': pattern /", p,
+                                                     "/ does not compile at offset ", offset, ": ",
+                                                     reinterpret_cast<const char*>(message)));
     }
     // Without a JIT (some platforms, or PCRE2 built without one) the interpreter matches alike.
     pcre2_jit_compile(code, PCRE2_JIT_COMPLETE);
@@ -208,7 +210,8 @@ void PreTokenizer::Apply(const Pattern& pattern, std::string_view text, const st
     size_t gap = 0;    // start of the text not yet emitted
     size_t start = 0;  // where the next search starts
     while (start < length) {
-      int rc = pcre2_match(pattern.code, subject, length, start, PCRE2_NO_UTF_CHECK, match, nullptr);
+      int rc =
+          pcre2_match(pattern.code, subject, length, start, PCRE2_NO_UTF_CHECK, match, nullptr);
       if (rc == PCRE2_ERROR_JIT_STACKLIMIT) {
         rc = pcre2_match(pattern.code, subject, length, start, PCRE2_NO_UTF_CHECK | PCRE2_NO_JIT,
                          match, nullptr);

@@ -100,8 +100,8 @@ class BpeTokenizer::Workspace {
 
   std::vector<int32_t> out;
   std::vector<PreTokenizer::Span> spans;
-  std::vector<int32_t> symbols;       // [word bytes] token per surviving symbol, kDead otherwise
-  std::vector<uint32_t> prev, next;   // [word bytes] links between surviving symbols
+  std::vector<int32_t> symbols;      // [word bytes] token per surviving symbol, kDead otherwise
+  std::vector<uint32_t> prev, next;  // [word bytes] links between surviving symbols
   std::vector<Candidate> heap;
   // Pre-tokens already merged in this call -> {first id's index in `out`, number of ids}: text
   // repeats its words, and a lookup is cheaper than merging again. Views into the text.

@@ -10,7 +10,8 @@
 // Encode:
 //   1. Control (type 3) and user-defined (type 4) tokens written in the text become those tokens,
 //      leftmost first and the longest at a position (Hugging Face's added-token matching).
-//   2. The text between them is cut into pre-tokens by the PreTokenizer (engine/bpe_pretokenizer.h).
+//   2. The text between them is cut into pre-tokens by the PreTokenizer
+//   (engine/bpe_pretokenizer.h).
 //   3. Each pre-token's bytes start as one symbol each; the adjacent pair with the lowest merge
 //      rank (leftmost on ties) merges until none has a rank. A linked list and a heap of candidate
 //      pairs make this O(n log n) in the pre-token's length. With ignore_merges (Llama 3), a
@@ -55,7 +56,7 @@ class BpeTokenizer {
     std::string pre = "default";      // PreTokenizer::Create's name
     int32_t bos_id = -1;              // -1: none
     int32_t eos_id = -1;
-    int32_t unknown_id = -1;  // stands for a byte the vocabulary has no token for; -1: dropped
+    int32_t unknown_id = -1;      // stands for a byte the vocabulary has no token for; -1: dropped
     std::optional<bool> add_bos;  // unset: the pre-tokenizer's default (true for Llama 3)
     bool add_eos = false;
   };

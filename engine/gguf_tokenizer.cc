@@ -66,8 +66,8 @@ absl::StatusOr<BpeTokenizer> LoadGgufBpeTokenizer(const GgufFile& f, int32_t voc
   absl::StatusOr<absl::string_view> model = f.GetString("tokenizer.ggml.model");
   if (!model.ok()) return model.status();
   if (*model != "gpt2") {
-    return absl::UnimplementedError(absl::StrCat(
-        f.path(), ": tokenizer model '", *model, "' is not byte-level BPE ('gpt2')"));
+    return absl::UnimplementedError(
+        absl::StrCat(f.path(), ": tokenizer model '", *model, "' is not byte-level BPE ('gpt2')"));
   }
   BpeTokenizer::Vocab vocab;
   absl::StatusOr<std::vector<absl::string_view>> tokens = f.GetArrayString("tokenizer.ggml.tokens");
@@ -83,16 +83,16 @@ absl::StatusOr<BpeTokenizer> LoadGgufBpeTokenizer(const GgufFile& f, int32_t voc
     absl::StatusOr<std::vector<int64_t>> types = f.GetArrayI64("tokenizer.ggml.token_type");
     if (!types.ok()) return types.status();
     if (types->size() != tokens->size()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(f.path(), ": tokenizer.ggml.token_type has ", types->size(),
-                       " entries for ", tokens->size(), " tokens"));
+      return absl::InvalidArgumentError(absl::StrCat(f.path(), ": tokenizer.ggml.token_type has ",
+                                                     types->size(), " entries for ", tokens->size(),
+                                                     " tokens"));
     }
     vocab.types.reserve(types->size());
     for (size_t i = 0; i < types->size(); ++i) {
       const int64_t t = (*types)[i];
       if (t < 0 || t > BpeTokenizer::kByte) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            f.path(), ": tokenizer.ggml.token_type[", i, "] is ", t, " (GGUF types are 0..6)"));
+        return absl::InvalidArgumentError(absl::StrCat(f.path(), ": tokenizer.ggml.token_type[", i,
+                                                       "] is ", t, " (GGUF types are 0..6)"));
       }
       vocab.types.push_back(int32_t(t));
     }
@@ -106,10 +106,10 @@ absl::StatusOr<BpeTokenizer> LoadGgufBpeTokenizer(const GgufFile& f, int32_t voc
     if (!pre.ok()) return pre.status();
     vocab.pre = std::string(*pre);
   }
-  for (const auto& [key, id] : {std::pair<const char*, int32_t*>{"tokenizer.ggml.bos_token_id",
-                                                                &vocab.bos_id},
-                                {"tokenizer.ggml.eos_token_id", &vocab.eos_id},
-                                {"tokenizer.ggml.unknown_token_id", &vocab.unknown_id}}) {
+  for (const auto& [key, id] :
+       {std::pair<const char*, int32_t*>{"tokenizer.ggml.bos_token_id", &vocab.bos_id},
+        {"tokenizer.ggml.eos_token_id", &vocab.eos_id},
+        {"tokenizer.ggml.unknown_token_id", &vocab.unknown_id}}) {
     if (f.FindMetadata(key) == nullptr) continue;
     absl::StatusOr<int64_t> value = f.GetI64(key);
     if (!value.ok()) return value.status();

@@ -83,8 +83,9 @@ TEST_P(VectorTest, MatchesLlamaCpp) {
   if (path.empty()) GTEST_SKIP() << name << " is not in tests/data/gguf/ or ../shared/gguf/";
   absl::StatusOr<BpeTokenizer> tok = LoadBpe(path);
   ASSERT_TRUE(tok.ok()) << tok.status();
-  const std::vector<testing::Vector> vectors = testing::ReadVectors(testing::SourcePath("tests/data/gguf/" + name + ".inp"),
-                                                  testing::SourcePath("tests/data/gguf/" + name + ".out"));
+  const std::vector<testing::Vector> vectors =
+      testing::ReadVectors(testing::SourcePath("tests/data/gguf/" + name + ".inp"),
+                           testing::SourcePath("tests/data/gguf/" + name + ".out"));
   ASSERT_FALSE(vectors.empty());
   int failed = 0;
   for (size_t i = 0; i < vectors.size(); ++i) {
@@ -113,7 +114,8 @@ TEST_P(VectorTest, MatchesLlamaCpp) {
   const Ids got = tok->Encode(mix, false, false);
   EXPECT_EQ(got.size(), want.size());
   size_t first_diff = 0;
-  while (first_diff < got.size() && first_diff < want.size() && got[first_diff] == want[first_diff]) {
+  while (first_diff < got.size() && first_diff < want.size() &&
+         got[first_diff] == want[first_diff]) {
     ++first_diff;
   }
   EXPECT_EQ(got, want) << "first difference at id " << first_diff;
@@ -162,9 +164,10 @@ BpeTokenizer::Vocab SmallVocab(const std::string& pre = "gpt-2") {
   v.pre = pre;
   for (int b = 0; b < 256; ++b) v.tokens.push_back(ByteLevel(std::string(1, char(b))));
   const std::vector<std::pair<std::string, std::string>> merges = {
-      {"l", "l"}, {"h", "e"}, {"he", "ll"}, {"hell", "o"}, {" ", "w"}, {"o", "r"},  {" w", "or"},
-      {"l", "d"}, {" wor", "ld"}, {" ", "h"}, {" h", "e"}, {"e", "l"}, {"el", "l"}, {"a", "a"},
-      {"aa", "aa"}, {"aaaa", "aaaa"}, {"\n", "\n"}, {" ", " "}, {"  ", "  "}, {"o", "o"}};
+      {"l", "l"},       {"h", "e"},   {"he", "ll"}, {"hell", "o"},  {" ", "w"},
+      {"o", "r"},       {" w", "or"}, {"l", "d"},   {" wor", "ld"}, {" ", "h"},
+      {" h", "e"},      {"e", "l"},   {"el", "l"},  {"a", "a"},     {"aa", "aa"},
+      {"aaaa", "aaaa"}, {"\n", "\n"}, {" ", " "},   {"  ", "  "},   {"o", "o"}};
   for (const auto& [l, r] : merges) {
     const std::string merged = ByteLevel(l + r);
     if (std::find(v.tokens.begin(), v.tokens.end(), merged) == v.tokens.end()) {
@@ -173,11 +176,11 @@ BpeTokenizer::Vocab SmallVocab(const std::string& pre = "gpt-2") {
     v.merges.push_back(ByteLevel(l) + " " + ByteLevel(r));
   }
   v.types.assign(v.tokens.size(), BpeTokenizer::kNormal);
-  for (const auto& [text, type] : std::vector<std::pair<std::string, int32_t>>{
-           {"<|end|>", BpeTokenizer::kControl},
-           {"<|end|><|x|>", BpeTokenizer::kControl},
-           {"<|x|>", BpeTokenizer::kControl},
-           {"<think>", BpeTokenizer::kUserDefined}}) {
+  for (const auto& [text, type] :
+       std::vector<std::pair<std::string, int32_t>>{{"<|end|>", BpeTokenizer::kControl},
+                                                    {"<|end|><|x|>", BpeTokenizer::kControl},
+                                                    {"<|x|>", BpeTokenizer::kControl},
+                                                    {"<think>", BpeTokenizer::kUserDefined}}) {
     v.tokens.push_back(text);
     v.types.push_back(type);
   }
@@ -224,8 +227,9 @@ Ids NaiveBpe(const BpeTokenizer& tok, const BpeTokenizer::Vocab& vocab, std::str
 
 std::string RandomText(std::mt19937* rng, size_t length, bool any_bytes) {
   static const std::vector<std::string> kPieces = {
-      "h", "e", "l", "o", " ", "w", "r", "d", "a", "\n", "'s", "1", "23", "é", "€", "😀", "中",
-      "\xE2\x80\x8D", "<|end|>", "<|x|>", "<think>", "<|", "|>", "\t", "  ", "!"};
+      "h",       "e",     "l",       "o",  " ",  "w",  "r",  "d",  "a",
+      "\n",      "'s",    "1",       "23", "é",  "€",  "😀",  "中", "\xE2\x80\x8D",
+      "<|end|>", "<|x|>", "<think>", "<|", "|>", "\t", "  ", "!"};
   std::string text;
   while (text.size() < length) {
     if (any_bytes && (*rng)() % 4 == 0) {
@@ -273,10 +277,10 @@ TEST(BpeTokenizerTest, RoundTripsAnyBytes) {
       ASSERT_EQ(DecodeAll(*tok, ids), text);
     }
     // Edge cases: NUL, lone continuation bytes, truncated and overlong sequences, surrogates.
-    for (const std::string& text : {std::string("a\0b", 3), std::string("\x80\x80 x"),
-                                   std::string("\xE2\x82"), std::string("\xC0\xAF"),
-                                   std::string("\xED\xA0\x80"), std::string("\xF4\x90\x80\x80"),
-                                   std::string("\xFF\xFE"), std::string("é\xE2\x82€")}) {
+    for (const std::string& text :
+         {std::string("a\0b", 3), std::string("\x80\x80 x"), std::string("\xE2\x82"),
+          std::string("\xC0\xAF"), std::string("\xED\xA0\x80"), std::string("\xF4\x90\x80\x80"),
+          std::string("\xFF\xFE"), std::string("é\xE2\x82€")}) {
       EXPECT_EQ(DecodeAll(*tok, tok->Encode(text, false, false)), text);
     }
   }
@@ -306,8 +310,8 @@ TEST(BpeTokenizerTest, EveryPreTokenizerSplitsIntoTiles) {
 // finish and round-trip with every pre-tokenizer.
 TEST(BpeTokenizerTest, LongRunsWithEveryPreTokenizer) {
   const size_t n = 64 << 10;
-  std::vector<std::string> texts = {std::string(n, ' '), std::string(n, '\n'),
-                                    std::string(n, '7'), std::string(n, '!'),
+  std::vector<std::string> texts = {std::string(n, ' '),       std::string(n, '\n'),
+                                    std::string(n, '7'),       std::string(n, '!'),
                                     std::string(n, ' ') + "x", "x" + std::string(n, '\t') + "x"};
   std::string mixed;
   while (mixed.size() < n) mixed += " \n\r\t\xC2\xA0";
@@ -350,7 +354,9 @@ TEST(BpeTokenizerTest, StopsWhenAsked) {
 }
 
 TEST(BpeTokenizerTest, MalformedVocabulariesAreErrors) {
-  auto create = [](BpeTokenizer::Vocab v) { return BpeTokenizer::Create(std::move(v), "bad").status(); };
+  auto create = [](BpeTokenizer::Vocab v) {
+    return BpeTokenizer::Create(std::move(v), "bad").status();
+  };
   BpeTokenizer::Vocab v = SmallVocab();
   v.merges.push_back("h zz");
   absl::Status s = create(v);
@@ -379,11 +385,13 @@ TEST(BpeTokenizerTest, MalformedVocabulariesAreErrors) {
   s = create(v);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(MessageHas(s, "unknown BPE pre-tokenizer 'llama-17'"));
-  EXPECT_TRUE(MessageHas(PreTokenizer::FromPatterns({"(unclosed"}, "x").status(), "does not compile"));
+  EXPECT_TRUE(
+      MessageHas(PreTokenizer::FromPatterns({"(unclosed"}, "x").status(), "does not compile"));
 }
 
 // A vocabulary-only GGUF file with SmallVocab's tokenizer keys, `edit` applied to the writer.
-std::string WriteVocabGguf(const testing::TempDir& dir, const std::string& pre, int extra_types = 0) {
+std::string WriteVocabGguf(const testing::TempDir& dir, const std::string& pre,
+                           int extra_types = 0) {
   const BpeTokenizer::Vocab v = SmallVocab();
   GgufWriter w;
   w.AddString("general.architecture", "llama");
@@ -445,7 +453,8 @@ TEST(BpeTokenizerTest, RealVocabularySpecials) {
   ASSERT_TRUE(tok.ok()) << tok.status();
   EXPECT_EQ(tok->bos_id(), 128000);
   EXPECT_TRUE(tok->add_bos());
-  const Ids ids = tok->Encode("<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>", true, false);
+  const Ids ids =
+      tok->Encode("<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>", true, false);
   ASSERT_EQ(ids.size(), 7u) << Show(ids);
   EXPECT_EQ(ids[0], 128000);
   EXPECT_EQ(ids[1], 128006);

@@ -2,6 +2,8 @@
 // GGUF vocabularies (tests/data/gguf/ggml-vocab-{llama-spm,phi-3}.gguf and their .inp / .out,
 // llama.cpp's ids without BOS). llama2.c's merge loop and llama.cpp's SentencePiece tokenizer
 // agree on all of them: the dummy-prefix space, byte fallback and score-ordered merges.
+#include "engine/gguf_tokenizer.h"
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -9,7 +11,6 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_replace.h"
 #include "engine/gguf.h"
-#include "engine/gguf_tokenizer.h"
 #include "engine/tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
@@ -47,11 +48,13 @@ TEST(GgufTokenizerTest, Phi3Vectors) {
   ASSERT_NE(tokens, nullptr);
   EXPECT_EQ(LoadGgufTokenizer(*f, int32_t(tokens->count)).status().code(),
             absl::StatusCode::kUnimplemented);
-  absl::StatusOr<std::vector<absl::string_view>> pieces = f->GetArrayString("tokenizer.ggml.tokens");
+  absl::StatusOr<std::vector<absl::string_view>> pieces =
+      f->GetArrayString("tokenizer.ggml.tokens");
   absl::StatusOr<std::vector<float>> scores = f->GetArrayF32("tokenizer.ggml.scores");
   ASSERT_TRUE(pieces.ok() && scores.ok());
   std::vector<std::string> spaced;
-  for (absl::string_view p : *pieces) spaced.push_back(absl::StrReplaceAll(p, {{"\xE2\x96\x81", " "}}));
+  for (absl::string_view p : *pieces)
+    spaced.push_back(absl::StrReplaceAll(p, {{"\xE2\x96\x81", " "}}));
   absl::StatusOr<Tokenizer> tok = Tokenizer::FromPieces(std::move(spaced), *scores, "phi-3");
   ASSERT_TRUE(tok.ok()) << tok.status();
   ExpectVectors(*tok, "ggml-vocab-phi-3.gguf");

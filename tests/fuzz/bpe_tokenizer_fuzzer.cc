@@ -45,9 +45,9 @@ heavykv::BpeTokenizer::Vocab SmallVocab(const std::string& pre) {
   heavykv::BpeTokenizer::Vocab v;
   v.pre = pre;
   for (int b = 0; b < 256; ++b) v.tokens.push_back(ByteLevel(std::string(1, char(b))));
-  const char* merges[][2] = {{"t", "h"}, {"th", "e"}, {" ", "the"}, {"i", "n"}, {" ", "a"},
-                             {"e", "r"}, {"o", "n"}, {" ", " "},    {"  ", "  "}, {"1", "2"},
-                             {"\xC3", "\xA9"}, {"\n", "\n"}, {"in", "g"}, {" a", "n"}};
+  const char* merges[][2] = {{"t", "h"},       {"th", "e"},  {" ", "the"}, {"i", "n"},   {" ", "a"},
+                             {"e", "r"},       {"o", "n"},   {" ", " "},   {"  ", "  "}, {"1", "2"},
+                             {"\xC3", "\xA9"}, {"\n", "\n"}, {"in", "g"},  {" a", "n"}};
   for (const auto& m : merges) {
     const std::string merged = ByteLevel(std::string(m[0]) + m[1]);
     bool have = false;
@@ -59,7 +59,7 @@ heavykv::BpeTokenizer::Vocab SmallVocab(const std::string& pre) {
   for (const char* special : {"<|end|>", "<|end|><|x|>", "<|x|>", "<think>"}) {
     v.tokens.push_back(special);
     v.types.push_back(special[0] == '<' && special[1] == '|' ? heavykv::BpeTokenizer::kControl
-                                                              : heavykv::BpeTokenizer::kUserDefined);
+                                                             : heavykv::BpeTokenizer::kUserDefined);
   }
   v.bos_id = int32_t(v.tokens.size()) - 4;
   v.eos_id = v.bos_id;
