@@ -75,6 +75,9 @@ class BpeTokenizer {
   // The bytes `token` stands for: a normal token's bytes (possibly part of a UTF-8 character;
   // engine/text_stream.h joins them), a control or user-defined token's text; empty out of range.
   const std::string& Decode(int32_t token) const;
+  // Tokenizer::Decode's signature: byte-level BPE has no dummy-prefix space to strip after BOS,
+  // so `prev_token` does not matter.
+  std::string Decode(int32_t /*prev_token*/, int32_t token) const { return Decode(token); }
 
   int32_t vocab_size() const { return static_cast<int32_t>(pieces_.size()); }
   // The vocabulary entry as written (byte-level alphabet for normal tokens).

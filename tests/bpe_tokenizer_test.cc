@@ -336,6 +336,7 @@ TEST(BpeTokenizerTest, SpecialTokensInText) {
   EXPECT_EQ(tok->Encode("<|x|><|end|>hello<think>", false, false), (Ids{x, end, hello, think}));
   EXPECT_EQ(tok->Encode("<|end|", false, false).size(), 6u);  // not a token: bytes
   EXPECT_EQ(tok->Decode(think), "<think>");
+  EXPECT_EQ(tok->Decode(end, think), "<think>");
   EXPECT_EQ(tok->Encode("hello", true, true), (Ids{end, hello, end}));
   EXPECT_EQ(tok->type(end), BpeTokenizer::kControl);
   EXPECT_EQ(tok->type(hello), BpeTokenizer::kNormal);
