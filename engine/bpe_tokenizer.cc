@@ -151,6 +151,7 @@ absl::StatusOr<BpeTokenizer> BpeTokenizer::Create(Vocab vocab, absl::string_view
   // Lookups by piece, for merges and the byte tokens; the first id wins on duplicates.
   absl::flat_hash_map<absl::string_view, int32_t> by_piece;
   by_piece.reserve(n);
+  tok.ids_by_bytes_.reserve(n);
   tok.bytes_.resize(n);
   tok.specials_by_byte_.resize(256);
   for (int32_t id = 0; id < int32_t(n); ++id) {
