@@ -147,6 +147,12 @@ absl::StatusOr<BpeTokenizer> BpeTokenizer::Create(Vocab vocab, absl::string_view
   tok.unknown_id_ = vocab.unknown_id;
   tok.add_bos_ = vocab.add_bos.value_or(tok.pre_.default_add_bos());
   tok.add_eos_ = vocab.add_eos;
+  for (int32_t id : vocab.eog_ids) {
+    if (id < 0 || id >= int64_t(n))
+      return invalid("end-of-generation token id ", id, " is outside the vocabulary of ", n);
+    tok.eog_ids_.push_back(id);
+  }
+  if (tok.eos_id_ >= 0) tok.eog_ids_.push_back(tok.eos_id_);
 
   // Lookups by piece, for merges and the byte tokens; the first id wins on duplicates.
   absl::flat_hash_map<absl::string_view, int32_t> by_piece;
@@ -166,6 +172,15 @@ absl::StatusOr<BpeTokenizer> BpeTokenizer::Create(Vocab vocab, absl::string_view
       tok.ids_by_bytes_.emplace(tok.bytes_[id], id);
     }
   }
+  for (int32_t id = 0; id < int32_t(n); ++id) {
+    const std::string& piece = tok.pieces_[id];
+    for (const char* turn_end : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
+                                 "<|endoftext|>", "<|eom_id|>", "<EOT>"}) {
+      if (piece == turn_end) tok.eog_ids_.push_back(id);
+    }
+  }
+  std::sort(tok.eog_ids_.begin(), tok.eog_ids_.end());
+  tok.eog_ids_.erase(std::unique(tok.eog_ids_.begin(), tok.eog_ids_.end()), tok.eog_ids_.end());
   for (std::vector<int32_t>& bucket : tok.specials_by_byte_) {
     std::stable_sort(bucket.begin(), bucket.end(), [&](int32_t a, int32_t b) {
       return tok.pieces_[a].size() > tok.pieces_[b].size();
@@ -352,6 +367,10 @@ bool BpeTokenizer::EncodeWord(std::string_view word, Workspace* ws) const {
     }
   }
   return true;
+}
+
+bool BpeTokenizer::IsEndOfGeneration(int32_t id) const {
+  return std::binary_search(eog_ids_.begin(), eog_ids_.end(), id);
 }
 
 const std::string& BpeTokenizer::Decode(int32_t token) const {

@@ -59,6 +59,7 @@ class BpeTokenizer {
     int32_t unknown_id = -1;      // stands for a byte the vocabulary has no token for; -1: dropped
     std::optional<bool> add_bos;  // unset: the pre-tokenizer's default (true for Llama 3)
     bool add_eos = false;
+    std::vector<int32_t> eog_ids;  // ends of generation besides EOS (GGUF eot / eom token ids)
   };
 
   // INVALID_ARGUMENT naming `source` and the entry: counts that differ, an id out of range, a
@@ -87,6 +88,12 @@ class BpeTokenizer {
   int32_t eos_id() const { return eos_id_; }
   bool add_bos() const { return add_bos_; }
   bool add_eos() const { return add_eos_; }
+  // The tokens that end a generation, sorted: EOS, Vocab::eog_ids, and the chat templates' turn
+  // ends found by their text (<|eot_id|>, <|im_end|>, <|end|>, <end_of_turn>, <|endoftext|>,
+  // <|eom_id|>, <EOT>), as llama.cpp collects them: a Llama 3 GGUF's EOS is <|end_of_text|>, but
+  // an instruct model ends its turn with <|eot_id|>.
+  const std::vector<int32_t>& eog_ids() const { return eog_ids_; }
+  bool IsEndOfGeneration(int32_t id) const;
   const PreTokenizer& pre_tokenizer() const { return pre_; }
 
  private:
@@ -117,6 +124,7 @@ class BpeTokenizer {
   std::vector<std::vector<int32_t>> specials_by_byte_;
   int32_t bos_id_ = -1, eos_id_ = -1, unknown_id_ = -1;
   bool add_bos_ = false, add_eos_ = false;
+  std::vector<int32_t> eog_ids_;
 };
 
 }  // namespace heavykv

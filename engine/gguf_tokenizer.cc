@@ -120,6 +120,17 @@ absl::StatusOr<BpeTokenizer> LoadGgufBpeTokenizer(const GgufFile& f, int32_t voc
     }
     *id = int32_t(*value);
   }
+  for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    if (f.FindMetadata(key) == nullptr) continue;
+    absl::StatusOr<int64_t> value = f.GetI64(key);
+    if (!value.ok()) return value.status();
+    if (*value < 0 || *value >= vocab_size) {
+      return absl::InvalidArgumentError(absl::StrCat(f.path(), ": metadata key '", key, "' is ",
+                                                     *value, ", outside the vocabulary of ",
+                                                     vocab_size));
+    }
+    vocab.eog_ids.push_back(int32_t(*value));
+  }
   if (f.FindMetadata("tokenizer.ggml.add_bos_token") != nullptr) {
     absl::StatusOr<bool> add = f.GetBool("tokenizer.ggml.add_bos_token");
     if (!add.ok()) return add.status();

@@ -376,6 +376,9 @@ TEST(BpeTokenizerTest, MalformedVocabulariesAreErrors) {
   v.types[3] = 9;
   EXPECT_TRUE(MessageHas(create(v), "token 3 has type 9"));
   v = SmallVocab();
+  v.eog_ids = {-3};
+  EXPECT_TRUE(MessageHas(create(v), "end-of-generation token id -3"));
+  v = SmallVocab();
   v.eos_id = int32_t(v.tokens.size());
   EXPECT_TRUE(MessageHas(create(v), "EOS token id"));
   v = SmallVocab();
@@ -454,6 +457,10 @@ TEST(BpeTokenizerTest, RealVocabularySpecials) {
   ASSERT_TRUE(tok.ok()) << tok.status();
   EXPECT_EQ(tok->bos_id(), 128000);
   EXPECT_TRUE(tok->add_bos());
+  // EOS <|end_of_text|> and the turn end <|eot_id|> (Llama 3.0: 128008 is still reserved).
+  EXPECT_EQ(tok->eog_ids(), (Ids{128001, 128009}));
+  EXPECT_TRUE(tok->IsEndOfGeneration(128009));
+  EXPECT_FALSE(tok->IsEndOfGeneration(128000));
   const Ids ids =
       tok->Encode("<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>", true, false);
   ASSERT_EQ(ids.size(), 7u) << Show(ids);
@@ -477,6 +484,7 @@ TEST(BpeTokenizerTest, RealVocabularySpecials) {
   EXPECT_EQ(q[1], 872);
   EXPECT_EQ(q[2], 198);
   EXPECT_EQ(q[4], 151645);
+  EXPECT_EQ(tok->eog_ids(), (Ids{151643, 151645}));  // <|endoftext|>, <|im_end|> (EOS)
   EXPECT_EQ(DecodeAll(*tok, q), "<|im_start|>user\nhi<|im_end|>");
 }
 
