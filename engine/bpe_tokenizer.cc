@@ -226,8 +226,9 @@ std::vector<int32_t> BpeTokenizer::Encode(std::string_view text, bool bos, bool 
   return *Encode(text, bos, eos, std::function<bool()>());
 }
 
-std::optional<std::vector<int32_t>> BpeTokenizer::Encode(
-    std::string_view text, bool bos, bool eos, const std::function<bool()>& should_stop) const {
+std::optional<std::vector<int32_t>> BpeTokenizer::Encode(std::string_view text, bool bos, bool eos,
+                                                         const std::function<bool()>& should_stop,
+                                                         bool parse_control) const {
   Workspace ws(should_stop);
   ws.out.reserve(text.size() / 3 + 2);
   if (bos && bos_id_ >= 0) ws.out.push_back(bos_id_);
@@ -237,6 +238,7 @@ std::optional<std::vector<int32_t>> BpeTokenizer::Encode(
     const std::vector<int32_t>& bucket = specials_by_byte_[static_cast<unsigned char>(text[i])];
     int32_t found = -1;
     for (int32_t id : bucket) {
+      if (!parse_control && types_[id] == kControl) continue;
       const std::string& piece = pieces_[id];
       if (text.size() - i >= piece.size() && text.compare(i, piece.size(), piece) == 0) {
         found = id;

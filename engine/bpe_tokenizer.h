@@ -71,8 +71,12 @@ class BpeTokenizer {
   // The same ids, or std::nullopt once `should_stop` returns true. It is called every few
   // thousand steps from this thread, so it must be cheap (a cancel flag, a deadline). Encode is
   // const and safe to run concurrently on one BpeTokenizer.
+  // With `parse_control` false, control tokens written in the text are plain text (content that
+  // must not inject a turn end, llama.cpp's parse_special = false); user-defined tokens are
+  // matched either way.
   std::optional<std::vector<int32_t>> Encode(std::string_view text, bool bos, bool eos,
-                                             const std::function<bool()>& should_stop) const;
+                                             const std::function<bool()>& should_stop,
+                                             bool parse_control = true) const;
   // The bytes `token` stands for: a normal token's bytes (possibly part of a UTF-8 character;
   // engine/text_stream.h joins them), a control or user-defined token's text; empty out of range.
   const std::string& Decode(int32_t token) const;

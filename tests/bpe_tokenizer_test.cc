@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -335,6 +336,12 @@ TEST(BpeTokenizerTest, SpecialTokensInText) {
   EXPECT_EQ(tok->Encode("hello<|end|><|x|>hello", false, false), (Ids{hello, end_x, hello}));
   EXPECT_EQ(tok->Encode("<|x|><|end|>hello<think>", false, false), (Ids{x, end, hello, think}));
   EXPECT_EQ(tok->Encode("<|end|", false, false).size(), 6u);  // not a token: bytes
+  // Control tokens as plain text on request; user-defined ones still match.
+  const std::optional<Ids> plain = tok->Encode("<|x|><think>", false, false, {}, false);
+  ASSERT_TRUE(plain.has_value());
+  EXPECT_EQ(plain->size(), 6u);
+  EXPECT_EQ(plain->back(), think);
+  EXPECT_EQ(DecodeAll(*tok, *plain), "<|x|><think>");
   EXPECT_EQ(tok->Decode(think), "<think>");
   EXPECT_EQ(tok->Decode(end, think), "<think>");
   EXPECT_EQ(tok->Encode("hello", true, true), (Ids{end, hello, end}));
