@@ -12,6 +12,7 @@
 #include <cstdint>
 
 #include "absl/status/statusor.h"
+#include "engine/bpe_tokenizer.h"
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
 
@@ -21,5 +22,14 @@ namespace heavykv {
 // model (gpt2 and the rest: issue 15); INVALID_ARGUMENT naming the key when the vocabulary is
 // malformed or its size is not `vocab_size`.
 absl::StatusOr<Tokenizer> LoadGgufTokenizer(const GgufFile& file, int32_t vocab_size);
+
+// The BpeTokenizer (engine/bpe_tokenizer.h) of a GGUF whose tokenizer.ggml.model is "gpt2"
+// (byte-level BPE): tokenizer.ggml.tokens, .token_type (optional), .merges, .pre (absent:
+// "default", as llama.cpp has it), .bos_token_id, .eos_token_id, .unknown_token_id,
+// .eot_token_id, .eom_token_id, .add_bos_token and .add_eos_token (each optional). NOT_FOUND without tokenizer.ggml.model;
+// UNIMPLEMENTED for another model; INVALID_ARGUMENT naming the key when the vocabulary is
+// malformed, its size is not `vocab_size`, or the pre-tokenizer is unknown. The tokenizer copies
+// what it needs.
+absl::StatusOr<BpeTokenizer> LoadGgufBpeTokenizer(const GgufFile& file, int32_t vocab_size);
 
 }  // namespace heavykv

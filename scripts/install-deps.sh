@@ -12,6 +12,7 @@ BUILD_PKGS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev libcpp-httplib-dev
   nlohmann-json3-dev        # header-only: heavykv inspect --json
+  libpcre2-dev              # BPE pre-tokenizer regular expressions (engine/bpe_pretokenizer.cc)
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-protobuf
   python3-yaml prometheus   # deploy checks: YAML parsing, promtool
@@ -20,7 +21,7 @@ BUILD_PKGS=(
 )
 RUNTIME_PKGS=(
   libgrpc++1.51 libprotobuf32 libabsl20220623 libspdlog1.10 libfmt9
-  libprometheus-cpp-core1.0 libcpp-httplib0.11 libopenblas0-pthread libgomp1
+  libprometheus-cpp-core1.0 libcpp-httplib0.11 libopenblas0-pthread libgomp1 libpcre2-8-0
 )
 CUDA_PKGS=(nvidia-cuda-toolkit nvidia-cuda-toolkit-gcc)
 CUDA_RUNTIME_PKGS=(libcudart11.0 libcublaslt11)

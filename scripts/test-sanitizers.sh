@@ -70,7 +70,7 @@ phase "sanitized tests"
 # per input; the request checks run in memory).
 default_runs() {
   case "$1" in
-    model_loader_fuzzer | tokenizer_fuzzer) echo 150000 ;;
+    model_loader_fuzzer | tokenizer_fuzzer | bpe_tokenizer_fuzzer) echo 150000 ;;
     gguf_fuzzer) echo 20000 ;;  # writes and reopens each accepted file: ~250 inputs/s
     *) echo 1000000 ;;
   esac

@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 HEAVYKV="${1:-build-asan/bin/heavykv}"
 OUT=tests/fuzz/corpus
 rm -rf "$OUT"
-for t in model_loader tokenizer request_validation proto_convert gguf; do
+for t in model_loader tokenizer bpe_tokenizer request_validation proto_convert gguf; do
   mkdir -p "$OUT/${t}_fuzzer"
 done
 # gguf_fuzzer: written from the GGUF specification by its own script.
@@ -65,6 +65,22 @@ put("broken_vocab_mismatch", b"ab", good, vocab=len(pieces) + 1)
 put("broken_truncated", b"ab", good[:-3])
 put("broken_negative_length", b"ab", tok_file(pieces, bad_len=-1))
 put("broken_max_token_length", b"ab", tok_file(pieces, max_len=0))
+PY
+
+# bpe_tokenizer_fuzzer: byte 0 < 0x80 picks a pre-tokenizer and the rest is text; byte 0 >= 0x80
+# reads the rest as a vocabulary (tokens, an empty line, merges).
+python3 - "$OUT/bpe_tokenizer_fuzzer" <<'PY'
+import sys
+d = sys.argv[1]
+def put(name, data): open(f"{d}/{name}", "wb").write(data)
+put("text_english", b"\x00" + b"the cat's 12 resumes\n\nin the  morning <|end|> an <think>")
+put("text_unicode", b"\x05" + "r\u00e9sum\u00e9 \u4e2d\u6587 \U0001F600 \u0627\u0644\u0639".encode())
+put("text_invalid_utf8", b"\x09" + b"\xff\xfe a\x80\xc3 \xed\xa0\x80 \xf4\x90\x80\x80")
+put("text_specials", b"\x11" + b"<|end|><|x|><|end|<|x|>x<think><think")
+put("text_whitespace", b"\x17" + b"  \t\n\r\n   \n\n 123456789 x")
+put("vocab_valid", b"\x80" + b"a\nb\nab\nc\n\na b\n")
+put("vocab_unknown_merge", b"\x81" + b"a\nb\n\na b\n")
+put("vocab_bad_merge", b"\x82" + b"a\nb\nab\n\nab\n")
 PY
 
 # request_validation_fuzzer: FuzzedDataProvider bytes (any bytes are a request); a few fixed
