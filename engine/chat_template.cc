@@ -1,0 +1,649 @@
+// The chat-template interpreter (engine/chat_template.h): walks the tree ParseTemplate built,
+// with jinja2's scoping (a for loop's body is its own scope; if bodies are not) and Python's
+// operator semantics, charging every evaluation to the render's Budget.
+#include "engine/chat_template.h"
+
+#include <cmath>
+#include <limits>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "engine/chat_template_ast.h"
+#include "engine/chat_template_builtins.h"
+
+namespace heavykv {
+
+struct ChatTemplate::Program {
+  jinja::Body body;
+};
+
+namespace jinja {
+namespace {
+
+enum class Flow { kNormal, kBreak, kContinue };
+
+class Renderer {
+ public:
+  Renderer(const ChatRenderLimits& limits, absl::Time now)
+      : budget_(limits.max_steps, limits.max_output_bytes),
+        ctx_{&budget_, now},
+        max_depth_(limits.max_depth) {
+    scopes_.emplace_back();
+  }
+
+  void Set(const std::string& name, Value v) { scopes_.back()[name] = std::move(v); }
+
+  absl::Status Exec(const Body& body, std::string* out, Flow* flow) {
+    for (const auto& node : body) {
+      if (auto s = ExecNode(*node, out, flow); !s.ok()) return s;
+      if (*flow != Flow::kNormal) return absl::OkStatus();
+    }
+    return absl::OkStatus();
+  }
+
+ private:
+  struct DepthGuard {
+    explicit DepthGuard(int* d) : depth(d) { ++*depth; }
+    ~DepthGuard() { --*depth; }
+    int* depth;
+  };
+
+  // A runtime error with the node's place, unless it already has one (or is raise_exception's
+  // or a budget's).
+  static absl::Status At(int line, int column, absl::Status s) {
+    if (s.ok() || s.code() != absl::StatusCode::kInvalidArgument ||
+        absl::StartsWith(s.message(), "chat template line")) {
+      return s;
+    }
+    return absl::InvalidArgumentError(
+        absl::StrCat("chat template line ", line, ", column ", column, ": ", s.message()));
+  }
+
+  absl::Status Append(std::string* out, const std::string& text) {
+    if (auto s = budget_.Size(static_cast<int64_t>(out->size() + text.size())); !s.ok()) return s;
+    *out += text;
+    return absl::OkStatus();
+  }
+
+  Value Lookup(const std::string& name) const {
+    for (auto it = scopes_.rbegin(); it != scopes_.rend(); ++it) {
+      auto found = it->find(name);
+      if (found != it->end()) return found->second;
+    }
+    if (IsGlobal(name)) return Value::Function(name);
+    return Value::Undefined(name);
+  }
+
+  absl::Status ExecNode(const Node& node, std::string* out, Flow* flow) {
+    DepthGuard guard(&depth_);
+    if (depth_ > max_depth_) {
+      return absl::ResourceExhaustedError("chat template: nesting too deep while rendering");
+    }
+    if (auto s = budget_.Charge(1); !s.ok()) return s;
+    switch (node.kind) {
+      case Node::Kind::kText:
+        return Append(out, node.text);
+      case Node::Kind::kOutput: {
+        auto v = Eval(*node.expr);
+        if (!v.ok()) return v.status();
+        return Append(out, v->Str());
+      }
+      case Node::Kind::kIf:
+        for (const auto& [cond, body] : node.branches) {
+          bool take = true;
+          if (cond) {
+            auto v = Eval(*cond);
+            if (!v.ok()) return v.status();
+            take = v->Truthy();
+          }
+          if (take) return Exec(body, out, flow);
+        }
+        return absl::OkStatus();
+      case Node::Kind::kFor:
+        return ExecFor(node, out);
+      case Node::Kind::kSet: {
+        auto v = Eval(*node.expr);
+        if (!v.ok()) return v.status();
+        return Assign(node, *v);
+      }
+      case Node::Kind::kSetAttr: {
+        Value ns = Lookup(node.targets[0]);
+        if (ns.kind() != Value::Kind::kNamespace) {
+          return At(node.line, node.column,
+                    absl::InvalidArgumentError("can't assign an attribute of a non-namespace object"));
+        }
+        auto v = Eval(*node.expr);
+        if (!v.ok()) return v.status();
+        ValueDict& d = ns.mutable_namespace();
+        for (auto& [k, val] : d) {
+          if (k.is_string() && k.str() == node.attr) {
+            val = *v;
+            return absl::OkStatus();
+          }
+        }
+        d.emplace_back(Value::String(node.attr), *v);
+        return absl::OkStatus();
+      }
+      case Node::Kind::kSetBlock: {
+        std::string captured;
+        Flow inner = Flow::kNormal;
+        if (auto s = Exec(node.body, &captured, &inner); !s.ok()) return s;
+        Set(node.targets[0], Value::String(std::move(captured)));
+        return absl::OkStatus();
+      }
+      case Node::Kind::kBreak:
+        *flow = Flow::kBreak;
+        return absl::OkStatus();
+      case Node::Kind::kContinue:
+        *flow = Flow::kContinue;
+        return absl::OkStatus();
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Assign(const Node& node, const Value& v) {
+    if (node.targets.size() == 1) {
+      Set(node.targets[0], v);
+      return absl::OkStatus();
+    }
+    return Unpack(node, node.targets, v);
+  }
+
+  absl::Status Unpack(const Node& node, const std::vector<std::string>& targets, const Value& v) {
+    auto items = Iterate(v);
+    if (!items.ok()) return At(node.line, node.column, items.status());
+    if (items->size() != targets.size()) {
+      return At(node.line, node.column,
+                absl::InvalidArgumentError(absl::StrCat("cannot unpack ", items->size(),
+                                                        " values into ", targets.size())));
+    }
+    for (size_t k = 0; k < targets.size(); ++k) Set(targets[k], (*items)[k]);
+    return absl::OkStatus();
+  }
+
+  absl::Status ExecFor(const Node& node, std::string* out) {
+    auto seq = Eval(*node.expr);
+    if (!seq.ok()) return seq.status();
+    auto all = Iterate(*seq);
+    if (!all.ok()) return At(node.line, node.column, all.status());
+    std::vector<Value> items;
+    if (node.filter) {
+      for (const Value& item : *all) {
+        if (auto s = budget_.Charge(1); !s.ok()) return s;
+        scopes_.emplace_back();
+        absl::Status s = BindTargets(node, item);
+        absl::StatusOr<Value> keep = s.ok() ? Eval(*node.filter) : absl::StatusOr<Value>(s);
+        scopes_.pop_back();
+        if (!keep.ok()) return keep.status();
+        if (keep->Truthy()) items.push_back(item);
+      }
+    } else {
+      items = std::move(*all);
+    }
+    const int64_t n = static_cast<int64_t>(items.size());
+    for (int64_t k = 0; k < n; ++k) {
+      if (auto s = budget_.Charge(1); !s.ok()) return s;
+      scopes_.emplace_back();
+      ValueDict loop = {
+          {Value::String("index"), Value::Int(k + 1)},
+          {Value::String("index0"), Value::Int(k)},
+          {Value::String("revindex"), Value::Int(n - k)},
+          {Value::String("revindex0"), Value::Int(n - k - 1)},
+          {Value::String("first"), Value::Bool(k == 0)},
+          {Value::String("last"), Value::Bool(k == n - 1)},
+          {Value::String("length"), Value::Int(n)},
+          {Value::String("depth"), Value::Int(1)},
+          {Value::String("depth0"), Value::Int(0)},
+      };
+      Set("loop", Value::Dict(std::move(loop)));
+      absl::Status s = BindTargets(node, items[static_cast<size_t>(k)]);
+      Flow flow = Flow::kNormal;
+      if (s.ok()) s = Exec(node.body, out, &flow);
+      scopes_.pop_back();
+      if (!s.ok()) return s;
+      if (flow == Flow::kBreak) break;
+    }
+    if (n == 0 && !node.else_body.empty()) {
+      Flow flow = Flow::kNormal;
+      return Exec(node.else_body, out, &flow);
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status BindTargets(const Node& node, const Value& item) {
+    if (node.targets.size() == 1) {
+      Set(node.targets[0], item);
+      return absl::OkStatus();
+    }
+    return Unpack(node, node.targets, item);
+  }
+
+  absl::StatusOr<Args> EvalArgs(const Expr& e, size_t first) {
+    Args args;
+    for (size_t k = first; k < e.args.size(); ++k) {
+      auto v = Eval(*e.args[k]);
+      if (!v.ok()) return v.status();
+      args.pos.push_back(std::move(*v));
+    }
+    for (const auto& [name, expr] : e.kwargs) {
+      auto v = Eval(*expr);
+      if (!v.ok()) return v.status();
+      args.kw.emplace_back(name, std::move(*v));
+    }
+    return args;
+  }
+
+  absl::StatusOr<Value> Eval(const Expr& e) {
+    DepthGuard guard(&depth_);
+    if (depth_ > max_depth_) {
+      return absl::ResourceExhaustedError("chat template: nesting too deep while rendering");
+    }
+    if (auto s = budget_.Charge(1); !s.ok()) return s;
+    auto v = EvalInner(e);
+    if (!v.ok()) return At(e.line, e.column, v.status());
+    return v;
+  }
+
+  absl::StatusOr<Value> EvalInner(const Expr& e) {
+    using K = Expr::Kind;
+    switch (e.kind) {
+      case K::kLiteral:
+        return e.literal;
+      case K::kName:
+        return Lookup(e.name);
+      case K::kList:
+      case K::kTuple: {
+        ValueList items;
+        for (const auto& a : e.args) {
+          auto v = Eval(*a);
+          if (!v.ok()) return v;
+          items.push_back(std::move(*v));
+        }
+        return Value::List(std::move(items), e.kind == K::kTuple);
+      }
+      case K::kDict: {
+        ValueDict items;
+        for (size_t k = 0; k + 1 < e.args.size(); k += 2) {
+          auto key = Eval(*e.args[k]);
+          if (!key.ok()) return key;
+          auto v = Eval(*e.args[k + 1]);
+          if (!v.ok()) return v;
+          bool replaced = false;
+          for (auto& [ek, ev] : items) {
+            if (Equal(ek, *key)) {
+              ev = *v;
+              replaced = true;
+            }
+          }
+          if (!replaced) items.emplace_back(std::move(*key), std::move(*v));
+        }
+        return Value::Dict(std::move(items));
+      }
+      case K::kAttr: {
+        auto obj = Eval(*e.args[0]);
+        if (!obj.ok()) return obj;
+        return GetAttr(*obj, e.name);
+      }
+      case K::kItem: {
+        auto obj = Eval(*e.args[0]);
+        if (!obj.ok()) return obj;
+        auto key = Eval(*e.args[1]);
+        if (!key.ok()) return key;
+        return GetItem(*obj, *key);
+      }
+      case K::kSlice:
+        return EvalSlice(e);
+      case K::kCall:
+        return EvalCall(e);
+      case K::kFilter: {
+        auto subject = Eval(*e.args[0]);
+        if (!subject.ok()) return subject;
+        auto args = EvalArgs(e, 1);
+        if (!args.ok()) return args.status();
+        return ApplyFilter(e.name, *subject, *args, ctx_);
+      }
+      case K::kTest: {
+        auto subject = Eval(*e.args[0]);
+        if (!subject.ok()) return subject;
+        auto args = EvalArgs(e, 1);
+        if (!args.ok()) return args.status();
+        auto r = ApplyTest(e.name, *subject, *args);
+        if (!r.ok()) return r.status();
+        return Value::Bool(*r != e.negated);
+      }
+      case K::kNot: {
+        auto v = Eval(*e.args[0]);
+        if (!v.ok()) return v;
+        return Value::Bool(!v->Truthy());
+      }
+      case K::kNeg:
+      case K::kPos: {
+        auto v = Eval(*e.args[0]);
+        if (!v.ok()) return v;
+        if (v->is_undefined()) return UndefinedError(*v);
+        if (!v->is_number()) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("bad operand type for unary ", e.kind == K::kNeg ? "-" : "+", ": '",
+                           v->TypeName(), "'"));
+        }
+        if (e.kind == K::kPos) return v->kind() == Value::Kind::kBool ? Value::Int(v->i()) : *v;
+        if (v->kind() == Value::Kind::kFloat) return Value::Float(-v->f());
+        if (v->i() == std::numeric_limits<int64_t>::min()) {
+          return absl::InvalidArgumentError("integer overflow");
+        }
+        return Value::Int(-v->i());
+      }
+      case K::kAnd:
+      case K::kOr: {
+        auto left = Eval(*e.args[0]);
+        if (!left.ok()) return left;
+        if (left->Truthy() == (e.kind == K::kOr)) return left;
+        return Eval(*e.args[1]);
+      }
+      case K::kCondExpr: {
+        auto test = Eval(*e.args[0]);
+        if (!test.ok()) return test;
+        if (test->Truthy()) return Eval(*e.args[1]);
+        if (!e.args[2]) return Value::Undefined("the inline if's missing else");
+        return Eval(*e.args[2]);
+      }
+      case K::kCompare:
+        return EvalCompare(e);
+      case K::kBinary: {
+        auto left = Eval(*e.args[0]);
+        if (!left.ok()) return left;
+        auto right = Eval(*e.args[1]);
+        if (!right.ok()) return right;
+        return Binary(e.name, *left, *right);
+      }
+    }
+    return absl::InternalError("unknown expression");
+  }
+
+  absl::StatusOr<Value> EvalCall(const Expr& e) {
+    const Expr& callee = *e.args[0];
+    if (callee.kind == Expr::Kind::kAttr) {
+      auto obj = Eval(*callee.args[0]);
+      if (!obj.ok()) return obj;
+      auto args = EvalArgs(e, 1);
+      if (!args.ok()) return args.status();
+      if (obj->is_string() || obj->is_list() || obj->kind() == Value::Kind::kDict ||
+          obj->is_undefined()) {
+        Value attr = obj->kind() == Value::Kind::kDict ? obj->Get(callee.name) : Value();
+        if (attr.kind() != Value::Kind::kFunction) return CallMethod(*obj, callee.name, *args, ctx_);
+        return CallGlobal(attr.str(), *args, ctx_);
+      }
+      auto attr = GetAttr(*obj, callee.name);
+      if (!attr.ok()) return attr;
+      return CallValue(*attr, *args);
+    }
+    auto fn = Eval(callee);
+    if (!fn.ok()) return fn;
+    auto args = EvalArgs(e, 1);
+    if (!args.ok()) return args.status();
+    return CallValue(*fn, *args);
+  }
+
+  absl::StatusOr<Value> CallValue(const Value& fn, const Args& args) {
+    if (fn.is_undefined()) return UndefinedError(fn);
+    if (fn.kind() != Value::Kind::kFunction) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", fn.TypeName(), "' object is not callable"));
+    }
+    return CallGlobal(fn.str(), args, ctx_);
+  }
+
+  absl::StatusOr<Value> EvalSlice(const Expr& e) {
+    auto obj = Eval(*e.args[0]);
+    if (!obj.ok()) return obj;
+    int64_t bounds[3] = {0, 0, 1};
+    bool given[3] = {false, false, false};
+    for (int k = 0; k < 3; ++k) {
+      if (!e.args[static_cast<size_t>(k) + 1]) continue;
+      auto v = Eval(*e.args[static_cast<size_t>(k) + 1]);
+      if (!v.ok()) return v;
+      if (v->is_none()) continue;
+      if (v->kind() != Value::Kind::kInt && v->kind() != Value::Kind::kBool) {
+        return absl::InvalidArgumentError("slice indices must be integers or None");
+      }
+      bounds[k] = v->i();
+      given[k] = true;
+    }
+    if (obj->is_undefined()) return UndefinedError(*obj);
+    std::vector<uint32_t> cps;
+    int64_t n;
+    if (obj->is_string()) {
+      cps = DecodeUtf8(obj->str());
+      n = static_cast<int64_t>(cps.size());
+    } else if (obj->is_list()) {
+      n = static_cast<int64_t>(obj->list().size());
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("'", obj->TypeName(), "' object is not subscriptable"));
+    }
+    const int64_t step = bounds[2];
+    if (step == 0) return absl::InvalidArgumentError("slice step cannot be zero");
+    // Python's PySlice_AdjustIndices.
+    auto adjust = [&](int64_t v, bool has, int64_t dflt) {
+      if (!has) return dflt;
+      if (v < 0) {
+        v += n;
+        if (v < 0) v = step < 0 ? -1 : 0;
+      } else if (v >= n) {
+        v = step < 0 ? n - 1 : n;
+      }
+      return v;
+    };
+    const int64_t start = adjust(bounds[0], given[0], step < 0 ? n - 1 : 0);
+    const int64_t stop = adjust(bounds[1], given[1], step < 0 ? -1 : n);
+    std::vector<size_t> picks;
+    for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+      picks.push_back(static_cast<size_t>(i));
+    }
+    if (auto s = budget_.Size(static_cast<int64_t>(picks.size())); !s.ok()) return s;
+    if (obj->is_string()) {
+      std::string out;
+      for (size_t i : picks) AppendUtf8(cps[i], &out);
+      return Value::String(std::move(out));
+    }
+    ValueList out;
+    for (size_t i : picks) out.push_back(obj->list()[i]);
+    return Value::List(std::move(out), obj->is_tuple());
+  }
+
+  absl::StatusOr<Value> EvalCompare(const Expr& e) {
+    auto left = Eval(*e.args[0]);
+    if (!left.ok()) return left;
+    for (size_t k = 0; k < e.ops.size(); ++k) {
+      auto right = Eval(*e.args[k + 1]);
+      if (!right.ok()) return right;
+      const std::string& op = e.ops[k];
+      bool r;
+      if (op == "==" || op == "!=") {
+        r = Equal(*left, *right) == (op == "==");
+      } else if (op == "in" || op == "notin") {
+        if (right->is_none() || right->is_number()) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "argument of type '", right->TypeName(), "' is not iterable"));
+        }
+        auto in = ApplyTest("in", *left, Args{{*right}, {}});
+        if (!in.ok()) return in.status();
+        r = *in == (op == "in");
+      } else {
+        if (left->is_undefined()) return UndefinedError(*left);
+        if (right->is_undefined()) return UndefinedError(*right);
+        const bool swap = op == ">" || op == "<=";
+        auto less = swap ? Less(*right, *left) : Less(*left, *right);
+        if (!less.ok()) return less.status();
+        r = (op == "<" || op == ">") ? *less : !*less;
+      }
+      if (!r) return Value::Bool(false);
+      left = std::move(right);
+    }
+    return Value::Bool(true);
+  }
+
+  absl::StatusOr<Value> Binary(const std::string& op, const Value& a, const Value& b) {
+    if (op == "~") {
+      const std::string left = a.Str();
+      const std::string right = b.Str();
+      if (auto s = budget_.Size(static_cast<int64_t>(left.size() + right.size())); !s.ok()) {
+        return s;
+      }
+      return Value::String(left + right);
+    }
+    if (a.is_undefined()) return UndefinedError(a);
+    if (b.is_undefined()) return UndefinedError(b);
+    auto type_error = [&]() {
+      return absl::InvalidArgumentError(absl::StrCat("unsupported operand type(s) for ", op,
+                                                     ": '", a.TypeName(), "' and '",
+                                                     b.TypeName(), "'"));
+    };
+    if (op == "+" && a.is_string() && b.is_string()) {
+      if (auto s = budget_.Size(static_cast<int64_t>(a.str().size() + b.str().size()));
+          !s.ok()) {
+        return s;
+      }
+      return Value::String(a.str() + b.str());
+    }
+    if (op == "+" && a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
+      if (auto s = budget_.Size(static_cast<int64_t>(a.list().size() + b.list().size()));
+          !s.ok()) {
+        return s;
+      }
+      ValueList items = a.list();
+      items.insert(items.end(), b.list().begin(), b.list().end());
+      return Value::List(std::move(items), a.is_tuple());
+    }
+    if (op == "*" && (a.is_string() || a.is_list() || b.is_string() || b.is_list())) {
+      const Value& seq = a.is_number() ? b : a;
+      const Value& times = a.is_number() ? a : b;
+      if (!times.is_number() || times.kind() == Value::Kind::kFloat) return type_error();
+      const int64_t n = std::max<int64_t>(0, times.i());
+      const int64_t unit =
+          seq.is_string() ? static_cast<int64_t>(seq.str().size())
+                          : static_cast<int64_t>(seq.is_list() ? seq.list().size() : 0);
+      if (!seq.is_string() && !seq.is_list()) return type_error();
+      if (unit > 0 && n > budget_.max_bytes() / unit + 1) {
+        return budget_.Size(std::numeric_limits<int64_t>::max());
+      }
+      if (auto s = budget_.Size(unit * n); !s.ok()) return s;
+      if (seq.is_string()) {
+        std::string out;
+        for (int64_t k = 0; k < n; ++k) out += seq.str();
+        return Value::String(std::move(out));
+      }
+      ValueList items;
+      for (int64_t k = 0; k < n; ++k) items.insert(items.end(), seq.list().begin(), seq.list().end());
+      return Value::List(std::move(items), seq.is_tuple());
+    }
+    if (!a.is_number() || !b.is_number()) return type_error();
+    const bool floats = a.kind() == Value::Kind::kFloat || b.kind() == Value::Kind::kFloat;
+    if (op == "/") {
+      if (b.f() == 0) return absl::InvalidArgumentError("division by zero");
+      return Value::Float(a.f() / b.f());
+    }
+    if (floats) {
+      const double x = a.f(), y = b.f();
+      if (op == "+") return Value::Float(x + y);
+      if (op == "-") return Value::Float(x - y);
+      if (op == "*") return Value::Float(x * y);
+      if (op == "**") return Value::Float(std::pow(x, y));
+      if (y == 0) return absl::InvalidArgumentError("float division by zero");
+      if (op == "//") return Value::Float(std::floor(x / y));
+      if (op == "%") {
+        double m = std::fmod(x, y);
+        if (m != 0 && ((m < 0) != (y < 0))) m += y;
+        return Value::Float(m);
+      }
+      return type_error();
+    }
+    const int64_t x = a.i(), y = b.i();
+    int64_t r = 0;
+    bool overflow = false;
+    if (op == "+") {
+      overflow = __builtin_add_overflow(x, y, &r);
+    } else if (op == "-") {
+      overflow = __builtin_sub_overflow(x, y, &r);
+    } else if (op == "*") {
+      overflow = __builtin_mul_overflow(x, y, &r);
+    } else if (op == "//" || op == "%") {
+      if (y == 0) return absl::InvalidArgumentError("integer division or modulo by zero");
+      if (x == std::numeric_limits<int64_t>::min() && y == -1) {
+        overflow = true;
+      } else {
+        int64_t q = x / y;
+        int64_t m = x % y;
+        if (m != 0 && ((m < 0) != (y < 0))) {
+          --q;
+          m += y;
+        }
+        r = op == "//" ? q : m;
+      }
+    } else if (op == "**") {
+      if (y < 0) return Value::Float(std::pow(static_cast<double>(x), static_cast<double>(y)));
+      r = 1;
+      for (int64_t k = 0; k < y && !overflow; ++k) {
+        overflow = __builtin_mul_overflow(r, x, &r);
+        if (r == 0 || r == 1) break;
+      }
+      if (!overflow && x == -1) r = (y % 2) ? -1 : 1;
+    } else {
+      return type_error();
+    }
+    if (overflow) return absl::InvalidArgumentError("integer overflow (past 64 bits)");
+    return Value::Int(r);
+  }
+
+  Budget budget_;
+  BuiltinContext ctx_;
+  int max_depth_;
+  int depth_ = 0;
+  std::vector<absl::flat_hash_map<std::string, Value>> scopes_;
+};
+
+Value MessagesValue(const std::vector<ChatMessage>& messages) {
+  ValueList list;
+  for (const ChatMessage& m : messages) {
+    list.push_back(Value::Dict({{Value::String("role"), Value::String(m.role)},
+                                {Value::String("content"), Value::String(m.content)}}));
+  }
+  return Value::List(std::move(list));
+}
+
+}  // namespace
+}  // namespace jinja
+
+absl::StatusOr<ChatTemplate> ChatTemplate::Parse(std::string_view source,
+                                                 const ChatRenderLimits& limits) {
+  auto body = jinja::ParseTemplate(source, limits.max_depth);
+  if (!body.ok()) return body.status();
+  auto program = std::make_shared<Program>();
+  program->body = std::move(*body);
+  return ChatTemplate(std::move(program));
+}
+
+absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
+                                                 const ChatRenderOptions& opts) const {
+  using jinja::Value;
+  jinja::Renderer r(opts.limits, opts.now.value_or(absl::Now()));
+  r.Set("messages", jinja::MessagesValue(messages));
+  r.Set("bos_token", Value::String(opts.bos_token));
+  r.Set("eos_token", Value::String(opts.eos_token));
+  r.Set("add_generation_prompt", Value::Bool(opts.add_generation_prompt));
+  r.Set("tools", Value::None());
+  r.Set("documents", Value::None());
+  for (const auto& [k, v] : opts.extra_strings) r.Set(k, Value::String(v));
+  for (const auto& [k, v] : opts.extra_bools) r.Set(k, Value::Bool(v));
+  std::string out;
+  jinja::Flow flow = jinja::Flow::kNormal;
+  absl::Status s = r.Exec(program_->body, &out, &flow);
+  if (s.code() == jinja::kRaisedCode) return absl::InvalidArgumentError(s.message());
+  if (!s.ok()) return s;
+  return out;
+}
+
+}  // namespace heavykv
