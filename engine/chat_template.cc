@@ -25,6 +25,9 @@ namespace {
 
 enum class Flow { kNormal, kBreak, kContinue };
 
+// A loop iteration costs more than an expression: it builds the `loop` object and a scope.
+constexpr int64_t kStepsPerIteration = 8;
+
 class Renderer {
  public:
   Renderer(const ChatRenderLimits& limits, absl::Time now)
@@ -185,7 +188,7 @@ class Renderer {
     }
     const int64_t n = static_cast<int64_t>(items.size());
     for (int64_t k = 0; k < n; ++k) {
-      if (auto s = budget_.Charge(1); !s.ok()) return s;
+      if (auto s = budget_.Charge(kStepsPerIteration); !s.ok()) return s;
       scopes_.emplace_back();
       ValueDict loop = {
           {Value::String("index"), Value::Int(k + 1)},
@@ -443,7 +446,11 @@ class Renderer {
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
       picks.push_back(static_cast<size_t>(i));
     }
-    if (auto s = budget_.Size(static_cast<int64_t>(picks.size())); !s.ok()) return s;
+    if (auto s = obj->is_string() ? budget_.Size(static_cast<int64_t>(picks.size()))
+                                    : budget_.Items(static_cast<int64_t>(picks.size()));
+        !s.ok()) {
+      return s;
+    }
     if (obj->is_string()) {
       std::string out;
       for (size_t i : picks) AppendUtf8(cps[i], &out);
@@ -510,7 +517,7 @@ class Renderer {
       return Value::String(a.str() + b.str());
     }
     if (op == "+" && a.is_list() && b.is_list() && a.is_tuple() == b.is_tuple()) {
-      if (auto s = budget_.Size(static_cast<int64_t>(a.list().size() + b.list().size()));
+      if (auto s = budget_.Items(static_cast<int64_t>(a.list().size() + b.list().size()));
           !s.ok()) {
         return s;
       }
@@ -527,10 +534,10 @@ class Renderer {
           seq.is_string() ? static_cast<int64_t>(seq.str().size())
                           : static_cast<int64_t>(seq.is_list() ? seq.list().size() : 0);
       if (!seq.is_string() && !seq.is_list()) return type_error();
-      if (unit > 0 && n > budget_.max_bytes() / unit + 1) {
-        return budget_.Size(std::numeric_limits<int64_t>::max());
+      if (unit > 0 && n > budget_.max_bytes() / unit + 1) return budget_.Size(budget_.max_bytes() + 1);
+      if (auto s = seq.is_string() ? budget_.Size(unit * n) : budget_.Items(unit * n); !s.ok()) {
+        return s;
       }
-      if (auto s = budget_.Size(unit * n); !s.ok()) return s;
       if (seq.is_string()) {
         std::string out;
         for (int64_t k = 0; k < n; ++k) out += seq.str();

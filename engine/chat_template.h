@@ -45,7 +45,9 @@ struct ChatMessage {
 // The work one Render may do.
 struct ChatRenderLimits {
   int64_t max_output_bytes = 4 << 20;  // the prompt, and any one string or list built
-  int64_t max_steps = 20'000'000;      // expression evaluations and loop iterations
+  // Expression evaluations and loop iterations (8 each): about a second of work at most, and
+  // a hundred times what a thousand-message conversation takes with the largest templates.
+  int64_t max_steps = 4'000'000;
   int max_depth = 200;                 // nesting of statements and expressions (also at Parse)
 };
 

@@ -353,7 +353,7 @@ absl::StatusOr<Value> CallGlobal(const std::string& name, const Args& args, Buil
     if (count > 100000) {
       return TypeError("Range too big. The sandbox blocks ranges larger than MAX_RANGE (100000).");
     }
-    if (auto s = ctx.budget->Size(static_cast<int64_t>(count)); !s.ok()) return s;
+    if (auto s = ctx.budget->Items(static_cast<int64_t>(count)); !s.ok()) return s;
     ValueList out;
     for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) out.push_back(Value::Int(i));
     return Value::List(std::move(out));

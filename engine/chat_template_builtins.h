@@ -46,7 +46,13 @@ class Budget {
     }
     return Charge(size / 64);
   }
+  // For a list about to be built with `count` items: as Size, at kItemBytes a list item.
+  absl::Status Items(int64_t count) {
+    if (count > max_bytes_ / kItemBytes) return Size(max_bytes_ + 1);
+    return Size(count * kItemBytes);
+  }
   int64_t max_bytes() const { return max_bytes_; }
+  static constexpr int64_t kItemBytes = 16;
 
  private:
   int64_t steps_left_;
