@@ -65,9 +65,22 @@ class Renderer {
         absl::StrCat("chat template line ", line, ", column ", column, ": ", s.message()));
   }
 
+  // Checks the whole output's size but charges only the new bytes.
   absl::Status Append(std::string* out, const std::string& text) {
-    if (auto s = budget_.Size(static_cast<int64_t>(out->size() + text.size())); !s.ok()) return s;
+    if (auto s = budget_.Size(static_cast<int64_t>(text.size())); !s.ok()) return s;
+    if (static_cast<int64_t>(out->size() + text.size()) > budget_.max_bytes()) {
+      return budget_.Size(budget_.max_bytes() + 1);
+    }
     *out += text;
+    return absl::OkStatus();
+  }
+
+  // Operations on a value take time in its size (decoding a string, copying or comparing a
+  // list): charge that before doing them.
+  absl::Status ChargeFor(const Value& v) {
+    if (v.is_string()) return budget_.Charge(static_cast<int64_t>(v.str().size()) / 64);
+    if (v.is_list()) return budget_.Charge(static_cast<int64_t>(v.list().size()) / 8);
+    if (v.is_dict()) return budget_.Charge(static_cast<int64_t>(v.dict().size()) / 8);
     return absl::OkStatus();
   }
 
@@ -92,7 +105,7 @@ class Renderer {
       case Node::Kind::kOutput: {
         auto v = Eval(*node.expr);
         if (!v.ok()) return v.status();
-        return Append(out, v->Str());
+        return Append(out, v->Str(static_cast<size_t>(budget_.max_bytes())));
       }
       case Node::Kind::kIf:
         for (const auto& [cond, body] : node.branches) {
@@ -229,6 +242,7 @@ class Renderer {
     for (size_t k = first; k < e.args.size(); ++k) {
       auto v = Eval(*e.args[k]);
       if (!v.ok()) return v.status();
+      if (auto s = ChargeFor(*v); !s.ok()) return s;
       args.pos.push_back(std::move(*v));
     }
     for (const auto& [name, expr] : e.kwargs) {
@@ -293,6 +307,9 @@ class Renderer {
       case K::kItem: {
         auto obj = Eval(*e.args[0]);
         if (!obj.ok()) return obj;
+        if (obj->is_string()) {
+          if (auto s = ChargeFor(*obj); !s.ok()) return s;
+        }
         auto key = Eval(*e.args[1]);
         if (!key.ok()) return key;
         return GetItem(*obj, *key);
@@ -304,6 +321,7 @@ class Renderer {
       case K::kFilter: {
         auto subject = Eval(*e.args[0]);
         if (!subject.ok()) return subject;
+        if (auto s = ChargeFor(*subject); !s.ok()) return s;
         auto args = EvalArgs(e, 1);
         if (!args.ok()) return args.status();
         return ApplyFilter(e.name, *subject, *args, ctx_);
@@ -311,6 +329,7 @@ class Renderer {
       case K::kTest: {
         auto subject = Eval(*e.args[0]);
         if (!subject.ok()) return subject;
+        if (auto s = ChargeFor(*subject); !s.ok()) return s;
         auto args = EvalArgs(e, 1);
         if (!args.ok()) return args.status();
         auto r = ApplyTest(e.name, *subject, *args);
@@ -371,6 +390,7 @@ class Renderer {
     if (callee.kind == Expr::Kind::kAttr) {
       auto obj = Eval(*callee.args[0]);
       if (!obj.ok()) return obj;
+      if (auto s = ChargeFor(*obj); !s.ok()) return s;
       auto args = EvalArgs(e, 1);
       if (!args.ok()) return args.status();
       if (obj->is_string() || obj->is_list() || obj->kind() == Value::Kind::kDict ||
@@ -402,6 +422,7 @@ class Renderer {
   absl::StatusOr<Value> EvalSlice(const Expr& e) {
     auto obj = Eval(*e.args[0]);
     if (!obj.ok()) return obj;
+    if (auto s = ChargeFor(*obj); !s.ok()) return s;
     int64_t bounds[3] = {0, 0, 1};
     bool given[3] = {false, false, false};
     for (int k = 0; k < 3; ++k) {
@@ -467,6 +488,8 @@ class Renderer {
     for (size_t k = 0; k < e.ops.size(); ++k) {
       auto right = Eval(*e.args[k + 1]);
       if (!right.ok()) return right;
+      if (auto s = ChargeFor(*right); !s.ok()) return s;
+      if (auto s = ChargeFor(*left); !s.ok()) return s;
       const std::string& op = e.ops[k];
       bool r;
       if (op == "==" || op == "!=") {
@@ -495,8 +518,8 @@ class Renderer {
 
   absl::StatusOr<Value> Binary(const std::string& op, const Value& a, const Value& b) {
     if (op == "~") {
-      const std::string left = a.Str();
-      const std::string right = b.Str();
+      const std::string left = a.Str(static_cast<size_t>(budget_.max_bytes()));
+      const std::string right = b.Str(static_cast<size_t>(budget_.max_bytes()));
       if (auto s = budget_.Size(static_cast<int64_t>(left.size() + right.size())); !s.ok()) {
         return s;
       }

@@ -262,7 +262,7 @@ absl::StatusOr<Value> GetItem(const Value& obj, const Value& key) {
     if (i < 0 || i >= n) return Value::Undefined("str index");
     return Value::String(EncodeUtf8(cps, static_cast<size_t>(i), static_cast<size_t>(i) + 1));
   }
-  return Value::Undefined(key.Str());
+  return Value::Undefined(key.Str(/*limit=*/100));
 }
 
 absl::StatusOr<Value> GetAttr(const Value& obj, const std::string& name) {
@@ -316,7 +316,7 @@ bool IsGlobal(const std::string& name) {
 absl::StatusOr<Value> CallGlobal(const std::string& name, const Args& args, BuiltinContext& ctx) {
   if (name == "raise_exception") {
     const Value* msg = args.Get(0, "message");
-    return absl::Status(kRaisedCode, msg ? msg->Str() : "");
+    return absl::Status(kRaisedCode, msg ? msg->Str(/*limit=*/4096) : "");
   }
   if (name == "strftime_now") {
     auto fmt = StrArg(args, 0, "format", "strftime_now");
@@ -472,11 +472,13 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
   }
   if (name == "tojson") {
     const Value* indent = args.Get(1, "indent");
-    auto json = ToJson(v, indent && indent->is_number() ? static_cast<int>(std::clamp<int64_t>(
-                                                              indent->i(), 0, 64))
-                                                        : -1,
-                       BoolArg(args, 3, "sort_keys", false));
+    const int spaces =
+        indent && indent->is_number() ? static_cast<int>(std::clamp<int64_t>(indent->i(), 0, 64))
+                                      : -1;
+    auto json = ToJson(v, spaces, BoolArg(args, 3, "sort_keys", false),
+                       static_cast<size_t>(ctx.budget->max_bytes()));
     if (!json.ok()) return json.status();
+    if (auto st = ctx.budget->Size(static_cast<int64_t>(json->size())); !st.ok()) return st;
     return Value::String(std::move(*json));
   }
   if (name == "first" || name == "last") {
@@ -502,13 +504,14 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
     const Value* attr = args.Get(1, "attribute");
     std::string out;
     for (size_t k = 0; k < items->size(); ++k) {
-      if (k && sep) out += sep->Str();
+      const size_t limit = static_cast<size_t>(ctx.budget->max_bytes());
+      if (k && sep) out += sep->Str(limit);
       if (attr) {
         auto got = AttrPath((*items)[k], attr->Str());
         if (!got.ok()) return got.status();
-        out += got->Str();
+        out += got->Str(limit);
       } else {
-        out += (*items)[k].Str();
+        out += (*items)[k].Str(limit);
       }
       if (auto st = ctx.budget->Size(static_cast<int64_t>(out.size())); !st.ok()) return st;
     }
@@ -587,7 +590,8 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
   }
   if (name == "safe") return v;
   // String filters: their subject is str(v).
-  const std::string s = v.Str();
+  const std::string s = v.Str(static_cast<size_t>(ctx.budget->max_bytes()));
+  if (auto st = ctx.budget->Size(static_cast<int64_t>(s.size())); !st.ok()) return st;
   if (name == "string") return Value::String(s);
   if (name == "trim") {
     const Value* chars = args.Get(0, "chars");

@@ -12,9 +12,14 @@
 
 namespace heavykv::jinja {
 
+const std::string& Value::EmptyString() {
+  static const std::string* empty = new std::string;
+  return *empty;
+}
+
 Value Value::Undefined(std::string name) {
   Value v;
-  v.str_ = std::move(name);
+  v.str_ = std::make_shared<const std::string>(std::move(name));
   return v;
 }
 Value Value::None() {
@@ -43,7 +48,7 @@ Value Value::Float(double f) {
 Value Value::String(std::string s) {
   Value v;
   v.kind_ = Kind::kString;
-  v.str_ = std::move(s);
+  v.str_ = std::make_shared<const std::string>(std::move(s));
   return v;
 }
 Value Value::List(ValueList items, bool tuple) {
@@ -67,16 +72,17 @@ Value Value::Namespace(ValueDict items) {
 Value Value::Function(std::string name) {
   Value v;
   v.kind_ = Kind::kFunction;
-  v.str_ = std::move(name);
+  v.str_ = std::make_shared<const std::string>(std::move(name));
   return v;
 }
 
 Value Value::Get(const Value& key) const {
-  if (!is_dict()) return Undefined(key.Str());
-  for (const auto& [k, v] : *dict_) {
-    if (Equal(k, key)) return v;
+  if (is_dict()) {
+    for (const auto& [k, v] : *dict_) {
+      if (Equal(k, key)) return v;
+    }
   }
-  return Undefined(key.Str());
+  return Undefined(key.Str(/*limit=*/100));
 }
 
 bool Value::Truthy() const {
@@ -91,7 +97,7 @@ bool Value::Truthy() const {
     case Kind::kFloat:
       return f_ != 0;
     case Kind::kString:
-      return !str_.empty();
+      return !str().empty();
     case Kind::kList:
       return !list_->empty();
     case Kind::kDict:
@@ -210,57 +216,67 @@ std::string StringRepr(const std::string& s) {
 
 }  // namespace
 
-std::string Value::Str() const {
-  switch (kind_) {
-    case Kind::kUndefined:
-      return "";
-    case Kind::kString:
-      return str_;
-    default:
-      return Repr();
-  }
+std::string Value::Str(size_t limit) const {
+  if (kind_ == Kind::kUndefined) return "";
+  if (kind_ == Kind::kString) return str();
+  return Repr(limit);
 }
 
-std::string Value::Repr() const {
+std::string Value::Repr(size_t limit) const {
+  std::string out;
+  ReprTo(&out, limit);
+  return out;
+}
+
+void Value::ReprTo(std::string* out, size_t limit) const {
+  if (out->size() > limit) return;
   switch (kind_) {
     case Kind::kUndefined:
-      return "";
+      return;
     case Kind::kNone:
-      return "None";
+      *out += "None";
+      return;
     case Kind::kBool:
-      return b_ ? "True" : "False";
+      *out += b_ ? "True" : "False";
+      return;
     case Kind::kInt:
-      return absl::StrCat(i_);
+      absl::StrAppend(out, i_);
+      return;
     case Kind::kFloat:
-      return FloatRepr(f_);
+      *out += FloatRepr(f_);
+      return;
     case Kind::kString:
-      return StringRepr(str_);
+      *out += StringRepr(str());
+      return;
     case Kind::kList: {
-      std::string out = tuple_ ? "(" : "[";
-      for (size_t k = 0; k < list_->size(); ++k) {
-        if (k) out += ", ";
-        out += (*list_)[k].Repr();
+      *out += tuple_ ? "(" : "[";
+      for (size_t k = 0; k < list_->size() && out->size() <= limit; ++k) {
+        if (k) *out += ", ";
+        (*list_)[k].ReprTo(out, limit);
       }
-      if (tuple_ && list_->size() == 1) out += ",";
-      out += tuple_ ? ")" : "]";
-      return out;
+      if (tuple_ && list_->size() == 1) *out += ",";
+      *out += tuple_ ? ")" : "]";
+      return;
     }
     case Kind::kDict:
     case Kind::kNamespace: {
-      std::string out = kind_ == Kind::kNamespace ? "<Namespace {" : "{";
+      *out += kind_ == Kind::kNamespace ? "<Namespace {" : "{";
       bool first = true;
       for (const auto& [k, v] : *dict_) {
-        if (!first) out += ", ";
+        if (out->size() > limit) break;
+        if (!first) *out += ", ";
         first = false;
-        absl::StrAppend(&out, k.Repr(), ": ", v.Repr());
+        k.ReprTo(out, limit);
+        *out += ": ";
+        v.ReprTo(out, limit);
       }
-      out += kind_ == Kind::kNamespace ? "}>" : "}";
-      return out;
+      *out += kind_ == Kind::kNamespace ? "}>" : "}";
+      return;
     }
     case Kind::kFunction:
-      return absl::StrCat("<function ", str_, ">");
+      absl::StrAppend(out, "<function ", str(), ">");
+      return;
   }
-  return "";
 }
 
 bool Equal(const Value& a, const Value& b) {
@@ -354,9 +370,13 @@ void JsonString(const std::string& s, std::string* out) {
   *out += '"';
 }
 
-absl::Status JsonValue(const Value& v, int indent, bool sort_keys, int level, std::string* out) {
+absl::Status JsonValue(const Value& v, int indent, bool sort_keys, int level, size_t limit,
+                       std::string* out) {
   using K = Value::Kind;
   if (level > 256) return absl::InvalidArgumentError("tojson: nesting too deep");
+  if (out->size() > limit) {
+    return absl::ResourceExhaustedError(absl::StrCat("tojson: output past ", limit, " bytes"));
+  }
   auto newline = [&](int lvl) {
     if (indent >= 0) absl::StrAppend(out, "\n", std::string(static_cast<size_t>(indent * lvl), ' '));
   };
@@ -392,7 +412,7 @@ absl::Status JsonValue(const Value& v, int indent, bool sort_keys, int level, st
       for (size_t k = 0; k < v.list().size(); ++k) {
         if (k) *out += item_sep;
         newline(level + 1);
-        if (auto s = JsonValue(v.list()[k], indent, sort_keys, level + 1, out); !s.ok()) return s;
+        if (auto s = JsonValue(v.list()[k], indent, sort_keys, level + 1, limit, out); !s.ok()) return s;
       }
       newline(level);
       *out += ']';
@@ -437,7 +457,7 @@ absl::Status JsonValue(const Value& v, int indent, bool sort_keys, int level, st
         newline(level + 1);
         JsonString(items[k].first, out);
         *out += ": ";
-        if (auto s = JsonValue(*items[k].second, indent, sort_keys, level + 1, out); !s.ok()) {
+        if (auto s = JsonValue(*items[k].second, indent, sort_keys, level + 1, limit, out); !s.ok()) {
           return s;
         }
       }
@@ -453,9 +473,9 @@ absl::Status JsonValue(const Value& v, int indent, bool sort_keys, int level, st
 
 }  // namespace
 
-absl::StatusOr<std::string> ToJson(const Value& v, int indent, bool sort_keys) {
+absl::StatusOr<std::string> ToJson(const Value& v, int indent, bool sort_keys, size_t limit) {
   std::string out;
-  if (auto s = JsonValue(v, indent, sort_keys, 0, &out); !s.ok()) return s;
+  if (auto s = JsonValue(v, indent, sort_keys, 0, limit, &out); !s.ok()) return s;
   return out;
 }
 

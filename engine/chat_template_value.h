@@ -63,7 +63,8 @@ class Value {
   bool b() const { return b_; }
   int64_t i() const { return kind_ == Kind::kBool ? b_ : i_; }
   double f() const { return kind_ == Kind::kFloat ? f_ : static_cast<double>(i()); }
-  const std::string& str() const { return str_; }  // a string, or the undefined/function name
+  // A string, or the undefined/function name.
+  const std::string& str() const { return str_ ? *str_ : EmptyString(); }
   const ValueList& list() const { return *list_; }
   const ValueDict& dict() const { return *dict_; }
   ValueDict& mutable_namespace() const { return *dict_; }
@@ -73,9 +74,10 @@ class Value {
   Value Get(const std::string& key) const { return Get(String(key)); }
 
   bool Truthy() const;
-  // Python's str() and repr().
-  std::string Str() const;
-  std::string Repr() const;
+  // Python's str() and repr(). Past `limit` bytes the text is cut short (still longer than
+  // `limit`, so a caller that checks the size refuses it without building all of it).
+  std::string Str(size_t limit = std::string::npos) const;
+  std::string Repr(size_t limit = std::string::npos) const;
   // Python's type name, for error messages.
   const char* TypeName() const;
 
@@ -85,7 +87,10 @@ class Value {
   bool tuple_ = false;
   int64_t i_ = 0;
   double f_ = 0;
-  std::string str_;
+  static const std::string& EmptyString();
+  void ReprTo(std::string* out, size_t limit) const;
+
+  std::shared_ptr<const std::string> str_;  // shared: copying a Value never copies its text
   std::shared_ptr<const ValueList> list_;
   std::shared_ptr<ValueDict> dict_;
 };
@@ -99,8 +104,8 @@ absl::StatusOr<bool> Less(const Value& a, const Value& b);
 // Python's repr() of a float (shortest round-trip digits, "1e+16" past 16 digits).
 std::string FloatRepr(double f);
 // json.dumps(v, ensure_ascii=False, indent=indent (<0: None), sort_keys=sort_keys);
-// INVALID_ARGUMENT for undefined or a callable.
-absl::StatusOr<std::string> ToJson(const Value& v, int indent, bool sort_keys);
+// INVALID_ARGUMENT for undefined or a callable, RESOURCE_EXHAUSTED past `limit` bytes.
+absl::StatusOr<std::string> ToJson(const Value& v, int indent, bool sort_keys, size_t limit);
 
 // UTF-8 helpers: code points of `s` (invalid bytes decode as themselves, like surrogateescape)
 // and back.

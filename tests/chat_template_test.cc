@@ -298,6 +298,40 @@ TEST(ChatTemplateTest, HostileTemplatesAreBounded) {
   EXPECT_LT(seconds, 30.0);  // generous: the bounds stop each within a fraction of that
 }
 
+// The bounds leave room for real conversations: 2000 messages of 1 KB each (2 MB of prompt).
+TEST(ChatTemplateTest, LongConversationsFitTheBounds) {
+  std::vector<ChatMessage> messages;
+  for (int i = 0; i < 2000; ++i) {
+    messages.push_back({i % 2 ? "assistant" : "user", std::string(1000, 'a' + i % 26)});
+  }
+  for (const char* name : {"qwen3", "llama3.1", "llama2", "gemma2", "mistral-nemo", "phi3.5"}) {
+    auto r = Render(ReadText(SourcePath(std::string("tests/data/chat_templates/") + name +
+                                        ".jinja")),
+                    messages);
+    ASSERT_TRUE(r.ok()) << name << ": " << r.status();
+    EXPECT_GT(r->size(), 2'000'000u) << name;
+  }
+}
+
+// Work on a large message is charged by its size, so looping over it ends quickly.
+TEST(ChatTemplateTest, WorkOnLargeValuesIsCharged) {
+  const std::vector<ChatMessage> big = {{"user", std::string(1 << 20, 'x')}};
+  for (const char* hostile :
+       {"{% for i in range(100000) %}{% if messages[0].content|length %}{% endif %}{% endfor %}",
+        "{% for i in range(100000) %}{% if messages[0].content[5] %}{% endif %}{% endfor %}",
+        "{% for i in range(100000) %}{% if messages[0].content.strip() %}{% endif %}{% endfor %}",
+        "{% set l = [messages[0].content] * 100000 %}{{ l }}",
+        "{% set l = [messages[0].content] * 100000 %}{{ l|tojson }}",
+        "{% set l = [messages[0].content] * 100000 %}{{ l|join }}"}) {
+    const auto start = std::chrono::steady_clock::now();
+    auto r = Render(hostile, big);
+    ASSERT_FALSE(r.ok()) << hostile;
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10)
+        << hostile;
+  }
+}
+
 TEST(ChatTemplateTest, CliRendersATemplateFile) {
   TempDir dir;
   const std::string messages = dir.File("m.json");
