@@ -112,9 +112,19 @@ TEST(ChatTemplateTest, EveryTemplateMatchesJinja2) {
     opts.eos_token = j["eos_token"];
     opts.add_generation_prompt = j["add_generation_prompt"];
     opts.now = ReferenceNow();
+    if (j.contains("extra")) {
+      for (const auto& [k, v] : j["extra"].items()) {
+        if (v.is_boolean()) {
+          opts.extra_bools[k] = v.template get<bool>();
+        } else {
+          opts.extra_strings[k] = v.template get<std::string>();
+        }
+      }
+    }
     auto out = parsed.at(name)->Render(Messages(j["messages"]), opts);
     const std::string where = name + " conversation " + j["conversation"].dump() +
-                              " add_generation_prompt=" + j["add_generation_prompt"].dump();
+                              " add_generation_prompt=" + j["add_generation_prompt"].dump() +
+                              (j.contains("extra") ? " extra " + j["extra"].dump() : "");
     if (j.contains("rendered")) {
       ++rendered;
       ASSERT_TRUE(out.ok()) << where << ": " << out.status();

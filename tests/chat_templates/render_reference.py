@@ -62,6 +62,14 @@ CONVERSATIONS = [
 ]
 
 
+# More variables for some templates (rendered for conversations 0 and 2 besides the plain run),
+# as apply_chat_template passes its extra keyword arguments: bools and strings.
+EXTRAS = {
+    "qwen3": {"enable_thinking": False},
+    "llama3.1": {"date_string": "01 Jan 2025"},
+}
+
+
 def make_env():
     import jinja2
     from jinja2.ext import loopcontrols
@@ -95,16 +103,21 @@ def render_all():
         with open(os.path.join(DATA, fname), encoding="utf-8", newline="") as f:
             template = env.from_string(f.read())
         bos, eos = TOKENS.get(name, DEFAULT_TOKENS)
-        for index, messages in enumerate(CONVERSATIONS):
+        runs = [(index, messages, {}) for index, messages in enumerate(CONVERSATIONS)]
+        if name in EXTRAS:
+            runs += [(index, CONVERSATIONS[index], EXTRAS[name]) for index in (0, 2)]
+        for index, messages, extra in runs:
             for add_generation_prompt in (True, False):
                 entry = {"template": name, "conversation": index, "messages": messages,
                          "add_generation_prompt": add_generation_prompt, "bos_token": bos,
                          "eos_token": eos}
+                if extra:
+                    entry["extra"] = extra
                 try:
                     entry["rendered"] = template.render(
                         messages=messages, tools=None, documents=None,
                         add_generation_prompt=add_generation_prompt, bos_token=bos,
-                        eos_token=eos)
+                        eos_token=eos, **extra)
                 except jinja2.exceptions.UndefinedError as e:
                     entry["error"] = "undefined: " + str(e)
                 except jinja2.exceptions.TemplateError as e:
