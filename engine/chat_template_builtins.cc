@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "absl/strings/str_join.h"
@@ -151,6 +152,11 @@ absl::StatusOr<Value> Indent(const std::string& text, const Args& args) {
   return Value::String(std::move(rv));
 }
 
+// strtod reads "0x1p3" as hex; Python's int() and float() (base 10) do not.
+bool HasHex(const std::string& s) {
+  return s.find('x') != std::string::npos || s.find('X') != std::string::npos;
+}
+
 absl::StatusOr<Value> ToInt(const Value& v, const Args& args) {
   const Value* fallback = args.Get(0, "default");
   const Value def = fallback ? *fallback : Value::Int(0);
@@ -159,7 +165,7 @@ absl::StatusOr<Value> ToInt(const Value& v, const Args& args) {
     if (!std::isfinite(v.f()) || std::fabs(v.f()) > 9.2e18) return def;
     return Value::Int(static_cast<int64_t>(v.f()));
   }
-  if (v.is_string()) {
+  if (v.is_string() && !HasHex(v.str())) {
     const std::string s = PyStrip(v.str(), nullptr, true, true);
     char* end = nullptr;
     errno = 0;
@@ -177,7 +183,7 @@ absl::StatusOr<Value> ToFloat(const Value& v, const Args& args) {
   const Value* fallback = args.Get(0, "default");
   const Value def = fallback ? *fallback : Value::Float(0);
   if (v.is_number()) return Value::Float(v.f());
-  if (v.is_string()) {
+  if (v.is_string() && !HasHex(v.str())) {
     const std::string s = PyStrip(v.str(), nullptr, true, true);
     char* end = nullptr;
     const double d = std::strtod(s.c_str(), &end);
@@ -576,16 +582,17 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
     if (!v.is_number()) return TypeError("round: expected a number");
     const int64_t precision = std::clamp<int64_t>(IntArg(args, 0, "precision", 0), 0, 15);
     const Value* method = args.Get(1, "method");
+    if (!method || method->Str() == "common") {
+      if (v.kind() != Value::Kind::kFloat) return Value::Int(v.i());  // round(int) is that int
+      // Python's round(x, n): the exact binary value correctly rounded to n decimals, ties to
+      // even, which is what printf does.
+      char buf[512];
+      std::snprintf(buf, sizeof(buf), "%.*f", static_cast<int>(precision), v.f());
+      return Value::Float(std::strtod(buf, nullptr));
+    }
     const double scale = std::pow(10.0, static_cast<double>(precision));
     const double x = v.f() * scale;
-    double r;
-    if (method && method->Str() == "ceil") {
-      r = std::ceil(x);
-    } else if (method && method->Str() == "floor") {
-      r = std::floor(x);
-    } else {
-      r = std::nearbyint(x);  // Python's round: half to even
-    }
+    const double r = method->Str() == "ceil" ? std::ceil(x) : std::floor(x);
     return Value::Float(r / scale);
   }
   if (name == "safe") return v;

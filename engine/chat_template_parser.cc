@@ -619,10 +619,10 @@ class Parser {
         e->args.push_back(std::move(node));
         if (SkipOp("(")) {
           if (auto s = ParseArgs(e.get()); !s.ok()) return s;
-        } else if (Peek().kind == TK::kLiteral ||
+        } else if (Peek().kind == TK::kLiteral || IsOp("[") || IsOp("{") ||
                    (Peek().kind == TK::kName && !IsName("else") && !IsName("or") &&
-                    !IsName("and") && !IsName("if") && !IsName("is") && !IsName("in") &&
-                    !IsName("not"))) {
+                    !IsName("and"))) {
+          if (IsName("is")) return Error(Peek(), "you cannot chain multiple tests with is");
           // `is sameas false`, `is equalto 'x'`: one argument without parentheses.
           auto arg = ParsePrimary();
           if (!arg.ok()) return arg;

@@ -100,6 +100,7 @@ TEST(ChatTemplateTest, EveryTemplateMatchesJinja2) {
   std::map<std::string, std::optional<ChatTemplate>> parsed;
   int rendered = 0, raised = 0, errors = 0;
   for (const auto& j : lines) {
+    if (j.contains("snippet")) continue;  // ExpressionSnippetsMatchJinja2
     const std::string name = j["template"];
     if (!parsed.count(name)) {
       auto t = ChatTemplate::Parse(
@@ -142,6 +143,25 @@ TEST(ChatTemplateTest, EveryTemplateMatchesJinja2) {
   EXPECT_GT(rendered, 250);
   EXPECT_GT(raised, 10);
   EXPECT_GT(errors, 0);
+}
+
+// One-line templates of the expression language (tests/data/chat_templates/snippets.txt), each
+// rendered by jinja2 into expected.jsonl.
+TEST(ChatTemplateTest, ExpressionSnippetsMatchJinja2) {
+  int n = 0;
+  for (const auto& j : JsonLines(SourcePath("tests/data/chat_templates/expected.jsonl"))) {
+    if (!j.contains("snippet")) continue;
+    ++n;
+    const std::string snippet = j["snippet"];
+    auto out = Render(snippet, Messages(j["messages"]));
+    if (j.contains("rendered")) {
+      ASSERT_TRUE(out.ok()) << snippet << ": " << out.status();
+      EXPECT_EQ(*out, j["rendered"].template get<std::string>()) << snippet;
+    } else {
+      EXPECT_FALSE(out.ok()) << snippet << " renders, jinja2 fails with " << j["error"];
+    }
+  }
+  EXPECT_GE(n, 25);
 }
 
 // Whitespace control: trim_blocks, lstrip_blocks and the '-'/'+' markers as jinja2 applies them

@@ -125,6 +125,21 @@ def render_all():
                 except Exception as e:  # a Python error inside the template, e.g. TypeError
                     entry["error"] = type(e).__name__ + ": " + str(e)
                 lines.append(json.dumps(entry, ensure_ascii=False))
+    # One-line templates exercising the expression language (snippets.txt), over a fixed
+    # two-message conversation.
+    messages = [m("user", "Hi"), m("assistant", "")]
+    with open(os.path.join(DATA, "snippets.txt"), encoding="utf-8") as f:
+        snippets = [line for line in f.read().split("\n") if line]
+    for snippet in snippets:
+        entry = {"snippet": snippet, "messages": messages, "add_generation_prompt": True,
+                 "bos_token": "", "eos_token": ""}
+        try:
+            entry["rendered"] = env.from_string(snippet).render(
+                messages=messages, tools=None, documents=None, add_generation_prompt=True,
+                bos_token="", eos_token="")
+        except Exception as e:
+            entry["error"] = type(e).__name__ + ": " + str(e)
+        lines.append(json.dumps(entry, ensure_ascii=False))
     return "\n".join(lines) + "\n"
 
 
