@@ -48,7 +48,7 @@ struct ChatRenderLimits {
   // Expression evaluations and loop iterations (8 each): about a second of work at most, and
   // a hundred times what a thousand-message conversation takes with the largest templates.
   int64_t max_steps = 4'000'000;
-  int max_depth = 200;                 // nesting of statements and expressions (also at Parse)
+  int max_depth = 200;  // nesting of statements and expressions (also at Parse)
 };
 
 struct ChatRenderOptions {

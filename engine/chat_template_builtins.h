@@ -95,4 +95,16 @@ absl::StatusOr<std::vector<Value>> Iterate(const Value& v);
 absl::StatusOr<int64_t> Length(const Value& v);
 absl::Status UndefinedError(const Value& v);
 
+// Helpers shared by the builtins' sources (chat_template_builtins.cc, chat_template_filters.cc).
+// Python's TypeError as INVALID_ARGUMENT.
+absl::Status TypeError(const std::string& what);
+// Argument `index` or keyword `name`: a str (else an error naming `fn`), an int or a truth value
+// (else `fallback`).
+absl::StatusOr<std::string> StrArg(const Args& args, size_t index, const char* name,
+                                   const char* fn);
+int64_t IntArg(const Args& args, size_t index, const char* name, int64_t fallback);
+bool BoolArg(const Args& args, size_t index, const char* name, bool fallback);
+// A dotted attribute path ("a.b", "0") looked up as jinja2's make_attrgetter does.
+absl::StatusOr<Value> AttrPath(const Value& v, const std::string& path);
+
 }  // namespace heavykv::jinja

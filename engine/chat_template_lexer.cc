@@ -4,8 +4,8 @@
 
 #include <cctype>
 #include <cerrno>
-#include <cstdlib>
 #include <cstdint>
+#include <cstdlib>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -233,10 +233,9 @@ class Lexer {
     std::string digits;
     bool is_float = false;
     auto take_digits = [&] {
-      while (pos_ < src_.size() &&
-             (std::isdigit(static_cast<unsigned char>(src_[pos_])) ||
-              (src_[pos_] == '_' && pos_ + 1 < src_.size() &&
-               std::isdigit(static_cast<unsigned char>(src_[pos_ + 1]))))) {
+      while (pos_ < src_.size() && (std::isdigit(static_cast<unsigned char>(src_[pos_])) ||
+                                    (src_[pos_] == '_' && pos_ + 1 < src_.size() &&
+                                     std::isdigit(static_cast<unsigned char>(src_[pos_ + 1]))))) {
         if (src_[pos_] != '_') digits += src_[pos_];
         ++pos_;
       }

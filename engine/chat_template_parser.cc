@@ -165,9 +165,9 @@ class Parser {
       if (auto s = Expect(TK::kBlockEnd, "'%}'"); !s.ok()) return s;
       return node;
     }
-    static const char* const kKnown[] = {"macro",   "call",   "filter", "raw",   "include",
-                                         "import",  "from",   "extends", "block", "with",
-                                         "autoescape", "do"};
+    static const char* const kKnown[] = {"macro",   "call",   "filter",     "raw",
+                                         "include", "import", "from",       "extends",
+                                         "block",   "with",   "autoescape", "do"};
     for (const char* k : kKnown) {
       if (t.text == k) return Error(t, absl::StrCat("unsupported statement '", t.text, "'"));
     }
@@ -353,9 +353,8 @@ class Parser {
     while (true) {
       std::string op;
       const Token& t = Peek();
-      if (t.kind == TK::kOp &&
-          (t.text == "==" || t.text == "!=" || t.text == "<" || t.text == "<=" || t.text == ">" ||
-           t.text == ">=")) {
+      if (t.kind == TK::kOp && (t.text == "==" || t.text == "!=" || t.text == "<" ||
+                                t.text == "<=" || t.text == ">" || t.text == ">=")) {
         op = t.text;
         Next();
       } else if (IsName("in")) {

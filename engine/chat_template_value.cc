@@ -378,7 +378,8 @@ absl::Status JsonValue(const Value& v, int indent, bool sort_keys, int level, si
     return absl::ResourceExhaustedError(absl::StrCat("tojson: output past ", limit, " bytes"));
   }
   auto newline = [&](int lvl) {
-    if (indent >= 0) absl::StrAppend(out, "\n", std::string(static_cast<size_t>(indent * lvl), ' '));
+    if (indent >= 0)
+      absl::StrAppend(out, "\n", std::string(static_cast<size_t>(indent * lvl), ' '));
   };
   const char* item_sep = indent >= 0 ? "," : ", ";
   switch (v.kind()) {
@@ -412,7 +413,8 @@ absl::Status JsonValue(const Value& v, int indent, bool sort_keys, int level, si
       for (size_t k = 0; k < v.list().size(); ++k) {
         if (k) *out += item_sep;
         newline(level + 1);
-        if (auto s = JsonValue(v.list()[k], indent, sort_keys, level + 1, limit, out); !s.ok()) return s;
+        if (auto s = JsonValue(v.list()[k], indent, sort_keys, level + 1, limit, out); !s.ok())
+          return s;
       }
       newline(level);
       *out += ']';
@@ -441,9 +443,8 @@ absl::Status JsonValue(const Value& v, int indent, bool sort_keys, int level, si
             key = k.Repr();
             break;
           default:
-            return absl::InvalidArgumentError(
-                absl::StrCat("tojson: keys must be str, int, float, bool or None, not ",
-                             k.TypeName()));
+            return absl::InvalidArgumentError(absl::StrCat(
+                "tojson: keys must be str, int, float, bool or None, not ", k.TypeName()));
         }
         items.emplace_back(std::move(key), &val);
       }
@@ -457,7 +458,8 @@ absl::Status JsonValue(const Value& v, int indent, bool sort_keys, int level, si
         newline(level + 1);
         JsonString(items[k].first, out);
         *out += ": ";
-        if (auto s = JsonValue(*items[k].second, indent, sort_keys, level + 1, limit, out); !s.ok()) {
+        if (auto s = JsonValue(*items[k].second, indent, sort_keys, level + 1, limit, out);
+            !s.ok()) {
           return s;
         }
       }

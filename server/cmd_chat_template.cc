@@ -41,10 +41,10 @@ absl::StatusOr<std::vector<ChatMessage>> ParseMessages(const std::string& text,
   }
   std::vector<ChatMessage> messages;
   for (const auto& m : j) {
-    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() ||
-        !m.contains("content") || !m["content"].is_string()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          path, ": each message needs string \"role\" and \"content\" fields"));
+    if (!m.is_object() || !m.contains("role") || !m["role"].is_string() || !m.contains("content") ||
+        !m["content"].is_string()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": each message needs string \"role\" and \"content\" fields"));
     }
     messages.push_back({m["role"].get<std::string>(), m["content"].get<std::string>()});
   }

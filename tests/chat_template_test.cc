@@ -75,14 +75,16 @@ TEST(ChatTemplateTest, GgufTemplatesReproduceChatJsonl) {
     ChatRenderOptions opts;
     opts.bos_token = name == "llama3" ? "<|begin_of_text|>" : "";
     opts.eos_token = name == "llama3" ? "<|eot_id|>" : "<|im_end|>";
-    EXPECT_EQ(Ok(source, Messages(j["messages"]), opts), j["rendered"].template get<std::string>()) << name;
+    EXPECT_EQ(Ok(source, Messages(j["messages"]), opts), j["rendered"].template get<std::string>())
+        << name;
   }
 }
 
 // The .jinja copies are the GGUF files' own templates, byte for byte.
 TEST(ChatTemplateTest, TemplateFilesMatchTheGgufMetadata) {
-  for (const auto& [gguf, name] : {std::pair<std::string, std::string>{"llama3-vocab.gguf", "llama3"},
-                                   {"qwen-vocab.gguf", "qwen3"}}) {
+  for (const auto& [gguf, name] :
+       {std::pair<std::string, std::string>{"llama3-vocab.gguf", "llama3"},
+        {"qwen-vocab.gguf", "qwen3"}}) {
     const std::string path = SourcePath("../shared/gguf/" + gguf);
     if (!std::ifstream(path)) GTEST_SKIP() << path << " is not present";
     auto file = GgufFile::Open(path);
@@ -103,8 +105,8 @@ TEST(ChatTemplateTest, EveryTemplateMatchesJinja2) {
     if (j.contains("snippet")) continue;  // ExpressionSnippetsMatchJinja2
     const std::string name = j["template"];
     if (!parsed.count(name)) {
-      auto t = ChatTemplate::Parse(
-          ReadText(SourcePath("tests/data/chat_templates/" + name + ".jinja")));
+      auto t =
+          ChatTemplate::Parse(ReadText(SourcePath("tests/data/chat_templates/" + name + ".jinja")));
       ASSERT_TRUE(t.ok()) << name << ": " << t.status();
       parsed.emplace(name, std::move(*t));
     }
@@ -262,9 +264,10 @@ TEST(ChatTemplateTest, FiltersAndMethods) {
   EXPECT_EQ(Ok("{{ 'a\\nb'|indent(2) }}|{{ 'a\\nb'|indent(2, true) }}"), "a\n  b|  a\n  b");
   EXPECT_EQ(Ok("{{ '42'|int + 1 }} {{ 'x'|int }} {{ 2.5|round }} {{ 3.14159|round(2) }}"),
             "43 0 2.0 3.14");
-  EXPECT_EQ(Ok("{{ ' a b '.strip() }}|{{ 'xxhixx'.lstrip('x') }}|{{ 'a,b,,c'.split(',') }}"
-               "|{{ ' a  b '.split() }}|{{ 'abc'.startswith('ab') }}{{ 'abc'.endswith(('x', 'c')) }}"),
-            "a b|hixx|['a', 'b', '', 'c']|['a', 'b']|TrueTrue");
+  EXPECT_EQ(
+      Ok("{{ ' a b '.strip() }}|{{ 'xxhixx'.lstrip('x') }}|{{ 'a,b,,c'.split(',') }}"
+         "|{{ ' a  b '.split() }}|{{ 'abc'.startswith('ab') }}{{ 'abc'.endswith(('x', 'c')) }}"),
+      "a b|hixx|['a', 'b', '', 'c']|['a', 'b']|TrueTrue");
   EXPECT_EQ(Ok("{{ {'a': 1}.get('a') }}{{ {'a': 1}.get('b', 2) }}{{ {'a': 1}.get('b') }}"
                "{{ {'a': 1}.keys()|list }}{{ {'a': 1}.values()|list }}"),
             "12None['a'][1]");
@@ -335,9 +338,9 @@ TEST(ChatTemplateTest, LongConversationsFitTheBounds) {
     messages.push_back({i % 2 ? "assistant" : "user", std::string(1000, 'a' + i % 26)});
   }
   for (const char* name : {"qwen3", "llama3.1", "llama2", "gemma2", "mistral-nemo", "phi3.5"}) {
-    auto r = Render(ReadText(SourcePath(std::string("tests/data/chat_templates/") + name +
-                                        ".jinja")),
-                    messages);
+    auto r =
+        Render(ReadText(SourcePath(std::string("tests/data/chat_templates/") + name + ".jinja")),
+               messages);
     ASSERT_TRUE(r.ok()) << name << ": " << r.status();
     EXPECT_GT(r->size(), 2'000'000u) << name;
   }
