@@ -216,6 +216,9 @@ class Renderer {
           {Value::String("depth"), Value::Int(1)},
           {Value::String("depth0"), Value::Int(0)},
       };
+      if (k > 0) loop.emplace_back(Value::String("previtem"), items[static_cast<size_t>(k - 1)]);
+      if (k + 1 < n)
+        loop.emplace_back(Value::String("nextitem"), items[static_cast<size_t>(k + 1)]);
       Set("loop", Value::Dict(std::move(loop)));
       absl::Status s = BindTargets(node, items[static_cast<size_t>(k)]);
       Flow flow = Flow::kNormal;

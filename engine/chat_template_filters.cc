@@ -204,12 +204,24 @@ absl::StatusOr<Value> ApplyFilter(const std::string& name, const Value& v, const
     return Value::Int(*n);
   }
   if (name == "tojson") {
+    // HF's tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False).
+    JsonOptions o;
+    o.ensure_ascii = BoolArg(args, 0, "ensure_ascii", false);
     const Value* indent = args.Get(1, "indent");
-    const int spaces = indent && indent->is_number()
-                           ? static_cast<int>(std::clamp<int64_t>(indent->i(), 0, 64))
-                           : -1;
-    auto json = ToJson(v, spaces, BoolArg(args, 3, "sort_keys", false),
-                       static_cast<size_t>(ctx.budget->max_bytes()));
+    if (indent && indent->is_number()) {
+      o.indent = static_cast<int>(std::clamp<int64_t>(indent->i(), 0, 64));
+    }
+    const Value* seps = args.Get(2, "separators");
+    if (seps && !seps->is_none()) {
+      if (!seps->is_list() || seps->list().size() != 2 || !seps->list()[0].is_string() ||
+          !seps->list()[1].is_string()) {
+        return TypeError("tojson: separators must be a pair of strings");
+      }
+      o.item_sep = seps->list()[0].str();
+      o.key_sep = seps->list()[1].str();
+    }
+    o.sort_keys = BoolArg(args, 3, "sort_keys", false);
+    auto json = ToJson(v, o, static_cast<size_t>(ctx.budget->max_bytes()));
     if (!json.ok()) return json.status();
     if (auto st = ctx.budget->Size(static_cast<int64_t>(json->size())); !st.ok()) return st;
     return Value::String(std::move(*json));

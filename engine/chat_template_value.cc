@@ -333,45 +333,62 @@ absl::StatusOr<bool> Less(const Value& a, const Value& b) {
 
 namespace {
 
-void JsonString(const std::string& s, std::string* out) {
+// One byte of a JSON string as json.dumps writes it (bytes >= 0x80 pass through).
+void JsonByte(char c, std::string* out) {
+  switch (c) {
+    case '"':
+      *out += "\\\"";
+      break;
+    case '\\':
+      *out += "\\\\";
+      break;
+    case '\n':
+      *out += "\\n";
+      break;
+    case '\r':
+      *out += "\\r";
+      break;
+    case '\t':
+      *out += "\\t";
+      break;
+    case '\b':
+      *out += "\\b";
+      break;
+    case '\f':
+      *out += "\\f";
+      break;
+    default:
+      if (static_cast<uint8_t>(c) < 0x20) {
+        *out += absl::StrFormat("\\u%04x", static_cast<uint8_t>(c));
+      } else {
+        *out += c;
+      }
+  }
+}
+
+void JsonString(const std::string& s, bool ensure_ascii, std::string* out) {
   *out += '"';
-  for (char c : s) {
-    const auto u = static_cast<uint8_t>(c);
-    switch (c) {
-      case '"':
-        *out += "\\\"";
-        break;
-      case '\\':
-        *out += "\\\\";
-        break;
-      case '\n':
-        *out += "\\n";
-        break;
-      case '\r':
-        *out += "\\r";
-        break;
-      case '\t':
-        *out += "\\t";
-        break;
-      case '\b':
-        *out += "\\b";
-        break;
-      case '\f':
-        *out += "\\f";
-        break;
-      default:
-        if (u < 0x20) {
-          *out += absl::StrFormat("\\u%04x", u);
-        } else {
-          *out += c;
-        }
+  if (!ensure_ascii) {
+    for (char c : s) JsonByte(c, out);
+  } else {
+    // Non-ASCII as \uXXXX escapes (UTF-16 surrogate pairs past the BMP), like json.dumps.
+    for (uint32_t cp : DecodeUtf8(s)) {
+      if (cp < 0x80) {
+        JsonByte(static_cast<char>(cp), out);
+      } else if (cp < 0x10000) {
+        *out += absl::StrFormat("\\u%04x", cp);
+      } else {
+        const uint32_t v = cp - 0x10000;
+        *out += absl::StrFormat("\\u%04x\\u%04x", 0xD800 + (v >> 10), 0xDC00 + (v & 0x3FF));
+      }
     }
   }
   *out += '"';
 }
 
-absl::Status JsonValue(const Value& v, int indent, bool sort_keys, int level, size_t limit,
+absl::Status JsonValue(const Value& v, const JsonOptions& o, int level, size_t limit,
                        std::string* out) {
+  const int indent = o.indent;
   using K = Value::Kind;
   if (level > 256) return absl::InvalidArgumentError("tojson: nesting too deep");
   if (out->size() > limit) {
@@ -381,7 +398,7 @@ absl::Status JsonValue(const Value& v, int indent, bool sort_keys, int level, si
     if (indent >= 0)
       absl::StrAppend(out, "\n", std::string(static_cast<size_t>(indent * lvl), ' '));
   };
-  const char* item_sep = indent >= 0 ? "," : ", ";
+  const std::string item_sep = !o.item_sep.empty() ? o.item_sep : indent >= 0 ? "," : ", ";
   switch (v.kind()) {
     case K::kNone:
       *out += "null";
@@ -402,7 +419,7 @@ absl::Status JsonValue(const Value& v, int indent, bool sort_keys, int level, si
       }
       return absl::OkStatus();
     case K::kString:
-      JsonString(v.str(), out);
+      JsonString(v.str(), o.ensure_ascii, out);
       return absl::OkStatus();
     case K::kList: {
       if (v.list().empty()) {
@@ -413,8 +430,7 @@ absl::Status JsonValue(const Value& v, int indent, bool sort_keys, int level, si
       for (size_t k = 0; k < v.list().size(); ++k) {
         if (k) *out += item_sep;
         newline(level + 1);
-        if (auto s = JsonValue(v.list()[k], indent, sort_keys, level + 1, limit, out); !s.ok())
-          return s;
+        if (auto s = JsonValue(v.list()[k], o, level + 1, limit, out); !s.ok()) return s;
       }
       newline(level);
       *out += ']';
@@ -448,7 +464,7 @@ absl::Status JsonValue(const Value& v, int indent, bool sort_keys, int level, si
         }
         items.emplace_back(std::move(key), &val);
       }
-      if (sort_keys) {
+      if (o.sort_keys) {
         std::stable_sort(items.begin(), items.end(),
                          [](const auto& x, const auto& y) { return x.first < y.first; });
       }
@@ -456,10 +472,9 @@ absl::Status JsonValue(const Value& v, int indent, bool sort_keys, int level, si
       for (size_t k = 0; k < items.size(); ++k) {
         if (k) *out += item_sep;
         newline(level + 1);
-        JsonString(items[k].first, out);
-        *out += ": ";
-        if (auto s = JsonValue(*items[k].second, indent, sort_keys, level + 1, limit, out);
-            !s.ok()) {
+        JsonString(items[k].first, o.ensure_ascii, out);
+        *out += o.key_sep;
+        if (auto s = JsonValue(*items[k].second, o, level + 1, limit, out); !s.ok()) {
           return s;
         }
       }
@@ -475,9 +490,9 @@ absl::Status JsonValue(const Value& v, int indent, bool sort_keys, int level, si
 
 }  // namespace
 
-absl::StatusOr<std::string> ToJson(const Value& v, int indent, bool sort_keys, size_t limit) {
+absl::StatusOr<std::string> ToJson(const Value& v, const JsonOptions& opts, size_t limit) {
   std::string out;
-  if (auto s = JsonValue(v, indent, sort_keys, 0, limit, &out); !s.ok()) return s;
+  if (auto s = JsonValue(v, opts, 0, limit, &out); !s.ok()) return s;
   return out;
 }
 

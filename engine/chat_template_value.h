@@ -103,9 +103,17 @@ absl::StatusOr<bool> Less(const Value& a, const Value& b);
 
 // Python's repr() of a float (shortest round-trip digits, "1e+16" past 16 digits).
 std::string FloatRepr(double f);
-// json.dumps(v, ensure_ascii=False, indent=indent (<0: None), sort_keys=sort_keys);
-// INVALID_ARGUMENT for undefined or a callable, RESOURCE_EXHAUSTED past `limit` bytes.
-absl::StatusOr<std::string> ToJson(const Value& v, int indent, bool sort_keys, size_t limit);
+// json.dumps's arguments as HF's tojson passes them.
+struct JsonOptions {
+  int indent = -1;  // None
+  bool sort_keys = false;
+  bool ensure_ascii = false;
+  std::string item_sep;  // empty: json.dumps' default, ", " (or "," with an indent)
+  std::string key_sep = ": ";
+};
+// json.dumps(v, ...); INVALID_ARGUMENT for undefined or a callable, RESOURCE_EXHAUSTED past
+// `limit` bytes.
+absl::StatusOr<std::string> ToJson(const Value& v, const JsonOptions& opts, size_t limit);
 
 // UTF-8 helpers: code points of `s` (invalid bytes decode as themselves, like surrogateescape)
 // and back.
