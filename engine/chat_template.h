@@ -8,8 +8,10 @@
 // break/continue, `loop.*`), set (names, tuples, `ns.attr` on a namespace(), block set);
 // Python-like expressions with literals, attribute/item access, slicing, arithmetic, `~`,
 // comparisons, and/or/not, in, inline if; the common filters, tests and str/dict methods
-// (chat_template_builtins.cc lists them). Macros, call blocks, includes/imports and
-// `recursive` loops are refused at Parse time.
+// (chat_template_builtins.h lists them). Refused at Parse time: macros, call/filter blocks,
+// raw blocks, include/import/extends and `recursive` loops. Differences from Python that remain:
+// ints are 64-bit (overflow is an error, not a big int), upper/lower/title map ASCII letters
+// only, range() is a list (its repr is a list's), and loop.cycle/changed are absent.
 //
 // Usage:
 //   absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(source);
