@@ -4,6 +4,7 @@
 #include "engine/chat_template.h"
 
 #include <cmath>
+#include <cstring>
 #include <limits>
 
 #include "absl/container/flat_hash_map.h"
@@ -25,6 +26,9 @@ namespace jinja {
 namespace {
 
 enum class Flow { kNormal, kBreak, kContinue };
+
+// Macro values are functions named kMacroPrefix + their index in Renderer::macros_.
+constexpr char kMacroPrefix[] = "\x01macro";
 
 // A loop iteration costs more than an expression: it builds the `loop` object and a scope.
 constexpr int64_t kStepsPerIteration = 8;
@@ -152,6 +156,11 @@ class Renderer {
         Set(node.targets[0], Value::String(std::move(captured)));
         return absl::OkStatus();
       }
+      case Node::Kind::kMacro:
+        // A callable named by its node; the template outlives the render.
+        macros_.push_back(&node);
+        Set(node.targets[0], Value::Function(absl::StrCat(kMacroPrefix, macros_.size() - 1)));
+        return absl::OkStatus();
       case Node::Kind::kBreak:
         *flow = Flow::kBreak;
         return absl::OkStatus();
@@ -422,7 +431,60 @@ class Renderer {
       return absl::InvalidArgumentError(
           absl::StrCat("'", fn.TypeName(), "' object is not callable"));
     }
+    if (absl::StartsWith(fn.str(), kMacroPrefix)) return CallMacro(fn.str(), args);
     return CallGlobal(fn.str(), args, ctx_);
+  }
+
+  // A macro's body rendered with its parameters bound, seeing the template's top-level
+  // variables (jinja2 macros close over the module, not over the caller's loop).
+  absl::StatusOr<Value> CallMacro(const std::string& id, const Args& args) {
+    size_t index = 0;
+    for (size_t k = std::strlen(kMacroPrefix); k < id.size(); ++k) {
+      index = index * 10 + static_cast<size_t>(id[k] - '0');
+    }
+    const Node& macro = *macros_.at(index);
+    const size_t num_params = macro.targets.size() - 1;
+    if (args.pos.size() > num_params) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "macro '", macro.targets[0], "' takes not more than ", num_params, " argument(s)"));
+    }
+    absl::flat_hash_map<std::string, Value> frame;
+    for (size_t k = 0; k < num_params; ++k) {
+      const std::string& param = macro.targets[k + 1];
+      if (k < args.pos.size()) {
+        frame[param] = args.pos[k];
+        continue;
+      }
+      const Value* kw = nullptr;
+      for (const auto& [name, v] : args.kw) {
+        if (name == param) kw = &v;
+      }
+      if (kw) {
+        frame[param] = *kw;
+      } else if (macro.defaults[k]) {
+        auto v = Eval(*macro.defaults[k]);
+        if (!v.ok()) return v;
+        frame[param] = *v;
+      } else {
+        frame[param] = Value::Undefined(param);
+      }
+    }
+    for (const auto& [name, v] : args.kw) {
+      if (!frame.contains(name)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("macro '", macro.targets[0], "' has no parameter '", name, "'"));
+      }
+    }
+    std::vector<absl::flat_hash_map<std::string, Value>> saved;
+    saved.swap(scopes_);
+    scopes_.push_back(saved.front());
+    scopes_.push_back(std::move(frame));
+    std::string out;
+    Flow flow = Flow::kNormal;
+    absl::Status s = Exec(macro.body, &out, &flow);
+    scopes_.swap(saved);
+    if (!s.ok()) return s;
+    return Value::String(std::move(out));
   }
 
   absl::StatusOr<Value> EvalSlice(const Expr& e) {
@@ -484,6 +546,7 @@ class Renderer {
   int max_depth_;
   int depth_ = 0;
   std::vector<absl::flat_hash_map<std::string, Value>> scopes_;
+  std::vector<const Node*> macros_;  // defined so far in this render
 };
 
 Value MessagesValue(const std::vector<ChatMessage>& messages) {

@@ -5,10 +5,11 @@
 //
 // The interpreter covers the Jinja subset real chat templates use: text, {{ }}, {% %}, {# #}
 // with `-`/`+` whitespace control; if/elif/else, for (tuple targets, `if` filter, else,
-// break/continue, `loop.*`), set (names, tuples, `ns.attr` on a namespace(), block set);
+// break/continue, `loop.*`), set (names, tuples, `ns.attr` on a namespace(), block set), macro
+// (positional/keyword parameters with defaults; no varargs, kwargs or caller);
 // Python-like expressions with literals, attribute/item access, slicing, arithmetic, `~`,
 // comparisons, and/or/not, in, inline if; the common filters, tests and str/dict methods
-// (chat_template_builtins.h lists them). Refused at Parse time: macros, call/filter blocks,
+// (chat_template_builtins.h lists them). Refused at Parse time: call/filter blocks,
 // raw blocks, include/import/extends and `recursive` loops. Differences from Python that remain:
 // ints are 64-bit (overflow is an error, not a big int), upper/lower/title map ASCII letters
 // only, range() is a list (its repr is a list's), and loop.cycle/changed are absent.

@@ -64,6 +64,7 @@ struct Node {
     kSetBlock,  // set targets[0]: the rendered body
     kBreak,
     kContinue,
+    kMacro,  // macro targets[0](targets[1:] = defaults[...]): body
   };
   Kind kind = Kind::kText;
   int line = 0;
@@ -74,6 +75,7 @@ struct Node {
   std::vector<std::string> targets;
   std::string attr;
   std::vector<std::pair<ExprPtr, Body>> branches;
+  std::vector<ExprPtr> defaults;  // kMacro: one per parameter, null when it has none
   Body body;
   Body else_body;
 };

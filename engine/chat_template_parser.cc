@@ -159,15 +159,16 @@ class Parser {
     if (t.text == "if") return ParseIf(std::move(node));
     if (t.text == "for") return ParseFor(std::move(node));
     if (t.text == "set") return ParseSet(std::move(node));
+    if (t.text == "macro") return ParseMacro(std::move(node));
     if (t.text == "break" || t.text == "continue") {
       node->kind = t.text == "break" ? Node::Kind::kBreak : Node::Kind::kContinue;
       if (loop_depth_ == 0) return Error(t, absl::StrCat("'", t.text, "' outside of a loop"));
       if (auto s = Expect(TK::kBlockEnd, "'%}'"); !s.ok()) return s;
       return node;
     }
-    static const char* const kKnown[] = {"macro",   "call",   "filter",     "raw",
-                                         "include", "import", "from",       "extends",
-                                         "block",   "with",   "autoescape", "do"};
+    static const char* const kKnown[] = {"call",   "filter",     "raw",     "include",
+                                         "import", "from",       "extends", "block",
+                                         "with",   "autoescape", "do"};
     for (const char* k : kKnown) {
       if (t.text == k) return Error(t, absl::StrCat("unsupported statement '", t.text, "'"));
     }
@@ -224,6 +225,41 @@ class Parser {
       if (auto s2 = Expect(TK::kBlockEnd, "'%}'"); !s2.ok()) return s2;
       if (auto s2 = ParseBody({"endfor"}, &node->else_body, &end); !s2.ok()) return s2;
     }
+    if (auto s2 = Expect(TK::kBlockEnd, "'%}'"); !s2.ok()) return s2;
+    return node;
+  }
+
+  // macro name(a, b=default, ...): body endmacro. No varargs/kwargs/caller.
+  absl::StatusOr<std::unique_ptr<Node>> ParseMacro(std::unique_ptr<Node> node) {
+    node->kind = Node::Kind::kMacro;
+    auto name = ExpectName();
+    if (!name.ok()) return name.status();
+    node->targets.push_back(*name);
+    if (auto s = ExpectOp("("); !s.ok()) return s;
+    while (!SkipOp(")")) {
+      if (node->targets.size() > 1) {
+        if (auto s = ExpectOp(","); !s.ok()) return s;
+        if (SkipOp(")")) break;
+      }
+      auto param = ExpectName();
+      if (!param.ok()) return param.status();
+      node->targets.push_back(*param);
+      ExprPtr def;
+      if (SkipOp("=")) {
+        auto e = ParseExpr();
+        if (!e.ok()) return e.status();
+        def = std::move(*e);
+      }
+      node->defaults.push_back(std::move(def));
+    }
+    if (auto s = Expect(TK::kBlockEnd, "'%}'"); !s.ok()) return s;
+    const int saved_loops = loop_depth_;
+    loop_depth_ = 0;  // break/continue do not reach through a macro
+    std::string end;
+    auto s = ParseBody({"endmacro"}, &node->body, &end);
+    loop_depth_ = saved_loops;
+    if (!s.ok()) return s;
+    if (Peek().kind == TK::kName) Next();  // {% endmacro name %}
     if (auto s2 = Expect(TK::kBlockEnd, "'%}'"); !s2.ok()) return s2;
     return node;
   }

@@ -287,7 +287,7 @@ TEST(ChatTemplateTest, RaiseExceptionIsTheMessage) {
 
 TEST(ChatTemplateTest, SyntaxErrorsNameLineAndColumn) {
   for (const char* bad : {"{% if x %}", "{{ 1 + }}", "{% for %}", "{{ 'abc }}", "{# open",
-                          "a\n{% endfor %}", "{% macro m() %}{% endmacro %}", "{{ (1 }}",
+                          "a\n{% endfor %}", "{% call m() %}{% endcall %}", "{{ (1 }}",
                           "{% include 'x' %}", "{{ x | }}", "{% break %}"}) {
     auto t = ChatTemplate::Parse(bad);
     ASSERT_FALSE(t.ok()) << bad;
@@ -310,7 +310,9 @@ TEST(ChatTemplateTest, HostileTemplatesAreBounded) {
         "{% set ns.s = ns.s ~ ns.s %}{% endfor %}",
         "{% set ns = namespace(l=[1]) %}{% for i in range(100) %}{% set ns.l = ns.l + ns.l %}"
         "{% endfor %}",
-        "{{ range(1000000) }}", "{{ 'a'.replace('', 'xxxxxxxxxx') * 1000000 }}"}) {
+        "{{ range(1000000) }}", "{{ 'a'.replace('', 'xxxxxxxxxx') * 1000000 }}",
+        "{% macro m(n) %}{{ m(n + 1) }}{% endmacro %}{{ m(0) }}",
+        "{% macro m(s) %}{{ m(s ~ s) }}{% endmacro %}{{ m('x') }}"}) {
     auto r = Render(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_TRUE(r.status().code() == absl::StatusCode::kResourceExhausted ||
