@@ -37,10 +37,15 @@ class Renderer {
  public:
   Renderer(const ChatRenderLimits& limits, absl::Time now)
       : budget_(limits.max_steps, limits.max_output_bytes),
-        ctx_{&budget_, now},
+        ctx_{&budget_, now, {}},
         max_depth_(limits.max_depth) {
     scopes_.emplace_back();
   }
+  ~Renderer() {
+    for (const Value& ns : ctx_.namespaces) ns.mutable_namespace().clear();
+  }
+  Renderer(const Renderer&) = delete;
+  Renderer& operator=(const Renderer&) = delete;
 
   void Set(const std::string& name, Value v) { scopes_.back()[name] = std::move(v); }
 

@@ -159,7 +159,10 @@ absl::StatusOr<Value> CallGlobal(const std::string& name, const Args& args, Buil
       items = args.pos[0].dict();
     }
     for (const auto& [k, v] : args.kw) items.emplace_back(Value::String(k), v);
-    return name == "dict" ? Value::Dict(std::move(items)) : Value::Namespace(std::move(items));
+    if (name == "dict") return Value::Dict(std::move(items));
+    Value ns = Value::Namespace(std::move(items));
+    ctx.namespaces.push_back(ns);
+    return ns;
   }
   if (name == "range") {
     int64_t start = 0, stop = 0, step = 1;

@@ -69,6 +69,9 @@ struct Args {
 struct BuiltinContext {
   Budget* budget;
   absl::Time now;
+  // Every namespace() made in this render. A namespace may hold itself (`set ns.me = ns`), a
+  // reference cycle, so the render empties them all when it ends.
+  std::vector<Value> namespaces;
 };
 
 // raise_exception's status: ABORTED carrying the template's message (Render reports it as

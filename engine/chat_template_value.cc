@@ -224,12 +224,17 @@ std::string Value::Str(size_t limit) const {
 
 std::string Value::Repr(size_t limit) const {
   std::string out;
-  ReprTo(&out, limit);
+  ReprTo(&out, limit, 0);
   return out;
 }
 
-void Value::ReprTo(std::string* out, size_t limit) const {
+void Value::ReprTo(std::string* out, size_t limit, int depth) const {
   if (out->size() > limit) return;
+  // A namespace can hold itself; Python prints such a cycle as "...".
+  if (depth > 64) {
+    *out += "...";
+    return;
+  }
   switch (kind_) {
     case Kind::kUndefined:
       return;
@@ -252,7 +257,7 @@ void Value::ReprTo(std::string* out, size_t limit) const {
       *out += tuple_ ? "(" : "[";
       for (size_t k = 0; k < list_->size() && out->size() <= limit; ++k) {
         if (k) *out += ", ";
-        (*list_)[k].ReprTo(out, limit);
+        (*list_)[k].ReprTo(out, limit, depth + 1);
       }
       if (tuple_ && list_->size() == 1) *out += ",";
       *out += tuple_ ? ")" : "]";
@@ -266,9 +271,9 @@ void Value::ReprTo(std::string* out, size_t limit) const {
         if (out->size() > limit) break;
         if (!first) *out += ", ";
         first = false;
-        k.ReprTo(out, limit);
+        k.ReprTo(out, limit, depth + 1);
         *out += ": ";
-        v.ReprTo(out, limit);
+        v.ReprTo(out, limit, depth + 1);
       }
       *out += kind_ == Kind::kNamespace ? "}>" : "}";
       return;

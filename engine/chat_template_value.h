@@ -88,7 +88,7 @@ class Value {
   int64_t i_ = 0;
   double f_ = 0;
   static const std::string& EmptyString();
-  void ReprTo(std::string* out, size_t limit) const;
+  void ReprTo(std::string* out, size_t limit, int depth) const;
 
   std::shared_ptr<const std::string> str_;  // shared: copying a Value never copies its text
   std::shared_ptr<const ValueList> list_;

@@ -243,6 +243,13 @@ TEST(ChatTemplateTest, Statements) {
   EXPECT_EQ(Ok("{% if false %}a{% elif 1 %}b{% else %}c{% endif %}"), "b");
   EXPECT_EQ(Ok("{% set a, b = [1, 2] %}{{ b }}{{ a }}"), "21");
   EXPECT_EQ(Ok("{% set block %}x{{ 1 + 1 }}{% endset %}[{{ block }}]"), "[x2]");
+  // A namespace holding itself: a cycle the render breaks when it ends (LeakSanitizer checks),
+  // printed with "..." past 64 levels.
+  auto cycle =
+      Render("{% set ns = namespace() %}{% set ns.me = ns %}{{ ns.me.me is defined }}{{ ns }}");
+  ASSERT_TRUE(cycle.ok()) << cycle.status();
+  EXPECT_EQ(cycle->substr(0, 30), "True<Namespace {'me': <Namespa");
+  EXPECT_NE(cycle->find("..."), std::string::npos);
 }
 
 TEST(ChatTemplateTest, FiltersAndMethods) {

@@ -99,7 +99,7 @@ ls -l "$OUT"/*
 
 # chat_template_fuzzer: flags byte | template | NUL | message content. Every template of
 # tests/data/chat_templates/ (add_generation_prompt on; a system message on every other one),
-# plus one of the expression language and one of whitespace control.
+# plus seeds of the expression language, whitespace control, macros and a namespace cycle.
 python3 - "$OUT/chat_template_fuzzer" tests/data/chat_templates <<'PY'
 import os, sys
 out, src = sys.argv[1], sys.argv[2]
@@ -113,6 +113,10 @@ extra = {
     b"{% for i in range(3) if i is odd %}{% set ns.x = ns.x + i %}{{ loop.index }}{% else %}e"
     b"{% endfor %}{{ ns.x ~ 'z' * 3 }}{{ messages|selectattr('role','equalto','user')"
     b"|map(attribute='content')|join(',') }}",
+    "macros": b"\x01{% macro m(a, b=2) %}{{ a ~ b }}{{ m(a) if a|length < 3 }}{% endmacro %}"
+    b'{{ m("x") }}{{ m(b=1, a="y") }}',
+    # A namespace holding itself (found by the fuzzer as a leak; the render breaks the cycle).
+    "namespace_cycle": b"\x01{% set ns = namespace(x=0) %}{% set ns.x = ns %}{{ ns }}{{ ns.x.x.x }}",
     "whitespace": b"\x00a\n  {%- if true +%}\n  b {# c -#}\n{%+ endif -%}  {{- ' x ' | trim -}}\n",
 }
 for name, data in extra.items():
