@@ -72,6 +72,7 @@ default_runs() {
   case "$1" in
     model_loader_fuzzer | tokenizer_fuzzer | bpe_tokenizer_fuzzer) echo 150000 ;;
     gguf_fuzzer) echo 20000 ;;  # writes and reopens each accepted file: ~250 inputs/s
+    chat_template_fuzzer) echo 100000 ;;  # parses and renders twice: ~2-3k inputs/s
     *) echo 1000000 ;;
   esac
 }

@@ -22,6 +22,7 @@ int GenerateCommand(int argc, char** argv);   // heavykv generate (cmd_generate.
 int BenchCommand(int argc, char** argv);      // heavykv bench (cmd_bench.cc)
 int PlanCommand(int argc, char** argv);       // heavykv plan (cmd_plan.cc)
 int InspectCommand(int argc, char** argv);    // heavykv inspect (cmd_inspect.cc)
+int ChatTemplateCommand(int argc, char** argv);  // heavykv chat-template (cmd_chat_template.cc)
 
 // Shared by the subcommands.
 // The tokenizer at `path` (--tokenizer) when given; else a GGUF model's own (engine/

@@ -16,7 +16,8 @@ constexpr char kUsage[] =
     "  generate    stream one generation from a running server\n"
     "  bench       load-test a running server: throughput, TTFT and inter-token latency\n"
     "  plan        size the KV pool: bytes per token, pages and sequences per replica\n"
-    "  inspect     what a model file (GGUF or llama2.c) holds and whether heavykv runs it\n";
+    "  inspect     what a model file (GGUF or llama2.c) holds and whether heavykv runs it\n"
+    "  chat-template  render a chat template (Jinja, or a GGUF's own) for a conversation\n";
 
 }  // namespace
 
@@ -34,6 +35,7 @@ int main(int argc, char** argv) {
   if (!std::strcmp(cmd, "bench")) return heavykv::cli::BenchCommand(argc, argv);
   if (!std::strcmp(cmd, "plan")) return heavykv::cli::PlanCommand(argc, argv);
   if (!std::strcmp(cmd, "inspect")) return heavykv::cli::InspectCommand(argc, argv);
+  if (!std::strcmp(cmd, "chat-template")) return heavykv::cli::ChatTemplateCommand(argc, argv);
   std::fprintf(stderr, "heavykv: unknown command \"%s\"\n%s", cmd, kUsage);
   return 2;
 }

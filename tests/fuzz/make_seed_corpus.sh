@@ -8,7 +8,7 @@ cd "$(dirname "$0")/../.."
 HEAVYKV="${1:-build-asan/bin/heavykv}"
 OUT=tests/fuzz/corpus
 rm -rf "$OUT"
-for t in model_loader tokenizer bpe_tokenizer request_validation proto_convert gguf; do
+for t in model_loader tokenizer bpe_tokenizer request_validation proto_convert gguf chat_template; do
   mkdir -p "$OUT/${t}_fuzzer"
 done
 # gguf_fuzzer: written from the GGUF specification by its own script.
@@ -112,3 +112,29 @@ encode broken_bad_utf8 'prompt: "\377\376" stop: ""'
 encode broken_too_long 'prompt: "a" max_new_tokens: 100000 kv { budget_tokens: -3 }'
 printf '\x12\xff\xff\xff\xff\x0f' >"$p/broken_wire_format"
 ls -l "$OUT"/*
+
+# chat_template_fuzzer: flags byte | template | NUL | message content. Every template of
+# tests/data/chat_templates/ (add_generation_prompt on; a system message on every other one),
+# plus seeds of the expression language, whitespace control, macros and a namespace cycle.
+python3 - "$OUT/chat_template_fuzzer" tests/data/chat_templates <<'PY'
+import os, sys
+out, src = sys.argv[1], sys.argv[2]
+names = sorted(f for f in os.listdir(src) if f.endswith(".jinja"))
+for i, f in enumerate(names):
+    body = open(os.path.join(src, f), "rb").read()
+    flags = bytes([1 + (i % 2) * 2])
+    open(os.path.join(out, f[:-6]), "wb").write(flags + body + b"\0" + "Héllo {{ x }} \n\t".encode())
+extra = {
+    "expressions": b"\x01{{ [1,2,3][::-1] }}{{ {'a':1}|tojson(indent=2) }}{% set ns = namespace(x=0) %}"
+    b"{% for i in range(3) if i is odd %}{% set ns.x = ns.x + i %}{{ loop.index }}{% else %}e"
+    b"{% endfor %}{{ ns.x ~ 'z' * 3 }}{{ messages|selectattr('role','equalto','user')"
+    b"|map(attribute='content')|join(',') }}",
+    "macros": b"\x01{% macro m(a, b=2) %}{{ a ~ b }}{{ m(a) if a|length < 3 }}{% endmacro %}"
+    b'{{ m("x") }}{{ m(b=1, a="y") }}',
+    # A namespace holding itself (found by the fuzzer as a leak; the render breaks the cycle).
+    "namespace_cycle": b"\x01{% set ns = namespace(x=0) %}{% set ns.x = ns %}{{ ns }}{{ ns.x.x.x }}",
+    "whitespace": b"\x00a\n  {%- if true +%}\n  b {# c -#}\n{%+ endif -%}  {{- ' x ' | trim -}}\n",
+}
+for name, data in extra.items():
+    open(os.path.join(out, name), "wb").write(data)
+PY
