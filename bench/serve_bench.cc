@@ -44,7 +44,7 @@ void BM_Serve(benchmark::State& state, std::string policy, bool bf16) {
       state.SkipWithError(std::string(model.status().message()).c_str());
       return;
     }
-    auto engine = Engine::Create(*std::move(model), std::nullopt, o);
+    auto engine = Engine::Create(*std::move(model), nullptr, o);
     if (!engine.ok()) {
       state.SkipWithError(std::string(engine.status().message()).c_str());
       return;

@@ -159,33 +159,26 @@ absl::StatusOr<BpeTokenizer> BpeTokenizer::Create(Vocab vocab, absl::string_view
   by_piece.reserve(n);
   tok.ids_by_bytes_.reserve(n);
   tok.bytes_.resize(n);
-  tok.specials_by_byte_.resize(256);
   for (int32_t id = 0; id < int32_t(n); ++id) {
     const std::string& piece = tok.pieces_[id];
     by_piece.emplace(piece, id);
-    const bool special = tok.types_[id] == kControl || tok.types_[id] == kUserDefined;
+    // llama.cpp's special tokens: control, user-defined and unknown ones.
+    const bool special = tok.types_[id] == kControl || tok.types_[id] == kUserDefined ||
+                         tok.types_[id] == kUnknown;
     if (special) {
       tok.bytes_[id] = piece;
-      if (!piece.empty()) tok.specials_by_byte_[static_cast<unsigned char>(piece[0])].push_back(id);
+      tok.specials_.Add(id, piece, /*control=*/tok.types_[id] != kUserDefined);
     } else {
       tok.bytes_[id] = DecodeByteLevel(piece);
       tok.ids_by_bytes_.emplace(tok.bytes_[id], id);
     }
   }
   for (int32_t id = 0; id < int32_t(n); ++id) {
-    const std::string& piece = tok.pieces_[id];
-    for (const char* turn_end : {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>",
-                                 "<|endoftext|>", "<|eom_id|>", "<EOT>"}) {
-      if (piece == turn_end) tok.eog_ids_.push_back(id);
-    }
+    if (IsTurnEndText(tok.pieces_[id])) tok.eog_ids_.push_back(id);
   }
   std::sort(tok.eog_ids_.begin(), tok.eog_ids_.end());
   tok.eog_ids_.erase(std::unique(tok.eog_ids_.begin(), tok.eog_ids_.end()), tok.eog_ids_.end());
-  for (std::vector<int32_t>& bucket : tok.specials_by_byte_) {
-    std::stable_sort(bucket.begin(), bucket.end(), [&](int32_t a, int32_t b) {
-      return tok.pieces_[a].size() > tok.pieces_[b].size();
-    });
-  }
+  tok.specials_.Finish();
   for (int b = 0; b < 256; ++b) {
     std::string piece;
     AppendUtf8(Alphabet().code_point[b], &piece);
@@ -222,38 +215,20 @@ absl::StatusOr<BpeTokenizer> BpeTokenizer::Create(Vocab vocab, absl::string_view
   return tok;
 }
 
-std::vector<int32_t> BpeTokenizer::Encode(std::string_view text, bool bos, bool eos) const {
-  return *Encode(text, bos, eos, std::function<bool()>());
-}
-
 std::optional<std::vector<int32_t>> BpeTokenizer::Encode(std::string_view text, bool bos, bool eos,
                                                          const std::function<bool()>& should_stop,
-                                                         bool parse_control) const {
+                                                         bool parse_special) const {
   Workspace ws(should_stop);
   ws.out.reserve(text.size() / 3 + 2);
   if (bos && bos_id_ >= 0) ws.out.push_back(bos_id_);
   // Special tokens first: the plain text between them is pre-tokenized on its own.
   size_t plain = 0;
-  for (size_t i = 0; i < text.size();) {
-    const std::vector<int32_t>& bucket = specials_by_byte_[static_cast<unsigned char>(text[i])];
-    int32_t found = -1;
-    for (int32_t id : bucket) {
-      if (!parse_control && types_[id] == kControl) continue;
-      const std::string& piece = pieces_[id];
-      if (text.size() - i >= piece.size() && text.compare(i, piece.size(), piece) == 0) {
-        found = id;
-        break;
-      }
-    }
-    if (ws.Stopped()) return std::nullopt;
-    if (found < 0) {
-      ++i;
-      continue;
-    }
-    if (!EncodeText(text.substr(plain, i - plain), &ws)) return std::nullopt;
-    ws.out.push_back(found);
-    i += pieces_[found].size();
-    plain = i;
+  for (;;) {
+    const SpecialTokenMatcher::Match m = specials_.Find(text, plain, parse_special);
+    if (m.id < 0) break;
+    if (!EncodeText(text.substr(plain, m.pos - plain), &ws)) return std::nullopt;
+    ws.out.push_back(m.id);
+    plain = m.pos + m.length;
   }
   if (!EncodeText(text.substr(plain), &ws)) return std::nullopt;
   if (eos && eos_id_ >= 0) ws.out.push_back(eos_id_);
@@ -269,6 +244,7 @@ bool BpeTokenizer::EncodeText(std::string_view text, Workspace* ws) const {
   constexpr size_t kMaxCachedWord = 64;
   for (const PreTokenizer::Span& span : ws->spans) {
     const std::string_view word = text.substr(span.begin, span.end - span.begin);
+    if (ws->Stopped()) return false;
     if (word.size() < 2 || word.size() > kMaxCachedWord ||
         ws->out.size() >= std::numeric_limits<uint32_t>::max() / 2) {
       if (!EncodeWord(word, ws)) return false;
@@ -369,6 +345,10 @@ bool BpeTokenizer::EncodeWord(std::string_view word, Workspace* ws) const {
     }
   }
   return true;
+}
+
+std::string BpeTokenizer::Describe() const {
+  return absl::StrCat("byte-level BPE (", pre_.name(), ")");
 }
 
 bool BpeTokenizer::IsEndOfGeneration(int32_t id) const {

@@ -33,21 +33,13 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "engine/bpe_pretokenizer.h"
+#include "engine/special_tokens.h"
+#include "engine/text_tokenizer.h"
 
 namespace heavykv {
 
-class BpeTokenizer {
+class BpeTokenizer : public TextTokenizer {
  public:
-  // GGUF's tokenizer.ggml.token_type values.
-  enum TokenType : int32_t {
-    kNormal = 1,
-    kUnknown = 2,
-    kControl = 3,
-    kUserDefined = 4,
-    kUnused = 5,
-    kByte = 6,
-  };
-
   // What a tokenizer is made from (a GGUF's tokenizer.ggml.* keys).
   struct Vocab {
     std::vector<std::string> tokens;  // byte-level alphabet; control/user-defined: raw text
@@ -67,37 +59,36 @@ class BpeTokenizer {
   // unknown pre-tokenizer.
   static absl::StatusOr<BpeTokenizer> Create(Vocab vocab, absl::string_view source);
 
-  std::vector<int32_t> Encode(std::string_view text, bool bos, bool eos) const;
-  // The same ids, or std::nullopt once `should_stop` returns true. It is called every few
-  // thousand steps from this thread, so it must be cheap (a cancel flag, a deadline). Encode is
-  // const and safe to run concurrently on one BpeTokenizer.
-  // With `parse_control` false, control tokens written in the text are plain text (content that
-  // must not inject a turn end, llama.cpp's parse_special = false); user-defined tokens are
-  // matched either way.
+  // TextTokenizer::Encode. With `parse_special` false, control tokens written in the text are
+  // plain text (llama.cpp's parse_special = false); user-defined tokens are matched either way.
+  using TextTokenizer::Encode;
   std::optional<std::vector<int32_t>> Encode(std::string_view text, bool bos, bool eos,
                                              const std::function<bool()>& should_stop,
-                                             bool parse_control = true) const;
+                                             bool parse_special) const override;
   // The bytes `token` stands for: a normal token's bytes (possibly part of a UTF-8 character;
   // engine/text_stream.h joins them), a control or user-defined token's text; empty out of range.
   const std::string& Decode(int32_t token) const;
-  // Tokenizer::Decode's signature: byte-level BPE has no dummy-prefix space to strip after BOS,
-  // so `prev_token` does not matter.
-  std::string Decode(int32_t /*prev_token*/, int32_t token) const { return Decode(token); }
+  // Byte-level BPE has no dummy-prefix space to strip after BOS: `prev_token` does not matter.
+  std::string Decode(int32_t /*prev_token*/, int32_t token) const override { return Decode(token); }
+  bool IsControl(int32_t id) const override {
+    return id >= 0 && id < vocab_size() && types_[id] == kControl;
+  }
+  std::string Describe() const override;
 
-  int32_t vocab_size() const { return static_cast<int32_t>(pieces_.size()); }
+  int32_t vocab_size() const override { return static_cast<int32_t>(pieces_.size()); }
   // The vocabulary entry as written (byte-level alphabet for normal tokens).
-  const std::string& piece(int32_t id) const { return pieces_[id]; }
+  const std::string& piece(int32_t id) const override { return pieces_[id]; }
   TokenType type(int32_t id) const { return types_[id]; }
-  int32_t bos_id() const { return bos_id_; }
-  int32_t eos_id() const { return eos_id_; }
-  bool add_bos() const { return add_bos_; }
-  bool add_eos() const { return add_eos_; }
+  int32_t bos_id() const override { return bos_id_; }
+  int32_t eos_id() const override { return eos_id_; }
+  bool add_bos() const override { return add_bos_; }
+  bool add_eos() const override { return add_eos_; }
   // The tokens that end a generation, sorted: EOS, Vocab::eog_ids, and the chat templates' turn
   // ends found by their text (<|eot_id|>, <|im_end|>, <|end|>, <end_of_turn>, <|endoftext|>,
   // <|eom_id|>, <EOT>), as llama.cpp collects them: a Llama 3 GGUF's EOS is <|end_of_text|>, but
   // an instruct model ends its turn with <|eot_id|>.
   const std::vector<int32_t>& eog_ids() const { return eog_ids_; }
-  bool IsEndOfGeneration(int32_t id) const;
+  bool IsEndOfGeneration(int32_t id) const override;
   const PreTokenizer& pre_tokenizer() const { return pre_; }
 
  private:
@@ -123,9 +114,7 @@ class BpeTokenizer {
   absl::flat_hash_map<std::string, int32_t> ids_by_bytes_;  // normal tokens' bytes -> id
   absl::flat_hash_map<uint64_t, Merge> merges_;             // PairKey(left, right) -> merge
   int32_t byte_ids_[256];                                   // byte -> its token, or -1
-  // [256] control and user-defined tokens by their first byte, longest first: what Encode
-  // matches in the text.
-  std::vector<std::vector<int32_t>> specials_by_byte_;
+  SpecialTokenMatcher specials_;  // control and user-defined tokens: what Encode matches in text
   int32_t bos_id_ = -1, eos_id_ = -1, unknown_id_ = -1;
   bool add_bos_ = false, add_eos_ = false;
   std::vector<int32_t> eog_ids_;

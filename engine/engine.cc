@@ -61,7 +61,7 @@ class Handle final : public RequestHandle {
 class EngineImpl final : public Engine {
  public:
   // `model` is the one `runner` was made over (owned here from now on).
-  EngineImpl(std::unique_ptr<Model> model, std::optional<Tokenizer> tokenizer,
+  EngineImpl(std::unique_ptr<Model> model, std::shared_ptr<const TextTokenizer> tokenizer,
              const EngineOptions& options, std::unique_ptr<KvCache> cache,
              std::unique_ptr<StepRunner> runner)
       : model_holder_(std::move(model)),
@@ -73,7 +73,7 @@ class EngineImpl final : public Engine {
         scheduler_(cache_.get(), SchedulerConfig{options.max_step_tokens, options.max_running,
                                                  PrefillChunk(options), options.full_overcommit,
                                                  options.fair_share}),
-        validator_(model_.config, tokenizer_ ? &*tokenizer_ : nullptr, options_, &scheduler_) {
+        validator_(model_.config, tokenizer_.get(), options_, &scheduler_) {
     PublishStats();  // the pool's size is known before the first request
     thread_ = std::thread([this] { Loop(); });
     prep_thread_ = std::thread([this] { PrepareLoop(); });
@@ -87,7 +87,7 @@ class EngineImpl final : public Engine {
     auto r = std::make_unique<Request>();
     r->arrival = absl::Now();
     // Token ids need no tokenizer: resolved here, cheaply. Text waits for the tokenizer thread.
-    const bool needs_tokenizer = request.prompt.has_value();
+    const bool needs_tokenizer = request.prompt.has_value() || request.messages.has_value();
     if (!needs_tokenizer) {
       absl::StatusOr<ResolvedRequest> params =
           validator_.Resolve(request, *validator_.PromptTokens(request));
@@ -121,21 +121,25 @@ class EngineImpl final : public Engine {
     return std::shared_ptr<RequestHandle>(handle);
   }
 
-  absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& text) const override {
-    return validator_.Encode(text);
+  absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& text,
+                                                bool add_special) const override {
+    return validator_.Encode(text, add_special);
   }
 
-  void TokenizeAsync(std::string text, std::shared_ptr<const std::atomic<bool>> cancelled,
-                     absl::Time deadline,
+  void TokenizeAsync(std::string text, bool add_special,
+                     std::shared_ptr<const std::atomic<bool>> cancelled, absl::Time deadline,
                      std::function<void(absl::StatusOr<std::vector<int32_t>>)> done) override {
     // The byte limit first, so that no unbounded text is queued.
-    if (int64_t(text.size()) > validator_.max_prompt_bytes()) return done(validator_.Encode(text));
+    if (int64_t(text.size()) > validator_.max_prompt_bytes()) {
+      return done(validator_.Encode(text, add_special));
+    }
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!draining_ && int32_t(preparing_.size()) < options_.max_waiting) {
         ++num_preparing_;
-        preparing_.push_back(PrepJob{nullptr, TokenizeJob{std::move(text), std::move(cancelled),
-                                                          deadline, std::move(done)}});
+        preparing_.push_back(PrepJob{nullptr, TokenizeJob{std::move(text), add_special,
+                                                          std::move(cancelled), deadline,
+                                                          std::move(done)}});
         prep_cv_.notify_all();
         return;
       }
@@ -210,6 +214,7 @@ class EngineImpl final : public Engine {
 
   struct TokenizeJob {
     std::string text;
+    bool add_special = true;
     std::shared_ptr<const std::atomic<bool>> cancelled;
     absl::Time deadline;
     std::function<void(absl::StatusOr<std::vector<int32_t>>)> done;
@@ -222,7 +227,7 @@ class EngineImpl final : public Engine {
 
   std::unique_ptr<Model> model_holder_;  // heap-held: the runner keeps a reference to it
   const Model& model_;
-  std::optional<Tokenizer> tokenizer_;
+  std::shared_ptr<const TextTokenizer> tokenizer_;
   EngineOptions options_;
   std::unique_ptr<KvCache> cache_;
   std::unique_ptr<StepRunner> runner_;
@@ -263,8 +268,8 @@ void EngineImpl::Admit(std::unique_ptr<Request> r) {
     q.seq.kv.budget = p.budget_tokens;
   }
   q.sampler = std::make_unique<Sampler>(p.sampling);
-  q.text = std::make_unique<TextStream>(tokenizer_ ? &*tokenizer_ : nullptr, p.prompt.back(),
-                                        p.stop);
+  q.text = std::make_unique<TextStream>(tokenizer_.get(), p.prompt.back(), p.stop,
+                                        p.skip_special_tokens);
   scheduler_.Enqueue(&q.seq);
   live_.emplace(q.seq.id, std::move(r));
 }
@@ -339,7 +344,8 @@ void EngineImpl::PrepareLoop() {
       auto should_stop = [&] {
         return t.cancelled->load() || force_cancel_flag_.load() || absl::Now() > t.deadline;
       };
-      absl::StatusOr<std::vector<int32_t>> ids = validator_.Encode(t.text, should_stop);
+      absl::StatusOr<std::vector<int32_t>> ids =
+          validator_.Encode(t.text, t.add_special, should_stop);
       if (!ids.ok() && ids.status().code() == absl::StatusCode::kCancelled) {
         if (force_cancel_flag_.load()) {
           ids = absl::UnavailableError("the server is shutting down; retry elsewhere");
@@ -399,7 +405,9 @@ void EngineImpl::OnToken(Request& r, int32_t token, const float* logits) {
   }
   r.last_token = now;
   // End-of-sequence and stop tokens end the request and are not part of its output.
-  if ((token == model_.config.eos_id || token == model_.config.bos_id) && !p.ignore_eos) {
+  const bool end = tokenizer_ ? tokenizer_->IsEndOfGeneration(token)
+                             : token == model_.config.eos_id || token == model_.config.bos_id;
+  if (end && !p.ignore_eos) {
     return Finish(r, "eos");
   }
   for (int32_t s : p.stop_token_ids) {
@@ -526,7 +534,7 @@ void EngineImpl::PublishStats() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(Model model,
-                                                       std::optional<Tokenizer> tokenizer,
+                                                       std::shared_ptr<const TextTokenizer> tokenizer,
                                                        const EngineOptions& options) {
   if (options.num_pages <= 0) return absl::InvalidArgumentError("the KV pool needs pages");
   if (options.max_step_tokens <= 0 || options.max_running <= 0 || options.max_waiting < 0) {

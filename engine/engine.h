@@ -23,9 +23,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "engine/chat_template.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
-#include "engine/tokenizer.h"
+#include "engine/text_tokenizer.h"
 
 namespace heavykv {
 
@@ -63,6 +64,13 @@ struct EngineOptions {
   int threads = 0;  // 0: every core
   std::string device = "cpu";  // cpu or cuda: where the forward passes and the KV pool live
   std::string kv_dtype = "auto";  // auto, fp32 or bf16: the cached K/V (see KvDtype)
+  // What renders chat requests (GenerationRequest::messages): the model's
+  // tokenizer.chat_template or `serve --chat-template`. Null: chat requests fail with
+  // FAILED_PRECONDITION.
+  std::shared_ptr<const ChatTemplate> chat_template;
+  // Longest chat accepted: messages, and bytes over all roles and contents (the rendered prompt
+  // is held to max_prompt_bytes as well).
+  int32_t max_chat_messages = 1024;
 };
 
 // What a client may set; unset optionals take the server's defaults (vLLM/TGI semantics).
@@ -71,8 +79,15 @@ struct GenerationRequest {
   // Who sent it (a connection, an API key): the scheduler shares the batch fairly between
   // clients when one floods it. Empty: one anonymous client.
   std::string client;
-  std::optional<std::string> prompt;          // text, encoded with BOS
-  std::vector<int32_t> prompt_token_ids;      // used when prompt is unset
+  std::optional<std::string> prompt;          // text, encoded with the tokenizer's add_bos
+  // A chat, used when prompt is unset and this is: rendered with EngineOptions::chat_template
+  // (bos_token, eos_token, add_generation_prompt) on the tokenizer thread, then encoded with
+  // special tokens parsed and BOS added as the tokenizer says unless the template wrote it.
+  std::optional<std::vector<ChatMessage>> messages;
+  bool add_generation_prompt = true;
+  std::vector<int32_t> prompt_token_ids;      // used when neither is set
+  // Control tokens (EOS, <|im_end|>, ...) are left out of the streamed text (vLLM's default).
+  bool skip_special_tokens = true;
   int32_t max_new_tokens = 16;
   std::optional<float> temperature, top_p;
   std::optional<int32_t> top_k;
@@ -149,27 +164,30 @@ class RequestHandle {
 class Engine {
  public:
   virtual ~Engine() = default;
-  static absl::StatusOr<std::unique_ptr<Engine>> Create(Model model,
-                                                        std::optional<Tokenizer> tokenizer,
-                                                        const EngineOptions& options);
+  // `tokenizer` may be null (token ids only).
+  static absl::StatusOr<std::unique_ptr<Engine>> Create(
+      Model model, std::shared_ptr<const TextTokenizer> tokenizer, const EngineOptions& options);
 
   // Checks and queues a request. INVALID_ARGUMENT (with what to change) for a bad request,
   // RESOURCE_EXHAUSTED when the queue is full, UNAVAILABLE while shutting down. On success
   // `on_delta` will be called until a finished delta. A text prompt is tokenized on the engine's
   // tokenizer thread, never the caller's: checks that need its tokens (prompt length, context,
-  // pool) then fail with a finished delta of finish_reason "rejected" and its `status`. Cancel
-  // and the deadline stop the tokenizing too.
+  // pool, a chat template's error) then fail with a finished delta of finish_reason "rejected"
+  // and its `status`. Cancel and the deadline stop the tokenizing too. A chat without a chat
+  // template fails here with FAILED_PRECONDITION.
   virtual absl::StatusOr<std::shared_ptr<RequestHandle>> Submit(
       const GenerationRequest& request, std::function<void(const GenerationDelta&)> on_delta) = 0;
 
-  // Token ids of `text` (with BOS), or INVALID_ARGUMENT without a tokenizer, for bad UTF-8 or
-  // for more than the prompt byte limit. Runs on the caller's thread.
-  virtual absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& text) const = 0;
+  // Token ids of `text` as a prompt (`add_special`: BOS/EOS as the tokenizer adds them; special
+  // tokens written in the text are parsed), or INVALID_ARGUMENT without a tokenizer, for bad
+  // UTF-8 or for more than the prompt byte limit. Runs on the caller's thread.
+  virtual absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& text,
+                                                        bool add_special = true) const = 0;
   // The same on the engine's tokenizer thread: `done` is called there exactly once, with
   // CANCELLED once `*cancelled` is set, DEADLINE_EXCEEDED past `deadline`, UNAVAILABLE while
   // shutting down.
-  virtual void TokenizeAsync(std::string text, std::shared_ptr<const std::atomic<bool>> cancelled,
-                             absl::Time deadline,
+  virtual void TokenizeAsync(std::string text, bool add_special,
+                             std::shared_ptr<const std::atomic<bool>> cancelled, absl::Time deadline,
                              std::function<void(absl::StatusOr<std::vector<int32_t>>)> done) = 0;
 
   virtual ModelInfo Info() const = 0;

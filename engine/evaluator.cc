@@ -21,13 +21,14 @@ std::string EvalResult::ToJson() const {
       policy, budget_tokens, budget, window, windows, tokens, ppl, top1);
 }
 
-std::vector<int32_t> BuildEvalStream(const Tokenizer& tokenizer, absl::string_view text) {
+std::vector<int32_t> BuildEvalStream(const TextTokenizer& tokenizer, absl::string_view text) {
   std::vector<int32_t> stream;
   // A blank line is two newlines in a row (possibly with spaces between, which StripAscii drops).
   for (absl::string_view story : absl::StrSplit(text, "\n\n")) {
     story = absl::StripAsciiWhitespace(story);
     if (story.empty()) continue;
-    std::vector<int32_t> ids = tokenizer.Encode(std::string_view(story.data(), story.size()), /*bos=*/true, /*eos=*/false);
+    std::vector<int32_t> ids = tokenizer.Encode(std::string_view(story.data(), story.size()),
+                                                tokenizer.add_bos(), /*eos=*/false);
     stream.insert(stream.end(), ids.begin(), ids.end());
   }
   return stream;

@@ -17,7 +17,7 @@
 #include "absl/status/statusor.h"
 #include "engine/model.h"
 #include "engine/step_runner.h"
-#include "engine/tokenizer.h"
+#include "engine/text_tokenizer.h"
 #include "memory/eviction_policy.h"
 
 namespace heavykv {
@@ -50,8 +50,9 @@ struct EvalResult {
   std::string ToJson() const;
 };
 
-// The eval token stream of `text`: stories split at blank lines, each BOS + its encoding.
-std::vector<int32_t> BuildEvalStream(const Tokenizer& tokenizer, absl::string_view text);
+// The eval token stream of `text`: stories split at blank lines, each encoded with BOS when the
+// tokenizer adds one.
+std::vector<int32_t> BuildEvalStream(const TextTokenizer& tokenizer, absl::string_view text);
 
 // One result per configuration, in order (a "full" configuration ignores its budget).
 absl::StatusOr<std::vector<EvalResult>> Evaluate(const Model& model,

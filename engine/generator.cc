@@ -59,7 +59,9 @@ absl::StatusOr<GenerateResult> Generate(StepRunner& runner, std::span<const int3
   while (true) {
     logits.assign(out.begin(), out.end());
     const int32_t next = sampler.Sample(logits);
-    if (next == c.bos_id || next == c.eos_id) {
+    const bool end = options.tokenizer ? options.tokenizer->IsEndOfGeneration(next)
+                                       : next == c.bos_id || next == c.eos_id;
+    if (end) {
       result.finish_reason = "eos";
       break;
     }

@@ -1,6 +1,7 @@
 // Generate: runs one sequence from its prompt to completion, the way llama2.c run.c's generate()
 // does: the prompt is fed (in chunks here, instead of one token at a time), then tokens are
-// sampled until `steps` positions are filled or the model emits BOS/EOS.
+// sampled until `steps` positions are filled or the model ends the sequence (BOS/EOS, or the
+// tokenizer's end-of-generation tokens).
 #pragma once
 
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "engine/model_runner.h"  // ModelRunner, StepRunner
 #include "engine/sampler.h"
+#include "engine/text_tokenizer.h"
 #include "memory/eviction_policy.h"
 
 namespace heavykv {
@@ -22,6 +24,8 @@ struct GenerateOptions {
   const EvictionPolicy* policy = nullptr;  // null: full cache
   int32_t budget = kUnboundedBudget;       // tokens kept per (layer, kv head)
   int32_t prefill_chunk = 256;             // prompt tokens per forward step
+  // Ends the generation at its end-of-generation tokens; null: at the model's BOS or EOS (run.c).
+  const TextTokenizer* tokenizer = nullptr;
 };
 
 struct GenerateResult {

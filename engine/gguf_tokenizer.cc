@@ -1,7 +1,10 @@
 #include "engine/gguf_tokenizer.h"
 
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -9,39 +12,142 @@
 
 namespace heavykv {
 
-absl::StatusOr<Tokenizer> LoadGgufTokenizer(const GgufFile& f, int32_t vocab_size) {
+namespace {
+
+// tokenizer.ggml.model; NOT_FOUND without it.
+absl::StatusOr<absl::string_view> TokenizerModel(const GgufFile& f) {
   if (f.FindMetadata("tokenizer.ggml.model") == nullptr) {
     return absl::NotFoundError(absl::StrCat(f.path(), ": no tokenizer (tokenizer.ggml.model)"));
   }
-  absl::StatusOr<absl::string_view> model = f.GetString("tokenizer.ggml.model");
-  if (!model.ok()) return model.status();
-  if (*model != "llama") {
-    return absl::UnimplementedError(absl::StrCat(
-        f.path(), ": tokenizer model '", *model,
-        "' is not supported yet (heavykv runs 'llama' SentencePiece vocabularies); give "
-        "--tokenizer FILE, or token ids"));
-  }
+  return f.GetString("tokenizer.ggml.model");
+}
+
+// tokenizer.ggml.tokens, which must hold `vocab_size` entries.
+absl::StatusOr<std::vector<absl::string_view>> Tokens(const GgufFile& f, int32_t vocab_size) {
   absl::StatusOr<std::vector<absl::string_view>> tokens = f.GetArrayString("tokenizer.ggml.tokens");
   if (!tokens.ok()) return tokens.status();
-  absl::StatusOr<std::vector<float>> scores = f.GetArrayF32("tokenizer.ggml.scores");
-  if (!scores.ok()) return scores.status();
   if (tokens->size() != size_t(vocab_size)) {
     return absl::InvalidArgumentError(
         absl::StrCat(f.path(), ": tokenizer.ggml.tokens has ", tokens->size(),
                      " tokens but the model's vocabulary is ", vocab_size));
   }
-  for (const auto& [key, want] :
-       {std::pair<const char*, int64_t>{"tokenizer.ggml.unknown_token_id", 0},
-        {"tokenizer.ggml.bos_token_id", kBosId},
-        {"tokenizer.ggml.eos_token_id", kEosId}}) {
-    if (f.FindMetadata(key) == nullptr) continue;
-    absl::StatusOr<int64_t> id = f.GetI64(key);
-    if (!id.ok()) return id.status();
-    if (*id != want) {
-      return absl::UnimplementedError(absl::StrCat(f.path(), ": metadata key '", key, "' is ", *id,
-                                                   "; heavykv's SentencePiece has ", want));
-    }
+  return tokens;
+}
+
+// tokenizer.ggml.token_type (empty when absent): one GGUF type 0..6 per token.
+absl::StatusOr<std::vector<int32_t>> TokenTypes(const GgufFile& f, size_t n) {
+  std::vector<int32_t> out;
+  if (f.FindMetadata("tokenizer.ggml.token_type") == nullptr) return out;
+  absl::StatusOr<std::vector<int64_t>> types = f.GetArrayI64("tokenizer.ggml.token_type");
+  if (!types.ok()) return types.status();
+  if (types->size() != n) {
+    return absl::InvalidArgumentError(absl::StrCat(f.path(), ": tokenizer.ggml.token_type has ",
+                                                   types->size(), " entries for ", n, " tokens"));
   }
+  out.reserve(n);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t t = (*types)[i];
+    if (t < 0 || t > TextTokenizer::kByte) {
+      return absl::InvalidArgumentError(absl::StrCat(f.path(), ": tokenizer.ggml.token_type[", i,
+                                                     "] is ", t, " (GGUF types are 0..6)"));
+    }
+    out.push_back(int32_t(t));
+  }
+  return out;
+}
+
+// A token id key, if present: unchanged `*id` when absent, INVALID_ARGUMENT outside the vocabulary.
+absl::Status ReadId(const GgufFile& f, const char* key, int32_t vocab_size, int32_t* id) {
+  if (f.FindMetadata(key) == nullptr) return absl::OkStatus();
+  absl::StatusOr<int64_t> value = f.GetI64(key);
+  if (!value.ok()) return value.status();
+  if (*value < 0 || *value >= vocab_size) {
+    return absl::InvalidArgumentError(absl::StrCat(f.path(), ": metadata key '", key, "' is ",
+                                                   *value, ", outside the vocabulary of ",
+                                                   vocab_size));
+  }
+  *id = int32_t(*value);
+  return absl::OkStatus();
+}
+
+// A boolean key, if present.
+absl::Status ReadFlag(const GgufFile& f, const char* key, std::optional<bool>* flag) {
+  if (f.FindMetadata(key) == nullptr) return absl::OkStatus();
+  absl::StatusOr<bool> value = f.GetBool(key);
+  if (!value.ok()) return value.status();
+  *flag = *value;
+  return absl::OkStatus();
+}
+
+// The ids every tokenizer model shares: BOS, EOS, unknown, EOT/EOM, add_bos/add_eos.
+struct CommonIds {
+  int32_t bos = -1, eos = -1, unknown = -1;
+  std::vector<int32_t> eog;
+  std::optional<bool> add_bos, add_eos;
+};
+
+absl::StatusOr<CommonIds> ReadCommonIds(const GgufFile& f, int32_t vocab_size, CommonIds ids) {
+  for (const auto& [key, id] :
+       {std::pair<const char*, int32_t*>{"tokenizer.ggml.bos_token_id", &ids.bos},
+        {"tokenizer.ggml.eos_token_id", &ids.eos},
+        {"tokenizer.ggml.unknown_token_id", &ids.unknown}}) {
+    if (absl::Status s = ReadId(f, key, vocab_size, id); !s.ok()) return s;
+  }
+  for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
+    int32_t id = -1;
+    if (absl::Status s = ReadId(f, key, vocab_size, &id); !s.ok()) return s;
+    if (id >= 0) ids.eog.push_back(id);
+  }
+  if (absl::Status s = ReadFlag(f, "tokenizer.ggml.add_bos_token", &ids.add_bos); !s.ok()) return s;
+  if (absl::Status s = ReadFlag(f, "tokenizer.ggml.add_eos_token", &ids.add_eos); !s.ok()) return s;
+  return ids;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<TextTokenizer>> LoadGgufTextTokenizer(const GgufFile& f,
+                                                                     int32_t vocab_size) {
+  absl::StatusOr<absl::string_view> model = TokenizerModel(f);
+  if (!model.ok()) return model.status();
+  if (*model == "gpt2") {
+    absl::StatusOr<BpeTokenizer> t = LoadGgufBpeTokenizer(f, vocab_size);
+    if (!t.ok()) return t.status();
+    return std::unique_ptr<TextTokenizer>(new BpeTokenizer(*std::move(t)));
+  }
+  absl::StatusOr<Tokenizer> t = LoadGgufTokenizer(f, vocab_size);
+  if (!t.ok()) return t.status();
+  return std::unique_ptr<TextTokenizer>(new Tokenizer(*std::move(t)));
+}
+
+absl::StatusOr<Tokenizer> LoadGgufTokenizer(const GgufFile& f, int32_t vocab_size) {
+  absl::StatusOr<absl::string_view> model = TokenizerModel(f);
+  if (!model.ok()) return model.status();
+  if (*model != "llama") {
+    return absl::UnimplementedError(absl::StrCat(
+        f.path(), ": tokenizer model '", *model,
+        "' is not supported (heavykv reads 'llama' SentencePiece and 'gpt2' byte-level BPE "
+        "vocabularies); give --tokenizer FILE, or token ids"));
+  }
+  absl::StatusOr<std::vector<absl::string_view>> tokens = Tokens(f, vocab_size);
+  if (!tokens.ok()) return tokens.status();
+  absl::StatusOr<std::vector<float>> scores = f.GetArrayF32("tokenizer.ggml.scores");
+  if (!scores.ok()) return scores.status();
+  absl::StatusOr<std::vector<int32_t>> types = TokenTypes(f, tokens->size());
+  if (!types.ok()) return types.status();
+  absl::StatusOr<CommonIds> ids = ReadCommonIds(f, vocab_size, CommonIds{kBosId, kEosId, 0});
+  if (!ids.ok()) return ids.status();
+  Tokenizer::SentencePieceOptions o;
+  o.types = *std::move(types);
+  o.bos_id = ids->bos;
+  o.eos_id = ids->eos;
+  o.add_bos = ids->add_bos.value_or(true);  // SentencePiece's default, as llama.cpp's
+  o.add_eos = ids->add_eos.value_or(false);
+  o.eog_ids = ids->eog;
+  std::optional<bool> space_prefix;
+  if (absl::Status s = ReadFlag(f, "tokenizer.ggml.add_space_prefix", &space_prefix); !s.ok()) {
+    return s;
+  }
+  o.add_space_prefix = space_prefix.value_or(true);
   std::vector<std::string> pieces;
   pieces.reserve(tokens->size());
   for (absl::string_view t : *tokens)
@@ -56,47 +162,26 @@ absl::StatusOr<Tokenizer> LoadGgufTokenizer(const GgufFile& f, int32_t vocab_siz
                        "', not ", want, " (byte-fallback tokens must follow <unk>, <s>, </s>)"));
     }
   }
-  return Tokenizer::FromPieces(std::move(pieces), *std::move(scores), f.path());
+  return Tokenizer::FromPieces(std::move(pieces), *std::move(scores), f.path(), std::move(o));
 }
 
 absl::StatusOr<BpeTokenizer> LoadGgufBpeTokenizer(const GgufFile& f, int32_t vocab_size) {
-  if (f.FindMetadata("tokenizer.ggml.model") == nullptr) {
-    return absl::NotFoundError(absl::StrCat(f.path(), ": no tokenizer (tokenizer.ggml.model)"));
-  }
-  absl::StatusOr<absl::string_view> model = f.GetString("tokenizer.ggml.model");
+  absl::StatusOr<absl::string_view> model = TokenizerModel(f);
   if (!model.ok()) return model.status();
   if (*model != "gpt2") {
     return absl::UnimplementedError(
         absl::StrCat(f.path(), ": tokenizer model '", *model, "' is not byte-level BPE ('gpt2')"));
   }
-  BpeTokenizer::Vocab vocab;
-  absl::StatusOr<std::vector<absl::string_view>> tokens = f.GetArrayString("tokenizer.ggml.tokens");
+  absl::StatusOr<std::vector<absl::string_view>> tokens = Tokens(f, vocab_size);
   if (!tokens.ok()) return tokens.status();
-  if (tokens->size() != size_t(vocab_size)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(f.path(), ": tokenizer.ggml.tokens has ", tokens->size(),
-                     " tokens but the model's vocabulary is ", vocab_size));
-  }
+  absl::StatusOr<std::vector<int32_t>> types = TokenTypes(f, tokens->size());
+  if (!types.ok()) return types.status();
+  absl::StatusOr<CommonIds> ids = ReadCommonIds(f, vocab_size, CommonIds{});
+  if (!ids.ok()) return ids.status();
+  BpeTokenizer::Vocab vocab;
   vocab.tokens.reserve(tokens->size());
   for (absl::string_view t : *tokens) vocab.tokens.emplace_back(t);
-  if (f.FindMetadata("tokenizer.ggml.token_type") != nullptr) {
-    absl::StatusOr<std::vector<int64_t>> types = f.GetArrayI64("tokenizer.ggml.token_type");
-    if (!types.ok()) return types.status();
-    if (types->size() != tokens->size()) {
-      return absl::InvalidArgumentError(absl::StrCat(f.path(), ": tokenizer.ggml.token_type has ",
-                                                     types->size(), " entries for ", tokens->size(),
-                                                     " tokens"));
-    }
-    vocab.types.reserve(types->size());
-    for (size_t i = 0; i < types->size(); ++i) {
-      const int64_t t = (*types)[i];
-      if (t < 0 || t > BpeTokenizer::kByte) {
-        return absl::InvalidArgumentError(absl::StrCat(f.path(), ": tokenizer.ggml.token_type[", i,
-                                                       "] is ", t, " (GGUF types are 0..6)"));
-      }
-      vocab.types.push_back(int32_t(t));
-    }
-  }
+  vocab.types = *std::move(types);
   absl::StatusOr<std::vector<absl::string_view>> merges = f.GetArrayString("tokenizer.ggml.merges");
   if (!merges.ok()) return merges.status();
   vocab.merges.reserve(merges->size());
@@ -106,41 +191,12 @@ absl::StatusOr<BpeTokenizer> LoadGgufBpeTokenizer(const GgufFile& f, int32_t voc
     if (!pre.ok()) return pre.status();
     vocab.pre = std::string(*pre);
   }
-  for (const auto& [key, id] :
-       {std::pair<const char*, int32_t*>{"tokenizer.ggml.bos_token_id", &vocab.bos_id},
-        {"tokenizer.ggml.eos_token_id", &vocab.eos_id},
-        {"tokenizer.ggml.unknown_token_id", &vocab.unknown_id}}) {
-    if (f.FindMetadata(key) == nullptr) continue;
-    absl::StatusOr<int64_t> value = f.GetI64(key);
-    if (!value.ok()) return value.status();
-    if (*value < 0 || *value >= vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(f.path(), ": metadata key '", key, "' is ",
-                                                     *value, ", outside the vocabulary of ",
-                                                     vocab_size));
-    }
-    *id = int32_t(*value);
-  }
-  for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
-    if (f.FindMetadata(key) == nullptr) continue;
-    absl::StatusOr<int64_t> value = f.GetI64(key);
-    if (!value.ok()) return value.status();
-    if (*value < 0 || *value >= vocab_size) {
-      return absl::InvalidArgumentError(absl::StrCat(f.path(), ": metadata key '", key, "' is ",
-                                                     *value, ", outside the vocabulary of ",
-                                                     vocab_size));
-    }
-    vocab.eog_ids.push_back(int32_t(*value));
-  }
-  if (f.FindMetadata("tokenizer.ggml.add_bos_token") != nullptr) {
-    absl::StatusOr<bool> add = f.GetBool("tokenizer.ggml.add_bos_token");
-    if (!add.ok()) return add.status();
-    vocab.add_bos = *add;
-  }
-  if (f.FindMetadata("tokenizer.ggml.add_eos_token") != nullptr) {
-    absl::StatusOr<bool> add = f.GetBool("tokenizer.ggml.add_eos_token");
-    if (!add.ok()) return add.status();
-    vocab.add_eos = *add;
-  }
+  vocab.bos_id = ids->bos;
+  vocab.eos_id = ids->eos;
+  vocab.unknown_id = ids->unknown;
+  vocab.eog_ids = ids->eog;
+  vocab.add_bos = ids->add_bos;
+  vocab.add_eos = ids->add_eos.value_or(false);
   return BpeTokenizer::Create(std::move(vocab), f.path());
 }
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "engine/text_stream.h"
 #include "memory/eviction_policy.h"
@@ -46,7 +47,7 @@ absl::Status ValidateDefaults(const EngineOptions& o) {
   return absl::OkStatus();
 }
 
-RequestValidator::RequestValidator(const ModelConfig& config, const Tokenizer* tokenizer,
+RequestValidator::RequestValidator(const ModelConfig& config, const TextTokenizer* tokenizer,
                                    const EngineOptions& options, const Scheduler* scheduler)
     : config_(config), tokenizer_(tokenizer), options_(options), scheduler_(scheduler) {
   if (options_.max_prompt_bytes > 0) {
@@ -81,17 +82,31 @@ absl::Status RequestValidator::CheckText(const std::string& text, absl::string_v
 }
 
 absl::StatusOr<std::vector<int32_t>> RequestValidator::Encode(
-    const std::string& text, const std::function<bool()>& should_stop) const {
+    const std::string& text, bool add_special, const std::function<bool()>& should_stop) const {
   if (absl::Status s = CheckText(text, "text"); !s.ok()) return s;
-  return EncodeChecked(text, should_stop);
+  return EncodeChecked(text, add_special && tokenizer_->add_bos(),
+                       add_special && tokenizer_->add_eos(), should_stop);
 }
 
 absl::StatusOr<std::vector<int32_t>> RequestValidator::EncodeChecked(
-    const std::string& text, const std::function<bool()>& should_stop) const {
+    const std::string& text, bool bos, bool eos, const std::function<bool()>& should_stop) const {
   std::optional<std::vector<int32_t>> ids =
-      tokenizer_->Encode(text, /*bos=*/true, /*eos=*/false, should_stop);
+      tokenizer_->Encode(text, bos, eos, should_stop, /*parse_special=*/true);
   if (!ids.has_value()) return absl::CancelledError("tokenizing was stopped");
   return *std::move(ids);
+}
+
+absl::StatusOr<std::string> RequestValidator::RenderChat(const std::vector<ChatMessage>& messages,
+                                                         bool add_generation_prompt) const {
+  ChatRenderOptions opts;
+  const auto special_text = [&](int32_t id) {
+    return id >= 0 && id < tokenizer_->vocab_size() ? tokenizer_->Decode(-1, id) : std::string();
+  };
+  opts.bos_token = special_text(tokenizer_->bos_id());
+  opts.eos_token = special_text(tokenizer_->eos_id());
+  opts.add_generation_prompt = add_generation_prompt;
+  opts.limits.max_output_bytes = std::max<int64_t>(max_prompt_bytes_, 1);
+  return options_.chat_template->Render(messages, opts);
 }
 
 absl::Status RequestValidator::Precheck(const GenerationRequest& q) const {
@@ -103,6 +118,8 @@ absl::Status RequestValidator::Precheck(const GenerationRequest& q) const {
   if (q.prompt.has_value()) {
     if (q.prompt->empty()) return Invalid("the prompt is empty: send some text");
     if (absl::Status s = CheckText(*q.prompt, "prompt"); !s.ok()) return s;
+  } else if (q.messages.has_value()) {
+    if (absl::Status s = CheckChat(*q.messages); !s.ok()) return s;
   } else {
     if (q.prompt_token_ids.empty()) {
       return Invalid("the request has no prompt: set prompt or prompt_token_ids");
@@ -173,10 +190,61 @@ absl::Status RequestValidator::Precheck(const GenerationRequest& q) const {
   return absl::OkStatus();
 }
 
+absl::Status RequestValidator::CheckChat(const std::vector<ChatMessage>& messages) const {
+  if (options_.chat_template == nullptr) {
+    return absl::FailedPreconditionError(
+        "this server has no chat template (the model has no tokenizer.chat_template): start it "
+        "with --chat-template FILE, or send a prompt");
+  }
+  if (tokenizer_ == nullptr) {
+    return absl::FailedPreconditionError("this server has no tokenizer: send prompt_token_ids");
+  }
+  if (messages.empty()) return Invalid("the chat has no messages: send at least one");
+  if (messages.size() > size_t(options_.max_chat_messages)) {
+    return Invalid(absl::StrCat("the chat has ", messages.size(), " messages; at most ",
+                                options_.max_chat_messages, " are accepted"));
+  }
+  int64_t bytes = 0;
+  for (size_t i = 0; i < messages.size(); ++i) {
+    const ChatMessage& m = messages[i];
+    if (m.role.empty() || m.role.size() > kMaxChatRoleBytes) {
+      return Invalid(absl::StrCat("message ", i, ": the role must have 1 to ", kMaxChatRoleBytes,
+                                  " bytes (user, assistant, system, ...)"));
+    }
+    bytes += int64_t(m.role.size() + m.content.size());
+    if (bytes > max_prompt_bytes_) {
+      return Invalid(absl::StrCat("the chat has more than ", max_prompt_bytes_,
+                                  " bytes; this server takes at most that (it could not fit ",
+                                  max_prompt_tokens(), " tokens otherwise): shorten it"));
+    }
+    if (TextStream::Sanitize(m.role) != m.role || TextStream::Sanitize(m.content) != m.content) {
+      return Invalid(absl::StrCat("message ", i, " is not valid UTF-8"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::vector<int32_t>> RequestValidator::PromptTokens(
     const GenerationRequest& q, const std::function<bool()>& should_stop) const {
   // Precheck has checked the text (tokenizer, bytes, UTF-8): only the tokenizing is left.
-  if (q.prompt.has_value()) return EncodeChecked(*q.prompt, should_stop);
+  if (q.prompt.has_value()) {
+    return EncodeChecked(*q.prompt, tokenizer_->add_bos(), tokenizer_->add_eos(), should_stop);
+  }
+  if (q.messages.has_value()) {
+    absl::StatusOr<std::string> text = RenderChat(*q.messages, q.add_generation_prompt);
+    if (!text.ok()) return text.status();
+    if (int64_t(text->size()) > max_prompt_bytes_) {
+      return Invalid(absl::StrCat("the chat's prompt has ", text->size(),
+                                  " bytes; this server takes at most ", max_prompt_bytes_,
+                                  ": shorten the chat"));
+    }
+    if (text->empty()) return Invalid("the chat template rendered an empty prompt");
+    // The template writes BOS itself when the model wants it (Llama, Mistral): add it only
+    // when it did not (llama.cpp's rule; never two).
+    const int32_t bos = tokenizer_->bos_id();
+    const bool wrote_bos = bos >= 0 && absl::StartsWith(*text, tokenizer_->Decode(-1, bos));
+    return EncodeChecked(*text, tokenizer_->add_bos() && !wrote_bos, /*eos=*/false, should_stop);
+  }
   // Precheck refused an empty prompt_token_ids, so the prompt is never empty.
   return PromptWithBos(config_, q.prompt_token_ids);
 }
@@ -215,6 +283,7 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
   r.stop_token_ids = q.stop_token_ids;
   r.ignore_eos = q.ignore_eos;
   r.logprobs = q.logprobs;
+  r.skip_special_tokens = q.skip_special_tokens;
   r.deadline = q.deadline;
   r.policy = q.policy.value_or(options_.default_policy);
   r.recent_fraction = q.recent_fraction.value_or(options_.default_recent_fraction);

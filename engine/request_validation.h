@@ -33,6 +33,7 @@ namespace heavykv {
 inline constexpr size_t kMaxRequestIdBytes = 256;
 inline constexpr size_t kMaxStopStrings = 32;
 inline constexpr size_t kMaxStopStringBytes = 256;
+inline constexpr size_t kMaxChatRoleBytes = 64;
 inline constexpr size_t kMaxStopTokenIds = 256;
 inline constexpr size_t kMaxPolicyNameBytes = 64;
 inline constexpr size_t kMaxClientKeyBytes = 256;
@@ -54,6 +55,7 @@ struct ResolvedRequest {
   int32_t budget_tokens = 0;  // resolved against prompt + max_new_tokens; unused for "full"
   double recent_fraction = 0.5;
   bool logprobs = false;
+  bool skip_special_tokens = true;
   std::optional<absl::Time> deadline;
   absl::Time arrival;
 };
@@ -65,22 +67,27 @@ class RequestValidator {
  public:
   // `tokenizer` may be null (token ids only). `scheduler` (read only, thread-safe queries) tells
   // whether a request could ever fit the KV pool, even alone.
-  RequestValidator(const ModelConfig& config, const Tokenizer* tokenizer,
+  RequestValidator(const ModelConfig& config, const TextTokenizer* tokenizer,
                    const EngineOptions& options, const Scheduler* scheduler);
 
   absl::Status Precheck(const GenerationRequest& request) const;
   // For a request that passed Precheck (its text is not checked again). CANCELLED when
-  // `should_stop` turned true while tokenizing.
+  // `should_stop` turned true while tokenizing; for a chat, INVALID_ARGUMENT or
+  // RESOURCE_EXHAUSTED from its template, INVALID_ARGUMENT when the rendered prompt is too long.
   absl::StatusOr<std::vector<int32_t>> PromptTokens(
       const GenerationRequest& request, const std::function<bool()>& should_stop = nullptr) const;
   absl::StatusOr<ResolvedRequest> Resolve(const GenerationRequest& request,
                                           std::vector<int32_t> prompt) const;
   absl::StatusOr<ResolvedRequest> Resolve(const GenerationRequest& request) const;
 
-  // BOS + the encoding of `text`; INVALID_ARGUMENT without a tokenizer, for invalid UTF-8 or for
-  // more than max_prompt_bytes(); CANCELLED when `should_stop` turned true.
-  absl::StatusOr<std::vector<int32_t>> Encode(
-      const std::string& text, const std::function<bool()>& should_stop = nullptr) const;
+  // The encoding of `text` (`add_special`: with BOS/EOS as the tokenizer adds them);
+  // INVALID_ARGUMENT without a tokenizer, for invalid UTF-8 or for more than max_prompt_bytes();
+  // CANCELLED when `should_stop` turned true.
+  absl::StatusOr<std::vector<int32_t>> Encode(const std::string& text, bool add_special = true,
+                                              const std::function<bool()>& should_stop = nullptr) const;
+  // The prompt text of a chat: `messages` rendered with the chat template.
+  absl::StatusOr<std::string> RenderChat(const std::vector<ChatMessage>& messages,
+                                         bool add_generation_prompt) const;
 
   int32_t max_prompt_tokens() const;
   // Longest prompt text accepted, in bytes: EngineOptions::max_prompt_bytes, or by default
@@ -89,15 +96,18 @@ class RequestValidator {
   int64_t max_prompt_bytes() const { return max_prompt_bytes_; }
 
  private:
+  // A chat template and a tokenizer exist (else FAILED_PRECONDITION); 1..max_chat_messages
+  // messages with a role each, within max_prompt_bytes() in all, valid UTF-8.
+  absl::Status CheckChat(const std::vector<ChatMessage>& messages) const;
   // The tokenizer exists, `text` is within max_prompt_bytes() and valid UTF-8; `what` names it in
   // the message ("prompt", "text").
   absl::Status CheckText(const std::string& text, absl::string_view what) const;
-  // BOS + the encoding of a text CheckText accepted.
-  absl::StatusOr<std::vector<int32_t>> EncodeChecked(const std::string& text,
+  // The encoding of a text CheckText accepted; BOS when `bos`, EOS when `eos`.
+  absl::StatusOr<std::vector<int32_t>> EncodeChecked(const std::string& text, bool bos, bool eos,
                                                      const std::function<bool()>& should_stop) const;
 
   ModelConfig config_;
-  const Tokenizer* tokenizer_;
+  const TextTokenizer* tokenizer_;
   EngineOptions options_;
   const Scheduler* scheduler_;
   int64_t max_prompt_bytes_ = 0;

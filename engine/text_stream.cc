@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "engine/tokenizer.h"
+
 namespace heavykv {
 namespace {
 
@@ -33,9 +35,12 @@ bool ValidPrefixAt(absl::string_view s, size_t i, int len, int have) {
 
 }  // namespace
 
-TextStream::TextStream(const Tokenizer* tokenizer, int32_t prev_token,
-                       std::vector<std::string> stops)
-    : tokenizer_(tokenizer), prev_(prev_token), stops_(std::move(stops)) {
+TextStream::TextStream(const TextTokenizer* tokenizer, int32_t prev_token,
+                       std::vector<std::string> stops, bool skip_special)
+    : tokenizer_(tokenizer),
+      prev_(prev_token),
+      stops_(std::move(stops)),
+      skip_special_(skip_special) {
   for (const std::string& s : stops_) hold_ = std::max(hold_, s.empty() ? 0 : s.size() - 1);
 }
 
@@ -84,7 +89,9 @@ std::string TextStream::Push(int32_t token, bool* stopped) {
   if (tokenizer_ == nullptr) return "";
   std::string piece = tokenizer_->Decode(prev_, token);
   prev_ = token;
-  if (Tokenizer::IsPrintablePiece(piece)) pending_ += piece;
+  const bool shown = !(skip_special_ && tokenizer_->IsControl(token)) &&
+                     (!tokenizer_->run_c_text_rules() || Tokenizer::IsPrintablePiece(piece));
+  if (shown) pending_ += piece;
   // The match that starts earliest wins, whatever the order of the list.
   size_t at = std::string::npos;
   for (const std::string& stop : stops_) {

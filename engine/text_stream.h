@@ -6,7 +6,10 @@
 // prints nothing), so a stream concatenates to what `heavykv run` prints. Stop strings are found
 // across token boundaries: the last (longest stop - 1) bytes are held back until more text
 // arrives, and a matched stop string (the earliest in the text) is not included in the output
-// (vLLM's default). As in run.c, a lone byte-fallback token >= 0x80 prints nothing.
+// (vLLM's default). With run.c's text rules (a llama2.c tokenizer.bin), a lone byte-fallback token
+// >= 0x80 prints nothing, as in run.c; every other tokenizer's byte tokens join into characters.
+// Control tokens (EOS, <|im_end|>, ...) add their text unless `skip_special` (vLLM's and Hugging
+// Face's skip_special_tokens, on by default).
 #pragma once
 
 #include <cstdint>
@@ -14,7 +17,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "engine/tokenizer.h"
+#include "engine/text_tokenizer.h"
 
 namespace heavykv {
 
@@ -22,7 +25,8 @@ class TextStream {
  public:
   // `tokenizer` may be null (token ids only: every delta is empty). `prev_token` is the last
   // prompt token, which the first generated token's piece follows.
-  TextStream(const Tokenizer* tokenizer, int32_t prev_token, std::vector<std::string> stops);
+  TextStream(const TextTokenizer* tokenizer, int32_t prev_token, std::vector<std::string> stops,
+             bool skip_special = true);
 
   // Adds a generated token; returns the text that became final. Sets *stopped when a stop string
   // was completed (the text before it is returned; later tokens must not be pushed).
@@ -37,11 +41,12 @@ class TextStream {
   static std::string Sanitize(absl::string_view s);
 
  private:
-  const Tokenizer* tokenizer_;
+  const TextTokenizer* tokenizer_;
   int32_t prev_;
   std::vector<std::string> stops_;
   size_t hold_ = 0;  // bytes that may begin a stop string: longest stop - 1
   std::string pending_;
+  bool skip_special_;
 };
 
 }  // namespace heavykv

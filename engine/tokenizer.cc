@@ -217,9 +217,9 @@ absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& path, int32_t vocab
   return tok;
 }
 
-absl::StatusOr<Tokenizer> Tokenizer::FromPieces(std::vector<std::string> pieces,
-                                                std::vector<float> scores,
-                                                absl::string_view source) {
+absl::StatusOr<Tokenizer> Tokenizer::FromPieces(
+    std::vector<std::string> pieces, std::vector<float> scores, absl::string_view source,
+    std::optional<SentencePieceOptions> sentencepiece) {
   if (pieces.size() != scores.size()) {
     return absl::InvalidArgumentError(absl::StrCat("tokenizer ", source, ": ", pieces.size(),
                                                    " pieces but ", scores.size(), " scores"));
@@ -240,38 +240,128 @@ absl::StatusOr<Tokenizer> Tokenizer::FromPieces(std::vector<std::string> pieces,
   tok.scores_ = std::move(scores);
   tok.ids_.reserve(tok.pieces_.size());
   for (int32_t id = 0; id < tok.vocab_size(); ++id) tok.ids_.emplace(tok.pieces_[id], id);
+  if (!sentencepiece) return tok;
+
+  SentencePieceOptions& o = *sentencepiece;
+  const int64_t n = tok.vocab_size();
+  auto invalid = [&](auto&&... parts) {
+    return absl::InvalidArgumentError(absl::StrCat("tokenizer ", source, ": ", parts...));
+  };
+  if (!o.types.empty() && o.types.size() != size_t(n)) {
+    return invalid(n, " tokens but ", o.types.size(), " token types");
+  }
+  for (const auto& [what, id] :
+       {std::pair<const char*, int32_t>{"BOS", o.bos_id}, {"EOS", o.eos_id}}) {
+    if (id < -1 || id >= n) return invalid(what, " token id ", id, " is outside the vocabulary of ", n);
+  }
+  tok.run_c_ = false;
+  tok.types_.assign(size_t(n), kNormal);
+  for (size_t i = 0; i < o.types.size(); ++i) {
+    const int32_t t = o.types[i];
+    if (t < 0 || t > kByte) return invalid("token ", i, " has type ", t, " (GGUF types are 0..6)");
+    if (t != 0) tok.types_[i] = t;
+  }
+  tok.bos_id_ = o.bos_id;
+  tok.eos_id_ = o.eos_id;
+  tok.add_bos_ = o.add_bos && o.bos_id >= 0;
+  tok.add_eos_ = o.add_eos && o.eos_id >= 0;
+  tok.add_space_prefix_ = o.add_space_prefix;
+  for (int32_t id : o.eog_ids) {
+    if (id < 0 || id >= n) return invalid("end-of-generation token id ", id, " is outside the vocabulary");
+    tok.eog_ids_.push_back(id);
+  }
+  if (tok.eos_id_ >= 0) tok.eog_ids_.push_back(tok.eos_id_);
+  for (int32_t id = 0; id < n; ++id) {
+    const int32_t t = tok.types_[id];
+    if (t == kControl || t == kUserDefined || t == kUnknown) {
+      tok.specials_.Add(id, tok.pieces_[id], /*control=*/t != kUserDefined);
+    }
+    if (IsTurnEndText(tok.pieces_[id])) tok.eog_ids_.push_back(id);
+  }
+  tok.specials_.Finish();
+  std::sort(tok.eog_ids_.begin(), tok.eog_ids_.end());
+  tok.eog_ids_.erase(std::unique(tok.eog_ids_.begin(), tok.eog_ids_.end()), tok.eog_ids_.end());
   return tok;
 }
 
-std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool bos, bool eos) const {
-  // Without a stop check the stoppable encode always finishes.
-  return *Encode(text, bos, eos, std::function<bool()>());
+bool Tokenizer::IsControl(int32_t id) const {
+  if (id < 0 || id >= vocab_size()) return false;
+  // A tokenizer.bin has no types; run.c prints every piece it decodes.
+  return !run_c_ && types_[id] == kControl;
 }
 
-std::optional<std::vector<int32_t>> Tokenizer::Encode(
-    std::string_view text, bool bos, bool eos, const std::function<bool()>& should_stop) const {
-  StopPoller stop(should_stop);
-  // run.c receives a C string: anything after an embedded NUL is invisible to it.
-  const size_t nul = text.find('\0');
-  if (nul != std::string_view::npos) text = text.substr(0, nul);
+bool Tokenizer::IsEndOfGeneration(int32_t id) const {
+  // run.c stops at BOS (which separates its training stories) as well as EOS.
+  if (run_c_) return id == bos_id_ || id == eos_id_;
+  return std::binary_search(eog_ids_.begin(), eog_ids_.end(), id);
+}
 
+class Tokenizer::Poller : public StopPoller {
+ public:
+  using StopPoller::StopPoller;
+};
+
+std::optional<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, bool bos, bool eos,
+                                                      const std::function<bool()>& should_stop,
+                                                      bool parse_special) const {
+  Poller stop(should_stop);
   std::vector<int32_t> tokens;
   tokens.reserve(text.size() + 3);
-  if (bos) tokens.push_back(kBosId);
-  // SentencePiece's add_dummy_prefix: the text is encoded as if it started with a space.
-  if (!text.empty()) {
+  if (run_c_) {
+    // run.c receives a C string: anything after an embedded NUL is invisible to it.
+    const size_t nul = text.find('\0');
+    if (nul != std::string_view::npos) text = text.substr(0, nul);
+    if (bos) tokens.push_back(bos_id_);
+    // SentencePiece's add_dummy_prefix: the text is encoded as if it started with a space.
+    // run.c merges over the whole list, BOS included.
+    if (!AppendSymbols(text, /*dummy_prefix=*/!text.empty(), &stop, &tokens) ||
+        !MergeSymbols(&stop, &tokens)) {
+      return std::nullopt;
+    }
+  } else {
+    if (bos && bos_id_ >= 0) tokens.push_back(bos_id_);
+    // Special tokens first; each stretch of plain text is merged on its own, with the dummy
+    // prefix when it starts the text or follows a special token (llama.cpp).
+    std::vector<int32_t> part;
+    bool after_special = true;
+    size_t plain = 0;
+    for (;;) {
+      const SpecialTokenMatcher::Match m = specials_.Find(text, plain, parse_special);
+      const size_t end = m.id < 0 ? text.size() : m.pos;
+      if (end > plain) {
+        part.clear();
+        if (!AppendSymbols(text.substr(plain, end - plain), add_space_prefix_ && after_special,
+                           &stop, &part) ||
+            !MergeSymbols(&stop, &part)) {
+          return std::nullopt;
+        }
+        tokens.insert(tokens.end(), part.begin(), part.end());
+        after_special = false;
+      }
+      if (m.id < 0) break;
+      tokens.push_back(m.id);
+      after_special = true;
+      plain = m.pos + m.length;
+    }
+  }
+  if (eos && eos_id_ >= 0) tokens.push_back(eos_id_);
+  return tokens;
+}
+
+bool Tokenizer::AppendSymbols(std::string_view text, bool dummy_prefix, Poller* stop,
+                              std::vector<int32_t>* tokens) const {
+  if (dummy_prefix) {
     const int32_t space = Lookup(" ");
     // run.c would push -1 here (and crash later) if " " were missing; the byte token is the
     // closest well-defined choice. Every llama2.c tokenizer we know has a " " piece.
-    tokens.push_back(space != -1 ? space : ' ' + kByteTokenOffset);
+    tokens->push_back(space != -1 ? space : ' ' + kByteTokenOffset);
   }
-
   // Split into UTF-8 code points exactly as run.c does: a non-continuation byte starts a new code
   // point; continuation bytes (10xxxxxx) are appended up to 4 bytes. Stray continuation bytes
   // therefore group with each other, which is what run.c does too.
   std::string code_point;
   for (size_t i = 0; i < text.size(); ++i) {
-    if (stop.Poll()) return std::nullopt;
+    if (stop->Poll()) return false;
     const auto c = static_cast<unsigned char>(text[i]);
     if ((c & 0xC0) != 0x80) code_point.clear();
     code_point.push_back(static_cast<char>(c));
@@ -280,16 +370,19 @@ std::optional<std::vector<int32_t>> Tokenizer::Encode(
     if (next_is_continuation && code_point.size() < 4) continue;
     const int32_t id = Lookup(code_point);
     if (id != -1) {
-      tokens.push_back(id);
+      tokens->push_back(id);
     } else {
       // Byte fallback: the first 3 ids are <unk>, <s>, </s>, then one token per byte value.
       for (unsigned char b : code_point) {
-        tokens.push_back(static_cast<int32_t>(b) + kByteTokenOffset);
+        tokens->push_back(static_cast<int32_t>(b) + kByteTokenOffset);
       }
     }
     code_point.clear();
   }
+  return true;
+}
 
+bool Tokenizer::MergeSymbols(Poller* stop, std::vector<int32_t>* tokens) const {
   // 32-bit symbol indices keep the merge queue small; only a text of 4 GiB needs 64-bit ones.
   std::string joined;
   auto merge = [this, &joined](int32_t left, int32_t right) -> std::pair<int32_t, float> {
@@ -298,13 +391,9 @@ std::optional<std::vector<int32_t>> Tokenizer::Encode(
     const int32_t id = Lookup(joined);
     return {id, id == -1 ? 0.0f : scores_[id]};
   };
-  const bool merged = tokens.size() < std::numeric_limits<uint32_t>::max()
-                          ? MergePairs<uint32_t>(merge, &stop, &tokens)
-                          : MergePairs<uint64_t>(merge, &stop, &tokens);
-  if (!merged) return std::nullopt;
-
-  if (eos) tokens.push_back(kEosId);
-  return tokens;
+  return tokens->size() < std::numeric_limits<uint32_t>::max()
+             ? MergePairs<uint32_t>(merge, stop, tokens)
+             : MergePairs<uint64_t>(merge, stop, tokens);
 }
 
 int32_t Tokenizer::Lookup(const std::string& piece) const {
@@ -317,7 +406,23 @@ std::string Tokenizer::Decode(int32_t prev_token, int32_t token) const {
   if (token < 0 || token >= vocab_size()) return std::string();
   std::string_view piece = pieces_[token];
   // SentencePiece strips the dummy-prefix space from the first piece after BOS.
-  if (prev_token == kBosId && !piece.empty() && piece.front() == ' ') piece.remove_prefix(1);
+  if (prev_token == bos_id_ && prev_token >= 0 && add_space_prefix_ && !piece.empty() &&
+      piece.front() == ' ') {
+    piece.remove_prefix(1);
+  }
+  if (!run_c_) {
+    // The file says which tokens are bytes; every other piece is its text.
+    if (types_[token] == kByte && piece.size() == 6 && piece.substr(0, 3) == "<0x" &&
+        piece[5] == '>') {
+      auto hex = [](char c) {
+        return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10
+               : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+      };
+      const int hi = hex(piece[3]), lo = hex(piece[4]);
+      if (hi >= 0 && lo >= 0) return std::string(1, static_cast<char>(hi * 16 + lo));
+    }
+    return std::string(piece);
+  }
   // Use sscanf itself rather than a stricter parser: run.c accepts whatever this format accepts
   // (note it never checks the closing '>'), and we want the same bytes out.
   const std::string piece_str(piece);

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -75,6 +76,35 @@ absl::Status ReadModel(const std::string& path, std::string* source, std::string
 }
 
 }  // namespace
+
+absl::StatusOr<std::shared_ptr<const ChatTemplate>> LoadChatTemplate(
+    const std::string& override_path, const std::string& model_path) {
+  if (!override_path.empty()) {
+    absl::StatusOr<std::string> text = ReadFile(override_path);
+    if (!text.ok()) return text.status();
+    absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(*text);
+    if (!t.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--chat-template ", override_path, ": ", t.status().message()));
+    }
+    return std::make_shared<const ChatTemplate>(*std::move(t));
+  }
+  if (!IsGgufFile(model_path)) return nullptr;
+  absl::StatusOr<GgufFile> file = GgufFile::Open(model_path);
+  if (!file.ok()) return file.status();
+  if (file->FindMetadata("tokenizer.chat_template") == nullptr) return nullptr;
+  absl::StatusOr<absl::string_view> source = file->GetString("tokenizer.chat_template");
+  if (!source.ok()) return source.status();
+  absl::StatusOr<ChatTemplate> t = ChatTemplate::Parse(std::string_view(source->data(), source->size()));
+  if (!t.ok()) {
+    std::fprintf(stderr,
+                 "note: %s: its tokenizer.chat_template does not parse (%s); Chat needs "
+                 "--chat-template FILE\n",
+                 model_path.c_str(), std::string(t.status().message()).c_str());
+    return nullptr;
+  }
+  return std::make_shared<const ChatTemplate>(*std::move(t));
+}
 
 int ChatTemplateCommand(int argc, char** argv) {
   std::string template_path, model_path, messages_path, bos, eos, date;

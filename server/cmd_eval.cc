@@ -50,7 +50,7 @@ int EvalCommand(int argc, char** argv) {
   SetThreads(threads);
   absl::StatusOr<Model> model = LoadModel(model_path, dtypes.weights);
   if (!model.ok()) return Fail(model.status());
-  absl::StatusOr<std::optional<Tokenizer>> tok =
+  absl::StatusOr<std::shared_ptr<const TextTokenizer>> tok =
       LoadOptionalTokenizer(tokenizer_path, model_path, model->config.vocab_size);
   if (!tok.ok()) return Fail(tok.status());
   std::ifstream in(text_path, std::ios::binary);

@@ -14,6 +14,8 @@
 #include "engine/gguf.h"
 #include "engine/gguf_tokenizer.h"
 #include "engine/step_runner.h"
+#include "engine/text_stream.h"
+#include "engine/tokenizer.h"
 #include "kernels/cpu/gemm.h"
 #include "server/cli_flags.h"
 #include "server/dtype_flags.h"
@@ -22,34 +24,36 @@
 
 namespace heavykv::cli {
 
-absl::StatusOr<std::optional<Tokenizer>> LoadOptionalTokenizer(const std::string& path,
-                                                               const std::string& model_path,
-                                                               int32_t vocab_size) {
-  absl::StatusOr<Tokenizer> t = absl::NotFoundError("no tokenizer");
+absl::StatusOr<std::shared_ptr<const TextTokenizer>> LoadOptionalTokenizer(
+    const std::string& path, const std::string& model_path, int32_t vocab_size) {
   if (!path.empty()) {
-    t = Tokenizer::Load(path, vocab_size);
-  } else if (IsGgufFile(model_path)) {
-    absl::StatusOr<GgufFile> f = GgufFile::Open(model_path);
-    if (!f.ok()) return f.status();
-    t = LoadGgufTokenizer(*f, vocab_size);
-    if (absl::IsNotFound(t.status())) return std::optional<Tokenizer>();
-    // Token ids still work: say why text does not, and go on without a tokenizer.
-    if (absl::IsUnimplemented(t.status())) {
-      std::fprintf(stderr, "note: %s; prompts and output are token ids\n",
-                   std::string(t.status().message()).c_str());
-      return std::optional<Tokenizer>();
-    }
-  } else {
-    return std::optional<Tokenizer>();
+    absl::StatusOr<Tokenizer> t = Tokenizer::Load(path, vocab_size);
+    if (!t.ok()) return t.status();
+    return std::shared_ptr<const TextTokenizer>(new Tokenizer(*std::move(t)));
+  }
+  if (!IsGgufFile(model_path)) return nullptr;
+  absl::StatusOr<GgufFile> f = GgufFile::Open(model_path);
+  if (!f.ok()) return f.status();
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> t = LoadGgufTextTokenizer(*f, vocab_size);
+  if (absl::IsNotFound(t.status())) return nullptr;
+  // Token ids still work: say why text does not, and go on without a tokenizer.
+  if (absl::IsUnimplemented(t.status())) {
+    std::fprintf(stderr, "note: %s; prompts and output are token ids\n",
+                 std::string(t.status().message()).c_str());
+    return nullptr;
   }
   if (!t.ok()) return t.status();
-  return std::optional<Tokenizer>(*std::move(t));
+  return std::shared_ptr<const TextTokenizer>(*std::move(t));
 }
 
-absl::StatusOr<std::vector<int32_t>> PromptTokens(const std::optional<Tokenizer>& tok,
+absl::StatusOr<std::vector<int32_t>> PromptTokens(const TextTokenizer* tok,
                                                   const std::string& prompt,
                                                   const ModelConfig& config) {
-  if (tok) return tok->Encode(prompt, /*bos=*/true, /*eos=*/false);
+  if (tok) {
+    std::vector<int32_t> ids = tok->Encode(prompt, tok->add_bos(), tok->add_eos());
+    if (ids.empty()) return absl::InvalidArgumentError("the prompt is empty");
+    return ids;
+  }
   std::vector<int32_t> ids;
   for (absl::string_view part : absl::StrSplit(prompt, absl::ByAnyChar(" \t\n,"),
                                               absl::SkipEmpty())) {
@@ -133,10 +137,10 @@ int RunCommand(int argc, char** argv) {
   absl::StatusOr<Model> model = LoadModel(model_path, dtypes.weights);
   if (!model.ok()) return Fail(model.status());
   const ModelConfig& c = model->config;
-  absl::StatusOr<std::optional<Tokenizer>> tok =
+  absl::StatusOr<std::shared_ptr<const TextTokenizer>> tok =
       LoadOptionalTokenizer(tokenizer_path, model_path, c.vocab_size);
   if (!tok.ok()) return Fail(tok.status());
-  absl::StatusOr<std::vector<int32_t>> ids = PromptTokens(*tok, prompt, c);
+  absl::StatusOr<std::vector<int32_t>> ids = PromptTokens(tok->get(), prompt, c);
   if (!ids.ok()) return Fail(ids.status());
   if (steps == 0) steps = c.seq_len;
   if (steps < int64_t(ids->size()) || steps > c.seq_len) {
@@ -164,6 +168,7 @@ int RunCommand(int argc, char** argv) {
   opt.policy = full ? nullptr : policy->get();
   opt.budget = full ? kUnboundedBudget : budget->Resolve(opt.steps);
   opt.prefill_chunk = static_cast<int32_t>(std::max<int64_t>(1, prefill_chunk));
+  opt.tokenizer = tok->get();
 
   if (block_size <= 0 || block_size > 1024) {
     return Fail(absl::InvalidArgumentError("--block-size must be in [1, 1024]"));
@@ -191,7 +196,7 @@ int RunCommand(int argc, char** argv) {
     std::string piece;
     if (*tok) {
       piece = (*tok)->Decode(prev, token);
-      if (!Tokenizer::IsPrintablePiece(piece)) piece.clear();
+      if ((*tok)->run_c_text_rules() && !Tokenizer::IsPrintablePiece(piece)) piece.clear();
     } else {
       piece = absl::StrCat(token, " ");
     }
@@ -216,7 +221,7 @@ int RunCommand(int argc, char** argv) {
         "\"finish_reason\":\"%s\",\"policy\":\"%s\",\"kv_budget\":%d,\"peak_pages\":%d,"
         "\"kv_tokens_evicted\":%lld,\"seed\":%llu,\"prefill_seconds\":%.6f,"
         "\"decode_seconds\":%.6f,\"decode_tokens_per_second\":%.2f}\n",
-        JsonQuote(text).c_str(), absl::StrJoin(r->tokens, ",").c_str(), r->num_prompt_tokens,
+        JsonQuote(TextStream::Sanitize(text)).c_str(), absl::StrJoin(r->tokens, ",").c_str(), r->num_prompt_tokens,
         completion, r->finish_reason.c_str(), policy_name.c_str(),
         full ? -1 : opt.budget, r->peak_pages, static_cast<long long>(r->tokens_evicted),
         static_cast<unsigned long long>(opt.sampling.seed), r->prefill_seconds,

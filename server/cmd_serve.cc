@@ -97,7 +97,7 @@ std::string WithPort(const std::string& address, int port) {
 }  // namespace
 
 int ServeCommand(int argc, char** argv) {
-  std::string model_path, tokenizer_path, listen = "0.0.0.0:50051",
+  std::string model_path, tokenizer_path, chat_template_path, listen = "0.0.0.0:50051",
                                           metrics_address = "0.0.0.0:9090";
   std::string policy = "full", budget = "1", device_name = "cpu", scheduling = "fair";
   DtypeFlags dtypes;
@@ -112,6 +112,8 @@ int ServeCommand(int argc, char** argv) {
   flags.String("model", &model_path, "llama2.c checkpoint or GGUF file (required)");
   flags.String("tokenizer", &tokenizer_path,
                "llama2.c tokenizer (default: a GGUF model's own); else requests send ids");
+  flags.String("chat-template", &chat_template_path,
+               "Jinja chat template for Chat (default: the GGUF model's tokenizer.chat_template)");
   flags.String("listen", &listen, "gRPC address host:port (port 0: any free port)");
   flags.String("metrics-address", &metrics_address,
                "Prometheus /metrics address host:port; empty = off");
@@ -213,9 +215,12 @@ int ServeCommand(int argc, char** argv) {
   absl::StatusOr<Model> model = LoadModel(model_path, dtypes.weights);
   if (!model.ok()) return Fail(model.status());
   const ModelConfig c = model->config;
-  absl::StatusOr<std::optional<Tokenizer>> tok =
+  absl::StatusOr<std::shared_ptr<const TextTokenizer>> tok =
       LoadOptionalTokenizer(tokenizer_path, model_path, c.vocab_size);
   if (!tok.ok()) return Fail(tok.status());
+  absl::StatusOr<std::shared_ptr<const ChatTemplate>> chat_template =
+      LoadChatTemplate(chat_template_path, model_path);
+  if (!chat_template.ok()) return Fail(chat_template.status());
   const KvShape shape = KvShapeForDevice(*device, c, static_cast<int32_t>(block_size), dtypes.kv);
   const int64_t pages_per_context = (c.seq_len + block_size - 1) / block_size;
   int32_t default_pages =
@@ -258,7 +263,15 @@ int ServeCommand(int argc, char** argv) {
   options.threads = static_cast<int>(threads);
   options.device = device_name;
   options.kv_dtype = dtypes.kv_name;
-  const bool has_tokenizer = tok->has_value();
+  options.chat_template = *chat_template;
+  const std::string tokenizer_name =
+      *tok == nullptr ? "none (token ids only)"
+                      : absl::StrCat((*tok)->Describe(), ", ",
+                                     tokenizer_path.empty() ? model_path : tokenizer_path);
+  const std::string chat_template_name =
+      *chat_template == nullptr ? "none (Chat unavailable)"
+      : chat_template_path.empty() ? "the model's"
+                                   : chat_template_path;
   absl::StatusOr<std::unique_ptr<Engine>> engine =
       Engine::Create(*std::move(model), std::move(*tok), options);
   if (!engine.ok()) return Fail(engine.status());
@@ -307,9 +320,9 @@ int ServeCommand(int argc, char** argv) {
   const ModelInfo info = (*engine)->Info();
   spdlog::info(
       "heavykv serve: model {} (dim {}, {} layers, {} heads / {} kv heads, vocab {}, "
-      "context {}), tokenizer {}",
+      "context {}), tokenizer {}, chat template {}",
       model_path, c.dim, c.num_layers, c.num_heads, c.num_kv_heads, c.vocab_size, c.seq_len,
-      has_tokenizer ? tokenizer_path : "none (token ids only)");
+      tokenizer_name, chat_template_name);
   spdlog::info(
       "KV pool on {}: {} pages x {} tokens ({:.1f} MiB); default policy {} budget {}; "
       "max running {}, step tokens {}, queue {}",

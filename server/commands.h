@@ -3,13 +3,15 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/chat_template.h"
 #include "engine/model.h"
-#include "engine/tokenizer.h"
+#include "engine/text_tokenizer.h"
 #include "memory/kv_cache.h"
 
 namespace heavykv::cli {
@@ -25,17 +27,22 @@ int InspectCommand(int argc, char** argv);    // heavykv inspect (cmd_inspect.cc
 int ChatTemplateCommand(int argc, char** argv);  // heavykv chat-template (cmd_chat_template.cc)
 
 // Shared by the subcommands.
-// The tokenizer at `path` (--tokenizer) when given; else a GGUF model's own (engine/
-// gguf_tokenizer.h; one that heavykv cannot run yet is noted on stderr and left out); else none.
-absl::StatusOr<std::optional<Tokenizer>> LoadOptionalTokenizer(const std::string& path,
-                                                               const std::string& model_path,
-                                                               int32_t vocab_size);
-// Prompt tokens: encoded text with BOS when a tokenizer is given, else whitespace-separated ids
-// (the model's BOS prepended when the list does not start with it, unless config.add_bos is
-// false); INVALID_ARGUMENT for an empty result.
-absl::StatusOr<std::vector<int32_t>> PromptTokens(const std::optional<Tokenizer>& tok,
+// The llama2.c tokenizer at `path` (--tokenizer) when given; else a GGUF model's own (engine/
+// gguf_tokenizer.h; one that heavykv cannot read is noted on stderr and left out); else null.
+absl::StatusOr<std::shared_ptr<const TextTokenizer>> LoadOptionalTokenizer(
+    const std::string& path, const std::string& model_path, int32_t vocab_size);
+// Prompt tokens: encoded text (BOS as the tokenizer adds it, special tokens parsed) when a
+// tokenizer is given, else whitespace-separated ids (the model's BOS prepended when the list does
+// not start with it, unless config.add_bos is false); INVALID_ARGUMENT for an empty result.
+absl::StatusOr<std::vector<int32_t>> PromptTokens(const TextTokenizer* tok,
                                                   const std::string& prompt,
                                                   const ModelConfig& config);
+// The chat template in `override_path` (--chat-template) when given, else a GGUF model's
+// tokenizer.chat_template, else null. A model's template that heavykv cannot parse is noted on
+// stderr and left out (Chat then answers FAILED_PRECONDITION); an override that does not parse
+// is an error.
+absl::StatusOr<std::shared_ptr<const ChatTemplate>> LoadChatTemplate(
+    const std::string& override_path, const std::string& model_path);
 // Pool size from --kv-pages, else --kv-pool-mb, else `default_pages`.
 absl::StatusOr<int32_t> PoolPages(const KvShape& shape, int64_t kv_pages, int64_t kv_pool_mb,
                                   int32_t default_pages);

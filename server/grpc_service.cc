@@ -163,8 +163,8 @@ class TokenizeReactor final : public grpc::ServerUnaryReactor {
  public:
   explicit TokenizeReactor(v1::TokenizeResponse* response) : response_(response) {}
 
-  void Start(Engine* engine, const std::string& text, absl::Time deadline) {
-    engine->TokenizeAsync(text, cancelled_, deadline,
+  void Start(Engine* engine, const std::string& text, bool add_special, absl::Time deadline) {
+    engine->TokenizeAsync(text, add_special, cancelled_, deadline,
                           [this](absl::StatusOr<std::vector<int32_t>> ids) {
                             if (ids.ok()) {
                               for (int32_t id : *ids) response_->add_token_ids(id);
@@ -219,16 +219,17 @@ std::string GenerationService::ClientOf(const grpc::CallbackServerContext& conte
   return context.peer();
 }
 
-grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
-    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
-  std::string id = request->request_id();
+template <typename Request>
+grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::StartGeneration(
+    grpc::CallbackServerContext* context, const Request& request, std::string_view method) {
+  std::string id = request.request_id();
   if (id.empty()) id = absl::StrCat("req-", next_request_.fetch_add(1));
-  if (absl::Status s = Authenticate(*context, "Generate"); !s.ok()) {
+  if (absl::Status s = Authenticate(*context, method); !s.ok()) {
     auto* reactor = new GenerateReactor(std::move(id), nullptr);
     reactor->Start(engine_, s);  // finishes the call with `s`; the engine is not called
     return reactor;
   }
-  absl::StatusOr<GenerationRequest> r = FromProto(*request);
+  absl::StatusOr<GenerationRequest> r = FromProto(request);
   if (r.ok()) {
     r->request_id = id;
     r->client = ClientOf(*context);
@@ -241,6 +242,16 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
   return reactor;
 }
 
+grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Generate(
+    grpc::CallbackServerContext* context, const v1::GenerateRequest* request) {
+  return StartGeneration(context, *request, "Generate");
+}
+
+grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::Chat(
+    grpc::CallbackServerContext* context, const v1::ChatRequest* request) {
+  return StartGeneration(context, *request, "Chat");
+}
+
 grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContext* context,
                                                       const v1::TokenizeRequest* request,
                                                       v1::TokenizeResponse* response) {
@@ -249,7 +260,8 @@ grpc::ServerUnaryReactor* GenerationService::Tokenize(grpc::CallbackServerContex
   const absl::Time deadline = context->deadline() == std::chrono::system_clock::time_point::max()
                                   ? absl::InfiniteFuture()
                                   : absl::FromChrono(context->deadline());
-  reactor->Start(engine_, request->text(), deadline);
+  reactor->Start(engine_, request->text(),
+                 !request->has_add_special_tokens() || request->add_special_tokens(), deadline);
   return reactor;
 }
 

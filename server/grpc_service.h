@@ -49,6 +49,8 @@ class GenerationService final : public v1::Generation::CallbackService {
 
   grpc::ServerWriteReactor<v1::GenerateResponse>* Generate(
       grpc::CallbackServerContext* context, const v1::GenerateRequest* request) override;
+  grpc::ServerWriteReactor<v1::GenerateResponse>* Chat(grpc::CallbackServerContext* context,
+                                                      const v1::ChatRequest* request) override;
   grpc::ServerUnaryReactor* Tokenize(grpc::CallbackServerContext* context,
                                      const v1::TokenizeRequest* request,
                                      v1::TokenizeResponse* response) override;
@@ -65,6 +67,10 @@ class GenerationService final : public v1::Generation::CallbackService {
   // The call's default reactor, finished with the refusal, when authenticate_ denies the call;
   // null when it may run.
   grpc::ServerUnaryReactor* Refuse(grpc::CallbackServerContext* context, std::string_view method);
+  // Generate and Chat: authenticates, converts, submits; one reactor streams the deltas.
+  template <typename Request>
+  grpc::ServerWriteReactor<v1::GenerateResponse>* StartGeneration(
+      grpc::CallbackServerContext* context, const Request& request, std::string_view method);
   // Who the scheduler shares the batch between: with API keys, the key (as a hash, so no copy of
   // it lives on: every connection of one key is one client); without, the connection.
   std::string ClientOf(const grpc::CallbackServerContext& context) const;

@@ -2,21 +2,13 @@
 
 namespace heavykv::server {
 
-absl::StatusOr<GenerationRequest> FromProto(const v1::GenerateRequest& q) {
-  GenerationRequest r;
+namespace {
+
+// The fields GenerateRequest and ChatRequest share.
+template <typename Request>
+void CopyGenerationFields(const Request& q, GenerationRequest* out) {
+  GenerationRequest& r = *out;
   r.request_id = q.request_id();
-  switch (q.input_case()) {
-    case v1::GenerateRequest::kPrompt:
-      r.prompt = q.prompt();
-      break;
-    case v1::GenerateRequest::kPromptTokenIds:
-      r.prompt_token_ids.assign(q.prompt_token_ids().ids().begin(),
-                                q.prompt_token_ids().ids().end());
-      break;
-    case v1::GenerateRequest::INPUT_NOT_SET:
-      return absl::InvalidArgumentError(
-          "the request has no input: set prompt (UTF-8 text) or prompt_token_ids");
-  }
   if (q.has_max_new_tokens()) r.max_new_tokens = q.max_new_tokens();
   const v1::SamplingParams& s = q.sampling();
   if (s.has_temperature()) r.temperature = s.temperature();
@@ -32,6 +24,36 @@ absl::StatusOr<GenerationRequest> FromProto(const v1::GenerateRequest& q) {
   if (kv.budget_case() == v1::KvParams::kBudgetFraction) r.budget_fraction = kv.budget_fraction();
   if (kv.has_recent_fraction()) r.recent_fraction = kv.recent_fraction();
   r.logprobs = q.logprobs();
+  if (q.has_skip_special_tokens()) r.skip_special_tokens = q.skip_special_tokens();
+}
+
+}  // namespace
+
+absl::StatusOr<GenerationRequest> FromProto(const v1::GenerateRequest& q) {
+  GenerationRequest r;
+  CopyGenerationFields(q, &r);
+  switch (q.input_case()) {
+    case v1::GenerateRequest::kPrompt:
+      r.prompt = q.prompt();
+      break;
+    case v1::GenerateRequest::kPromptTokenIds:
+      r.prompt_token_ids.assign(q.prompt_token_ids().ids().begin(),
+                                q.prompt_token_ids().ids().end());
+      break;
+    case v1::GenerateRequest::INPUT_NOT_SET:
+      return absl::InvalidArgumentError(
+          "the request has no input: set prompt (UTF-8 text) or prompt_token_ids");
+  }
+  return r;
+}
+
+absl::StatusOr<GenerationRequest> FromProto(const v1::ChatRequest& q) {
+  GenerationRequest r;
+  CopyGenerationFields(q, &r);
+  std::vector<ChatMessage>& messages = r.messages.emplace();
+  messages.reserve(q.messages_size());
+  for (const v1::ChatMessage& m : q.messages()) messages.push_back({m.role(), m.content()});
+  if (q.has_add_generation_prompt()) r.add_generation_prompt = q.add_generation_prompt();
   return r;
 }
 

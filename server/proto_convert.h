@@ -12,6 +12,8 @@ namespace heavykv::server {
 
 // INVALID_ARGUMENT when neither prompt nor prompt_token_ids is set. The deadline is left unset.
 absl::StatusOr<GenerationRequest> FromProto(const v1::GenerateRequest& request);
+// The conversation and Generate's fields; the engine checks the messages (Engine::Submit).
+absl::StatusOr<GenerationRequest> FromProto(const v1::ChatRequest& request);
 
 // Appends a delta to `response` (token ids, text, logprobs); the last delta also sets
 // finish_reason, usage and timings.

@@ -357,8 +357,8 @@ TEST(BpeTokenizerTest, StopsWhenAsked) {
   std::string text;
   while (text.size() < (1 << 20)) text += "hello world ";
   int calls = 0;
-  EXPECT_FALSE(tok->Encode(text, false, false, [&] { return ++calls > 3; }).has_value());
-  EXPECT_TRUE(tok->Encode("hello", false, false, [] { return false; }).has_value());
+  EXPECT_FALSE(tok->Encode(text, false, false, [&] { return ++calls > 3; }, true).has_value());
+  EXPECT_TRUE(tok->Encode("hello", false, false, [] { return false; }, true).has_value());
 }
 
 TEST(BpeTokenizerTest, MalformedVocabulariesAreErrors) {

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "engine/generator.h"
+#include "engine/tokenizer.h"
 #include "kernels/cpu/gemm.h"
 #include "tests/test_util.h"
 
@@ -66,7 +67,7 @@ class EngineTest : public ::testing::Test {
     o.max_step_tokens = max_step_tokens;
     o.threads = 1;
     auto e = Engine::Create(*LoadModel(testing::ModelPath()),
-                            *Tokenizer::Load(testing::TokenizerPath(), 512), o);
+                            std::make_shared<Tokenizer>(*Tokenizer::Load(testing::TokenizerPath(), 512)), o);
     EXPECT_TRUE(e.ok()) << e.status();
     return *std::move(e);
   }
@@ -132,7 +133,7 @@ TEST_F(EngineTest, Bf16KvServesAndUnknownDtypeIsRejected) {
   o.threads = 1;
   o.kv_dtype = "bf16";
   auto engine = Engine::Create(*LoadModel(testing::ModelPath()),
-                               *Tokenizer::Load(testing::TokenizerPath(), 512), o);
+                               std::make_shared<Tokenizer>(*Tokenizer::Load(testing::TokenizerPath(), 512)), o);
   ASSERT_TRUE(engine.ok()) << engine.status();
   GenerationRequest r;
   r.prompt_token_ids = {1};
@@ -148,7 +149,7 @@ TEST_F(EngineTest, Bf16KvServesAndUnknownDtypeIsRejected) {
   EXPECT_EQ((*engine)->Stats().pages_used, 0);
   o.kv_dtype = "fp16";
   auto bad = Engine::Create(*LoadModel(testing::ModelPath()),
-                            *Tokenizer::Load(testing::TokenizerPath(), 512), o);
+                            std::make_shared<Tokenizer>(*Tokenizer::Load(testing::TokenizerPath(), 512)), o);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
 }
 

@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "engine/model_runner.h"
+#include "engine/tokenizer.h"
 #include "kernels/cpu/gemm.h"
 #include "tests/test_util.h"
 

@@ -9,7 +9,6 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "absl/strings/str_replace.h"
 #include "engine/gguf.h"
 #include "engine/tokenizer.h"
 #include "gtest/gtest.h"
@@ -38,26 +37,20 @@ TEST(GgufTokenizerTest, LlamaSpmVectors) {
   ExpectVectors(*tok, "ggml-vocab-llama-spm.gguf");
 }
 
-// Phi-3's EOS is <|endoftext|> (32000), not id 2, which LoadGgufTokenizer refuses (the Tokenizer
-// appends id 2 for EOS); the pieces themselves tokenize as llama.cpp does.
+// Phi-3's EOS is <|endoftext|> (32000), not id 2: the file's ids are used, and its chat turn
+// markers are control tokens that end a generation.
 TEST(GgufTokenizerTest, Phi3Vectors) {
   absl::StatusOr<GgufFile> f =
       GgufFile::Open(testing::SourcePath("tests/data/gguf/ggml-vocab-phi-3.gguf"));
   ASSERT_TRUE(f.ok()) << f.status();
   const GgufMetadata* tokens = f->FindMetadata("tokenizer.ggml.tokens");
   ASSERT_NE(tokens, nullptr);
-  EXPECT_EQ(LoadGgufTokenizer(*f, int32_t(tokens->count)).status().code(),
-            absl::StatusCode::kUnimplemented);
-  absl::StatusOr<std::vector<absl::string_view>> pieces =
-      f->GetArrayString("tokenizer.ggml.tokens");
-  absl::StatusOr<std::vector<float>> scores = f->GetArrayF32("tokenizer.ggml.scores");
-  ASSERT_TRUE(pieces.ok() && scores.ok());
-  std::vector<std::string> spaced;
-  for (absl::string_view p : *pieces)
-    spaced.push_back(absl::StrReplaceAll(p, {{"\xE2\x96\x81", " "}}));
-  absl::StatusOr<Tokenizer> tok = Tokenizer::FromPieces(std::move(spaced), *scores, "phi-3");
+  absl::StatusOr<Tokenizer> tok = LoadGgufTokenizer(*f, int32_t(tokens->count));
   ASSERT_TRUE(tok.ok()) << tok.status();
   ExpectVectors(*tok, "ggml-vocab-phi-3.gguf");
+  EXPECT_EQ(tok->eos_id(), 32000);
+  EXPECT_TRUE(tok->IsEndOfGeneration(32000));
+  EXPECT_FALSE(tok->IsEndOfGeneration(2));
 }
 
 }  // namespace

@@ -425,7 +425,7 @@ TEST_F(TokenizerTest, ShouldStopEndsTheEncodeAtEveryCheck) {
   const std::string text = StoryText(64 << 10);
   const Ids expected = tok_->Encode(text, true, false);
   int calls = 0;
-  const std::optional<Ids> full = tok_->Encode(text, true, false, [&calls] { return ++calls < 0; });
+  const std::optional<Ids> full = tok_->Encode(text, true, false, [&calls] { return ++calls < 0; }, true);
   ASSERT_TRUE(full.has_value());
   EXPECT_EQ(*full, expected);
   // Both the code-point split and the merge loop poll: more than one check per 4096 bytes.
@@ -433,12 +433,12 @@ TEST_F(TokenizerTest, ShouldStopEndsTheEncodeAtEveryCheck) {
   // Stopping at any one of those checks, early (split) or late (merges), gives nothing.
   for (int stop_at = 1; stop_at <= calls; ++stop_at) {
     int n = 0;
-    EXPECT_FALSE(tok_->Encode(text, true, false, [&] { return ++n == stop_at; }).has_value())
+    EXPECT_FALSE(tok_->Encode(text, true, false, [&] { return ++n == stop_at; }, true).has_value())
         << "stop at check " << stop_at << " of " << calls;
     EXPECT_EQ(n, stop_at);
   }
   // An empty check never stops.
-  EXPECT_EQ(tok_->Encode(text, false, true, std::function<bool()>()),
+  EXPECT_EQ(tok_->Encode(text, false, true, std::function<bool()>(), true),
             tok_->Encode(text, false, true));
 }
 

@@ -1,0 +1,47 @@
+// SpecialTokenMatcher: finds the control and user-defined tokens written in a text ("<|im_end|>",
+// "<s>"), which both tokenizers (engine/tokenizer.h, engine/bpe_tokenizer.h) encode as single
+// tokens before they split the plain text between them. Hugging Face's added-token rule: the
+// leftmost match first, and at one position the longest.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace heavykv {
+
+class SpecialTokenMatcher {
+ public:
+  // Adds token `id` written as `text` (not empty); `control` tokens are skipped by Find when it
+  // is not to parse them (user-defined tokens always match). Call Finish after the last Add.
+  void Add(int32_t id, std::string text, bool control);
+  void Finish();
+
+  struct Match {
+    size_t pos = std::string_view::npos;  // where it starts; npos: no special token left
+    int32_t id = -1;
+    size_t length = 0;
+  };
+  // The first special token in `text` at or after `from`.
+  Match Find(std::string_view text, size_t from, bool parse_control) const;
+  bool empty() const { return count_ == 0; }
+
+ private:
+  struct Entry {
+    int32_t id;
+    bool control;
+    std::string text;
+  };
+  std::vector<std::vector<Entry>> by_first_byte_ = std::vector<std::vector<Entry>>(256);
+  size_t count_ = 0;
+};
+
+// Whether a token written `text` ends a chat turn although the file does not name it EOS/EOT
+// (<|eot_id|>, <|im_end|>, <|end|>, <end_of_turn>, <|endoftext|>, <|eom_id|>, <EOT>), as llama.cpp
+// collects them: a Llama 3 GGUF's EOS is <|end_of_text|>, but an instruct model ends its turn
+// with <|eot_id|>.
+bool IsTurnEndText(std::string_view text);
+
+}  // namespace heavykv
