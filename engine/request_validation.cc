@@ -105,7 +105,9 @@ absl::StatusOr<std::string> RequestValidator::RenderChat(const std::vector<ChatM
   opts.bos_token = special_text(tokenizer_->bos_id());
   opts.eos_token = special_text(tokenizer_->eos_id());
   opts.add_generation_prompt = add_generation_prompt;
-  opts.limits.max_output_bytes = std::max<int64_t>(max_prompt_bytes_, 1);
+  // A rendering longer than the prompt limit is the client's to shorten (INVALID_ARGUMENT from
+  // PromptTokens); the render's own bound only stops a template that runs away.
+  opts.limits.max_output_bytes = std::max(opts.limits.max_output_bytes, max_prompt_bytes_ + 1);
   return options_.chat_template->Render(messages, opts);
 }
 

@@ -73,6 +73,13 @@ struct BundledServer {
     if (!kv.ok()) Die(std::string(kv.status().message()));
     cache = *std::move(kv);
     options.num_pages = pages;
+    // ChatML, as SmolLM2 and Qwen write it, for chat requests.
+    absl::StatusOr<ChatTemplate> chat = ChatTemplate::Parse(
+        "{% for m in messages %}{{ '<|im_start|>' + m['role'] + '\\n' + m['content'] + "
+        "'<|im_end|>' + '\\n' }}{% endfor %}{% if add_generation_prompt %}"
+        "{{ '<|im_start|>assistant\\n' }}{% endif %}");
+    if (!chat.ok()) Die(std::string(chat.status().message()));
+    options.chat_template = std::make_shared<const ChatTemplate>(*std::move(chat));
     scheduler = std::make_unique<Scheduler>(
         cache.get(), SchedulerConfig{options.max_step_tokens, options.max_running,
                                      256, options.full_overcommit});

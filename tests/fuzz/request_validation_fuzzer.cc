@@ -1,5 +1,6 @@
 // Fuzzes RequestValidator::Resolve (engine/request_validation.h) against the bundled model's
-// configuration and tokenizer: every GenerationRequest field is drawn from the input. Resolve must
+// configuration and tokenizer: every GenerationRequest field is drawn from the input, the prompt
+// as text, token ids or a chat. Resolve must
 // return a status for anything, and an accepted request must keep the validator's promises
 // (fuzz_util.h CheckResolved).
 #include <fuzzer/FuzzedDataProvider.h>
@@ -33,8 +34,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   FuzzedDataProvider in(data, size);
   heavykv::GenerationRequest q;
   q.request_id = in.ConsumeRandomLengthString(64);
-  if (in.ConsumeBool()) {
+  const int input = in.ConsumeIntegralInRange(0, 2);
+  if (input == 0) {
     q.prompt = in.ConsumeRandomLengthString(512);
+  } else if (input == 2) {
+    // A chat, rendered with BundledServer's ChatML template.
+    std::vector<heavykv::ChatMessage>& messages = q.messages.emplace();
+    for (int n = in.ConsumeIntegralInRange(0, 6); n > 0; --n) {
+      messages.push_back({in.ConsumeRandomLengthString(12), in.ConsumeRandomLengthString(128)});
+    }
+    q.add_generation_prompt = in.ConsumeBool();
   } else {
     const int n = in.ConsumeIntegralInRange(0, 300);
     const int32_t vocab = server->config.vocab_size;
