@@ -134,7 +134,11 @@ absl::StatusOr<Tokenizer> LoadGgufTokenizer(const GgufFile& f, int32_t vocab_siz
   if (!scores.ok()) return scores.status();
   absl::StatusOr<std::vector<int32_t>> types = TokenTypes(f, tokens->size());
   if (!types.ok()) return types.status();
-  absl::StatusOr<CommonIds> ids = ReadCommonIds(f, vocab_size, CommonIds{kBosId, kEosId, 0});
+  CommonIds defaults;  // SentencePiece's: <unk> 0, <s> 1, </s> 2
+  defaults.bos = kBosId;
+  defaults.eos = kEosId;
+  defaults.unknown = 0;
+  absl::StatusOr<CommonIds> ids = ReadCommonIds(f, vocab_size, defaults);
   if (!ids.ok()) return ids.status();
   Tokenizer::SentencePieceOptions o;
   o.types = *std::move(types);
