@@ -154,6 +154,7 @@ class EngineImpl final : public Engine {
   ModelInfo Info() const override {
     const ModelConfig& c = model_.config;
     ModelInfo info;
+    info.architecture = ArchitectureName(c.arch);
     info.context_length = c.seq_len;
     info.vocab_size = c.vocab_size;
     info.num_layers = c.num_layers;
@@ -164,6 +165,8 @@ class EngineImpl final : public Engine {
     info.pages_total = cache_->allocator().num_pages_total();
     info.block_size = cache_->shape().block_size;
     info.page_bytes = cache_->shape().PageBytes();
+    if (tokenizer_) info.tokenizer = tokenizer_->Describe();
+    info.chat = options_.chat_template != nullptr;
     return info;
   }
 

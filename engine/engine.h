@@ -151,6 +151,8 @@ struct ModelInfo {
   int32_t pages_total = 0;
   int32_t block_size = 0;
   int64_t page_bytes = 0;
+  std::string tokenizer;  // TextTokenizer::Describe(); empty without one
+  bool chat = false;      // a chat template is loaded
 };
 
 class RequestHandle {

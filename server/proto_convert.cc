@@ -113,6 +113,8 @@ void ToProto(const ModelInfo& info, v1::ModelInfo* out) {
   out->set_block_size(info.block_size);
   out->set_page_bytes(info.page_bytes);
   out->set_pool_bytes(info.page_bytes * info.pages_total);
+  out->set_tokenizer(info.tokenizer);
+  out->set_chat(info.chat);
 }
 
 void ToProto(const CacheStats& s, v1::CacheStats* out) {
