@@ -329,5 +329,22 @@ TEST_F(ChatRefusalE2eTest, BadChatsAreInvalidArgumentAndLeakNothing) {
   EXPECT_EQ(stats.sequences_running(), 0);
 }
 
+// A llama2.c tokenizer parses no special tokens: the BOS the Llama 2 template writes first must
+// still be the BOS token, not the text of its piece ("\n<s>\n").
+TEST(ChatLlama2cE2eTest, TheBosTheTemplateWritesIsTheBosToken) {
+  ServerProcess server({"--model", testing::ModelPath(), "--tokenizer", testing::TokenizerPath(),
+                        "--threads", "1", "--chat-template", Template("llama2.jinja")});
+  ASSERT_TRUE(server.ok()) << server.log();
+  const Streamed chat = Chat(server.stub(), GreedyChat({{"user", "Once upon a time"}}, 8));
+  ASSERT_TRUE(chat.status.ok()) << chat.status.error_message();
+  v1::GenerateRequest req = Greedy("[INST] Once upon a time [/INST]", 8);
+  req.mutable_sampling()->set_seed(7);
+  const Streamed gen = Generate(server.stub(), req);  // BOS added to the text
+  ASSERT_TRUE(gen.status.ok()) << gen.status.error_message();
+  EXPECT_EQ(chat.last.usage().prompt_tokens(), gen.last.usage().prompt_tokens());
+  EXPECT_EQ(chat.ids, gen.ids);
+  EXPECT_EQ(chat.text, gen.text);
+}
+
 }  // namespace
 }  // namespace heavykv
