@@ -2,7 +2,8 @@
 """A Python gRPC client, generated from proto/heavykv/v1/generation.proto, against the real server.
 
 Starts `heavykv serve` on a free loopback port, waits for grpc.health.v1 SERVING, streams a greedy
-generation and checks it token for token against `heavykv run` on the same prompt, then checks
+generation and checks it token for token against `heavykv run` on the same prompt, streams a Chat
+(rendered with --chat-template) and checks it against Generate of the rendered prompt, then checks
 that a bad request gets INVALID_ARGUMENT. Exits non-zero on any failure (run by ctest).
 """
 import argparse
@@ -20,6 +21,7 @@ def main():
     ap.add_argument("--stubs", required=True, help="directory with heavykv/v1/*_pb2*.py")
     ap.add_argument("--model", required=True)
     ap.add_argument("--tokenizer", required=True)
+    ap.add_argument("--chat-template", required=True, help="Llama 2's chat template")
     args = ap.parse_args()
     sys.path.insert(0, args.stubs)
     import grpc
@@ -29,7 +31,8 @@ def main():
     log = tempfile.NamedTemporaryFile(prefix="heavykv-py-serve-", suffix=".log")
     server = subprocess.Popen(
         [args.binary, "serve", "--model", args.model, "--tokenizer", args.tokenizer,
-         "--listen", "127.0.0.1:0", "--metrics-address", "", "--threads", "1", "--reflection"],
+         "--listen", "127.0.0.1:0", "--metrics-address", "", "--threads", "1", "--reflection",
+         "--chat-template", args.chat_template],
         stdout=log, stderr=subprocess.STDOUT)
     try:
         port = None
@@ -78,6 +81,36 @@ def main():
              "--temperature", "0", "--json", "--prompt", prompt, "--steps", str(n + 31)]))
         assert ids == run["token_ids"][n:], (ids, run["token_ids"])
         assert prompt + text == run["text"], (text, run["text"])
+
+        # Tokenize without special tokens leaves out BOS (id 1).
+        plain = stub.Tokenize(pb.TokenizeRequest(text=prompt.encode(), add_special_tokens=False))
+        assert [1] + list(plain.token_ids) == list(
+            stub.Tokenize(pb.TokenizeRequest(text=prompt.encode())).token_ids), plain
+
+        # Chat: Llama 2's template renders "<s>[INST] {content} [/INST]"; its stream is Generate's
+        # for that prompt (BOS added to the text).
+        def stream(responses):
+            ids, text, last = [], "", None
+            for msg in responses:
+                ids += list(msg.token_ids)
+                text += msg.text
+                last = msg
+            return ids, text, last.usage.prompt_tokens
+        greedy = pb.SamplingParams(temperature=0, seed=7)
+        chat = stream(stub.Chat(pb.ChatRequest(
+            messages=[pb.ChatMessage(role=b"user", content=prompt.encode())], max_new_tokens=16,
+            sampling=greedy), timeout=30))
+        gen = stream(stub.Generate(pb.GenerateRequest(
+            prompt=f"[INST] {prompt} [/INST]".encode(), max_new_tokens=16, sampling=greedy),
+            timeout=30))
+        assert chat == gen and chat[0], (chat, gen)
+        try:
+            list(stub.Chat(pb.ChatRequest(messages=[pb.ChatMessage(role=b"user", content=b"a"),
+                                                    pb.ChatMessage(role=b"user", content=b"b")])))
+            raise AssertionError("user, user was accepted by Llama 2's template")
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, e
+            assert "must alternate" in e.details(), e.details()
 
         try:
             list(stub.Generate(pb.GenerateRequest(prompt=b"hi", kv=pb.KvParams(policy="lru"))))
