@@ -242,10 +242,16 @@ absl::StatusOr<std::vector<int32_t>> RequestValidator::PromptTokens(
     }
     if (text->empty()) return Invalid("the chat template rendered an empty prompt");
     // The template writes BOS itself when the model wants it (Llama, Mistral): add it only
-    // when it did not (llama.cpp's rule; never two).
+    // when it did not (llama.cpp's rule; never two). A BOS the template wrote first is that
+    // token, not its text: a llama2.c tokenizer parses no special tokens, and would spell out its
+    // "\n<s>\n" and start the prompt without BOS.
     const int32_t bos = tokenizer_->bos_id();
-    const bool wrote_bos = bos >= 0 && absl::StartsWith(*text, tokenizer_->Decode(-1, bos));
-    return EncodeChecked(*text, tokenizer_->add_bos() && !wrote_bos, /*eos=*/false, should_stop);
+    const std::string bos_text = bos >= 0 ? tokenizer_->Decode(-1, bos) : std::string();
+    if (!bos_text.empty() && absl::StartsWith(*text, bos_text)) {
+      return EncodeChecked(text->substr(bos_text.size()), /*bos=*/true, /*eos=*/false,
+                           should_stop);
+    }
+    return EncodeChecked(*text, tokenizer_->add_bos(), /*eos=*/false, should_stop);
   }
   // Precheck refused an empty prompt_token_ids, so the prompt is never empty.
   return PromptWithBos(config_, q.prompt_token_ids);

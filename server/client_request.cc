@@ -19,9 +19,15 @@ void AddRequestFlags(FlagSet& flags, RequestFlags* f) {
   flags.String("stop", &f->stop, "comma-separated stop strings");
   flags.Bool("ignore-eos", &f->ignore_eos, "keep generating past end-of-sequence");
   flags.Bool("logprobs", &f->logprobs, "ask for the sampled tokens' log-probabilities");
+  flags.Bool("keep-special-tokens", &f->keep_special_tokens,
+             "keep control tokens (<|im_end|>, </s>) in the text: skip_special_tokens=false");
 }
 
-absl::Status FillRequest(const FlagSet& flags, const RequestFlags& f, v1::GenerateRequest* out) {
+namespace {
+
+// The fields GenerateRequest and ChatRequest share.
+template <typename Request>
+absl::Status FillSharedFields(const FlagSet& flags, const RequestFlags& f, Request* out) {
   out->set_max_new_tokens(static_cast<int32_t>(f.max_tokens));
   v1::SamplingParams* s = out->mutable_sampling();
   if (flags.IsSet("temperature")) s->set_temperature(static_cast<float>(f.temperature));
@@ -43,7 +49,18 @@ absl::Status FillRequest(const FlagSet& flags, const RequestFlags& f, v1::Genera
   for (const std::string& stop : SplitList(f.stop)) out->add_stop(stop);
   out->set_ignore_eos(f.ignore_eos);
   out->set_logprobs(f.logprobs);
+  if (f.keep_special_tokens) out->set_skip_special_tokens(false);
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status FillRequest(const FlagSet& flags, const RequestFlags& f, v1::GenerateRequest* out) {
+  return FillSharedFields(flags, f, out);
+}
+
+absl::Status FillRequest(const FlagSet& flags, const RequestFlags& f, v1::ChatRequest* out) {
+  return FillSharedFields(flags, f, out);
 }
 
 void AddConnectionFlags(FlagSet& flags, ConnectionFlags* f) {

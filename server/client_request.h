@@ -1,6 +1,6 @@
 // Shared by the gRPC clients (`heavykv generate`, `heavykv bench`): the request flags, the
-// GenerateRequest they make, and the connection (address, TLS, API key). Flags a user leaves
-// unset stay unset in the request, so the server's defaults apply.
+// GenerateRequest or ChatRequest they make, and the connection (address, TLS, API key). Flags a
+// user leaves unset stay unset in the request, so the server's defaults apply.
 #pragma once
 
 #include <grpcpp/grpcpp.h>
@@ -21,16 +21,17 @@ struct RequestFlags {
   double temperature = 1, top_p = 1, recent_fraction = 0.5;
   int64_t top_k = 0, seed = 0;
   std::string policy, kv_budget, stop;
-  bool ignore_eos = false, logprobs = false;
+  bool ignore_eos = false, logprobs = false, keep_special_tokens = false;
 };
 
 // Registers --max-tokens, --temperature, --top-p, --top-k, --seed, --policy, --kv-budget,
-// --recent-fraction, --stop (comma-separated), --ignore-eos, --logprobs.
+// --recent-fraction, --stop (comma-separated), --ignore-eos, --logprobs, --keep-special-tokens.
 void AddRequestFlags(FlagSet& flags, RequestFlags* f);
 
-// Fills everything but the input. INVALID_ARGUMENT for a --kv-budget that is not a token count
-// or a fraction.
+// Fills everything but the input (the prompt, or the chat's messages). INVALID_ARGUMENT for a
+// --kv-budget that is not a token count or a fraction.
 absl::Status FillRequest(const FlagSet& flags, const RequestFlags& f, v1::GenerateRequest* out);
+absl::Status FillRequest(const FlagSet& flags, const RequestFlags& f, v1::ChatRequest* out);
 
 struct ConnectionFlags {
   std::string address = "127.0.0.1:50051";

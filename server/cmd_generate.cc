@@ -1,5 +1,7 @@
 // heavykv generate: one streamed generation from a running `heavykv serve`. The text goes to
-// stdout as it arrives; one summary line (finish reason, tokens, timings) goes to stderr.
+// stdout as it arrives; one summary line (finish reason, tokens, timings) goes to stderr. With
+// --chat the PROMPT is one user message (after an optional --system message) sent to the Chat RPC,
+// which renders it with the server's chat template.
 #include <chrono>
 #include <cstdio>
 
@@ -18,23 +20,43 @@ namespace heavykv::cli {
 int GenerateCommand(int argc, char** argv) {
   ConnectionFlags conn;
   std::string request_id;
-  bool token_ids = false, json = false;
+  std::string system;
+  bool token_ids = false, json = false, chat = false;
   double timeout = 0;
   RequestFlags rf;
   FlagSet flags("generate", "heavykv generate --server ADDR [flags] PROMPT");
   AddConnectionFlags(flags, &conn);
   flags.String("request-id", &request_id, "request id (unset: the server makes one)");
   flags.Bool("token-ids", &token_ids, "PROMPT is token ids separated by spaces, not text");
+  flags.Bool("chat", &chat, "send PROMPT as a user message to Chat (the server's chat template)");
+  flags.String("system", &system, "with --chat: a system message before PROMPT");
   flags.Double("timeout", &timeout, "deadline in seconds; 0 = none");
   flags.Bool("json", &json, "print the token ids and the summary as one JSON object instead");
   AddRequestFlags(flags, &rf);
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
   const std::string prompt = absl::StrJoin(flags.positional(), " ");
   if (prompt.empty()) return Fail(absl::InvalidArgumentError("give a PROMPT"));
+  if (chat && token_ids) {
+    return Fail(absl::InvalidArgumentError("--chat sends text: leave out --token-ids"));
+  }
+  if (!chat && flags.IsSet("system")) {
+    return Fail(absl::InvalidArgumentError("--system needs --chat"));
+  }
 
   v1::GenerateRequest request;
+  v1::ChatRequest chat_request;
   request.set_request_id(request_id);
-  if (token_ids) {
+  chat_request.set_request_id(request_id);
+  if (chat) {
+    if (flags.IsSet("system")) {
+      v1::ChatMessage* m = chat_request.add_messages();
+      m->set_role("system");
+      m->set_content(system);
+    }
+    v1::ChatMessage* m = chat_request.add_messages();
+    m->set_role("user");
+    m->set_content(prompt);
+  } else if (token_ids) {
     v1::TokenIds* ids = request.mutable_prompt_token_ids();
     for (absl::string_view part :
          absl::StrSplit(prompt, absl::ByAnyChar(" ,"), absl::SkipEmpty())) {
@@ -48,7 +70,11 @@ int GenerateCommand(int argc, char** argv) {
   } else {
     request.set_prompt(prompt);
   }
-  if (absl::Status s = FillRequest(flags, rf, &request); !s.ok()) return Fail(s);
+  if (absl::Status s =
+          chat ? FillRequest(flags, rf, &chat_request) : FillRequest(flags, rf, &request);
+      !s.ok()) {
+    return Fail(s);
+  }
 
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = Connect(&conn);
   if (!channel.ok()) return Fail(channel.status());
@@ -60,7 +86,7 @@ int GenerateCommand(int argc, char** argv) {
                          std::chrono::microseconds(static_cast<int64_t>(timeout * 1e6)));
   }
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
-      stub->Generate(&context, request);
+      chat ? stub->Chat(&context, chat_request) : stub->Generate(&context, request);
   v1::GenerateResponse message, last;
   std::string text, id;  // the server sends the request id in the first message only
   std::vector<int32_t> ids;

@@ -25,6 +25,7 @@ int BenchCommand(int argc, char** argv);      // heavykv bench (cmd_bench.cc)
 int PlanCommand(int argc, char** argv);       // heavykv plan (cmd_plan.cc)
 int InspectCommand(int argc, char** argv);    // heavykv inspect (cmd_inspect.cc)
 int ChatTemplateCommand(int argc, char** argv);  // heavykv chat-template (cmd_chat_template.cc)
+int TokenizeCommand(int argc, char** argv);      // heavykv tokenize (cmd_tokenize.cc)
 
 // Shared by the subcommands.
 // The llama2.c tokenizer at `path` (--tokenizer) when given; else a GGUF model's own (engine/

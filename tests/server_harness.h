@@ -293,19 +293,30 @@ struct Streamed {
   v1::GenerateResponse last;
 };
 
-inline Streamed Generate(v1::Generation::Stub& stub, const v1::GenerateRequest& req,
-                  std::chrono::milliseconds timeout = 60s) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + timeout);
+// Reads a Generate or Chat stream to its end.
+inline Streamed ReadStream(grpc::ClientReader<v1::GenerateResponse>& reader) {
   Streamed out;
-  auto reader = stub.Generate(&context, req);
-  for (v1::GenerateResponse m; reader->Read(&m); ++out.messages) {
+  for (v1::GenerateResponse m; reader.Read(&m); ++out.messages) {
     out.ids.insert(out.ids.end(), m.token_ids().begin(), m.token_ids().end());
     out.text += m.text();
     out.last = m;
   }
-  out.status = reader->Finish();
+  out.status = reader.Finish();
   return out;
+}
+
+inline Streamed Generate(v1::Generation::Stub& stub, const v1::GenerateRequest& req,
+                  std::chrono::milliseconds timeout = 60s) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + timeout);
+  return ReadStream(*stub.Generate(&context, req));
+}
+
+inline Streamed Chat(v1::Generation::Stub& stub, const v1::ChatRequest& req,
+                     std::chrono::milliseconds timeout = 60s) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + timeout);
+  return ReadStream(*stub.Chat(&context, req));
 }
 
 inline v1::GenerateRequest Greedy(const std::string& prompt, int32_t max_new_tokens) {

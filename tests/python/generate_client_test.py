@@ -3,8 +3,8 @@
 
 Starts `heavykv serve` on a free loopback port, waits for grpc.health.v1 SERVING, streams a greedy
 generation and checks it token for token against `heavykv run` on the same prompt, streams a Chat
-and checks it against Generate on the prompt `heavykv chat-template` renders, then checks that bad
-requests get INVALID_ARGUMENT. Exits non-zero on any failure (run by ctest).
+(rendered with --chat-template) and checks it against Generate of the rendered prompt, then checks
+that a bad request gets INVALID_ARGUMENT. Exits non-zero on any failure (run by ctest).
 """
 import argparse
 import json
@@ -21,7 +21,7 @@ def main():
     ap.add_argument("--stubs", required=True, help="directory with heavykv/v1/*_pb2*.py")
     ap.add_argument("--model", required=True)
     ap.add_argument("--tokenizer", required=True)
-    ap.add_argument("--chat-template", required=True)
+    ap.add_argument("--chat-template", required=True, help="Llama 2's chat template")
     args = ap.parse_args()
     sys.path.insert(0, args.stubs)
     import grpc
@@ -31,8 +31,8 @@ def main():
     log = tempfile.NamedTemporaryFile(prefix="heavykv-py-serve-", suffix=".log")
     server = subprocess.Popen(
         [args.binary, "serve", "--model", args.model, "--tokenizer", args.tokenizer,
-         "--chat-template", args.chat_template,
-         "--listen", "127.0.0.1:0", "--metrics-address", "", "--threads", "1", "--reflection"],
+         "--listen", "127.0.0.1:0", "--metrics-address", "", "--threads", "1", "--reflection",
+         "--chat-template", args.chat_template],
         stdout=log, stderr=subprocess.STDOUT)
     try:
         port = None
@@ -82,40 +82,36 @@ def main():
         assert ids == run["token_ids"][n:], (ids, run["token_ids"])
         assert prompt + text == run["text"], (text, run["text"])
 
-        # Chat: the rendered conversation is the prompt, generated as Generate does.
-        conversation = [{"role": "system", "content": "Tell a story."},
-                        {"role": "user", "content": "A cat named Tom ☃"}]
-        with tempfile.NamedTemporaryFile("w", suffix=".json") as f:
-            json.dump(conversation, f)
-            f.flush()
-            rendered = subprocess.check_output(
-                [args.binary, "chat-template", "--template", args.chat_template,
-                 "--messages", f.name])
-        chat = pb.ChatRequest(
-            messages=[pb.ChatMessage(role=m["role"].encode(), content=m["content"].encode())
-                      for m in conversation],
-            max_new_tokens=16, sampling=pb.SamplingParams(temperature=0))
-        chat_ids, chat_text, chat_last = [], "", None
-        for msg in stub.Chat(chat, timeout=30):
-            chat_ids += list(msg.token_ids)
-            chat_text += msg.text
-            chat_last = msg
-        plain_ids, plain_text = [], ""
-        for msg in stub.Generate(pb.GenerateRequest(prompt=rendered, max_new_tokens=16,
-                                                    sampling=pb.SamplingParams(temperature=0)),
-                                 timeout=30):
-            plain_ids += list(msg.token_ids)
-            plain_text += msg.text
-        assert chat_ids and chat_ids == plain_ids, (chat_ids, plain_ids)
-        assert chat_text == plain_text, (chat_text, plain_text)
-        rendered_ids = stub.Tokenize(pb.TokenizeRequest(text=rendered)).token_ids
-        assert chat_last.usage.prompt_tokens == len(rendered_ids), chat_last.usage
+        # Tokenize without special tokens leaves out BOS (id 1).
+        plain = stub.Tokenize(pb.TokenizeRequest(text=prompt.encode(), add_special_tokens=False))
+        assert [1] + list(plain.token_ids) == list(
+            stub.Tokenize(pb.TokenizeRequest(text=prompt.encode())).token_ids), plain
 
+        # Chat: Llama 2's template renders "<s>[INST] {content} [/INST]"; its stream is Generate's
+        # for that prompt (BOS added to the text).
+        def stream(responses):
+            ids, text, last = [], "", None
+            for msg in responses:
+                ids += list(msg.token_ids)
+                text += msg.text
+                last = msg
+            return ids, text, last.usage.prompt_tokens
+        greedy = pb.SamplingParams(temperature=0, seed=7)
+        chat = stream(stub.Chat(pb.ChatRequest(
+            messages=[pb.ChatMessage(role=b"user", content=prompt.encode())], max_new_tokens=16,
+            sampling=greedy), timeout=30))
+        gen = stream(stub.Generate(pb.GenerateRequest(
+            prompt=f"[INST] {prompt} [/INST]".encode(), max_new_tokens=16, sampling=greedy),
+            timeout=30))
+        assert chat == gen and chat[0], (chat, gen)
         try:
-            list(stub.Chat(pb.ChatRequest(messages=[pb.ChatMessage(role=b"", content=b"hi")])))
-            raise AssertionError("a message without a role was accepted")
+            list(stub.Chat(pb.ChatRequest(messages=[pb.ChatMessage(role=b"user", content=b"a"),
+                                                    pb.ChatMessage(role=b"user", content=b"b")])))
+            raise AssertionError("user, user was accepted by Llama 2's template")
         except grpc.RpcError as e:
             assert e.code() == grpc.StatusCode.INVALID_ARGUMENT, e
+            assert "must alternate" in e.details(), e.details()
+
         try:
             list(stub.Generate(pb.GenerateRequest(prompt=b"hi", kv=pb.KvParams(policy="lru"))))
             raise AssertionError("an unknown policy was accepted")
