@@ -44,6 +44,13 @@ TextStream::TextStream(const TextTokenizer* tokenizer, int32_t prev_token,
   for (const std::string& s : stops_) hold_ = std::max(hold_, s.empty() ? 0 : s.size() - 1);
 }
 
+size_t TextStream::WholeCharLength(absl::string_view s) {
+  if (s.empty()) return 0;
+  const int len = SequenceLength(static_cast<unsigned char>(s[0]));
+  if (len == 0 || s.size() < size_t(len) || !ValidPrefixAt(s, 0, len, len)) return 0;
+  return size_t(len);
+}
+
 size_t TextStream::CompletePrefix(absl::string_view s) {
   // Only the last 3 bytes can be an unfinished character: find its lead byte.
   for (size_t back = 1; back <= std::min<size_t>(3, s.size()); ++back) {

@@ -34,6 +34,9 @@ class TextStream {
   // The text still held back, at the end of the generation.
   std::string Flush();
 
+  // The length of the well-formed UTF-8 character that `s` starts with (no overlong forms, no
+  // surrogates, at most U+10FFFF), or 0.
+  static size_t WholeCharLength(absl::string_view s);
   // The longest prefix of `s` that does not end inside a possibly valid UTF-8 character.
   static size_t CompletePrefix(absl::string_view s);
   // `s` with each maximal ill-formed UTF-8 subpart replaced by one U+FFFD (as Python and

@@ -1,4 +1,4 @@
-// heavykv tokenize --model MODEL [--tokenizer FILE] [--no-bos] [--ids] TEXT...: the token ids a
+// heavykv tokenize --model MODEL [--tokenizer FILE] [--no-bos] [--ids] (TEXT... | --file F): the ids a
 // model's tokenizer gives a text, as the server's Tokenize RPC gives them (special tokens written
 // in the text are parsed). Only the tokenizer is loaded: a GGUF file's from its metadata (the
 // vocabulary size is its tokenizer.ggml.tokens count), a llama2.c checkpoint's header for the
@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <fstream>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <string>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "engine/gguf.h"
 #include "engine/model.h"
+#include "engine/text_stream.h"
 #include "server/cli_flags.h"
 #include "server/commands.h"
 
@@ -41,33 +43,6 @@ absl::StatusOr<int32_t> VocabSize(const std::string& model_path, bool gguf_token
   return static_cast<int32_t>(tokens->count);
 }
 
-// Length of the well-formed UTF-8 character at the start of `s` (RFC 3629: no overlong forms,
-// no surrogates, at most U+10FFFF), or 0.
-size_t Utf8CharLength(std::string_view s) {
-  const auto b = [&](size_t i) { return static_cast<uint8_t>(s[i]); };
-  const uint8_t lead = b(0);
-  size_t n;
-  uint32_t cp;
-  if (lead < 0x80) return 1;
-  if (lead >= 0xC2 && lead <= 0xDF) {
-    n = 2, cp = lead & 0x1F;
-  } else if (lead >= 0xE0 && lead <= 0xEF) {
-    n = 3, cp = lead & 0x0F;
-  } else if (lead >= 0xF0 && lead <= 0xF4) {
-    n = 4, cp = lead & 0x07;
-  } else {
-    return 0;
-  }
-  if (s.size() < n) return 0;
-  for (size_t i = 1; i < n; ++i) {
-    if ((b(i) & 0xC0) != 0x80) return 0;
-    cp = (cp << 6) | (b(i) & 0x3F);
-  }
-  const bool overlong = (n == 3 && cp < 0x800) || (n == 4 && cp < 0x10000);
-  if (overlong || (cp >= 0xD800 && cp <= 0xDFFF) || cp > 0x10FFFF) return 0;
-  return n;
-}
-
 // A token's bytes for a terminal: whole UTF-8 characters as they are; control bytes, DEL and
 // bytes that are not part of a whole character (a byte token's half of one) as \xNN; a
 // backslash as \\.
@@ -75,7 +50,7 @@ std::string Printable(std::string_view bytes) {
   std::string out;
   for (size_t i = 0; i < bytes.size();) {
     const auto c = static_cast<uint8_t>(bytes[i]);
-    const size_t n = Utf8CharLength(bytes.substr(i));
+    const size_t n = TextStream::WholeCharLength(absl::string_view(bytes.data() + i, bytes.size() - i));
     if (c == '\\') {
       out += "\\\\";
     } else if (n == 0 || c < 0x20 || c == 0x7F) {
@@ -93,10 +68,11 @@ std::string Printable(std::string_view bytes) {
 }  // namespace
 
 int TokenizeCommand(int argc, char** argv) {
-  std::string model_path, tokenizer_path;
+  std::string model_path, tokenizer_path, text_path;
   bool no_bos = false, ids_only = false;
   FlagSet flags("tokenize",
-                "heavykv tokenize --model MODEL [--tokenizer FILE] [--no-bos] [--ids] TEXT...\n"
+                "heavykv tokenize --model MODEL [--tokenizer FILE] [--no-bos] [--ids] "
+                "(TEXT... | --file FILE)\n"
                 "The tokens of TEXT (the arguments joined by spaces; special tokens such as\n"
                 "<|im_end|> written in it are parsed), one line per token:\n"
                 "  ID<TAB>PIECE\n"
@@ -110,12 +86,18 @@ int TokenizeCommand(int argc, char** argv) {
   flags.Bool("no-bos", &no_bos,
              "no BOS/EOS (Tokenize add_special_tokens=false); unset: as the tokenizer adds them");
   flags.Bool("ids", &ids_only, "print only a JSON array of the ids");
+  flags.String("file", &text_path, "tokenize this file's bytes instead of TEXT");
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
   if (model_path.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
-  if (flags.positional().empty()) {
-    return Fail(absl::InvalidArgumentError("give the TEXT to tokenize"));
+  if (flags.positional().empty() == text_path.empty()) {
+    return Fail(absl::InvalidArgumentError("give the TEXT to tokenize, or --file FILE"));
   }
-  const std::string text = absl::StrJoin(flags.positional(), " ");
+  std::string text = absl::StrJoin(flags.positional(), " ");
+  if (!text_path.empty()) {
+    std::ifstream in(text_path, std::ios::binary);
+    if (!in) return Fail(absl::NotFoundError(absl::StrCat("cannot open --file ", text_path)));
+    text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
 
   if (!std::ifstream(model_path)) {
     return Fail(absl::NotFoundError(absl::StrCat("cannot open model file ", model_path)));
