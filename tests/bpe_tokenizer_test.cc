@@ -491,7 +491,9 @@ TEST(BpeTokenizerTest, RealVocabularySpecials) {
   EXPECT_EQ(q[1], 872);
   EXPECT_EQ(q[2], 198);
   EXPECT_EQ(q[4], 151645);
-  EXPECT_EQ(tok->eog_ids(), (Ids{151643, 151645}));  // <|endoftext|>, <|im_end|> (EOS)
+  // <|endoftext|>, <|im_end|> (EOS), and llama.cpp's FIM ends: <|fim_pad|>, <|repo_name|>,
+  // <|file_sep|> (its "EOG token" lines for this file).
+  EXPECT_EQ(tok->eog_ids(), (Ids{151643, 151645, 151662, 151663, 151664}));
   EXPECT_EQ(DecodeAll(*tok, q), "<|im_start|>user\nhi<|im_end|>");
 }
 
