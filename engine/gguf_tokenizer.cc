@@ -8,6 +8,8 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "engine/special_tokens.h"
@@ -86,6 +88,7 @@ absl::Status ReadFlag(const GgufFile& f, const char* key, std::optional<bool>* f
 struct CommonIds {
   int32_t bos = -1, eos = -1, unknown = -1;
   std::vector<int32_t> eog;     // ends of generation besides EOS
+  std::vector<int32_t> rstrip;  // special tokens that take the whitespace after them
   std::optional<bool> add_bos, add_eos;
 };
 
@@ -108,14 +111,16 @@ struct Role {
   std::vector<absl::string_view> texts;
 };
 
-// What llama.cpp decides from token texts rather than from tokenizer.ggml.* keys
-// (src/llama-vocab.cpp, llama_vocab::impl::load), so that heavykv encodes as it does:
+// What llama.cpp decides from token texts and the model's name rather than from tokenizer.ggml.*
+// keys (src/llama-vocab.cpp, llama_vocab::impl::load), so that heavykv encodes as it does:
 //  - a token written like a turn end (IsTurnEndText) is a control token whatever its type says,
 //    and so is one written like the EOT, EOM or a fill-in-the-middle token when the file names
 //    none (<|fim_prefix|>, <｜fim▁begin｜>, <|file_sep|>, ...): without special parsing such text
 //    stays text, and skip_special leaves the token out (Qwen2.5's and DeepSeek Coder's FIM tokens
 //    are "user-defined" in their files);
-//  - the EOT, EOM, FIM pad, repository and file-separator tokens end a generation.
+//  - the EOT, EOM, FIM pad, repository and file-separator tokens end a generation;
+//  - in a model named like Phi-3 (general.name), the special tokens other than <unk>, <s> and
+//    <|endoftext|> take the whitespace after them, and so does </s> (Hugging Face's rstrip).
 // Where several texts fit one role llama.cpp takes one (whichever its hash map lists first);
 // heavykv takes them all. `types` ([vocab_size], GGUF token types) is updated in place.
 absl::Status ApplyLlamaCppRules(const GgufFile& f, const std::vector<absl::string_view>& tokens,
@@ -166,6 +171,22 @@ absl::Status ApplyLlamaCppRules(const GgufFile& f, const std::vector<absl::strin
     }
   }
 
+  if (f.FindMetadata("general.name") == nullptr) return absl::OkStatus();
+  absl::StatusOr<absl::string_view> name = f.GetString("general.name");
+  if (!name.ok()) return name.status();
+  const std::string lower = absl::AsciiStrToLower(*name);
+  if (!absl::StrContains(lower, "phi-3") && !absl::StrContains(lower, "phi3")) {
+    return absl::OkStatus();
+  }
+  for (int32_t t = 0; t < n; ++t) {
+    const int32_t type = (*types)[t];
+    const bool special = type == TextTokenizer::kControl || type == TextTokenizer::kUserDefined ||
+                         type == TextTokenizer::kUnknown;
+    if ((special && tokens[t] != "<unk>" && tokens[t] != "<s>" && tokens[t] != "<|endoftext|>") ||
+        tokens[t] == "</s>") {
+      ids->rstrip.push_back(t);
+    }
+  }
   return absl::OkStatus();
 }
 
@@ -214,6 +235,7 @@ absl::StatusOr<Tokenizer> LoadGgufTokenizer(const GgufFile& f, int32_t vocab_siz
   o.add_bos = ids->add_bos.value_or(true);  // SentencePiece's default, as llama.cpp's
   o.add_eos = ids->add_eos.value_or(false);
   o.eog_ids = ids->eog;
+  o.rstrip_ids = ids->rstrip;
   std::optional<bool> space_prefix;
   if (absl::Status s = ReadFlag(f, "tokenizer.ggml.add_space_prefix", &space_prefix); !s.ok()) {
     return s;
@@ -267,6 +289,7 @@ absl::StatusOr<BpeTokenizer> LoadGgufBpeTokenizer(const GgufFile& f, int32_t voc
   vocab.eos_id = ids->eos;
   vocab.unknown_id = ids->unknown;
   vocab.eog_ids = ids->eog;
+  vocab.rstrip_ids = ids->rstrip;
   vocab.add_bos = ids->add_bos;
   vocab.add_eos = ids->add_eos.value_or(false);
   return BpeTokenizer::Create(std::move(vocab), f.path());
