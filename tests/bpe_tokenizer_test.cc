@@ -35,8 +35,6 @@ std::string ReadFile(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
-bool Exists(const std::string& path) { return std::ifstream(path).good(); }
-
 ::testing::AssertionResult MessageHas(const absl::Status& status, std::string_view needle) {
   if (std::string(status.message()).find(needle) != std::string::npos) {
     return ::testing::AssertionSuccess();
@@ -59,14 +57,7 @@ std::string DecodeAll(const BpeTokenizer& tok, const Ids& ids) {
   return s;
 }
 
-// The GGUF fixture `name`: tests/data/gguf/ first, then ../shared/gguf/; "" when neither has it.
-std::string FixturePath(const std::string& name) {
-  for (const char* dir : {"tests/data/gguf/", "../shared/gguf/"}) {
-    const std::string path = testing::SourcePath(dir + name);
-    if (Exists(path)) return path;
-  }
-  return "";
-}
+using testing::FixturePath;
 
 absl::StatusOr<BpeTokenizer> LoadBpe(const std::string& path) {
   absl::StatusOr<GgufFile> f = GgufFile::Open(path);
