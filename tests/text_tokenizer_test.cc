@@ -15,6 +15,7 @@
 #include <map>
 #include <memory>
 #include <random>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -164,6 +165,33 @@ TEST_P(TextTokenizerVocabTest, LlamaCppVectorsWithoutBos) {
         << name << " vector " << i << " '" << vectors[i].text << "'\n  want" << Show(vectors[i].ids)
         << "\n  got " << Show(got);
   }
+}
+
+// 16 KB of mixed text (stories, scripts, code, emoji, odd spaces; tests/data/gguf/bpe-mix.txt)
+// and the ids llama.cpp's llama-tokenize --no-bos --no-escape gives it (README.md there).
+TEST_P(TextTokenizerVocabTest, MixedTextMatchesLlamaCpp) {
+  const std::string name = GetParam().name;
+  const TextTokenizer* tok = Load(name);
+  if (tok == nullptr) GTEST_SKIP() << name << " is not in tests/data/gguf/ or ../shared/gguf/";
+  const std::string stem = name.substr(0, name.find(".gguf"));
+  std::string listed =
+      testing::ReadFile(testing::SourcePath("tests/data/gguf/bpe-mix." + stem + ".ids"));
+  ASSERT_FALSE(listed.empty());
+  for (char& c : listed) {
+    if (c == '[' || c == ']' || c == ',') c = ' ';
+  }
+  Ids want;
+  std::istringstream in(listed);
+  for (int32_t id; in >> id;) want.push_back(id);
+  const std::string mix = testing::ReadFile(testing::SourcePath("tests/data/gguf/bpe-mix.txt"));
+  const Ids got = tok->Encode(mix, /*bos=*/false, /*eos=*/false);
+  size_t first_diff = 0;
+  while (first_diff < got.size() && first_diff < want.size() &&
+         got[first_diff] == want[first_diff]) {
+    ++first_diff;
+  }
+  EXPECT_EQ(got.size(), want.size());
+  EXPECT_EQ(first_diff, want.size()) << "first difference at id " << first_diff;
 }
 
 // Decoding gives the text back: exactly for byte-level BPE; for SentencePiece after removing the
