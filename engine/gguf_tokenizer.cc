@@ -107,6 +107,7 @@ absl::StatusOr<CommonIds> ReadCommonIds(const GgufFile& f, int32_t vocab_size, C
 // A token role that llama.cpp finds by a key or, failing that, by the token's text.
 struct Role {
   std::vector<const char*> keys;  // the current key, then the deprecated one
+  bool strict;                    // an id outside the vocabulary is an error, not ignored
   bool ends_generation;
   std::vector<absl::string_view> texts;
 };
@@ -130,28 +131,35 @@ absl::Status ApplyLlamaCppRules(const GgufFile& f, const std::vector<absl::strin
   static const std::vector<Role> kRoles = {
       {{"tokenizer.ggml.eot_token_id"},
        true,
+       true,
        {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
         "<｜end▁of▁sentence｜>"}},
-      {{"tokenizer.ggml.eom_token_id"}, true, {"<|eom_id|>"}},
+      {{"tokenizer.ggml.eom_token_id"}, true, true, {"<|eom_id|>"}},
       {{"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"},
+       false,
        false,
        {"<|fim_prefix|>", "<fim-prefix>", "<｜fim▁begin｜>", "<PRE>"}},
       {{"tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id"},
        false,
+       false,
        {"<|fim_suffix|>", "<fim-suffix>", "<｜fim▁hole｜>", "<SUF>"}},
       {{"tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"},
        false,
+       false,
        {"<|fim_middle|>", "<fim-middle>", "<｜fim▁end｜>", "<MID>"}},
-      {{"tokenizer.ggml.fim_pad_token_id"}, true, {"<|fim_pad|>", "<fim-pad>", "<PAD>"}},
+      {{"tokenizer.ggml.fim_pad_token_id"}, false, true, {"<|fim_pad|>", "<fim-pad>", "<PAD>"}},
       {{"tokenizer.ggml.fim_rep_token_id"},
+       false,
        true,
        {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>"}},
-      {{"tokenizer.ggml.fim_sep_token_id"}, true, {"<|file_sep|>"}},
+      {{"tokenizer.ggml.fim_sep_token_id"}, false, true, {"<|file_sep|>"}},
   };
   for (const Role& role : kRoles) {
     int32_t id = -1;
     for (const char* key : role.keys) {
-      if (absl::Status s = ReadId(f, key, n, &id); !s.ok()) return s;
+      // A bad EOT / EOM id is an error (as before heavykv read the FIM keys); a bad FIM id is
+      // ignored, as llama.cpp does, so that no model that loaded before fails now.
+      if (absl::Status s = ReadId(f, key, n, &id); !s.ok() && role.strict) return s;
     }
     if (id >= 0) {
       if (role.ends_generation) ids->eog.push_back(id);
@@ -173,7 +181,7 @@ absl::Status ApplyLlamaCppRules(const GgufFile& f, const std::vector<absl::strin
 
   if (f.FindMetadata("general.name") == nullptr) return absl::OkStatus();
   absl::StatusOr<absl::string_view> name = f.GetString("general.name");
-  if (!name.ok()) return name.status();
+  if (!name.ok()) return absl::OkStatus();  // not a string: no name rule, and the model loads
   const std::string lower = absl::AsciiStrToLower(*name);
   if (!absl::StrContains(lower, "phi-3") && !absl::StrContains(lower, "phi3")) {
     return absl::OkStatus();
