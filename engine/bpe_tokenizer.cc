@@ -153,6 +153,13 @@ absl::StatusOr<BpeTokenizer> BpeTokenizer::Create(Vocab vocab, absl::string_view
     tok.eog_ids_.push_back(id);
   }
   if (tok.eos_id_ >= 0) tok.eog_ids_.push_back(tok.eos_id_);
+  std::vector<bool> rstrip(n, false);
+  for (int32_t id : vocab.rstrip_ids) {
+    if (id < 0 || id >= int64_t(n)) {
+      return invalid("rstrip token id ", id, " is outside the vocabulary of ", n);
+    }
+    rstrip[id] = true;
+  }
 
   // Lookups by piece, for merges and the byte tokens; the first id wins on duplicates.
   absl::flat_hash_map<absl::string_view, int32_t> by_piece;
@@ -167,7 +174,7 @@ absl::StatusOr<BpeTokenizer> BpeTokenizer::Create(Vocab vocab, absl::string_view
                          tok.types_[id] == kUnknown;
     if (special) {
       tok.bytes_[id] = piece;
-      tok.specials_.Add(id, piece, /*control=*/tok.types_[id] != kUserDefined);
+      tok.specials_.Add(id, piece, /*control=*/tok.types_[id] != kUserDefined, rstrip[id]);
     } else {
       tok.bytes_[id] = DecodeByteLevel(piece);
       tok.ids_by_bytes_.emplace(tok.bytes_[id], id);
@@ -228,7 +235,7 @@ std::optional<std::vector<int32_t>> BpeTokenizer::Encode(std::string_view text, 
     if (m.id < 0) break;
     if (!EncodeText(text.substr(plain, m.pos - plain), &ws)) return std::nullopt;
     ws.out.push_back(m.id);
-    plain = m.pos + m.length;
+    plain = m.next;
   }
   if (!EncodeText(text.substr(plain), &ws)) return std::nullopt;
   if (eos && eos_id_ >= 0) ws.out.push_back(eos_id_);

@@ -52,6 +52,8 @@ class BpeTokenizer : public TextTokenizer {
     std::optional<bool> add_bos;  // unset: the pre-tokenizer's default (true for Llama 3)
     bool add_eos = false;
     std::vector<int32_t> eog_ids;  // ends of generation besides EOS (GGUF eot / eom token ids)
+    // Special tokens that take the whitespace after them (Phi-3's; engine/special_tokens.h).
+    std::vector<int32_t> rstrip_ids;
   };
 
   // INVALID_ARGUMENT naming `source` and the entry: counts that differ, an id out of range, a

@@ -4,11 +4,15 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "engine/special_tokens.h"
 
 namespace heavykv {
 
@@ -79,10 +83,12 @@ absl::Status ReadFlag(const GgufFile& f, const char* key, std::optional<bool>* f
   return absl::OkStatus();
 }
 
-// The ids every tokenizer model shares: BOS, EOS, unknown, EOT/EOM, add_bos/add_eos.
+// The ids every tokenizer model shares: BOS, EOS, unknown, add_bos/add_eos, and what
+// ApplyLlamaCppRules finds.
 struct CommonIds {
   int32_t bos = -1, eos = -1, unknown = -1;
-  std::vector<int32_t> eog;
+  std::vector<int32_t> eog;     // ends of generation besides EOS
+  std::vector<int32_t> rstrip;  // special tokens that take the whitespace after them
   std::optional<bool> add_bos, add_eos;
 };
 
@@ -93,14 +99,103 @@ absl::StatusOr<CommonIds> ReadCommonIds(const GgufFile& f, int32_t vocab_size, C
         {"tokenizer.ggml.unknown_token_id", &ids.unknown}}) {
     if (absl::Status s = ReadId(f, key, vocab_size, id); !s.ok()) return s;
   }
-  for (const char* key : {"tokenizer.ggml.eot_token_id", "tokenizer.ggml.eom_token_id"}) {
-    int32_t id = -1;
-    if (absl::Status s = ReadId(f, key, vocab_size, &id); !s.ok()) return s;
-    if (id >= 0) ids.eog.push_back(id);
-  }
   if (absl::Status s = ReadFlag(f, "tokenizer.ggml.add_bos_token", &ids.add_bos); !s.ok()) return s;
   if (absl::Status s = ReadFlag(f, "tokenizer.ggml.add_eos_token", &ids.add_eos); !s.ok()) return s;
   return ids;
+}
+
+// A token role that llama.cpp finds by a key or, failing that, by the token's text.
+struct Role {
+  std::vector<const char*> keys;  // the current key, then the deprecated one
+  bool strict;                    // an id outside the vocabulary is an error, not ignored
+  bool ends_generation;
+  std::vector<absl::string_view> texts;
+};
+
+// What llama.cpp decides from token texts and the model's name rather than from tokenizer.ggml.*
+// keys (src/llama-vocab.cpp, llama_vocab::impl::load), so that heavykv encodes as it does:
+//  - a token written like a turn end (IsTurnEndText) is a control token whatever its type says,
+//    and so is one written like the EOT, EOM or a fill-in-the-middle token when the file names
+//    none (<|fim_prefix|>, <｜fim▁begin｜>, <|file_sep|>, ...): without special parsing such text
+//    stays text, and skip_special leaves the token out (Qwen2.5's and DeepSeek Coder's FIM tokens
+//    are "user-defined" in their files);
+//  - the EOT, EOM, FIM pad, repository and file-separator tokens end a generation;
+//  - in a model named like Phi-3 (general.name), the special tokens other than <unk>, <s> and
+//    <|endoftext|> take the whitespace after them, and so does </s> (Hugging Face's rstrip).
+// Where several texts fit one role llama.cpp takes one (whichever its hash map lists first);
+// heavykv takes them all. `types` ([vocab_size], GGUF token types) is updated in place.
+absl::Status ApplyLlamaCppRules(const GgufFile& f, const std::vector<absl::string_view>& tokens,
+                                std::vector<int32_t>* types, CommonIds* ids) {
+  const int32_t n = int32_t(tokens.size());
+  if (types->empty()) types->assign(size_t(n), TextTokenizer::kNormal);
+  static const std::vector<Role> kRoles = {
+      {{"tokenizer.ggml.eot_token_id"},
+       true,
+       true,
+       {"<|eot_id|>", "<|im_end|>", "<|end|>", "<end_of_turn>", "<|endoftext|>", "<EOT>",
+        "<｜end▁of▁sentence｜>"}},
+      {{"tokenizer.ggml.eom_token_id"}, true, true, {"<|eom_id|>"}},
+      {{"tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"},
+       false,
+       false,
+       {"<|fim_prefix|>", "<fim-prefix>", "<｜fim▁begin｜>", "<PRE>"}},
+      {{"tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id"},
+       false,
+       false,
+       {"<|fim_suffix|>", "<fim-suffix>", "<｜fim▁hole｜>", "<SUF>"}},
+      {{"tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"},
+       false,
+       false,
+       {"<|fim_middle|>", "<fim-middle>", "<｜fim▁end｜>", "<MID>"}},
+      {{"tokenizer.ggml.fim_pad_token_id"}, false, true, {"<|fim_pad|>", "<fim-pad>", "<PAD>"}},
+      {{"tokenizer.ggml.fim_rep_token_id"},
+       false,
+       true,
+       {"<|fim_repo|>", "<|repo_name|>", "<fim-repo>", "<REPO>"}},
+      {{"tokenizer.ggml.fim_sep_token_id"}, false, true, {"<|file_sep|>"}},
+  };
+  for (const Role& role : kRoles) {
+    int32_t id = -1;
+    for (const char* key : role.keys) {
+      // A bad EOT / EOM id is an error (as before heavykv read the FIM keys); a bad FIM id is
+      // ignored, as llama.cpp does, so that no model that loaded before fails now.
+      if (absl::Status s = ReadId(f, key, n, &id); !s.ok() && role.strict) return s;
+    }
+    if (id >= 0) {
+      if (role.ends_generation) ids->eog.push_back(id);
+      continue;
+    }
+    for (int32_t t = 0; t < n; ++t) {
+      for (absl::string_view text : role.texts) {
+        if (tokens[t] != text) continue;
+        (*types)[t] = TextTokenizer::kControl;
+        if (role.ends_generation) ids->eog.push_back(t);
+      }
+    }
+  }
+  for (int32_t t = 0; t < n; ++t) {
+    if (IsTurnEndText(std::string_view(tokens[t].data(), tokens[t].size()))) {
+      (*types)[t] = TextTokenizer::kControl;
+    }
+  }
+
+  if (f.FindMetadata("general.name") == nullptr) return absl::OkStatus();
+  absl::StatusOr<absl::string_view> name = f.GetString("general.name");
+  if (!name.ok()) return absl::OkStatus();  // not a string: no name rule, and the model loads
+  const std::string lower = absl::AsciiStrToLower(*name);
+  if (!absl::StrContains(lower, "phi-3") && !absl::StrContains(lower, "phi3")) {
+    return absl::OkStatus();
+  }
+  for (int32_t t = 0; t < n; ++t) {
+    const int32_t type = (*types)[t];
+    const bool special = type == TextTokenizer::kControl || type == TextTokenizer::kUserDefined ||
+                         type == TextTokenizer::kUnknown;
+    if ((special && tokens[t] != "<unk>" && tokens[t] != "<s>" && tokens[t] != "<|endoftext|>") ||
+        tokens[t] == "</s>") {
+      ids->rstrip.push_back(t);
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -140,6 +235,7 @@ absl::StatusOr<Tokenizer> LoadGgufTokenizer(const GgufFile& f, int32_t vocab_siz
   defaults.unknown = 0;
   absl::StatusOr<CommonIds> ids = ReadCommonIds(f, vocab_size, defaults);
   if (!ids.ok()) return ids.status();
+  if (absl::Status s = ApplyLlamaCppRules(f, *tokens, &*types, &*ids); !s.ok()) return s;
   Tokenizer::SentencePieceOptions o;
   o.types = *std::move(types);
   o.bos_id = ids->bos;
@@ -147,6 +243,7 @@ absl::StatusOr<Tokenizer> LoadGgufTokenizer(const GgufFile& f, int32_t vocab_siz
   o.add_bos = ids->add_bos.value_or(true);  // SentencePiece's default, as llama.cpp's
   o.add_eos = ids->add_eos.value_or(false);
   o.eog_ids = ids->eog;
+  o.rstrip_ids = ids->rstrip;
   std::optional<bool> space_prefix;
   if (absl::Status s = ReadFlag(f, "tokenizer.ggml.add_space_prefix", &space_prefix); !s.ok()) {
     return s;
@@ -182,6 +279,7 @@ absl::StatusOr<BpeTokenizer> LoadGgufBpeTokenizer(const GgufFile& f, int32_t voc
   if (!types.ok()) return types.status();
   absl::StatusOr<CommonIds> ids = ReadCommonIds(f, vocab_size, CommonIds{});
   if (!ids.ok()) return ids.status();
+  if (absl::Status s = ApplyLlamaCppRules(f, *tokens, &*types, &*ids); !s.ok()) return s;
   BpeTokenizer::Vocab vocab;
   vocab.tokens.reserve(tokens->size());
   for (absl::string_view t : *tokens) vocab.tokens.emplace_back(t);
@@ -199,6 +297,7 @@ absl::StatusOr<BpeTokenizer> LoadGgufBpeTokenizer(const GgufFile& f, int32_t voc
   vocab.eos_id = ids->eos;
   vocab.unknown_id = ids->unknown;
   vocab.eog_ids = ids->eog;
+  vocab.rstrip_ids = ids->rstrip;
   vocab.add_bos = ids->add_bos;
   vocab.add_eos = ids->add_eos.value_or(false);
   return BpeTokenizer::Create(std::move(vocab), f.path());

@@ -6,10 +6,10 @@
 
 namespace heavykv {
 
-void SpecialTokenMatcher::Add(int32_t id, std::string text, bool control) {
+void SpecialTokenMatcher::Add(int32_t id, std::string text, bool control, bool rstrip) {
   if (text.empty()) return;
   const auto first = static_cast<unsigned char>(text[0]);
-  by_first_byte_[first].push_back(Entry{id, control, std::move(text)});
+  by_first_byte_[first].push_back(Entry{id, control, rstrip, std::move(text)});
   ++count_;
 }
 
@@ -30,7 +30,13 @@ SpecialTokenMatcher::Match SpecialTokenMatcher::Find(std::string_view text, size
     for (const Entry& e : by_first_byte_[static_cast<unsigned char>(text[i])]) {
       if (e.control && !parse_control) continue;
       if (text.size() - i >= e.text.size() && text.compare(i, e.text.size(), e.text) == 0) {
-        return Match{i, e.id, e.text.size()};
+        size_t next = i + e.text.size();
+        // llama.cpp strips with isspace() in the "C" locale.
+        while (e.rstrip && next < text.size() &&
+               (text[next] == ' ' || (text[next] >= '\t' && text[next] <= '\r'))) {
+          ++next;
+        }
+        return Match{i, e.id, e.text.size(), next};
       }
     }
   }

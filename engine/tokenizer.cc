@@ -271,10 +271,15 @@ absl::StatusOr<Tokenizer> Tokenizer::FromPieces(
     tok.eog_ids_.push_back(id);
   }
   if (tok.eos_id_ >= 0) tok.eog_ids_.push_back(tok.eos_id_);
+  std::vector<bool> rstrip(size_t(n), false);
+  for (int32_t id : o.rstrip_ids) {
+    if (id < 0 || id >= n) return invalid("rstrip token id ", id, " is outside the vocabulary");
+    rstrip[id] = true;
+  }
   for (int32_t id = 0; id < n; ++id) {
     const int32_t t = tok.types_[id];
     if (t == kControl || t == kUserDefined || t == kUnknown) {
-      tok.specials_.Add(id, tok.pieces_[id], /*control=*/t != kUserDefined);
+      tok.specials_.Add(id, tok.pieces_[id], /*control=*/t != kUserDefined, rstrip[id]);
     }
     if (IsTurnEndText(tok.pieces_[id])) tok.eog_ids_.push_back(id);
   }
@@ -341,7 +346,7 @@ std::optional<std::vector<int32_t>> Tokenizer::Encode(std::string_view text, boo
       if (m.id < 0) break;
       tokens.push_back(m.id);
       after_special = true;
-      plain = m.pos + m.length;
+      plain = m.next;
     }
   }
   if (eos && eos_id_ >= 0) tokens.push_back(eos_id_);

@@ -54,6 +54,8 @@ class Tokenizer : public TextTokenizer {
     bool add_eos = false;
     bool add_space_prefix = true;
     std::vector<int32_t> eog_ids;  // ends of generation besides EOS (GGUF eot / eom ids)
+    // Special tokens that take the whitespace after them (Phi-3's; engine/special_tokens.h).
+    std::vector<int32_t> rstrip_ids;
   };
 
   // Loads a llama2.c tokenizer file whose vocabulary must have exactly `vocab_size` tokens.

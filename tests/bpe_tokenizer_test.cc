@@ -35,8 +35,6 @@ std::string ReadFile(const std::string& path) {
   return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
 }
 
-bool Exists(const std::string& path) { return std::ifstream(path).good(); }
-
 ::testing::AssertionResult MessageHas(const absl::Status& status, std::string_view needle) {
   if (std::string(status.message()).find(needle) != std::string::npos) {
     return ::testing::AssertionSuccess();
@@ -59,14 +57,7 @@ std::string DecodeAll(const BpeTokenizer& tok, const Ids& ids) {
   return s;
 }
 
-// The GGUF fixture `name`: tests/data/gguf/ first, then ../shared/gguf/; "" when neither has it.
-std::string FixturePath(const std::string& name) {
-  for (const char* dir : {"tests/data/gguf/", "../shared/gguf/"}) {
-    const std::string path = testing::SourcePath(dir + name);
-    if (Exists(path)) return path;
-  }
-  return "";
-}
+using testing::FixturePath;
 
 absl::StatusOr<BpeTokenizer> LoadBpe(const std::string& path) {
   absl::StatusOr<GgufFile> f = GgufFile::Open(path);
@@ -455,6 +446,74 @@ TEST(GgufBpeTokenizerTest, LoadsAndRefuses) {
   EXPECT_EQ(LoadGgufBpeTokenizer(*f, 32000).status().code(), absl::StatusCode::kUnimplemented);
 }
 
+// What the loader decides as llama.cpp does, from token texts and general.name rather than keys:
+// FIM tokens the file calls user-defined are control tokens, the FIM pad / file separator end a
+// generation (a FIM id outside the vocabulary is ignored, an EOT id is not), and in a model
+// named like Phi-3 a special token takes the whitespace after it.
+TEST(GgufBpeTokenizerTest, LlamaCppRulesFromTextsAndName) {
+  testing::TempDir dir;
+  auto write = [&](const std::string& file, const std::string& name, uint32_t fim_sep,
+                   uint32_t eot) {
+    BpeTokenizer::Vocab v = SmallVocab();
+    for (const auto& [text, type] : std::vector<std::pair<std::string, int32_t>>{
+             {"<|fim_pad|>", BpeTokenizer::kUserDefined},
+             {"<|file_sep|>", BpeTokenizer::kUserDefined},
+             {"<|user|>", BpeTokenizer::kControl}}) {
+      v.tokens.push_back(text);
+      v.types.push_back(type);
+    }
+    GgufWriter w;
+    w.AddString("general.architecture", "llama");
+    w.AddString("general.name", name);
+    w.AddString("tokenizer.ggml.model", "gpt2");
+    w.AddString("tokenizer.ggml.pre", "gpt-2");
+    w.AddArrayString("tokenizer.ggml.tokens", v.tokens);
+    w.AddArrayI32("tokenizer.ggml.token_type", v.types);
+    w.AddArrayString("tokenizer.ggml.merges", v.merges);
+    w.AddU32("tokenizer.ggml.fim_sep_token_id", fim_sep);
+    if (eot != 0) w.AddU32("tokenizer.ggml.eot_token_id", eot);
+    const std::string path = dir.File(file);
+    EXPECT_TRUE(w.WriteFile(path).ok());
+    return path;
+  };
+  auto load = [](const std::string& path) -> absl::StatusOr<BpeTokenizer> {
+    absl::StatusOr<GgufFile> f = GgufFile::Open(path);
+    if (!f.ok()) return f.status();
+    return LoadGgufBpeTokenizer(*f, int32_t(f->FindMetadata("tokenizer.ggml.tokens")->count));
+  };
+  const int32_t n = int32_t(SmallVocab().tokens.size()) + 3;
+  const int32_t pad = n - 3, sep = n - 2, user = n - 1;
+  absl::StatusOr<BpeTokenizer> tok = load(write("phi.gguf", "Phi-3 mini", 1u << 30, 0));
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  for (int32_t id : {pad, sep}) {
+    EXPECT_TRUE(tok->IsControl(id)) << id;
+    EXPECT_TRUE(tok->IsEndOfGeneration(id)) << id;
+  }
+  EXPECT_FALSE(tok->IsEndOfGeneration(user));
+  // Control now: plain text without special parsing, one token with it.
+  const Ids plain = *tok->Encode("<|fim_pad|>", false, false, {}, /*parse_special=*/false);
+  EXPECT_GT(plain.size(), 1u);
+  EXPECT_EQ(tok->Encode("<|fim_pad|>", false, false), (Ids{pad}));
+  // Phi-3: the newline and spaces after <|user|> (and after the FIM tokens) are dropped.
+  const Ids hello = tok->Encode("hello", false, false);
+  Ids want = {user};
+  want.insert(want.end(), hello.begin(), hello.end());
+  EXPECT_EQ(tok->Encode("<|user|>\n  hello", false, false), want);
+
+  tok = load(write("other.gguf", "Llama 3", 1u << 30, 0));
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_GT(tok->Encode("<|user|>\n  hello", false, false).size(), want.size());
+  // A FIM id inside the vocabulary is taken as it is, and then no text is looked for: the
+  // <|file_sep|> token stays what the file says.
+  tok = load(write("sep.gguf", "Llama 3", uint32_t(pad), 0));
+  ASSERT_TRUE(tok.ok()) << tok.status();
+  EXPECT_TRUE(tok->IsEndOfGeneration(pad));
+  EXPECT_FALSE(tok->IsControl(sep));
+  EXPECT_FALSE(tok->IsEndOfGeneration(sep));
+  EXPECT_EQ(load(write("eot.gguf", "x", 0, 1u << 30)).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
 // Real vocabularies: chat-template control tokens are single tokens, BOS and add_bos as the GGUF
 // says, and a token that ends inside a UTF-8 character decodes to its bytes.
 TEST(BpeTokenizerTest, RealVocabularySpecials) {
@@ -491,7 +550,9 @@ TEST(BpeTokenizerTest, RealVocabularySpecials) {
   EXPECT_EQ(q[1], 872);
   EXPECT_EQ(q[2], 198);
   EXPECT_EQ(q[4], 151645);
-  EXPECT_EQ(tok->eog_ids(), (Ids{151643, 151645}));  // <|endoftext|>, <|im_end|> (EOS)
+  // <|endoftext|>, <|im_end|> (EOS), and llama.cpp's FIM ends: <|fim_pad|>, <|repo_name|>,
+  // <|file_sep|> (its "EOG token" lines for this file).
+  EXPECT_EQ(tok->eog_ids(), (Ids{151643, 151645, 151662, 151663, 151664}));
   EXPECT_EQ(DecodeAll(*tok, q), "<|im_start|>user\nhi<|im_end|>");
 }
 

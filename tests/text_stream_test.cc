@@ -4,16 +4,25 @@
 // over short strings; streaming with the bundled tok512.bin (ids 3..258 are the byte tokens
 // 0x00..0xFF): deltas are valid UTF-8 and concatenate (with Flush) to the decoded text, stop
 // strings are found across token boundaries and excluded, and a null tokenizer gives no text.
+// With GGUF vocabularies through the TextTokenizer interface (byte-level BPE: gpt-2, llama3,
+// qwen; SentencePiece: llama-spm, phi-3): a character split over byte tokens comes out whole in
+// one delta, and control tokens (<|im_end|>, <|eot_id|>, ...) show only without skip_special.
 #include "engine/text_stream.h"
 
 #include <cstdint>
+#include <map>
+#include <memory>
 #include <random>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "engine/gguf.h"
+#include "engine/gguf_tokenizer.h"
+#include "engine/text_tokenizer.h"
 #include "engine/tokenizer.h"
 #include "gtest/gtest.h"
+#include "tests/tokenizer_vectors.h"
 
 namespace heavykv {
 namespace {
@@ -187,19 +196,19 @@ TEST(CompletePrefixTest, MatchesReferenceExhaustively) {
   for (const std::string& s : strings) {
     const size_t got = TextStream::CompletePrefix(s);
     if (got != RefCompletePrefix(s) && ++mismatches <= 10) {
-      ADD_FAILURE() << "CompletePrefix of " << testing::PrintToString(s) << " = " << got
+      ADD_FAILURE() << "CompletePrefix of " << ::testing::PrintToString(s) << " = " << got
                     << ", expected " << RefCompletePrefix(s);
     }
     // Sanitize on the same strings.
     const std::string clean = TextStream::Sanitize(s);
     if (!IsValidUtf8(clean) && ++mismatches <= 10) {
-      ADD_FAILURE() << "Sanitize of " << testing::PrintToString(s) << " is not valid UTF-8";
+      ADD_FAILURE() << "Sanitize of " << ::testing::PrintToString(s) << " is not valid UTF-8";
     }
     if (IsValidUtf8(s) ? clean != s : CountReplacements(clean) == 0) {
-      if (++mismatches <= 10) ADD_FAILURE() << "Sanitize of " << testing::PrintToString(s);
+      if (++mismatches <= 10) ADD_FAILURE() << "Sanitize of " << ::testing::PrintToString(s);
     }
     if (TextStream::Sanitize(clean) != clean || Ascii(clean) != Ascii(s)) {
-      if (++mismatches <= 10) ADD_FAILURE() << "Sanitize of " << testing::PrintToString(s);
+      if (++mismatches <= 10) ADD_FAILURE() << "Sanitize of " << ::testing::PrintToString(s);
     }
   }
   EXPECT_EQ(mismatches, 0);
@@ -219,7 +228,7 @@ TEST(CompletePrefixTest, SplittingAtTheCompletePrefixCommutesWithSanitize) {
       const std::string whole = s + t;
       if (head + TextStream::Sanitize(whole.substr(cut)) != TextStream::Sanitize(whole) &&
           ++mismatches <= 10) {
-        ADD_FAILURE() << testing::PrintToString(s) << " + " << testing::PrintToString(t);
+        ADD_FAILURE() << ::testing::PrintToString(s) << " + " << ::testing::PrintToString(t);
       }
     }
   }
@@ -282,7 +291,7 @@ TEST(SanitizeTest, MatchesPythonsReplacement) {
       {"a\xFF\xFE" "b", "a" + kReplacement + kReplacement + "b"},
   };
   for (const auto& [in, want] : cases) {
-    EXPECT_EQ(TextStream::Sanitize(in), want) << testing::PrintToString(in);
+    EXPECT_EQ(TextStream::Sanitize(in), want) << ::testing::PrintToString(in);
   }
 }
 
@@ -294,11 +303,11 @@ TEST(SanitizeTest, TruncatedCharactersAreReplacedAndWhatFollowsSurvives) {
         std::string s = "x";
         s.append(c, 0, k).append(after);
         const std::string out = TextStream::Sanitize(s);
-        EXPECT_TRUE(IsValidUtf8(out)) << testing::PrintToString(s);
+        EXPECT_TRUE(IsValidUtf8(out)) << ::testing::PrintToString(s);
         // The k bytes are one maximal subpart: one replacement, however many bytes it had.
-        EXPECT_EQ(CountReplacements(out), 1) << testing::PrintToString(s);
+        EXPECT_EQ(CountReplacements(out), 1) << ::testing::PrintToString(s);
         EXPECT_EQ(out.substr(0, 1), "x");
-        EXPECT_EQ(out.substr(out.size() - after.size()), after) << testing::PrintToString(s);
+        EXPECT_EQ(out.substr(out.size() - after.size()), after) << ::testing::PrintToString(s);
       }
     }
   }
@@ -347,7 +356,7 @@ class TextStreamTest : public ::testing::Test {
       bool stopped = true;
       std::string d = ts.Push(t, &stopped);
       ++r.pushed;
-      EXPECT_TRUE(IsValidUtf8(d)) << "delta " << testing::PrintToString(d);
+      EXPECT_TRUE(IsValidUtf8(d)) << "delta " << ::testing::PrintToString(d);
       r.deltas.push_back(d);
       r.text += d;
       if (stopped) {
@@ -570,6 +579,126 @@ TEST_F(TextStreamTest, RandomTokensConcatenateToTheDecodedText) {
     if (HasFailure()) break;
   }
   EXPECT_GT(stopped_runs, 100);
+}
+
+// ---------------------------------------------------------------------------------------------
+// GGUF vocabularies through the TextTokenizer interface.
+
+// The tokenizer of GGUF fixture `name`, loaded once; null when the fixture is absent.
+const TextTokenizer* GgufVocab(const std::string& name) {
+  static auto* loaded = new std::map<std::string, std::unique_ptr<TextTokenizer>>();
+  if (auto it = loaded->find(name); it != loaded->end()) return it->second.get();
+  const std::string path = testing::FixturePath(name);
+  if (path.empty()) return nullptr;
+  absl::StatusOr<GgufFile> f = GgufFile::Open(path);
+  EXPECT_TRUE(f.ok()) << f.status();
+  if (!f.ok()) return nullptr;
+  const GgufMetadata* tokens = f->FindMetadata("tokenizer.ggml.tokens");
+  EXPECT_NE(tokens, nullptr);
+  if (tokens == nullptr) return nullptr;
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> t =
+      LoadGgufTextTokenizer(*f, int32_t(tokens->count));
+  EXPECT_TRUE(t.ok()) << t.status();
+  if (!t.ok()) return nullptr;
+  std::unique_ptr<TextTokenizer>& slot = (*loaded)[name];
+  slot = *std::move(t);
+  return slot.get();
+}
+
+// Streams `ids` after `prev` one token at a time; every delta must be valid UTF-8.
+std::string StreamAll(const TextTokenizer* tok, int32_t prev, const std::vector<int32_t>& ids,
+                      bool skip_special, std::vector<std::string>* deltas = nullptr) {
+  TextStream ts(tok, prev, {}, skip_special);
+  std::string out;
+  for (int32_t t : ids) {
+    bool stopped = true;
+    const std::string d = ts.Push(t, &stopped);
+    EXPECT_FALSE(stopped);
+    EXPECT_TRUE(IsValidUtf8(d)) << tok->Describe() << " delta " << ::testing::PrintToString(d);
+    if (deltas != nullptr) deltas->push_back(d);
+    out += d;
+  }
+  const std::string rest = ts.Flush();
+  EXPECT_TRUE(IsValidUtf8(rest));
+  return out + rest;
+}
+
+// Emoji that no vocabulary here has as one token, CJK, accents: their bytes are spread over byte
+// tokens (SentencePiece byte fallback; byte-level BPE pieces that end inside a character), and
+// the stream never shows part of one. The deltas join to the text; with BOS first, SentencePiece's
+// dummy-prefix space is dropped by the decoder.
+TEST(TextStreamGgufTest, SplitCharactersArriveWhole) {
+  const std::string text =
+      "Hi \xF0\x9F\x91\xBE\xF0\x9F\xA6\x9C and \xE2\x98\x83 \xE4\xB8\xAD\xE6\x96\x87 "
+      "caf\xC3\xA9\n\xF0\x9F\x91\xA8\xE2\x80\x8D\xF0\x9F\x91\xA9\xE2\x80\x8D\xF0\x9F\x91\xA7!";
+  int vocabs = 0;
+  for (const char* name : {"ggml-vocab-gpt-2.gguf", "llama3-vocab.gguf", "qwen-vocab.gguf",
+                           "ggml-vocab-llama-spm.gguf", "ggml-vocab-phi-3.gguf"}) {
+    const TextTokenizer* tok = GgufVocab(name);
+    if (tok == nullptr) continue;
+    ++vocabs;
+    const int32_t bos = tok->bos_id() >= 0 ? tok->bos_id() : 0;
+    const std::vector<int32_t> ids = tok->Encode(text, /*bos=*/false, /*eos=*/false);
+    // The case under test: some token's bytes are not whole characters.
+    int partial = 0;
+    int32_t prev = bos;
+    for (int32_t t : ids) {
+      partial += !IsValidUtf8(tok->Decode(prev, t));
+      prev = t;
+    }
+    EXPECT_GT(partial, 0) << name;
+    std::vector<std::string> deltas;
+    const bool spm = tok->Describe() == "sentencepiece";
+    EXPECT_EQ(StreamAll(tok, bos, ids, /*skip_special=*/true, &deltas), text) << name;
+    // With no previous token: byte-level BPE gives the same; SentencePiece's leading dummy-prefix
+    // space then shows.
+    EXPECT_EQ(StreamAll(tok, -1, ids, true), spm ? " " + text : text) << name;
+    // Deltas break only between characters: the text's character boundaries.
+    size_t at = 0;
+    for (const std::string& d : deltas) {
+      at += d.size();
+      ASSERT_LE(at, text.size()) << name;
+      EXPECT_EQ(TextStream::CompletePrefix(text.substr(0, at)), at) << name;
+    }
+  }
+  EXPECT_GE(vocabs, 3);  // the bundled gpt-2, llama-spm and phi-3
+}
+
+// A control token (a turn end, EOS) is text only when special tokens are not skipped; the text
+// around it streams unchanged.
+TEST(TextStreamGgufTest, ControlTokensShowOnlyWithoutSkipSpecial) {
+  struct Case {
+    const char* vocab;
+    std::string before, control, after;
+  };
+  const Case cases[] = {
+      {"ggml-vocab-gpt-2.gguf", "Hi \xE2\x98\x83", "<|endoftext|>", " next"},
+      {"llama3-vocab.gguf", "Hi \xE2\x98\x83", "<|eot_id|>", "\n\nx"},
+      {"qwen-vocab.gguf", "hello \xC3\xA9t\xC3\xA9", "<|im_end|>", "\n"},
+      {"ggml-vocab-phi-3.gguf", "Hi \xE2\x98\x83", "<|end|>", "x"},
+      {"ggml-vocab-llama-spm.gguf", "Hi \xE2\x98\x83", "</s>", "x"},
+  };
+  for (const Case& c : cases) {
+    const TextTokenizer* tok = GgufVocab(c.vocab);
+    if (tok == nullptr) continue;
+    const std::vector<int32_t> control = tok->Encode(c.control, false, false);
+    ASSERT_EQ(control.size(), 1u) << c.vocab;
+    EXPECT_TRUE(tok->IsControl(control[0])) << c.vocab;
+    std::vector<int32_t> ids = tok->Encode(c.before, false, false);
+    const size_t first_after = ids.size() + 1;
+    ids.push_back(control[0]);
+    // What follows a special token, encoded on its own, as a generation would produce it: for
+    // SentencePiece without its dummy-prefix space.
+    std::vector<int32_t> after = tok->Encode(c.after, false, false);
+    std::string after_text = c.after;
+    if (tok->Describe() == "sentencepiece") after_text = " " + c.after;
+    ids.insert(ids.end(), after.begin(), after.end());
+    ASSERT_GT(ids.size(), first_after);
+    const int32_t prev = tok->bos_id() >= 0 ? tok->bos_id() : 0;
+    EXPECT_EQ(StreamAll(tok, prev, ids, /*skip_special=*/true), c.before + after_text) << c.vocab;
+    EXPECT_EQ(StreamAll(tok, prev, ids, /*skip_special=*/false), c.before + c.control + after_text)
+        << c.vocab;
+  }
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "tests/test_util.h"
 
 namespace heavykv::testing {
 
@@ -48,6 +50,16 @@ inline std::vector<Vector> ReadVectors(const std::string& inp_path, const std::s
   }
   EXPECT_EQ(vectors.size(), texts.size()) << inp_path;
   return vectors;
+}
+
+// The GGUF fixture `name`: tests/data/gguf/ first, then ../shared/gguf/ (the large vocabularies,
+// llama3-vocab.gguf and qwen-vocab.gguf); "" when neither has it.
+inline std::string FixturePath(const std::string& name) {
+  for (const char* dir : {"tests/data/gguf/", "../shared/gguf/"}) {
+    const std::string path = SourcePath(dir + name);
+    if (std::filesystem::exists(path)) return path;
+  }
+  return "";
 }
 
 }  // namespace heavykv::testing

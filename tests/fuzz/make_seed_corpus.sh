@@ -61,6 +61,10 @@ put("valid_ab", b"ab ab ba b", good)
 put("valid_utf8", "caf\u00e9 \u00e9t\u00e9 \u2603".encode(), good)
 put("valid_bytes", b"\x00\xff\xfe a\x80b\xc3", good)
 put("valid_empty_text", b"", good)
+# Special-token texts: the SentencePiece pass types some pieces control / user-defined from the
+# input's bytes.
+specials = pieces + [(b"<|end|>", 0.0), (b"<|user|>", 0.0), (b"\n", -9.0)]
+put("valid_specials", b"<s>  <|user|>\n ab<|end|>\n</s>ba <unk>", tok_file(specials), len(specials))
 put("broken_vocab_mismatch", b"ab", good, vocab=len(pieces) + 1)
 put("broken_truncated", b"ab", good[:-3])
 put("broken_negative_length", b"ab", tok_file(pieces, bad_len=-1))
