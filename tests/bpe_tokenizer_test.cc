@@ -22,6 +22,7 @@
 #include "engine/gguf_writer.h"
 #include "engine/tokenizer.h"
 #include "gtest/gtest.h"
+#include "tests/byte_level.h"
 #include "tests/test_util.h"
 #include "tests/tokenizer_vectors.h"
 
@@ -30,11 +31,6 @@ namespace {
 
 using Ids = std::vector<int32_t>;
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  return std::string((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
-}
-
 ::testing::AssertionResult MessageHas(const absl::Status& status, std::string_view needle) {
   if (std::string(status.message()).find(needle) != std::string::npos) {
     return ::testing::AssertionSuccess();
@@ -42,14 +38,7 @@ std::string ReadFile(const std::string& path) {
   return ::testing::AssertionFailure() << "status " << status << " lacks \"" << needle << "\"";
 }
 
-std::string Show(const Ids& ids) {
-  std::string s;
-  for (int32_t id : ids) {
-    s += ' ';
-    s += std::to_string(id);
-  }
-  return s;
-}
+using testing::ShowIds;
 
 std::string DecodeAll(const BpeTokenizer& tok, const Ids& ids) {
   std::string s;
@@ -67,87 +56,10 @@ absl::StatusOr<BpeTokenizer> LoadBpe(const std::string& path) {
   return LoadGgufBpeTokenizer(*f, int32_t(tokens->count));
 }
 
-class VectorTest : public ::testing::TestWithParam<const char*> {};
+// llama.cpp's vectors and the mixed text for every vocabulary: tests/text_tokenizer_test.cc.
 
-TEST_P(VectorTest, MatchesLlamaCpp) {
-  const std::string name = GetParam();
-  const std::string path = FixturePath(name);
-  if (path.empty()) GTEST_SKIP() << name << " is not in tests/data/gguf/ or ../shared/gguf/";
-  absl::StatusOr<BpeTokenizer> tok = LoadBpe(path);
-  ASSERT_TRUE(tok.ok()) << tok.status();
-  const std::vector<testing::Vector> vectors =
-      testing::ReadVectors(testing::SourcePath("tests/data/gguf/" + name + ".inp"),
-                           testing::SourcePath("tests/data/gguf/" + name + ".out"));
-  ASSERT_FALSE(vectors.empty());
-  int failed = 0;
-  for (size_t i = 0; i < vectors.size(); ++i) {
-    const Ids got = tok->Encode(vectors[i].text, /*bos=*/false, /*eos=*/false);
-    if (got != vectors[i].ids) {
-      ++failed;
-      ADD_FAILURE() << name << " vector " << i << " '" << vectors[i].text << "'\n  want"
-                    << Show(vectors[i].ids) << "\n  got " << Show(got);
-    }
-    EXPECT_EQ(DecodeAll(*tok, got), vectors[i].text) << name << " vector " << i;
-  }
-  EXPECT_EQ(failed, 0) << "of " << vectors.size();
 
-  // 16 KB of mixed text (stories, scripts, code, emoji, odd spaces) and the ids llama.cpp's
-  // llama-tokenize --no-bos --no-escape gives it (tests/data/gguf/README.md).
-  const std::string stem = name.substr(0, name.find(".gguf"));
-  std::string listed = ReadFile(testing::SourcePath("tests/data/gguf/bpe-mix." + stem + ".ids"));
-  ASSERT_FALSE(listed.empty());
-  for (char& c : listed) {
-    if (c == '[' || c == ']' || c == ',') c = ' ';
-  }
-  Ids want;
-  std::istringstream in(listed);
-  for (int32_t id; in >> id;) want.push_back(id);
-  const std::string mix = ReadFile(testing::SourcePath("tests/data/gguf/bpe-mix.txt"));
-  const Ids got = tok->Encode(mix, false, false);
-  EXPECT_EQ(got.size(), want.size());
-  size_t first_diff = 0;
-  while (first_diff < got.size() && first_diff < want.size() &&
-         got[first_diff] == want[first_diff]) {
-    ++first_diff;
-  }
-  EXPECT_EQ(got, want) << "first difference at id " << first_diff;
-  EXPECT_EQ(DecodeAll(*tok, got), mix);
-}
-
-INSTANTIATE_TEST_SUITE_P(Vocabularies, VectorTest,
-                         ::testing::Values("llama3-vocab.gguf", "qwen-vocab.gguf",
-                                           "ggml-vocab-gpt-2.gguf",
-                                           "ggml-vocab-deepseek-coder.gguf"),
-                         [](const auto& info) {
-                           std::string n = info.param;
-                           n = n.substr(0, n.find(".gguf"));
-                           for (char& c : n) {
-                             if (!isalnum(static_cast<unsigned char>(c))) c = '_';
-                           }
-                           return n;
-                         });
-
-// GPT-2's byte alphabet, written out independently of engine/bpe_tokenizer.cc.
-std::string ByteLevel(std::string_view bytes) {
-  std::string out;
-  for (unsigned char b : bytes) {
-    uint32_t cp = b;
-    if (!((b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE)) {
-      uint32_t n = 0;  // the rank of b among the bytes that are not printable
-      for (uint32_t c = 0; c < b; ++c) {
-        if (!((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE)) ++n;
-      }
-      cp = 256 + n;
-    }
-    if (cp < 0x80) {
-      out.push_back(char(cp));
-    } else {
-      out.push_back(char(0xC0 | (cp >> 6)));
-      out.push_back(char(0x80 | (cp & 0x3F)));
-    }
-  }
-  return out;
-}
+using heavykv::testing::ByteLevel;
 
 // A small GPT-2 style vocabulary: the 256 byte tokens, merges of a few English pieces, and
 // control / user-defined tokens that overlap.
@@ -529,7 +441,7 @@ TEST(BpeTokenizerTest, RealVocabularySpecials) {
   EXPECT_FALSE(tok->IsEndOfGeneration(128000));
   const Ids ids =
       tok->Encode("<|start_header_id|>user<|end_header_id|>\n\nHi<|eot_id|>", true, false);
-  ASSERT_EQ(ids.size(), 7u) << Show(ids);
+  ASSERT_EQ(ids.size(), 7u) << ShowIds(ids);
   EXPECT_EQ(ids[0], 128000);
   EXPECT_EQ(ids[1], 128006);
   EXPECT_EQ(ids[2], 882);  // "user"
@@ -545,7 +457,7 @@ TEST(BpeTokenizerTest, RealVocabularySpecials) {
   tok = LoadBpe(qwen);
   ASSERT_TRUE(tok.ok()) << tok.status();
   const Ids q = tok->Encode("<|im_start|>user\nhi<|im_end|>", false, false);
-  ASSERT_EQ(q.size(), 5u) << Show(q);
+  ASSERT_EQ(q.size(), 5u) << ShowIds(q);
   EXPECT_EQ(q[0], 151644);
   EXPECT_EQ(q[1], 872);
   EXPECT_EQ(q[2], 198);

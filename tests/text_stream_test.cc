@@ -584,26 +584,7 @@ TEST_F(TextStreamTest, RandomTokensConcatenateToTheDecodedText) {
 // ---------------------------------------------------------------------------------------------
 // GGUF vocabularies through the TextTokenizer interface.
 
-// The tokenizer of GGUF fixture `name`, loaded once; null when the fixture is absent.
-const TextTokenizer* GgufVocab(const std::string& name) {
-  static auto* loaded = new std::map<std::string, std::unique_ptr<TextTokenizer>>();
-  if (auto it = loaded->find(name); it != loaded->end()) return it->second.get();
-  const std::string path = testing::FixturePath(name);
-  if (path.empty()) return nullptr;
-  absl::StatusOr<GgufFile> f = GgufFile::Open(path);
-  EXPECT_TRUE(f.ok()) << f.status();
-  if (!f.ok()) return nullptr;
-  const GgufMetadata* tokens = f->FindMetadata("tokenizer.ggml.tokens");
-  EXPECT_NE(tokens, nullptr);
-  if (tokens == nullptr) return nullptr;
-  absl::StatusOr<std::unique_ptr<TextTokenizer>> t =
-      LoadGgufTextTokenizer(*f, int32_t(tokens->count));
-  EXPECT_TRUE(t.ok()) << t.status();
-  if (!t.ok()) return nullptr;
-  std::unique_ptr<TextTokenizer>& slot = (*loaded)[name];
-  slot = *std::move(t);
-  return slot.get();
-}
+using testing::FixtureTokenizer;
 
 // Streams `ids` after `prev` one token at a time; every delta must be valid UTF-8.
 std::string StreamAll(const TextTokenizer* tok, int32_t prev, const std::vector<int32_t>& ids,
@@ -634,7 +615,7 @@ TEST(TextStreamGgufTest, SplitCharactersArriveWhole) {
   int vocabs = 0;
   for (const char* name : {"ggml-vocab-gpt-2.gguf", "llama3-vocab.gguf", "qwen-vocab.gguf",
                            "ggml-vocab-llama-spm.gguf", "ggml-vocab-phi-3.gguf"}) {
-    const TextTokenizer* tok = GgufVocab(name);
+    const TextTokenizer* tok = FixtureTokenizer(name);
     if (tok == nullptr) continue;
     ++vocabs;
     const int32_t bos = tok->bos_id() >= 0 ? tok->bos_id() : 0;
@@ -679,7 +660,7 @@ TEST(TextStreamGgufTest, ControlTokensShowOnlyWithoutSkipSpecial) {
       {"ggml-vocab-llama-spm.gguf", "Hi \xE2\x98\x83", "</s>", "x"},
   };
   for (const Case& c : cases) {
-    const TextTokenizer* tok = GgufVocab(c.vocab);
+    const TextTokenizer* tok = FixtureTokenizer(c.vocab);
     if (tok == nullptr) continue;
     const std::vector<int32_t> control = tok->Encode(c.control, false, false);
     ASSERT_EQ(control.size(), 1u) << c.vocab;

@@ -42,35 +42,9 @@ constexpr VocabCase kVocabs[] = {
     {"ggml-vocab-llama-spm.gguf", true}, {"ggml-vocab-phi-3.gguf", true},
 };
 
-// The tokenizer of fixture `name` through the interface, loaded once per test binary; null when
-// the fixture is absent (a failed load fails the test).
-const TextTokenizer* Load(const std::string& name) {
-  static auto* loaded = new std::map<std::string, std::unique_ptr<TextTokenizer>>();
-  auto it = loaded->find(name);
-  if (it != loaded->end()) return it->second.get();
-  const std::string path = testing::FixturePath(name);
-  if (path.empty()) return nullptr;
-  absl::StatusOr<GgufFile> f = GgufFile::Open(path);
-  EXPECT_TRUE(f.ok()) << f.status();
-  if (!f.ok()) return nullptr;
-  const GgufMetadata* tokens = f->FindMetadata("tokenizer.ggml.tokens");
-  EXPECT_NE(tokens, nullptr) << path;
-  if (tokens == nullptr) return nullptr;
-  absl::StatusOr<std::unique_ptr<TextTokenizer>> t =
-      LoadGgufTextTokenizer(*f, int32_t(tokens->count));
-  EXPECT_TRUE(t.ok()) << t.status();
-  if (!t.ok()) return nullptr;
-  return (*loaded)[name] = *std::move(t), (*loaded)[name].get();
-}
+using testing::FixtureTokenizer;
 
-std::string Show(const Ids& ids) {
-  std::string s;
-  for (int32_t id : ids) {
-    s += ' ';
-    s += std::to_string(id);
-  }
-  return s;
-}
+using testing::ShowIds;
 
 // Decode over `ids`, each token after the one before it (the first after none).
 std::string DecodeAll(const TextTokenizer& tok, const Ids& ids, int32_t prev = -1) {
@@ -151,7 +125,7 @@ class TextTokenizerVocabTest : public ::testing::TestWithParam<VocabCase> {};
 
 TEST_P(TextTokenizerVocabTest, LlamaCppVectorsWithoutBos) {
   const std::string name = GetParam().name;
-  const TextTokenizer* tok = Load(name);
+  const TextTokenizer* tok = FixtureTokenizer(name);
   if (tok == nullptr) GTEST_SKIP() << name << " is not in tests/data/gguf/ or ../shared/gguf/";
   EXPECT_EQ(tok->Describe().rfind(GetParam().sentencepiece ? "sentencepiece" : "byte-level BPE", 0),
             0u)
@@ -162,8 +136,8 @@ TEST_P(TextTokenizerVocabTest, LlamaCppVectorsWithoutBos) {
   for (size_t i = 0; i < vectors.size(); ++i) {
     const Ids got = tok->Encode(vectors[i].text, /*bos=*/false, /*eos=*/false);
     EXPECT_EQ(got, vectors[i].ids)
-        << name << " vector " << i << " '" << vectors[i].text << "'\n  want" << Show(vectors[i].ids)
-        << "\n  got " << Show(got);
+        << name << " vector " << i << " '" << vectors[i].text << "'\n  want" << ShowIds(vectors[i].ids)
+        << "\n  got " << ShowIds(got);
   }
 }
 
@@ -171,7 +145,7 @@ TEST_P(TextTokenizerVocabTest, LlamaCppVectorsWithoutBos) {
 // and the ids llama.cpp's llama-tokenize --no-bos --no-escape gives it (README.md there).
 TEST_P(TextTokenizerVocabTest, MixedTextMatchesLlamaCpp) {
   const std::string name = GetParam().name;
-  const TextTokenizer* tok = Load(name);
+  const TextTokenizer* tok = FixtureTokenizer(name);
   if (tok == nullptr) GTEST_SKIP() << name << " is not in tests/data/gguf/ or ../shared/gguf/";
   const std::string stem = name.substr(0, name.find(".gguf"));
   std::string listed =
@@ -198,7 +172,7 @@ TEST_P(TextTokenizerVocabTest, MixedTextMatchesLlamaCpp) {
 // dummy-prefix space the encoder put in front.
 TEST_P(TextTokenizerVocabTest, RandomTextRoundTrips) {
   const std::string name = GetParam().name;
-  const TextTokenizer* tok = Load(name);
+  const TextTokenizer* tok = FixtureTokenizer(name);
   if (tok == nullptr) GTEST_SKIP() << name << " is not in tests/data/gguf/ or ../shared/gguf/";
   std::mt19937 rng(20261204);
   for (int i = 0; i < 300; ++i) {
@@ -210,7 +184,7 @@ TEST_P(TextTokenizerVocabTest, RandomTextRoundTrips) {
       EXPECT_EQ(back[0], ' ') << name << " '" << text << "'";
       back.erase(0, 1);
     }
-    EXPECT_EQ(back, text) << name << " case " << i << ":" << Show(ids);
+    EXPECT_EQ(back, text) << name << " case " << i << ":" << ShowIds(ids);
     // After BOS the decoder drops the dummy prefix itself.
     if (tok->bos_id() >= 0) {
       const Ids with_bos = tok->Encode(text, /*bos=*/true, /*eos=*/false);
@@ -243,7 +217,7 @@ TEST(TextTokenizerTest, SpecialTokensMatchLlamaCpp) {
     if (line.empty()) continue;
     const nlohmann::json j = nlohmann::json::parse(line);
     const std::string vocab = j.at("vocab");
-    const TextTokenizer* tok = Load(vocab);
+    const TextTokenizer* tok = FixtureTokenizer(vocab);
     if (tok == nullptr) {
       std::printf("[ note ] %s is absent: its special-token vectors are not checked\n",
                   vocab.c_str());
@@ -255,7 +229,7 @@ TEST(TextTokenizerTest, SpecialTokensMatchLlamaCpp) {
     const Ids got = *tok->Encode(text, bos && tok->add_bos(), bos && tok->add_eos(),
                                  std::function<bool()>(), parse_special);
     EXPECT_EQ(got, want) << vocab << " bos=" << bos << " parse_special=" << parse_special << " '"
-                         << text << "'\n  want" << Show(want) << "\n  got " << Show(got);
+                         << text << "'\n  want" << ShowIds(want) << "\n  got " << ShowIds(got);
     ++checked;
   }
   EXPECT_GE(checked, 8);  // at least the vectors of the bundled SentencePiece vocabularies
@@ -287,7 +261,7 @@ TEST(TextTokenizerTest, EndOfGenerationAndBos) {
       {"ggml-vocab-llama-spm.gguf", 1, true, {2}, {0, 1, 13}},
   };
   for (const EogCase& c : cases) {
-    const TextTokenizer* tok = Load(c.vocab);
+    const TextTokenizer* tok = FixtureTokenizer(c.vocab);
     if (tok == nullptr) continue;
     EXPECT_EQ(tok->bos_id(), c.bos) << c.vocab;
     EXPECT_EQ(tok->add_bos(), c.add_bos) << c.vocab;

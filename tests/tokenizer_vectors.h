@@ -7,11 +7,16 @@
 #include <filesystem>
 #include <fstream>
 #include <iterator>
+#include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "engine/gguf.h"
+#include "engine/gguf_tokenizer.h"
+#include "engine/text_tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 
@@ -60,6 +65,38 @@ inline std::string FixturePath(const std::string& name) {
     if (std::filesystem::exists(path)) return path;
   }
   return "";
+}
+
+// The tokenizer of GGUF fixture `name` through the TextTokenizer interface, loaded once per test
+// binary; null when the fixture is absent (a failed load fails the test).
+inline const TextTokenizer* FixtureTokenizer(const std::string& name) {
+  static auto* loaded = new std::map<std::string, std::unique_ptr<TextTokenizer>>();
+  if (auto it = loaded->find(name); it != loaded->end()) return it->second.get();
+  const std::string path = FixturePath(name);
+  if (path.empty()) return nullptr;
+  absl::StatusOr<GgufFile> f = GgufFile::Open(path);
+  EXPECT_TRUE(f.ok()) << f.status();
+  if (!f.ok()) return nullptr;
+  const GgufMetadata* tokens = f->FindMetadata("tokenizer.ggml.tokens");
+  EXPECT_NE(tokens, nullptr) << path;
+  if (tokens == nullptr) return nullptr;
+  absl::StatusOr<std::unique_ptr<TextTokenizer>> t =
+      LoadGgufTextTokenizer(*f, int32_t(tokens->count));
+  EXPECT_TRUE(t.ok()) << t.status();
+  if (!t.ok()) return nullptr;
+  std::unique_ptr<TextTokenizer>& slot = (*loaded)[name];
+  slot = *std::move(t);
+  return slot.get();
+}
+
+// " 1 2 3": ids for a failure message.
+inline std::string ShowIds(const std::vector<int32_t>& ids) {
+  std::string s;
+  for (int32_t id : ids) {
+    s += ' ';
+    s += std::to_string(id);
+  }
+  return s;
 }
 
 }  // namespace heavykv::testing

@@ -15,31 +15,12 @@
 #include <vector>
 
 #include "engine/bpe_tokenizer.h"
+#include "tests/byte_level.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {
 
-// GPT-2's byte alphabet: byte b as its code point, in UTF-8.
-std::string ByteLevel(std::string_view bytes) {
-  std::string out;
-  for (unsigned char b : bytes) {
-    const bool printable = (b >= 0x21 && b <= 0x7E) || (b >= 0xA1 && b <= 0xAC) || b >= 0xAE;
-    uint32_t cp = b;
-    if (!printable) {
-      cp = 256;
-      for (unsigned c = 0; c < b; ++c) {
-        if (!((c >= 0x21 && c <= 0x7E) || (c >= 0xA1 && c <= 0xAC) || c >= 0xAE)) ++cp;
-      }
-    }
-    if (cp < 0x80) {
-      out.push_back(char(cp));
-    } else {
-      out.push_back(char(0xC0 | (cp >> 6)));
-      out.push_back(char(0x80 | (cp & 0x3F)));
-    }
-  }
-  return out;
-}
+using heavykv::testing::ByteLevel;
 
 heavykv::BpeTokenizer::Vocab SmallVocab(const std::string& pre) {
   heavykv::BpeTokenizer::Vocab v;
