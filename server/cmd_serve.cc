@@ -334,8 +334,10 @@ int ServeCommand(int argc, char** argv) {
                                     : absl::StrCat("on (", api_keys.size(), " from ",
                                                    api_key_file, ")"),
                reflection ? "on" : "off");
-  spdlog::info("gRPC listening on {}; metrics on {}", WithPort(listen, port), metrics_bound);
+  // Drain from here on; set before the line below, which callers (deploy checks, scripts) take as
+  // "up": a SIGTERM sent on seeing it must drain, not kill.
   serving = 1;
+  spdlog::info("gRPC listening on {}; metrics on {}", WithPort(listen, port), metrics_bound);
 
   int sig;
   while ((sig = WaitForDrainSignal()) == SIGHUP) {
