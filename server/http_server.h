@@ -75,6 +75,11 @@ class HttpServer {
   int port() const { return port_; }
   void Stop();
 
+  // From a handler, or the content provider it set (both run on the connection's worker): true
+  // once the client of the request being served has gone (hung up, reset, or Stop() closed the
+  // connection), so that a long response can stop its work. False on any other thread.
+  static bool ClientClosed();
+
  private:
   class Impl;
   HttpServer() = default;
