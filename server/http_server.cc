@@ -221,8 +221,11 @@ class HttpServer::Impl final : public httplib::Server {
       return Admit(req, res);
     });
     // Every error response gets a short fixed text and ends the connection.
-    set_error_handler([](const httplib::Request&, httplib::Response& res) {
-      if (res.body.empty()) {
+    set_error_handler([this](const httplib::Request&, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      if (options_.error_body) {
+        options_.error_body(res.status, res);
+      } else {
         res.set_content(absl::StrCat(res.status, " ", StatusText(res.status), "\n"),
                         "text/plain; charset=utf-8");
       }

@@ -301,6 +301,30 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartOpenAiHttp(
   // most 11 digits and a comma each), plus room for the other fields and a chat's structure.
   http.max_body_bytes = size_t(64 << 10) + 6 * size_t(info.max_prompt_bytes) +
                         12 * size_t(info.max_prompt_tokens);
+  http.error_body = [limit = http.max_body_bytes](int status, httplib::Response& res) {
+    absl::Status s;
+    switch (status) {
+      case 404:
+        s = absl::NotFoundError(
+            "no such route: POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize; "
+            "GET /v1/models, /health");
+        break;
+      case 405:
+        s = absl::InvalidArgumentError("this route does not take that method (see Allow)");
+        break;
+      case 413:
+        s = absl::InvalidArgumentError(
+            absl::StrCat("the request body is over ", limit, " bytes, more than any prompt "
+                         "this server takes"));
+        break;
+      case 500:
+        s = absl::InternalError("the request failed inside the server");
+        break;
+      default:
+        s = absl::InvalidArgumentError("malformed HTTP request");
+    }
+    res.set_content(ErrorBody(s), kJson);
+  };
   absl::StatusOr<std::unique_ptr<HttpServer>> server =
       HttpServer::Start(options.address, front->Routes(front), http);
   if (!server.ok()) {

@@ -29,7 +29,7 @@ def main():
     log = tempfile.NamedTemporaryFile(prefix="heavykv-py-serve-", suffix=".log")
     server = subprocess.Popen(
         [args.binary, "serve", "--model", args.model, "--tokenizer", args.tokenizer,
-         "--listen", "127.0.0.1:0", "--metrics-address", "", "--threads", "1", "--reflection"],
+         "--listen", "127.0.0.1:0", "--metrics-address", "", "--http-address", "", "--threads", "1", "--reflection"],
         stdout=log, stderr=subprocess.STDOUT)
     try:
         port = None
