@@ -1,14 +1,16 @@
 // heavykv serve: the gRPC inference server (heavykv.v1.Generation, grpc.health.v1.Health,
-// server reflection with --reflection) with Prometheus metrics over HTTP.
+// server reflection with --reflection) with Prometheus metrics over HTTP, and the OpenAI HTTP API
+// (--http-address; server/openai_http.h) on the same engine.
 //
-// SIGTERM / SIGINT drain the server: health turns NOT_SERVING, new requests get UNAVAILABLE,
-// running ones have --grace seconds to finish, the rest are cancelled (their streams end with
-// finish_reason CANCELLED), then the server exits 0. SIGHUP reloads --api-key-file.
+// SIGTERM / SIGINT drain the server: health turns NOT_SERVING (HTTP /health 503), new requests
+// get UNAVAILABLE (HTTP 503), running ones have --grace seconds to finish, the rest are cancelled
+// (their streams end with finish_reason CANCELLED; HTTP "abort"), then the server exits 0.
+// SIGHUP reloads --api-key-file.
 //
 // Security (server/tls.h, server/auth.h): --tls-cert/--tls-key [--tls-client-ca] put the gRPC
-// port on (mutual) TLS; --api-key-file makes every heavykv.v1.Generation call carry a listed key
-// (health stays open for probes); reflection only with --reflection, never with API keys, since
-// the reflection service cannot be made to check them.
+// port on (mutual) TLS; --api-key-file makes every heavykv.v1.Generation call, and every HTTP API
+// request but /health, carry a listed key (health stays open for probes); reflection only with
+// --reflection, never with API keys, since the reflection service cannot be made to check them.
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <fcntl.h>
@@ -368,6 +370,11 @@ int ServeCommand(int argc, char** argv) {
                                     : absl::StrCat("on (", api_keys.size(), " from ",
                                                    api_key_file, ")"),
                reflection ? "on" : "off");
+  if (openai_http != nullptr && tls.enabled()) {
+    spdlog::warn("the OpenAI HTTP API on {} is plaintext (--tls-* cover gRPC only): bind it to "
+                 "loopback behind a TLS proxy, or turn it off with --http-address ''",
+                 http_bound);
+  }
   spdlog::info("gRPC listening on {}; metrics on {}; OpenAI HTTP on {}", WithPort(listen, port),
                metrics_bound, http_bound);
   serving = 1;

@@ -80,8 +80,9 @@ class HttpServer {
   void Stop();
 
   // From a handler, or the content provider it set (both run on the connection's worker): true
-  // once the client of the request being served has gone (hung up, reset, or Stop() closed the
-  // connection), so that a long response can stop its work. False on any other thread.
+  // once the client of the request being served has gone (hung up, reset, shut its sending side
+  // down, or Stop() closed the connection), so that a long response can stop its work. False on
+  // any other thread.
   static bool ClientClosed();
 
  private:
