@@ -315,6 +315,73 @@ TEST_F(OpenAiE2eTest, DisconnectMidStreamCancelsAndReturnsThePages) {
   EXPECT_EQ(slow_->Metrics()[cancelled], cancelled_before + 1);
 }
 
+// A long streamed completion on its own connection, read until its first event: the socket
+// (the caller closes it), -1 on failure.
+int StartLongStream(int port) {
+  const std::string body = json({{"prompt", {1}}, {"max_tokens", 2000}, {"ignore_eos", true},
+                                 {"temperature", 0}, {"stream", true}})
+                               .dump();
+  const int fd = ConnectLoopback(port, 30s);
+  if (fd < 0) return -1;
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) != ssize_t(request.size())) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Reads from `fd` until `text` has arrived (true) or the connection ends (false).
+bool ReadUntil(int fd, const std::string& text, std::string* got) {
+  char buf[4096];
+  while (got->find(text) == std::string::npos) {
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) return false;
+    got->append(buf, size_t(n));
+  }
+  return true;
+}
+
+// A full queue is 429; on SIGTERM /health turns 503, new requests get 503, and a stream cut at
+// the end of the grace ends with finish_reason "abort" and [DONE].
+TEST(OpenAiDrainTest, FullQueueIs429AndDrainIs503ThenAbort) {
+  testing::TempDir dir;
+  const std::string model = dir.File("slow.bin");
+  RunCapture(Bin() +
+             " make-model --dim 256 --hidden-dim 768 --layers 4 --heads 8 --kv-heads 4 "
+             "--vocab 512 --seq-len 2048 --out " + model + " 2>&1");
+  ServerProcess server({"--model", model, "--tokenizer", testing::TokenizerPath(), "--threads",
+                        "1", "--max-running", "1", "--max-waiting", "1", "--kv-pages", "512",
+                        "--grace", "0.5"});
+  ASSERT_TRUE(server.ok() && server.http_port() > 0) << server.log();
+  const int port = server.http_port();
+
+  const int running = StartLongStream(port);
+  ASSERT_GE(running, 0);
+  std::string got;
+  ASSERT_TRUE(ReadUntil(running, "data: ", &got)) << got;
+  const int waiting = StartLongStream(port);  // no first delta until the running one ends
+  ASSERT_GE(waiting, 0);
+  for (auto until = std::chrono::steady_clock::now() + 10s;
+       server.Stats().sequences_waiting() < 1 && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ExpectError(Post(port, "/v1/completions", {{"prompt", {1}}, {"max_tokens", 4}}), 429,
+              "rate_limit_error");
+  close(waiting);
+
+  server.Signal(SIGTERM);
+  ASSERT_TRUE(server.WaitForLog("draining")) << server.log();
+  ExpectError(Http(port, "GET", "/health"), 503, "service_unavailable_error");
+  ExpectError(Post(port, "/v1/completions", {{"prompt", {1}}, {"max_tokens", 4}}), 503,
+              "service_unavailable_error");
+  ASSERT_TRUE(ReadUntil(running, "data: [DONE]\n\n", &got)) << got;
+  close(running);
+  EXPECT_NE(got.find("\"finish_reason\":\"abort\""), std::string::npos) << got;
+  EXPECT_EQ(server.SignalAndWait(SIGTERM, 10s), 0) << server.log();
+}
+
 TEST_F(OpenAiE2eTest, ApiKeysAreRequiredExceptForHealth) {
   const int port = keyed_->http_port();
   const json body = {{"prompt", "Once"}, {"max_tokens", 2}};
