@@ -78,6 +78,19 @@ absl::Status FinishStatus(const GenerationDelta& last) {
   return absl::OkStatus();
 }
 
+// One line per finished request, as gRPC logs them (the id is ours, never the client's text).
+void LogFinished(const std::string& id, const GenerationDelta& d) {
+  spdlog::info(
+      "request {} finished: {} prompt + {} completion tokens, queue {:.3f}s, ttft {:.3f}s, "
+      "total {:.3f}s, policy {} budget {}, kv kept {} evicted {}, peak pages {}, finish {}{}",
+      id, d.usage.prompt_tokens, d.usage.completion_tokens, d.timings.queue_seconds,
+      d.timings.time_to_first_token_seconds, d.timings.total_seconds, d.usage.policy,
+      d.usage.kv_budget_tokens == 0 ? std::string("none")
+                                    : std::to_string(d.usage.kv_budget_tokens),
+      d.usage.kv_tokens_kept, d.usage.kv_tokens_evicted, d.usage.peak_pages, d.finish_reason,
+      d.error.empty() ? "" : " (" + d.error + ")");
+}
+
 // The state of one streamed response, shared by the content provider and its releaser.
 struct Stream {
   Running run;
@@ -101,6 +114,7 @@ struct Stream {
         }
         continue;
       }
+      LogFinished(meta.id, d);
       if (absl::Status s = FinishStatus(d); !s.ok()) {
         out += SseEvent(nlohmann::json::parse(ErrorBody(s)));
       } else {
@@ -199,25 +213,27 @@ class OpenAiFront {
     run.handle = *std::move(handle);
 
     // No byte goes out before the first delta, so a refusal after tokenizing keeps its status.
-    std::vector<GenerationDelta> first = run.Take();
-    if (run.finished && first.back().finish_reason == "rejected") {
-      return Refused(res, first.back().status);
+    std::vector<GenerationDelta> batch = run.Take();
+    if (run.finished && batch.back().finish_reason == "rejected") {
+      spdlog::info("request {} rejected: {}", meta.id, batch.back().status.ToString());
+      return Refused(res, batch.back().status);
     }
     if (!q->stream) {
       std::string text;
       for (;;) {
-        for (const GenerationDelta& d : first) text += d.text;
+        for (const GenerationDelta& d : batch) text += d.text;
         if (run.finished) break;
-        first = run.Take();
+        batch = run.Take();
       }
-      const GenerationDelta& last = first.back();
+      const GenerationDelta& last = batch.back();
+      LogFinished(meta.id, last);
       if (absl::Status s = FinishStatus(last); !s.ok()) return SetError(res, s);
       return SetJson(res, ResponseJson(meta, text, last));
     }
 
     stream->meta = std::move(meta);
     stream->include_usage = q->include_usage;
-    stream->pending = std::move(first);
+    stream->pending = std::move(batch);
     res.status = 200;
     res.set_header("Cache-Control", "no-cache");
     res.set_chunked_content_provider(

@@ -173,6 +173,8 @@ TEST_F(OpenAiE2eTest, CompletionTextEqualsGrpcGenerate) {
   EXPECT_EQ(j["usage"]["completion_tokens"], 40);
   EXPECT_EQ(j["usage"]["total_tokens"], grpc.last.usage().prompt_tokens() + 40);
   EXPECT_EQ(j["usage"]["kv"]["policy"], "full");
+  EXPECT_TRUE(fast_->WaitForLog("request " + j["id"].get<std::string>() + " finished: "))
+      << fast_->log();
 
   // Streamed: the same text.
   json streamed = request;
