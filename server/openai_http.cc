@@ -40,19 +40,20 @@ struct Running {
     cancelled = true;
   }
 
-  // Waits until deltas are queued and takes them all. Between waits it checks the connection
-  // and cancels the request once the client has gone; the engine then still sends the finished
+  // Waits until deltas are queued and takes them all. Before each wait (at least every
+  // kPollSlice, and on every call, however fast tokens come) it checks the connection and
+  // cancels the request once the client has gone; the engine then still sends the finished
   // delta, which ends the wait.
   std::vector<GenerationDelta> Take() {
     std::vector<GenerationDelta> out;
-    std::unique_lock<std::mutex> lock(queue->mu);
-    while (queue->deltas.empty()) {
-      if (!queue->cv.wait_for(lock, kPollSlice, [&] { return !queue->deltas.empty(); }) &&
-          !cancelled && HttpServer::ClientClosed()) {
-        Cancel();
+    for (;;) {
+      if (!cancelled && HttpServer::ClientClosed()) Cancel();
+      std::unique_lock<std::mutex> lock(queue->mu);
+      if (queue->cv.wait_for(lock, kPollSlice, [&] { return !queue->deltas.empty(); })) {
+        out.swap(queue->deltas);
+        break;
       }
     }
-    out.swap(queue->deltas);
     if (out.back().finished) finished = true;
     return out;
   }
@@ -308,7 +309,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartOpenAiHttp(
   const ModelInfo info = engine->Info();
   HttpServerOptions http;
   http.threads = options.threads;
-  http.read_timeout = absl::Seconds(30);
+  http.read_timeout = absl::Seconds(10);
   http.write_timeout = absl::Seconds(30);
   http.keep_alive_max_requests = 100;
   http.keep_alive_timeout = absl::Seconds(5);

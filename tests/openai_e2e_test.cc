@@ -317,6 +317,29 @@ TEST_F(OpenAiE2eTest, DisconnectMidStreamCancelsAndReturnsThePages) {
   EXPECT_EQ(slow_->Metrics()[cancelled], cancelled_before + 1);
 }
 
+// The same for a request that is not streamed: the client leaves while tokens are coming.
+TEST_F(OpenAiE2eTest, DisconnectDuringANonStreamedRequestCancelsIt) {
+  const std::string cancelled = "heavykv_request_success_total{finish_reason=\"cancelled\"}";
+  const double cancelled_before = slow_->Metrics()[cancelled];
+  const std::string body =
+      json({{"prompt", {1}}, {"max_tokens", 2000}, {"ignore_eos", true}, {"temperature", 0}})
+          .dump();
+  const int fd = ConnectLoopback(slow_->http_port());
+  ASSERT_GE(fd, 0);
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL), ssize_t(request.size()));
+  for (auto until = std::chrono::steady_clock::now() + 10s;
+       slow_->Stats().pages_used() == 0 && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_GT(slow_->Stats().pages_used(), 0);
+  close(fd);
+  const v1::CacheStats s = slow_->WaitIdle();
+  EXPECT_EQ(s.pages_used(), 0);
+  EXPECT_EQ(slow_->Metrics()[cancelled], cancelled_before + 1);
+}
+
 // A long streamed completion on its own connection, read until its first event: the socket
 // (the caller closes it), -1 on failure.
 int StartLongStream(int port) {
