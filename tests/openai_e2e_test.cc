@@ -340,6 +340,29 @@ TEST_F(OpenAiE2eTest, DisconnectDuringANonStreamedRequestCancelsIt) {
   EXPECT_EQ(slow_->Metrics()[cancelled], cancelled_before + 1);
 }
 
+// `heavykv bench --http` drives the HTTP API with the same requests as gRPC: every request and
+// token is counted, and a key is sent where the server asks for one.
+TEST_F(OpenAiE2eTest, BenchOverHttpReportsEveryRequest) {
+  const std::string args =
+      " --concurrency 4 --requests 8 --prompt-tokens 16 --max-tokens 16 --policy h2o "
+      "--kv-budget 8 --json";
+  const std::string out =
+      RunCapture(Bin() + " bench --server " + fast_->address() + " --http http://127.0.0.1:" +
+                 std::to_string(fast_->http_port()) + args);
+  EXPECT_NE(out.find("\"ok\":8,\"failed\":0,"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"prompt_tokens\":128,\"completion_tokens\":128,"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("\"api\":\"http\""), std::string::npos) << out;
+  const std::string keyed =
+      RunCapture(Bin() + " bench --server " + keyed_->address() + " --api-key sk-test-key" +
+                 " --http http://127.0.0.1:" + std::to_string(keyed_->http_port()) + args);
+  EXPECT_NE(keyed.find("\"ok\":8,\"failed\":0,"), std::string::npos) << keyed;
+  const std::string refused =
+      RunCapture(Bin() + " bench --server " + fast_->address() + " --http http://127.0.0.1:" +
+                 std::to_string(fast_->http_port()) + args + " --temperature -1");
+  EXPECT_NE(refused.find("\"errors\":{\"http_400\":8}"), std::string::npos) << refused;
+}
+
 // A long streamed completion on its own connection, read until its first event: the socket
 // (the caller closes it), -1 on failure.
 int StartLongStream(int port) {
