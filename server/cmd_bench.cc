@@ -296,30 +296,37 @@ int BenchCommand(int argc, char** argv) {
   std::sort(results.e2e.begin(), results.e2e.end());
   int64_t failed = 0;
   std::vector<std::string> error_parts;
+  nlohmann::ordered_json errors = nlohmann::ordered_json::object();
   for (const auto& [code, n] : results.errors) {
     failed += n;
-    error_parts.push_back(json ? absl::StrCat("\"", code, "\":", n) : absl::StrCat(code, " ", n));
+    error_parts.push_back(absl::StrCat(code, " ", n));
+    errors[code] = n;
   }
   const double tok_s = wall > 0 ? results.completion_tokens / wall : 0;
   const double req_s = wall > 0 ? results.ok / wall : 0;
   auto ms = [](const std::vector<double>& v, double p) { return 1000 * Percentile(v, p); };
   if (json) {
-    std::printf(
-        "{\"requests\":%lld,\"ok\":%lld,\"failed\":%lld,\"errors\":{%s},\"concurrency\":%lld,"
-        "\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"seconds\":%.4f,"
-        "\"output_tokens_per_second\":%.2f,\"requests_per_second\":%.3f,"
-        "\"ttft_ms\":{\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f},"
-        "\"itl_ms\":{\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f},"
-        "\"e2e_ms\":{\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f},\"max_running\":%d,"
-        "\"flood_streams\":%lld,\"api\":\"%s\"}\n",
-        static_cast<long long>(requests), static_cast<long long>(results.ok),
-        static_cast<long long>(failed), absl::StrJoin(error_parts, ",").c_str(),
-        static_cast<long long>(concurrency), static_cast<long long>(results.prompt_tokens),
-        static_cast<long long>(results.completion_tokens), wall, tok_s, req_s, ms(results.ttft, 50),
-        ms(results.ttft, 90), ms(results.ttft, 99), ms(results.itl, 50), ms(results.itl, 90),
-        ms(results.itl, 99), ms(results.e2e, 50), ms(results.e2e, 90), ms(results.e2e, 99),
-        max_running.load(), static_cast<long long>(flood_streams),
-        http_url.empty() ? "grpc" : "http");
+    auto percentiles = [&](const std::vector<double>& v) {
+      return nlohmann::ordered_json{{"p50", Rounded(ms(v, 50), 3)},
+                                    {"p90", Rounded(ms(v, 90), 3)},
+                                    {"p99", Rounded(ms(v, 99), 3)}};
+    };
+    PrintJsonLine({{"requests", requests},
+                   {"ok", results.ok},
+                   {"failed", failed},
+                   {"errors", std::move(errors)},
+                   {"concurrency", concurrency},
+                   {"prompt_tokens", results.prompt_tokens},
+                   {"completion_tokens", results.completion_tokens},
+                   {"seconds", Rounded(wall, 4)},
+                   {"output_tokens_per_second", Rounded(tok_s, 2)},
+                   {"requests_per_second", Rounded(req_s, 3)},
+                   {"ttft_ms", percentiles(results.ttft)},
+                   {"itl_ms", percentiles(results.itl)},
+                   {"e2e_ms", percentiles(results.e2e)},
+                   {"max_running", max_running.load()},
+                   {"flood_streams", flood_streams},
+                   {"api", http_url.empty() ? "grpc" : "http"}});
   } else {
     std::printf("requests        %lld ok, %lld failed%s%s\n", static_cast<long long>(results.ok),
                 static_cast<long long>(failed), failed ? ": " : "",

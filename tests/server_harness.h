@@ -41,7 +41,7 @@ using testing::RunCapture;
 
 
 // The minimal JSON reading these tests need: `"key":[ints]` and `"key":"string"` (the escapes
-// cli::JsonQuote writes).
+// the commands' compact JSON has: nlohmann-json's, \u00XX for control characters only).
 inline std::vector<int32_t> JsonInts(const std::string& json, const std::string& key) {
   std::vector<int32_t> v;
   const size_t at = json.find("\"" + key + "\":[");
@@ -74,7 +74,7 @@ inline std::string JsonString(const std::string& json, const std::string& key) {
       case 't':
         out += '\t';
         break;
-      case 'u':  // \u00XX: JsonQuote escapes control characters only
+      case 'u':  // \u00XX: only control characters are escaped
         out += static_cast<char>(std::stoi(json.substr(i + 1, 4), nullptr, 16));
         i += 4;
         break;
