@@ -151,6 +151,29 @@ class EngineImpl final : public Engine {
     done(absl::UnavailableError("the server is shutting down; retry elsewhere"));
   }
 
+  absl::StatusOr<std::string> Detokenize(const std::vector<int32_t>& ids,
+                                         bool skip_special_tokens) const override {
+    if (tokenizer_ == nullptr) {
+      return absl::InvalidArgumentError("this server has no tokenizer: it cannot detokenize");
+    }
+    if (ids.size() > size_t(validator_.max_prompt_tokens())) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(ids.size(), " token ids; at most ", validator_.max_prompt_tokens(),
+                       " are accepted"));
+    }
+    TextStream stream(tokenizer_.get(), /*prev_token=*/-1, {}, skip_special_tokens);
+    std::string text;
+    for (int32_t id : ids) {
+      if (id < 0 || id >= tokenizer_->vocab_size()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "token id ", id, " is outside the vocabulary [0, ", tokenizer_->vocab_size(), ")"));
+      }
+      bool stopped = false;
+      text += stream.Push(id, &stopped);
+    }
+    return text + stream.Flush();
+  }
+
   ModelInfo Info() const override {
     const ModelConfig& c = model_.config;
     ModelInfo info;
@@ -167,6 +190,10 @@ class EngineImpl final : public Engine {
     info.page_bytes = cache_->shape().PageBytes();
     if (tokenizer_) info.tokenizer = tokenizer_->Describe();
     info.chat = options_.chat_template != nullptr;
+    info.max_prompt_tokens = validator_.max_prompt_tokens();
+    info.max_prompt_bytes = tokenizer_ ? validator_.max_prompt_bytes() : 0;
+    info.max_new_tokens_limit =
+        options_.max_new_tokens_limit > 0 ? options_.max_new_tokens_limit : c.seq_len;
     return info;
   }
 

@@ -89,6 +89,9 @@ struct GenerationRequest {
   // Control tokens (EOS, <|im_end|>, ...) are left out of the streamed text (vLLM's default).
   bool skip_special_tokens = true;
   int32_t max_new_tokens = 16;
+  // max_new_tokens is an upper bound, lowered to what the context leaves after the prompt
+  // (OpenAI chat without max_tokens); the request still needs room for one new token.
+  bool max_new_tokens_to_context = false;
   std::optional<float> temperature, top_p;
   std::optional<int32_t> top_k;
   std::optional<uint64_t> seed;
@@ -153,6 +156,10 @@ struct ModelInfo {
   int64_t page_bytes = 0;
   std::string tokenizer;  // TextTokenizer::Describe(); empty without one
   bool chat = false;      // a chat template is loaded
+  // The request limits as resolved (EngineOptions' zeros replaced by what they mean).
+  int32_t max_prompt_tokens = 0;
+  int64_t max_prompt_bytes = 0;  // 0: no tokenizer (token ids only)
+  int32_t max_new_tokens_limit = 0;
 };
 
 class RequestHandle {
@@ -191,6 +198,12 @@ class Engine {
   virtual void TokenizeAsync(std::string text, bool add_special,
                              std::shared_ptr<const std::atomic<bool>> cancelled, absl::Time deadline,
                              std::function<void(absl::StatusOr<std::vector<int32_t>>)> done) = 0;
+
+  // The text of `ids` (special tokens included unless `skip_special_tokens`), as one stream
+  // decodes it; INVALID_ARGUMENT without a tokenizer, for an id outside the vocabulary or more
+  // than the prompt token limit. Runs on the caller's thread.
+  virtual absl::StatusOr<std::string> Detokenize(const std::vector<int32_t>& ids,
+                                                 bool skip_special_tokens) const = 0;
 
   virtual ModelInfo Info() const = 0;
   virtual CacheStats Stats() const = 0;

@@ -14,11 +14,9 @@
 
 namespace heavykv {
 
-std::string EvalResult::ToJson() const {
-  return absl::StrFormat(
-      "{\"policy\":\"%s\",\"budget\":%d,\"budget_spec\":\"%s\",\"window\":%d,"
-      "\"windows\":%d,\"tokens\":%d,\"ppl\":%.6f,\"top1\":%.6f}",
-      policy, budget_tokens, budget, window, windows, tokens, ppl, top1);
+std::string EvalResult::ToString() const {
+  return absl::StrFormat("%s budget %d (%s): ppl %.6f top1 %.6f over %d windows of %d, %d tokens",
+                         policy, budget_tokens, budget, ppl, top1, windows, window, tokens);
 }
 
 std::vector<int32_t> BuildEvalStream(const TextTokenizer& tokenizer, absl::string_view text) {

@@ -39,15 +39,16 @@ struct EvalOptions {
 
 struct EvalResult {
   std::string policy;
-  std::string budget;         // as given ("full" for the full cache); JSON "budget_spec"
-  int32_t budget_tokens = 0;  // resolved against W; JSON "budget"
+  std::string budget;         // as given ("full" for the full cache); eval --json "budget_spec"
+  int32_t budget_tokens = 0;  // resolved against W; eval --json "budget"
   int32_t window = 0;
   int32_t windows = 0;
   int64_t tokens = 0;  // predictions scored
   double ppl = 0;
   double top1 = 0;
 
-  std::string ToJson() const;
+  // "h2o budget 32 (0.25): ppl 5.123 top1 0.41 over 4 windows of 512", for logs and test traces.
+  std::string ToString() const;
 };
 
 // The eval token stream of `text`: stories split at blank lines, each encoded with BOS when the

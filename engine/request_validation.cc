@@ -276,12 +276,19 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
     return Invalid(absl::StrCat("the prompt has ", n, " tokens; this server takes at most ",
                                 max_prompt_tokens(), ": shorten it"));
   }
-  if (int64_t(n) + q.max_new_tokens > config_.seq_len) {
-    return Invalid(absl::StrCat("prompt (", n, " tokens) + max_new_tokens (", q.max_new_tokens,
-                                ") exceeds the context length ", config_.seq_len,
-                                ": lower max_new_tokens to at most ", config_.seq_len - n));
+  int32_t max_new_tokens = q.max_new_tokens;
+  if (q.max_new_tokens_to_context && n < config_.seq_len) {
+    max_new_tokens = std::min(max_new_tokens, config_.seq_len - n);
   }
-  r.max_new_tokens = q.max_new_tokens;
+  if (int64_t(n) + max_new_tokens > config_.seq_len) {
+    return Invalid(absl::StrCat("prompt (", n, " tokens) + max_new_tokens (", max_new_tokens,
+                                ") exceeds the context length ", config_.seq_len,
+                                n < config_.seq_len
+                                    ? absl::StrCat(": lower max_new_tokens to at most ",
+                                                   config_.seq_len - n)
+                                    : std::string(": shorten the prompt")));
+  }
+  r.max_new_tokens = max_new_tokens;
 
   r.sampling.temperature = q.temperature.value_or(1.0f);
   r.sampling.top_p = q.top_p.value_or(1.0f);

@@ -1,6 +1,8 @@
 #include "server/cli_flags.h"
 
+#include <cmath>
 #include <cstdio>
+#include <cstdlib>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -120,24 +122,17 @@ std::vector<std::string> SplitList(const std::string& list) {
   return absl::StrSplit(list, ',', absl::SkipEmpty());
 }
 
-std::string JsonQuote(const std::string& s) {
-  std::string out = "\"";
-  for (unsigned char ch : s) {
-    switch (ch) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      default:
-        if (ch < 0x20) {
-          absl::StrAppendFormat(&out, "\\u%04x", ch);
-        } else {
-          out += static_cast<char>(ch);
-        }
-    }
-  }
-  return out + "\"";
+void PrintJsonLine(const nlohmann::ordered_json& value) {
+  const std::string line =
+      value.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace) + "\n";
+  std::fwrite(line.data(), 1, line.size(), stdout);
+}
+
+double Rounded(double v, int digits) {
+  // Through decimal text: the double nearest the rounded decimal, which prints as that decimal
+  // (v * 10^d rounded and divided back can land an ulp away and print 17 digits).
+  if (!std::isfinite(v)) return v;
+  return std::strtod(absl::StrFormat("%.*f", digits, v).c_str(), nullptr);
 }
 
 }  // namespace heavykv::cli

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "nlohmann/json.hpp"
 
 namespace heavykv::cli {
 
@@ -60,7 +61,11 @@ int Fail(const absl::Status& status);
 // Splits "a,b,c" into its non-empty parts.
 std::vector<std::string> SplitList(const std::string& list);
 
-// `s` as a JSON string literal (quotes included).
-std::string JsonQuote(const std::string& s);
+// `value` as one line of compact JSON and a newline on stdout (the commands' --json output;
+// invalid UTF-8 becomes U+FFFD). An ordered_json keeps the keys in the order they were set.
+void PrintJsonLine(const nlohmann::ordered_json& value);
+
+// `v` rounded to `digits` decimals, so that JSON prints it short (0.001546, not 0.00154600000001).
+double Rounded(double v, int digits);
 
 }  // namespace heavykv::cli

@@ -6,6 +6,9 @@
 // --flood-streams F adds a second client, on its own connection, that keeps F streams of the same
 // requests (with --flood-max-tokens each) open all along: the figures are then those of a client
 // sharing the server with a flood, which the scheduler's fair admission is there to protect.
+// --http URL sends the measured requests to the OpenAI HTTP API instead (POST /v1/completions,
+// streamed; server/bench_http.h), the same prompts and fields, so that the HTTP front can be
+// compared with gRPC; --server still answers GetModelInfo and the GetCacheStats polls.
 #include <unistd.h>
 
 #include <algorithm>
@@ -21,6 +24,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "heavykv/v1/generation.grpc.pb.h"
+#include "server/bench_http.h"
 #include "server/cli_flags.h"
 #include "server/client_request.h"
 #include "server/commands.h"
@@ -48,6 +52,28 @@ struct Results {
   std::map<std::string, int64_t> errors;  // status code name -> count
 };
 
+// Adds one finished stream, which took `e2e` seconds in all.
+void Record(const StreamTiming& t, double e2e, Results& out) {
+  std::lock_guard<std::mutex> lock(out.mu);
+  if (!t.error.empty()) {
+    ++out.errors[t.error];
+    return;
+  }
+  ++out.ok;
+  out.completion_tokens += t.completion_tokens;
+  out.prompt_tokens += t.prompt_tokens;
+  if (t.ttft >= 0) out.ttft.push_back(t.ttft);
+  out.itl.insert(out.itl.end(), t.itl.begin(), t.itl.end());
+  out.e2e.push_back(e2e);
+}
+
+void RunOneHttp(httplib::Client& client, const ConnectionFlags& conn, const std::string& body,
+                Results& out) {
+  const Clock::time_point start = Clock::now();
+  const StreamTiming t = StreamCompletion(client, body, conn.api_key);
+  Record(t, SecondsSince(start, Clock::now()), out);
+}
+
 void RunOne(v1::Generation::Stub& stub, const ConnectionFlags& conn,
             const v1::GenerateRequest& request, Results& out) {
   grpc::ClientContext context;
@@ -56,8 +82,9 @@ void RunOne(v1::Generation::Stub& stub, const ConnectionFlags& conn,
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
       stub.Generate(&context, request);
   v1::GenerateResponse m;
-  std::vector<double> itl;
-  double ttft = -1;
+  StreamTiming t;
+  std::vector<double>& itl = t.itl;
+  double& ttft = t.ttft;
   int64_t tokens = 0, prompt = 0;
   Clock::time_point last = start;
   while (reader->Read(&m)) {
@@ -77,18 +104,10 @@ void RunOne(v1::Generation::Stub& stub, const ConnectionFlags& conn,
     if (m.has_usage()) prompt = m.usage().prompt_tokens();
   }
   const grpc::Status status = reader->Finish();
-  const double e2e = SecondsSince(start, Clock::now());
-  std::lock_guard<std::mutex> lock(out.mu);
-  if (!status.ok()) {
-    ++out.errors[StatusCodeName(status.error_code())];
-    return;
-  }
-  ++out.ok;
-  out.completion_tokens += tokens;
-  out.prompt_tokens += prompt;
-  if (ttft >= 0) out.ttft.push_back(ttft);
-  out.itl.insert(out.itl.end(), itl.begin(), itl.end());
-  out.e2e.push_back(e2e);
+  if (!status.ok()) t.error = StatusCodeName(status.error_code());
+  t.completion_tokens = tokens;
+  t.prompt_tokens = prompt;
+  Record(t, SecondsSince(start, Clock::now()), out);
 }
 
 void Progress(int64_t done, int64_t total) {
@@ -107,6 +126,7 @@ int BenchCommand(int argc, char** argv) {
   int64_t concurrency = 8, requests = 64, prompt_tokens = 32, seed = 1;
   int64_t flood_streams = 0, flood_max_tokens = 512;
   bool json = false;
+  std::string http_url;
   RequestFlags rf;
   rf.ignore_eos = true;
   FlagSet flags("bench",
@@ -121,6 +141,9 @@ int BenchCommand(int argc, char** argv) {
   flags.Int("flood-streams", &flood_streams,
             "streams another client (its own connection) keeps open meanwhile; 0 = none");
   flags.Int("flood-max-tokens", &flood_max_tokens, "new tokens of each flood request");
+  flags.String("http", &http_url,
+               "send the measured requests to this OpenAI HTTP API (http://host:port) instead "
+               "of gRPC; --server still gives the model info and cache stats");
   AddRequestFlags(flags, &rf);
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
   if (concurrency < 1 || requests < 1 || prompt_tokens < 1 || flood_streams < 0 ||
@@ -159,6 +182,14 @@ int BenchCommand(int argc, char** argv) {
     for (int64_t t = 1; t < prompt_tokens; ++t) ids->add_ids(id(rng));
   }
 
+  std::vector<std::string> bodies;  // --http: the same requests as JSON
+  if (!http_url.empty()) {
+    if (!httplib::Client(http_url).is_valid()) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--http ", http_url, " is not a URL like http://127.0.0.1:8000")));
+    }
+    for (const v1::GenerateRequest& r : batch) bodies.push_back(CompletionBody(r));
+  }
   Results results;
   std::atomic<int64_t> next = 0, done = 0;
   std::atomic<bool> finished = false;
@@ -226,8 +257,18 @@ int BenchCommand(int argc, char** argv) {
   std::vector<std::thread> clients;
   for (int64_t c = 0; c < std::min(concurrency, requests); ++c) {
     clients.emplace_back([&] {
+      std::unique_ptr<httplib::Client> http;  // this thread's keep-alive connection
+      if (!http_url.empty()) {
+        http = std::make_unique<httplib::Client>(http_url);
+        http->set_keep_alive(true);
+        http->set_read_timeout(3600, 0);
+      }
       for (int64_t i; (i = next.fetch_add(1)) < requests;) {
-        RunOne(*stub, conn, batch[i], results);
+        if (http) {
+          RunOneHttp(*http, conn, bodies[i], results);
+        } else {
+          RunOne(*stub, conn, batch[i], results);
+        }
         done.fetch_add(1);
       }
     });
@@ -255,29 +296,37 @@ int BenchCommand(int argc, char** argv) {
   std::sort(results.e2e.begin(), results.e2e.end());
   int64_t failed = 0;
   std::vector<std::string> error_parts;
+  nlohmann::ordered_json errors = nlohmann::ordered_json::object();
   for (const auto& [code, n] : results.errors) {
     failed += n;
-    error_parts.push_back(json ? absl::StrCat("\"", code, "\":", n) : absl::StrCat(code, " ", n));
+    error_parts.push_back(absl::StrCat(code, " ", n));
+    errors[code] = n;
   }
   const double tok_s = wall > 0 ? results.completion_tokens / wall : 0;
   const double req_s = wall > 0 ? results.ok / wall : 0;
   auto ms = [](const std::vector<double>& v, double p) { return 1000 * Percentile(v, p); };
   if (json) {
-    std::printf(
-        "{\"requests\":%lld,\"ok\":%lld,\"failed\":%lld,\"errors\":{%s},\"concurrency\":%lld,"
-        "\"prompt_tokens\":%lld,\"completion_tokens\":%lld,\"seconds\":%.4f,"
-        "\"output_tokens_per_second\":%.2f,\"requests_per_second\":%.3f,"
-        "\"ttft_ms\":{\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f},"
-        "\"itl_ms\":{\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f},"
-        "\"e2e_ms\":{\"p50\":%.3f,\"p90\":%.3f,\"p99\":%.3f},\"max_running\":%d,"
-        "\"flood_streams\":%lld}\n",
-        static_cast<long long>(requests), static_cast<long long>(results.ok),
-        static_cast<long long>(failed), absl::StrJoin(error_parts, ",").c_str(),
-        static_cast<long long>(concurrency), static_cast<long long>(results.prompt_tokens),
-        static_cast<long long>(results.completion_tokens), wall, tok_s, req_s, ms(results.ttft, 50),
-        ms(results.ttft, 90), ms(results.ttft, 99), ms(results.itl, 50), ms(results.itl, 90),
-        ms(results.itl, 99), ms(results.e2e, 50), ms(results.e2e, 90), ms(results.e2e, 99),
-        max_running.load(), static_cast<long long>(flood_streams));
+    auto percentiles = [&](const std::vector<double>& v) {
+      return nlohmann::ordered_json{{"p50", Rounded(ms(v, 50), 3)},
+                                    {"p90", Rounded(ms(v, 90), 3)},
+                                    {"p99", Rounded(ms(v, 99), 3)}};
+    };
+    PrintJsonLine({{"requests", requests},
+                   {"ok", results.ok},
+                   {"failed", failed},
+                   {"errors", std::move(errors)},
+                   {"concurrency", concurrency},
+                   {"prompt_tokens", results.prompt_tokens},
+                   {"completion_tokens", results.completion_tokens},
+                   {"seconds", Rounded(wall, 4)},
+                   {"output_tokens_per_second", Rounded(tok_s, 2)},
+                   {"requests_per_second", Rounded(req_s, 3)},
+                   {"ttft_ms", percentiles(results.ttft)},
+                   {"itl_ms", percentiles(results.itl)},
+                   {"e2e_ms", percentiles(results.e2e)},
+                   {"max_running", max_running.load()},
+                   {"flood_streams", flood_streams},
+                   {"api", http_url.empty() ? "grpc" : "http"}});
   } else {
     std::printf("requests        %lld ok, %lld failed%s%s\n", static_cast<long long>(results.ok),
                 static_cast<long long>(failed), failed ? ": " : "",
@@ -295,6 +344,8 @@ int BenchCommand(int argc, char** argv) {
     std::printf("E2E ms          p50 %8.2f  p90 %8.2f  p99 %8.2f\n", ms(results.e2e, 50),
                 ms(results.e2e, 90), ms(results.e2e, 99));
     std::printf("max running     %d sequences at once\n", max_running.load());
+    std::printf("API             %s\n",
+                http_url.empty() ? "gRPC Generate" : ("HTTP " + http_url + " (ITL per event)").c_str());
     if (flood_streams > 0) {
       std::printf("flood           %lld streams of another client meanwhile\n",
                   static_cast<long long>(flood_streams));

@@ -102,7 +102,16 @@ int EvalCommand(int argc, char** argv) {
     std::fprintf(table, "%-8s %8d %8lld %8d %8d %10.4f %8.4f\n", r.policy.c_str(),
                  r.budget_tokens, static_cast<long long>(r.tokens), r.window, r.windows, r.ppl,
                  r.top1);
-    if (json) std::printf("%s\n", r.ToJson().c_str());
+    if (json) {
+      PrintJsonLine({{"policy", r.policy},
+                     {"budget", r.budget_tokens},
+                     {"budget_spec", r.budget},
+                     {"window", r.window},
+                     {"windows", r.windows},
+                     {"tokens", r.tokens},
+                     {"ppl", Rounded(r.ppl, 6)},
+                     {"top1", Rounded(r.top1, 6)}});
+    }
   }
   return 0;
 }

@@ -110,17 +110,20 @@ int GenerateCommand(int argc, char** argv) {
   const v1::Usage& u = last.usage();
   const v1::Timings& t = last.timings();
   if (json) {
-    std::printf(
-        "{\"request_id\":%s,\"text\":%s,\"token_ids\":[%s],\"finish_reason\":\"%s\","
-        "\"prompt_tokens\":%d,\"completion_tokens\":%d,\"policy\":%s,\"kv_budget_tokens\":%d,"
-        "\"kv_tokens_kept\":%d,\"kv_tokens_evicted\":%lld,\"peak_pages\":%d,"
-        "\"queue_seconds\":%.6f,\"time_to_first_token_seconds\":%.6f,\"total_seconds\":%.6f}\n",
-        JsonQuote(id).c_str(), JsonQuote(text).c_str(),
-        absl::StrJoin(ids, ",").c_str(), server::FinishReasonName(last.finish_reason()).c_str(),
-        u.prompt_tokens(), u.completion_tokens(), JsonQuote(u.policy()).c_str(),
-        u.kv_budget_tokens(), u.kv_tokens_kept(),
-        static_cast<long long>(u.kv_tokens_evicted()), u.peak_pages(), t.queue_seconds(),
-        t.time_to_first_token_seconds(), t.total_seconds());
+    PrintJsonLine({{"request_id", id},
+                   {"text", text},
+                   {"token_ids", ids},
+                   {"finish_reason", server::FinishReasonName(last.finish_reason())},
+                   {"prompt_tokens", u.prompt_tokens()},
+                   {"completion_tokens", u.completion_tokens()},
+                   {"policy", u.policy()},
+                   {"kv_budget_tokens", u.kv_budget_tokens()},
+                   {"kv_tokens_kept", u.kv_tokens_kept()},
+                   {"kv_tokens_evicted", u.kv_tokens_evicted()},
+                   {"peak_pages", u.peak_pages()},
+                   {"queue_seconds", Rounded(t.queue_seconds(), 6)},
+                   {"time_to_first_token_seconds", Rounded(t.time_to_first_token_seconds(), 6)},
+                   {"total_seconds", Rounded(t.total_seconds(), 6)}});
   } else {
     std::fprintf(stderr,
                  "finish %s: %d prompt + %d completion tokens, ttft %.3fs, total %.3fs, "

@@ -137,26 +137,34 @@ int PlanCommand(int argc, char** argv) {
   const int32_t reserve = PrefillReservePages(in.shape.block_size, in.max_step_tokens);
 
   if (json) {
-    std::string rows;
+    nlohmann::ordered_json rows = nlohmann::ordered_json::array();
     for (size_t i = 0; i < plan->rows.size(); ++i) {
       const CapacityRow& r = plan->rows[i];
-      absl::StrAppend(
-          &rows, i ? "," : "", "{\"budget\":", JsonQuote(BudgetText(r, i)),
-          ",\"tokens_kept\":", r.tokens_kept, ",\"bounded\":", r.bounded ? "true" : "false",
-          ",\"pages_per_sequence\":", r.pages_per_sequence, ",\"reserve_pages\":", r.reserve_pages,
-          ",\"sequences\":", r.sequences, ",\"running\":", r.running,
-          ",\"pages_for_max_running\":", r.pages_for_max_running,
-          ",\"pool_mb_for_max_running\":", MiBFor(r.pages_for_max_running, plan->page_bytes), "}");
+      rows.push_back({{"budget", BudgetText(r, i)},
+                      {"tokens_kept", r.tokens_kept},
+                      {"bounded", r.bounded},
+                      {"pages_per_sequence", r.pages_per_sequence},
+                      {"reserve_pages", r.reserve_pages},
+                      {"sequences", r.sequences},
+                      {"running", r.running},
+                      {"pages_for_max_running", r.pages_for_max_running},
+                      {"pool_mb_for_max_running", MiBFor(r.pages_for_max_running, plan->page_bytes)}});
     }
-    std::printf(
-        "{\"model\":%s,\"device\":%s,\"layers\":%d,\"kv_heads\":%d,\"head_dim\":%d,"
-        "\"element_bytes\":%d,\"block_size\":%d,"
-        "\"max_len\":%d,\"bytes_per_token\":%lld,\"page_bytes\":%lld,\"pages\":%d,"
-        "\"pool_mb\":%.1f,\"max_step_tokens\":%d,\"max_running\":%d,\"rows\":[%s]}\n",
-        JsonQuote(name).c_str(), JsonQuote(device_name).c_str(), layers_v, kv_heads_v, head_dim_v,
-        in.shape.element_bytes, in.shape.block_size, in.max_len,
-        static_cast<long long>(plan->bytes_per_token), static_cast<long long>(plan->page_bytes),
-        plan->num_pages, pool_mib, in.max_step_tokens, in.max_running, rows.c_str());
+    PrintJsonLine({{"model", name},
+                   {"device", device_name},
+                   {"layers", layers_v},
+                   {"kv_heads", kv_heads_v},
+                   {"head_dim", head_dim_v},
+                   {"element_bytes", in.shape.element_bytes},
+                   {"block_size", in.shape.block_size},
+                   {"max_len", in.max_len},
+                   {"bytes_per_token", plan->bytes_per_token},
+                   {"page_bytes", plan->page_bytes},
+                   {"pages", plan->num_pages},
+                   {"pool_mb", Rounded(pool_mib, 1)},
+                   {"max_step_tokens", in.max_step_tokens},
+                   {"max_running", in.max_running},
+                   {"rows", std::move(rows)}});
     return 0;
   }
 

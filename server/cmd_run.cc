@@ -216,16 +216,19 @@ int RunCommand(int argc, char** argv) {
   const double tok_s =
       r->decode_seconds > 0 && completion > 1 ? (completion - 1) / r->decode_seconds : 0;
   if (json) {
-    std::printf(
-        "{\"text\":%s,\"token_ids\":[%s],\"prompt_tokens\":%d,\"completion_tokens\":%d,"
-        "\"finish_reason\":\"%s\",\"policy\":\"%s\",\"kv_budget\":%d,\"peak_pages\":%d,"
-        "\"kv_tokens_evicted\":%lld,\"seed\":%llu,\"prefill_seconds\":%.6f,"
-        "\"decode_seconds\":%.6f,\"decode_tokens_per_second\":%.2f}\n",
-        JsonQuote(TextStream::Sanitize(text)).c_str(), absl::StrJoin(r->tokens, ",").c_str(), r->num_prompt_tokens,
-        completion, r->finish_reason.c_str(), policy_name.c_str(),
-        full ? -1 : opt.budget, r->peak_pages, static_cast<long long>(r->tokens_evicted),
-        static_cast<unsigned long long>(opt.sampling.seed), r->prefill_seconds,
-        r->decode_seconds, tok_s);
+    PrintJsonLine({{"text", TextStream::Sanitize(text)},
+                   {"token_ids", r->tokens},
+                   {"prompt_tokens", r->num_prompt_tokens},
+                   {"completion_tokens", completion},
+                   {"finish_reason", r->finish_reason},
+                   {"policy", policy_name},
+                   {"kv_budget", full ? -1 : opt.budget},
+                   {"peak_pages", r->peak_pages},
+                   {"kv_tokens_evicted", r->tokens_evicted},
+                   {"seed", uint64_t(opt.sampling.seed)},
+                   {"prefill_seconds", Rounded(r->prefill_seconds, 6)},
+                   {"decode_seconds", Rounded(r->decode_seconds, 6)},
+                   {"decode_tokens_per_second", Rounded(tok_s, 2)}});
   } else {
     std::fputc('\n', stdout);
     std::fprintf(stderr, "achieved tok/s: %.1f (policy %s, peak pages %d, evicted %lld)\n", tok_s,

@@ -1,25 +1,29 @@
 // heavykv serve: the gRPC inference server (heavykv.v1.Generation, grpc.health.v1.Health,
-// server reflection with --reflection) with Prometheus metrics over HTTP.
+// server reflection with --reflection) with Prometheus metrics over HTTP, and the OpenAI HTTP API
+// (--http-address; server/openai_http.h) on the same engine.
 //
-// SIGTERM / SIGINT drain the server: health turns NOT_SERVING, new requests get UNAVAILABLE,
-// running ones have --grace seconds to finish, the rest are cancelled (their streams end with
-// finish_reason CANCELLED), then the server exits 0. SIGHUP reloads --api-key-file.
+// SIGTERM / SIGINT drain the server: health turns NOT_SERVING (HTTP /health 503), new requests
+// get UNAVAILABLE (HTTP 503), running ones have --grace seconds to finish, the rest are cancelled
+// (their streams end with finish_reason CANCELLED; HTTP "abort"), then the server exits 0.
+// SIGHUP reloads --api-key-file.
 //
 // Security (server/tls.h, server/auth.h): --tls-cert/--tls-key [--tls-client-ca] put the gRPC
-// port on (mutual) TLS; --api-key-file makes every heavykv.v1.Generation call carry a listed key
-// (health stays open for probes); reflection only with --reflection, never with API keys, since
-// the reflection service cannot be made to check them.
+// port on (mutual) TLS; --api-key-file makes every heavykv.v1.Generation call, and every HTTP API
+// request but /health, carry a listed key (health stays open for probes); reflection only with
+// --reflection, never with API keys, since the reflection service cannot be made to check them.
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <climits>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <thread>
 
@@ -36,6 +40,7 @@
 #include "server/host_memory.h"
 #include "server/http_metrics.h"
 #include "server/metrics.h"
+#include "server/openai_http.h"
 #include "server/reflection.h"
 #include "server/tls.h"
 #include "spdlog/spdlog.h"
@@ -98,12 +103,13 @@ std::string WithPort(const std::string& address, int port) {
 
 int ServeCommand(int argc, char** argv) {
   std::string model_path, tokenizer_path, chat_template_path, listen = "0.0.0.0:50051",
-                                          metrics_address = "0.0.0.0:9090";
+                                          metrics_address = "0.0.0.0:9090",
+                                          http_address = "0.0.0.0:8000", served_model_name;
   std::string policy = "full", budget = "1", device_name = "cpu", scheduling = "fair";
   DtypeFlags dtypes;
   int64_t block_size = 16, kv_pages = 0, kv_pool_mb = 0, max_step_tokens = 512, max_running = 64;
   int64_t max_waiting = 256, max_prompt_tokens = 0, max_new_tokens_limit = 0, threads = 0;
-  int64_t max_prompt_bytes = 0, max_streams_per_connection = 128;
+  int64_t max_prompt_bytes = 0, max_streams_per_connection = 128, http_threads = 64;
   double recent_fraction = 0.5, grace = 30, full_overcommit = 1.0, max_connection_age = 0;
   server::ServerTls tls;
   std::string api_key_file;
@@ -117,6 +123,14 @@ int ServeCommand(int argc, char** argv) {
   flags.String("listen", &listen, "gRPC address host:port (port 0: any free port)");
   flags.String("metrics-address", &metrics_address,
                "Prometheus /metrics address host:port; empty = off");
+  flags.String("http-address", &http_address,
+               "OpenAI-compatible HTTP API address host:port (/v1/completions, "
+               "/v1/chat/completions, ...); empty = off");
+  flags.Int("http-threads", &http_threads,
+            "HTTP requests served at once (each generation holds one until it ends); more wait "
+            "for a free one");
+  flags.String("served-model-name", &served_model_name,
+               "the model's name in the HTTP API (default: the model file's name)");
   flags.Int("block-size", &block_size, "token slots per KV page");
   flags.Int("kv-pages", &kv_pages,
             "KV pool size in pages; 0 = --max-running full contexts (cpu) or free GPU memory "
@@ -179,7 +193,8 @@ int ServeCommand(int argc, char** argv) {
                                     1 << 20),
                          CheckRange("max-prompt-tokens", max_prompt_tokens, 0, INT32_MAX),
                          CheckRange("max-new-tokens-limit", max_new_tokens_limit, 0, INT32_MAX),
-                         CheckRange("threads", threads, 0, 4096)}) {
+                         CheckRange("threads", threads, 0, 4096),
+                         CheckRange("http-threads", http_threads, 1, 4096)}) {
     if (!s.ok()) return Fail(s);
   }
   if (scheduling != "fair" && scheduling != "fcfs") {
@@ -287,6 +302,27 @@ int ServeCommand(int argc, char** argv) {
     metrics_bound = WithPort(metrics_address, metrics_http->port());
   }
 
+  auto draining = std::make_shared<std::atomic<bool>>(false);
+  std::unique_ptr<server::HttpServer> openai_http;
+  std::string http_bound = "off";
+  if (!http_address.empty()) {
+    server::OpenAiHttpOptions http_options;
+    http_options.address = http_address;
+    http_options.model_name = served_model_name.empty()
+                                  ? std::filesystem::path(model_path).filename().string()
+                                  : served_model_name;
+    http_options.threads = static_cast<int>(http_threads);
+    http_options.api_keys = api_key_file.empty() ? nullptr : &api_keys;
+    http_options.on_rejected = [m = metrics.get()](absl::StatusCode code) {
+      m->OnRejected(absl::StatusCodeToString(code));
+    };
+    absl::StatusOr<std::unique_ptr<server::HttpServer>> http =
+        server::StartOpenAiHttp(engine->get(), http_options, draining);
+    if (!http.ok()) return Fail(http.status());
+    openai_http = *std::move(http);
+    http_bound = WithPort(http_address, openai_http->port());
+  }
+
   server::GenerationService service(
       engine->get(), {policy, budget},
       [m = metrics.get()](absl::StatusCode code) { m->OnRejected(absl::StatusCodeToString(code)); },
@@ -334,10 +370,16 @@ int ServeCommand(int argc, char** argv) {
                                     : absl::StrCat("on (", api_keys.size(), " from ",
                                                    api_key_file, ")"),
                reflection ? "on" : "off");
+  if (openai_http != nullptr && tls.enabled()) {
+    spdlog::warn("the OpenAI HTTP API on {} is plaintext (--tls-* cover gRPC only): bind it to "
+                 "loopback behind a TLS proxy, or turn it off with --http-address ''",
+                 http_bound);
+  }
   // Drain from here on; set before the line below, which callers (deploy checks, scripts) take as
   // "up": a SIGTERM sent on seeing it must drain, not kill.
   serving = 1;
-  spdlog::info("gRPC listening on {}; metrics on {}", WithPort(listen, port), metrics_bound);
+  spdlog::info("gRPC listening on {}; metrics on {}; OpenAI HTTP on {}", WithPort(listen, port),
+               metrics_bound, http_bound);
 
   int sig;
   while ((sig = WaitForDrainSignal()) == SIGHUP) {
@@ -349,11 +391,13 @@ int ServeCommand(int argc, char** argv) {
   }
   spdlog::info("signal {}: draining (grace {:.1f}s)", sig, grace);
   server->GetHealthCheckService()->SetServingStatus(false);
+  draining->store(true);  // HTTP /health: 503
   (*engine)->Shutdown(absl::Seconds(grace));  // new requests: UNAVAILABLE; the rest cancelled
   // Every stream has had its last delta; one second lets those writes reach the clients. (gRPC
   // also waits out this deadline while idle client connections stay open, so keep it short.)
   server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(1));
   server->Wait();
+  if (openai_http != nullptr) openai_http->Stop();  // every HTTP request has had its last delta
   if (metrics_http != nullptr) metrics_http->Stop();
   spdlog::info("heavykv serve: stopped");
   return 0;

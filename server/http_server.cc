@@ -25,6 +25,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// The connection a worker thread is serving (-1: none), for HttpServer::ClientClosed().
+thread_local int t_connection_fd = -1;
+
 constexpr size_t kMaxDrainBytes = 4 << 20;  // read and dropped after an error, at most
 constexpr auto kMaxDrainTime = std::chrono::seconds(1);
 
@@ -218,8 +221,11 @@ class HttpServer::Impl final : public httplib::Server {
       return Admit(req, res);
     });
     // Every error response gets a short fixed text and ends the connection.
-    set_error_handler([](const httplib::Request&, httplib::Response& res) {
-      if (res.body.empty()) {
+    set_error_handler([this](const httplib::Request&, httplib::Response& res) {
+      if (!res.body.empty()) return;
+      if (options_.error_body) {
+        options_.error_body(res.status, res);
+      } else {
         res.set_content(absl::StrCat(res.status, " ", StatusText(res.status), "\n"),
                         "text/plain; charset=utf-8");
       }
@@ -288,6 +294,7 @@ class HttpServer::Impl final : public httplib::Server {
       open_.insert(fd);
     }
     BoundedStream stream(fd, ToChrono(options_.write_timeout));
+    t_connection_fd = fd;
     bool ok = true;
     for (int i = 0; i < options_.keep_alive_max_requests; ++i) {
       if (!stream.WaitForRequest(ToChrono(options_.keep_alive_timeout))) break;
@@ -298,6 +305,7 @@ class HttpServer::Impl final : public httplib::Server {
       ok = process_request(stream, last, client_closes, nullptr);
       if (!ok || client_closes || stream.failed() || stream.status() >= 400) break;
     }
+    t_connection_fd = -1;
     if (stream.HasPendingInput()) DrainAndClose(fd);
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -399,5 +407,17 @@ void HttpServer::Stop() {
 }
 
 HttpServer::~HttpServer() { Stop(); }
+
+bool HttpServer::ClientClosed() {
+  const int fd = t_connection_fd;
+  if (fd < 0) return false;
+  pollfd p = {fd, POLLIN | POLLRDHUP, 0};
+  if (poll(&p, 1, 0) <= 0) return false;
+  if ((p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0) return true;
+  if ((p.revents & POLLIN) == 0) return false;
+  char c;  // readable: bytes of a next request, or the end of the stream
+  const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
+  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
 
 }  // namespace heavykv::server

@@ -11,8 +11,8 @@
 // What it guarantees:
 // - Routes match the exact path (the query string is ignored). An unknown path gets 404, a known
 //   path with a method it does not serve 405 with an `Allow` header, a malformed request 400, a
-//   declared body over `max_body_bytes` 413, each with a short fixed text body: no response
-//   echoes any part of the request. A route for GET also answers HEAD (headers only).
+//   declared body over `max_body_bytes` 413, each with a short fixed body (`error_body`): no
+//   response echoes any part of the request. A route for GET also answers HEAD (headers only).
 // - Bounded work per connection: a request's line, headers and body must all arrive within
 //   `read_timeout` of its first byte and within `max_head_bytes + max_body_bytes` bytes, or the
 //   connection is closed; an idle connection is closed after `keep_alive_timeout`. So a client
@@ -46,6 +46,10 @@ struct HttpServerOptions {
   absl::Duration keep_alive_timeout = absl::Seconds(2);  // wait for a request's first byte
   size_t max_head_bytes = 16 << 10;       // request line + headers (one header line <= 8 KiB)
   size_t max_body_bytes = 64 << 10;
+  // The body of the server's own error responses (404, 405, 413, a malformed request 400, a
+  // handler's exception 500), made from the status alone so that it never echoes the request.
+  // Empty: "<status> <reason>\n" as text/plain.
+  std::function<void(int status, httplib::Response& res)> error_body;
 };
 
 class HttpServer {
@@ -74,6 +78,12 @@ class HttpServer {
 
   int port() const { return port_; }
   void Stop();
+
+  // From a handler, or the content provider it set (both run on the connection's worker): true
+  // once the client of the request being served has gone (hung up, reset, shut its sending side
+  // down, or Stop() closed the connection), so that a long response can stop its work. False on
+  // any other thread.
+  static bool ClientClosed();
 
  private:
   class Impl;

@@ -385,6 +385,36 @@ TEST_F(EngineTest, StatsAndInfo) {
   EXPECT_EQ(engine->Stats().pages_total, 100);
 }
 
+// The limits as resolved, Detokenize as the inverse of Tokenize, and max_new_tokens_to_context
+// (OpenAI chat without max_tokens): lowered to what the context leaves, instead of refused.
+TEST_F(EngineTest, ResolvedLimitsDetokenizeAndMaxNewTokensToContext) {
+  auto engine = Make(100);
+  const ModelInfo info = engine->Info();
+  EXPECT_EQ(info.max_prompt_tokens, 511);
+  EXPECT_GT(info.max_prompt_bytes, 511);
+  EXPECT_EQ(info.max_new_tokens_limit, 512);
+  auto ids = engine->Tokenize("Once upon a time");
+  ASSERT_TRUE(ids.ok());
+  // BOS is "\n<s>\n" in llama2.c's tokenizer.bin (not a control token there), and the space
+  // after it is dropped as in run.c.
+  EXPECT_EQ(*engine->Detokenize(*ids, /*skip_special_tokens=*/true), "\n<s>\nOnce upon a time");
+  EXPECT_EQ(engine->Detokenize({1, 5000}, true).status().code(),
+            absl::StatusCode::kInvalidArgument);
+
+  GenerationRequest r = Greedy("Once upon a time", 512);
+  Collector refused;  // prompt + 512 > the context: refused once the prompt is tokenized
+  ASSERT_TRUE(engine->Submit(r, refused.Callback()).ok());
+  refused.Wait();
+  EXPECT_EQ(refused.last.finish_reason, "rejected");
+  r.max_new_tokens_to_context = true;
+  r.ignore_eos = true;
+  Collector c;
+  ASSERT_TRUE(engine->Submit(r, c.Callback()).ok());
+  c.Wait();
+  EXPECT_EQ(c.last.finish_reason, "length");
+  EXPECT_EQ(c.last.usage.prompt_tokens + c.last.usage.completion_tokens, 512);
+}
+
 TEST_F(EngineTest, ShutdownCancelsWhatOutlivesTheGrace) {
   auto engine = Make(64);
   Collector c;

@@ -59,7 +59,7 @@ TEST_F(EvalTest, AgreesWithIndependentImplementation) {
   ASSERT_EQ(res->size(), std::size(refs));
   for (size_t i = 0; i < res->size(); ++i) {
     const EvalResult& r = (*res)[i];
-    SCOPED_TRACE(r.ToJson());
+    SCOPED_TRACE(r.ToString());
     EXPECT_EQ(r.windows, 4);
     EXPECT_EQ(r.tokens, 4 * 511);
     EXPECT_NEAR(r.ppl, refs[i].ppl, 0.005 * refs[i].ppl);
@@ -87,7 +87,7 @@ void ExpectBf16NearReference(const std::vector<EvalResult>& fp32,
   ASSERT_EQ(bf16.size(), refs.size());
   bool differs = false;
   for (size_t i = 0; i < refs.size(); ++i) {
-    SCOPED_TRACE(bf16[i].ToJson());
+    SCOPED_TRACE(bf16[i].ToString());
     EXPECT_NEAR(bf16[i].ppl, refs[i], 0.005 * refs[i]);
     if (bf16[i].ppl != fp32[i].ppl) differs = true;
   }

@@ -255,7 +255,7 @@ TEST(ServeFlagsTest, PoolsThatCannotFitAndAnEmptyQueueAreStartUpErrors) {
   for (const std::string flags : {"--kv-pool-mb 100000000", "--kv-pages 2000000000",
                                   "--kv-pool-mb 99999999999999", "--max-waiting 0"}) {
     const std::string code = RunCapture(Bin() + " serve --model " + testing::ModelPath() +
-                                        " --listen 127.0.0.1:0 --metrics-address '' " + flags +
+                                        " --listen 127.0.0.1:0 --metrics-address '' --http-address '' " + flags +
                                         " > " + dir.File("out") + " 2>&1; echo $?");
     const std::string out = ReadFile(dir.File("out"));
     EXPECT_EQ(code, "2\n") << flags << ": " << out;
@@ -284,7 +284,7 @@ TEST(ServeStartupTest, SigtermDuringStartUpEndsTheProcess) {
     dup2(fileno(f), STDOUT_FILENO);
     dup2(fileno(f), STDERR_FILENO);
     execl(Bin().c_str(), Bin().c_str(), "serve", "--model", testing::ModelPath().c_str(),
-          "--listen", "127.0.0.1:0", "--metrics-address", "", "--kv-pool-mb", "3072", nullptr);
+          "--listen", "127.0.0.1:0", "--metrics-address", "", "--http-address", "", "--kv-pool-mb", "3072", nullptr);
     _exit(127);
   }
   std::this_thread::sleep_for(200ms);

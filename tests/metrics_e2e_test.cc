@@ -198,7 +198,8 @@ TEST(MetricsE2eStartTest, MetricsAddressInUseFailsClearly) {
   const std::string taken = "127.0.0.1:" + std::to_string(ntohs(addr.sin_port));
   const std::string out =
       RunCapture(Bin() + " serve --model " + testing::ModelPath() +
-                 " --listen 127.0.0.1:0 --metrics-address " + taken + " 2>&1; echo exit=$?");
+                 " --listen 127.0.0.1:0 --http-address '' --metrics-address " + taken +
+                 " 2>&1; echo exit=$?");
   close(fd);
   EXPECT_NE(out.find("cannot listen for HTTP on " + taken), std::string::npos) << out;
   EXPECT_NE(out.find("--metrics-address"), std::string::npos) << out;

@@ -79,7 +79,7 @@ std::vector<std::string> ModelArgs(std::vector<std::string> more = {}) {
 
 // `heavykv serve ARGS` expected to refuse to start: its exit code and output.
 std::pair<int, std::string> ServeFails(const std::string& args) {
-  const std::string out = RunCapture(Bin() + " serve --listen 127.0.0.1:0 --metrics-address '' " +
+  const std::string out = RunCapture(Bin() + " serve --listen 127.0.0.1:0 --metrics-address '' --http-address '' " +
                                      args + " 2>&1; echo \"exit=$?\"");
   const size_t at = out.rfind("exit=");
   return {at == std::string::npos ? -1 : std::atoi(out.c_str() + at + 5), out};

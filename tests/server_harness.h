@@ -41,7 +41,7 @@ using testing::RunCapture;
 
 
 // The minimal JSON reading these tests need: `"key":[ints]` and `"key":"string"` (the escapes
-// cli::JsonQuote writes).
+// the commands' compact JSON has: nlohmann-json's, \u00XX for control characters only).
 inline std::vector<int32_t> JsonInts(const std::string& json, const std::string& key) {
   std::vector<int32_t> v;
   const size_t at = json.find("\"" + key + "\":[");
@@ -74,7 +74,7 @@ inline std::string JsonString(const std::string& json, const std::string& key) {
       case 't':
         out += '\t';
         break;
-      case 'u':  // \u00XX: JsonQuote escapes control characters only
+      case 'u':  // \u00XX: only control characters are escaped
         out += static_cast<char>(std::stoi(json.substr(i + 1, 4), nullptr, 16));
         i += 4;
         break;
@@ -151,7 +151,8 @@ class ServerProcess {
                          const grpc::ChannelArguments& channel_args = {})
       : log_(dir_.File("serve.log")) {
     args.insert(args.begin(),
-                {Bin(), "serve", "--listen", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0"});
+                {Bin(), "serve", "--listen", "127.0.0.1:0", "--metrics-address", "127.0.0.1:0",
+                 "--http-address", "127.0.0.1:0"});
     pid_ = fork();
     if (pid_ == 0) {
       std::FILE* f = std::fopen(log_.c_str(), "w");
@@ -165,6 +166,7 @@ class ServerProcess {
     }
     const std::regex listening(
         "gRPC listening on 127\\.0\\.0\\.1:(\\d+); metrics on 127\\.0\\.0\\.1:(\\d+)");
+    const std::regex http_listening("OpenAI HTTP on 127\\.0\\.0\\.1:(\\d+)");
     for (auto until = std::chrono::steady_clock::now() + 30s;
          std::chrono::steady_clock::now() < until && port_ == 0;
          std::this_thread::sleep_for(10ms)) {
@@ -173,6 +175,8 @@ class ServerProcess {
       if (std::regex_search(log, m, listening)) {
         port_ = std::stoi(m[1]);
         metrics_port_ = std::stoi(m[2]);
+        std::smatch h;
+        if (std::regex_search(log, h, http_listening)) http_port_ = std::stoi(h[1]);
       }
       if (waitpid(pid_, &exit_status_, WNOHANG) == pid_) {
         pid_ = -1;
@@ -196,6 +200,7 @@ class ServerProcess {
   bool ok() const { return port_ != 0; }
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   int metrics_port() const { return metrics_port_; }
+  int http_port() const { return http_port_; }  // the OpenAI HTTP API; 0 when off
   std::string log() const { return ReadFile(log_); }
   v1::Generation::Stub& stub() { return *stub_; }
   // A stub on a connection of its own (a separate client, as the server sees it): gRPC would
@@ -279,7 +284,7 @@ class ServerProcess {
   testing::TempDir dir_;
   std::string log_;
   pid_t pid_ = -1;
-  int exit_status_ = 0, port_ = 0, metrics_port_ = 0;
+  int exit_status_ = 0, port_ = 0, metrics_port_ = 0, http_port_ = 0;
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::Generation::Stub> stub_;
   std::unique_ptr<grpc::health::v1::Health::Stub> health_;

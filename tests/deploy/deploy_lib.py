@@ -97,7 +97,7 @@ class Server:
 
     def __init__(self, binary, args, env=None, timeout=30):
         cmd = [binary, "serve", *args, "--listen", "127.0.0.1:0",
-               "--metrics-address", "127.0.0.1:0"]
+               "--metrics-address", "127.0.0.1:0", "--http-address", "127.0.0.1:0"]
         self.cmd = " ".join(shlex.quote(c) for c in cmd)
         self.proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                      text=True, env={**os.environ, **(env or {})})

@@ -31,8 +31,8 @@ def main():
     log = tempfile.NamedTemporaryFile(prefix="heavykv-py-serve-", suffix=".log")
     server = subprocess.Popen(
         [args.binary, "serve", "--model", args.model, "--tokenizer", args.tokenizer,
-         "--listen", "127.0.0.1:0", "--metrics-address", "", "--threads", "1", "--reflection",
-         "--chat-template", args.chat_template],
+         "--listen", "127.0.0.1:0", "--metrics-address", "", "--http-address", "",
+         "--threads", "1", "--reflection", "--chat-template", args.chat_template],
         stdout=log, stderr=subprocess.STDOUT)
     try:
         port = None

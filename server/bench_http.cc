@@ -1,0 +1,106 @@
+#include "server/bench_http.h"
+
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "nlohmann/json.hpp"
+
+namespace heavykv::cli {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double SecondsSince(Clock::time_point t0, Clock::time_point t1) {
+  return std::chrono::duration<double>(t1 - t0).count();
+}
+
+}  // namespace
+
+std::string CompletionBody(const v1::GenerateRequest& q) {
+  nlohmann::json body = {{"stream", true}, {"stream_options", {{"include_usage", true}}}};
+  if (q.has_prompt_token_ids()) {
+    body["prompt"] = std::vector<int32_t>(q.prompt_token_ids().ids().begin(),
+                                          q.prompt_token_ids().ids().end());
+  } else {
+    body["prompt"] = q.prompt();
+  }
+  if (q.has_max_new_tokens()) body["max_tokens"] = q.max_new_tokens();
+  const v1::SamplingParams& s = q.sampling();
+  if (s.has_temperature()) body["temperature"] = s.temperature();
+  if (s.has_top_p()) body["top_p"] = s.top_p();
+  if (s.has_top_k()) body["top_k"] = s.top_k();
+  if (s.has_seed()) body["seed"] = s.seed();
+  if (q.stop_size() > 0) body["stop"] = std::vector<std::string>(q.stop().begin(), q.stop().end());
+  if (q.ignore_eos()) body["ignore_eos"] = true;
+  const v1::KvParams& kv = q.kv();
+  if (kv.has_policy()) body["kv_policy"] = kv.policy();
+  if (kv.budget_case() == v1::KvParams::kBudgetTokens) body["kv_budget"] = kv.budget_tokens();
+  if (kv.budget_case() == v1::KvParams::kBudgetFraction) body["kv_budget"] = kv.budget_fraction();
+  if (kv.has_recent_fraction()) body["kv_recent_fraction"] = kv.recent_fraction();
+  return body.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+StreamTiming StreamCompletion(httplib::Client& client, const std::string& body,
+                              const std::string& api_key) {
+  StreamTiming out;
+  const Clock::time_point start = Clock::now();
+  Clock::time_point last = start;
+  std::string pending;  // SSE bytes not yet split into events
+  bool done = false, malformed = false;
+  httplib::Request req;
+  req.method = "POST";
+  req.path = "/v1/completions";
+  req.body = body;
+  req.set_header("Content-Type", "application/json");
+  if (!api_key.empty()) req.set_header("Authorization", "Bearer " + api_key);
+  req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+    pending.append(data, n);
+    for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
+      const std::string event = pending.substr(0, end);
+      pending.erase(0, end + 2);
+      if (event.rfind("data: ", 0) != 0) {
+        malformed = true;
+        return false;
+      }
+      if (event == "data: [DONE]") {
+        done = true;
+        continue;
+      }
+      const nlohmann::json chunk = nlohmann::json::parse(event.substr(6), nullptr, false);
+      if (chunk.is_discarded() || chunk.contains("error")) {
+        malformed = true;
+        return false;
+      }
+      if (chunk.contains("usage") && chunk["usage"].is_object()) {
+        out.prompt_tokens = chunk["usage"].value("prompt_tokens", 0);
+        out.completion_tokens = chunk["usage"].value("completion_tokens", 0);
+      }
+      const nlohmann::json& choices = chunk["choices"];
+      if (!choices.is_array() || choices.empty() || !choices[0].contains("text") ||
+          !choices[0]["text"].is_string() || choices[0]["text"].get_ref<const std::string&>().empty()) {
+        continue;
+      }
+      const Clock::time_point now = Clock::now();
+      if (out.ttft < 0) {
+        out.ttft = SecondsSince(start, now);
+      } else {
+        out.itl.push_back(SecondsSince(last, now));
+      }
+      last = now;
+    }
+    return true;
+  };
+  httplib::Response res;
+  httplib::Error error = httplib::Error::Success;
+  const bool sent = client.send(req, res, error);
+  if (!sent && res.status <= 0) {
+    out.error = malformed ? "bad_stream" : "connection";
+  } else if (res.status != 200) {
+    out.error = absl::StrCat("http_", res.status);
+  } else if (malformed || !done) {
+    out.error = "bad_stream";
+  }
+  return out;
+}
+
+}  // namespace heavykv::cli

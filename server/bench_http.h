@@ -1,0 +1,36 @@
+// The HTTP side of `heavykv bench --http URL`: one streamed OpenAI completion (POST
+// /v1/completions with stream: true and usage) of a GenerateRequest's prompt token ids and fields,
+// timed as bench times a gRPC stream, so the two fronts can be compared side by side.
+//
+//   httplib::Client client("http://127.0.0.1:8000");   // one per client thread (keep-alive)
+//   StreamTiming t = StreamCompletion(client, CompletionBody(request), api_key);
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "heavykv/v1/generation.pb.h"
+#include "httplib.h"
+
+namespace heavykv::cli {
+
+// One stream as bench records it.
+struct StreamTiming {
+  std::string error;  // empty: ok; else the status ("http_429", "connection", "bad_stream")
+  double ttft = -1;   // seconds to the first event with text
+  // Seconds between events with text, each split evenly over the tokens it carried where known;
+  // over HTTP an event is one engine delta (usually one token).
+  std::vector<double> itl;
+  int64_t prompt_tokens = 0, completion_tokens = 0;
+};
+
+// The /v1/completions body of `request` (prompt token ids, max_tokens, sampling, stop, kv, ...),
+// streamed with stream_options.include_usage.
+std::string CompletionBody(const v1::GenerateRequest& request);
+
+// Sends `body` and reads the SSE stream to [DONE]; `api_key` (if any) as a Bearer token.
+StreamTiming StreamCompletion(httplib::Client& client, const std::string& body,
+                              const std::string& api_key);
+
+}  // namespace heavykv::cli

@@ -1,0 +1,40 @@
+// The OpenAI HTTP API (POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize; GET
+// /v1/models, /health) on an HttpServer, over the same Engine as gRPC. The contract (field
+// mapping, SSE framing, errors, threading, limits) is docs/ARCHITECTURE.md "OpenAI HTTP API";
+// the JSON is server/openai_json.h, the error mapping server/http_status.h.
+//
+//   auto draining = std::make_shared<std::atomic<bool>>(false);
+//   absl::StatusOr<std::unique_ptr<HttpServer>> http = StartOpenAiHttp(engine.get(), options,
+//                                                                      draining);
+//   ... on SIGTERM: *draining = true; engine->Shutdown(grace); (*http)->Stop();
+//
+// Each request holds one worker thread until its response is written: the engine's callbacks
+// only queue deltas (they never block); the worker waits on that queue and cancels the engine
+// request once its client has gone. The engine must outlive the server.
+#pragma once
+
+#include <atomic>
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/engine.h"
+#include "server/auth.h"
+#include "server/grpc_service.h"
+#include "server/http_server.h"
+
+namespace heavykv::server {
+
+struct OpenAiHttpOptions {
+  std::string address = "0.0.0.0:8000";
+  std::string model_name;  // what /v1/models lists and `model` must be (when sent)
+  int threads = 64;        // HTTP requests served at once (each holds a worker)
+  const ApiKeyStore* api_keys = nullptr;  // not owned; null: no key is asked for
+  RejectionObserver on_rejected;          // every refused generation request's code; may be empty
+};
+
+absl::StatusOr<std::unique_ptr<HttpServer>> StartOpenAiHttp(
+    Engine* engine, const OpenAiHttpOptions& options,
+    std::shared_ptr<const std::atomic<bool>> draining);
+
+}  // namespace heavykv::server

@@ -1,0 +1,425 @@
+#include "server/openai_json.h"
+
+#include <cmath>
+#include <limits>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "server/http_status.h"
+
+namespace heavykv::server {
+namespace {
+
+using nlohmann::json;
+
+absl::Status Invalid(absl::string_view param, absl::string_view message) {
+  return WithParam(absl::InvalidArgumentError(message), param);
+}
+
+// The body as a JSON object. The parse error names the byte, never the request's text.
+absl::StatusOr<json> ParseObject(absl::string_view body) {
+  json value;
+  try {
+    value = json::parse(body.begin(), body.end());
+  } catch (const json::parse_error& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request body is not valid JSON (at byte ", e.byte, ")"));
+  } catch (const json::exception&) {
+    return absl::InvalidArgumentError("the request body is not valid JSON");
+  }
+  if (!value.is_object()) return absl::InvalidArgumentError("the request body must be an object");
+  return value;
+}
+
+// Typed reads of an object's fields. Absent and null read as unset; a value of the wrong type
+// sets the first error (naming the field) and reads as unset.
+class Fields {
+ public:
+  explicit Fields(const json& object) : object_(object) {}
+
+  const json* Get(const char* key) const {
+    const auto it = object_.find(key);
+    return it == object_.end() || it->is_null() ? nullptr : &*it;
+  }
+
+  std::optional<bool> Bool(const char* key) {
+    const json* v = Get(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_boolean()) return Fail(key, "must be true or false"), std::nullopt;
+    return v->get<bool>();
+  }
+  std::optional<std::string> String(const char* key) {
+    const json* v = Get(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_string()) return Fail(key, "must be a string"), std::nullopt;
+    return v->get<std::string>();
+  }
+  std::optional<double> Number(const char* key) {
+    const json* v = Get(key);
+    if (v == nullptr) return std::nullopt;
+    if (!v->is_number()) return Fail(key, "must be a number"), std::nullopt;
+    return v->get<double>();
+  }
+  // An integer in [lo, hi] (a float with no fraction counts, as pydantic reads it).
+  std::optional<int64_t> Int(const char* key, int64_t lo, int64_t hi) {
+    const json* v = Get(key);
+    if (v == nullptr) return std::nullopt;
+    std::optional<int64_t> i = AsInt(*v, lo, hi);
+    if (!i) Fail(key, absl::StrCat("must be an integer in [", lo, ", ", hi, "]"));
+    return i;
+  }
+  std::vector<int32_t> Ints(const char* key, int64_t lo, int64_t hi) {
+    std::vector<int32_t> out;
+    const json* v = Get(key);
+    if (v == nullptr) return out;
+    if (!v->is_array()) return Fail(key, "must be a list of integers"), out;
+    for (const json& e : *v) {
+      std::optional<int64_t> i = AsInt(e, lo, hi);
+      if (!i) {
+        Fail(key, absl::StrCat("must hold integers in [", lo, ", ", hi, "]"));
+        return {};
+      }
+      out.push_back(static_cast<int32_t>(*i));
+    }
+    return out;
+  }
+  // A field heavykv does not serve: absent, null, false, 0, or empty only.
+  void Unsupported(const char* key, absl::string_view why) {
+    const json* v = Get(key);
+    if (v == nullptr) return;
+    const bool unset = (v->is_boolean() && !v->get<bool>()) ||
+                       (v->is_number() && v->get<double>() == 0) ||
+                       ((v->is_array() || v->is_object() || v->is_string()) && v->empty());
+    if (!unset) Fail(key, why);
+  }
+
+  void Fail(absl::string_view key, absl::string_view message) {
+    if (status_.ok()) status_ = Invalid(key, absl::StrCat(key, " ", message));
+  }
+  const absl::Status& status() const { return status_; }
+
+  static std::optional<int64_t> AsInt(const json& v, int64_t lo, int64_t hi) {
+    int64_t i = 0;
+    if (v.is_number_unsigned()) {
+      const uint64_t u = v.get<uint64_t>();
+      if (u > uint64_t(std::numeric_limits<int64_t>::max())) return std::nullopt;
+      i = int64_t(u);
+    } else if (v.is_number_integer()) {
+      i = v.get<int64_t>();
+    } else if (v.is_number_float()) {
+      const double d = v.get<double>();
+      if (!(d == std::floor(d) && std::abs(d) < 9e15)) return std::nullopt;
+      i = int64_t(d);
+    } else {
+      return std::nullopt;
+    }
+    if (i < lo || i > hi) return std::nullopt;
+    return i;
+  }
+
+ private:
+  const json& object_;
+  absl::Status status_;
+};
+
+constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
+
+// `model`: absent, or the served one.
+absl::Status CheckModel(Fields& f, const OpenAiServed& served) {
+  const std::optional<std::string> model = f.String("model");
+  if (model && *model != served.model) {
+    return WithParam(WithErrorCode(absl::NotFoundError(absl::StrCat(
+                                       "the model `", model->substr(0, 256),
+                                       "` does not exist; this server serves `", served.model, "`")),
+                                   "model_not_found"),
+                     "model");
+  }
+  return f.status();
+}
+
+// A completion's prompt: a string, token ids, or a one-element list of either.
+absl::Status ReadPrompt(const json* prompt, GenerationRequest& r) {
+  if (prompt == nullptr) return Invalid("prompt", "prompt is required (a string or token ids)");
+  const json* p = prompt;
+  if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) {
+    p = &(*p)[0];
+  }
+  if (p->is_string()) {
+    r.prompt = p->get<std::string>();
+    return absl::OkStatus();
+  }
+  if (p->is_array() && !p->empty()) {
+    for (const json& e : *p) {
+      const std::optional<int64_t> id = Fields::AsInt(e, 0, kInt32Max);
+      if (!id) {
+        return Invalid("prompt",
+                       e.is_string() || e.is_array()
+                           ? "prompt holds more than one prompt; heavykv takes one per request"
+                           : "prompt token ids must be integers >= 0");
+      }
+      r.prompt_token_ids.push_back(static_cast<int32_t>(*id));
+    }
+    return absl::OkStatus();
+  }
+  return Invalid("prompt", "prompt must be a string, a list of token ids, or a list of one of them");
+}
+
+// A chat's messages: [{role, content}], content a string, null, or a list of text parts.
+absl::Status ReadMessages(const json* messages, GenerationRequest& r) {
+  if (messages == nullptr || !messages->is_array()) {
+    return Invalid("messages", "messages is required: a list of {role, content}");
+  }
+  std::vector<ChatMessage>& out = r.messages.emplace();
+  for (size_t i = 0; i < messages->size(); ++i) {
+    const json& m = (*messages)[i];
+    const std::string where = absl::StrCat("messages[", i, "]");
+    if (!m.is_object()) return Invalid(where, where + " must be an object {role, content}");
+    const auto role = m.find("role");
+    if (role == m.end() || !role->is_string()) {
+      return Invalid(where + ".role", where + ".role must be a string");
+    }
+    ChatMessage message{role->get<std::string>(), ""};
+    const auto content = m.find("content");
+    if (content == m.end() || content->is_null()) {
+      // An assistant turn with tool calls has none: the empty text.
+    } else if (content->is_string()) {
+      message.content = content->get<std::string>();
+    } else if (content->is_array()) {
+      for (const json& part : *content) {
+        const auto type = part.is_object() ? part.find("type") : part.end();
+        const auto text_it = part.is_object() ? part.find("text") : part.end();
+        const bool text = part.is_object() && type != part.end() && *type == "text" &&
+                          text_it != part.end() && text_it->is_string();
+        if (!text) {
+          return Invalid(where + ".content",
+                         where + ".content: only {\"type\": \"text\", \"text\": ...} parts are "
+                                 "served");
+        }
+        message.content += text_it->get<std::string>();
+      }
+    } else {
+      return Invalid(where + ".content", where + ".content must be a string or a list of parts");
+    }
+    out.push_back(std::move(message));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_view body,
+                                                  const OpenAiServed& served) {
+  absl::StatusOr<json> parsed = ParseObject(body);
+  if (!parsed.ok()) return parsed.status();
+  const json& o = *parsed;
+  Fields f(o);
+  if (absl::Status s = CheckModel(f, served); !s.ok()) return s;
+  OpenAiRequest q;
+  GenerationRequest& r = q.generation;
+  if (absl::Status s = kind == ApiKind::kChat ? ReadMessages(f.Get("messages"), r)
+                                              : ReadPrompt(f.Get("prompt"), r);
+      !s.ok()) {
+    return s;
+  }
+  if (kind == ApiKind::kChat) {
+    if (auto v = f.Bool("add_generation_prompt")) r.add_generation_prompt = *v;
+  }
+
+  std::optional<int64_t> max_tokens = f.Int("max_tokens", 1, kInt32Max);
+  if (auto v = f.Int("max_completion_tokens", 1, kInt32Max)) max_tokens = v;
+  if (max_tokens) {
+    r.max_new_tokens = static_cast<int32_t>(*max_tokens);
+  } else if (kind == ApiKind::kChat) {  // OpenAI and vLLM: until the context is full
+    r.max_new_tokens = std::max(1, served.max_new_tokens_limit);
+    r.max_new_tokens_to_context = true;
+  }
+  if (auto v = f.Number("temperature")) r.temperature = float(*v);
+  if (auto v = f.Number("top_p")) r.top_p = float(*v);
+  if (auto v = f.Int("top_k", -1, kInt32Max); v && *v > 0) r.top_k = int32_t(*v);
+  if (const json* seed = f.Get("seed")) {
+    if (seed->is_number_unsigned()) {
+      r.seed = seed->get<uint64_t>();
+    } else if (seed->is_number_integer()) {
+      r.seed = static_cast<uint64_t>(seed->get<int64_t>());
+    } else {
+      f.Fail("seed", "must be an integer");
+    }
+  }
+  if (const json* stop = f.Get("stop")) {
+    if (stop->is_string()) {
+      r.stop.push_back(stop->get<std::string>());
+    } else if (stop->is_array()) {
+      for (const json& s : *stop) {
+        if (!s.is_string()) {
+          f.Fail("stop", "must be a string or a list of strings");
+          break;
+        }
+        r.stop.push_back(s.get<std::string>());
+      }
+    } else {
+      f.Fail("stop", "must be a string or a list of strings");
+    }
+  }
+  if (auto n = f.Int("n", 0, kInt32Max); n && *n != 1) {
+    f.Fail("n", "must be 1: heavykv returns one choice per request (send more requests)");
+  }
+  if (auto n = f.Int("best_of", 0, kInt32Max); n && *n != 1) f.Fail("best_of", "must be 1");
+  f.Unsupported("echo", "is not served: send echo false or leave it out");
+  f.Unsupported("logprobs", "is not served over HTTP yet: leave it out");
+  f.Unsupported("top_logprobs", "is not served: leave it out");
+  f.Unsupported("presence_penalty", "is not served: send 0 or leave it out");
+  f.Unsupported("frequency_penalty", "is not served: send 0 or leave it out");
+  f.Unsupported("tools", "are not served: leave them out");
+  if (auto v = f.Bool("stream")) q.stream = *v;
+  if (const json* options = f.Get("stream_options")) {
+    if (!options->is_object()) {
+      f.Fail("stream_options", "must be an object");
+    } else if (const auto it = options->find("include_usage");
+               it != options->end() && !it->is_null()) {
+      if (!it->is_boolean()) {
+        f.Fail("stream_options.include_usage", "must be true or false");
+      } else {
+        q.include_usage = it->get<bool>();
+      }
+    }
+  }
+
+  if (auto v = f.String("kv_policy")) r.policy = *v;
+  if (auto v = f.Number("kv_budget")) {  // as --kv-budget: (0, 1] a fraction, above a token count
+    if (!(*v > 0) || !std::isfinite(*v)) {
+      f.Fail("kv_budget", "must be a fraction in (0, 1] or a whole number of tokens > 1");
+    } else if (*v <= 1) {
+      r.budget_fraction = *v;
+    } else if (*v != std::floor(*v) || *v > kInt32Max) {
+      f.Fail("kv_budget", "over 1 must be a whole number of tokens (at most 2^31 - 1)");
+    } else {
+      r.budget_tokens = int32_t(*v);
+    }
+  }
+  if (auto v = f.Number("kv_recent_fraction")) r.recent_fraction = *v;
+  if (auto v = f.Bool("ignore_eos")) r.ignore_eos = *v;
+  r.stop_token_ids = f.Ints("stop_token_ids", 0, kInt32Max);
+  if (auto v = f.Bool("skip_special_tokens")) r.skip_special_tokens = *v;
+  if (!f.status().ok()) return f.status();
+  return q;
+}
+
+absl::StatusOr<TokenizeBody> ParseTokenizeBody(absl::string_view body, const OpenAiServed& served) {
+  absl::StatusOr<json> parsed = ParseObject(body);
+  if (!parsed.ok()) return parsed.status();
+  Fields f(*parsed);
+  if (absl::Status s = CheckModel(f, served); !s.ok()) return s;
+  if (f.Get("messages") != nullptr) {
+    return Invalid("messages", "/tokenize takes a prompt; chats are not tokenized here yet");
+  }
+  TokenizeBody out;
+  std::optional<std::string> prompt = f.String("prompt");
+  if (auto v = f.Bool("add_special_tokens")) out.add_special_tokens = *v;
+  if (!f.status().ok()) return f.status();
+  if (!prompt) return Invalid("prompt", "prompt is required (a string)");
+  out.prompt = *std::move(prompt);
+  return out;
+}
+
+absl::StatusOr<std::vector<int32_t>> ParseDetokenizeBody(absl::string_view body,
+                                                         const OpenAiServed& served) {
+  absl::StatusOr<json> parsed = ParseObject(body);
+  if (!parsed.ok()) return parsed.status();
+  Fields f(*parsed);
+  if (absl::Status s = CheckModel(f, served); !s.ok()) return s;
+  if (f.Get("tokens") == nullptr) return Invalid("tokens", "tokens is required (token ids)");
+  std::vector<int32_t> ids = f.Ints("tokens", 0, kInt32Max);
+  if (!f.status().ok()) return f.status();
+  return ids;
+}
+
+std::string OpenAiFinishReason(const std::string& engine_reason) {
+  if (engine_reason == "length") return "length";
+  if (engine_reason == "stop" || engine_reason == "eos") return "stop";
+  return "abort";
+}
+
+nlohmann::json UsageJson(const GenerationUsage& u) {
+  return {{"prompt_tokens", u.prompt_tokens},
+          {"completion_tokens", u.completion_tokens},
+          {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"kv",
+           {{"policy", u.policy},
+            {"budget_tokens", u.kv_budget_tokens},
+            {"tokens_kept", u.kv_tokens_kept},
+            {"tokens_evicted", u.kv_tokens_evicted},
+            {"peak_pages", u.peak_pages}}}};
+}
+
+namespace {
+
+json Envelope(const ResponseMeta& meta, const char* completion_object, const char* chat_object) {
+  return {{"id", meta.id},
+          {"object", meta.kind == ApiKind::kChat ? chat_object : completion_object},
+          {"created", meta.created},
+          {"model", meta.model}};
+}
+
+}  // namespace
+
+nlohmann::json ResponseJson(const ResponseMeta& meta, const std::string& text,
+                            const GenerationDelta& last) {
+  json out = Envelope(meta, "text_completion", "chat.completion");
+  json choice = {{"index", 0}};
+  if (meta.kind == ApiKind::kChat) {
+    choice["message"] = {{"role", "assistant"}, {"content", text}};
+  } else {
+    choice["text"] = text;
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = OpenAiFinishReason(last.finish_reason);
+  out["choices"] = json::array({std::move(choice)});
+  out["usage"] = UsageJson(last.usage);
+  return out;
+}
+
+nlohmann::json StreamChunkJson(const ResponseMeta& meta, absl::string_view text,
+                               const std::optional<std::string>& finish_reason, bool first,
+                               bool include_usage) {
+  json out = Envelope(meta, "text_completion", "chat.completion.chunk");
+  json choice = {{"index", 0}};
+  if (meta.kind == ApiKind::kChat) {
+    json delta = json::object();
+    if (first) delta["role"] = "assistant";
+    if (first || !text.empty()) delta["content"] = text;
+    choice["delta"] = std::move(delta);
+  } else {
+    choice["text"] = text;
+  }
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish_reason ? json(*finish_reason) : json(nullptr);
+  out["choices"] = json::array({std::move(choice)});
+  if (include_usage) out["usage"] = nullptr;
+  return out;
+}
+
+nlohmann::json UsageChunkJson(const ResponseMeta& meta, const GenerationUsage& usage) {
+  json out = Envelope(meta, "text_completion", "chat.completion.chunk");
+  out["choices"] = json::array();
+  out["usage"] = UsageJson(usage);
+  return out;
+}
+
+std::string JsonText(const nlohmann::json& value) {
+  return value.dump(-1, ' ', false, json::error_handler_t::replace);
+}
+
+std::string SseEvent(const nlohmann::json& chunk) {
+  return absl::StrCat("data: ", JsonText(chunk), "\n\n");
+}
+
+nlohmann::json ModelsJson(const std::string& model, int64_t created, int32_t max_model_len) {
+  return {{"object", "list"},
+          {"data", json::array({{{"id", model},
+                                 {"object", "model"},
+                                 {"created", created},
+                                 {"owned_by", "heavykv"},
+                                 {"max_model_len", max_model_len}}})}};
+}
+
+}  // namespace heavykv::server

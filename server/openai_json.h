@@ -1,0 +1,90 @@
+// The OpenAI HTTP API's JSON, without any I/O: request bodies -> GenerationRequest, and the
+// response, stream chunk, usage, model list and tokenizer bodies. The field mapping and the
+// shapes are in docs/ARCHITECTURE.md ("OpenAI HTTP API"); openai_http.h serves them.
+//
+//   absl::StatusOr<OpenAiRequest> q = ParseGenerationBody(ApiKind::kChat, body, limits);
+//   if (!q.ok()) -> 400 with ErrorBody(q.status())   (server/http_status.h; `param` names the field)
+//   ...Engine::Submit(q->generation, ...)
+//   std::string event = SseEvent(StreamChunkJson(meta, delta_text, std::nullopt, false, false));
+//
+// Parse errors are INVALID_ARGUMENT with the field in the status's param payload (WithParam);
+// a model other than the served one is NOT_FOUND ("model_not_found"). Never throws.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/engine.h"
+#include "nlohmann/json.hpp"
+
+namespace heavykv::server {
+
+enum class ApiKind { kCompletion, kChat };
+
+// What a request body is checked against.
+struct OpenAiServed {
+  std::string model;                 // the served model's name (`model` must be absent or this)
+  int32_t max_new_tokens_limit = 0;  // a chat without max_tokens asks for this, to the context
+};
+
+struct OpenAiRequest {
+  GenerationRequest generation;  // request_id and client are left for the caller
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage
+};
+
+absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_view body,
+                                                  const OpenAiServed& served);
+
+// POST /tokenize: {"prompt": text, "add_special_tokens": true}.
+struct TokenizeBody {
+  std::string prompt;
+  bool add_special_tokens = true;
+};
+absl::StatusOr<TokenizeBody> ParseTokenizeBody(absl::string_view body, const OpenAiServed& served);
+// POST /detokenize: {"tokens": [ids]}.
+absl::StatusOr<std::vector<int32_t>> ParseDetokenizeBody(absl::string_view body,
+                                                         const OpenAiServed& served);
+
+// What every response and chunk of one request repeats.
+struct ResponseMeta {
+  ApiKind kind = ApiKind::kCompletion;
+  std::string id;       // cmpl-N / chatcmpl-N
+  int64_t created = 0;  // Unix seconds
+  std::string model;
+};
+
+// OpenAI's finish_reason for the engine's: length, stop (stop and eos), abort (cancelled).
+std::string OpenAiFinishReason(const std::string& engine_reason);
+
+// {prompt_tokens, completion_tokens, total_tokens, kv: {policy, budget_tokens, tokens_kept,
+// tokens_evicted, peak_pages}}.
+nlohmann::json UsageJson(const GenerationUsage& usage);
+
+// The whole (non-streaming) response: `text` is the generated text, `last` the finished delta.
+nlohmann::json ResponseJson(const ResponseMeta& meta, const std::string& text,
+                            const GenerationDelta& last);
+
+// One stream chunk: completion `text`, or a chat delta (with the role when `first`).
+// `finish_reason` is null until the last chunk; `include_usage` adds "usage": null.
+nlohmann::json StreamChunkJson(const ResponseMeta& meta, absl::string_view text,
+                               const std::optional<std::string>& finish_reason, bool first,
+                               bool include_usage);
+// The usage chunk sent before [DONE] with stream_options.include_usage: choices [] and usage.
+nlohmann::json UsageChunkJson(const ResponseMeta& meta, const GenerationUsage& usage);
+
+// "data: <json on one line>\n\n" (invalid UTF-8 replaced by U+FFFD, never thrown on).
+std::string SseEvent(const nlohmann::json& chunk);
+inline constexpr absl::string_view kSseDone = "data: [DONE]\n\n";
+
+// `value` as compact JSON text (invalid UTF-8 replaced, never thrown on).
+std::string JsonText(const nlohmann::json& value);
+
+// GET /v1/models.
+nlohmann::json ModelsJson(const std::string& model, int64_t created, int32_t max_model_len);
+
+}  // namespace heavykv::server

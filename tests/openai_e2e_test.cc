@@ -1,0 +1,503 @@
+// End-to-end tests of the OpenAI HTTP API (`heavykv serve --http-address`): the real binary on
+// loopback ports, spoken to over raw HTTP/1.1 sockets (so the SSE bytes are checked exactly as
+// they are sent) and compared with gRPC on the same server. Four servers: the bundled
+// stories260K model (no chat template; once more with API keys), a slow random model (a
+// 2000-token request is still running when a test disconnects), and a small qwen2 GGUF with a
+// ChatML template (chats).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "nlohmann/json.hpp"
+#include "tests/server_harness.h"
+
+namespace heavykv {
+namespace {
+
+using namespace std::chrono_literals;
+using namespace heavykv::e2e;
+using nlohmann::json;
+
+struct HttpResponse {
+  int status = 0;
+  std::string head;  // status line and headers
+  std::string body;  // de-chunked
+};
+
+// The body of a chunked transfer, or "" when malformed.
+std::string Dechunk(const std::string& raw) {
+  std::string out;
+  size_t at = 0;
+  for (;;) {
+    const size_t eol = raw.find("\r\n", at);
+    if (eol == std::string::npos) return "";
+    const size_t n = std::stoul(raw.substr(at, eol - at), nullptr, 16);
+    if (n == 0) return out;
+    if (raw.size() < eol + 2 + n + 2 || raw.compare(eol + 2 + n, 2, "\r\n") != 0) return "";
+    out += raw.substr(eol + 2, n);
+    at = eol + 2 + n + 2;
+  }
+}
+
+// One HTTP/1.1 request on its own connection (closed after the response).
+HttpResponse Http(int port, const std::string& method, const std::string& path,
+                  const std::string& body = "", const std::string& headers = "") {
+  const std::string request = method + " " + path +
+                              " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n"
+                              "Content-Type: application/json\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n" + headers + "\r\n" + body;
+  const std::string raw = HttpExchange(port, request, 60s);
+  HttpResponse r;
+  const size_t end = raw.find("\r\n\r\n");
+  if (raw.size() < 12 || end == std::string::npos) return r;
+  r.status = std::stoi(raw.substr(9, 3));
+  r.head = raw.substr(0, end + 2);
+  r.body = raw.substr(end + 4);
+  if (r.head.find("Transfer-Encoding: chunked") != std::string::npos) r.body = Dechunk(r.body);
+  return r;
+}
+
+HttpResponse Post(int port, const std::string& path, const json& body,
+                  const std::string& headers = "") {
+  return Http(port, "POST", path, body.dump(), headers);
+}
+
+// The events of an SSE body, checked byte by byte: each is "data: <one line>\n\n" and the last
+// is "data: [DONE]\n\n". Returns the JSON of every event but [DONE].
+std::vector<json> SseEvents(const std::string& body) {
+  std::vector<json> events;
+  size_t at = 0;
+  bool done = false;
+  while (at < body.size()) {
+    EXPECT_FALSE(done) << "bytes after [DONE]: " << body.substr(at);
+    EXPECT_EQ(body.compare(at, 6, "data: "), 0) << body.substr(at);
+    const size_t end = body.find("\n\n", at);
+    if (end == std::string::npos) {
+      ADD_FAILURE() << "an event without its blank line: " << body.substr(at);
+      break;
+    }
+    const std::string data = body.substr(at + 6, end - at - 6);
+    EXPECT_EQ(data.find('\n'), std::string::npos) << data;
+    if (data == "[DONE]") {
+      done = true;
+    } else {
+      events.push_back(json::parse(data));
+    }
+    at = end + 2;
+  }
+  EXPECT_TRUE(done) << "no data: [DONE]";
+  EXPECT_EQ(body.substr(body.size() >= 14 ? body.size() - 14 : 0), "data: [DONE]\n\n");
+  return events;
+}
+
+class OpenAiE2eTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    dir_ = new testing::TempDir();
+    keys_ = dir_->File("keys");
+    std::ofstream(keys_) << "sk-test-key\n";
+    fast_ = new ServerProcess({"--model", testing::ModelPath(), "--tokenizer",
+                               testing::TokenizerPath(), "--max-prompt-tokens", "64", "--threads",
+                               "1", "--served-model-name", "stories"});
+    const std::string slow_model = dir_->File("slow.bin");
+    RunCapture(Bin() +
+               " make-model --dim 256 --hidden-dim 768 --layers 4 --heads 8 --kv-heads 4 "
+               "--vocab 512 --seq-len 2048 --out " + slow_model + " 2>&1");
+    slow_ = new ServerProcess({"--model", slow_model, "--tokenizer", testing::TokenizerPath(),
+                               "--threads", "1", "--max-running", "1", "--kv-pages", "512"});
+    keyed_ = new ServerProcess({"--model", testing::ModelPath(), "--tokenizer",
+                                testing::TokenizerPath(), "--threads", "1", "--api-key-file",
+                                keys_});
+    const std::string vocab = testing::SourcePath("../shared/gguf/qwen-vocab.gguf");
+    chat_model_ = dir_->File("chat.gguf");
+    if (std::ifstream(vocab).good()) {
+      RunCapture(Bin() +
+                 " make-model --format gguf --arch qwen2 --dim 64 --hidden-dim 128 --layers 2 "
+                 "--heads 4 --kv-heads 2 --seq-len 512 --vocab-from " + vocab + " --out " +
+                 chat_model_ + " 2>&1");
+      chat_ = new ServerProcess({"--model", chat_model_, "--threads", "1"});
+    }
+  }
+  static void TearDownTestSuite() {
+    delete fast_;
+    delete slow_;
+    delete keyed_;
+    delete chat_;
+    delete dir_;
+  }
+  void SetUp() override {
+    ASSERT_TRUE(fast_->ok() && fast_->http_port() > 0) << fast_->log();
+    ASSERT_TRUE(slow_->ok() && slow_->http_port() > 0) << slow_->log();
+    ASSERT_TRUE(keyed_->ok() && keyed_->http_port() > 0) << keyed_->log();
+  }
+  // The chat server, or a skip when ../shared/gguf/qwen-vocab.gguf is absent.
+  ServerProcess* ChatServer() {
+    if (chat_ == nullptr) return nullptr;
+    EXPECT_TRUE(chat_->ok() && chat_->http_port() > 0) << chat_->log();
+    return chat_;
+  }
+
+  static testing::TempDir* dir_;
+  static std::string keys_, chat_model_;
+  static ServerProcess* fast_;
+  static ServerProcess* slow_;
+  static ServerProcess* keyed_;  // with --api-key-file
+  static ServerProcess* chat_;
+};
+testing::TempDir* OpenAiE2eTest::dir_ = nullptr;
+std::string OpenAiE2eTest::keys_, OpenAiE2eTest::chat_model_;
+ServerProcess* OpenAiE2eTest::fast_ = nullptr;
+ServerProcess* OpenAiE2eTest::slow_ = nullptr;
+ServerProcess* OpenAiE2eTest::keyed_ = nullptr;
+ServerProcess* OpenAiE2eTest::chat_ = nullptr;
+
+TEST_F(OpenAiE2eTest, CompletionTextEqualsGrpcGenerate) {
+  const Streamed grpc = Generate(fast_->stub(), Greedy("Once upon a time", 40));
+  ASSERT_TRUE(grpc.status.ok()) << grpc.status.error_message();
+
+  const json request = {{"model", "stories"}, {"prompt", "Once upon a time"}, {"max_tokens", 40},
+                       {"temperature", 0}};
+  const HttpResponse r = Post(fast_->http_port(), "/v1/completions", request);
+  ASSERT_EQ(r.status, 200) << r.body;
+  EXPECT_NE(r.head.find("Content-Type: application/json"), std::string::npos) << r.head;
+  const json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "text_completion");
+  EXPECT_EQ(j["model"], "stories");
+  EXPECT_EQ(j["id"].get<std::string>().rfind("cmpl-", 0), 0u);
+  EXPECT_EQ(j["choices"][0]["text"], grpc.text);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["prompt_tokens"], grpc.last.usage().prompt_tokens());
+  EXPECT_EQ(j["usage"]["completion_tokens"], 40);
+  EXPECT_EQ(j["usage"]["total_tokens"], grpc.last.usage().prompt_tokens() + 40);
+  EXPECT_EQ(j["usage"]["kv"]["policy"], "full");
+  EXPECT_TRUE(fast_->WaitForLog("request " + j["id"].get<std::string>() + " finished: "))
+      << fast_->log();
+
+  // Streamed: the same text.
+  json streamed = request;
+  streamed["stream"] = true;
+  const HttpResponse s = Post(fast_->http_port(), "/v1/completions", streamed);
+  ASSERT_EQ(s.status, 200) << s.body;
+  EXPECT_NE(s.head.find("Content-Type: text/event-stream"), std::string::npos) << s.head;
+  std::string text;
+  const std::vector<json> events = SseEvents(s.body);
+  ASSERT_GE(events.size(), 2u);
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i]["object"], "text_completion");
+    EXPECT_EQ(events[i]["id"], events[0]["id"]);
+    EXPECT_FALSE(events[i].contains("usage"));  // not asked for
+    text += events[i]["choices"][0]["text"].get<std::string>();
+    EXPECT_EQ(events[i]["choices"][0]["finish_reason"],
+              i + 1 == events.size() ? json("length") : json(nullptr));
+  }
+  EXPECT_EQ(text, grpc.text);
+  EXPECT_EQ(fast_->WaitIdle().pages_used(), 0);
+}
+
+TEST_F(OpenAiE2eTest, StreamWithUsageEndsWithTheUsageChunkThenDone) {
+  const json request = {{"prompt", "Once upon a time"}, {"max_tokens", 12}, {"temperature", 0},
+                        {"stream", true}, {"stream_options", {{"include_usage", true}}},
+                        {"kv_policy", "h2o"}, {"kv_budget", 8}};
+  const HttpResponse s = Post(fast_->http_port(), "/v1/completions", request);
+  ASSERT_EQ(s.status, 200) << s.body;
+  const std::vector<json> events = SseEvents(s.body);
+  ASSERT_GE(events.size(), 2u);
+  for (size_t i = 0; i + 1 < events.size(); ++i) EXPECT_TRUE(events[i]["usage"].is_null());
+  const json& usage = events.back();
+  EXPECT_EQ(usage["choices"], json::array());
+  EXPECT_EQ(usage["usage"]["completion_tokens"], 12);
+  EXPECT_EQ(usage["usage"]["kv"]["policy"], "h2o");
+  EXPECT_EQ(usage["usage"]["kv"]["budget_tokens"], 8);
+  EXPECT_EQ(usage["usage"]["kv"]["tokens_kept"], 8);
+}
+
+// An error object with `status` and `type` (and `param` when given).
+void ExpectError(const HttpResponse& r, int status, const std::string& type,
+                 const json& param = json()) {
+  EXPECT_EQ(r.status, status) << r.body;
+  EXPECT_NE(r.head.find("Content-Type: application/json"), std::string::npos) << r.head;
+  const json j = json::parse(r.body, nullptr, false);
+  ASSERT_TRUE(j.contains("error")) << r.body;
+  EXPECT_EQ(j["error"]["type"], type) << r.body;
+  EXPECT_FALSE(j["error"]["message"].get<std::string>().empty());
+  EXPECT_TRUE(j["error"].contains("code"));
+  if (!param.is_null()) {
+    EXPECT_EQ(j["error"]["param"], param) << r.body;
+  }
+}
+
+TEST_F(OpenAiE2eTest, BadRequestsGetErrorObjectsAndTheServerStaysUp) {
+  const int port = fast_->http_port();
+  ExpectError(Http(port, "POST", "/v1/completions", "{bad json"), 400, "invalid_request_error");
+  for (const bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "stream" : "no stream");
+    auto post = [&](json body) {
+      body["stream"] = stream;
+      return Post(port, "/v1/completions", body);
+    };
+    ExpectError(post({{"prompt", "x"}, {"n", 2}}), 400, "invalid_request_error", "n");
+    ExpectError(post({{"prompt", "x"}, {"max_tokens", -5}}), 400, "invalid_request_error",
+                "max_tokens");
+    ExpectError(post({{"prompt", "x"}, {"kv_policy", "lru"}}), 400, "invalid_request_error");
+    ExpectError(post({{"prompt", {1, 512}}}), 400, "invalid_request_error");  // outside vocab
+    ExpectError(post({{"prompt", ""}}), 400, "invalid_request_error");
+    ExpectError(post({{"prompt", "x"}, {"max_tokens", 100000}}), 400, "invalid_request_error");
+    ExpectError(post({{"prompt", "x"}, {"temperature", -1}}), 400, "invalid_request_error");
+    // Refused only once tokenized (the engine's "rejected" delta): still a 400, streamed or not.
+    std::string lots;
+    for (int i = 0; i < 100; ++i) lots += "Once upon a time ";
+    ExpectError(post({{"prompt", lots}}), 400, "invalid_request_error");
+    ExpectError(post({{"prompt", "x"}, {"model", "gpt-4"}}), 404, "not_found_error", "model");
+    // No chat template: FAILED_PRECONDITION, 400 as vLLM answers.
+    json chat = {{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"stream", stream}};
+    ExpectError(Post(port, "/v1/chat/completions", chat), 400, "invalid_request_error");
+  }
+  ExpectError(Http(port, "GET", "/v1/nothing"), 404, "not_found_error");
+  ExpectError(Http(port, "GET", "/v1/completions"), 405, "invalid_request_error");
+  ExpectError(Http(port, "POST", "/v1/completions", std::string(1 << 20, ' ')), 413,
+              "invalid_request_error");
+  ExpectError(Post(port, "/detokenize", {{"tokens", {1, 99999}}}), 400, "invalid_request_error",
+              "tokens");
+  // Still serving, and every page back.
+  EXPECT_EQ(Post(port, "/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}}).status, 200);
+  EXPECT_EQ(fast_->WaitIdle().pages_used(), 0);
+}
+
+TEST_F(OpenAiE2eTest, ModelsHealthTokenize) {
+  const int port = fast_->http_port();
+  const HttpResponse m = Http(port, "GET", "/v1/models");
+  ASSERT_EQ(m.status, 200);
+  const json models = json::parse(m.body);
+  EXPECT_EQ(models["object"], "list");
+  EXPECT_EQ(models["data"][0]["id"], "stories");
+  EXPECT_EQ(models["data"][0]["max_model_len"], 512);
+  EXPECT_EQ(Http(port, "GET", "/health").status, 200);
+  const HttpResponse t = Post(port, "/tokenize", {{"prompt", "Once upon a time"}});
+  ASSERT_EQ(t.status, 200) << t.body;
+  const json ids = json::parse(t.body);
+  EXPECT_EQ(ids["count"], ids["tokens"].size());
+  EXPECT_EQ(ids["tokens"][0], 1);  // BOS
+  EXPECT_EQ(ids["max_model_len"], 512);
+  json without_bos = ids["tokens"];
+  without_bos.erase(0);
+  const HttpResponse d = Post(port, "/detokenize", {{"tokens", without_bos}});
+  ASSERT_EQ(d.status, 200) << d.body;
+  EXPECT_EQ(json::parse(d.body)["prompt"], " Once upon a time");
+}
+
+TEST_F(OpenAiE2eTest, DisconnectMidStreamCancelsAndReturnsThePages) {
+  const std::string cancelled = "heavykv_request_success_total{finish_reason=\"cancelled\"}";
+  const double cancelled_before = slow_->Metrics()[cancelled];
+  const std::string body =
+      json({{"prompt", {1}}, {"max_tokens", 2000}, {"ignore_eos", true}, {"temperature", 0},
+            {"stream", true}})
+          .dump();
+  const int fd = ConnectLoopback(slow_->http_port());
+  ASSERT_GE(fd, 0);
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\n"
+                              "Content-Length: " + std::to_string(body.size()) + "\r\n\r\n" +
+                              body;
+  ASSERT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL), ssize_t(request.size()));
+  std::string got;
+  char buf[4096];
+  while (got.find("data: ") == std::string::npos) {  // the stream has started
+    const ssize_t n = read(fd, buf, sizeof buf);
+    ASSERT_GT(n, 0) << got;
+    got.append(buf, size_t(n));
+  }
+  EXPECT_EQ(got.rfind("HTTP/1.1 200", 0), 0u) << got;
+  EXPECT_GT(slow_->Stats().pages_used(), 0);
+  close(fd);
+  const v1::CacheStats s = slow_->WaitIdle();
+  EXPECT_EQ(s.pages_used(), 0);
+  EXPECT_EQ(s.sequences_running(), 0);
+  EXPECT_EQ(slow_->Metrics()[cancelled], cancelled_before + 1);
+}
+
+// The same for a request that is not streamed: the client leaves while tokens are coming.
+TEST_F(OpenAiE2eTest, DisconnectDuringANonStreamedRequestCancelsIt) {
+  const std::string cancelled = "heavykv_request_success_total{finish_reason=\"cancelled\"}";
+  const double cancelled_before = slow_->Metrics()[cancelled];
+  const std::string body =
+      json({{"prompt", {1}}, {"max_tokens", 2000}, {"ignore_eos", true}, {"temperature", 0}})
+          .dump();
+  const int fd = ConnectLoopback(slow_->http_port());
+  ASSERT_GE(fd, 0);
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  ASSERT_EQ(send(fd, request.data(), request.size(), MSG_NOSIGNAL), ssize_t(request.size()));
+  for (auto until = std::chrono::steady_clock::now() + 10s;
+       slow_->Stats().pages_used() == 0 && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(1ms);
+  }
+  EXPECT_GT(slow_->Stats().pages_used(), 0);
+  close(fd);
+  const v1::CacheStats s = slow_->WaitIdle();
+  EXPECT_EQ(s.pages_used(), 0);
+  EXPECT_EQ(slow_->Metrics()[cancelled], cancelled_before + 1);
+}
+
+// `heavykv bench --http` drives the HTTP API with the same requests as gRPC: every request and
+// token is counted, and a key is sent where the server asks for one.
+TEST_F(OpenAiE2eTest, BenchOverHttpReportsEveryRequest) {
+  const std::string args =
+      " --concurrency 4 --requests 8 --prompt-tokens 16 --max-tokens 16 --policy h2o "
+      "--kv-budget 8 --json";
+  const std::string out =
+      RunCapture(Bin() + " bench --server " + fast_->address() + " --http http://127.0.0.1:" +
+                 std::to_string(fast_->http_port()) + args);
+  EXPECT_NE(out.find("\"ok\":8,\"failed\":0,"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"prompt_tokens\":128,\"completion_tokens\":128,"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("\"api\":\"http\""), std::string::npos) << out;
+  const std::string keyed =
+      RunCapture(Bin() + " bench --server " + keyed_->address() + " --api-key sk-test-key" +
+                 " --http http://127.0.0.1:" + std::to_string(keyed_->http_port()) + args);
+  EXPECT_NE(keyed.find("\"ok\":8,\"failed\":0,"), std::string::npos) << keyed;
+  const std::string refused =
+      RunCapture(Bin() + " bench --server " + fast_->address() + " --http http://127.0.0.1:" +
+                 std::to_string(fast_->http_port()) + args + " --temperature -1");
+  EXPECT_NE(refused.find("\"errors\":{\"http_400\":8}"), std::string::npos) << refused;
+}
+
+// A long streamed completion on its own connection, read until its first event: the socket
+// (the caller closes it), -1 on failure.
+int StartLongStream(int port) {
+  const std::string body = json({{"prompt", {1}}, {"max_tokens", 2000}, {"ignore_eos", true},
+                                 {"temperature", 0}, {"stream", true}})
+                               .dump();
+  const int fd = ConnectLoopback(port, 30s);
+  if (fd < 0) return -1;
+  const std::string request = "POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Length: " +
+                              std::to_string(body.size()) + "\r\n\r\n" + body;
+  if (send(fd, request.data(), request.size(), MSG_NOSIGNAL) != ssize_t(request.size())) {
+    close(fd);
+    return -1;
+  }
+  return fd;
+}
+
+// Reads from `fd` until `text` has arrived (true) or the connection ends (false).
+bool ReadUntil(int fd, const std::string& text, std::string* got) {
+  char buf[4096];
+  while (got->find(text) == std::string::npos) {
+    const ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) return false;
+    got->append(buf, size_t(n));
+  }
+  return true;
+}
+
+// A full queue is 429; on SIGTERM /health turns 503, new requests get 503, and a stream cut at
+// the end of the grace ends with finish_reason "abort" and [DONE].
+TEST(OpenAiDrainTest, FullQueueIs429AndDrainIs503ThenAbort) {
+  testing::TempDir dir;
+  const std::string model = dir.File("slow.bin");
+  RunCapture(Bin() +
+             " make-model --dim 256 --hidden-dim 768 --layers 4 --heads 8 --kv-heads 4 "
+             "--vocab 512 --seq-len 2048 --out " + model + " 2>&1");
+  ServerProcess server({"--model", model, "--tokenizer", testing::TokenizerPath(), "--threads",
+                        "1", "--max-running", "1", "--max-waiting", "1", "--kv-pages", "512",
+                        "--grace", "0.5"});
+  ASSERT_TRUE(server.ok() && server.http_port() > 0) << server.log();
+  const int port = server.http_port();
+
+  const int running = StartLongStream(port);
+  ASSERT_GE(running, 0);
+  std::string got;
+  ASSERT_TRUE(ReadUntil(running, "data: ", &got)) << got;
+  const int waiting = StartLongStream(port);  // no first delta until the running one ends
+  ASSERT_GE(waiting, 0);
+  for (auto until = std::chrono::steady_clock::now() + 10s;
+       server.Stats().sequences_waiting() < 1 && std::chrono::steady_clock::now() < until;) {
+    std::this_thread::sleep_for(5ms);
+  }
+  ExpectError(Post(port, "/v1/completions", {{"prompt", {1}}, {"max_tokens", 4}}), 429,
+              "rate_limit_error");
+  close(waiting);
+
+  server.Signal(SIGTERM);
+  ASSERT_TRUE(server.WaitForLog("draining")) << server.log();
+  ExpectError(Http(port, "GET", "/health"), 503, "service_unavailable_error");
+  ExpectError(Post(port, "/v1/completions", {{"prompt", {1}}, {"max_tokens", 4}}), 503,
+              "service_unavailable_error");
+  ASSERT_TRUE(ReadUntil(running, "data: [DONE]\n\n", &got)) << got;
+  close(running);
+  EXPECT_NE(got.find("\"finish_reason\":\"abort\""), std::string::npos) << got;
+  EXPECT_EQ(server.SignalAndWait(SIGTERM, 10s), 0) << server.log();
+}
+
+TEST_F(OpenAiE2eTest, ApiKeysAreRequiredExceptForHealth) {
+  const int port = keyed_->http_port();
+  const json body = {{"prompt", "Once"}, {"max_tokens", 2}};
+  ExpectError(Post(port, "/v1/completions", body), 401, "authentication_error");
+  ExpectError(Post(port, "/v1/completions", body, "Authorization: Bearer wrong\r\n"), 401,
+              "authentication_error");
+  ExpectError(Http(port, "GET", "/v1/models"), 401, "authentication_error");
+  EXPECT_EQ(Post(port, "/v1/completions", body, "Authorization: Bearer sk-test-key\r\n").status,
+            200);
+  EXPECT_EQ(Http(port, "GET", "/health").status, 200);
+}
+
+TEST_F(OpenAiE2eTest, ChatEqualsGrpcChatAndStreamsTheRoleFirst) {
+  ServerProcess* chat = ChatServer();
+  if (chat == nullptr) GTEST_SKIP() << "../shared/gguf/qwen-vocab.gguf is absent";
+  v1::ChatRequest req;
+  auto* m = req.add_messages();
+  m->set_role("user");
+  m->set_content("Hello there");
+  req.set_max_new_tokens(24);
+  req.set_ignore_eos(true);
+  req.mutable_sampling()->set_temperature(0);
+  grpc::ClientContext context;
+  auto reader = chat->stub().Chat(&context, req);
+  std::string grpc_text;
+  for (v1::GenerateResponse r; reader->Read(&r);) grpc_text += r.text();
+  ASSERT_TRUE(reader->Finish().ok());
+
+  json body = {{"messages", {{{"role", "user"}, {"content", "Hello there"}}}},
+               {"max_tokens", 24}, {"ignore_eos", true}, {"temperature", 0}};
+  const HttpResponse r = Post(chat->http_port(), "/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  EXPECT_EQ(j["object"], "chat.completion");
+  EXPECT_EQ(j["choices"][0]["message"]["role"], "assistant");
+  EXPECT_EQ(j["choices"][0]["message"]["content"], grpc_text);
+  EXPECT_EQ(j["usage"]["completion_tokens"], 24);
+
+  body["stream"] = true;
+  const HttpResponse s = Post(chat->http_port(), "/v1/chat/completions", body);
+  ASSERT_EQ(s.status, 200) << s.body;
+  const std::vector<json> events = SseEvents(s.body);
+  ASSERT_GE(events.size(), 2u);
+  EXPECT_EQ(events[0]["choices"][0]["delta"], json::parse(R"({"role":"assistant","content":""})"));
+  std::string text;
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i]["object"], "chat.completion.chunk");
+    const json& delta = events[i]["choices"][0]["delta"];
+    if (i > 0) {
+      EXPECT_FALSE(delta.contains("role"));
+    }
+    if (delta.contains("content")) text += delta["content"].get<std::string>();
+  }
+  EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(text, grpc_text);
+
+  // Without max_tokens a chat runs to the context's end (ignore_eos) instead of being refused.
+  body.erase("max_tokens");
+  body["stream"] = false;
+  const HttpResponse full = Post(chat->http_port(), "/v1/chat/completions", body);
+  ASSERT_EQ(full.status, 200) << full.body;
+  const json f = json::parse(full.body);
+  EXPECT_EQ(f["usage"]["total_tokens"], 512);
+  // An empty chat is a bad request.
+  ExpectError(Post(chat->http_port(), "/v1/chat/completions", {{"messages", json::array()}}),
+              400, "invalid_request_error");
+  EXPECT_EQ(chat->WaitIdle().pages_used(), 0);
+}
+
+}  // namespace
+}  // namespace heavykv

@@ -1,0 +1,255 @@
+// The OpenAI API's JSON <-> GenerationRequest conversion (server/openai_json.h) and the one
+// mapping of an absl::Status to an HTTP status and error object (server/http_status.h).
+#include "server/openai_json.h"
+
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "server/http_status.h"
+
+namespace heavykv::server {
+namespace {
+
+using nlohmann::json;
+
+const OpenAiServed kServed{"tiny", 512};
+
+absl::StatusOr<OpenAiRequest> Completion(const std::string& body) {
+  return ParseGenerationBody(ApiKind::kCompletion, body, kServed);
+}
+absl::StatusOr<OpenAiRequest> Chat(const std::string& body) {
+  return ParseGenerationBody(ApiKind::kChat, body, kServed);
+}
+// The error object's fields for a refused body.
+json Error(const absl::Status& s) { return json::parse(ErrorBody(s))["error"]; }
+
+TEST(OpenAiJsonTest, CompletionFieldsMapToTheGenerationRequest) {
+  auto q = Completion(R"({"model":"tiny","prompt":"Once","max_tokens":7,"temperature":0,
+      "top_p":0.5,"top_k":3,"seed":42,"stop":["a","b"],"n":1,"stream":true,
+      "stream_options":{"include_usage":true},"user":"u","unknown_field":{"x":1},
+      "kv_policy":"h2o","kv_budget":64,"kv_recent_fraction":0.25,"ignore_eos":true,
+      "stop_token_ids":[2,3],"skip_special_tokens":false})");
+  ASSERT_TRUE(q.ok()) << q.status();
+  const GenerationRequest& r = q->generation;
+  EXPECT_EQ(r.prompt, "Once");
+  EXPECT_FALSE(r.messages.has_value());
+  EXPECT_EQ(r.max_new_tokens, 7);
+  EXPECT_FALSE(r.max_new_tokens_to_context);
+  EXPECT_EQ(r.temperature, 0.0f);
+  EXPECT_EQ(r.top_p, 0.5f);
+  EXPECT_EQ(r.top_k, 3);
+  EXPECT_EQ(r.seed, 42u);
+  EXPECT_EQ(r.stop, (std::vector<std::string>{"a", "b"}));
+  EXPECT_TRUE(q->stream);
+  EXPECT_TRUE(q->include_usage);
+  EXPECT_EQ(r.policy, "h2o");
+  EXPECT_EQ(r.budget_tokens, 64);
+  EXPECT_FALSE(r.budget_fraction.has_value());
+  EXPECT_EQ(r.recent_fraction, 0.25);
+  EXPECT_TRUE(r.ignore_eos);
+  EXPECT_EQ(r.stop_token_ids, (std::vector<int32_t>{2, 3}));
+  EXPECT_FALSE(r.skip_special_tokens);
+}
+
+TEST(OpenAiJsonTest, DefaultsAndPromptForms) {
+  auto q = Completion(R"({"prompt":"x"})");  // no model: the served one
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->generation.max_new_tokens, 16);  // OpenAI's completion default
+  EXPECT_FALSE(q->generation.temperature.has_value());
+  EXPECT_FALSE(q->generation.top_k.has_value());
+  EXPECT_TRUE(q->generation.skip_special_tokens);
+  EXPECT_FALSE(q->stream);
+  EXPECT_EQ(Completion(R"({"prompt":[1,2,3]})")->generation.prompt_token_ids,
+            (std::vector<int32_t>{1, 2, 3}));
+  EXPECT_EQ(Completion(R"({"prompt":[[5,6]]})")->generation.prompt_token_ids,
+            (std::vector<int32_t>{5, 6}));
+  EXPECT_EQ(Completion(R"({"prompt":["one"]})")->generation.prompt, "one");
+  EXPECT_EQ(Completion(R"({"prompt":"x","stop":"end"})")->generation.stop,
+            (std::vector<std::string>{"end"}));
+  EXPECT_FALSE(Completion(R"({"prompt":"x","top_k":-1})")->generation.top_k.has_value());
+  EXPECT_EQ(Completion(R"({"prompt":"x","max_tokens":8.0})")->generation.max_new_tokens, 8);
+  EXPECT_EQ(Completion(R"({"prompt":"x","max_tokens":8,"max_completion_tokens":9})")
+                ->generation.max_new_tokens,
+            9);
+  EXPECT_EQ(Completion(R"({"prompt":"x","seed":-1})")->generation.seed, ~uint64_t(0));
+  // kv_budget as --kv-budget reads it: (0, 1] a fraction, above it whole tokens.
+  EXPECT_EQ(Completion(R"({"prompt":"x","kv_budget":0.25})")->generation.budget_fraction, 0.25);
+  EXPECT_EQ(Completion(R"({"prompt":"x","kv_budget":1})")->generation.budget_fraction, 1.0);
+  EXPECT_EQ(Completion(R"({"prompt":"x","kv_budget":2})")->generation.budget_tokens, 2);
+  // Unsupported fields at their "off" values are accepted.
+  EXPECT_TRUE(Completion(R"({"prompt":"x","echo":false,"logprobs":null,"presence_penalty":0,
+      "frequency_penalty":0.0,"tools":[],"n":null,"best_of":1})")
+                  .ok());
+}
+
+TEST(OpenAiJsonTest, ChatMessagesAndDefaults) {
+  auto q = Chat(R"({"model":"tiny","messages":[{"role":"system","content":"Be brief."},
+      {"role":"user","content":[{"type":"text","text":"Hi "},{"type":"text","text":"there"}]},
+      {"role":"assistant","content":null}],"add_generation_prompt":false})");
+  ASSERT_TRUE(q.ok()) << q.status();
+  const GenerationRequest& r = q->generation;
+  ASSERT_TRUE(r.messages.has_value());
+  ASSERT_EQ(r.messages->size(), 3u);
+  EXPECT_EQ((*r.messages)[0].role, "system");
+  EXPECT_EQ((*r.messages)[0].content, "Be brief.");
+  EXPECT_EQ((*r.messages)[1].content, "Hi there");
+  EXPECT_EQ((*r.messages)[2].content, "");
+  EXPECT_FALSE(r.add_generation_prompt);
+  EXPECT_FALSE(r.prompt.has_value());
+  // No max_tokens: as long as the context allows (vLLM).
+  EXPECT_EQ(r.max_new_tokens, 512);
+  EXPECT_TRUE(r.max_new_tokens_to_context);
+  EXPECT_TRUE(Chat(R"({"messages":[]})").ok());  // the engine refuses an empty chat
+}
+
+TEST(OpenAiJsonTest, BadBodiesAreInvalidArgumentNamingTheField) {
+  struct Case {
+    ApiKind kind;
+    std::string body;
+    std::string param;  // "" for null
+  };
+  const Case cases[] = {
+      {ApiKind::kCompletion, "{bad", ""},
+      {ApiKind::kCompletion, "[1,2]", ""},
+      {ApiKind::kCompletion, "", ""},
+      {ApiKind::kCompletion, R"({"prompt":"x","n":2})", "n"},
+      {ApiKind::kCompletion, R"({"prompt":"x","best_of":3})", "best_of"},
+      {ApiKind::kCompletion, R"({"prompt":"x","max_tokens":-1})", "max_tokens"},
+      {ApiKind::kCompletion, R"({"prompt":"x","max_tokens":0})", "max_tokens"},
+      {ApiKind::kCompletion, R"({"prompt":"x","max_tokens":1.5})", "max_tokens"},
+      {ApiKind::kCompletion, R"({"prompt":"x","max_tokens":"7"})", "max_tokens"},
+      {ApiKind::kCompletion, R"({"prompt":"x","temperature":"hot"})", "temperature"},
+      {ApiKind::kCompletion, R"({"prompt":"x","stop":[1]})", "stop"},
+      {ApiKind::kCompletion, R"({"prompt":"x","stream":"yes"})", "stream"},
+      {ApiKind::kCompletion, R"({"prompt":"x","stream_options":{"include_usage":1}})",
+       "stream_options.include_usage"},
+      {ApiKind::kCompletion, R"({"prompt":"x","echo":true})", "echo"},
+      {ApiKind::kCompletion, R"({"prompt":"x","logprobs":2})", "logprobs"},
+      {ApiKind::kCompletion, R"({"prompt":"x","presence_penalty":0.5})", "presence_penalty"},
+      {ApiKind::kCompletion, R"({"prompt":"x","kv_budget":0})", "kv_budget"},
+      {ApiKind::kCompletion, R"({"prompt":"x","kv_budget":2.5})", "kv_budget"},
+      {ApiKind::kCompletion, R"({"prompt":"x","kv_policy":3})", "kv_policy"},
+      {ApiKind::kCompletion, R"({"prompt":"x","stop_token_ids":[-1]})", "stop_token_ids"},
+      {ApiKind::kCompletion, R"({"prompt":"x","top_k":-2})", "top_k"},
+      {ApiKind::kCompletion, R"({"prompt":"x","seed":1.5})", "seed"},
+      {ApiKind::kCompletion, R"({})", "prompt"},
+      {ApiKind::kCompletion, R"({"prompt":[]})", "prompt"},
+      {ApiKind::kCompletion, R"({"prompt":["a","b"]})", "prompt"},
+      {ApiKind::kCompletion, R"({"prompt":[1,-2]})", "prompt"},
+      {ApiKind::kCompletion, R"({"prompt":[1,"a"]})", "prompt"},
+      {ApiKind::kCompletion, R"({"prompt":{"text":"x"}})", "prompt"},
+      {ApiKind::kChat, R"({"prompt":"x"})", "messages"},
+      {ApiKind::kChat, R"({"messages":"hi"})", "messages"},
+      {ApiKind::kChat, R"({"messages":["hi"]})", "messages[0]"},
+      {ApiKind::kChat, R"({"messages":[{"content":"hi"}]})", "messages[0].role"},
+      {ApiKind::kChat, R"({"messages":[{"role":"user","content":7}]})", "messages[0].content"},
+      {ApiKind::kChat, R"({"messages":[{"role":"user","content":[{"type":"image_url"}]}]})",
+       "messages[0].content"},
+      {ApiKind::kChat, R"({"messages":[{"role":"user","content":[{"type":5}]}]})",
+       "messages[0].content"},
+  };
+  for (const Case& c : cases) {
+    absl::StatusOr<OpenAiRequest> q = ParseGenerationBody(c.kind, c.body, kServed);
+    ASSERT_FALSE(q.ok()) << c.body;
+    EXPECT_EQ(q.status().code(), absl::StatusCode::kInvalidArgument) << c.body;
+    const json e = Error(q.status());
+    EXPECT_EQ(e["type"], "invalid_request_error") << c.body;
+    EXPECT_EQ(e["code"], "invalid_argument") << c.body;
+    EXPECT_EQ(e["param"], c.param.empty() ? json(nullptr) : json(c.param)) << c.body;
+    EXPECT_FALSE(e["message"].get<std::string>().empty()) << c.body;
+  }
+  // The parse error says where, and never echoes the body.
+  const std::string message(Completion("{\"secret\": nope}").status().message());
+  EXPECT_EQ(message.find("secret"), std::string::npos) << message;
+  EXPECT_EQ(message.find("nope"), std::string::npos) << message;
+}
+
+TEST(OpenAiJsonTest, AnotherModelIsNotFound) {
+  auto q = Completion(R"({"model":"gpt-4","prompt":"x"})");
+  ASSERT_EQ(q.status().code(), absl::StatusCode::kNotFound);
+  const json e = Error(q.status());
+  EXPECT_EQ(e["code"], "model_not_found");
+  EXPECT_EQ(e["param"], "model");
+  EXPECT_EQ(e["type"], "not_found_error");
+  EXPECT_EQ(ToHttpError(q.status().code()).status, 404);
+}
+
+TEST(OpenAiJsonTest, TokenizeAndDetokenizeBodies) {
+  auto t = ParseTokenizeBody(R"({"model":"tiny","prompt":"Hi","add_special_tokens":false})",
+                             kServed);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_EQ(t->prompt, "Hi");
+  EXPECT_FALSE(t->add_special_tokens);
+  EXPECT_TRUE(ParseTokenizeBody(R"({"prompt":"Hi"})", kServed)->add_special_tokens);
+  EXPECT_EQ(ParseTokenizeBody(R"({})", kServed).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(*ParseDetokenizeBody(R"({"tokens":[1,2]})", kServed), (std::vector<int32_t>{1, 2}));
+  EXPECT_FALSE(ParseDetokenizeBody(R"({"tokens":[1,"a"]})", kServed).ok());
+  EXPECT_FALSE(ParseDetokenizeBody(R"({"tokens":null})", kServed).ok());
+}
+
+TEST(OpenAiJsonTest, StatusMapping) {
+  const std::pair<absl::StatusCode, int> map[] = {
+      {absl::StatusCode::kInvalidArgument, 400},  {absl::StatusCode::kFailedPrecondition, 400},
+      {absl::StatusCode::kOutOfRange, 400},       {absl::StatusCode::kUnauthenticated, 401},
+      {absl::StatusCode::kPermissionDenied, 403}, {absl::StatusCode::kNotFound, 404},
+      {absl::StatusCode::kResourceExhausted, 429}, {absl::StatusCode::kUnavailable, 503},
+      {absl::StatusCode::kDeadlineExceeded, 504}, {absl::StatusCode::kInternal, 500},
+      {absl::StatusCode::kUnknown, 500},          {absl::StatusCode::kCancelled, 500},
+  };
+  for (const auto& [code, http] : map) EXPECT_EQ(ToHttpError(code).status, http) << int(code);
+  const json e = Error(absl::ResourceExhaustedError("the queue is full"));
+  EXPECT_EQ(e, json::parse(R"({"message":"the queue is full","type":"rate_limit_error",
+                              "param":null,"code":"resource_exhausted"})"));
+}
+
+TEST(OpenAiJsonTest, ResponseShapes) {
+  GenerationDelta last;
+  last.finished = true;
+  last.finish_reason = "eos";
+  last.usage.prompt_tokens = 3;
+  last.usage.completion_tokens = 4;
+  last.usage.policy = "h2o";
+  last.usage.kv_budget_tokens = 32;
+  last.usage.kv_tokens_kept = 7;
+  last.usage.kv_tokens_evicted = 0;
+  last.usage.peak_pages = 1;
+  const ResponseMeta completion{ApiKind::kCompletion, "cmpl-1", 1700000000, "tiny"};
+  EXPECT_EQ(ResponseJson(completion, "abc", last), json::parse(R"({
+      "id":"cmpl-1","object":"text_completion","created":1700000000,"model":"tiny",
+      "choices":[{"index":0,"text":"abc","logprobs":null,"finish_reason":"stop"}],
+      "usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,
+               "kv":{"policy":"h2o","budget_tokens":32,"tokens_kept":7,"tokens_evicted":0,
+                     "peak_pages":1}}})"));
+  const ResponseMeta chat{ApiKind::kChat, "chatcmpl-2", 5, "tiny"};
+  last.finish_reason = "length";
+  const json c = ResponseJson(chat, "hi", last);
+  EXPECT_EQ(c["object"], "chat.completion");
+  EXPECT_EQ(c["choices"][0]["message"], json::parse(R"({"role":"assistant","content":"hi"})"));
+  EXPECT_EQ(c["choices"][0]["finish_reason"], "length");
+
+  EXPECT_EQ(StreamChunkJson(chat, "", std::nullopt, /*first=*/true, /*include_usage=*/true),
+            json::parse(R"({"id":"chatcmpl-2","object":"chat.completion.chunk","created":5,
+      "model":"tiny","choices":[{"index":0,"delta":{"role":"assistant","content":""},
+      "logprobs":null,"finish_reason":null}],"usage":null})"));
+  EXPECT_EQ(StreamChunkJson(chat, "", std::string("stop"), false, false)["choices"][0],
+            json::parse(R"({"index":0,"delta":{},"logprobs":null,"finish_reason":"stop"})"));
+  EXPECT_EQ(StreamChunkJson(completion, "x", std::nullopt, false, false)["choices"][0]["text"], "x");
+  const json u = UsageChunkJson(chat, last.usage);
+  EXPECT_EQ(u["choices"], json::array());
+  EXPECT_EQ(u["usage"]["total_tokens"], 7);
+  EXPECT_EQ(OpenAiFinishReason("cancelled"), "abort");
+
+  // One line per event; invalid UTF-8 never throws.
+  const std::string event = SseEvent(StreamChunkJson(completion, "a\nb\xff", std::nullopt, false,
+                                                     false));
+  EXPECT_EQ(event.substr(0, 6), "data: ");
+  EXPECT_EQ(event.find('\n'), event.size() - 2);
+  EXPECT_EQ(event.substr(event.size() - 2), "\n\n");
+  EXPECT_EQ(std::string(kSseDone), "data: [DONE]\n\n");
+  EXPECT_EQ(ModelsJson("tiny", 9, 512)["data"][0]["max_model_len"], 512);
+}
+
+}  // namespace
+}  // namespace heavykv::server

@@ -1,0 +1,141 @@
+// The official `openai` Node.js client (pinned in package.json / package-lock.json) against
+// `heavykv serve --http-address`: a completion and a chat completion, streamed and not, and the
+// text equals gRPC's for the same greedy request (`heavykv generate`, a gRPC client). The chat
+// needs ../shared/gguf/qwen-vocab.gguf for a ChatML model and is skipped without it; its text is
+// compared between the client's stream and its non-streamed call (tests/openai_e2e_test.cc ties
+// the HTTP chat to gRPC's Chat).
+//
+//   HEAVYKV_BINARY=build/bin/heavykv HEAVYKV_SOURCE_DIR=. node --test client_test.mjs
+import { test, before, after } from "node:test";
+import assert from "node:assert/strict";
+import { spawn, execFileSync } from "node:child_process";
+import { existsSync, mkdtempSync, rmSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { join } from "node:path";
+import OpenAI from "openai";
+
+const binary = process.env.HEAVYKV_BINARY;
+const source = process.env.HEAVYKV_SOURCE_DIR;
+assert.ok(binary && source, "set HEAVYKV_BINARY and HEAVYKV_SOURCE_DIR");
+const dir = mkdtempSync(join(tmpdir(), "heavykv-node-"));
+const servers = [];
+
+// `heavykv serve ARGS` on loopback ports: {grpc, http, client}.
+async function serve(args) {
+  const proc = spawn(binary, ["serve", "--listen", "127.0.0.1:0", "--metrics-address", "",
+                              "--http-address", "127.0.0.1:0", "--threads", "1", ...args]);
+  servers.push(proc);
+  let log = "";
+  return await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error(`serve did not start:\n${log}`)), 30000);
+    const onData = (chunk) => {
+      log += chunk;
+      const m = log.match(/gRPC listening on 127\.0\.0\.1:(\d+);.*OpenAI HTTP on 127\.0\.0\.1:(\d+)/);
+      if (m) {
+        clearTimeout(timer);
+        resolve({
+          grpc: Number(m[1]),
+          http: Number(m[2]),
+          client: new OpenAI({ baseURL: `http://127.0.0.1:${m[2]}/v1`, apiKey: "unused",
+                               maxRetries: 0 }),
+        });
+      }
+    };
+    proc.stdout.on("data", onData);
+    proc.stderr.on("data", onData);
+    proc.on("exit", (code) => reject(new Error(`serve exited ${code}:\n${log}`)));
+  });
+}
+
+let stories, chat;
+before(async () => {
+  stories = await serve(["--model", join(source, "models/stories260K.bin"),
+                         "--tokenizer", join(source, "models/tok512.bin"),
+                         "--served-model-name", "stories"]);
+  const vocab = join(source, "../shared/gguf/qwen-vocab.gguf");
+  if (existsSync(vocab)) {
+    const model = join(dir, "chat.gguf");
+    execFileSync(binary, ["make-model", "--format", "gguf", "--arch", "qwen2", "--dim", "64",
+                          "--hidden-dim", "128", "--layers", "2", "--heads", "4", "--kv-heads",
+                          "2", "--seq-len", "512", "--vocab-from", vocab, "--out", model]);
+    chat = await serve(["--model", model]);
+  }
+});
+after(() => {
+  for (const proc of servers) proc.kill("SIGKILL");
+  rmSync(dir, { recursive: true, force: true });
+});
+
+// What gRPC's Generate returns for the same greedy request.
+function grpcText(port, prompt, maxTokens) {
+  const out = execFileSync(binary, ["generate", "--server", `127.0.0.1:${port}`, "--temperature",
+                                    "0", "--max-tokens", String(maxTokens), "--json", prompt]);
+  return JSON.parse(out.toString()).text;
+}
+
+test("completion, streamed and not, equals gRPC's text", async () => {
+  const expected = grpcText(stories.grpc, "Once upon a time", 40);
+  assert.ok(expected.length > 0);
+  const request = { model: "stories", prompt: "Once upon a time", max_tokens: 40,
+                    temperature: 0 };
+  const whole = await stories.client.completions.create(request);
+  assert.equal(whole.object, "text_completion");
+  assert.equal(whole.choices[0].text, expected);
+  assert.equal(whole.choices[0].finish_reason, "length");
+  assert.equal(whole.usage.completion_tokens, 40);
+
+  const stream = await stories.client.completions.create({
+    ...request, stream: true, stream_options: { include_usage: true } });
+  let text = "";
+  let usage = null;
+  let chunks = 0;
+  for await (const chunk of stream) {
+    ++chunks;
+    if (chunk.usage) usage = chunk.usage;
+    for (const choice of chunk.choices) text += choice.text;
+  }
+  assert.ok(chunks > 2, `${chunks} chunks: not streamed`);
+  assert.equal(text, expected);
+  assert.equal(usage.completion_tokens, 40);
+  assert.equal(usage.total_tokens, usage.prompt_tokens + 40);
+});
+
+test("models and errors as the client reads them", async () => {
+  const models = await stories.client.models.list();
+  assert.deepEqual(models.data.map((m) => m.id), ["stories"]);
+  await assert.rejects(
+    stories.client.completions.create({ model: "stories", prompt: "x", n: 2 }),
+    (err) => err instanceof OpenAI.BadRequestError && err.status === 400 && err.param === "n");
+  await assert.rejects(
+    stories.client.completions.create({ model: "other", prompt: "x" }),
+    (err) => err instanceof OpenAI.NotFoundError && err.code === "model_not_found");
+  await assert.rejects(  // no chat template
+    stories.client.chat.completions.create({
+      model: "stories", messages: [{ role: "user", content: "hi" }] }),
+    (err) => err instanceof OpenAI.BadRequestError && /chat template/.test(err.message));
+});
+
+test("chat completion: the stream starts with the role and equals the whole answer",
+     async (t) => {
+  if (!chat) return t.skip("../shared/gguf/qwen-vocab.gguf is absent");
+  const request = { model: "chat.gguf", messages: [{ role: "user", content: "Hello there" }],
+                    max_tokens: 24, temperature: 0, ignore_eos: true };
+  const whole = await chat.client.chat.completions.create(request);
+  assert.equal(whole.object, "chat.completion");
+  assert.equal(whole.choices[0].message.role, "assistant");
+  assert.equal(whole.usage.completion_tokens, 24);
+
+  const stream = await chat.client.chat.completions.create({ ...request, stream: true });
+  let text = "";
+  let first = true;
+  let finish = null;
+  for await (const chunk of stream) {
+    const delta = chunk.choices[0].delta;
+    if (first) assert.equal(delta.role, "assistant");
+    first = false;
+    text += delta.content ?? "";
+    finish = chunk.choices[0].finish_reason ?? finish;
+  }
+  assert.equal(text, whole.choices[0].message.content);
+  assert.equal(finish, "length");
+});
