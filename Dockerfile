@@ -2,13 +2,14 @@
 #
 #   docker build -t heavykv:cpu .                                   # CPU backend
 #   docker build -t heavykv:gpu --build-arg HEAVYKV_CUDA=ON .       # + the CUDA backend
-#   docker run --rm -p 50051:50051 -p 9090:9090 heavykv:cpu [serve flags...]
-#   docker run --rm --gpus all -p 50051:50051 -p 9090:9090 heavykv:gpu --device cuda \
+#   docker run --rm -p 50051:50051 -p 8000:8000 -p 9090:9090 heavykv:cpu [serve flags...]
+#   docker run --rm --gpus all -p 50051:50051 -p 8000:8000 -p 9090:9090 heavykv:gpu --device cuda \
 #     --model /opt/heavykv/models/stories260K.bin --tokenizer /opt/heavykv/models/tok512.bin
 #
 # The build stage runs the README's own scripts (scripts/install-deps.sh, scripts/build.sh); the
 # runtime stage installs only `install-deps.sh --runtime`. Extra `docker run` arguments replace
-# CMD, so pass --model/--tokenizer/--listen/--metrics-address again when you give any.
+# CMD, so pass --model/--tokenizer/--listen/--http-address/--metrics-address again when you give
+# any. Ports: 50051 gRPC, 8000 the OpenAI HTTP API, 9090 metrics.
 # CI has no Docker engine: tests/deploy/check_dockerfile.py checks this file without one.
 
 # ON: build with -DHEAVYKV_CUDA=ON against Debian's CUDA toolkit (contrib + non-free) and ship
@@ -55,8 +56,9 @@ COPY --from=build /build/bin/heavykv /usr/local/bin/heavykv
 COPY models/ /opt/heavykv/models/
 # Numeric, so that Kubernetes' runAsNonRoot can verify it.
 USER 10001:10001
-EXPOSE 50051 9090
+EXPOSE 50051 8000 9090
 ENTRYPOINT ["heavykv", "serve"]
 CMD ["--model", "/opt/heavykv/models/stories260K.bin", \
      "--tokenizer", "/opt/heavykv/models/tok512.bin", \
-     "--listen", "0.0.0.0:50051", "--metrics-address", "0.0.0.0:9090"]
+     "--listen", "0.0.0.0:50051", "--http-address", "0.0.0.0:8000", \
+     "--metrics-address", "0.0.0.0:9090"]

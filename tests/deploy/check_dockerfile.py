@@ -137,7 +137,7 @@ def check_static(text, dockerignore, serve_flags, binary, errors):
         if w == "EXPOSE":
             exposed |= {p.split("/")[0] for p in a.split()}
     ports = set()
-    for f in ("listen", "metrics-address"):
+    for f in ("listen", "http-address", "metrics-address"):
         host, _, port = (flags.get(f) or "").rpartition(":")
         ports.add(port)
         errors.check(host == "0.0.0.0", f"CMD --{f} must listen on 0.0.0.0 (got {flags.get(f)})")

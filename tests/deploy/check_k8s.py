@@ -18,7 +18,8 @@ would only tell you after a failed rollout:
   the CPU request; --device cuda goes with an nvidia.com/gpu limit (and only it), a node selector
   and a toleration;
 - runAsUser is the Dockerfile's USER and the image carries the overlay's tag;
-- a NetworkPolicy selects the pods and admits the gRPC port and the metrics port, the metrics
+- the OpenAI HTTP port `--http-address` binds is a container port named http;
+- a NetworkPolicy selects the pods and admits the gRPC, HTTP and metrics ports, the metrics
   port only from the monitoring namespace; the args keep server reflection off;
 - the dashboard and alert rules shipped in the overlays are the files in deploy/grafana and
   deploy/prometheus.
@@ -137,6 +138,12 @@ def check(docs, overlay, ctx, errors):
     errors.check(cports.get("grpc") == listen, f"container port grpc must be --listen's {listen}")
     errors.check(cports.get("metrics") == metrics,
                  f"container port metrics must be --metrics-address's {metrics}")
+    # The OpenAI HTTP API (`--http-address`, on by default; "" turns it off).
+    http = None if flags.get("http-address") == "" else port_of(flags.get("http-address",
+                                                                           "0.0.0.0:8000"))
+    if http is not None:
+        errors.check(cports.get("http") == http,
+                     f"container port http must be --http-address's {http}")
     for probe in GRPC_STATUS_PORT_FIELDS:
         p = c.get(probe)
         if errors.check(p is not None, f"no {probe}"):
@@ -265,6 +272,9 @@ def check(docs, overlay, ctx, errors):
             errors.check(n in cports.values(), f"the NetworkPolicy admits port {n}, which is not "
                          "a container port")
         errors.check(listen in admitted, f"the NetworkPolicy does not admit the gRPC port {listen}")
+        if http is not None:
+            errors.check(http in admitted,
+                         f"the NetworkPolicy does not admit the OpenAI HTTP port {http}")
         errors.check(metrics in admitted,
                      f"the NetworkPolicy does not admit the metrics port {metrics}: Prometheus "
                      "could not scrape")
