@@ -4,7 +4,6 @@
 // and whitespace control case by case, and hostile templates refused quickly.
 #include "engine/chat_template.h"
 
-#include <chrono>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -306,9 +305,9 @@ TEST(ChatTemplateTest, SyntaxErrorsNameLineAndColumn) {
   EXPECT_NE(t.status().message().find("line 3, column"), std::string::npos) << t.status();
 }
 
-// Hostile templates end with a clear error, quickly.
+// Hostile templates end with a clear error (the bounds, not the machine, stop them; their cost is
+// in tests/fuzz/chat_template_fuzzer.cc's timeout, not a timed test).
 TEST(ChatTemplateTest, HostileTemplatesAreBounded) {
-  const auto start = std::chrono::steady_clock::now();
   for (const char* bad :
        {"{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}",
         "{% for a in range(100000) %}{% for b in range(100000) %}x{% endfor %}{% endfor %}",
@@ -335,9 +334,6 @@ TEST(ChatTemplateTest, HostileTemplatesAreBounded) {
   std::string neg = "{{ ";
   for (int i = 0; i < 100000; ++i) neg += "-";
   EXPECT_FALSE(ChatTemplate::Parse(neg + "1 }}").ok());
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  EXPECT_LT(seconds, 30.0);  // generous: the bounds stop each within a fraction of that
 }
 
 // The bounds leave room for real conversations: 2000 messages of 1 KB each (2 MB of prompt).
@@ -365,12 +361,11 @@ TEST(ChatTemplateTest, WorkOnLargeValuesIsCharged) {
         "{% set l = [messages[0].content] * 100000 %}{{ l }}",
         "{% set l = [messages[0].content] * 100000 %}{{ l|tojson }}",
         "{% set l = [messages[0].content] * 100000 %}{{ l|join }}"}) {
-    const auto start = std::chrono::steady_clock::now();
+    // Uncharged, each loop would be 100000 cheap iterations (far below the step limit) over a
+    // megabyte each: exhausting the limit is what shows the size is charged.
     auto r = Render(hostile, big);
     ASSERT_FALSE(r.ok()) << hostile;
     EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
-    EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 10)
-        << hostile;
   }
 }
 
