@@ -212,7 +212,7 @@ def self_test(text, dockerignore, serve_flags, binary):
     breakages = {
         "root user": (text.replace("USER 10001:10001", "USER root"), dockerignore),
         "unknown CMD flag": (text.replace('"--listen"', '"--listen-on"'), dockerignore),
-        "port not exposed": (text.replace("EXPOSE 50051 9090", "EXPOSE 50051"), dockerignore),
+        "port not exposed": (text.replace("EXPOSE 50051 8000 9090", "EXPOSE 50051 9090"), dockerignore),
         "build packages at runtime": (text.replace("--runtime --cuda", "--cuda"), dockerignore),
         "own apt-get": (text.replace("COPY models/", "RUN apt-get install -y curl\nCOPY models/"),
                         dockerignore),
