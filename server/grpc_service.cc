@@ -10,6 +10,7 @@
 #include "engine/request_validation.h"
 #include "server/grpc_status.h"
 #include "server/proto_convert.h"
+#include "server/request_log.h"
 #include "spdlog/spdlog.h"
 
 namespace heavykv::server {
@@ -94,7 +95,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
           status_ = ToGrpcStatus(d.finish_reason == "error"
                                      ? absl::InternalError("generation failed: " + d.error)
                                      : absl::OkStatus());
-          Log(d);
+          LogFinished(log_id_, d);
         }
       }
       if (!writing_ && !finish_called_) WriteLocked();
@@ -128,18 +129,6 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     } else {
       cancel_requested_ = true;
     }
-  }
-
-  void Log(const GenerationDelta& d) const {
-    spdlog::info(
-        "request {} finished: {} prompt + {} completion tokens, queue {:.3f}s, ttft {:.3f}s, "
-        "total {:.3f}s, policy {} budget {}, kv kept {} evicted {}, peak pages {}, finish {}{}",
-        log_id_, d.usage.prompt_tokens, d.usage.completion_tokens, d.timings.queue_seconds,
-        d.timings.time_to_first_token_seconds, d.timings.total_seconds, d.usage.policy,
-        d.usage.kv_budget_tokens == 0 ? std::string("none")
-                                      : std::to_string(d.usage.kv_budget_tokens),
-        d.usage.kv_tokens_kept, d.usage.kv_tokens_evicted, d.usage.peak_pages, d.finish_reason,
-        d.error.empty() ? "" : " (" + d.error + ")");
   }
 
   void Unref() {

@@ -11,6 +11,7 @@
 #include "absl/time/clock.h"
 #include "server/http_status.h"
 #include "server/openai_json.h"
+#include "server/request_log.h"
 #include "spdlog/spdlog.h"
 
 namespace heavykv::server {
@@ -77,19 +78,6 @@ absl::Status FinishStatus(const GenerationDelta& last) {
     return absl::InternalError(absl::StrCat("generation failed: ", last.error));
   }
   return absl::OkStatus();
-}
-
-// One line per finished request, as gRPC logs them (the id is ours, never the client's text).
-void LogFinished(const std::string& id, const GenerationDelta& d) {
-  spdlog::info(
-      "request {} finished: {} prompt + {} completion tokens, queue {:.3f}s, ttft {:.3f}s, "
-      "total {:.3f}s, policy {} budget {}, kv kept {} evicted {}, peak pages {}, finish {}{}",
-      id, d.usage.prompt_tokens, d.usage.completion_tokens, d.timings.queue_seconds,
-      d.timings.time_to_first_token_seconds, d.timings.total_seconds, d.usage.policy,
-      d.usage.kv_budget_tokens == 0 ? std::string("none")
-                                    : std::to_string(d.usage.kv_budget_tokens),
-      d.usage.kv_tokens_kept, d.usage.kv_tokens_evicted, d.usage.peak_pages, d.finish_reason,
-      d.error.empty() ? "" : " (" + d.error + ")");
 }
 
 // The state of one streamed response, shared by the content provider and its releaser.

@@ -1,0 +1,14 @@
+// The one log line a finished request gets, from either front (gRPC, server/grpc_service.cc; the
+// OpenAI HTTP API, server/openai_http.cc): its id (escaped by the caller; never client text),
+// token counts, timings, KV policy and pages, and how it ended.
+#pragma once
+
+#include <string_view>
+
+#include "engine/engine.h"
+
+namespace heavykv::server {
+
+void LogFinished(std::string_view log_id, const GenerationDelta& last);
+
+}  // namespace heavykv::server
