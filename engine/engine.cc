@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "engine/generator.h"
 #include "engine/model_runner.h"
 #include "engine/request_validation.h"
 #include "engine/scheduler.h"
@@ -435,9 +436,7 @@ void EngineImpl::OnToken(Request& r, int32_t token, const float* logits) {
   }
   r.last_token = now;
   // End-of-sequence and stop tokens end the request and are not part of its output.
-  const bool end = tokenizer_ ? tokenizer_->IsEndOfGeneration(token)
-                             : token == model_.config.eos_id || token == model_.config.bos_id;
-  if (end && !p.ignore_eos) {
+  if (EndsSequence(tokenizer_.get(), model_.config, token) && !p.ignore_eos) {
     return Finish(r, "eos");
   }
   for (int32_t s : p.stop_token_ids) {

@@ -15,6 +15,11 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
 
 }  // namespace
 
+bool EndsSequence(const TextTokenizer* tokenizer, const ModelConfig& config, int32_t token) {
+  return tokenizer != nullptr ? tokenizer->IsEndOfGeneration(token)
+                              : token == config.bos_id || token == config.eos_id;
+}
+
 absl::StatusOr<GenerateResult> Generate(StepRunner& runner, std::span<const int32_t> prompt,
                                         const GenerateOptions& options,
                                         const std::function<void(int32_t, int32_t)>& on_token) {
@@ -59,9 +64,7 @@ absl::StatusOr<GenerateResult> Generate(StepRunner& runner, std::span<const int3
   while (true) {
     logits.assign(out.begin(), out.end());
     const int32_t next = sampler.Sample(logits);
-    const bool end = options.tokenizer ? options.tokenizer->IsEndOfGeneration(next)
-                                       : next == c.bos_id || next == c.eos_id;
-    if (end) {
+    if (EndsSequence(options.tokenizer, c, next)) {
       result.finish_reason = "eos";
       break;
     }

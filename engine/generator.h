@@ -38,6 +38,10 @@ struct GenerateResult {
   double decode_seconds = 0;
 };
 
+// Whether `token` ends a sequence: the tokenizer's end-of-generation tokens, or without a
+// tokenizer the model's BOS or EOS (run.c's rule). Generate and the serving engine both use it.
+bool EndsSequence(const TextTokenizer* tokenizer, const ModelConfig& config, int32_t token);
+
 // Calls on_token(prev, token) for every token after the first of the prompt (prompt tokens are
 // echoed, as run.c does) as soon as it is known. The sequence's pages are returned before it
 // returns, also on error.

@@ -59,6 +59,13 @@ RequestValidator::RequestValidator(const ModelConfig& config, const TextTokenize
     }
     max_prompt_bytes_ = int64_t(max_prompt_tokens()) * int64_t(longest);
   }
+  if (tokenizer_ != nullptr) {
+    const auto special_text = [&](int32_t id) {
+      return id >= 0 && id < tokenizer_->vocab_size() ? tokenizer_->Decode(-1, id) : std::string();
+    };
+    bos_text_ = special_text(tokenizer_->bos_id());
+    eos_text_ = special_text(tokenizer_->eos_id());
+  }
 }
 
 int32_t RequestValidator::max_prompt_tokens() const {
@@ -99,11 +106,8 @@ absl::StatusOr<std::vector<int32_t>> RequestValidator::EncodeChecked(
 absl::StatusOr<std::string> RequestValidator::RenderChat(const std::vector<ChatMessage>& messages,
                                                          bool add_generation_prompt) const {
   ChatRenderOptions opts;
-  const auto special_text = [&](int32_t id) {
-    return id >= 0 && id < tokenizer_->vocab_size() ? tokenizer_->Decode(-1, id) : std::string();
-  };
-  opts.bos_token = special_text(tokenizer_->bos_id());
-  opts.eos_token = special_text(tokenizer_->eos_id());
+  opts.bos_token = bos_text_;
+  opts.eos_token = eos_text_;
   opts.add_generation_prompt = add_generation_prompt;
   // A rendering longer than the prompt limit is the client's to shorten (INVALID_ARGUMENT from
   // PromptTokens); the render's own bound only stops a template that runs away.
@@ -245,10 +249,8 @@ absl::StatusOr<std::vector<int32_t>> RequestValidator::PromptTokens(
     // when it did not (llama.cpp's rule; never two). A BOS the template wrote first is that
     // token, not its text: a llama2.c tokenizer parses no special tokens, and would spell out its
     // "\n<s>\n" and start the prompt without BOS.
-    const int32_t bos = tokenizer_->bos_id();
-    const std::string bos_text = bos >= 0 ? tokenizer_->Decode(-1, bos) : std::string();
-    if (!bos_text.empty() && absl::StartsWith(*text, bos_text)) {
-      return EncodeChecked(text->substr(bos_text.size()), /*bos=*/true, /*eos=*/false,
+    if (!bos_text_.empty() && absl::StartsWith(*text, bos_text_)) {
+      return EncodeChecked(text->substr(bos_text_.size()), /*bos=*/true, /*eos=*/false,
                            should_stop);
     }
     return EncodeChecked(*text, tokenizer_->add_bos(), /*eos=*/false, should_stop);

@@ -111,6 +111,9 @@ class RequestValidator {
   EngineOptions options_;
   const Scheduler* scheduler_;
   int64_t max_prompt_bytes_ = 0;
+  // The text of the tokenizer's BOS / EOS ("" without one): a chat template's bos_token and
+  // eos_token.
+  std::string bos_text_, eos_text_;
 };
 
 }  // namespace heavykv

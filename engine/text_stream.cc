@@ -69,11 +69,11 @@ std::string TextStream::Sanitize(absl::string_view s) {
   std::string out;
   out.reserve(s.size());
   for (size_t i = 0; i < s.size();) {
-    const int len = SequenceLength(static_cast<unsigned char>(s[i]));
-    if (len > 0 && i + len <= s.size() && ValidPrefixAt(s, i, len, len)) {
-      out.append(s.data() + i, len);
-      i += len;
+    if (const size_t whole = WholeCharLength(s.substr(i)); whole > 0) {
+      out.append(s.data() + i, whole);
+      i += whole;
     } else {
+      const int len = SequenceLength(static_cast<unsigned char>(s[i]));
       // One U+FFFD per maximal subpart (Unicode ch. 3, "U+FFFD Substitution of Maximal
       // Subparts", as Python and browsers decode): the longest start of a valid sequence, or
       // else one byte.
