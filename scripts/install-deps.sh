@@ -42,6 +42,11 @@ if ((cuda)); then
 fi
 # `kubectl kustomize` renders deploy/k8s in the tests: Debian's kubectl unless one is on PATH.
 if ((!runtime)) && ! command -v kubectl >/dev/null; then PKGS+=(kubernetes-client); fi
+# The OpenAI Node client test (tests/openai_node) needs node and npm: Debian's unless they are on
+# PATH (a NodeSource nodejs carries its own npm, which Debian's npm package would conflict with).
+if ((!runtime)) && ! { command -v node >/dev/null && command -v npm >/dev/null; }; then
+  PKGS+=(nodejs npm)
+fi
 
 missing=()
 for p in "${PKGS[@]}"; do
