@@ -93,6 +93,7 @@ class EngineImpl final : public Engine {
       absl::StatusOr<ResolvedRequest> params =
           validator_.Resolve(request, *validator_.PromptTokens(request));
       if (!params.ok()) return params.status();
+      if (absl::Status s = CheckBackendPolicy(*params); !s.ok()) return s;
       r->params = *std::move(params);
       r->params.arrival = r->arrival;
     } else {
@@ -231,6 +232,13 @@ class EngineImpl final : public Engine {
  private:
   void Loop();
   void Admit(std::unique_ptr<Request> r);
+  // Refuses a policy the runner's backend cannot apply (the CUDA runner: no GPU rule).
+  absl::Status CheckBackendPolicy(const ResolvedRequest& p) const {
+    absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy =
+        MakePolicy(p.policy, p.recent_fraction);
+    if (!policy.ok()) return policy.status();
+    return runner_->SupportsPolicy(policy->get());
+  }
   // Sends the final delta (`last` carries the final token, if any), releases the pages.
   void Finish(Request& r, const std::string& reason, GenerationDelta last = {},
               const std::string& error = "");
@@ -293,8 +301,8 @@ void EngineImpl::Admit(std::unique_ptr<Request> r) {
   q.seq.max_total = q.seq.num_prompt + p.max_new_tokens;
   q.seq.arrival = p.arrival;
   q.seq.client = p.client;
-  if (p.policy != "full") {
-    q.policy = *MakePolicy(p.policy, p.recent_fraction);
+  q.policy = *MakePolicy(p.policy, p.recent_fraction);  // validated; null for full
+  if (q.policy != nullptr) {
     q.seq.kv.policy = q.policy.get();
     q.seq.kv.budget = p.budget_tokens;
   }
@@ -403,6 +411,9 @@ void EngineImpl::PrepareLoop() {
       continue;
     }
     absl::StatusOr<ResolvedRequest> params = validator_.Resolve(r.raw, *std::move(ids));
+    if (params.ok()) {
+      if (absl::Status s = CheckBackendPolicy(*params); !s.ok()) params = s;
+    }
     if (!params.ok()) {
       FinishUnadmitted(r, "rejected", params.status());
       continue;

@@ -95,12 +95,15 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
       const int32_t old = st.kv->num_slots;
       const int64_t t0 = first_token[task / n_kv];
       PagedKvHead kv = cache_->View(*st.kv, l, h, old + n);
+      const ChannelSpec channel =
+          st.kv->policy != nullptr ? st.kv->policy->channel() : ChannelSpec{};
       for (int32_t i = 0; i < n; ++i) {  // append this step's K/V rows to the head
         const float* row = &qkv_[(t0 + i) * qkv_dim];
-        kv.StoreRows(old + i, row + q_dim + int64_t(h) * hd,
-                     row + q_dim + kv_dim + int64_t(h) * hd);
+        const float* k_row = row + q_dim + int64_t(h) * hd;
+        kv.StoreRows(old + i, k_row, row + q_dim + kv_dim + int64_t(h) * hd);
         kv.Pos(old + i) = st.start_pos + i;
-        kv.Score(old + i) = 0.0f;
+        kv.Score(old + i) =
+            channel.kind == SlotChannel::kNegKeyNorm ? -cpu::L2Norm(k_row, hd) : 0.0f;
       }
       cpu::AttentionArgs a;
       a.kv = kv;
@@ -111,14 +114,15 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
       a.q_stride = qkv_dim;
       a.out = &att_[t0 * q_dim + int64_t(h) * G * hd];
       a.out_stride = q_dim;
-      a.accumulate_scores = st.kv->policy != nullptr && st.kv->policy->needs_scores();
+      if (AttentionWrites(channel.kind)) a.channel = channel;
       // The score update reads the scores, EvictHead the positions (and scores) after it.
       const bool evicts = st.kv->policy != nullptr && old + n > st.kv->budget;
-      if (evicts || a.accumulate_scores) kv.PrefetchMeta(evicts, a.accumulate_scores);
+      const bool scores = channel.kind != SlotChannel::kNone;
+      if (evicts || scores) kv.PrefetchMeta(evicts, scores);
       thread_local std::vector<float> scratch;
       scratch.resize(cpu::AttentionScratchFloats(old + n, G));
       cpu::PagedAttention(a, scratch.data());
-      cache_->EvictHead(*st.kv, l, h, old + n, st.start_pos + n - 1);
+      cache_->EvictHead(*st.kv, l, h, old + n, st.start_pos + n - 1, n);
     }
 
     w.wo.Multiply(att_.data(), x_.data(), T, dim, /*accumulate=*/true);

@@ -16,11 +16,21 @@ namespace {
 
 absl::Status Invalid(absl::string_view what) { return absl::InvalidArgumentError(what); }
 
-bool KnownPolicy(const std::string& name) {
-  for (absl::string_view p : kPolicyNames) {
-    if (p == name) return true;
+// OK for a valid policy spec (eviction_policy.h MakePolicy); a message naming the choices, with
+// the client's text escaped and cut, otherwise.
+absl::Status CheckPolicySpec(const std::string& spec, absl::string_view what) {
+  if (ValidPolicySpec(spec)) return absl::OkStatus();
+  const absl::string_view name = absl::string_view(spec).substr(0, spec.find(':'));
+  bool known = false;
+  for (absl::string_view p : kPolicyNames) known = known || p == name;
+  if (!known) {
+    return Invalid(absl::StrCat("unknown ", what, " \"", EscapedPrefix(spec), "\"; choose one of: ",
+                                absl::StrJoin(kPolicyNames, ", ")));
   }
-  return false;
+  return Invalid(absl::StrCat(
+      "invalid parameters in ", what, " \"", EscapedPrefix(spec),
+      "\": snapkv takes :window=N:kernel=N (odd):decode=h2o|window, scissorhands :history=N, "
+      "the others none"));
 }
 
 }  // namespace
@@ -33,10 +43,7 @@ std::string EscapedPrefix(std::string_view s, size_t max_bytes) {
 }
 
 absl::Status ValidateDefaults(const EngineOptions& o) {
-  if (!KnownPolicy(o.default_policy)) {
-    return Invalid(absl::StrCat("default KV policy \"", o.default_policy, "\" is unknown; choose ",
-                                absl::StrJoin(kPolicyNames, ", ")));
-  }
+  if (absl::Status s = CheckPolicySpec(o.default_policy, "default KV policy"); !s.ok()) return s;
   if (!KvBudget::Parse(o.default_budget).ok()) {
     return Invalid(absl::StrCat("default KV budget \"", o.default_budget,
                                 "\" must be a token count or a fraction in (0, 1]"));
@@ -177,9 +184,8 @@ absl::Status RequestValidator::Precheck(const GenerationRequest& q) const {
                                   config_.vocab_size, ")"));
     }
   }
-  if (q.policy.has_value() && !KnownPolicy(*q.policy)) {
-    return Invalid(absl::StrCat("unknown KV policy \"", EscapedPrefix(*q.policy),
-                                "\"; choose one of: ", absl::StrJoin(kPolicyNames, ", ")));
+  if (q.policy.has_value()) {
+    if (absl::Status s = CheckPolicySpec(*q.policy, "KV policy"); !s.ok()) return s;
   }
   if (q.recent_fraction && !(*q.recent_fraction > 0 && *q.recent_fraction <= 1)) {
     return Invalid("kv.recent_fraction must be in (0, 1]");

@@ -49,6 +49,11 @@ class StepRunner {
 
   virtual const Model& model() const = 0;
   virtual KvCache& cache() = 0;
+  // OK when this backend can run `policy` (null: the full cache); UNIMPLEMENTED naming the
+  // policy otherwise, so that callers refuse a request before it joins a batch. Thread-safe.
+  virtual absl::Status SupportsPolicy(const EvictionPolicy* policy) const {
+    return absl::OkStatus();
+  }
 };
 
 // Checks a step plan against the model: tokens present, ids in the vocabulary, positions within

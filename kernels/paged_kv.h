@@ -8,7 +8,7 @@
 // The elements are fp32 (k, v) or bf16 (k16, v16: the upper half of an fp32, rounded to
 // nearest even, as vLLM's and llama.cpp's 16-bit caches); exactly one of the pairs is set.
 //   pos   : pos + pages[p] * meta_page_stride + r              position of the token held
-//   score : score + pages[p] * meta_page_stride + r            accumulated attention (H2O)
+//   score : score + pages[p] * meta_page_stride + r            the policy's channel (slot_channel.h)
 // Keys are stored after RoPE at their original positions.
 #pragma once
 

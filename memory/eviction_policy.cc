@@ -8,7 +8,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 
 namespace heavykv {
 namespace {
@@ -141,68 +140,6 @@ void EvictSmallest(const HeadSlots& slots, int32_t first_pos, int32_t last_pos,
   victims->insert(victims->end(), candidates.begin(), candidates.begin() + num_evict);
 }
 
-// Evicts the oldest tokens: by position, with no range restriction.
-void EvictOldest(const HeadSlots& slots, int32_t first_pos, int32_t num_evict,
-                 std::vector<int32_t>* victims) {
-  EvictSmallest(slots, first_pos, INT32_MAX, num_evict,
-                [&](int32_t s) { return slots.pos[s]; }, victims);
-}
-
-class WindowPolicy : public EvictionPolicy {
- public:
-  absl::string_view name() const override { return "window"; }
-  void ChooseVictims(const HeadSlots& slots, int32_t budget, int32_t newest_pos,
-                     int32_t num_evict, std::vector<int32_t>* victims) const override {
-    EvictOldest(slots, INT32_MIN, num_evict, victims);
-  }
-};
-
-// Never asked to evict, as callers give it an unbounded budget; given a finite one it behaves as
-// a window rather than failing.
-class FullPolicy final : public WindowPolicy {
- public:
-  absl::string_view name() const override { return "full"; }
-};
-
-class SinkPolicy final : public EvictionPolicy {
- public:
-  absl::string_view name() const override { return "sink"; }
-  void ChooseVictims(const HeadSlots& slots, int32_t budget, int32_t newest_pos,
-                     int32_t num_evict, std::vector<int32_t>* victims) const override {
-    // Keep at least one recent slot (the newest token) even for tiny budgets.
-    const int32_t num_sinks = std::max(0, std::min(kNumSinkTokens, budget - 1));
-    EvictOldest(slots, num_sinks, num_evict, victims);
-  }
-};
-
-class H2OPolicy final : public EvictionPolicy {
- public:
-  explicit H2OPolicy(double recent_fraction) : recent_fraction_(recent_fraction) {}
-  absl::string_view name() const override { return "h2o"; }
-  bool needs_scores() const override { return true; }
-  int32_t NumProtectedRecent(int32_t budget) const override {
-    return static_cast<int32_t>(std::floor(budget * recent_fraction_));
-  }
-  void ChooseVictims(const HeadSlots& slots, int32_t budget, int32_t newest_pos,
-                     int32_t num_evict, std::vector<int32_t>* victims) const override {
-    const int32_t num_recent = NumProtectedRecent(budget);
-    // The `num_recent` newest tokens are all still held (none of them could have been evicted
-    // before: they were recent at every earlier step), so "recent" is a position range.
-    const int32_t last_pos = newest_pos - num_recent;
-    if (num_evict == 1) {  // the decode case, per head per layer per step
-      const int32_t best = LowestScoreSlot(slots.pos.data(), slots.score.data(),
-                                           static_cast<int32_t>(slots.pos.size()), last_pos);
-      if (best >= 0) victims->push_back(best);
-      return;
-    }
-    EvictSmallest(slots, INT32_MIN, last_pos, num_evict,
-                  [&](int32_t s) { return slots.score[s]; }, victims);
-  }
-
- private:
-  double recent_fraction_;
-};
-
 }  // namespace
 
 int32_t LowestScoreSlot(const int32_t* pos, const float* score, int32_t n, int32_t last_pos,
@@ -215,21 +152,33 @@ int32_t LowestScoreSlot(const int32_t* pos, const float* score, int32_t n, int32
   return LowestScoreSlotPortable(pos, score, n, last_pos);
 }
 
-absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakePolicy(absl::string_view name,
-                                                           double recent_fraction) {
-  if (name == "full") return std::make_unique<FullPolicy>();
-  if (name == "window") return std::make_unique<WindowPolicy>();
-  if (name == "sink") return std::make_unique<SinkPolicy>();
-  if (name == "h2o") {
-    if (!(recent_fraction > 0.0 && recent_fraction <= 1.0)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("h2o recent_fraction must be in (0, 1], got ", recent_fraction));
+void ApplyVictimRule(const HeadSlots& slots, const VictimRule& rule, const EvictionStep& step,
+                     std::vector<int32_t>* victims) {
+  switch (rule.kind) {
+    case VictimRule::kNone: return;
+    case VictimRule::kOldest:
+      EvictSmallest(slots, rule.param, INT32_MAX, step.num_evict,
+                    [&](int32_t s) { return slots.pos[s]; }, victims);
+      return;
+    case VictimRule::kLowestChannel: {
+      // The `param` newest positions are never candidates, whether or not all are still held.
+      const int32_t last_pos = step.newest_pos - rule.param;
+      if (step.num_evict == 1) {  // the decode case, per head per layer per step
+        const int32_t best = LowestScoreSlot(slots.pos.data(), slots.score.data(),
+                                             static_cast<int32_t>(slots.pos.size()), last_pos);
+        if (best >= 0) victims->push_back(best);
+        return;
+      }
+      EvictSmallest(slots, INT32_MIN, last_pos, step.num_evict,
+                    [&](int32_t s) { return slots.score[s]; }, victims);
+      return;
     }
-    return std::make_unique<H2OPolicy>(recent_fraction);
   }
-  return absl::InvalidArgumentError(absl::StrCat("unknown KV policy \"", name,
-                                                 "\"; choose one of: ",
-                                                 absl::StrJoin(kPolicyNames, ", ")));
+}
+
+void EvictionPolicy::ChooseVictims(const HeadSlots& slots, const EvictionStep& step,
+                                   std::vector<int32_t>* victims) const {
+  ApplyVictimRule(slots, Rule(step.budget), step, victims);
 }
 
 absl::StatusOr<KvBudget> KvBudget::Parse(absl::string_view text) {

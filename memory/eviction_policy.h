@@ -1,61 +1,128 @@
 // Eviction policies: which tokens one (layer, kv head) drops when it holds more than its budget.
 //
-// A policy is stateless and sees plain data: the positions and accumulated attention scores of the
-// slots of one (layer, kv head). It never touches KV storage; the KvCache applies its choice.
-// Every (layer, kv head) chooses its own victims, so heads keep different tokens.
+// A policy is stateless and sees plain data: the positions of the slots of one (layer, kv head)
+// and the one per-slot channel it declared (channel(): kernels/slot_channel.h says who writes
+// what). It never touches KV storage; the KvCache applies its choice. Every (layer, kv head)
+// chooses its own victims, so heads keep different tokens. The contract is in
+// docs/ARCHITECTURE.md, "Eviction policies: the contract".
 //
-//   full   never evicts (the budget is unbounded)
-//   window keeps the most recent `budget` tokens
-//   sink   StreamingLLM: keeps the first kNumSinkTokens tokens of the sequence + the most recent
-//   h2o    H2O: keeps the floor(budget * recent_fraction) most recent tokens, then the tokens with
-//          the highest accumulated score (ties: the older token goes first)
+//   full          no policy at all: MakePolicy("full") is null, the budget unbounded
+//   window        keeps the most recent `budget` tokens
+//   sink          StreamingLLM: keeps the first kNumSinkTokens tokens of the sequence + the most
+//                 recent
+//   h2o           H2O: keeps the floor(budget * recent_fraction) most recent tokens, then those
+//                 with the highest accumulated attention (ties: the older token goes first)
+//   tova          TOVA: evicts the token with the lowest attention from the latest query
+//   scissorhands  Scissorhands: keeps the floor(budget * recent_fraction) most recent tokens,
+//                 then those most often above the mean attention over the last ~history steps
+//   knorm         keeps the keys with the lowest L2 norm (and always the newest token)
+//   snapkv        SnapKV: after a prefill chunk, keeps the last `window` tokens and the tokens
+//                 with the most attention from those `window` queries, max-pooled over `kernel`
+//                 neighbouring positions; in decode, behaves as h2o or window (`decode`)
+//
+// A policy is named by a spec, name[:key=value]... (see MakePolicy).
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/slot_channel.h"
 
 namespace heavykv {
 
-// The slots of one (layer, kv head): slot i holds the token at position pos[i], whose attention
-// score summed over all steps and all query heads of the group is score[i].
+// The slots of one (layer, kv head): slot i holds the token at position pos[i], whose channel
+// value (what the policy's ChannelSpec says) is score[i].
 struct HeadSlots {
   std::span<const int32_t> pos;
   std::span<const float> score;  // empty unless the policy needs_scores()
 };
 
+// A victim order that both backends apply without calling the policy (the GPU selects by
+// kernels/cuda/eviction_rule.h's key, whose kinds have these values).
+struct VictimRule {
+  enum Kind : int32_t {
+    kNone = 0,           // never evicts
+    kOldest = 1,         // positions < param are kept; the others go oldest first
+    kLowestChannel = 2,  // positions > newest_pos - param are kept; the others go lowest channel
+                         // value first, ties the older position first
+  };
+  Kind kind = kNone;
+  int32_t param = 0;
+};
+
+// One eviction of one (layer, kv head): it holds budget + num_evict tokens, the newest at
+// newest_pos, num_new of them appended in this step (1 in decode, a chunk in prefill).
+struct EvictionStep {
+  int32_t budget = 0;
+  int32_t newest_pos = 0;
+  int32_t num_evict = 0;
+  int32_t num_new = 1;
+};
+
 class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
+  // The base name ("snapkv"), without parameters.
   virtual absl::string_view name() const = 0;
-  // True when the attention kernels must accumulate per-slot scores for this policy.
-  virtual bool needs_scores() const { return false; }
-  // For a score-ranked policy: how many of the newest tokens are never evicted at `budget`
-  // (h2o: floor(budget * recent_fraction)), so that another backend can apply the same rule.
-  // 0 for the age-ranked policies.
-  virtual int32_t NumProtectedRecent(int32_t budget) const { return 0; }
-  // Appends to `victims` exactly `num_evict` (= slots.pos.size() - budget, > 0) distinct slot
-  // indices of `slots` to drop so that `budget` tokens remain. `newest_pos` is the largest
-  // position held. Called concurrently for different heads: implementations keep no state.
-  virtual void ChooseVictims(const HeadSlots& slots, int32_t budget, int32_t newest_pos,
-                             int32_t num_evict, std::vector<int32_t>* victims) const = 0;
+  // What the kernels must write in each slot's channel for this policy.
+  virtual ChannelSpec channel() const { return {}; }
+  bool needs_scores() const { return channel().kind != SlotChannel::kNone; }
+  // The order in which this policy evicts at `budget` (for snapkv: in decode).
+  virtual VictimRule Rule(int32_t budget) const = 0;
+  // Rule(budget) when it is this policy's choice at every step and the CUDA kernels write its
+  // channel (kNone or kAccumulated): what the GPU may apply. nullopt: the GPU cannot run it.
+  // (Inline: the CUDA module calls it without linking memory/.)
+  std::optional<VictimRule> GpuRule(int32_t budget) const {
+    const SlotChannel kind = channel().kind;
+    if (!rule_is_exact() || (kind != SlotChannel::kNone && kind != SlotChannel::kAccumulated)) {
+      return std::nullopt;
+    }
+    return Rule(budget);
+  }
+  // Appends to `victims` exactly step.num_evict (> 0) distinct slot indices of `slots` to drop so
+  // that step.budget tokens remain. Called concurrently for different heads: implementations
+  // keep no state. The default applies Rule(step.budget).
+  virtual void ChooseVictims(const HeadSlots& slots, const EvictionStep& step,
+                             std::vector<int32_t>* victims) const;
+  // The same for a decode step (one new token).
+  void ChooseVictims(const HeadSlots& slots, int32_t budget, int32_t newest_pos, int32_t num_evict,
+                     std::vector<int32_t>* victims) const {
+    ChooseVictims(slots, EvictionStep{budget, newest_pos, num_evict, 1}, victims);
+  }
+
+ protected:
+  // Whether Rule() is the whole policy (false for snapkv, whose prefill choice is not an order).
+  virtual bool rule_is_exact() const { return true; }
 };
+
+// Appends the step.num_evict victims of `rule` (see VictimRule).
+void ApplyVictimRule(const HeadSlots& slots, const VictimRule& rule, const EvictionStep& step,
+                     std::vector<int32_t>* victims);
 
 inline constexpr int32_t kNumSinkTokens = 4;
 inline constexpr int32_t kUnboundedBudget = INT32_MAX;
 
 // Policy names accepted by MakePolicy, in the order they are listed to users.
-inline constexpr absl::string_view kPolicyNames[] = {"full", "window", "sink", "h2o"};
+inline constexpr absl::string_view kPolicyNames[] = {"full", "window", "sink", "h2o",
+                                                     "tova", "scissorhands", "knorm", "snapkv"};
 
-// Returns the named policy or INVALID_ARGUMENT. `recent_fraction` in (0, 1] is used by h2o only.
-absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakePolicy(absl::string_view name,
+// The policy of a spec "name[:key=value]...", or INVALID_ARGUMENT (unknown name or key, a bad
+// value). A null pointer for "full". Keys: scissorhands history (steps, default 400);
+// snapkv window (queries, default 32), kernel (odd, default 7), decode (h2o or window, default
+// h2o). `recent_fraction` in (0, 1] is used by h2o, scissorhands and snapkv with decode=h2o.
+absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakePolicy(absl::string_view spec,
                                                            double recent_fraction = 0.5);
+// Whether MakePolicy(spec) succeeds; *error says why not.
+bool ValidPolicySpec(absl::string_view spec, std::string* error = nullptr);
+// Whether the spec names the full cache (no eviction).
+inline bool IsFullPolicy(absl::string_view spec) { return spec == "full"; }
 
 // The h2o decode search (one victim per head per step): the slot with the lowest score among
 // those at positions <= last_pos, the oldest among equal scores; -1 if there is none. pos, score:

@@ -100,7 +100,7 @@ PagedKvHead KvCache::View(const SequenceKv& seq, int32_t layer, int32_t kv_head,
 }
 
 void KvCache::EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, int32_t held,
-                        int32_t newest_pos) {
+                        int32_t newest_pos, int32_t num_new) {
   if (held <= seq.budget || seq.policy == nullptr) return;
   CheckHostStorage("EvictHead");
   const int32_t num_evict = held - seq.budget;
@@ -128,7 +128,8 @@ void KvCache::EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, i
   HeadSlots slots{pos, {}};
   if (scores) slots.score = score;
   victims.clear();
-  seq.policy->ChooseVictims(slots, seq.budget, newest_pos, num_evict, &victims);
+  seq.policy->ChooseVictims(slots, EvictionStep{seq.budget, newest_pos, num_evict, num_new},
+                            &victims);
 
   // Sorted, the victims below the budget are the holes in order, and the slots from the budget
   // up that are not victims are the survivors to move into them: O(num_evict), no scan of the

@@ -57,7 +57,7 @@ struct SequenceKv {
   std::vector<int32_t> pages;  // block table: slot s is on pages[s / block_size]
   int32_t num_slots = 0;       // tokens held by every (layer, kv head)
   int32_t budget = kUnboundedBudget;
-  const EvictionPolicy* policy = nullptr;  // not owned; null means never evict
+  const EvictionPolicy* policy = nullptr;  // not owned; null: never evict (the `full` policy)
   int32_t peak_pages = 0;
   int64_t tokens_evicted = 0;  // per (layer, head): tokens dropped from the sequence so far
 };
@@ -86,10 +86,11 @@ class KvCache {
   PagedKvHead View(const SequenceKv& seq, int32_t layer, int32_t kv_head, int32_t num_slots);
 
   // After attention of a step in which (layer, kv_head) holds `held` tokens (the newest at
-  // `newest_pos`): if held > budget, asks the policy for held - budget victims and compacts the
-  // survivors into slots [0, budget). Thread-safe across distinct (seq, layer, head).
+  // `newest_pos`, `num_new` of them appended by the step): if held > budget, asks the policy for
+  // held - budget victims and compacts the survivors into slots [0, budget). Thread-safe across
+  // distinct (seq, layer, head).
   void EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, int32_t held,
-                 int32_t newest_pos);
+                 int32_t newest_pos, int32_t num_new = 1);
 
   // Ends a step in which every head held `held` tokens: num_slots = min(held, budget) (held when
   // there is no policy); pages past the last used slot go back to the pool.

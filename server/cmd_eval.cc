@@ -27,7 +27,7 @@ int EvalCommand(int argc, char** argv) {
   flags.String("text", &text_path, "stories separated by blank lines (required)");
   flags.Int("window", &window, "tokens per window; 0 = context length");
   flags.Int("max-windows", &max_windows, "windows to evaluate; 0 = all");
-  flags.String("policy", &policies, "comma list of KV policies");
+  flags.String("policy", &policies, "comma list of KV policies (name[:key=value]...)");
   flags.String("kv-budget", &budgets, "comma list of budgets: token counts or fractions of the window");
   flags.Double("recent-fraction", &recent_fraction, "h2o: share of the budget kept for recent tokens");
   flags.Int("block-size", &block_size, "token slots per KV page");

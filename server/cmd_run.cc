@@ -115,7 +115,9 @@ int RunCommand(int argc, char** argv) {
   flags.Double("top-p", &top_p, "nucleus sampling; 1 = off");
   flags.Int("top-k", &top_k, "keep the k most likely tokens; 0 = off");
   flags.Int("seed", &seed, "sampling seed; -1 = from the clock");
-  flags.String("policy", &policy_name, "KV policy: full, window, sink, h2o");
+  flags.String("policy", &policy_name,
+               "KV policy: full, window, sink, h2o, tova, scissorhands, knorm or snapkv, as "
+               "name[:key=value]... (e.g. snapkv:window=32:kernel=7:decode=h2o)");
   flags.String("kv-budget", &budget_text, "tokens kept per head: a count, or a fraction of steps");
   flags.Double("recent-fraction", &recent_fraction, "h2o: share of the budget kept for recent tokens");
   flags.Int("block-size", &block_size, "token slots per KV page");
@@ -156,7 +158,7 @@ int RunCommand(int argc, char** argv) {
   if (!policy.ok()) return Fail(policy.status());
   absl::StatusOr<KvBudget> budget = KvBudget::Parse(budget_text);
   if (!budget.ok()) return Fail(budget.status());
-  const bool full = policy_name == "full";
+  const bool full = *policy == nullptr;  // the full cache is no policy
 
   GenerateOptions opt;
   opt.steps = static_cast<int32_t>(steps);

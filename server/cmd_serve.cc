@@ -136,7 +136,9 @@ int ServeCommand(int argc, char** argv) {
             "KV pool size in pages; 0 = --max-running full contexts (cpu) or free GPU memory "
             "minus the weights and a reserve of max(1 GiB, 10%) (cuda)");
   flags.Int("kv-pool-mb", &kv_pool_mb, "KV pool size in MiB (if --kv-pages is 0)");
-  flags.String("policy", &policy, "default KV policy: full, window, sink, h2o");
+  flags.String("policy", &policy,
+               "default KV policy: full, window, sink, h2o, tova, scissorhands, knorm, snapkv "
+               "(name[:key=value]...)");
   flags.String("kv-budget", &budget,
                "default KV budget: tokens, or a fraction of each request's length");
   flags.Double("recent-fraction", &recent_fraction,

@@ -158,12 +158,13 @@ TEST_F(EngineTest, ConcurrentStreamsEachEqualTheirSequentialRun) {
   const std::vector<std::string> prompts = {"Once upon a time", "Lily had a red ball",
                                             "The cat sat", "Tom and Sue went to the park",
                                             "One day", "A little bird"};
-  const std::string policies[] = {"full", "h2o", "window", "sink"};
+  const std::string policies[] = {"full",  "h2o",          "window", "sink",
+                                  "tova",  "scissorhands", "knorm",  "snapkv:window=8:kernel=3"};
   std::vector<std::unique_ptr<Collector>> cs;
   std::vector<std::string> expect;
   for (int i = 0; i < 16; ++i) {
     const std::string& p = prompts[i % prompts.size()];
-    const std::string& pol = policies[i % 4];
+    const std::string& pol = policies[i % 8];
     GenerationRequest r = Greedy(p, 40 + 7 * i);
     if (pol != "full") {
       r.policy = pol;
@@ -367,7 +368,7 @@ TEST_F(EngineTest, StatsAndInfo) {
   EXPECT_EQ(info.vocab_size, 512);
   EXPECT_EQ(info.pages_total, 100);
   EXPECT_EQ(info.block_size, 16);
-  EXPECT_EQ(info.policies.size(), 4u);
+  EXPECT_EQ(info.policies.size(), std::size(kPolicyNames));
   auto ids = engine->Tokenize("Once upon a time");
   ASSERT_TRUE(ids.ok());
   EXPECT_EQ((*ids)[0], 1);

@@ -101,10 +101,11 @@ constexpr uint32_t kShuffleSeeds[] = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12};
 
 TEST(EvictionPolicyTest, NamesAndScoreNeeds) {
   for (absl::string_view name : kPolicyNames) {
+    if (name == "full") continue;  // no policy: see FullIsNoPolicy
     std::unique_ptr<EvictionPolicy> p = Policy(name);
     ASSERT_NE(p, nullptr);
     EXPECT_EQ(p->name(), name);
-    EXPECT_EQ(p->needs_scores(), name == "h2o") << name;
+    EXPECT_EQ(p->needs_scores(), name != "window" && name != "sink") << name;
   }
 }
 
@@ -137,12 +138,12 @@ TEST(EvictionPolicyTest, WindowIgnoresScoresAndGaps) {
   }
 }
 
-TEST(EvictionPolicyTest, FullBehavesAsWindowWhenGivenAFiniteBudget) {
-  std::unique_ptr<EvictionPolicy> full = Policy("full");
-  ASSERT_NE(full, nullptr);
-  for (uint32_t seed : kShuffleSeeds) {
-    EXPECT_EQ(Choose(*full, Range(0, 9), 4, seed).kept, PosRange(6, 9));
-  }
+TEST(EvictionPolicyTest, FullIsNoPolicy) {
+  absl::StatusOr<std::unique_ptr<EvictionPolicy>> full = MakePolicy("full");
+  ASSERT_TRUE(full.ok()) << full.status();
+  EXPECT_EQ(*full, nullptr);
+  EXPECT_TRUE(IsFullPolicy("full"));
+  EXPECT_FALSE(MakePolicy("full:window=3").ok());
 }
 
 TEST(EvictionPolicyTest, SinkKeepsFirstFourPlusMostRecent) {

@@ -152,7 +152,9 @@ TEST_P(BatchParity, BatchEqualsAlone) {
 
 INSTANTIATE_TEST_SUITE_P(Models, BatchParity,
                          ::testing::Combine(::testing::Values("bundled", "gqa"),
-                                            ::testing::Values("full", "window", "sink", "h2o")));
+                                            ::testing::Values("full", "window", "sink", "h2o",
+                                                              "tova", "scissorhands", "knorm",
+                                                              "snapkv:window=4:kernel=3")));
 
 // bf16 K/V: a batch still equals each sequence alone, and the logits stay near fp32's (K and V
 // rounded to 8 mantissa bits; measured up to ~0.25 here) without being identical (the bf16

@@ -101,7 +101,7 @@ TEST_P(PagedAttentionTest, MatchesDirectAttention) {
     a.q_stride = int64_t(G) * hd;
     a.out = out.data();
     a.out_stride = int64_t(G) * hd;
-    a.accumulate_scores = true;
+    a.channel.kind = SlotChannel::kAccumulated;
     std::vector<float> scratch(AttentionScratchFloats(slots, G));
     PagedAttentionWith(isa, a, scratch.data());
     double err = 0, norm = 0;

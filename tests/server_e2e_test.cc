@@ -76,7 +76,8 @@ TEST_F(ServerE2eTest, HealthServingAndModelInfo) {
   EXPECT_GT(info.pages_total(), 0);
   EXPECT_EQ(info.pool_bytes(), info.page_bytes() * info.pages_total());
   EXPECT_EQ(std::vector<std::string>(info.policies().begin(), info.policies().end()),
-            (std::vector<std::string>{"full", "window", "sink", "h2o"}));
+            (std::vector<std::string>{"full", "window", "sink", "h2o", "tova", "scissorhands",
+                                      "knorm", "snapkv"}));
 }
 
 TEST_F(ServerE2eTest, GreedyStreamEqualsRun) {

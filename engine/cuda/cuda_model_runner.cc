@@ -554,6 +554,9 @@ absl::Status CudaModelRunner::Synchronize() {
 
 const Model& CudaModelRunner::model() const { return impl_->model; }
 KvCache& CudaModelRunner::cache() { return *impl_->cache; }
+absl::Status CudaModelRunner::SupportsPolicy(const EvictionPolicy* policy) const {
+  return CheckGpuPolicy(policy);
+}
 int64_t CudaModelRunner::WeightBytes() const { return impl_->weight_bytes; }
 
 int64_t CudaModelRunner::DeviceBytes() const {

@@ -7,23 +7,25 @@
 
 namespace heavykv {
 
+static_assert(int32_t(VictimRule::kNone) == cuda::kEvictNone &&
+              int32_t(VictimRule::kOldest) == cuda::kEvictOldest &&
+              int32_t(VictimRule::kLowestChannel) == cuda::kEvictLowestScore,
+              "VictimRule kinds are the GPU's eviction kinds");
+
+absl::Status CheckGpuPolicy(const EvictionPolicy* policy) {
+  if (policy == nullptr || policy->GpuRule(1).has_value()) return absl::OkStatus();
+  return absl::UnimplementedError(absl::StrCat(
+      "KV policy \"", policy->name(),
+      "\" has no CUDA implementation (the GPU runs full, window, sink and h2o); use --device cpu"));
+}
+
 absl::StatusOr<EvictRule> EvictRuleFor(const EvictionPolicy* policy, int32_t budget) {
   EvictRule r;
   if (policy == nullptr || budget == kUnboundedBudget) return r;
-  const absl::string_view name = policy->name();
-  if (name == "window" || name == "full") {
-    r.kind = cuda::kEvictOldest;
-    r.param = 0;
-  } else if (name == "sink") {
-    r.kind = cuda::kEvictOldest;
-    r.param = std::max(0, std::min(kNumSinkTokens, budget - 1));
-  } else if (name == "h2o") {
-    r.kind = cuda::kEvictLowestScore;
-    r.param = policy->NumProtectedRecent(budget);
-  } else {
-    return absl::UnimplementedError(
-        absl::StrCat("KV policy \"", name, "\" has no CUDA implementation; use --device cpu"));
-  }
+  const std::optional<VictimRule> rule = policy->GpuRule(budget);
+  if (!rule.has_value()) return CheckGpuPolicy(policy);
+  r.kind = rule->kind;
+  r.param = rule->param;
   return r;
 }
 

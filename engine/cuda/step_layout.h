@@ -1,7 +1,6 @@
 // The host side of a CUDA step, in plain C++ (no CUDA headers, tested on the CPU):
-//  - EvictRuleFor maps an EvictionPolicy onto the GPU's eviction rule (kernels/cuda/
-//    eviction_rule.h), by its name and, for h2o, by asking the policy itself where its recent
-//    window starts (its recent fraction is not exposed);
+//  - EvictRuleFor takes an EvictionPolicy's GPU rule (EvictionPolicy::GpuRule, whose kinds are
+//    those of kernels/cuda/eviction_rule.h), or refuses a policy the GPU cannot run;
 //  - BuildStepLayout packs a step's plan (kernels/cuda/device_kv.cuh DeviceStep: block tables as
 //    indptr + page ids, per-sequence counts and rules, per-token sequence and position, the
 //    tokens, and the token row of each logits row) into one int32 buffer, uploaded in one copy.
@@ -24,6 +23,8 @@ struct EvictRule {
 
 // kEvictNone for no policy or an unbounded budget; UNIMPLEMENTED for a policy the GPU lacks.
 absl::StatusOr<EvictRule> EvictRuleFor(const EvictionPolicy* policy, int32_t budget);
+// OK for no policy or one with a GPU rule; EvictRuleFor's UNIMPLEMENTED otherwise.
+absl::Status CheckGpuPolicy(const EvictionPolicy* policy);
 
 struct StepLayout {
   std::vector<int32_t> data;

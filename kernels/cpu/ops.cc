@@ -86,6 +86,12 @@ void Add(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }
 
+float L2Norm(const float* x, int64_t n) {
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += x[i] * x[i];
+  return std::sqrt(sum);
+}
+
 void Softmax(float* x, int64_t n) {
   float max_val = x[0];
   for (int64_t i = 1; i < n; ++i) max_val = x[i] > max_val ? x[i] : max_val;

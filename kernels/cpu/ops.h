@@ -35,6 +35,9 @@ void SwiGlu(const float* gu, float* out, int64_t rows, int64_t hidden);
 // x[i] += y[i].
 void Add(float* x, const float* y, int64_t n);
 
+// sqrt(sum of x[i]^2), the L2 norm of x[n].
+float L2Norm(const float* x, int64_t n);
+
 // In-place softmax of x[n] (max-subtracted, as run.c).
 void Softmax(float* x, int64_t n);
 

@@ -72,7 +72,7 @@ __attribute__((always_inline)) inline void AttendOneQueryBody(const AttentionArg
   for (int32_t s0 = 0; s0 < n; s0 += bs) {
     const int32_t page = kv.pages[s0 / bs];
     const T* vpage = Base<T>(kv, false) + page * kv.page_stride;
-    float* score = a.accumulate_scores ? kv.score + page * kv.meta_page_stride : nullptr;
+    float* score = internal::FusesScoreAdd(a, qi) ? kv.score + page * kv.meta_page_stride : nullptr;
     const int32_t rows = std::min(bs, n - s0);
     for (int32_t r = 0; r < rows; ++r) {
       const T* v = vpage + int64_t(r) * hd;
@@ -198,12 +198,12 @@ __attribute__((target("avx512f"))) void WeightedSumOfV(const PagedKvHead& kv, co
 
 template <typename T, int C>
 __attribute__((target("avx512f"))) void WeightedSumsOfV(const AttentionArgs& a, const float* probs,
-                                                        int32_t n, float* out) {
+                                                        int32_t n, float* out, bool add_scores) {
   // The scores are added during the last head's pass, when all G rows of probs are final.
   for (int32_t g = 0; g < a.group; ++g) {
     const float* p = probs + int64_t(g) * n;
     float* og = out + int64_t(g) * a.kv.head_dim;
-    if (a.accumulate_scores && g == a.group - 1) {
+    if (add_scores && g == a.group - 1) {
       WeightedSumOfV<T, C, true>(a.kv, p, n, og, probs, a.group);
     } else {
       WeightedSumOfV<T, C, false>(a.kv, p, n, og, probs, a.group);
@@ -265,15 +265,38 @@ __attribute__((target("avx512f"))) void AttendOneQueryAvx512(const AttentionArgs
   }
   // out_g = sum_s p_g[s] * v_s, the accumulators in registers, and the H2O scores.
   float* out = a.out + qi * a.out_stride;
+  const bool add = internal::FusesScoreAdd(a, qi);
   switch (chunks) {
-    case 1: WeightedSumsOfV<T, 1>(a, probs, n, out); break;
-    case 2: WeightedSumsOfV<T, 2>(a, probs, n, out); break;
-    case 3: WeightedSumsOfV<T, 3>(a, probs, n, out); break;
-    case 4: WeightedSumsOfV<T, 4>(a, probs, n, out); break;
-    case 5: WeightedSumsOfV<T, 5>(a, probs, n, out); break;
-    case 6: WeightedSumsOfV<T, 6>(a, probs, n, out); break;
-    case 7: WeightedSumsOfV<T, 7>(a, probs, n, out); break;
-    case 8: WeightedSumsOfV<T, 8>(a, probs, n, out); break;
+    case 1: WeightedSumsOfV<T, 1>(a, probs, n, out, add); break;
+    case 2: WeightedSumsOfV<T, 2>(a, probs, n, out, add); break;
+    case 3: WeightedSumsOfV<T, 3>(a, probs, n, out, add); break;
+    case 4: WeightedSumsOfV<T, 4>(a, probs, n, out, add); break;
+    case 5: WeightedSumsOfV<T, 5>(a, probs, n, out, add); break;
+    case 6: WeightedSumsOfV<T, 6>(a, probs, n, out, add); break;
+    case 7: WeightedSumsOfV<T, 7>(a, probs, n, out, add); break;
+    case 8: WeightedSumsOfV<T, 8>(a, probs, n, out, add); break;
+  }
+}
+
+// After query qi's probabilities are final (probs: [G][n], n = num_old + qi + 1), folds what each
+// slot received into its channel, for the kinds the p.v pass does not fuse.
+void UpdateChannel(const AttentionArgs& a, int32_t qi, const float* probs) {
+  const SlotChannel kind = a.channel.kind;
+  if (kind != SlotChannel::kLast && kind != SlotChannel::kAboveMeanCount) return;
+  const PagedKvHead& kv = a.kv;
+  const int32_t n = a.num_old + qi + 1, bs = kv.block_size, G = a.group;
+  // Each head's probabilities sum to 1, so the mean of what a slot receives is G / n.
+  const float mean = static_cast<float>(G) / static_cast<float>(n);
+  const float decay = a.channel.decay;
+  for (int32_t s0 = 0; s0 < n; s0 += bs) {
+    float* ch = kv.score + kv.pages[s0 / bs] * kv.meta_page_stride;
+    const int32_t rows = std::min(bs, n - s0);
+    for (int32_t r = 0; r < rows; ++r) {
+      float received = probs[s0 + r];
+      for (int32_t g = 1; g < G; ++g) received += probs[int64_t(g) * n + s0 + r];
+      ch[r] = kind == SlotChannel::kLast ? received
+                                         : ch[r] * decay + (received > mean ? 1.0f : 0.0f);
+    }
   }
 }
 
@@ -281,26 +304,24 @@ __attribute__((target("avx512f"))) void AttendOneQueryAvx512(const AttentionArgs
 
 void PagedAttentionWith(Isa isa, const AttentionArgs& args, float* scratch) {
   // A path that cannot take this head_dim hands over to the next narrower one.
-  if (isa == Isa::kAvx512 && args.kv.head_dim % 16 == 0 && args.kv.head_dim <= 128) {
-    for (int32_t qi = 0; qi < args.num_q; ++qi) {
+  const bool avx512 = isa == Isa::kAvx512 && args.kv.head_dim % 16 == 0 && args.kv.head_dim <= 128;
+  const bool avx2 = !avx512 && (isa == Isa::kAvx512 || isa == Isa::kAvx2) &&
+                    internal::Avx2Handles(args);
+  for (int32_t qi = 0; qi < args.num_q; ++qi) {
+    if (avx512) {
       if (args.kv.bf16()) {
         AttendOneQueryAvx512<uint16_t>(args, qi, scratch);
       } else {
         AttendOneQueryAvx512<float>(args, qi, scratch);
       }
-    }
-    return;
-  }
-  if ((isa == Isa::kAvx512 || isa == Isa::kAvx2) && internal::Avx2Handles(args)) {
-    internal::PagedAttentionAvx2(args, scratch);
-    return;
-  }
-  for (int32_t qi = 0; qi < args.num_q; ++qi) {
-    if (args.kv.bf16()) {
+    } else if (avx2) {
+      internal::AttendOneQueryAvx2(args, qi, scratch);
+    } else if (args.kv.bf16()) {
       AttendOneQueryBf16(args, qi, scratch);
     } else {
       AttendOneQuery(args, qi, scratch);
     }
+    UpdateChannel(args, qi, scratch);
   }
 }
 

@@ -1,12 +1,14 @@
 // Paged attention on the CPU: one (sequence, kv head) and the query heads of its GQA group,
-// reading K/V through the sequence's block table. It also yields what H2O needs: the attention
-// probability every slot received, summed over the group's query heads, added to the slot score.
+// reading K/V through the sequence's block table. It also writes what eviction policies observe:
+// the attention probability every slot received, summed over the group's query heads, folded
+// into the slot's channel as `channel` says (kernels/slot_channel.h).
 #pragma once
 
 #include <cstdint>
 
 #include "kernels/cpu/isa.h"
 #include "kernels/paged_kv.h"
+#include "kernels/slot_channel.h"
 
 namespace heavykv::cpu {
 
@@ -23,8 +25,10 @@ struct AttentionArgs {
   // Output row with the same layout as q.
   float* out = nullptr;
   int64_t out_stride = 0;
-  // When true, kv.Score(s) += sum over queries and group heads of the probability of slot s.
-  bool accumulate_scores = false;
+  // What to write in kv.Score(s) (an attention kind of SlotChannel, or kNone). kAccumulated
+  // (and kObservationWindow within its window) is fused into the p.v pass; the others are one
+  // pass over the probabilities per query.
+  ChannelSpec channel;
 };
 
 // Scratch floats PagedAttention needs for a head with `num_slots` slots and `group` heads.

@@ -208,12 +208,13 @@ __attribute__((target("avx2,fma"))) void AttendOneQuery(const AttentionArgs& a, 
   // out_g = sum_s p_g[s] * v_s in blocks of up to 64 columns (8 accumulators); the H2O scores
   // are added during the last head's first block, when all G rows of probs are final.
   float* out = a.out + qi * a.out_stride;
+  const bool add_scores = FusesScoreAdd(a, qi);
   for (int32_t g = 0; g < G; ++g) {
     const float* p = probs + int64_t(g) * n;
     float* og = out + int64_t(g) * hd;
     for (int32_t c0 = 0; c0 < chunks; c0 += 8) {
       const int block = std::min(8, chunks - c0);
-      if (a.accumulate_scores && g == G - 1 && c0 == 0) {
+      if (add_scores && g == G - 1 && c0 == 0) {
         WeightedSumBlock<T, true>(block, kv, p, n, c0 * 8, og + c0 * 8, probs, G);
       } else {
         WeightedSumBlock<T, false>(block, kv, p, n, c0 * 8, og + c0 * 8, probs, G);
@@ -226,13 +227,11 @@ __attribute__((target("avx2,fma"))) void AttendOneQuery(const AttentionArgs& a, 
 
 bool Avx2Handles(const AttentionArgs& args) { return args.kv.head_dim % 8 == 0; }
 
-void PagedAttentionAvx2(const AttentionArgs& args, float* scratch) {
-  for (int32_t qi = 0; qi < args.num_q; ++qi) {
-    if (args.kv.bf16()) {
-      AttendOneQuery<uint16_t>(args, qi, scratch);
-    } else {
-      AttendOneQuery<float>(args, qi, scratch);
-    }
+void AttendOneQueryAvx2(const AttentionArgs& args, int32_t qi, float* scratch) {
+  if (args.kv.bf16()) {
+    AttendOneQuery<uint16_t>(args, qi, scratch);
+  } else {
+    AttendOneQuery<float>(args, qi, scratch);
   }
 }
 

@@ -18,8 +18,16 @@ inline const T* Base(const PagedKvHead& kv, bool is_k) {
   }
 }
 
-// AVX2 + FMA (paged_attention_avx2.cc): any head_dim that is a multiple of 8.
+// Whether query qi adds what each slot received to its channel in the p.v pass: kAccumulated,
+// and kObservationWindow for the step's last `window` queries.
+inline bool FusesScoreAdd(const AttentionArgs& a, int32_t qi) {
+  return a.channel.kind == SlotChannel::kAccumulated ||
+         (a.channel.kind == SlotChannel::kObservationWindow && qi >= a.num_q - a.channel.window);
+}
+
+// AVX2 + FMA (paged_attention_avx2.cc): any head_dim that is a multiple of 8. Attends query qi
+// (scratch as PagedAttention's).
 bool Avx2Handles(const AttentionArgs& args);
-void PagedAttentionAvx2(const AttentionArgs& args, float* scratch);
+void AttendOneQueryAvx2(const AttentionArgs& args, int32_t qi, float* scratch);
 
 }  // namespace heavykv::cpu::internal

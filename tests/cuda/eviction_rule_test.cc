@@ -41,8 +41,12 @@ struct Case {
 
 TEST(EvictionRuleTest, SameVictimsAsTheCpuPolicies) {
   std::mt19937 rng(7);
-  const Case cases[] = {{"window", 0.5}, {"full", 0.5}, {"sink", 0.5}, {"h2o", 0.5},
-                        {"h2o", 0.25},   {"h2o", 0.2},  {"h2o", 1.0},  {"h2o", 0.01}};
+  // tova, scissorhands and knorm have no GPU rule (their channels are CPU-only), but their
+  // VictimRule must still be the key order the GPU would apply to the same channel.
+  const Case cases[] = {{"window", 0.5},       {"sink", 0.5},         {"h2o", 0.5},
+                        {"h2o", 0.25},         {"h2o", 0.2},          {"h2o", 1.0},
+                        {"h2o", 0.01},         {"tova", 0.5},         {"knorm", 0.5},
+                        {"scissorhands", 0.5}, {"scissorhands", 0.2}, {"snapkv", 0.5}};
   int compared = 0;
   for (const Case& c : cases) {
     auto policy = *MakePolicy(c.policy, c.recent_fraction);
@@ -64,11 +68,17 @@ TEST(EvictionRuleTest, SameVictimsAsTheCpuPolicies) {
           HeadSlots slots{pos, {}};
           if (policy->needs_scores()) slots.score = score;
           std::vector<int32_t> victims;
-          policy->ChooseVictims(slots, budget, newest, extra, &victims);
+          policy->ChooseVictims(slots, budget, newest, extra, &victims);  // a decode step
           if (static_cast<int32_t>(victims.size()) != extra) continue;  // CPU would abort
-          absl::StatusOr<EvictRule> rule = EvictRuleFor(policy.get(), budget);
-          ASSERT_TRUE(rule.ok()) << rule.status();
-          EXPECT_EQ(RuleVictims(*rule, slots, newest, extra),
+          const VictimRule vr = policy->Rule(budget);
+          const EvictRule rule{vr.kind, vr.param};
+          if (policy->GpuRule(budget).has_value()) {
+            absl::StatusOr<EvictRule> gpu = EvictRuleFor(policy.get(), budget);
+            ASSERT_TRUE(gpu.ok()) << gpu.status();
+            EXPECT_EQ(gpu->kind, rule.kind);
+            EXPECT_EQ(gpu->param, rule.param);
+          }
+          EXPECT_EQ(RuleVictims(rule, slots, newest, extra),
                     std::set<int32_t>(victims.begin(), victims.end()))
               << c.policy << " rf " << c.recent_fraction << " budget " << budget << " held "
               << held;
@@ -81,6 +91,7 @@ TEST(EvictionRuleTest, SameVictimsAsTheCpuPolicies) {
 }
 
 TEST(EvictionRuleTest, RuleParametersMatchThePolicies) {
+  auto h2o_default = *MakePolicy("h2o");
   for (double rf : {0.01, 0.2, 0.25, 0.29, 0.5, 0.7, 1.0}) {
     auto h2o = *MakePolicy("h2o", rf);
     for (int32_t budget : {1, 2, 3, 10, 51, 100, 819, 4096, 100000}) {
@@ -100,13 +111,15 @@ TEST(EvictionRuleTest, RuleParametersMatchThePolicies) {
   EXPECT_EQ(EvictRuleFor(nullptr, 10)->kind, cuda::kEvictNone);
   EXPECT_EQ(EvictRuleFor(window.get(), kUnboundedBudget)->kind, cuda::kEvictNone);
 
-  class Custom final : public EvictionPolicy {
-   public:
-    absl::string_view name() const override { return "custom"; }
-    void ChooseVictims(const HeadSlots&, int32_t, int32_t, int32_t,
-                       std::vector<int32_t>*) const override {}
-  } custom;
-  EXPECT_EQ(EvictRuleFor(&custom, 10).status().code(), absl::StatusCode::kUnimplemented);
+  // A policy whose channel the GPU does not write, or whose choice is not its rule, is refused.
+  for (const char* name : {"tova", "scissorhands", "knorm", "snapkv", "snapkv:decode=window"}) {
+    auto p = *MakePolicy(name);
+    EXPECT_EQ(EvictRuleFor(p.get(), 10).status().code(), absl::StatusCode::kUnimplemented) << name;
+    EXPECT_EQ(CheckGpuPolicy(p.get()).code(), absl::StatusCode::kUnimplemented) << name;
+    EXPECT_NE(CheckGpuPolicy(p.get()).message().find(p->name()), std::string::npos);
+  }
+  EXPECT_TRUE(CheckGpuPolicy(nullptr).ok());
+  EXPECT_TRUE(CheckGpuPolicy(h2o_default.get()).ok());
 }
 
 TEST(StepLayoutTest, PacksBlockTablesCountsAndLogitRows) {

@@ -383,7 +383,7 @@ void CheckAttention(int32_t kv_heads, int32_t group, int32_t hd, const std::vect
       a.q_stride = stride;
       a.out = &want[t0 * stride + int64_t(h) * group * hd];
       a.out_stride = stride;
-      a.accumulate_scores = specs[i].scores;
+      if (specs[i].scores) a.channel.kind = SlotChannel::kAccumulated;
       std::vector<float> scratch(cpu::AttentionScratchFloats(held, group));
       cpu::PagedAttention(a, scratch.data());
     }
