@@ -137,7 +137,15 @@ int main(int argc, char** argv) {
   time_ratio("decode/b1/ctx4096/h2o819", "decode/b1/ctx4096/full", "< 1.00", 1.0, true);
   // The same two 512-context ratios with the steps interleaved in one benchmark (the median of
   // per-iteration ratios): the figure to read on a noisy shared machine.
-  for (const char* b : {"decode/b1/ctx512/h2o512-vs-full", "decode/b32/ctx512/h2o512-vs-full"}) {
+  for (const char* p : {"tova", "scissorhands", "knorm", "snapkv"}) {
+    time_ratio(absl::StrCat("decode/b32/ctx512/", p, "512"), "decode/b32/ctx512/full", "<= 1.10",
+               1.10, false);
+  }
+  for (const char* b : {"decode/b1/ctx512/h2o512-vs-full", "decode/b32/ctx512/h2o512-vs-full",
+                        "decode/b32/ctx512/tova512-vs-full",
+                        "decode/b32/ctx512/scissorhands512-vs-full",
+                        "decode/b32/ctx512/knorm512-vs-full",
+                        "decode/b32/ctx512/snapkv512-vs-full"}) {
     if (!has(b)) continue;
     const double v = F[b].counters["ratio"];
     add(absl::StrCat(b, " (interleaved, median)"), "step time ratio", v, "<= 1.10", v <= 1.10);
@@ -177,6 +185,13 @@ int main(int argc, char** argv) {
       add(absl::StrCat("capacity ", p, " bf16 K/V / full fp32 (same pool bytes)"),
           "resident sequences ratio", v, "(info)", true);
     }
+  }
+  for (const char* p : {"tova", "scissorhands", "knorm", "snapkv"}) {
+    const std::string c = absl::StrCat("capacity/len1024/", p);
+    if (!has(c) || !has("capacity/len1024/h2o")) continue;
+    const double v = F[c].counters["sequences"] / F["capacity/len1024/h2o"].counters["sequences"];
+    add(absl::StrCat("capacity ", p, " 20% / h2o 20% (1024-token sequences, one pool)"),
+        "resident sequences ratio", v, "== 1", v == 1.0);
   }
   if (has("capacity/len1024/h2o") && has("capacity/len1024/full")) {
     const double v = F["capacity/len1024/h2o"].counters["sequences"] /
