@@ -550,7 +550,10 @@ void EngineImpl::Loop() {
       }
       const int64_t evicted = c.seq->kv.tokens_evicted - evicted_before[i];
       tokens_evicted_ += evicted;
-      if (evicted > 0 && options_.observer) options_.observer->OnEvicted(r.params.policy, evicted);
+      // The base name, not the spec: parameters must not multiply metric label values.
+      if (evicted > 0 && options_.observer) {
+        options_.observer->OnEvicted(std::string(r.policy->name()), evicted);
+      }
       c.seq->num_computed += c.count;
       if (!c.samples) continue;
       const float* lrow = logits->data() + i * V;

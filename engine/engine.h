@@ -41,6 +41,7 @@ class EngineObserver {
   virtual void OnFirstToken(double seconds_since_arrival) {}
   virtual void OnInterToken(double seconds) {}
   virtual void OnQueued(double queue_seconds) {}
+  // `policy`: the policy's base name ("snapkv", never its parameters), a bounded label set.
   virtual void OnEvicted(const std::string& policy, int64_t tokens) {}
   virtual void OnPreemption() {}
   virtual void OnRequestFinished(const std::string& finish_reason, double e2e_seconds) {}

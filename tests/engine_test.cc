@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <fstream>
 #include <mutex>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -179,6 +180,46 @@ TEST_F(EngineTest, ConcurrentStreamsEachEqualTheirSequentialRun) {
     EXPECT_EQ(cs[i]->text, expect[i]) << "request " << i;
   }
   EXPECT_EQ(engine->Stats().pages_used, 0);
+}
+
+// Policy specs through the engine: parameters are accepted, bad ones refused at submission, and
+// the eviction metric is labelled by the base name only (no label value per parameter set).
+TEST_F(EngineTest, PolicySpecsAndTheirMetricLabel) {
+  struct Labels : EngineObserver {
+    std::mutex mu;
+    std::set<std::string> seen;
+    void OnEvicted(const std::string& policy, int64_t) override {
+      std::lock_guard<std::mutex> lock(mu);
+      seen.insert(policy);
+    }
+  } labels;
+  EngineOptions o;
+  o.num_pages = 64;
+  o.threads = 1;
+  o.observer = &labels;
+  auto engine = *Engine::Create(
+      *LoadModel(testing::ModelPath()),
+      std::make_shared<Tokenizer>(*Tokenizer::Load(testing::TokenizerPath(), 512)), o);
+  GenerationRequest r = Greedy("Once upon a time", 40);
+  r.policy = "scissorhands:history=50";
+  r.budget_tokens = 16;
+  Collector c;
+  ASSERT_TRUE(engine->Submit(r, c.Callback()).ok());
+  c.Wait();
+  EXPECT_EQ(c.last.usage.policy, "scissorhands:history=50");
+  {
+    std::lock_guard<std::mutex> lock(labels.mu);
+    EXPECT_EQ(labels.seen, (std::set<std::string>{"scissorhands"}));
+  }
+  r.policy = "snapkv:kernel=4";
+  absl::StatusOr<std::shared_ptr<RequestHandle>> bad = engine->Submit(r, c.Callback());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("snapkv:kernel=4"), std::string::npos) << bad.status();
+  r.policy = "lru";
+  bad = engine->Submit(r, c.Callback());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("unknown KV policy"), std::string::npos) << bad.status();
 }
 
 TEST_F(EngineTest, CancelAndDeadlineReturnPages) {
