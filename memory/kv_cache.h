@@ -1,8 +1,8 @@
 // KvCache: the one shared pool of fixed-size KV pages and the per-sequence block tables on it.
 //
 // The pool is allocated once at start. A page holds `block_size` token slots for every layer and
-// kv head: K and V rows, and per slot the position of the token held and its accumulated
-// attention score. All (layer, kv head) pairs of a sequence hold the same number of tokens, so one
+// kv head: K and V rows, and per slot the position of the token held and its score: the one
+// channel its policy observes (kernels/slot_channel.h; h2o: accumulated attention). All (layer, kv head) pairs of a sequence hold the same number of tokens, so one
 // block table serves all heads, yet each head keeps its own tokens: when a head evicts, a newer
 // token of that head moves into the victim's slot (per-slot position and score make that legal).
 // Per-head eviction is thus O(1) data movement per evicted token and needs no per-head tables.
@@ -10,7 +10,7 @@
 // Ownership: KvCache owns all KV storage and is the only code that allocates, frees or compacts
 // it. Callers own their SequenceKv values (ids only, no pointers) and may only change them
 // through KvCache methods. The runner writes new K/V rows through View(); kernels read K/V and
-// add to scores through it.
+// write the score channel through it.
 //
 // External storage (KvStorage::kExternal, the CUDA backend): KvCache still owns the page ids,
 // block tables and slot counts (Reserve / Commit / Truncate / Release work as above), but holds
