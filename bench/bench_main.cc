@@ -251,7 +251,10 @@ int main(int argc, char** argv) {
     if (peer.is_discarded() || !peer.contains("models")) {
       std::fprintf(stderr, "--peer_json=%s: not a bench-llamacpp.sh result\n", peer_path.c_str());
     } else {
-      for (const auto& [mix, p] : peer["models"].items()) {
+      for (const auto& item : peer["models"].items()) {
+        // Named copies, not structured bindings: clang 14 cannot capture those in the lambda.
+        const std::string mix = item.key();
+        const nlohmann::json& p = item.value();
         const std::string base = absl::StrCat("gguf/llama3.2-1b/", mix, "/");
         auto vs = [&](const std::string& bench, const char* key, const std::string& label,
                       double limit) {
