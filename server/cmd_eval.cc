@@ -1,5 +1,9 @@
 // heavykv eval: perplexity and top-1 agreement of policies x budgets on a text file.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 
@@ -11,12 +15,58 @@
 #include "server/cli_flags.h"
 #include "server/dtype_flags.h"
 #include "server/commands.h"
+#include "server/svg_plot.h"
 
 namespace heavykv::cli {
 
+namespace {
+
+// Perplexity against budget: one line per policy (a point per budget), the full cache as a
+// dashed reference line across the budgets. A logarithmic y axis when the values span more than
+// a factor of 4 (a starved policy would flatten every other line).
+absl::Status WritePlot(const std::string& path, const std::vector<EvalResult>& results,
+                       const std::string& model_path) {
+  std::vector<PlotSeries> series;
+  std::map<std::string, size_t> index;
+  std::optional<double> full;
+  double lo = INFINITY, hi = -INFINITY, y_lo = INFINITY, y_hi = -INFINITY;
+  int32_t window = 0;
+  for (const EvalResult& r : results) {
+    window = r.window;
+    y_lo = std::min(y_lo, r.ppl);
+    y_hi = std::max(y_hi, r.ppl);
+    if (r.policy == "full") {
+      full = r.ppl;
+      continue;
+    }
+    auto [it, added] = index.try_emplace(r.policy, series.size());
+    if (added) series.push_back({r.policy, {}, false});
+    series[it->second].points.push_back({double(r.budget_tokens), r.ppl});
+    lo = std::min(lo, double(r.budget_tokens));
+    hi = std::max(hi, double(r.budget_tokens));
+  }
+  if (full) {
+    if (!std::isfinite(lo)) lo = hi = window;
+    series.push_back({"full", {{lo, *full}, {hi, *full}}, true});
+  }
+  PlotOptions o;
+  o.title = absl::StrCat("Perplexity against KV budget: ",
+                         std::filesystem::path(model_path).filename().string());
+  o.x_label = absl::StrCat("KV budget (tokens kept per layer and kv head; window ", window, ")");
+  o.y_label = "perplexity";
+  o.log_y = y_lo > 0 && y_hi / y_lo > 4;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << LinePlotSvg(series, o);
+  out.close();
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write --plot ", path));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 int EvalCommand(int argc, char** argv) {
   std::string model_path, tokenizer_path, text_path, policies = "full,window,sink,h2o";
-  std::string budgets = "0.2", device_name = "cpu";
+  std::string budgets = "0.2", device_name = "cpu", plot_path;
   DtypeFlags dtypes;
   int64_t window = 0, max_windows = 0, block_size = 16, threads = 0;
   double recent_fraction = 0.5;
@@ -35,6 +85,8 @@ int EvalCommand(int argc, char** argv) {
   flags.String("device", &device_name, "cpu or cuda: where the forward passes run");
   dtypes.Register(flags);
   flags.Bool("json", &json, "JSON lines on stdout (the table goes to stderr)");
+  flags.String("plot", &plot_path,
+               "write perplexity against budget as an SVG line chart to this file");
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
   if (model_path.empty() || text_path.empty()) {
     return Fail(absl::InvalidArgumentError("--model and --text are required"));
@@ -112,6 +164,10 @@ int EvalCommand(int argc, char** argv) {
                      {"ppl", Rounded(r.ppl, 6)},
                      {"top1", Rounded(r.top1, 6)}});
     }
+  }
+  if (!plot_path.empty()) {
+    if (absl::Status s = WritePlot(plot_path, *results, model_path); !s.ok()) return Fail(s);
+    std::fprintf(stderr, "wrote %s\n", plot_path.c_str());
   }
   return 0;
 }
