@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/evaluator.h"
+#include "engine/passkey.h"
 #include "engine/step_runner.h"
 #include "server/cli_flags.h"
 #include "server/dtype_flags.h"
@@ -62,16 +63,42 @@ absl::Status WritePlot(const std::string& path, const std::vector<EvalResult>& r
   return absl::OkStatus();
 }
 
+int PrintPasskey(const absl::StatusOr<std::vector<PasskeyResult>>& results, bool json) {
+  if (!results.ok()) return Fail(results.status());
+  std::FILE* table = json ? stderr : stdout;
+  std::fprintf(table, "%-8s %8s %8s %8s %8s %9s\n", "policy", "budget", "prompt", "trials",
+               "correct", "accuracy");
+  for (const PasskeyResult& r : *results) {
+    std::fprintf(table, "%-8s %8d %8d %8d %8d %9.3f\n", r.policy.c_str(), r.budget_tokens,
+                 r.prompt_tokens, r.trials, r.correct, r.accuracy);
+    if (json) {
+      PrintJsonLine({{"task", "passkey"},
+                     {"policy", r.policy},
+                     {"budget", r.budget_tokens},
+                     {"budget_spec", r.budget},
+                     {"prompt_tokens", r.prompt_tokens},
+                     {"trials", r.trials},
+                     {"correct", r.correct},
+                     {"accuracy", Rounded(r.accuracy, 6)},
+                     {"keys", r.keys},
+                     {"answers", r.answers}});
+    }
+  }
+  return 0;
+}
+
 }  // namespace
 
 int EvalCommand(int argc, char** argv) {
   std::string model_path, tokenizer_path, text_path, policies = "full,window,sink,h2o";
-  std::string budgets = "0.2", device_name = "cpu", plot_path;
+  std::string budgets = "0.2", device_name = "cpu", plot_path, task = "ppl";
   DtypeFlags dtypes;
-  int64_t window = 0, max_windows = 0, block_size = 16, threads = 0;
+  int64_t window = 0, max_windows = 0, block_size = 16, threads = 0, trials = 5,
+          passkey_tokens = 0, seed = 1;
   double recent_fraction = 0.5;
   bool json = false;
-  FlagSet flags("eval", "heavykv eval --model FILE --tokenizer FILE --text FILE [flags]");
+  FlagSet flags("eval",
+                "heavykv eval --model FILE --tokenizer FILE (--text FILE | --task passkey) [flags]");
   flags.String("model", &model_path, "llama2.c checkpoint or GGUF file (required)");
   flags.String("tokenizer", &tokenizer_path, "llama2.c tokenizer (default: a GGUF model's own); else --text holds ids");
   flags.String("text", &text_path, "stories separated by blank lines (required)");
@@ -87,9 +114,19 @@ int EvalCommand(int argc, char** argv) {
   flags.Bool("json", &json, "JSON lines on stdout (the table goes to stderr)");
   flags.String("plot", &plot_path,
                "write perplexity against budget as an SVG line chart to this file");
+  flags.String("task", &task, "ppl (perplexity of --text) or passkey (retrieval accuracy)");
+  flags.Int("trials", &trials, "passkey: prompts per configuration, keys at evenly spread depths");
+  flags.Int("passkey-tokens", &passkey_tokens, "passkey: prompt length; 0 = context - 8");
+  flags.Int("seed", &seed, "passkey: seed of the keys");
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
-  if (model_path.empty() || text_path.empty()) {
+  if (task != "ppl" && task != "passkey") {
+    return Fail(absl::InvalidArgumentError("--task must be ppl or passkey"));
+  }
+  if (model_path.empty() || (task == "ppl" && text_path.empty())) {
     return Fail(absl::InvalidArgumentError("--model and --text are required"));
+  }
+  if (task == "passkey" && !plot_path.empty()) {
+    return Fail(absl::InvalidArgumentError("--plot draws perplexity: use it with --task ppl"));
   }
   if (window < 0 || max_windows < 0 || block_size <= 0 || block_size > 1024) {
     return Fail(absl::InvalidArgumentError(
@@ -105,25 +142,6 @@ int EvalCommand(int argc, char** argv) {
   absl::StatusOr<std::shared_ptr<const TextTokenizer>> tok =
       LoadOptionalTokenizer(tokenizer_path, model_path, model->config.vocab_size);
   if (!tok.ok()) return Fail(tok.status());
-  std::ifstream in(text_path, std::ios::binary);
-  if (!in) return Fail(absl::NotFoundError(absl::StrCat("cannot open --text ", text_path)));
-  std::stringstream buf;
-  buf << in.rdbuf();
-  std::vector<int32_t> stream;
-  if (*tok) {
-    stream = BuildEvalStream(**tok, buf.str());
-  } else {
-    for (absl::string_view part :
-         absl::StrSplit(buf.str(), absl::ByAnyChar(" \t\n,"), absl::SkipEmpty())) {
-      int32_t id;
-      if (!absl::SimpleAtoi(part, &id)) {
-        return Fail(absl::InvalidArgumentError(
-            absl::StrCat("without --tokenizer, --text must hold token ids; got \"", part, "\"")));
-      }
-      stream.push_back(id);
-    }
-  }
-
   EvalOptions opt;
   opt.window = static_cast<int32_t>(window);
   opt.max_windows = static_cast<int32_t>(max_windows);
@@ -144,6 +162,40 @@ int EvalCommand(int argc, char** argv) {
       opt.configs.push_back({p, *kb});
     }
   }
+  if (task == "passkey") {
+    if (!*tok) {
+      return Fail(absl::InvalidArgumentError("--task passkey needs a tokenizer (--tokenizer)"));
+    }
+    PasskeyOptions po;
+    po.prompt_tokens = static_cast<int32_t>(std::clamp<int64_t>(passkey_tokens, 0, INT32_MAX));
+    po.trials = static_cast<int32_t>(std::clamp<int64_t>(trials, 0, INT32_MAX));
+    po.seed = static_cast<uint64_t>(seed);
+    po.configs = opt.configs;
+    po.recent_fraction = recent_fraction;
+    po.block_size = opt.block_size;
+    po.device = *device;
+    po.kv_dtype = dtypes.kv;
+    return PrintPasskey(RunPasskey(*model, **tok, po), json);
+  }
+  std::ifstream in(text_path, std::ios::binary);
+  if (!in) return Fail(absl::NotFoundError(absl::StrCat("cannot open --text ", text_path)));
+  std::stringstream buf;
+  buf << in.rdbuf();
+  std::vector<int32_t> stream;
+  if (*tok) {
+    stream = BuildEvalStream(**tok, buf.str());
+  } else {
+    for (absl::string_view part :
+         absl::StrSplit(buf.str(), absl::ByAnyChar(" \t\n,"), absl::SkipEmpty())) {
+      int32_t id;
+      if (!absl::SimpleAtoi(part, &id)) {
+        return Fail(absl::InvalidArgumentError(
+            absl::StrCat("without --tokenizer, --text must hold token ids; got \"", part, "\"")));
+      }
+      stream.push_back(id);
+    }
+  }
+
   absl::StatusOr<std::vector<EvalResult>> results = Evaluate(*model, stream, opt);
   if (!results.ok()) return Fail(results.status());
 
