@@ -128,6 +128,15 @@ class EngineImpl final : public Engine {
     return validator_.Encode(text, add_special);
   }
 
+  absl::StatusOr<std::vector<int32_t>> TokenizeChat(const std::vector<ChatMessage>& messages,
+                                                    bool add_generation_prompt) const override {
+    GenerationRequest q;
+    q.messages = messages;
+    q.add_generation_prompt = add_generation_prompt;
+    if (absl::Status s = validator_.Precheck(q); !s.ok()) return s;
+    return validator_.PromptTokens(q);
+  }
+
   void TokenizeAsync(std::string text, bool add_special,
                      std::shared_ptr<const std::atomic<bool>> cancelled, absl::Time deadline,
                      std::function<void(absl::StatusOr<std::vector<int32_t>>)> done) override {
@@ -246,6 +255,8 @@ class EngineImpl final : public Engine {
   // Copies the engine thread's counters where Stats() reads them.
   void PublishStats();
   void OnToken(Request& r, int32_t token, const float* logits);
+  void AddLogprobs(const Request& r, int32_t token, const float* logits,
+                   GenerationDelta& d) const;
   // The tokenizer thread: tokenizes text prompts and Tokenize calls, one at a time, in order.
   void PrepareLoop();
   // The last delta of a request that never reached the engine thread (tokenizer thread).
@@ -436,6 +447,25 @@ void EngineImpl::DropFinished() {
   }
 }
 
+void EngineImpl::AddLogprobs(const Request& r, int32_t token, const float* logits,
+                             GenerationDelta& d) const {
+  // Of the model's distribution, before temperature and truncation.
+  const std::span<const float> row(logits, model_.config.vocab_size);
+  const double lse = Sampler::LogSumExp(row);
+  // The token before this one: its bytes depend on it (SentencePiece's space after BOS).
+  const int32_t prev = r.seq.tokens.size() >= 2 ? r.seq.tokens[r.seq.tokens.size() - 2] : -1;
+  const auto bytes = [&](int32_t id) {
+    return tokenizer_ != nullptr ? tokenizer_->Decode(prev, id) : std::string();
+  };
+  d.logprobs.push_back(static_cast<float>(double(row[token]) - lse));
+  d.token_bytes.push_back(bytes(token));
+  if (r.params.top_logprobs == 0) return;
+  std::vector<TokenLogprob>& top = d.top_logprobs.emplace_back();
+  for (int32_t id : Sampler::TopTokens(row, r.params.top_logprobs)) {
+    top.push_back({id, static_cast<float>(double(row[id]) - lse), bytes(id)});
+  }
+}
+
 void EngineImpl::OnToken(Request& r, int32_t token, const float* logits) {
   const ResolvedRequest& p = r.params;
   const absl::Time now = absl::Now();
@@ -458,10 +488,7 @@ void EngineImpl::OnToken(Request& r, int32_t token, const float* logits) {
   if (options_.observer) options_.observer->OnGenerationTokens(1);
   GenerationDelta d;
   d.token_ids.push_back(token);
-  if (p.logprobs) {  // of the model's distribution, before temperature and truncation
-    std::span<const float> row(logits, model_.config.vocab_size);
-    d.logprobs.push_back(static_cast<float>(Sampler::LogProb(row, token)));
-  }
+  if (p.logprobs) AddLogprobs(r, token, logits, d);
   bool stopped = false;
   d.text = r.text->Push(token, &stopped);
   if (stopped) return Finish(r, "stop", std::move(d));

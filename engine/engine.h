@@ -104,6 +104,9 @@ struct GenerationRequest {
   std::optional<double> budget_fraction;
   std::optional<double> recent_fraction;
   bool logprobs = false;
+  // With logprobs: also the top_logprobs most likely tokens at each step (0 to
+  // kMaxTopLogprobs), as OpenAI's top_logprobs.
+  int32_t top_logprobs = 0;
   std::optional<absl::Time> deadline;
 };
 
@@ -123,10 +126,23 @@ struct GenerationTimings {
   double total_seconds = 0;
 };
 
+// One candidate token at a step, for top_logprobs.
+struct TokenLogprob {
+  int32_t token = 0;
+  float logprob = 0;
+  std::string bytes;  // the token's text as decoded after the previous token (may be part of a
+                      // UTF-8 character); empty without a tokenizer
+};
+
 struct GenerationDelta {
   std::vector<int32_t> token_ids;
   std::string text;              // never ends inside a UTF-8 character
-  std::vector<float> logprobs;   // of token_ids, when requested
+  // With logprobs, one entry per token of token_ids: its log-probability under the model
+  // (before temperature and truncation), its bytes as TokenLogprob::bytes, and (top_logprobs > 0)
+  // the most likely tokens of that step, most likely first (ties: the lower id).
+  std::vector<float> logprobs;
+  std::vector<std::string> token_bytes;
+  std::vector<std::vector<TokenLogprob>> top_logprobs;
   bool finished = false;
   // On the last delta: length, stop, eos, cancelled, error, or rejected (the request failed a
   // check that needed its prompt's tokens, after Submit had accepted it: `status` says why).
@@ -193,7 +209,12 @@ class Engine {
   // UTF-8 or for more than the prompt byte limit. Runs on the caller's thread.
   virtual absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& text,
                                                         bool add_special = true) const = 0;
-  // The same on the engine's tokenizer thread: `done` is called there exactly once, with
+  // The prompt tokens a chat request with these messages would get: rendered with the chat
+  // template, then encoded as Submit does (FAILED_PRECONDITION without a template,
+  // INVALID_ARGUMENT as Submit refuses the chat). Runs on the caller's thread.
+  virtual absl::StatusOr<std::vector<int32_t>> TokenizeChat(
+      const std::vector<ChatMessage>& messages, bool add_generation_prompt) const = 0;
+  // Tokenize on the engine's tokenizer thread: `done` is called there exactly once, with
   // CANCELLED once `*cancelled` is set, DEADLINE_EXCEEDED past `deadline`, UNAVAILABLE while
   // shutting down.
   virtual void TokenizeAsync(std::string text, bool add_special,

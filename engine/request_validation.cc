@@ -162,6 +162,12 @@ absl::Status RequestValidator::Precheck(const GenerationRequest& q) const {
   if (q.top_k && (*q.top_k < 0 || *q.top_k > config_.vocab_size)) {
     return Invalid(absl::StrCat("top_k must be in [0, ", config_.vocab_size, "] (0 = off)"));
   }
+  if (q.top_logprobs < 0 || q.top_logprobs > kMaxTopLogprobs) {
+    return Invalid(absl::StrCat("top_logprobs must be in [0, ", kMaxTopLogprobs, "]"));
+  }
+  if (q.top_logprobs > 0 && !q.logprobs) {
+    return Invalid("top_logprobs needs logprobs: ask for logprobs too");
+  }
   if (q.stop.size() > kMaxStopStrings) {
     return Invalid(absl::StrCat("the request has ", q.stop.size(), " stop strings; at most ",
                                 kMaxStopStrings, " are accepted"));
@@ -306,6 +312,7 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
   r.stop_token_ids = q.stop_token_ids;
   r.ignore_eos = q.ignore_eos;
   r.logprobs = q.logprobs;
+  r.top_logprobs = q.top_logprobs;
   r.skip_special_tokens = q.skip_special_tokens;
   r.deadline = q.deadline;
   r.policy = q.policy.value_or(options_.default_policy);

@@ -35,6 +35,7 @@ inline constexpr size_t kMaxStopStrings = 32;
 inline constexpr size_t kMaxStopStringBytes = 256;
 inline constexpr size_t kMaxChatRoleBytes = 64;
 inline constexpr size_t kMaxStopTokenIds = 256;
+inline constexpr int32_t kMaxTopLogprobs = 20;  // as OpenAI and vLLM's default
 inline constexpr size_t kMaxPolicyNameBytes = 64;
 inline constexpr size_t kMaxClientKeyBytes = 256;
 
@@ -55,6 +56,7 @@ struct ResolvedRequest {
   int32_t budget_tokens = 0;  // resolved against prompt + max_new_tokens; unused for "full"
   double recent_fraction = 0.5;
   bool logprobs = false;
+  int32_t top_logprobs = 0;
   bool skip_special_tokens = true;
   std::optional<absl::Time> deadline;
   absl::Time arrival;

@@ -106,11 +106,38 @@ int32_t SampleTopP(std::span<const float> probs, float top_p, float coin,
 Sampler::Sampler(const SamplingParams& params)
     : params_(params), rng_state_(params.seed != 0 ? params.seed : kZeroSeedReplacement) {}
 
-double Sampler::LogProb(std::span<const float> logits, int32_t token) {
+double Sampler::LogSumExp(std::span<const float> logits) {
   const float mx = *std::max_element(logits.begin(), logits.end());
   double sum = 0.0;
   for (float v : logits) sum += std::exp(double(v) - mx);
-  return double(logits[token]) - mx - std::log(sum);
+  return mx + std::log(sum);
+}
+
+double Sampler::LogProb(std::span<const float> logits, int32_t token) {
+  return double(logits[token]) - LogSumExp(logits);
+}
+
+std::vector<int32_t> Sampler::TopTokens(std::span<const float> logits, int32_t n) {
+  const size_t k = std::min(logits.size(), size_t(std::max(n, 0)));
+  // "a before b" in the output order: the larger logit, then the lower id.
+  const auto before = [&](int32_t a, int32_t b) {
+    return logits[a] > logits[b] || (logits[a] == logits[b] && a < b);
+  };
+  std::vector<int32_t> heap;  // the best k so far; its front is the last of them
+  heap.reserve(k + 1);
+  for (size_t i = 0; i < logits.size() && k > 0; ++i) {
+    const int32_t id = static_cast<int32_t>(i);
+    if (heap.size() < k) {
+      heap.push_back(id);
+      std::push_heap(heap.begin(), heap.end(), before);
+    } else if (before(id, heap.front())) {
+      std::pop_heap(heap.begin(), heap.end(), before);
+      heap.back() = id;
+      std::push_heap(heap.begin(), heap.end(), before);
+    }
+  }
+  std::sort_heap(heap.begin(), heap.end(), before);
+  return heap;
 }
 
 int32_t Sampler::Argmax(std::span<const float> logits) {

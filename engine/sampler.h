@@ -28,6 +28,10 @@ class Sampler {
   static int32_t Argmax(std::span<const float> logits);
   // log softmax(logits)[token], computed in double around the maximum.
   static double LogProb(std::span<const float> logits, int32_t token);
+  // log sum exp(logits), in double around the maximum: logits[t] - LogSumExp = log p(t).
+  static double LogSumExp(std::span<const float> logits);
+  // The min(n, size) ids of the largest logits, largest first (ties: the lower id first).
+  static std::vector<int32_t> TopTokens(std::span<const float> logits, int32_t n);
 
  private:
   float RandomF32();  // run.c random_f32()

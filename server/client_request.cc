@@ -19,6 +19,7 @@ void AddRequestFlags(FlagSet& flags, RequestFlags* f) {
   flags.String("stop", &f->stop, "comma-separated stop strings");
   flags.Bool("ignore-eos", &f->ignore_eos, "keep generating past end-of-sequence");
   flags.Bool("logprobs", &f->logprobs, "ask for the sampled tokens' log-probabilities");
+  flags.Int("top-logprobs", &f->top_logprobs, "with --logprobs: the N most likely tokens too");
   flags.Bool("keep-special-tokens", &f->keep_special_tokens,
              "keep control tokens (<|im_end|>, </s>) in the text: skip_special_tokens=false");
 }
@@ -49,6 +50,7 @@ absl::Status FillSharedFields(const FlagSet& flags, const RequestFlags& f, Reque
   for (const std::string& stop : SplitList(f.stop)) out->add_stop(stop);
   out->set_ignore_eos(f.ignore_eos);
   out->set_logprobs(f.logprobs);
+  out->set_top_logprobs(static_cast<int32_t>(f.top_logprobs));
   if (f.keep_special_tokens) out->set_skip_special_tokens(false);
   return absl::OkStatus();
 }

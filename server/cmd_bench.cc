@@ -261,6 +261,7 @@ int BenchCommand(int argc, char** argv) {
       if (!http_url.empty()) {
         http = std::make_unique<httplib::Client>(http_url);
         http->set_keep_alive(true);
+        http->set_tcp_nodelay(true);  // as OpenAI clients (httpx, Node) and gRPC do
         http->set_read_timeout(3600, 0);
       }
       for (int64_t i; (i = next.fetch_add(1)) < requests;) {

@@ -1,5 +1,9 @@
 // heavykv eval: perplexity and top-1 agreement of policies x budgets on a text file.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <map>
 #include <fstream>
 #include <sstream>
 
@@ -7,21 +11,94 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "engine/evaluator.h"
+#include "engine/passkey.h"
 #include "engine/step_runner.h"
 #include "server/cli_flags.h"
 #include "server/dtype_flags.h"
 #include "server/commands.h"
+#include "server/svg_plot.h"
 
 namespace heavykv::cli {
 
+namespace {
+
+// Perplexity against budget: one line per policy (a point per budget), the full cache as a
+// dashed reference line across the budgets. A logarithmic y axis when the values span more than
+// a factor of 4 (a starved policy would flatten every other line).
+absl::Status WritePlot(const std::string& path, const std::vector<EvalResult>& results,
+                       const std::string& model_path) {
+  std::vector<PlotSeries> series;
+  std::map<std::string, size_t> index;
+  std::optional<double> full;
+  double lo = INFINITY, hi = -INFINITY, y_lo = INFINITY, y_hi = -INFINITY;
+  int32_t window = 0;
+  for (const EvalResult& r : results) {
+    window = r.window;
+    y_lo = std::min(y_lo, r.ppl);
+    y_hi = std::max(y_hi, r.ppl);
+    if (r.policy == "full") {
+      full = r.ppl;
+      continue;
+    }
+    auto [it, added] = index.try_emplace(r.policy, series.size());
+    if (added) series.push_back({r.policy, {}, false});
+    series[it->second].points.push_back({double(r.budget_tokens), r.ppl});
+    lo = std::min(lo, double(r.budget_tokens));
+    hi = std::max(hi, double(r.budget_tokens));
+  }
+  if (full) {
+    if (!std::isfinite(lo)) lo = hi = window;
+    series.push_back({"full", {{lo, *full}, {hi, *full}}, true});
+  }
+  PlotOptions o;
+  o.title = absl::StrCat("Perplexity against KV budget: ",
+                         std::filesystem::path(model_path).filename().string());
+  o.x_label = absl::StrCat("KV budget (tokens kept per layer and kv head; window ", window, ")");
+  o.y_label = "perplexity";
+  o.log_y = y_lo > 0 && y_hi / y_lo > 4;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << LinePlotSvg(series, o);
+  out.close();
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write --plot ", path));
+  return absl::OkStatus();
+}
+
+int PrintPasskey(const absl::StatusOr<std::vector<PasskeyResult>>& results, bool json) {
+  if (!results.ok()) return Fail(results.status());
+  std::FILE* table = json ? stderr : stdout;
+  std::fprintf(table, "%-8s %8s %8s %8s %8s %9s\n", "policy", "budget", "prompt", "trials",
+               "correct", "accuracy");
+  for (const PasskeyResult& r : *results) {
+    std::fprintf(table, "%-8s %8d %8d %8d %8d %9.3f\n", r.policy.c_str(), r.budget_tokens,
+                 r.prompt_tokens, r.trials, r.correct, r.accuracy);
+    if (json) {
+      PrintJsonLine({{"task", "passkey"},
+                     {"policy", r.policy},
+                     {"budget", r.budget_tokens},
+                     {"budget_spec", r.budget},
+                     {"prompt_tokens", r.prompt_tokens},
+                     {"trials", r.trials},
+                     {"correct", r.correct},
+                     {"accuracy", Rounded(r.accuracy, 6)},
+                     {"keys", r.keys},
+                     {"answers", r.answers}});
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
 int EvalCommand(int argc, char** argv) {
   std::string model_path, tokenizer_path, text_path, policies = "full,window,sink,h2o";
-  std::string budgets = "0.2", device_name = "cpu";
+  std::string budgets = "0.2", device_name = "cpu", plot_path, task = "ppl";
   DtypeFlags dtypes;
-  int64_t window = 0, max_windows = 0, block_size = 16, threads = 0;
+  int64_t window = 0, max_windows = 0, block_size = 16, threads = 0, trials = 5,
+          passkey_tokens = 0, seed = 1;
   double recent_fraction = 0.5;
   bool json = false;
-  FlagSet flags("eval", "heavykv eval --model FILE --tokenizer FILE --text FILE [flags]");
+  FlagSet flags("eval",
+                "heavykv eval --model FILE --tokenizer FILE (--text FILE | --task passkey) [flags]");
   flags.String("model", &model_path, "llama2.c checkpoint or GGUF file (required)");
   flags.String("tokenizer", &tokenizer_path, "llama2.c tokenizer (default: a GGUF model's own); else --text holds ids");
   flags.String("text", &text_path, "stories separated by blank lines (required)");
@@ -35,9 +112,21 @@ int EvalCommand(int argc, char** argv) {
   flags.String("device", &device_name, "cpu or cuda: where the forward passes run");
   dtypes.Register(flags);
   flags.Bool("json", &json, "JSON lines on stdout (the table goes to stderr)");
+  flags.String("plot", &plot_path,
+               "write perplexity against budget as an SVG line chart to this file");
+  flags.String("task", &task, "ppl (perplexity of --text) or passkey (retrieval accuracy)");
+  flags.Int("trials", &trials, "passkey: prompts per configuration, keys at evenly spread depths");
+  flags.Int("passkey-tokens", &passkey_tokens, "passkey: prompt length; 0 = context - 8");
+  flags.Int("seed", &seed, "passkey: seed of the keys");
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
-  if (model_path.empty() || text_path.empty()) {
+  if (task != "ppl" && task != "passkey") {
+    return Fail(absl::InvalidArgumentError("--task must be ppl or passkey"));
+  }
+  if (model_path.empty() || (task == "ppl" && text_path.empty())) {
     return Fail(absl::InvalidArgumentError("--model and --text are required"));
+  }
+  if (task == "passkey" && !plot_path.empty()) {
+    return Fail(absl::InvalidArgumentError("--plot draws perplexity: use it with --task ppl"));
   }
   if (window < 0 || max_windows < 0 || block_size <= 0 || block_size > 1024) {
     return Fail(absl::InvalidArgumentError(
@@ -53,25 +142,6 @@ int EvalCommand(int argc, char** argv) {
   absl::StatusOr<std::shared_ptr<const TextTokenizer>> tok =
       LoadOptionalTokenizer(tokenizer_path, model_path, model->config.vocab_size);
   if (!tok.ok()) return Fail(tok.status());
-  std::ifstream in(text_path, std::ios::binary);
-  if (!in) return Fail(absl::NotFoundError(absl::StrCat("cannot open --text ", text_path)));
-  std::stringstream buf;
-  buf << in.rdbuf();
-  std::vector<int32_t> stream;
-  if (*tok) {
-    stream = BuildEvalStream(**tok, buf.str());
-  } else {
-    for (absl::string_view part :
-         absl::StrSplit(buf.str(), absl::ByAnyChar(" \t\n,"), absl::SkipEmpty())) {
-      int32_t id;
-      if (!absl::SimpleAtoi(part, &id)) {
-        return Fail(absl::InvalidArgumentError(
-            absl::StrCat("without --tokenizer, --text must hold token ids; got \"", part, "\"")));
-      }
-      stream.push_back(id);
-    }
-  }
-
   EvalOptions opt;
   opt.window = static_cast<int32_t>(window);
   opt.max_windows = static_cast<int32_t>(max_windows);
@@ -92,6 +162,40 @@ int EvalCommand(int argc, char** argv) {
       opt.configs.push_back({p, *kb});
     }
   }
+  if (task == "passkey") {
+    if (!*tok) {
+      return Fail(absl::InvalidArgumentError("--task passkey needs a tokenizer (--tokenizer)"));
+    }
+    PasskeyOptions po;
+    po.prompt_tokens = static_cast<int32_t>(std::clamp<int64_t>(passkey_tokens, 0, INT32_MAX));
+    po.trials = static_cast<int32_t>(std::clamp<int64_t>(trials, 0, INT32_MAX));
+    po.seed = static_cast<uint64_t>(seed);
+    po.configs = opt.configs;
+    po.recent_fraction = recent_fraction;
+    po.block_size = opt.block_size;
+    po.device = *device;
+    po.kv_dtype = dtypes.kv;
+    return PrintPasskey(RunPasskey(*model, **tok, po), json);
+  }
+  std::ifstream in(text_path, std::ios::binary);
+  if (!in) return Fail(absl::NotFoundError(absl::StrCat("cannot open --text ", text_path)));
+  std::stringstream buf;
+  buf << in.rdbuf();
+  std::vector<int32_t> stream;
+  if (*tok) {
+    stream = BuildEvalStream(**tok, buf.str());
+  } else {
+    for (absl::string_view part :
+         absl::StrSplit(buf.str(), absl::ByAnyChar(" \t\n,"), absl::SkipEmpty())) {
+      int32_t id;
+      if (!absl::SimpleAtoi(part, &id)) {
+        return Fail(absl::InvalidArgumentError(
+            absl::StrCat("without --tokenizer, --text must hold token ids; got \"", part, "\"")));
+      }
+      stream.push_back(id);
+    }
+  }
+
   absl::StatusOr<std::vector<EvalResult>> results = Evaluate(*model, stream, opt);
   if (!results.ok()) return Fail(results.status());
 
@@ -112,6 +216,10 @@ int EvalCommand(int argc, char** argv) {
                      {"ppl", Rounded(r.ppl, 6)},
                      {"top1", Rounded(r.top1, 6)}});
     }
+  }
+  if (!plot_path.empty()) {
+    if (absl::Status s = WritePlot(plot_path, *results, model_path); !s.ok()) return Fail(s);
+    std::fprintf(stderr, "wrote %s\n", plot_path.c_str());
   }
   return 0;
 }

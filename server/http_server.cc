@@ -370,6 +370,9 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   const auto seconds = [](absl::Duration d) {
     return std::max<time_t>(1, absl::ToInt64Seconds(d));
   };
+  // Stream events are small writes: without TCP_NODELAY, Nagle holds each one until the client
+  // acknowledges the last, and delayed ACKs stall a stream (gRPC sets it too).
+  impl.set_tcp_nodelay(true);
   impl.set_read_timeout(seconds(options.read_timeout));  // SO_RCVTIMEO, beside our deadlines
   impl.set_write_timeout(seconds(options.write_timeout));
   impl.set_keep_alive_max_count(static_cast<size_t>(options.keep_alive_max_requests));

@@ -85,35 +85,52 @@ struct Stream {
   Running run;
   ResponseMeta meta;
   bool include_usage = false;
+  LogprobsJson logprobs{ApiKind::kCompletion, false};
   std::vector<GenerationDelta> pending;  // taken before the stream started
   bool role_sent = false;
   bool done = false;
 
-  // The events for `deltas`; sets `done` after the last one and [DONE].
+  // The events for `deltas`; sets `done` after the last one and [DONE]. Deltas taken together
+  // go out as one chunk, as gRPC merges queued deltas into one message: a client that reads
+  // slower than tokens come gets fewer, larger chunks instead of a growing backlog.
   std::string Events(const std::vector<GenerationDelta>& deltas) {
     std::string out;
     if (meta.kind == ApiKind::kChat && !role_sent) {
       out += SseEvent(StreamChunkJson(meta, "", std::nullopt, /*first=*/true, include_usage));
       role_sent = true;
     }
+    std::string text;
+    bool tokens = false;
+    const GenerationDelta* last = nullptr;
     for (const GenerationDelta& d : deltas) {
-      if (!d.finished) {
-        if (!d.text.empty()) {
-          out += SseEvent(StreamChunkJson(meta, d.text, std::nullopt, false, include_usage));
-        }
-        continue;
-      }
-      LogFinished(meta.id, d);
-      if (absl::Status s = FinishStatus(d); !s.ok()) {
-        out += SseEvent(nlohmann::json::parse(ErrorBody(s)));
-      } else {
-        out += SseEvent(StreamChunkJson(meta, d.text, OpenAiFinishReason(d.finish_reason),
-                                        false, include_usage));
-        if (include_usage) out += SseEvent(UsageChunkJson(meta, d.usage));
-      }
-      out.append(kSseDone.data(), kSseDone.size());
-      done = true;
+      text += d.text;
+      tokens |= !d.token_ids.empty();
+      logprobs.Add(d);
+      if (d.finished) last = &d;
     }
+    // A token that ends inside a character has no text yet; with logprobs it still goes out.
+    const bool content = !text.empty() || (tokens && logprobs.enabled());
+    if (last == nullptr) {
+      if (content) {
+        out += SseEvent(
+            StreamChunkJson(meta, text, std::nullopt, false, include_usage, logprobs.Take()));
+      }
+      return out;
+    }
+    LogFinished(meta.id, *last);
+    if (absl::Status s = FinishStatus(*last); !s.ok()) {
+      if (content) {
+        out += SseEvent(
+            StreamChunkJson(meta, text, std::nullopt, false, include_usage, logprobs.Take()));
+      }
+      out += SseEvent(nlohmann::json::parse(ErrorBody(s)));
+    } else {
+      out += SseEvent(StreamChunkJson(meta, text, OpenAiFinishReason(last->finish_reason), false,
+                                      include_usage, logprobs.Take()));
+      if (include_usage) out += SseEvent(UsageChunkJson(meta, last->usage));
+    }
+    out.append(kSseDone.data(), kSseDone.size());
+    done = true;
     return out;
   }
 };
@@ -207,21 +224,26 @@ class OpenAiFront {
       spdlog::info("request {} rejected: {}", meta.id, batch.back().status.ToString());
       return Refused(res, batch.back().status);
     }
+    LogprobsJson logprobs(kind, q->generation.logprobs);
     if (!q->stream) {
       std::string text;
       for (;;) {
-        for (const GenerationDelta& d : batch) text += d.text;
+        for (const GenerationDelta& d : batch) {
+          text += d.text;
+          logprobs.Add(d);
+        }
         if (run.finished) break;
         batch = run.Take();
       }
       const GenerationDelta& last = batch.back();
       LogFinished(meta.id, last);
       if (absl::Status s = FinishStatus(last); !s.ok()) return SetError(res, s);
-      return SetJson(res, ResponseJson(meta, text, last));
+      return SetJson(res, ResponseJson(meta, text, last, logprobs.Take()));
     }
 
     stream->meta = std::move(meta);
     stream->include_usage = q->include_usage;
+    stream->logprobs = std::move(logprobs);
     stream->pending = std::move(batch);
     res.status = 200;
     res.set_header("Cache-Control", "no-cache");
@@ -263,8 +285,10 @@ class OpenAiFront {
     if (!Authorized(req, res)) return;
     absl::StatusOr<TokenizeBody> q = ParseTokenizeBody(req.body, served_);
     if (!q.ok()) return SetError(res, q.status());
-    absl::StatusOr<std::vector<int32_t>> ids = engine_->Tokenize(q->prompt, q->add_special_tokens);
-    if (!ids.ok()) return SetError(res, WithParam(ids.status(), "prompt"));
+    absl::StatusOr<std::vector<int32_t>> ids =
+        q->messages ? engine_->TokenizeChat(*q->messages, q->add_generation_prompt)
+                    : engine_->Tokenize(q->prompt, q->add_special_tokens);
+    if (!ids.ok()) return SetError(res, WithParam(ids.status(), q->messages ? "messages" : "prompt"));
     SetJson(res, {{"count", ids->size()},
                   {"max_model_len", info_.context_length},
                   {"tokens", *ids}});

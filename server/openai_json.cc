@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "engine/request_validation.h"
 #include "server/http_status.h"
 
 namespace heavykv::server {
@@ -265,8 +266,18 @@ absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_vie
   }
   if (auto n = f.Int("best_of", 0, kInt32Max); n && *n != 1) f.Fail("best_of", "must be 1");
   f.Unsupported("echo", "is not served: send echo false or leave it out");
-  f.Unsupported("logprobs", "is not served over HTTP yet: leave it out");
-  f.Unsupported("top_logprobs", "is not served: leave it out");
+  if (kind == ApiKind::kCompletion) {  // the legacy API: how many top tokens, 0 for none
+    if (auto n = f.Int("logprobs", 0, kMaxTopLogprobs)) {
+      r.logprobs = true;
+      r.top_logprobs = static_cast<int32_t>(*n);
+    }
+  } else {
+    if (auto v = f.Bool("logprobs")) r.logprobs = *v;
+    if (auto n = f.Int("top_logprobs", 0, kMaxTopLogprobs)) {
+      if (*n > 0 && !r.logprobs) f.Fail("top_logprobs", "needs \"logprobs\": true");
+      r.top_logprobs = static_cast<int32_t>(*n);
+    }
+  }
   f.Unsupported("presence_penalty", "is not served: send 0 or leave it out");
   f.Unsupported("frequency_penalty", "is not served: send 0 or leave it out");
   f.Unsupported("tools", "are not served: leave them out");
@@ -309,14 +320,22 @@ absl::StatusOr<TokenizeBody> ParseTokenizeBody(absl::string_view body, const Ope
   if (!parsed.ok()) return parsed.status();
   Fields f(*parsed);
   if (absl::Status s = CheckModel(f, served); !s.ok()) return s;
-  if (f.Get("messages") != nullptr) {
-    return Invalid("messages", "/tokenize takes a prompt; chats are not tokenized here yet");
-  }
   TokenizeBody out;
+  if (const json* messages = f.Get("messages")) {
+    if (f.Get("prompt") != nullptr) {
+      return Invalid("prompt", "send either prompt or messages, not both");
+    }
+    GenerationRequest chat;
+    if (absl::Status s = ReadMessages(messages, chat); !s.ok()) return s;
+    out.messages = std::move(chat.messages);
+    if (auto v = f.Bool("add_generation_prompt")) out.add_generation_prompt = *v;
+    if (!f.status().ok()) return f.status();
+    return out;
+  }
   std::optional<std::string> prompt = f.String("prompt");
   if (auto v = f.Bool("add_special_tokens")) out.add_special_tokens = *v;
   if (!f.status().ok()) return f.status();
-  if (!prompt) return Invalid("prompt", "prompt is required (a string)");
+  if (!prompt) return Invalid("prompt", "prompt (a string) or messages (a chat) is required");
   out.prompt = *std::move(prompt);
   return out;
 }
@@ -362,8 +381,81 @@ json Envelope(const ResponseMeta& meta, const char* completion_object, const cha
 
 }  // namespace
 
+namespace {
+
+// Code points in UTF-8 text (bytes that do not continue a character).
+int64_t CodePoints(absl::string_view text) {
+  int64_t n = 0;
+  for (char c : text) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
+  return n;
+}
+
+std::string TokenString(const std::string& bytes, int32_t id) {
+  return bytes.empty() ? absl::StrCat("token_id:", id) : bytes;
+}
+
+json ByteList(const std::string& bytes) {
+  json out = json::array();
+  for (char c : bytes) out.push_back(static_cast<unsigned char>(c));
+  return out;
+}
+
+}  // namespace
+
+void LogprobsJson::Add(const GenerationDelta& d) {
+  if (!enabled_) return;
+  Start();
+  const int64_t end = text_chars_ + CodePoints(d.text);
+  int64_t offset = text_chars_;
+  for (size_t i = 0; i < d.token_ids.size() && i < d.logprobs.size(); ++i) {
+    const std::string bytes = i < d.token_bytes.size() ? d.token_bytes[i] : std::string();
+    const std::string token = TokenString(bytes, d.token_ids[i]);
+    static const std::vector<TokenLogprob> kNone;
+    const std::vector<TokenLogprob>& top = i < d.top_logprobs.size() ? d.top_logprobs[i] : kNone;
+    if (kind_ == ApiKind::kChat) {
+      json alternatives = json::array();
+      for (const TokenLogprob& t : top) {
+        alternatives.push_back({{"token", TokenString(t.bytes, t.token)},
+                                {"logprob", t.logprob},
+                                {"bytes", ByteList(t.bytes)}});
+      }
+      pending_["content"].push_back({{"token", token},
+                                     {"logprob", d.logprobs[i]},
+                                     {"bytes", ByteList(bytes)},
+                                     {"top_logprobs", std::move(alternatives)}});
+      continue;
+    }
+    json alternatives = json::object();
+    for (const TokenLogprob& t : top) alternatives[TokenString(t.bytes, t.token)] = t.logprob;
+    alternatives[token] = d.logprobs[i];
+    pending_["tokens"].push_back(token);
+    pending_["token_logprobs"].push_back(d.logprobs[i]);
+    pending_["top_logprobs"].push_back(std::move(alternatives));
+    pending_["text_offset"].push_back(std::min(offset, end));
+    offset += CodePoints(bytes);
+  }
+  text_chars_ = end;
+}
+
+void LogprobsJson::Start() {
+  if (!pending_.is_null()) return;
+  pending_ = kind_ == ApiKind::kChat ? json{{"content", json::array()}}
+                                     : json{{"tokens", json::array()},
+                                            {"token_logprobs", json::array()},
+                                            {"top_logprobs", json::array()},
+                                            {"text_offset", json::array()}};
+}
+
+nlohmann::json LogprobsJson::Take() {
+  if (!enabled_) return nullptr;
+  Start();
+  json out = std::move(pending_);
+  pending_ = nullptr;
+  return out;
+}
+
 nlohmann::json ResponseJson(const ResponseMeta& meta, const std::string& text,
-                            const GenerationDelta& last) {
+                            const GenerationDelta& last, const nlohmann::json& logprobs) {
   json out = Envelope(meta, "text_completion", "chat.completion");
   json choice = {{"index", 0}};
   if (meta.kind == ApiKind::kChat) {
@@ -371,7 +463,7 @@ nlohmann::json ResponseJson(const ResponseMeta& meta, const std::string& text,
   } else {
     choice["text"] = text;
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs;
   choice["finish_reason"] = OpenAiFinishReason(last.finish_reason);
   out["choices"] = json::array({std::move(choice)});
   out["usage"] = UsageJson(last.usage);
@@ -380,7 +472,7 @@ nlohmann::json ResponseJson(const ResponseMeta& meta, const std::string& text,
 
 nlohmann::json StreamChunkJson(const ResponseMeta& meta, absl::string_view text,
                                const std::optional<std::string>& finish_reason, bool first,
-                               bool include_usage) {
+                               bool include_usage, const nlohmann::json& logprobs) {
   json out = Envelope(meta, "text_completion", "chat.completion.chunk");
   json choice = {{"index", 0}};
   if (meta.kind == ApiKind::kChat) {
@@ -391,7 +483,7 @@ nlohmann::json StreamChunkJson(const ResponseMeta& meta, absl::string_view text,
   } else {
     choice["text"] = text;
   }
-  choice["logprobs"] = nullptr;
+  choice["logprobs"] = logprobs;
   choice["finish_reason"] = finish_reason ? json(*finish_reason) : json(nullptr);
   out["choices"] = json::array({std::move(choice)});
   if (include_usage) out["usage"] = nullptr;

@@ -40,10 +40,13 @@ struct OpenAiRequest {
 absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_view body,
                                                   const OpenAiServed& served);
 
-// POST /tokenize: {"prompt": text, "add_special_tokens": true}.
+// POST /tokenize: {"prompt": text, "add_special_tokens": true}, or as vLLM a chat:
+// {"messages": [...], "add_generation_prompt": true}, tokenized as a chat completion's prompt.
 struct TokenizeBody {
   std::string prompt;
   bool add_special_tokens = true;
+  std::optional<std::vector<ChatMessage>> messages;
+  bool add_generation_prompt = true;
 };
 absl::StatusOr<TokenizeBody> ParseTokenizeBody(absl::string_view body, const OpenAiServed& served);
 // POST /detokenize: {"tokens": [ids]}.
@@ -65,15 +68,42 @@ std::string OpenAiFinishReason(const std::string& engine_reason);
 // tokens_evicted, peak_pages}}.
 nlohmann::json UsageJson(const GenerationUsage& usage);
 
-// The whole (non-streaming) response: `text` is the generated text, `last` the finished delta.
+// The logprobs of a response's tokens in its API's shape, gathered delta by delta:
+//   completion (legacy): {tokens: [str], token_logprobs: [num], top_logprobs: [{str: num}] (the
+//     top n and the sampled token, as vLLM), text_offset: [code points into the text]}
+//   chat: {content: [{token, logprob, bytes: [int], top_logprobs: [{token, logprob, bytes}]}]}
+// A token's string is its bytes (U+FFFD for part of a character; `bytes` has them exactly), or
+// "token_id:N" without a tokenizer.
+class LogprobsJson {
+ public:
+  LogprobsJson(ApiKind kind, bool enabled) : kind_(kind), enabled_(enabled) {}
+  bool enabled() const { return enabled_; }
+  // Adds the tokens of `d`, whose text follows all text added before.
+  void Add(const GenerationDelta& d);
+  // What was added since the last Take, for choices[0].logprobs; null when not enabled.
+  nlohmann::json Take();
+
+ private:
+  void Start();  // pending_ = the empty lists, unless it holds some
+
+  ApiKind kind_;
+  bool enabled_;
+  nlohmann::json pending_;
+  int64_t text_chars_ = 0;  // code points of the text added so far
+};
+
+// The whole (non-streaming) response: `text` is the generated text, `last` the finished delta,
+// `logprobs` choices[0].logprobs (null unless asked for).
 nlohmann::json ResponseJson(const ResponseMeta& meta, const std::string& text,
-                            const GenerationDelta& last);
+                            const GenerationDelta& last,
+                            const nlohmann::json& logprobs = nullptr);
 
 // One stream chunk: completion `text`, or a chat delta (with the role when `first`).
-// `finish_reason` is null until the last chunk; `include_usage` adds "usage": null.
+// `finish_reason` is null until the last chunk; `include_usage` adds "usage": null; `logprobs`
+// are those of the chunk's tokens (null unless asked for).
 nlohmann::json StreamChunkJson(const ResponseMeta& meta, absl::string_view text,
                                const std::optional<std::string>& finish_reason, bool first,
-                               bool include_usage);
+                               bool include_usage, const nlohmann::json& logprobs = nullptr);
 // The usage chunk sent before [DONE] with stream_options.include_usage: choices [] and usage.
 nlohmann::json UsageChunkJson(const ResponseMeta& meta, const GenerationUsage& usage);
 

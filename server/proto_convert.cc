@@ -24,6 +24,7 @@ void CopyGenerationFields(const Request& q, GenerationRequest* out) {
   if (kv.budget_case() == v1::KvParams::kBudgetFraction) r.budget_fraction = kv.budget_fraction();
   if (kv.has_recent_fraction()) r.recent_fraction = kv.recent_fraction();
   r.logprobs = q.logprobs();
+  r.top_logprobs = q.top_logprobs();
   if (q.has_skip_special_tokens()) r.skip_special_tokens = q.skip_special_tokens();
 }
 
@@ -84,6 +85,13 @@ void AppendDelta(const GenerationDelta& d, v1::GenerateResponse* out) {
   for (int32_t id : d.token_ids) out->add_token_ids(id);
   out->mutable_text()->append(d.text);
   for (float lp : d.logprobs) out->add_logprobs(lp);
+  for (const std::vector<TokenLogprob>& step : d.top_logprobs) {
+    v1::TopLogprobs* t = out->add_top_logprobs();
+    for (const TokenLogprob& c : step) {
+      t->add_token_ids(c.token);
+      t->add_logprobs(c.logprob);
+    }
+  }
   if (!d.finished) return;
   out->set_finish_reason(FinishReasonFromName(d.finish_reason));
   v1::Usage* u = out->mutable_usage();

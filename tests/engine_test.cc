@@ -14,6 +14,8 @@
 #include <thread>
 
 #include "engine/generator.h"
+#include "engine/model_runner.h"
+#include "engine/request_validation.h"
 #include "engine/tokenizer.h"
 #include "kernels/cpu/gemm.h"
 #include "tests/test_util.h"
@@ -400,6 +402,74 @@ TEST_F(EngineTest, StopStringsAndStopTokens) {
   c.Wait();
   EXPECT_EQ(c.last.finish_reason, "stop");
   EXPECT_EQ(c.text, "Once upon a time, there was a ");
+}
+
+// logprobs and top_logprobs are the model's log-softmax at each step, checked against one
+// separate forward pass over the prompt and the sampled tokens with every row of logits; the
+// bytes are the tokenizer's. top_logprobs needs logprobs and is at most kMaxTopLogprobs.
+TEST_F(EngineTest, LogprobsAreTheModelsLogSoftmax) {
+  auto engine = Make(64);
+  GenerationRequest r = Greedy("Once upon a time", 24);
+  r.temperature = 1.0f;  // sampled: the chosen token is not always the most likely one
+  r.seed = 11;
+  r.logprobs = true;
+  r.top_logprobs = 5;
+  Collector c;
+  ASSERT_TRUE(engine->Submit(r, c.Callback()).ok());
+  c.Wait();
+  std::vector<float> lp;
+  std::vector<std::string> bytes;
+  std::vector<std::vector<TokenLogprob>> top;
+  for (const GenerationDelta& d : c.deltas) {
+    ASSERT_EQ(d.logprobs.size(), d.token_ids.size());
+    ASSERT_EQ(d.token_bytes.size(), d.token_ids.size());
+    ASSERT_EQ(d.top_logprobs.size(), d.token_ids.size());
+    lp.insert(lp.end(), d.logprobs.begin(), d.logprobs.end());
+    bytes.insert(bytes.end(), d.token_bytes.begin(), d.token_bytes.end());
+    top.insert(top.end(), d.top_logprobs.begin(), d.top_logprobs.end());
+  }
+  ASSERT_GT(c.tokens.size(), 4u);
+
+  Model m = *LoadModel(testing::ModelPath());
+  Tokenizer tok = *Tokenizer::Load(testing::TokenizerPath(), 512);
+  std::vector<int32_t> seq = tok.Encode("Once upon a time", true, false);
+  const size_t n_prompt = seq.size();
+  seq.insert(seq.end(), c.tokens.begin(), c.tokens.end());
+  auto cache = *KvCache::Create(KvShapeFor(m.config, 16), 64);
+  ModelRunner runner(m, cache.get());
+  SequenceKv kv;
+  SequenceStep step{&kv, seq, 0, /*all_logits=*/true};
+  absl::StatusOr<std::span<const float>> logits = runner.Forward({&step, 1});
+  ASSERT_TRUE(logits.ok()) << logits.status();
+  const size_t vocab = m.config.vocab_size;
+  bool some_not_top = false;
+  for (size_t j = 0; j < c.tokens.size(); ++j) {
+    const float* row = logits->data() + (n_prompt + j - 1) * vocab;  // predicts seq[n_prompt + j]
+    double mx = row[0], sum = 0;
+    for (size_t v = 0; v < vocab; ++v) mx = std::max(mx, double(row[v]));
+    for (size_t v = 0; v < vocab; ++v) sum += std::exp(double(row[v]) - mx);
+    const auto ref = [&](int32_t t) { return double(row[t]) - mx - std::log(sum); };
+    EXPECT_NEAR(lp[j], ref(c.tokens[j]), 2e-3) << "token " << j;
+    EXPECT_EQ(bytes[j], tok.Decode(seq[n_prompt + j - 1], c.tokens[j]));
+    ASSERT_EQ(top[j].size(), 5u);
+    std::vector<int32_t> order(vocab);
+    for (size_t v = 0; v < vocab; ++v) order[v] = static_cast<int32_t>(v);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) { return row[a] > row[b]; });
+    for (size_t k = 0; k < 5; ++k) {
+      EXPECT_NEAR(top[j][k].logprob, ref(order[k]), 2e-3) << "token " << j << " rank " << k;
+      EXPECT_EQ(top[j][k].bytes, tok.Decode(seq[n_prompt + j - 1], top[j][k].token));
+      if (k > 0) EXPECT_GE(top[j][k - 1].logprob, top[j][k].logprob);
+    }
+    some_not_top |= top[j][0].token != c.tokens[j];
+  }
+  EXPECT_TRUE(some_not_top) << "sampling at temperature 1 always took the top token";
+
+  GenerationRequest bad = Greedy("x", 2);
+  bad.top_logprobs = 3;  // without logprobs
+  EXPECT_EQ(engine->Submit(bad, c.Callback()).status().code(), absl::StatusCode::kInvalidArgument);
+  bad.logprobs = true;
+  bad.top_logprobs = kMaxTopLogprobs + 1;
+  EXPECT_EQ(engine->Submit(bad, c.Callback()).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(EngineTest, StatsAndInfo) {

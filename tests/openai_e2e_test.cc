@@ -183,8 +183,9 @@ TEST_F(OpenAiE2eTest, CompletionTextEqualsGrpcGenerate) {
   ASSERT_EQ(s.status, 200) << s.body;
   EXPECT_NE(s.head.find("Content-Type: text/event-stream"), std::string::npos) << s.head;
   std::string text;
+  // Deltas ready together go out as one chunk: one or more, the last with the finish reason.
   const std::vector<json> events = SseEvents(s.body);
-  ASSERT_GE(events.size(), 2u);
+  ASSERT_GE(events.size(), 1u);
   for (size_t i = 0; i < events.size(); ++i) {
     EXPECT_EQ(events[i]["object"], "text_completion");
     EXPECT_EQ(events[i]["id"], events[0]["id"]);
@@ -496,6 +497,116 @@ TEST_F(OpenAiE2eTest, ChatEqualsGrpcChatAndStreamsTheRoleFirst) {
   // An empty chat is a bad request.
   ExpectError(Post(chat->http_port(), "/v1/chat/completions", {{"messages", json::array()}}),
               400, "invalid_request_error");
+  EXPECT_EQ(chat->WaitIdle().pages_used(), 0);
+}
+
+// logprobs over HTTP are gRPC's (the engine's) for the same greedy request; the tokens spell the
+// text, streamed or not; top_logprobs hold the most likely tokens, the greedy one first.
+TEST_F(OpenAiE2eTest, LogprobsEqualGrpcsAndSpellTheText) {
+  v1::GenerateRequest g = Greedy("Once upon a time", 16);
+  g.set_logprobs(true);
+  g.set_top_logprobs(3);
+  const Streamed grpc = Generate(fast_->stub(), g);
+  ASSERT_TRUE(grpc.status.ok()) << grpc.status.error_message();
+  const std::vector<float>& grpc_lp = grpc.logprobs;
+  std::vector<int32_t> grpc_top;
+  for (const v1::TopLogprobs& t : grpc.top_logprobs) {
+    ASSERT_EQ(t.token_ids_size(), 3);
+    grpc_top.push_back(t.token_ids(0));
+  }
+  ASSERT_EQ(grpc_lp.size(), 16u);
+  EXPECT_EQ(grpc_top, grpc.ids);  // greedy: the most likely token is the one taken
+
+  for (const bool stream : {false, true}) {
+    SCOPED_TRACE(stream ? "stream" : "no stream");
+    const json request = {{"prompt", "Once upon a time"}, {"max_tokens", 16}, {"temperature", 0},
+                          {"logprobs", 3}, {"stream", stream}};
+    const HttpResponse r = Post(fast_->http_port(), "/v1/completions", request);
+    ASSERT_EQ(r.status, 200) << r.body;
+    std::vector<json> parts;
+    if (stream) {
+      for (const json& e : SseEvents(r.body)) parts.push_back(e["choices"][0]);
+    } else {
+      parts.push_back(json::parse(r.body)["choices"][0]);
+    }
+    std::string text, spelled;
+    std::vector<float> lp;
+    std::vector<int64_t> offsets;
+    for (const json& c : parts) {
+      text += c["text"].get<std::string>();
+      const json& l = c["logprobs"];
+      ASSERT_TRUE(l.is_object()) << c;
+      ASSERT_EQ(l["tokens"].size(), l["token_logprobs"].size());
+      ASSERT_EQ(l["tokens"].size(), l["top_logprobs"].size());
+      for (size_t i = 0; i < l["tokens"].size(); ++i) {
+        offsets.push_back(l["text_offset"][i].get<int64_t>());
+        EXPECT_EQ(offsets.back(), int64_t(spelled.size()));  // ASCII here: bytes are characters
+        spelled += l["tokens"][i].get<std::string>();
+        lp.push_back(l["token_logprobs"][i].get<float>());
+        EXPECT_EQ(l["top_logprobs"][i].size(), 3u);  // the greedy token is among the top 3
+        EXPECT_FLOAT_EQ(l["top_logprobs"][i][l["tokens"][i].get<std::string>()].get<float>(),
+                        lp.back());
+      }
+    }
+    EXPECT_EQ(text, grpc.text);
+    EXPECT_EQ(spelled, grpc.text);
+    ASSERT_EQ(lp.size(), grpc_lp.size());
+    for (size_t i = 0; i < lp.size(); ++i) EXPECT_FLOAT_EQ(lp[i], grpc_lp[i]) << i;
+  }
+  // Without logprobs the field is null.
+  const HttpResponse plain =
+      Post(fast_->http_port(), "/v1/completions", {{"prompt", "x"}, {"max_tokens", 2}});
+  EXPECT_TRUE(json::parse(plain.body)["choices"][0]["logprobs"].is_null()) << plain.body;
+}
+
+// A chat's logprobs.content: one entry per token whose bytes join into the text (a real BPE
+// vocabulary: tokens may end inside a character); /tokenize of the same messages gives the
+// prompt the chat was served with.
+TEST_F(OpenAiE2eTest, ChatLogprobsAndChatTokenize) {
+  ServerProcess* chat = ChatServer();
+  if (chat == nullptr) GTEST_SKIP() << "../shared/gguf/qwen-vocab.gguf is absent";
+  const json messages = {{{"role", "user"}, {"content", "Grüße, 世界"}}};
+  const json body = {{"messages", messages}, {"max_tokens", 20}, {"ignore_eos", true},
+                     {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 2},
+                     {"stream", true}, {"stream_options", {{"include_usage", true}}}};
+  const HttpResponse s = Post(chat->http_port(), "/v1/chat/completions", body);
+  ASSERT_EQ(s.status, 200) << s.body;
+  std::string text, bytes;
+  size_t entries = 0;
+  json usage;
+  for (const json& e : SseEvents(s.body)) {
+    if (e["choices"].empty()) {
+      usage = e["usage"];
+      continue;
+    }
+    const json& c = e["choices"][0];
+    if (c["delta"].contains("content")) text += c["delta"]["content"].get<std::string>();
+    if (c["logprobs"].is_null()) continue;
+    for (const json& t : c["logprobs"]["content"]) {
+      ++entries;
+      for (const json& b : t["bytes"]) bytes += static_cast<char>(b.get<int>());
+      EXPECT_LE(t["logprob"].get<double>(), 0.0);
+      ASSERT_EQ(t["top_logprobs"].size(), 2u);
+      EXPECT_EQ(t["top_logprobs"][0]["bytes"], t["bytes"]);  // greedy
+      EXPECT_GE(t["top_logprobs"][0]["logprob"], t["top_logprobs"][1]["logprob"]);
+    }
+  }
+  EXPECT_EQ(entries, 20u);
+  EXPECT_EQ(bytes, text);
+  ASSERT_TRUE(usage.is_object());
+
+  const HttpResponse t = Post(chat->http_port(), "/tokenize", {{"messages", messages}});
+  ASSERT_EQ(t.status, 200) << t.body;
+  EXPECT_EQ(json::parse(t.body)["count"], usage["prompt_tokens"]);
+  const HttpResponse no_prompt = Post(chat->http_port(), "/tokenize",
+                                      {{"messages", messages}, {"add_generation_prompt", false}});
+  ASSERT_EQ(no_prompt.status, 200) << no_prompt.body;
+  EXPECT_LT(json::parse(no_prompt.body)["count"], usage["prompt_tokens"]);
+  ExpectError(Post(chat->http_port(), "/tokenize", {{"messages", json::array()}}), 400,
+              "invalid_request_error", "messages");
+  // The bundled model has no chat template: a chat cannot be tokenized there.
+  ExpectError(Post(fast_->http_port(), "/tokenize", {{"messages", messages}}), 400,
+              "invalid_request_error", "messages");
   EXPECT_EQ(chat->WaitIdle().pages_used(), 0);
 }
 

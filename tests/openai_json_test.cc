@@ -125,7 +125,11 @@ TEST(OpenAiJsonTest, BadBodiesAreInvalidArgumentNamingTheField) {
       {ApiKind::kCompletion, R"({"prompt":"x","stream_options":{"include_usage":1}})",
        "stream_options.include_usage"},
       {ApiKind::kCompletion, R"({"prompt":"x","echo":true})", "echo"},
-      {ApiKind::kCompletion, R"({"prompt":"x","logprobs":2})", "logprobs"},
+      {ApiKind::kCompletion, R"({"prompt":"x","logprobs":21})", "logprobs"},
+      {ApiKind::kCompletion, R"({"prompt":"x","logprobs":true})", "logprobs"},
+      {ApiKind::kChat, R"({"messages":[],"logprobs":2})", "logprobs"},
+      {ApiKind::kChat, R"({"messages":[],"top_logprobs":2})", "top_logprobs"},
+      {ApiKind::kChat, R"({"messages":[],"logprobs":true,"top_logprobs":21})", "top_logprobs"},
       {ApiKind::kCompletion, R"({"prompt":"x","presence_penalty":0.5})", "presence_penalty"},
       {ApiKind::kCompletion, R"({"prompt":"x","kv_budget":0})", "kv_budget"},
       {ApiKind::kCompletion, R"({"prompt":"x","kv_budget":2.5})", "kv_budget"},
@@ -187,6 +191,91 @@ TEST(OpenAiJsonTest, TokenizeAndDetokenizeBodies) {
   EXPECT_EQ(*ParseDetokenizeBody(R"({"tokens":[1,2]})", kServed), (std::vector<int32_t>{1, 2}));
   EXPECT_FALSE(ParseDetokenizeBody(R"({"tokens":[1,"a"]})", kServed).ok());
   EXPECT_FALSE(ParseDetokenizeBody(R"({"tokens":null})", kServed).ok());
+  // A chat, as vLLM's /tokenize takes it.
+  auto chat = ParseTokenizeBody(
+      R"({"messages":[{"role":"user","content":"Hi"}],"add_generation_prompt":false})", kServed);
+  ASSERT_TRUE(chat.ok()) << chat.status();
+  ASSERT_TRUE(chat->messages.has_value());
+  EXPECT_EQ(chat->messages->at(0).content, "Hi");
+  EXPECT_FALSE(chat->add_generation_prompt);
+  EXPECT_TRUE(ParseTokenizeBody(R"({"messages":[]})", kServed)->add_generation_prompt);
+  EXPECT_EQ(Error(ParseTokenizeBody(R"({"messages":[{"role":1}]})", kServed).status())["param"],
+            "messages[0].role");
+  EXPECT_EQ(Error(ParseTokenizeBody(R"({"messages":[],"prompt":"x"})", kServed).status())["param"],
+            "prompt");
+}
+
+// logprobs: an integer (how many top tokens) in the legacy completion API; a flag and
+// top_logprobs in chat.
+TEST(OpenAiJsonTest, LogprobsFields) {
+  auto c = Completion(R"({"prompt":"x","logprobs":3})");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->generation.logprobs);
+  EXPECT_EQ(c->generation.top_logprobs, 3);
+  c = Completion(R"({"prompt":"x","logprobs":0})");
+  EXPECT_TRUE(c->generation.logprobs);
+  EXPECT_EQ(c->generation.top_logprobs, 0);
+  c = Completion(R"({"prompt":"x","logprobs":null})");
+  EXPECT_FALSE(c->generation.logprobs);
+  auto h = Chat(R"({"messages":[],"logprobs":true,"top_logprobs":20})");
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_TRUE(h->generation.logprobs);
+  EXPECT_EQ(h->generation.top_logprobs, 20);
+  h = Chat(R"({"messages":[],"logprobs":false,"top_logprobs":0})");
+  EXPECT_FALSE(h->generation.logprobs);
+}
+
+// Two deltas (the second token ends inside a character, the third completes it) in each API's
+// shape, the offsets counting characters.
+TEST(OpenAiJsonTest, LogprobsShapes) {
+  std::vector<GenerationDelta> deltas(3);
+  deltas[0].token_ids = {5};
+  deltas[0].text = "h\xC3\xA9";  // "hé": two characters
+  deltas[0].logprobs = {-0.5f};
+  deltas[0].token_bytes = {"h\xC3\xA9"};
+  deltas[0].top_logprobs = {{{5, -0.5f, "h\xC3\xA9"}, {9, -1.5f, "x"}}};
+  deltas[1].token_ids = {7};
+  deltas[1].logprobs = {-2.0f};
+  deltas[1].token_bytes = {"\xE2"};
+  deltas[1].top_logprobs = {{{8, -1.0f, "y"}, {7, -2.0f, "\xE2"}}};
+  deltas[2].token_ids = {6};
+  deltas[2].text = "\xE2\x82\xAC";  // the euro sign
+  deltas[2].logprobs = {-0.25f};
+  deltas[2].token_bytes = {"\x82\xAC"};
+  deltas[2].top_logprobs = {{{6, -0.25f, "\x82\xAC"}, {3, -3.0f, ""}}};
+
+  LogprobsJson legacy(ApiKind::kCompletion, true);
+  for (const GenerationDelta& d : deltas) legacy.Add(d);
+  const json l = json::parse(JsonText(legacy.Take()));
+  EXPECT_EQ(l["tokens"], json::parse(R"(["h\u00e9", "\ufffd", "\ufffd\ufffd"])"));
+  EXPECT_EQ(l["token_logprobs"], json::parse("[-0.5, -2.0, -0.25]"));
+  EXPECT_EQ(l["text_offset"], json::parse("[0, 2, 2]"));
+  EXPECT_EQ(l["top_logprobs"][0], json::parse(R"({"h\u00e9": -0.5, "x": -1.5})"));
+  EXPECT_EQ(l["top_logprobs"][2]["token_id:3"], -3.0);  // no bytes: named by its id
+
+  LogprobsJson chat(ApiKind::kChat, true);
+  chat.Add(deltas[0]);
+  const json first = chat.Take();
+  ASSERT_EQ(first["content"].size(), 1u);
+  EXPECT_EQ(first["content"][0]["bytes"], json::parse("[104, 195, 169]"));
+  EXPECT_EQ(first["content"][0]["logprob"], -0.5);
+  EXPECT_EQ(first["content"][0]["top_logprobs"][1],
+            json::parse(R"({"token":"x","logprob":-1.5,"bytes":[120]})"));
+  chat.Add(deltas[1]);
+  chat.Add(deltas[2]);
+  const json rest = chat.Take();
+  ASSERT_EQ(rest["content"].size(), 2u);
+  EXPECT_EQ(rest["content"][0]["bytes"], json::parse("[226]"));
+  EXPECT_EQ(chat.Take(), json::parse(R"({"content": []})"));
+  EXPECT_EQ(LogprobsJson(ApiKind::kChat, false).Take(), json(nullptr));
+
+  GenerationDelta last;
+  last.finished = true;
+  last.finish_reason = "length";
+  const ResponseMeta meta{ApiKind::kChat, "chatcmpl-1", 1, "tiny"};
+  EXPECT_EQ(ResponseJson(meta, "h", last, first)["choices"][0]["logprobs"], first);
+  EXPECT_EQ(StreamChunkJson(meta, "h", std::nullopt, false, false, rest)["choices"][0]["logprobs"],
+            rest);
 }
 
 TEST(OpenAiJsonTest, StatusMapping) {

@@ -3,6 +3,7 @@
 // not from this code.
 #include "engine/sampler.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <vector>
@@ -170,6 +171,32 @@ TEST(SamplerTest, TopPFrequenciesAreTheRenormalisedNucleus) {
   ExpectNear(
       Frequencies({.temperature = 1.0f, .top_p = 0.8f, .top_k = 0, .seed = 12}, kLogits, 200000),
       want, 0.006);
+}
+
+
+// TopTokens against a full sort: largest logits first, the lower id first among equal logits.
+TEST(SamplerTest, TopTokensAreTheLargestLogitsInOrder) {
+  const std::vector<float> logits = {0.5f, 2.0f, -1.0f, 2.0f, 3.5f, 0.5f, -7.0f, 2.0f, 1.0f};
+  std::vector<int32_t> all(logits.size());
+  for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int32_t>(i);
+  std::stable_sort(all.begin(), all.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  for (int32_t n = 0; n <= 12; ++n) {
+    const std::vector<int32_t> want(all.begin(), all.begin() + std::min<size_t>(n, all.size()));
+    EXPECT_EQ(Sampler::TopTokens(logits, n), want) << "n = " << n;
+  }
+  EXPECT_EQ(Sampler::TopTokens(logits, 3), (std::vector<int32_t>{4, 1, 3}));
+  EXPECT_TRUE(Sampler::TopTokens(logits, -1).empty());
+}
+
+TEST(SamplerTest, LogProbsAreTheLogSoftmax) {
+  const std::vector<double> p = Softmax(kLogits, 1.0);
+  double total = 0;
+  for (size_t t = 0; t < kLogits.size(); ++t) {
+    EXPECT_NEAR(Sampler::LogProb(kLogits, static_cast<int32_t>(t)), std::log(p[t]), 1e-9);
+    EXPECT_NEAR(kLogits[t] - Sampler::LogSumExp(kLogits), std::log(p[t]), 1e-6);
+    total += std::exp(Sampler::LogProb(kLogits, static_cast<int32_t>(t)));
+  }
+  EXPECT_NEAR(total, 1.0, 1e-9);
 }
 
 }  // namespace

@@ -296,6 +296,8 @@ struct Streamed {
   std::string text;
   int messages = 0;
   v1::GenerateResponse last;
+  std::vector<float> logprobs;
+  std::vector<v1::TopLogprobs> top_logprobs;
 };
 
 // Reads a Generate or Chat stream to its end.
@@ -304,6 +306,9 @@ inline Streamed ReadStream(grpc::ClientReader<v1::GenerateResponse>& reader) {
   for (v1::GenerateResponse m; reader.Read(&m); ++out.messages) {
     out.ids.insert(out.ids.end(), m.token_ids().begin(), m.token_ids().end());
     out.text += m.text();
+    out.logprobs.insert(out.logprobs.end(), m.logprobs().begin(), m.logprobs().end());
+    out.top_logprobs.insert(out.top_logprobs.end(), m.top_logprobs().begin(),
+                            m.top_logprobs().end());
     out.last = m;
   }
   out.status = reader.Finish();

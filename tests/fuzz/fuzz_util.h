@@ -114,6 +114,10 @@ inline void CheckResolved(const BundledServer& server, const ResolvedRequest& r)
     Die("accepted sampling parameters out of range");
   }
   if (!(r.recent_fraction > 0 && r.recent_fraction <= 1)) Die("accepted a bad recent fraction");
+  if (r.top_logprobs < 0 || r.top_logprobs > kMaxTopLogprobs ||
+      (r.top_logprobs > 0 && !r.logprobs)) {
+    Die("accepted top_logprobs out of range or without logprobs");
+  }
   if (r.policy != "full" && r.budget_tokens < 1) Die("accepted a KV budget below one token");
 }
 

@@ -75,6 +75,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   q.budget_fraction = MaybeFloat<double>(in);
   q.recent_fraction = MaybeFloat<double>(in);
   q.logprobs = in.ConsumeBool();
+  q.top_logprobs = in.ConsumeIntegralInRange(-2, heavykv::kMaxTopLogprobs + 2);
 
   absl::StatusOr<heavykv::ResolvedRequest> r = server->validator->Resolve(q);
   if (r.ok()) {

