@@ -492,8 +492,10 @@ void EngineImpl::OnToken(Request& r, int32_t token, const float* logits) {
   bool stopped = false;
   d.text = r.text->Push(token, &stopped);
   if (stopped) return Finish(r, "stop", std::move(d));
+  // The context ends a sequence, unless it streams past it (window, sink: StreamsPastContext).
   if (r.completion >= p.max_new_tokens ||
-      static_cast<int32_t>(r.seq.tokens.size()) >= model_.config.seq_len) {
+      (static_cast<int32_t>(r.seq.tokens.size()) >= model_.config.seq_len &&
+       !StreamsPastContext(r.seq.kv, 1, model_.config.seq_len))) {
     return Finish(r, "length", std::move(d));
   }
   r.on_delta(d);

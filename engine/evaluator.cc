@@ -114,4 +114,97 @@ absl::StatusOr<std::vector<EvalResult>> Evaluate(const Model& model,
   return results;
 }
 
+absl::StatusOr<std::vector<StreamEvalResult>> EvaluateStream(const Model& model,
+                                                             std::span<const int32_t> text,
+                                                             const StreamEvalOptions& options) {
+  const ModelConfig& c = model.config;
+  if (options.tokens < 2) return absl::InvalidArgumentError("--stream-tokens must be at least 2");
+  if (options.tokens > (int64_t(1) << 30)) {
+    return absl::InvalidArgumentError("--stream-tokens must be at most 2^30");
+  }
+  if (options.chunk < 1) return absl::InvalidArgumentError("the chunk must be at least 1 token");
+  if (text.empty()) return absl::InvalidArgumentError("the text has no tokens");
+  if (options.configs.empty()) return absl::InvalidArgumentError("no policy to evaluate");
+  // The stream: the text's tokens, repeated (without its leading BOS) when N is longer.
+  const int64_t L = static_cast<int64_t>(text.size());
+  const int64_t skip = L > 1 && text[0] == c.bos_id ? 1 : 0;
+  const auto token_at = [&](int64_t i) {
+    return i < L ? text[i] : text[skip + (i - L) % (L - skip)];
+  };
+
+  const size_t num = options.configs.size();
+  std::vector<std::unique_ptr<EvictionPolicy>> policies(num);
+  std::vector<StreamEvalResult> results(num);
+  std::vector<SequenceKv> kv(num);
+  std::vector<int64_t> last(num);  // the last position each sequence is fed
+  int64_t pages = 0;
+  if (absl::Status s = CheckKvDtype(options.device, options.kv_dtype); !s.ok()) return s;
+  const KvShape shape = KvShapeForDevice(options.device, c, options.block_size, options.kv_dtype);
+  for (size_t i = 0; i < num; ++i) {
+    const EvalConfig& cfg = options.configs[i];
+    absl::StatusOr<std::unique_ptr<EvictionPolicy>> p =
+        MakePolicy(cfg.policy, options.recent_fraction);
+    if (!p.ok()) return p.status();
+    policies[i] = *std::move(p);
+    StreamEvalResult& r = results[i];
+    r.policy = cfg.policy;
+    const bool full = policies[i] == nullptr;
+    r.budget = full ? "full" : cfg.budget.ToString();
+    r.budget_tokens = full ? c.seq_len : std::min(c.seq_len, cfg.budget.Resolve(c.seq_len));
+    kv[i].policy = policies[i].get();
+    kv[i].budget = full ? kUnboundedBudget : r.budget_tokens;
+    // Past the context where the CPU runner can (the CUDA one stops at it).
+    r.past_context = options.device == Device::kCpu && StreamsPastContext(kv[i], 1, c.seq_len);
+    last[i] = r.past_context ? options.tokens - 2 : std::min<int64_t>(options.tokens, c.seq_len) - 2;
+    pages += (std::min(r.budget_tokens, c.seq_len) + 1 + shape.block_size - 1) / shape.block_size;
+  }
+  absl::StatusOr<std::unique_ptr<KvCache>> cache =
+      CreateKvCache(options.device, shape, static_cast<int32_t>(pages));
+  if (!cache.ok()) return cache.status();
+  absl::StatusOr<std::unique_ptr<StepRunner>> made =
+      MakeStepRunner(options.device, model, cache->get());
+  if (!made.ok()) return made.status();
+  StepRunner& runner = **made;
+
+  std::vector<double> nll(num, 0.0), chunk_nll(num, 0.0);
+  std::vector<int64_t> chunk_n(num, 0);
+  std::vector<int32_t> tokens(num);
+  std::vector<SequenceStep> steps;
+  std::vector<size_t> live;
+  for (int64_t pos = 0;; ++pos) {
+    steps.clear();
+    live.clear();
+    for (size_t i = 0; i < num; ++i) {
+      if (pos > last[i]) continue;
+      tokens[i] = token_at(pos);
+      steps.push_back(SequenceStep{&kv[i], {&tokens[i], 1}, static_cast<int32_t>(pos), false});
+      live.push_back(i);
+    }
+    if (steps.empty()) break;
+    if (pos > INT32_MAX - 2) return absl::InvalidArgumentError("the stream is too long");
+    absl::StatusOr<std::span<const float>> logits = runner.Forward(steps);
+    if (!logits.ok()) return logits.status();
+    const int32_t target = token_at(pos + 1);
+    for (size_t j = 0; j < live.size(); ++j) {
+      const size_t i = live[j];
+      const double loss = -Sampler::LogProb(logits->subspan(j * c.vocab_size, c.vocab_size), target);
+      nll[i] += loss;
+      chunk_nll[i] += loss;
+      ++results[i].tokens;
+      // A chunk ends every `chunk` predictions, and at the sequence's last one.
+      if (++chunk_n[i] == options.chunk || pos == last[i]) {
+        results[i].chunk_end.push_back(pos + 2);
+        results[i].chunk_ppl.push_back(std::exp(chunk_nll[i] / chunk_n[i]));
+        chunk_nll[i] = 0;
+        chunk_n[i] = 0;
+      }
+    }
+  }
+  for (size_t i = 0; i < num; ++i) {
+    (*cache)->Release(kv[i]);
+    results[i].ppl = std::exp(nll[i] / results[i].tokens);
+  }
+  return results;
+}
+
 }  // namespace heavykv

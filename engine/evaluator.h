@@ -60,4 +60,35 @@ absl::StatusOr<std::vector<EvalResult>> Evaluate(const Model& model,
                                                  std::span<const int32_t> stream,
                                                  const EvalOptions& options);
 
+// Perplexity of one long stream (`eval --stream-tokens N`), StreamingLLM's test: the stories of
+// the text one after another (each with its BOS), N tokens in all, fed one token per step to one
+// sequence per configuration that is never reset, and scored in consecutive chunks of `chunk`
+// tokens as they come. A policy that streams past the context (window, sink with a budget under
+// it: StreamsPastContext) runs to N; any other (full included) stops at the context length.
+struct StreamEvalOptions {
+  int64_t tokens = 0;    // N; the text repeats (without a leading BOS) when it is shorter
+  int32_t chunk = 256;   // tokens per scored chunk
+  std::vector<EvalConfig> configs;  // fractions resolve against the context length
+  double recent_fraction = 0.5;
+  int32_t block_size = 16;
+  Device device = Device::kCpu;
+  KvDtype kv_dtype = KvDtype::kAuto;
+};
+
+struct StreamEvalResult {
+  std::string policy;
+  std::string budget;         // as given ("full" for the full cache)
+  int32_t budget_tokens = 0;  // resolved against the context length
+  int64_t tokens = 0;         // predictions scored (stopped at the context or N - 1)
+  bool past_context = false;  // whether it could run past the context length
+  double ppl = 0;             // over all scored predictions
+  // Per chunk: the position of its last predicted token + 1 and its perplexity.
+  std::vector<int64_t> chunk_end;
+  std::vector<double> chunk_ppl;
+};
+
+absl::StatusOr<std::vector<StreamEvalResult>> EvaluateStream(const Model& model,
+                                                             std::span<const int32_t> stream,
+                                                             const StreamEvalOptions& options);
+
 }  // namespace heavykv

@@ -25,18 +25,22 @@ absl::StatusOr<GenerateResult> Generate(StepRunner& runner, std::span<const int3
                                         const std::function<void(int32_t, int32_t)>& on_token) {
   const ModelConfig& c = runner.model().config;
   if (prompt.empty()) return absl::InvalidArgumentError("the prompt has no tokens");
-  if (options.steps < static_cast<int32_t>(prompt.size()) || options.steps > c.seq_len) {
+  SequenceKv kv;
+  kv.policy = options.policy;
+  kv.budget = options.policy != nullptr ? options.budget : kUnboundedBudget;
+  // Past the context only where the runner can (window and sink with a budget under it).
+  const bool endless = StreamsPastContext(kv, 1, c.seq_len);
+  if (options.steps < static_cast<int32_t>(prompt.size()) ||
+      (options.steps > c.seq_len && !endless)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "steps ", options.steps, " must be in [prompt tokens ", prompt.size(),
-        ", context length ", c.seq_len, "]"));
+        ", context length ", c.seq_len,
+        "] (more only with the window or sink policy and a budget under the context)"));
   }
   if (options.prefill_chunk <= 0) {
     return absl::InvalidArgumentError("prefill chunk must be positive");
   }
 
-  SequenceKv kv;
-  kv.policy = options.policy;
-  kv.budget = options.policy != nullptr ? options.budget : kUnboundedBudget;
   absl::Cleanup release = [&] { runner.cache().Release(kv); };
 
   GenerateResult result;
@@ -52,6 +56,8 @@ absl::StatusOr<GenerateResult> Generate(StepRunner& runner, std::span<const int3
   std::span<const float> out;
   while (pos < static_cast<int32_t>(prompt.size())) {
     int32_t n = std::min<int32_t>(options.prefill_chunk, prompt.size() - pos);
+    // A chunk that runs past the context must leave the budget room within it.
+    if (endless && pos + n > c.seq_len) n = std::max(1, std::min(n, c.seq_len - kv.budget));
     SequenceStep step{&kv, prompt.subspan(pos, n), pos, false};
     absl::StatusOr<std::span<const float>> r = runner.Forward({&step, 1});
     if (!r.ok()) return r.status();
@@ -64,7 +70,7 @@ absl::StatusOr<GenerateResult> Generate(StepRunner& runner, std::span<const int3
   while (true) {
     logits.assign(out.begin(), out.end());
     const int32_t next = sampler.Sample(logits);
-    if (EndsSequence(options.tokenizer, c, next)) {
+    if (!options.ignore_eos && EndsSequence(options.tokenizer, c, next)) {
       result.finish_reason = "eos";
       break;
     }

@@ -26,6 +26,7 @@ struct GenerateOptions {
   int32_t prefill_chunk = 256;             // prompt tokens per forward step
   // Ends the generation at its end-of-generation tokens; null: at the model's BOS or EOS (run.c).
   const TextTokenizer* tokenizer = nullptr;
+  bool ignore_eos = false;  // run to `steps` whatever the model samples
 };
 
 struct GenerateResult {

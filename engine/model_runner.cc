@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/bf16.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/paged_attention.h"
 
@@ -20,6 +22,36 @@ KvShape KvShapeFor(const ModelConfig& config, int32_t block_size) {
 
 ModelRunner::ModelRunner(const Model& model, KvCache* cache) : model_(model), cache_(cache) {}
 
+namespace {
+
+// Rotates the key of `slot` forward by `delta` positions (RoPE rotations compose).
+void RotateKey(const PagedKvHead& kv, int32_t slot, int32_t delta, const cpu::RopeParams& rope) {
+  const int32_t hd = kv.head_dim;
+  thread_local std::vector<float> row;
+  row.resize(hd);
+  for (int32_t d = 0; d < hd; ++d) row[d] = kv.KAt(slot, d);
+  cpu::Rope(row.data(), 1, hd, hd, &delta, rope);
+  if (kv.bf16()) {
+    for (int32_t d = 0; d < hd; ++d) kv.KRow16(slot)[d] = FloatToBf16(row[d]);
+  } else {
+    std::memcpy(kv.KRow(slot), row.data(), sizeof(float) * hd);
+  }
+}
+
+// Brings the pinned prefix's keys of one (layer, kv head) from shift_from to shift_to.
+void ShiftPinnedKeys(const PagedKvHead& kv, int32_t old, int32_t n, int32_t pinned,
+                     int32_t shift_from, int32_t shift_to, const cpu::RopeParams& rope) {
+  // The pinned tokens never move (the victims are the others), so they hold the first slots; a
+  // slot appended in this step was rotated at its own position only.
+  for (int32_t s = 0; s < std::min(old + n, pinned); ++s) {
+    if (kv.Pos(s) >= pinned) continue;
+    const int32_t delta = shift_to - (s < old ? shift_from : 0);
+    if (delta != 0) RotateKey(kv, s, delta, rope);
+  }
+}
+
+}  // namespace
+
 absl::StatusOr<std::span<const float>> ModelRunner::Forward(
     std::span<const SequenceStep> steps) {
   const ModelConfig& c = model_.config;
@@ -29,7 +61,9 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
 
   // Validate the plan and reserve the slots of the new tokens, before touching any state.
   int64_t T = 0, rows = 0;
-  if (absl::Status s = ValidateSteps(c, steps, &T, &rows); !s.ok()) return s;
+  if (absl::Status s = ValidateSteps(c, steps, &T, &rows, /*past_context=*/true); !s.ok()) {
+    return s;
+  }
   std::vector<int64_t> first_token(steps.size());
   for (size_t i = 1; i < steps.size(); ++i) {
     first_token[i] = first_token[i - 1] + static_cast<int64_t>(steps[i - 1].tokens.size());
@@ -71,6 +105,26 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
   rope.theta = c.rope_theta;
   rope.neox = c.rope_style == RopeStyle::kNeox;
   rope.freq_factors = model_.rope_freqs.empty() ? nullptr : model_.rope_freqs.data();
+
+  // Endless streaming (StreamsPastContext): a step past the context keeps every query within
+  // seq_len - 1 positions of its keys. The recent tokens are contiguous up to the newest, so their
+  // distances are their own; the pinned prefix (sink's first tokens) has its keys rotated forward
+  // by pinned_shift. When the oldest pinned key would fall more than seq_len - 1 behind, the shift
+  // jumps so that the prefix sits just before the oldest recent token (StreamingLLM's positions
+  // within the cache), then stays until the distance has grown back to seq_len - 1: the keys are
+  // re-rotated once per (seq_len - budget) positions, not every step (each rotation of bf16 keys
+  // rounds them again).
+  std::vector<int32_t> pinned(steps.size(), 0), shift_from(steps.size(), 0),
+      shift_to(steps.size(), 0);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const SequenceStep& st = steps[i];
+    const int32_t n = static_cast<int32_t>(st.tokens.size());
+    const int32_t newest = st.start_pos + n - 1;
+    shift_from[i] = shift_to[i] = st.kv->pinned_shift;
+    if (newest <= c.seq_len - 1) continue;
+    pinned[i] = *st.kv->policy->PinnedPrefix(st.kv->budget);  // ValidateSteps checked it
+    if (newest - shift_to[i] > c.seq_len - 1) shift_to[i] = newest - (st.kv->budget + n - 1);
+  }
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = model_.layers[l];
     cpu::RmsNorm(x_.data(), w.rms_att.data(), xb_.data(), T, dim, c.rms_norm_eps);
@@ -105,6 +159,10 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
         kv.Score(old + i) =
             channel.kind == SlotChannel::kNegKeyNorm ? -cpu::L2Norm(k_row, hd) : 0.0f;
       }
+      if (pinned[task / n_kv] > 0) {
+        ShiftPinnedKeys(kv, old, n, pinned[task / n_kv], shift_from[task / n_kv],
+                        shift_to[task / n_kv], rope);
+      }
       cpu::AttentionArgs a;
       a.kv = kv;
       a.num_old = old;
@@ -132,8 +190,10 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
     w.w2.Multiply(hb2_.data(), x_.data(), T, dim, /*accumulate=*/true);
   }
 
-  for (const SequenceStep& st : steps) {
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const SequenceStep& st = steps[i];
     cache_->Commit(*st.kv, st.kv->num_slots + static_cast<int32_t>(st.tokens.size()));
+    cache_->SetPinnedShift(*st.kv, shift_to[i]);
   }
 
   // Final norm and classifier only for the rows whose logits are wanted.

@@ -31,8 +31,8 @@ class ModelRunner : public StepRunner {
   // Runs one step. Returns the logits [rows][vocab]: for each step in order, one row per token if
   // all_logits else one row for its last token. The span is valid until the next Forward().
   // RESOURCE_EXHAUSTED if the pool cannot hold the new tokens (the step did not run and holds
-  // no new page). INVALID_ARGUMENT for a
-  // token id outside the vocabulary or a position past the model's context.
+  // no new page). INVALID_ARGUMENT for a token id outside the vocabulary or a position past the
+  // model's context, except for a sequence that StreamsPastContext (memory/kv_cache.h).
   absl::StatusOr<std::span<const float>> Forward(std::span<const SequenceStep> steps) override;
 
   const Model& model() const override { return model_; }

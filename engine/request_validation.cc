@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "engine/text_stream.h"
+#include "memory/kv_cache.h"
 #include "memory/eviction_policy.h"
 
 namespace heavykv {
@@ -294,14 +295,6 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
   if (q.max_new_tokens_to_context && n < config_.seq_len) {
     max_new_tokens = std::min(max_new_tokens, config_.seq_len - n);
   }
-  if (int64_t(n) + max_new_tokens > config_.seq_len) {
-    return Invalid(absl::StrCat("prompt (", n, " tokens) + max_new_tokens (", max_new_tokens,
-                                ") exceeds the context length ", config_.seq_len,
-                                n < config_.seq_len
-                                    ? absl::StrCat(": lower max_new_tokens to at most ",
-                                                   config_.seq_len - n)
-                                    : std::string(": shorten the prompt")));
-  }
   r.max_new_tokens = max_new_tokens;
 
   r.sampling.temperature = q.temperature.value_or(1.0f);
@@ -318,13 +311,41 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
   r.policy = q.policy.value_or(options_.default_policy);
   r.recent_fraction = q.recent_fraction.value_or(options_.default_recent_fraction);
 
-  const int32_t max_total = n + r.max_new_tokens;
+  // A fraction is of the sequence's length, or of the context for one that runs past it.
+  const int64_t total = int64_t(n) + r.max_new_tokens;
+  const int32_t max_total = static_cast<int32_t>(std::min<int64_t>(total, INT32_MAX));
+  const int32_t resolve_len = std::min(max_total, config_.seq_len);
   if (q.budget_tokens.has_value()) {
     r.budget_tokens = *q.budget_tokens;
   } else if (q.budget_fraction.has_value()) {
-    r.budget_tokens = KvBudget{true, *q.budget_fraction}.Resolve(max_total);
+    r.budget_tokens = KvBudget{true, *q.budget_fraction}.Resolve(resolve_len);
   } else {
-    r.budget_tokens = KvBudget::Parse(options_.default_budget)->Resolve(max_total);
+    r.budget_tokens = KvBudget::Parse(options_.default_budget)->Resolve(resolve_len);
+  }
+  if (total > config_.seq_len) {
+    // Past the context only as an endless stream (window, sink; StreamsPastContext). The prompt
+    // is within the context, so only decode steps (one token) run past it.
+    absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy =
+        MakePolicy(r.policy, r.recent_fraction);
+    SequenceKv probe;
+    probe.policy = policy.ok() ? policy->get() : nullptr;
+    probe.budget = r.budget_tokens;
+    if (options_.device != "cpu") {
+      return Invalid(absl::StrCat(
+          "prompt (", n, " tokens) + max_new_tokens (", r.max_new_tokens,
+          ") exceeds the context length ", config_.seq_len,
+          "; streaming past it (window, sink) runs on --device cpu only"));
+    }
+    if (!StreamsPastContext(probe, 1, config_.seq_len)) {
+      return Invalid(absl::StrCat(
+          "prompt (", n, " tokens) + max_new_tokens (", r.max_new_tokens,
+          ") exceeds the context length ", config_.seq_len,
+          n < config_.seq_len
+              ? absl::StrCat(": lower max_new_tokens to at most ", config_.seq_len - n,
+                             ", or stream past the context with the window or sink policy and a "
+                             "KV budget under it")
+              : std::string(": shorten the prompt")));
+    }
   }
   if (r.policy == "sink" && r.budget_tokens < max_total && r.budget_tokens <= kNumSinkTokens) {
     return Invalid(absl::StrCat("the sink policy needs kv budget > ", kNumSinkTokens, " tokens"));

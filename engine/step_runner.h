@@ -57,18 +57,25 @@ class StepRunner {
 };
 
 // Checks a step plan against the model: tokens present, ids in the vocabulary, positions within
-// the context. Sets the step's token count and logits rows. (Inline: the CUDA runner's library
-// uses it without linking heavykv_engine.)
+// the context (past it only where `past_context` and StreamsPastContext allow: the CPU runner).
+// Sets the step's token count and logits rows. (Inline: the CUDA runner's library uses it without
+// linking heavykv_engine.)
 inline absl::Status ValidateSteps(const ModelConfig& c, std::span<const SequenceStep> steps,
-                           int64_t* num_tokens, int64_t* num_rows) {
+                                  int64_t* num_tokens, int64_t* num_rows,
+                                  bool past_context = false) {
   int64_t T = 0, rows = 0;
   for (const SequenceStep& st : steps) {
     if (st.kv == nullptr) return absl::InvalidArgumentError("a sequence step has no cache");
     if (st.tokens.empty()) return absl::InvalidArgumentError("a sequence step has no tokens");
-    if (st.start_pos < 0 || st.start_pos + int64_t(st.tokens.size()) > c.seq_len) {
+    const int64_t end = st.start_pos + int64_t(st.tokens.size());
+    if (st.start_pos < 0 ||
+        (end > c.seq_len &&
+         !(past_context && StreamsPastContext(*st.kv, st.tokens.size(), c.seq_len)))) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "positions ", st.start_pos, "..", st.start_pos + st.tokens.size() - 1,
-          " exceed the model's context length ", c.seq_len));
+          "positions ", st.start_pos, "..", end - 1, " exceed the model's context length ",
+          c.seq_len, past_context ? " (only window and sink, with a budget of at most the context "
+                                    "minus the step's tokens, run past it)"
+                                  : ""));
     }
     for (int32_t tok : st.tokens) {
       if (tok < 0 || tok >= c.vocab_size) {

@@ -86,6 +86,16 @@ class EvictionPolicy {
     }
     return Rule(budget);
   }
+  // Endless streaming (StreamingLLM): when this policy keeps the positions below some p and
+  // evicts every other token oldest first (window: p = 0, sink: kNumSinkTokens), p; else nullopt.
+  // Such a policy keeps the recent tokens contiguous, so its sequences can run past the model's
+  // context length (StreamsPastContext, kernels and runner in docs/ARCHITECTURE.md).
+  std::optional<int32_t> PinnedPrefix(int32_t budget) const {
+    if (!rule_is_exact()) return std::nullopt;
+    const VictimRule rule = Rule(budget);
+    if (rule.kind != VictimRule::kOldest) return std::nullopt;
+    return rule.param;
+  }
   // Appends to `victims` exactly step.num_evict (> 0) distinct slot indices of `slots` to drop so
   // that step.budget tokens remain. Called concurrently for different heads: implementations
   // keep no state. The default applies Rule(step.budget).

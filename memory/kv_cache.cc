@@ -189,6 +189,7 @@ void KvCache::Release(SequenceKv& seq) {
   for (int32_t p : seq.pages) alloc_.Free(p);
   seq.pages.clear();
   seq.num_slots = 0;
+  seq.pinned_shift = 0;  // the rotated keys are gone
 }
 
 }  // namespace heavykv

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -60,7 +61,20 @@ struct SequenceKv {
   const EvictionPolicy* policy = nullptr;  // not owned; null: never evict (the `full` policy)
   int32_t peak_pages = 0;
   int64_t tokens_evicted = 0;  // per (layer, head): tokens dropped from the sequence so far
+  // Endless streaming: positions the pinned prefix's keys are rotated past their own (0 until
+  // the sequence first runs past the model's context; see engine/model_runner.cc).
+  int32_t pinned_shift = 0;
 };
+
+// Whether a step of `num_new` tokens of `seq` may run at positions past a context of `seq_len`
+// tokens: its policy pins a prefix and evicts the rest oldest first (window, sink), with a budget
+// above the prefix that leaves room for the step, so every query sees at most seq_len keys, the
+// recent ones at their own distances and the pinned ones re-rotated to stay within the context.
+inline bool StreamsPastContext(const SequenceKv& seq, int64_t num_new, int32_t seq_len) {
+  if (seq.policy == nullptr) return false;
+  const std::optional<int32_t> pinned = seq.policy->PinnedPrefix(seq.budget);
+  return pinned.has_value() && *pinned < seq.budget && int64_t(seq.budget) + num_new <= seq_len;
+}
 
 // Where the K/V, pos and score arrays live (see Ownership above).
 enum class KvStorage { kHost, kExternal };
@@ -102,6 +116,8 @@ class KvCache {
   // Returns every page of seq to the pool and empties it (num_slots 0); its policy, budget and
   // counters stay, so a preempted sequence can be recomputed with the same settings.
   void Release(SequenceKv& seq);
+  // Records the rotation of the pinned prefix's keys (the runner rotated them).
+  void SetPinnedShift(SequenceKv& seq, int32_t shift) { seq.pinned_shift = shift; }
 
  private:
   KvCache(const KvShape& shape, int32_t num_pages, KvStorage storage);

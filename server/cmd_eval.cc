@@ -63,6 +63,61 @@ absl::Status WritePlot(const std::string& path, const std::vector<EvalResult>& r
   return absl::OkStatus();
 }
 
+// One row per policy: its budget, the predictions scored, and each chunk's perplexity.
+void PrintStream(const std::vector<StreamEvalResult>& results, bool json) {
+  std::FILE* table = json ? stderr : stdout;
+  for (const StreamEvalResult& r : results) {
+    std::fprintf(table, "%-8s budget %5d  %8lld tokens%s  ppl %.4f  chunks:", r.policy.c_str(),
+                 r.budget_tokens, static_cast<long long>(r.tokens),
+                 r.past_context ? " (past the context)" : "", r.ppl);
+    for (size_t k = 0; k < r.chunk_ppl.size(); ++k) std::fprintf(table, " %.3f", r.chunk_ppl[k]);
+    std::fputc('\n', table);
+    if (json) {
+      PrintJsonLine({{"task", "stream"},
+                     {"policy", r.policy},
+                     {"budget", r.budget_tokens},
+                     {"budget_spec", r.budget},
+                     {"tokens", r.tokens},
+                     {"past_context", r.past_context},
+                     {"ppl", Rounded(r.ppl, 6)},
+                     {"chunk_end", r.chunk_end},
+                     {"chunk_ppl", r.chunk_ppl}});
+    }
+  }
+}
+
+// Chunk perplexity against position, one line per policy, and the context length marked.
+absl::Status WriteStreamPlot(const std::string& path, const std::vector<StreamEvalResult>& results,
+                             const std::string& model_path, int32_t context) {
+  std::vector<PlotSeries> series;
+  double y_lo = INFINITY, y_hi = -INFINITY;
+  for (const StreamEvalResult& r : results) {
+    PlotSeries s{r.budget == "full" ? std::string("full")
+                                    : absl::StrCat(r.policy, " ", r.budget_tokens),
+                 {}, false};
+    for (size_t k = 0; k < r.chunk_ppl.size(); ++k) {
+      s.points.push_back({double(r.chunk_end[k]), r.chunk_ppl[k]});
+      y_lo = std::min(y_lo, r.chunk_ppl[k]);
+      y_hi = std::max(y_hi, r.chunk_ppl[k]);
+    }
+    series.push_back(std::move(s));
+  }
+  if (std::isfinite(y_lo)) {
+    series.push_back({"context length", {{double(context), y_lo}, {double(context), y_hi}}, true});
+  }
+  PlotOptions o;
+  o.title = absl::StrCat("Perplexity of one unbroken stream: ",
+                         std::filesystem::path(model_path).filename().string());
+  o.x_label = "tokens into the stream (end of each scored chunk)";
+  o.y_label = "perplexity of the chunk";
+  o.log_y = y_lo > 0 && y_hi / y_lo > 4;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << LinePlotSvg(series, o);
+  out.close();
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write --plot ", path));
+  return absl::OkStatus();
+}
+
 int PrintPasskey(const absl::StatusOr<std::vector<PasskeyResult>>& results, bool json) {
   if (!results.ok()) return Fail(results.status());
   std::FILE* table = json ? stderr : stdout;
@@ -94,7 +149,7 @@ int EvalCommand(int argc, char** argv) {
   std::string budgets = "0.2", device_name = "cpu", plot_path, task = "ppl";
   DtypeFlags dtypes;
   int64_t window = 0, max_windows = 0, block_size = 16, threads = 0, trials = 5,
-          passkey_tokens = 0, seed = 1;
+          passkey_tokens = 0, seed = 1, stream_tokens = 0, chunk = 256;
   double recent_fraction = 0.5;
   bool json = false;
   FlagSet flags("eval",
@@ -115,6 +170,10 @@ int EvalCommand(int argc, char** argv) {
   flags.String("plot", &plot_path,
                "write perplexity against budget as an SVG line chart to this file");
   flags.String("task", &task, "ppl (perplexity of --text) or passkey (retrieval accuracy)");
+  flags.Int("stream-tokens", &stream_tokens,
+            "ppl of one unbroken stream of N tokens (past the context for window and sink), "
+            "scored in --chunk windows");
+  flags.Int("chunk", &chunk, "with --stream-tokens: tokens per scored chunk");
   flags.Int("trials", &trials, "passkey: prompts per configuration, keys at evenly spread depths");
   flags.Int("passkey-tokens", &passkey_tokens, "passkey: prompt length; 0 = context - 8");
   flags.Int("seed", &seed, "passkey: seed of the keys");
@@ -196,6 +255,35 @@ int EvalCommand(int argc, char** argv) {
     }
   }
 
+  if (stream_tokens > 0) {
+    if (task != "ppl") return Fail(absl::InvalidArgumentError("--stream-tokens is a ppl task"));
+    StreamEvalOptions so;
+    so.tokens = stream_tokens;
+    so.chunk = static_cast<int32_t>(std::clamp<int64_t>(chunk, 0, INT32_MAX));
+    so.configs = opt.configs;
+    so.recent_fraction = recent_fraction;
+    so.block_size = opt.block_size;
+    so.device = *device;
+    so.kv_dtype = dtypes.kv;
+    // One document, as StreamingLLM's book-length texts: BOS once at the start, the stories
+    // joined by their blank lines (a BOS per story would give every window its own sink).
+    if (*tok) {
+      std::optional<std::vector<int32_t>> whole = (*tok)->Encode(
+          buf.str(), (*tok)->add_bos(), /*eos=*/false, nullptr, /*parse_special=*/false);
+      if (whole.has_value()) stream = *std::move(whole);
+    }
+    absl::StatusOr<std::vector<StreamEvalResult>> sr = EvaluateStream(*model, stream, so);
+    if (!sr.ok()) return Fail(sr.status());
+    PrintStream(*sr, json);
+    if (!plot_path.empty()) {
+      if (absl::Status s = WriteStreamPlot(plot_path, *sr, model_path, model->config.seq_len);
+          !s.ok()) {
+        return Fail(s);
+      }
+      std::fprintf(stderr, "wrote %s\n", plot_path.c_str());
+    }
+    return 0;
+  }
   absl::StatusOr<std::vector<EvalResult>> results = Evaluate(*model, stream, opt);
   if (!results.ok()) return Fail(results.status());
 

@@ -104,13 +104,15 @@ int RunCommand(int argc, char** argv) {
   int64_t steps = 256, top_k = 0, seed = -1, block_size = 16, kv_pages = 0, kv_pool_mb = 0;
   int64_t prefill_chunk = 256, threads = 0;
   double temperature = 1.0, top_p = 0.9, recent_fraction = 0.5;
-  bool json = false;
+  bool json = false, ignore_eos = false;
   FlagSet flags("run", "heavykv run --model FILE [--tokenizer FILE] [--prompt TEXT] [flags]");
   flags.String("model", &model_path, "llama2.c checkpoint or GGUF file (required)");
   flags.String("tokenizer", &tokenizer_path,
                "llama2.c tokenizer (default: a GGUF model's own); else prompts and output are ids");
   flags.String("prompt", &prompt, "prompt text (token ids without --tokenizer)");
-  flags.Int("steps", &steps, "positions to run, prompt included (llama2.c -n); 0 = context length");
+  flags.Int("steps", &steps,
+            "positions to run, prompt included (llama2.c -n); 0 = context length; more than the "
+            "context with --policy window or sink (endless streaming)");
   flags.Double("temperature", &temperature, "0 = greedy");
   flags.Double("top-p", &top_p, "nucleus sampling; 1 = off");
   flags.Int("top-k", &top_k, "keep the k most likely tokens; 0 = off");
@@ -118,7 +120,8 @@ int RunCommand(int argc, char** argv) {
   flags.String("policy", &policy_name,
                "KV policy: full, window, sink, h2o, tova, scissorhands, knorm or snapkv, as "
                "name[:key=value]... (e.g. snapkv:window=32:kernel=7:decode=h2o)");
-  flags.String("kv-budget", &budget_text, "tokens kept per head: a count, or a fraction of steps");
+  flags.String("kv-budget", &budget_text,
+               "tokens kept per head: a count, or a fraction of steps (of the context past it)");
   flags.Double("recent-fraction", &recent_fraction, "h2o: share of the budget kept for recent tokens");
   flags.Int("block-size", &block_size, "token slots per KV page");
   flags.Int("kv-pages", &kv_pages, "KV pool size in pages; 0 = what the sequence needs");
@@ -127,6 +130,7 @@ int RunCommand(int argc, char** argv) {
   flags.Int("threads", &threads, "CPU threads; 0 = every core");
   flags.String("device", &device_name, "cpu or cuda: where the weights, KV pool and forward pass run");
   dtypes.Register(flags);
+  flags.Bool("ignore-eos", &ignore_eos, "keep generating past end-of-sequence tokens");
   flags.Bool("json", &json, "print one JSON object with text, tokens and timings");
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
   if (model_path.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
@@ -145,10 +149,10 @@ int RunCommand(int argc, char** argv) {
   absl::StatusOr<std::vector<int32_t>> ids = PromptTokens(tok->get(), prompt, c);
   if (!ids.ok()) return Fail(ids.status());
   if (steps == 0) steps = c.seq_len;
-  if (steps < int64_t(ids->size()) || steps > c.seq_len) {
-    return Fail(absl::InvalidArgumentError(
-        absl::StrCat("--steps ", steps, " must be in [", ids->size(),
-                     " (the prompt's tokens), ", c.seq_len, " (the context length)]")));
+  // Past the context length only with window or sink (endless streaming): Generate checks.
+  if (steps < int64_t(ids->size()) || steps > INT32_MAX) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--steps ", steps, " must be at least ", ids->size(), " (the prompt's tokens)")));
   }
   if (temperature < 0 || !(top_p >= 0 && top_p <= 1) || top_k < 0 || top_k > c.vocab_size) {
     return Fail(absl::InvalidArgumentError(
@@ -168,9 +172,11 @@ int RunCommand(int argc, char** argv) {
   opt.sampling.seed = seed >= 0 ? uint64_t(seed)
                                 : uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
   opt.policy = full ? nullptr : policy->get();
-  opt.budget = full ? kUnboundedBudget : budget->Resolve(opt.steps);
+  // A fraction is of the steps, or of the context when the run goes past it.
+  opt.budget = full ? kUnboundedBudget : budget->Resolve(std::min(opt.steps, c.seq_len));
   opt.prefill_chunk = static_cast<int32_t>(std::max<int64_t>(1, prefill_chunk));
   opt.tokenizer = tok->get();
+  opt.ignore_eos = ignore_eos;
 
   if (block_size <= 0 || block_size > 1024) {
     return Fail(absl::InvalidArgumentError("--block-size must be in [1, 1024]"));
