@@ -29,7 +29,8 @@ int EvalCommand(int argc, char** argv) {
   flags.Int("max-windows", &max_windows, "windows to evaluate; 0 = all");
   flags.String("policy", &policies, "comma list of KV policies (name[:key=value]...)");
   flags.String("kv-budget", &budgets, "comma list of budgets: token counts or fractions of the window");
-  flags.Double("recent-fraction", &recent_fraction, "h2o: share of the budget kept for recent tokens");
+  flags.Double("recent-fraction", &recent_fraction,
+               "h2o, scissorhands, snapkv: share of the budget kept for recent tokens");
   flags.Int("block-size", &block_size, "token slots per KV page");
   flags.Int("threads", &threads, "CPU threads; 0 = every core");
   flags.String("device", &device_name, "cpu or cuda: where the forward passes run");
