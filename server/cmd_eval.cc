@@ -1,4 +1,5 @@
 // heavykv eval: perplexity and top-1 agreement of policies x budgets on a text file.
+#include <algorithm>
 #include <cstdio>
 #include <fstream>
 #include <sstream>
@@ -97,10 +98,12 @@ int EvalCommand(int argc, char** argv) {
   if (!results.ok()) return Fail(results.status());
 
   std::FILE* table = json ? stderr : stdout;
-  std::fprintf(table, "%-8s %8s %8s %8s %8s %10s %8s\n", "policy", "budget", "tokens", "window",
-               "windows", "ppl", "top1");
+  int width = 8;  // the policy column: as wide as the longest spec ("snapkv:window=16")
+  for (const EvalResult& r : *results) width = std::max(width, static_cast<int>(r.policy.size()));
+  std::fprintf(table, "%-*s %8s %8s %8s %8s %10s %8s\n", width, "policy", "budget", "tokens",
+               "window", "windows", "ppl", "top1");
   for (const EvalResult& r : *results) {
-    std::fprintf(table, "%-8s %8d %8lld %8d %8d %10.4f %8.4f\n", r.policy.c_str(),
+    std::fprintf(table, "%-*s %8d %8lld %8d %8d %10.4f %8.4f\n", width, r.policy.c_str(),
                  r.budget_tokens, static_cast<long long>(r.tokens), r.window, r.windows, r.ppl,
                  r.top1);
     if (json) {
