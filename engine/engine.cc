@@ -567,7 +567,10 @@ void EngineImpl::Loop() {
           c.start, false});
       evicted_before.push_back(c.seq->kv.tokens_evicted);
     }
-    absl::StatusOr<std::span<const float>> logits = runner_->Forward(steps);
+    // The scheduler planned the pages; they are allocated here, and the runner only uses them.
+    const absl::Status applied = ApplyPagePlan(plan, *cache_);
+    absl::StatusOr<std::span<const float>> logits =
+        applied.ok() ? runner_->Forward(steps) : absl::StatusOr<std::span<const float>>(applied);
     if (options_.observer) options_.observer->OnStep(plan.num_tokens);
     const int32_t V = model_.config.vocab_size;
     for (size_t i = 0; i < plan.chunks.size(); ++i) {

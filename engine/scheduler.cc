@@ -6,6 +6,8 @@
 #include <unordered_map>
 #include <unordered_set>
 
+#include "absl/strings/str_cat.h"
+
 namespace heavykv {
 
 Scheduler::Scheduler(KvCache* cache, const SchedulerConfig& config)
@@ -131,7 +133,7 @@ StepPlan Scheduler::Schedule() {
     count = static_cast<int32_t>(std::min<int64_t>(count, max_slots));
     if (count <= 0) return false;
     const int32_t need = cache_->PagesNeeded(s->kv, count);
-    plan.chunks.push_back({s, s->num_computed, count, count == s->pending()});
+    plan.chunks.push_back({s, s->num_computed, count, count == s->pending(), need});
     free -= need;
     owed -= std::min(need, own);
     scratch -= std::max(0, need - own);
@@ -164,7 +166,7 @@ StepPlan Scheduler::Schedule() {
       }
     }
     if (self_preempted) break;
-    plan.chunks.push_back({s, s->num_computed, count, count == s->pending()});
+    plan.chunks.push_back({s, s->num_computed, count, count == s->pending(), need});
     free -= need;
     scratch = std::min(scratch, std::max(0, free - owed));
     tokens_left -= count;
@@ -206,13 +208,32 @@ StepPlan Scheduler::Schedule() {
       waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(next));
       running_.push_back(w);
       plan.admitted.push_back(w);
-      plan.chunks.push_back({w, w->num_computed, count, count == w->pending()});
+      plan.chunks.push_back({w, w->num_computed, count, count == w->pending(), need});
       free -= need;
       tokens_left -= count;
       plan.num_tokens += count;
     }
   }
   return plan;
+}
+
+absl::Status ApplyPagePlan(const StepPlan& plan, KvCache& cache) {
+  for (size_t i = 0; i < plan.chunks.size(); ++i) {
+    const ScheduledChunk& c = plan.chunks[i];
+    const int32_t need = cache.PagesNeeded(c.seq->kv, c.count);
+    absl::Status s = need == c.new_pages
+                         ? cache.Reserve(c.seq->kv, c.count)
+                         : absl::InternalError(absl::StrCat("sequence ", c.seq->id, " needs ", need,
+                                                            " pages, ", c.new_pages, " planned"));
+    if (!s.ok()) {
+      // All or nothing: give back what the chunks before it took.
+      for (size_t j = 0; j < i; ++j) {
+        cache.Truncate(plan.chunks[j].seq->kv, plan.chunks[j].seq->kv.num_slots);
+      }
+      return absl::InternalError(absl::StrCat("applying the step's page plan: ", s.message()));
+    }
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace heavykv

@@ -1,6 +1,6 @@
 // Scheduler: iteration-level (continuous) batching over the shared KV pool.
 //
-// Each call to Schedule() plans one forward step: a decode token for every running sequence that
+// Each call to Schedule() plans one forward step, pages included (ScheduledChunk::new_pages): a decode token for every running sequence that
 // has finished its prompt, then prefill chunks of running sequences, then newly admitted ones,
 // first come first served, within a per-step token limit and a maximum number of running
 // sequences. It talks in plain data: it returns a StepPlan; the engine runs it and updates each
@@ -33,6 +33,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/status/status.h"
 #include "absl/time/time.h"
 #include "memory/kv_cache.h"
 
@@ -75,6 +76,10 @@ struct ScheduledChunk {
   int32_t count = 0;
   // True when the chunk reaches the last known token: its logits yield the next token.
   bool samples = false;
+  // Pages the chunk adds to the sequence's block table (KvCache::PagesNeeded for `count`), as
+  // the admission arithmetic counted them. The engine allocates them (ApplyPagePlan) before the
+  // step runs, so the runner's own Reserve finds nothing left to allocate.
+  int32_t new_pages = 0;
 };
 
 struct StepPlan {
@@ -83,6 +88,11 @@ struct StepPlan {
   std::vector<Sequence*> admitted;   // moved from waiting to running this step
   int32_t num_tokens = 0;
 };
+
+// Allocates every chunk's new_pages in `cache` (the only mutation of the plan's pages), all or
+// nothing: INTERNAL if the pool cannot hold them or a sequence needs a different count than
+// planned (the scheduler's arithmetic and the cache disagree: a broken invariant).
+absl::Status ApplyPagePlan(const StepPlan& plan, KvCache& cache);
 
 class Scheduler {
  public:

@@ -13,9 +13,12 @@ void AddRequestFlags(FlagSet& flags, RequestFlags* f) {
   flags.Double("top-p", &f->top_p, "nucleus sampling (unset: server default)");
   flags.Int("top-k", &f->top_k, "top-k sampling; 0 = off (unset: server default)");
   flags.Int("seed", &f->seed, "sampling seed (unset: random)");
-  flags.String("policy", &f->policy, "KV policy: full, window, sink, h2o (unset: server default)");
+  flags.String("policy", &f->policy,
+               "KV policy: full, window, sink, h2o, tova, scissorhands, knorm, snapkv, as "
+               "name[:key=value]... (unset: server default)");
   flags.String("kv-budget", &f->kv_budget, "KV tokens kept per head: a count or a fraction");
-  flags.Double("recent-fraction", &f->recent_fraction, "h2o share of the budget for recent tokens");
+  flags.Double("recent-fraction", &f->recent_fraction,
+               "h2o, scissorhands, snapkv: share of the budget for recent tokens");
   flags.String("stop", &f->stop, "comma-separated stop strings");
   flags.Bool("ignore-eos", &f->ignore_eos, "keep generating past end-of-sequence");
   flags.Bool("logprobs", &f->logprobs, "ask for the sampled tokens' log-probabilities");

@@ -161,7 +161,8 @@ int EvalCommand(int argc, char** argv) {
   flags.Int("max-windows", &max_windows, "windows to evaluate; 0 = all");
   flags.String("policy", &policies, "comma list of KV policies (name[:key=value]...)");
   flags.String("kv-budget", &budgets, "comma list of budgets: token counts or fractions of the window");
-  flags.Double("recent-fraction", &recent_fraction, "h2o: share of the budget kept for recent tokens");
+  flags.Double("recent-fraction", &recent_fraction,
+               "h2o, scissorhands, snapkv: share of the budget kept for recent tokens");
   flags.Int("block-size", &block_size, "token slots per KV page");
   flags.Int("threads", &threads, "CPU threads; 0 = every core");
   flags.String("device", &device_name, "cpu or cuda: where the forward passes run");
@@ -288,10 +289,12 @@ int EvalCommand(int argc, char** argv) {
   if (!results.ok()) return Fail(results.status());
 
   std::FILE* table = json ? stderr : stdout;
-  std::fprintf(table, "%-8s %8s %8s %8s %8s %10s %8s\n", "policy", "budget", "tokens", "window",
-               "windows", "ppl", "top1");
+  int width = 8;  // the policy column: as wide as the longest spec ("snapkv:window=16")
+  for (const EvalResult& r : *results) width = std::max(width, static_cast<int>(r.policy.size()));
+  std::fprintf(table, "%-*s %8s %8s %8s %8s %10s %8s\n", width, "policy", "budget", "tokens",
+               "window", "windows", "ppl", "top1");
   for (const EvalResult& r : *results) {
-    std::fprintf(table, "%-8s %8d %8lld %8d %8d %10.4f %8.4f\n", r.policy.c_str(),
+    std::fprintf(table, "%-*s %8d %8lld %8d %8d %10.4f %8.4f\n", width, r.policy.c_str(),
                  r.budget_tokens, static_cast<long long>(r.tokens), r.window, r.windows, r.ppl,
                  r.top1);
     if (json) {

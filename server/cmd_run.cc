@@ -122,7 +122,8 @@ int RunCommand(int argc, char** argv) {
                "name[:key=value]... (e.g. snapkv:window=32:kernel=7:decode=h2o)");
   flags.String("kv-budget", &budget_text,
                "tokens kept per head: a count, or a fraction of steps (of the context past it)");
-  flags.Double("recent-fraction", &recent_fraction, "h2o: share of the budget kept for recent tokens");
+  flags.Double("recent-fraction", &recent_fraction,
+               "h2o, scissorhands, snapkv: share of the budget kept for recent tokens");
   flags.Int("block-size", &block_size, "token slots per KV page");
   flags.Int("kv-pages", &kv_pages, "KV pool size in pages; 0 = what the sequence needs");
   flags.Int("kv-pool-mb", &kv_pool_mb, "KV pool size in MiB (if --kv-pages is 0)");

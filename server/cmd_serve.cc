@@ -142,7 +142,7 @@ int ServeCommand(int argc, char** argv) {
   flags.String("kv-budget", &budget,
                "default KV budget: tokens, or a fraction of each request's length");
   flags.Double("recent-fraction", &recent_fraction,
-               "default h2o share of the budget kept for recent tokens");
+               "default share of the budget kept for recent tokens (h2o, scissorhands, snapkv)");
   flags.Int("max-step-tokens", &max_step_tokens,
             "tokens per engine step (decodes + prefill chunks)");
   flags.Int("max-running", &max_running, "most sequences in the running batch");

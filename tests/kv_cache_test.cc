@@ -654,3 +654,52 @@ TEST(KvCacheTest, PageSizeAccounting) {
 
 }  // namespace
 }  // namespace heavykv
+
+namespace heavykv {
+namespace {
+
+// EvictHead hands the policy the whole step (budget, newest position, count, new tokens) and the
+// channel of every held slot, and moves the channel with its slot on compaction.
+TEST(KvCacheTest, EvictHeadPassesTheStepAndMovesTheChannel) {
+  struct Recorder final : EvictionPolicy {
+    mutable EvictionStep seen;
+    mutable std::vector<float> values;
+    absl::string_view name() const override { return "recorder"; }
+    ChannelSpec channel() const override { return {SlotChannel::kLast}; }
+    VictimRule Rule(int32_t) const override { return {VictimRule::kOldest, 0}; }
+    void ChooseVictims(const HeadSlots& slots, const EvictionStep& step,
+                       std::vector<int32_t>* victims) const override {
+      seen = step;
+      values.assign(slots.score.begin(), slots.score.end());
+      for (int32_t i = 0; i < step.num_evict; ++i) victims->push_back(i);  // the first slots
+    }
+  } policy;
+  KvShape shape{1, 1, 4, 4};
+  auto cache = *KvCache::Create(shape, 8);
+  SequenceKv seq;
+  seq.policy = &policy;
+  seq.budget = 3;
+  ASSERT_TRUE(cache->Reserve(seq, 6).ok());
+  PagedKvHead h = cache->View(seq, 0, 0, 6);
+  for (int32_t s = 0; s < 6; ++s) {
+    h.Pos(s) = 10 + s;
+    h.Score(s) = 0.5f * s;
+  }
+  cache->EvictHead(seq, 0, 0, 6, 15, /*num_new=*/5);
+  EXPECT_EQ(policy.seen.budget, 3);
+  EXPECT_EQ(policy.seen.newest_pos, 15);
+  EXPECT_EQ(policy.seen.num_evict, 3);
+  EXPECT_EQ(policy.seen.num_new, 5);
+  EXPECT_EQ(policy.values, (std::vector<float>{0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 2.5f}));
+  // Slots 0..2 were dropped; 3..5 moved into them with their positions and channel values.
+  for (int32_t s = 0; s < 3; ++s) {
+    EXPECT_EQ(h.Pos(s), 13 + s);
+    EXPECT_EQ(h.Score(s), 0.5f * (3 + s));
+  }
+  cache->Commit(seq, 6);
+  EXPECT_EQ(seq.num_slots, 3);
+  cache->Release(seq);
+}
+
+}  // namespace
+}  // namespace heavykv

@@ -227,13 +227,18 @@ class Harness {
   }
 
   void Run(const StepPlan& plan) {
-    // (1) The pages the scheduler promised: all of the step's chunks are reserved at once.
-    for (const ScheduledChunk& c : plan.chunks) {
-      const int32_t free = cache_->allocator().num_pages_free();
-      absl::Status s = cache_->Reserve(c.seq->kv, c.count);
-      ASSERT_TRUE(s.ok()) << "overcommit at step " << stats_.steps << ": seq " << c.seq->id
-                          << " chunk " << c.start << "+" << c.count << ", " << free
-                          << " pages free: " << s;
+    // (1) The pages the scheduler promised: the plan names each chunk's new pages, and applying
+    // it allocates exactly those, all of the step's chunks at once.
+    std::vector<size_t> pages_before;
+    for (const ScheduledChunk& c : plan.chunks) pages_before.push_back(c.seq->kv.pages.size());
+    const int32_t free = cache_->allocator().num_pages_free();
+    absl::Status applied = ApplyPagePlan(plan, *cache_);
+    ASSERT_TRUE(applied.ok()) << "overcommit at step " << stats_.steps << ", " << free
+                              << " pages free: " << applied;
+    for (size_t i = 0; i < plan.chunks.size(); ++i) {
+      const ScheduledChunk& c = plan.chunks[i];
+      EXPECT_EQ(c.seq->kv.pages.size() - pages_before[i], static_cast<size_t>(c.new_pages))
+          << "seq " << c.seq->id << " chunk " << c.start << "+" << c.count;
       if (c.seq->bounded() && c.count == 1) {  // a decode step stays within the worst case
         EXPECT_LE(static_cast<int32_t>(c.seq->kv.pages.size()), sched_.WorstCasePages(*c.seq));
       }
@@ -371,6 +376,27 @@ TEST(SchedulerTest, PrefillIsChunked) {
   EXPECT_EQ(plan.chunks[0].start, 11 - 1);
   EXPECT_EQ(plan.chunks[0].count, 1);
   EXPECT_TRUE(plan.chunks[0].samples);
+}
+
+// Applying a plan the cache cannot honour (a page count the scheduler did not plan) changes
+// nothing and is INTERNAL: a broken invariant, not a pool-exhaustion the engine would retry.
+TEST(SchedulerTest, ApplyPagePlanIsAllOrNothing) {
+  Harness h(64, Config(/*max_step_tokens=*/64, 8, /*prefill_chunk=*/64));
+  Sequence* a = h.Add(20, 40);
+  Sequence* b = h.Add(20, 40);
+  StepPlan plan;
+  plan.chunks.push_back({a, 0, 20, true, 5});  // 20 slots of 4-token pages: 5 pages
+  plan.chunks.push_back({b, 0, 20, true, 4});  // planned wrong
+  const int32_t free = h.cache().allocator().num_pages_free();
+  absl::Status s = ApplyPagePlan(plan, h.cache());
+  EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
+  EXPECT_EQ(h.cache().allocator().num_pages_free(), free);
+  EXPECT_TRUE(a->kv.pages.empty());
+  plan.chunks[1].new_pages = 5;
+  ASSERT_TRUE(ApplyPagePlan(plan, h.cache()).ok());
+  EXPECT_EQ(h.cache().allocator().num_pages_free(), free - 10);
+  h.cache().Release(a->kv);
+  h.cache().Release(b->kv);
 }
 
 // (4) Running sequences' decode tokens come first; a new prompt takes what is left.

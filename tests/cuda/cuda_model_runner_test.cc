@@ -183,6 +183,29 @@ TEST_F(CudaModelRunnerTest, InvalidPlansChangeNothing) {
   small->Release(x);
 }
 
+// A policy the GPU has no rule for is refused, by SupportsPolicy (what the engine asks at
+// submission) and by Forward, with UNIMPLEMENTED naming it and nothing changed; the others pass.
+TEST_F(CudaModelRunnerTest, PoliciesWithoutAGpuRuleAreRefused) {
+  for (const char* name : {"tova", "scissorhands", "knorm", "snapkv"}) {
+    auto policy = *MakePolicy(name);
+    const absl::Status s = gpu_->SupportsPolicy(policy.get());
+    EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << name;
+    EXPECT_NE(s.message().find(name), std::string::npos) << s;
+    SequenceKv kv;
+    kv.policy = policy.get();
+    kv.budget = 8;
+    std::vector<int32_t> ids(12, 5);
+    SequenceStep st{&kv, ids, 0, false};
+    EXPECT_EQ(gpu_->Forward({&st, 1}).status().code(), absl::StatusCode::kUnimplemented) << name;
+    EXPECT_TRUE(kv.pages.empty()) << name;
+  }
+  for (const char* name : {"window", "sink", "h2o"}) {
+    auto policy = *MakePolicy(name);
+    EXPECT_TRUE(gpu_->SupportsPolicy(policy.get()).ok()) << name;
+  }
+  EXPECT_TRUE(gpu_->SupportsPolicy(nullptr).ok());
+}
+
 TEST_F(CudaModelRunnerTest, DefaultPoolFitsInFreeMemory) {
   absl::StatusOr<int32_t> pages =
       DefaultKvPages(Device::kCuda, *model_, KvShapeForDevice(Device::kCuda, model_->config, 16));
