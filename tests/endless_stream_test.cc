@@ -7,11 +7,13 @@
 
 #include <cmath>
 #include <random>
+#include <sstream>
 
 #include "engine/generator.h"
 #include "engine/make_model.h"
 #include "engine/model_runner.h"
 #include "memory/eviction_policy.h"
+#include "nlohmann/json.hpp"
 #include "tests/test_util.h"
 
 namespace heavykv {
@@ -168,6 +170,42 @@ TEST(EndlessStreamTest, OnlyWindowAndSinkUnderTheContextRunPastIt) {
   SequenceStep step{&kv, {&t, 1}, kContext, false};
   EXPECT_EQ(runner.Forward({&step, 1}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(kv.num_slots, 0);
+}
+
+// `eval --stream-tokens`: one unbroken stream, past the context for window and sink only, scored
+// in chunks; JSON lines and the plot.
+TEST(EndlessStreamTest, EvalStreamTokensScoresPastTheContext) {
+  testing::TempDir dir;
+  int code = 0;
+  const std::string out = testing::RunCapture(
+      std::string(HEAVYKV_BINARY) + " eval --model " + testing::ModelPath() + " --tokenizer " +
+          testing::TokenizerPath() + " --text " +
+          testing::SourcePath("tests/data/eval_stories.txt") +
+          " --stream-tokens 1200 --chunk 256 --policy full,window,sink --kv-budget 64 "
+          "--threads 1 --json --plot " + dir.File("s.svg") + " 2>/dev/null",
+      &code);
+  ASSERT_EQ(code, 0) << out;
+  std::vector<nlohmann::json> lines;
+  std::istringstream in(out);
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 3u) << out;
+  EXPECT_EQ(lines[0]["policy"], "full");
+  EXPECT_EQ(lines[0]["tokens"], 511);  // stops at the context
+  EXPECT_EQ(lines[0]["past_context"], false);
+  for (int i : {1, 2}) {
+    EXPECT_EQ(lines[i]["tokens"], 1199);
+    EXPECT_EQ(lines[i]["past_context"], true);
+    EXPECT_EQ(lines[i]["budget"], 64);
+    const nlohmann::json& ends = lines[i]["chunk_end"];
+    ASSERT_EQ(ends.size(), 5u);  // 4 chunks of 256 and the last 175
+    EXPECT_EQ(ends[0], 257);
+    EXPECT_EQ(ends[4], 1200);
+    for (const auto& p : lines[i]["chunk_ppl"]) {
+      EXPECT_GT(p.get<double>(), 1.0);
+      EXPECT_LT(p.get<double>(), 20.0);  // the bundled model stays sane past its context
+    }
+  }
+  EXPECT_NE(testing::ReadFile(dir.File("s.svg")).find("context length"), std::string::npos);
 }
 
 }  // namespace

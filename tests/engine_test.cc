@@ -472,6 +472,49 @@ TEST_F(EngineTest, LogprobsAreTheModelsLogSoftmax) {
   EXPECT_EQ(engine->Submit(bad, c.Callback()).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Endless streaming through the engine: a sink (or window) request with a budget under the
+// context generates past it when the server allows that many new tokens; full and h2o requests
+// past the context are refused, as before.
+TEST_F(EngineTest, SinkAndWindowRequestsStreamPastTheContext) {
+  EngineOptions o;
+  o.num_pages = 64;
+  o.threads = 1;
+  o.max_new_tokens_limit = 4096;
+  auto e = Engine::Create(*LoadModel(testing::ModelPath()),
+                          std::make_shared<Tokenizer>(*Tokenizer::Load(testing::TokenizerPath(), 512)), o);
+  ASSERT_TRUE(e.ok()) << e.status();
+  auto& engine = *e;
+  for (const char* policy : {"sink", "window"}) {
+    GenerationRequest r;
+    r.prompt_token_ids = {1, 403, 407};
+    r.max_new_tokens = 1200;  // the context is 512
+    r.temperature = 0.0f;
+    r.ignore_eos = true;
+    r.policy = policy;
+    r.budget_tokens = 64;
+    Collector c;
+    ASSERT_TRUE(engine->Submit(r, c.Callback()).ok()) << policy;
+    c.Wait();
+    EXPECT_EQ(c.last.finish_reason, "length") << policy << ": " << c.last.status;
+    EXPECT_EQ(c.last.usage.completion_tokens, 1200) << policy;
+    EXPECT_LE(c.last.usage.peak_pages, 5) << policy;  // 64 + 1 slots of 16
+    EXPECT_EQ(c.last.usage.kv_tokens_kept, 64) << policy;
+    EXPECT_EQ(c.tokens.size(), 1200u);
+  }
+  EXPECT_EQ(engine->Stats().pages_used, 0);
+  for (const char* policy : {"full", "h2o"}) {
+    GenerationRequest r;
+    r.prompt_token_ids = {1, 403, 407};
+    r.max_new_tokens = 600;
+    r.policy = policy;
+    r.budget_tokens = 64;
+    Collector c;
+    auto s = engine->Submit(r, c.Callback());
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << policy;
+    EXPECT_NE(std::string(s.status().message()).find("context"), std::string::npos);
+  }
+}
+
 TEST_F(EngineTest, StatsAndInfo) {
   auto engine = Make(100);
   ModelInfo info = engine->Info();
