@@ -19,6 +19,17 @@ std::string EvalResult::ToString() const {
                          policy, budget_tokens, budget, ppl, top1, windows, window, tokens);
 }
 
+absl::StatusOr<std::vector<std::unique_ptr<EvictionPolicy>>> MakeConfigPolicies(
+    const std::vector<EvalConfig>& configs, double recent_fraction) {
+  std::vector<std::unique_ptr<EvictionPolicy>> out;
+  for (const EvalConfig& cfg : configs) {
+    absl::StatusOr<std::unique_ptr<EvictionPolicy>> p = MakePolicy(cfg.policy, recent_fraction);
+    if (!p.ok()) return p.status();
+    out.push_back(*std::move(p));
+  }
+  return out;
+}
+
 std::vector<int32_t> BuildEvalStream(const TextTokenizer& tokenizer, absl::string_view text) {
   std::vector<int32_t> stream;
   // A blank line is two newlines in a row (possibly with spaces between, which StripAscii drops).
@@ -51,17 +62,16 @@ absl::StatusOr<std::vector<EvalResult>> Evaluate(const Model& model,
 
   // One sequence per (configuration, window), all stepped together.
   const size_t num_cfg = options.configs.size();
-  std::vector<std::unique_ptr<EvictionPolicy>> policies;
+  absl::StatusOr<std::vector<std::unique_ptr<EvictionPolicy>>> made_policies =
+      MakeConfigPolicies(options.configs, options.recent_fraction);
+  if (!made_policies.ok()) return made_policies.status();
+  const std::vector<std::unique_ptr<EvictionPolicy>>& policies = *made_policies;
   std::vector<EvalResult> results(num_cfg);
   int64_t pages = 0;
   if (absl::Status s = CheckKvDtype(options.device, options.kv_dtype); !s.ok()) return s;
   const KvShape shape = KvShapeForDevice(options.device, c, options.block_size, options.kv_dtype);
   for (size_t i = 0; i < num_cfg; ++i) {
     const EvalConfig& cfg = options.configs[i];
-    absl::StatusOr<std::unique_ptr<EvictionPolicy>> p =
-        MakePolicy(cfg.policy, options.recent_fraction);
-    if (!p.ok()) return p.status();
-    policies.push_back(*std::move(p));
     EvalResult& r = results[i];
     r.policy = cfg.policy;
     const bool full = cfg.policy == "full";
@@ -133,7 +143,10 @@ absl::StatusOr<std::vector<StreamEvalResult>> EvaluateStream(const Model& model,
   };
 
   const size_t num = options.configs.size();
-  std::vector<std::unique_ptr<EvictionPolicy>> policies(num);
+  absl::StatusOr<std::vector<std::unique_ptr<EvictionPolicy>>> made_policies =
+      MakeConfigPolicies(options.configs, options.recent_fraction);
+  if (!made_policies.ok()) return made_policies.status();
+  const std::vector<std::unique_ptr<EvictionPolicy>>& policies = *made_policies;
   std::vector<StreamEvalResult> results(num);
   std::vector<SequenceKv> kv(num);
   std::vector<int64_t> last(num);  // the last position each sequence is fed
@@ -142,10 +155,6 @@ absl::StatusOr<std::vector<StreamEvalResult>> EvaluateStream(const Model& model,
   const KvShape shape = KvShapeForDevice(options.device, c, options.block_size, options.kv_dtype);
   for (size_t i = 0; i < num; ++i) {
     const EvalConfig& cfg = options.configs[i];
-    absl::StatusOr<std::unique_ptr<EvictionPolicy>> p =
-        MakePolicy(cfg.policy, options.recent_fraction);
-    if (!p.ok()) return p.status();
-    policies[i] = *std::move(p);
     StreamEvalResult& r = results[i];
     r.policy = cfg.policy;
     const bool full = policies[i] == nullptr;

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
 #include "absl/strings/string_view.h"
@@ -50,6 +51,11 @@ struct EvalResult {
   // "h2o budget 32 (0.25): ppl 5.123 top1 0.41 over 4 windows of 512", for logs and test traces.
   std::string ToString() const;
 };
+
+// The policy object of each configuration, in order (null for "full"); INVALID_ARGUMENT for a
+// bad spec. Evaluate, EvaluateStream and RunPasskey share it.
+absl::StatusOr<std::vector<std::unique_ptr<EvictionPolicy>>> MakeConfigPolicies(
+    const std::vector<EvalConfig>& configs, double recent_fraction);
 
 // The eval token stream of `text`: stories split at blank lines, each encoded with BOS when the
 // tokenizer adds one.

@@ -133,12 +133,14 @@ absl::StatusOr<std::vector<PasskeyResult>> RunPasskey(const Model& model,
       MakeStepRunner(options.device, model, cache->get());
   if (!runner.ok()) return runner.status();
 
+  absl::StatusOr<std::vector<std::unique_ptr<EvictionPolicy>>> policies =
+      MakeConfigPolicies(options.configs, options.recent_fraction);
+  if (!policies.ok()) return policies.status();
   std::vector<PasskeyResult> results;
-  for (const EvalConfig& cfg : options.configs) {
-    absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy =
-        MakePolicy(cfg.policy, options.recent_fraction);
-    if (!policy.ok()) return policy.status();
-    const bool full = cfg.policy == "full";
+  for (size_t i = 0; i < options.configs.size(); ++i) {
+    const EvalConfig& cfg = options.configs[i];
+    const EvictionPolicy* policy = (*policies)[i].get();
+    const bool full = policy == nullptr;
     PasskeyResult r;
     r.policy = cfg.policy;
     r.budget = full ? "full" : cfg.budget.ToString();
@@ -148,7 +150,7 @@ absl::StatusOr<std::vector<PasskeyResult>> RunPasskey(const Model& model,
       GenerateOptions g;
       g.steps = static_cast<int32_t>(p.tokens.size()) + options.answer_tokens;
       g.sampling.temperature = 0;
-      g.policy = full ? nullptr : policy->get();
+      g.policy = policy;
       g.budget = full ? kUnboundedBudget : r.budget_tokens;
       g.prefill_chunk = options.prefill_chunk;
       g.tokenizer = &tokenizer;
