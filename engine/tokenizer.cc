@@ -424,7 +424,15 @@ std::string Tokenizer::Decode(int32_t prev_token, int32_t token) const {
                : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
       };
       const int hi = hex(piece[3]), lo = hex(piece[4]);
-      if (hi >= 0 && lo >= 0) return std::string(1, static_cast<char>(hi * 16 + lo));
+      if (hi >= 0 && lo >= 0) {
+        const char byte = static_cast<char>(hi * 16 + lo);
+        // The dummy-prefix space may also come as the byte token <0x20> (a vocabulary without a
+        // space piece): stripped as well, as llama.cpp strips the first piece's bytes.
+        if (byte == ' ' && prev_token == bos_id_ && prev_token >= 0 && add_space_prefix_) {
+          return std::string();
+        }
+        return std::string(1, byte);
+      }
     }
     return std::string(piece);
   }
