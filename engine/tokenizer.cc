@@ -411,12 +411,11 @@ std::string Tokenizer::Decode(int32_t prev_token, int32_t token) const {
   if (token < 0 || token >= vocab_size()) return std::string();
   std::string_view piece = pieces_[token];
   // SentencePiece strips the dummy-prefix space from the first piece after BOS.
-  if (prev_token == bos_id_ && prev_token >= 0 && add_space_prefix_ && !piece.empty() &&
-      piece.front() == ' ') {
-    piece.remove_prefix(1);
-  }
+  const bool strip_space = prev_token == bos_id_ && prev_token >= 0 && add_space_prefix_;
   if (!run_c_) {
-    // The file says which tokens are bytes; every other piece is its text.
+    // The file says which tokens are bytes; every other piece is its text. The space is
+    // stripped from the decoded bytes, as llama.cpp does, so a <0x20> byte token loses it too.
+    std::string out(piece);
     if (types_[token] == kByte && piece.size() == 6 && piece.substr(0, 3) == "<0x" &&
         piece[5] == '>') {
       auto hex = [](char c) {
@@ -424,18 +423,13 @@ std::string Tokenizer::Decode(int32_t prev_token, int32_t token) const {
                : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
       };
       const int hi = hex(piece[3]), lo = hex(piece[4]);
-      if (hi >= 0 && lo >= 0) {
-        const char byte = static_cast<char>(hi * 16 + lo);
-        // The dummy-prefix space may also come as the byte token <0x20> (a vocabulary without a
-        // space piece): stripped as well, as llama.cpp strips the first piece's bytes.
-        if (byte == ' ' && prev_token == bos_id_ && prev_token >= 0 && add_space_prefix_) {
-          return std::string();
-        }
-        return std::string(1, byte);
-      }
+      if (hi >= 0 && lo >= 0) out.assign(1, static_cast<char>(hi * 16 + lo));
     }
-    return std::string(piece);
+    if (strip_space && !out.empty() && out.front() == ' ') out.erase(0, 1);
+    return out;
   }
+  // run.c strips it from the piece's text, so a byte token keeps its byte.
+  if (strip_space && !piece.empty() && piece.front() == ' ') piece.remove_prefix(1);
   // Use sscanf itself rather than a stricter parser: run.c accepts whatever this format accepts
   // (note it never checks the closing '>'), and we want the same bytes out.
   const std::string piece_str(piece);
