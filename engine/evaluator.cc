@@ -30,6 +30,23 @@ absl::StatusOr<std::vector<std::unique_ptr<EvictionPolicy>>> MakeConfigPolicies(
   return out;
 }
 
+absl::StatusOr<EvalBackend> MakeEvalBackend(const Model& model, Device device,
+                                            const KvShape& shape, int64_t pages,
+                                            absl::string_view what) {
+  if (pages > INT32_MAX) {
+    return absl::InvalidArgumentError(absl::StrCat("too many ", what, " for one KV pool"));
+  }
+  EvalBackend b;
+  absl::StatusOr<std::unique_ptr<KvCache>> cache =
+      CreateKvCache(device, shape, static_cast<int32_t>(pages));
+  if (!cache.ok()) return cache.status();
+  b.cache = *std::move(cache);
+  absl::StatusOr<std::unique_ptr<StepRunner>> runner = MakeStepRunner(device, model, b.cache.get());
+  if (!runner.ok()) return runner.status();
+  b.runner = *std::move(runner);
+  return b;
+}
+
 std::vector<int32_t> BuildEvalStream(const TextTokenizer& tokenizer, absl::string_view text) {
   std::vector<int32_t> stream;
   // A blank line is two newlines in a row (possibly with spaces between, which StripAscii drops).
@@ -82,14 +99,10 @@ absl::StatusOr<std::vector<EvalResult>> Evaluate(const Model& model,
     r.tokens = int64_t(windows) * (W - 1);
     pages += int64_t(windows) * ((r.budget_tokens + 1 + shape.block_size - 1) / shape.block_size);
   }
-  if (pages > INT32_MAX) return absl::InvalidArgumentError("too many windows for one KV pool");
-  absl::StatusOr<std::unique_ptr<KvCache>> cache =
-      CreateKvCache(options.device, shape, static_cast<int32_t>(pages));
-  if (!cache.ok()) return cache.status();
-  absl::StatusOr<std::unique_ptr<StepRunner>> made =
-      MakeStepRunner(options.device, model, cache->get());
-  if (!made.ok()) return made.status();
-  StepRunner& runner = **made;
+  absl::StatusOr<EvalBackend> backend =
+      MakeEvalBackend(model, options.device, shape, pages, "windows");
+  if (!backend.ok()) return backend.status();
+  StepRunner& runner = *backend->runner;
 
   const size_t num_seq = num_cfg * windows;
   std::vector<SequenceKv> kv(num_seq);
@@ -116,7 +129,7 @@ absl::StatusOr<std::vector<EvalResult>> Evaluate(const Model& model,
       hits[s / windows] += Sampler::Argmax(row) == target;
     }
   }
-  for (size_t s = 0; s < num_seq; ++s) (*cache)->Release(kv[s]);
+  for (size_t s = 0; s < num_seq; ++s) backend->cache->Release(kv[s]);
   for (size_t i = 0; i < num_cfg; ++i) {
     results[i].ppl = std::exp(nll[i] / results[i].tokens);
     results[i].top1 = double(hits[i]) / results[i].tokens;
@@ -167,13 +180,10 @@ absl::StatusOr<std::vector<StreamEvalResult>> EvaluateStream(const Model& model,
     last[i] = r.past_context ? options.tokens - 2 : std::min<int64_t>(options.tokens, c.seq_len) - 2;
     pages += (std::min(r.budget_tokens, c.seq_len) + 1 + shape.block_size - 1) / shape.block_size;
   }
-  absl::StatusOr<std::unique_ptr<KvCache>> cache =
-      CreateKvCache(options.device, shape, static_cast<int32_t>(pages));
-  if (!cache.ok()) return cache.status();
-  absl::StatusOr<std::unique_ptr<StepRunner>> made =
-      MakeStepRunner(options.device, model, cache->get());
-  if (!made.ok()) return made.status();
-  StepRunner& runner = **made;
+  absl::StatusOr<EvalBackend> backend =
+      MakeEvalBackend(model, options.device, shape, pages, "policies");
+  if (!backend.ok()) return backend.status();
+  StepRunner& runner = *backend->runner;
 
   std::vector<double> nll(num, 0.0), chunk_nll(num, 0.0);
   std::vector<int64_t> chunk_n(num, 0);
@@ -210,7 +220,7 @@ absl::StatusOr<std::vector<StreamEvalResult>> EvaluateStream(const Model& model,
     }
   }
   for (size_t i = 0; i < num; ++i) {
-    (*cache)->Release(kv[i]);
+    backend->cache->Release(kv[i]);
     results[i].ppl = std::exp(nll[i] / results[i].tokens);
   }
   return results;

@@ -52,6 +52,16 @@ struct EvalResult {
   std::string ToString() const;
 };
 
+// A KV pool of `pages` pages of `shape` on `device` and a runner for `model` on it, for eval's
+// tasks (INVALID_ARGUMENT past INT32_MAX pages, naming `what` holds them).
+struct EvalBackend {
+  std::unique_ptr<KvCache> cache;
+  std::unique_ptr<StepRunner> runner;
+};
+absl::StatusOr<EvalBackend> MakeEvalBackend(const Model& model, Device device,
+                                            const KvShape& shape, int64_t pages,
+                                            absl::string_view what);
+
 // The policy object of each configuration, in order (null for "full"); INVALID_ARGUMENT for a
 // bad spec. Evaluate, EvaluateStream and RunPasskey share it.
 absl::StatusOr<std::vector<std::unique_ptr<EvictionPolicy>>> MakeConfigPolicies(

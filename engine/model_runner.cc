@@ -114,13 +114,14 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
   // within the cache), then stays until the distance has grown back to seq_len - 1: the keys are
   // re-rotated once per (seq_len - budget) positions, not every step (each rotation of bf16 keys
   // rounds them again).
-  std::vector<int32_t> pinned(steps.size(), 0), shift_from(steps.size(), 0),
-      shift_to(steps.size(), 0);
+  // The step's new shift per sequence; the old one stays in SequenceKv::pinned_shift until the
+  // end of the step.
+  std::vector<int32_t> pinned(steps.size(), 0), shift_to(steps.size(), 0);
   for (size_t i = 0; i < steps.size(); ++i) {
     const SequenceStep& st = steps[i];
     const int32_t n = static_cast<int32_t>(st.tokens.size());
     const int32_t newest = st.start_pos + n - 1;
-    shift_from[i] = shift_to[i] = st.kv->pinned_shift;
+    shift_to[i] = st.kv->pinned_shift;
     if (newest <= c.seq_len - 1) continue;
     pinned[i] = *st.kv->policy->PinnedPrefix(st.kv->budget);  // ValidateSteps checked it
     if (newest - shift_to[i] > c.seq_len - 1) shift_to[i] = newest - (st.kv->budget + n - 1);
@@ -160,7 +161,7 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
             channel.kind == SlotChannel::kNegKeyNorm ? -cpu::L2Norm(k_row, hd) : 0.0f;
       }
       if (pinned[task / n_kv] > 0) {
-        ShiftPinnedKeys(kv, old, n, pinned[task / n_kv], shift_from[task / n_kv],
+        ShiftPinnedKeys(kv, old, n, pinned[task / n_kv], st.kv->pinned_shift,
                         shift_to[task / n_kv], rope);
       }
       cpu::AttentionArgs a;

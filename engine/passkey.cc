@@ -127,11 +127,9 @@ absl::StatusOr<std::vector<PasskeyResult>> RunPasskey(const Model& model,
   if (absl::Status s = CheckKvDtype(options.device, options.kv_dtype); !s.ok()) return s;
   const KvShape shape = KvShapeForDevice(options.device, c, options.block_size, options.kv_dtype);
   const int32_t pages = (steps + options.prefill_chunk + shape.block_size - 1) / shape.block_size;
-  absl::StatusOr<std::unique_ptr<KvCache>> cache = CreateKvCache(options.device, shape, pages);
-  if (!cache.ok()) return cache.status();
-  absl::StatusOr<std::unique_ptr<StepRunner>> runner =
-      MakeStepRunner(options.device, model, cache->get());
-  if (!runner.ok()) return runner.status();
+  absl::StatusOr<EvalBackend> backend =
+      MakeEvalBackend(model, options.device, shape, pages, "tokens");
+  if (!backend.ok()) return backend.status();
 
   absl::StatusOr<std::vector<std::unique_ptr<EvictionPolicy>>> policies =
       MakeConfigPolicies(options.configs, options.recent_fraction);
@@ -158,7 +156,7 @@ absl::StatusOr<std::vector<PasskeyResult>> RunPasskey(const Model& model,
       int32_t echoed = 0;
       const int32_t prompt_len = static_cast<int32_t>(p.tokens.size());
       absl::StatusOr<GenerateResult> out =
-          Generate(**runner, p.tokens, g, [&](int32_t prev, int32_t token) {
+          Generate(*backend->runner, p.tokens, g, [&](int32_t prev, int32_t token) {
             if (++echoed < prompt_len) return;  // the prompt's own tokens
             answer += tokenizer.Decode(prev, token);
           });

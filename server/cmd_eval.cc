@@ -22,20 +22,36 @@ namespace heavykv::cli {
 
 namespace {
 
+// Writes `series` as an SVG chart to `path` (--plot), with a logarithmic y axis when the values
+// span more than a factor of 4 (a starved policy would flatten every other line).
+absl::Status WriteChart(const std::string& path, const std::vector<PlotSeries>& series,
+                        PlotOptions o) {
+  double y_lo = INFINITY, y_hi = -INFINITY;
+  for (const PlotSeries& line : series) {
+    for (const auto& [x, y] : line.points) {
+      y_lo = std::min(y_lo, y);
+      y_hi = std::max(y_hi, y);
+    }
+  }
+  o.log_y = y_lo > 0 && y_hi / y_lo > 4;
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out << LinePlotSvg(series, o);
+  out.close();
+  if (!out) return absl::UnavailableError(absl::StrCat("cannot write --plot ", path));
+  return absl::OkStatus();
+}
+
 // Perplexity against budget: one line per policy (a point per budget), the full cache as a
-// dashed reference line across the budgets. A logarithmic y axis when the values span more than
-// a factor of 4 (a starved policy would flatten every other line).
+// dashed reference line across the budgets.
 absl::Status WritePlot(const std::string& path, const std::vector<EvalResult>& results,
                        const std::string& model_path) {
   std::vector<PlotSeries> series;
   std::map<std::string, size_t> index;
   std::optional<double> full;
-  double lo = INFINITY, hi = -INFINITY, y_lo = INFINITY, y_hi = -INFINITY;
+  double lo = INFINITY, hi = -INFINITY;
   int32_t window = 0;
   for (const EvalResult& r : results) {
     window = r.window;
-    y_lo = std::min(y_lo, r.ppl);
-    y_hi = std::max(y_hi, r.ppl);
     if (r.policy == "full") {
       full = r.ppl;
       continue;
@@ -55,12 +71,7 @@ absl::Status WritePlot(const std::string& path, const std::vector<EvalResult>& r
                          std::filesystem::path(model_path).filename().string());
   o.x_label = absl::StrCat("KV budget (tokens kept per layer and kv head; window ", window, ")");
   o.y_label = "perplexity";
-  o.log_y = y_lo > 0 && y_hi / y_lo > 4;
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << LinePlotSvg(series, o);
-  out.close();
-  if (!out) return absl::UnavailableError(absl::StrCat("cannot write --plot ", path));
-  return absl::OkStatus();
+  return WriteChart(path, series, o);
 }
 
 // One row per policy: its budget, the predictions scored, and each chunk's perplexity.
@@ -110,12 +121,7 @@ absl::Status WriteStreamPlot(const std::string& path, const std::vector<StreamEv
                          std::filesystem::path(model_path).filename().string());
   o.x_label = "tokens into the stream (end of each scored chunk)";
   o.y_label = "perplexity of the chunk";
-  o.log_y = y_lo > 0 && y_hi / y_lo > 4;
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out << LinePlotSvg(series, o);
-  out.close();
-  if (!out) return absl::UnavailableError(absl::StrCat("cannot write --plot ", path));
-  return absl::OkStatus();
+  return WriteChart(path, series, o);
 }
 
 int PrintPasskey(const absl::StatusOr<std::vector<PasskeyResult>>& results, bool json) {

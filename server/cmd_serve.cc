@@ -156,7 +156,8 @@ int ServeCommand(int argc, char** argv) {
             "concurrent streams one client connection may open (HTTP/2 "
             "SETTINGS_MAX_CONCURRENT_STREAMS); further ones wait in the client");
   flags.Int("max-new-tokens-limit", &max_new_tokens_limit,
-            "largest max_new_tokens accepted; 0 = context length");
+            "largest max_new_tokens accepted; 0 = context length (raise it to let window and "
+            "sink requests stream past the context)");
   flags.Double("full-overcommit", &full_overcommit,
                "admit full-cache requests while their possible growth is within this multiple "
                "of the pool; 1 never preempts them, more bets on early EOS");

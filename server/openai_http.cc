@@ -110,24 +110,22 @@ struct Stream {
     }
     // A token that ends inside a character has no text yet; with logprobs it still goes out.
     const bool content = !text.empty() || (tokens && logprobs.enabled());
-    if (last == nullptr) {
-      if (content) {
-        out += SseEvent(
-            StreamChunkJson(meta, text, std::nullopt, false, include_usage, logprobs.Take()));
-      }
-      return out;
-    }
-    LogFinished(meta.id, *last);
-    if (absl::Status s = FinishStatus(*last); !s.ok()) {
-      if (content) {
-        out += SseEvent(
-            StreamChunkJson(meta, text, std::nullopt, false, include_usage, logprobs.Take()));
-      }
-      out += SseEvent(nlohmann::json::parse(ErrorBody(s)));
-    } else {
+    if (last != nullptr) LogFinished(meta.id, *last);
+    const absl::Status failed = last != nullptr ? FinishStatus(*last) : absl::OkStatus();
+    // The finish reason rides on the last chunk; a failed request's text goes out before its
+    // error event.
+    if (last != nullptr && failed.ok()) {
       out += SseEvent(StreamChunkJson(meta, text, OpenAiFinishReason(last->finish_reason), false,
                                       include_usage, logprobs.Take()));
-      if (include_usage) out += SseEvent(UsageChunkJson(meta, last->usage));
+    } else if (content) {
+      out += SseEvent(
+          StreamChunkJson(meta, text, std::nullopt, false, include_usage, logprobs.Take()));
+    }
+    if (last == nullptr) return out;
+    if (!failed.ok()) {
+      out += SseEvent(nlohmann::json::parse(ErrorBody(failed)));
+    } else if (include_usage) {
+      out += SseEvent(UsageChunkJson(meta, last->usage));
     }
     out.append(kSseDone.data(), kSseDone.size());
     done = true;
