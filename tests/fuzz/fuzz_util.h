@@ -106,8 +106,17 @@ inline void CheckResolved(const BundledServer& server, const ResolvedRequest& r)
   for (int32_t id : r.stop_token_ids) {
     if (id < 0 || id >= c.vocab_size) Die("accepted stop id outside the vocabulary");
   }
-  if (r.max_new_tokens < 1 || int64_t(r.prompt.size()) + r.max_new_tokens > c.seq_len) {
-    Die("accepted a request longer than the context");
+  if (r.max_new_tokens < 1 || r.max_new_tokens > c.seq_len ||
+      int64_t(r.prompt.size()) > c.seq_len) {
+    Die("accepted max_new_tokens or a prompt over the context");
+  }
+  // Past the context only as an endless stream: the window or sink policy (no parameters), on the
+  // CPU, with a budget that leaves room for one decode step and keeps more than sink's 4 pinned
+  // tokens.
+  if (int64_t(r.prompt.size()) + r.max_new_tokens > c.seq_len) {
+    const bool streams = server.options.device == "cpu" && r.budget_tokens < c.seq_len &&
+                         (r.policy == "window" || (r.policy == "sink" && r.budget_tokens > 4));
+    if (!streams) Die("accepted a request longer than the context that cannot stream past it");
   }
   if (!(r.sampling.temperature >= 0) || !(r.sampling.top_p > 0 && r.sampling.top_p <= 1) ||
       r.sampling.top_k < 0 || r.sampling.top_k > c.vocab_size) {
