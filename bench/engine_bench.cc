@@ -225,16 +225,19 @@ void BM_Decode(benchmark::State& state, int32_t batch, int32_t context, std::str
   state.counters["pages"] = b->cache->allocator().num_pages_used();
 }
 
-// The policy/full step-time ratio with the two steps interleaved: each iteration times one full
-// step and one step of `policy` (at budget `budget`, evicting every step) of `batch` sequences at
-// `context`, in alternating order (ABBA), so that a slow minute of a shared machine falls on
-// both. Counters: the median over iterations of policy/full (`ratio`, what the target reads;
-// robust to a step stalled by another tenant) and the ratio of the summed times
-// (`ratio_of_sums`); `h2o_ms` is the policy's step time whatever the policy.
+// The policy/baseline step-time ratio with the two steps interleaved: each iteration times one
+// step of the baseline (`full`, or `baseline` at the same budget) and one step of `policy` (at
+// budget `budget`, evicting every step at token granularity, every 16th at page granularity) of
+// `batch` sequences at `context`, in alternating order (ABBA), so that a slow minute of a shared
+// machine falls on both. Counters: the median over iterations of policy/baseline (`ratio`, what
+// the target reads; robust to a step stalled by another tenant) and the ratio of the summed
+// times (`ratio_of_sums`: the one to read at page granularity, whose steps differ within a
+// cycle of 16); `full_ms` is the baseline's step time, `h2o_ms` the policy's, whatever they are.
 void BM_DecodePolicyVsFull(benchmark::State& state, int32_t batch, int32_t context,
-                           std::string policy, int32_t budget) {
+                           std::string policy, int32_t budget, std::string baseline) {
   const Model& model = Stories110M();
-  std::unique_ptr<Batch> full = MakeBatch(model, batch, context, "full", kUnboundedBudget);
+  std::unique_ptr<Batch> full =
+      MakeBatch(model, batch, context, baseline, baseline == "full" ? kUnboundedBudget : budget);
   std::unique_ptr<Batch> h2o = MakeBatch(model, batch, context, policy, budget);
   ModelRunner full_runner(model, full->cache.get()), h2o_runner(model, h2o->cache.get());
   DecodeStep(full_runner, *full, context);  // warm-up: first touch of buffers
@@ -392,18 +395,39 @@ void Register() {  // NOLINT: one list, in report order
       if (batch == 1 && std::string(p) != "h2o") continue;
       benchmark::RegisterBenchmark(
           absl::StrCat("decode/b", batch, "/ctx512/", p, "512-vs-full").c_str(),
-          BM_DecodePolicyVsFull, batch, 512, std::string(p), 512)
+          BM_DecodePolicyVsFull, batch, 512, std::string(p), 512, std::string("full"))
           ->Iterations(batch == 1 ? 40 : 12)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
     }
   }
+  // Page against token granularity on the h2o step (issue 17): 48 steps, three whole cycles of
+  // one page eviction per 16 steps; read ratio_of_sums.
+  for (int32_t batch : {1, 32}) {
+    benchmark::RegisterBenchmark(
+        absl::StrCat("decode/b", batch, "/ctx512/h2o512-page-vs-token").c_str(),
+        BM_DecodePolicyVsFull, batch, 512, std::string("h2o:granularity=page"), 512,
+        std::string("h2o"))
+        ->Iterations(batch == 1 ? 160 : 48)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  benchmark::RegisterBenchmark("decode/b32/ctx512/h2o512-page-vs-full", BM_DecodePolicyVsFull,
+                               32, 512, std::string("h2o:granularity=page"), 512,
+                               std::string("full"))
+      ->Iterations(48)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
   for (const char* p : {"tova", "scissorhands", "knorm", "snapkv"}) {
     benchmark::RegisterBenchmark(absl::StrCat("capacity/len1024/", p).c_str(), BM_Capacity,
                                  std::string(p), 4)
         ->Iterations(1)
         ->Unit(benchmark::kMillisecond);
   }
+  benchmark::RegisterBenchmark("capacity/len1024/h2o:granularity=page", BM_Capacity,
+                               std::string("h2o:granularity=page"), 4)
+      ->Iterations(1)
+      ->Unit(benchmark::kMillisecond);
   for (int32_t kv_bytes : {4, 2}) {
     for (const char* p : {"full", "h2o"}) {
       benchmark::RegisterBenchmark(

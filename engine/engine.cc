@@ -244,7 +244,7 @@ class EngineImpl final : public Engine {
   // Refuses a policy the runner's backend cannot apply (the CUDA runner: no GPU rule).
   absl::Status CheckBackendPolicy(const ResolvedRequest& p) const {
     absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy =
-        MakePolicy(p.policy, p.recent_fraction);
+        MakePolicy(p.policy, p.recent_fraction, options_.evict_granularity);
     if (!policy.ok()) return policy.status();
     return runner_->SupportsPolicy(policy->get());
   }
@@ -312,7 +312,8 @@ void EngineImpl::Admit(std::unique_ptr<Request> r) {
   q.seq.max_total = q.seq.num_prompt + p.max_new_tokens;
   q.seq.arrival = p.arrival;
   q.seq.client = p.client;
-  q.policy = *MakePolicy(p.policy, p.recent_fraction);  // validated; null for full
+  // Validated; null for full.
+  q.policy = *MakePolicy(p.policy, p.recent_fraction, options_.evict_granularity);
   if (q.policy != nullptr) {
     q.seq.kv.policy = q.policy.get();
     q.seq.kv.budget = p.budget_tokens;

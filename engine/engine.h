@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/chat_template.h"
+#include "memory/eviction_policy.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/text_tokenizer.h"
@@ -62,6 +63,8 @@ struct EngineOptions {
   std::string default_policy = "full";
   std::string default_budget = "1";  // KvBudget text: tokens or a fraction of the max length
   double default_recent_fraction = 0.5;
+  // Eviction granularity of the policies that do not name one (spec key granularity=...).
+  EvictGranularity evict_granularity = EvictGranularity::kToken;
   int threads = 0;  // 0: every core
   std::string device = "cpu";  // cpu or cuda: where the forward passes and the KV pool live
   std::string kv_dtype = "auto";  // auto, fp32 or bf16: the cached K/V (see KvDtype)

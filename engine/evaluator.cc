@@ -97,7 +97,8 @@ absl::StatusOr<std::vector<EvalResult>> Evaluate(const Model& model,
     r.window = W;
     r.windows = windows;
     r.tokens = int64_t(windows) * (W - 1);
-    pages += int64_t(windows) * ((r.budget_tokens + 1 + shape.block_size - 1) / shape.block_size);
+    const int64_t peak = PeakDecodeSlots(policies[i].get(), r.budget_tokens, shape.block_size);
+    pages += int64_t(windows) * ((peak + shape.block_size - 1) / shape.block_size);
   }
   absl::StatusOr<EvalBackend> backend =
       MakeEvalBackend(model, options.device, shape, pages, "windows");
@@ -178,7 +179,8 @@ absl::StatusOr<std::vector<StreamEvalResult>> EvaluateStream(const Model& model,
     // Past the context where the CPU runner can (the CUDA one stops at it).
     r.past_context = options.device == Device::kCpu && StreamsPastContext(kv[i], 1, c.seq_len);
     last[i] = r.past_context ? options.tokens - 2 : std::min<int64_t>(options.tokens, c.seq_len) - 2;
-    pages += (std::min(r.budget_tokens, c.seq_len) + 1 + shape.block_size - 1) / shape.block_size;
+    const int64_t peak = PeakDecodeSlots(policies[i].get(), r.budget_tokens, shape.block_size);
+    pages += (peak + shape.block_size - 1) / shape.block_size;
   }
   absl::StatusOr<EvalBackend> backend =
       MakeEvalBackend(model, options.device, shape, pages, "policies");

@@ -175,7 +175,7 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
       a.out_stride = q_dim;
       if (AttentionWrites(channel.kind)) a.channel = channel;
       // The score update reads the scores, EvictHead the positions (and scores) after it.
-      const bool evicts = st.kv->policy != nullptr && old + n > st.kv->budget;
+      const bool evicts = KeptAfterStep(*st.kv, old + n, kv.block_size) < old + n;
       const bool scores = channel.kind != SlotChannel::kNone;
       if (evicts || scores) kv.PrefetchMeta(evicts, scores);
       thread_local std::vector<float> scratch;

@@ -322,13 +322,16 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
   } else {
     r.budget_tokens = KvBudget::Parse(options_.default_budget)->Resolve(resolve_len);
   }
+  // The request's policy (its spec was checked before), for the checks below; the engine builds
+  // its own.
+  absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy =
+      MakePolicy(r.policy, r.recent_fraction, options_.evict_granularity);
+  if (!policy.ok()) return policy.status();
   if (total > config_.seq_len) {
     // Past the context only as an endless stream (window, sink; StreamsPastContext). The prompt
     // is within the context, so only decode steps (one token) run past it.
-    absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy =
-        MakePolicy(r.policy, r.recent_fraction);
     SequenceKv probe;
-    probe.policy = policy.ok() ? policy->get() : nullptr;
+    probe.policy = policy->get();
     probe.budget = r.budget_tokens;
     if (options_.device != "cpu") {
       return Invalid(absl::StrCat(
@@ -347,14 +350,13 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
               : std::string(": shorten the prompt")));
     }
   }
-  if (r.policy == "sink" && r.budget_tokens < max_total && r.budget_tokens <= kNumSinkTokens) {
+  if (*policy != nullptr && (*policy)->name() == "sink" && r.budget_tokens < max_total && r.budget_tokens <= kNumSinkTokens) {
     return Invalid(absl::StrCat("the sink policy needs kv budget > ", kNumSinkTokens, " tokens"));
   }
 
   // A request that could not fit in the whole pool even alone would wait forever.
   int32_t need = 0, have = 0;
-  const bool bounded = r.policy != "full" && r.budget_tokens < max_total;
-  if (!scheduler_->Fits(max_total, bounded, r.budget_tokens, &need, &have)) {
+  if (!scheduler_->Fits(max_total, policy->get(), r.budget_tokens, &need, &have)) {
     return Invalid(absl::StrCat("this request needs ", need,
                                 " KV pages; the pool can give one "
                                 "request ",

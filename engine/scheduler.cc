@@ -27,16 +27,18 @@ int32_t Scheduler::PagesFor(int64_t slots) const {
 
 int32_t Scheduler::WorstCasePages(const Sequence& seq) const {
   if (!seq.bounded()) return PagesFor(seq.max_total);
-  return PagesFor(std::min<int64_t>(seq.max_total, int64_t(seq.kv.budget) + 1));
+  return PagesFor(std::min<int64_t>(
+      seq.max_total, PeakDecodeSlots(seq.kv.policy, seq.kv.budget, cache_->shape().block_size)));
 }
 
 int32_t Scheduler::ScratchPages() const { return PagesFor(config_.max_step_tokens) + 4; }
 
-bool Scheduler::Fits(int32_t max_total, bool bounded, int32_t budget, int32_t* need,
-                     int32_t* have) const {
+bool Scheduler::Fits(int32_t max_total, const EvictionPolicy* policy, int32_t budget,
+                     int32_t* need, int32_t* have) const {
   const int32_t total = cache_->allocator().num_pages_total();
-  if (bounded) {  // admitted with the whole scratch reserve free beside it
-    *need = PagesFor(std::min<int64_t>(max_total, int64_t(budget) + 1));
+  if (policy != nullptr && budget < max_total) {  // bounded: beside the whole scratch reserve
+    *need = PagesFor(std::min<int64_t>(
+        max_total, PeakDecodeSlots(policy, budget, cache_->shape().block_size)));
     *have = std::max(0, total - ScratchPages());
   } else {  // the reserve is held back only while bounded sequences run
     *need = PagesFor(max_total);

@@ -8,7 +8,7 @@
 //
 // Admission is by pages. A sequence whose KV budget bounds it (a policy with a budget below its
 // maximum length) holds at most ceil((budget + 1) / block_size) pages between and during decode
-// steps: it is admitted only when the pool can hold that on top of what is still owed to the
+// steps (ceil((budget + block_size) / block_size) at page granularity: PeakDecodeSlots): it is admitted only when the pool can hold that on top of what is still owed to the
 // bounded sequences already running, so bounded sequences never run out of pages. A prefill chunk
 // holds up to a chunk's worth of tokens over the budget until its layers evict; those transient
 // pages come from one shared scratch reserve (ceil(max_step_tokens / block_size) + 4 pages) kept
@@ -105,14 +105,16 @@ class Scheduler {
   void Remove(Sequence* seq);
   StepPlan Schedule();
 
-  // Pages a bounded sequence is owed: ceil((min(budget + 1, max_total)) / block_size); for a
-  // full-cache one, ceil(max_total / block_size).
+  // Pages a bounded sequence is owed: ceil(min(PeakDecodeSlots, max_total) / block_size), where
+  // the peak is budget + 1 (budget + block_size at page granularity); for a full-cache one,
+  // ceil(max_total / block_size).
   int32_t WorstCasePages(const Sequence& seq) const;
   // Pages kept aside for prefill chunks of bounded sequences above their budget.
   int32_t ScratchPages() const;
-  // Whether a sequence of `max_total` tokens (bounded by `budget` if `bounded`) could ever run in
-  // this pool alone; *need gets the pages it needs, *have the pages it could get.
-  bool Fits(int32_t max_total, bool bounded, int32_t budget, int32_t* need, int32_t* have) const;
+  // Whether a sequence of `max_total` tokens under `policy` (null: full) and `budget` could ever
+  // run in this pool alone; *need gets the pages it needs, *have the pages it could get.
+  bool Fits(int32_t max_total, const EvictionPolicy* policy, int32_t budget, int32_t* need,
+            int32_t* have) const;
 
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }

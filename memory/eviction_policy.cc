@@ -181,6 +181,55 @@ void EvictionPolicy::ChooseVictims(const HeadSlots& slots, const EvictionStep& s
   ApplyVictimRule(slots, Rule(step.budget), step, victims);
 }
 
+void EvictionPolicy::ChoosePageVictims(const HeadSlots& slots, const EvictionStep& step,
+                                       int32_t block_size, std::vector<int32_t>* victims) const {
+  const VictimRule rule = Rule(step.budget);
+  const int32_t n = static_cast<int32_t>(slots.pos.size());
+  const int32_t want = step.num_evict / block_size;
+  if ((!rule_is_exact() && step.num_new > 1) || rule.kind == VictimRule::kNone || want < 1 ||
+      step.num_evict % block_size != 0) {
+    ChooseVictims(slots, step, victims);
+    return;
+  }
+  // A page is a candidate when the rule protects none of its slots (kOldest keeps the positions
+  // below param, kLowestChannel the param newest); its key ranks it, its oldest position breaks
+  // ties. Only full pages: every page but the last is full between steps.
+  struct Page {
+    double key;
+    int32_t oldest;
+    int32_t first_slot;
+  };
+  thread_local std::vector<Page> pages;
+  pages.clear();
+  const int32_t last_pos = step.newest_pos - rule.param;
+  for (int32_t s0 = 0; s0 + block_size <= n; s0 += block_size) {
+    Page p{0.0, INT32_MAX, s0};
+    int32_t newest = INT32_MIN;
+    bool candidate = true;
+    for (int32_t s = s0; s < s0 + block_size && candidate; ++s) {
+      const int32_t pos = slots.pos[s];
+      candidate = rule.kind == VictimRule::kOldest ? pos >= rule.param : pos <= last_pos;
+      p.oldest = std::min(p.oldest, pos);
+      newest = std::max(newest, pos);
+      if (rule.kind == VictimRule::kLowestChannel) p.key += slots.score[s];
+    }
+    if (!candidate) continue;
+    if (rule.kind == VictimRule::kOldest) p.key = newest;
+    pages.push_back(p);
+  }
+  if (static_cast<int32_t>(pages.size()) < want) {  // too few whole pages: the token rule
+    ChooseVictims(slots, step, victims);
+    return;
+  }
+  std::nth_element(pages.begin(), pages.begin() + (want - 1), pages.end(),
+                   [](const Page& a, const Page& b) {
+                     return a.key != b.key ? a.key < b.key : a.oldest < b.oldest;
+                   });
+  for (int32_t i = 0; i < want; ++i) {
+    for (int32_t s = 0; s < block_size; ++s) victims->push_back(pages[i].first_slot + s);
+  }
+}
+
 absl::StatusOr<KvBudget> KvBudget::Parse(absl::string_view text) {
   double v = 0;
   if (!absl::SimpleAtod(text, &v) || !std::isfinite(v) || v <= 0) {

@@ -20,7 +20,8 @@
 //                 with the most attention from those `window` queries, max-pooled over `kernel`
 //                 neighbouring positions; in decode, behaves as h2o or window (`decode`)
 //
-// A policy is named by a spec, name[:key=value]... (see MakePolicy).
+// A policy is named by a spec, name[:key=value]... (see MakePolicy). Any policy but full may
+// evict a page at a time instead of a token at a time (granularity=page; EvictGranularity).
 #pragma once
 
 #include <cstdint>
@@ -66,9 +67,24 @@ struct EvictionStep {
   int32_t num_new = 1;
 };
 
+// When a head evicts and how much (docs/ARCHITECTURE.md, "Page granularity").
+//   kToken  a head holds at most `budget` tokens after every step: each step that pushes it
+//           over evicts the excess, one token per decode step.
+//   kPage   a head may grow to budget + block_size - 1 tokens; the step that brings it to a
+//           page over its budget evicts whole pages' worth (a multiple of block_size) at once,
+//           the pages whose slots rank lowest together by the policy's rule (ChoosePageVictims).
+//           Eviction then runs once per block_size decode steps; the peak is a page more.
+enum class EvictGranularity { kToken, kPage };
+absl::StatusOr<EvictGranularity> ParseEvictGranularity(absl::string_view text);
+absl::string_view EvictGranularityName(EvictGranularity g);
+
 class EvictionPolicy {
  public:
   virtual ~EvictionPolicy() = default;
+  EvictGranularity granularity() const { return granularity_; }
+  bool page_granularity() const { return granularity_ == EvictGranularity::kPage; }
+  // Set by MakePolicy before the policy is shared.
+  void set_granularity(EvictGranularity g) { granularity_ = g; }
   // The base name ("snapkv"), without parameters.
   virtual absl::string_view name() const = 0;
   // What the kernels must write in each slot's channel for this policy.
@@ -81,7 +97,7 @@ class EvictionPolicy {
   // (Inline: the CUDA module calls it without linking memory/.)
   std::optional<VictimRule> GpuRule(int32_t budget) const {
     const SlotChannel kind = channel().kind;
-    if (!rule_is_exact() || (kind != SlotChannel::kNone && kind != SlotChannel::kAccumulated)) {
+    if (!rule_is_exact() || page_granularity() || (kind != SlotChannel::kNone && kind != SlotChannel::kAccumulated)) {
       return std::nullopt;
     }
     return Rule(budget);
@@ -90,8 +106,9 @@ class EvictionPolicy {
   // evicts every other token oldest first (window: p = 0, sink: kNumSinkTokens), p; else nullopt.
   // Such a policy keeps the recent tokens contiguous, so its sequences can run past the model's
   // context length (StreamsPastContext, kernels and runner in docs/ARCHITECTURE.md).
+  // (Not at page granularity: its heads hold up to a page over the budget.)
   std::optional<int32_t> PinnedPrefix(int32_t budget) const {
-    if (!rule_is_exact()) return std::nullopt;
+    if (!rule_is_exact() || page_granularity()) return std::nullopt;
     const VictimRule rule = Rule(budget);
     if (rule.kind != VictimRule::kOldest) return std::nullopt;
     return rule.param;
@@ -101,6 +118,14 @@ class EvictionPolicy {
   // keep no state. The default applies Rule(step.budget).
   virtual void ChooseVictims(const HeadSlots& slots, const EvictionStep& step,
                              std::vector<int32_t>* victims) const;
+  // At page granularity: appends step.num_evict (a multiple of block_size) victims, whole pages
+  // of `slots` (slot s is on page s / block_size) chosen by Rule(step.budget): the full pages
+  // none of whose slots the rule protects, lowest first by their aggregate (kLowestChannel: the
+  // sum of their slots' channel; kOldest: their newest position), ties the older page first.
+  // Falls back to ChooseVictims when fewer such pages exist, and for snapkv's prefill choice.
+  // (Virtual only so that KvCache in the CUDA module, which does not link memory/, reaches it.)
+  virtual void ChoosePageVictims(const HeadSlots& slots, const EvictionStep& step, int32_t block_size,
+                         std::vector<int32_t>* victims) const;
   // The same for a decode step (one new token).
   void ChooseVictims(const HeadSlots& slots, int32_t budget, int32_t newest_pos, int32_t num_evict,
                      std::vector<int32_t>* victims) const {
@@ -110,6 +135,9 @@ class EvictionPolicy {
  protected:
   // Whether Rule() is the whole policy (false for snapkv, whose prefill choice is not an order).
   virtual bool rule_is_exact() const { return true; }
+
+ private:
+  EvictGranularity granularity_ = EvictGranularity::kToken;
 };
 
 // Appends the step.num_evict victims of `rule` (see VictimRule).
@@ -126,9 +154,14 @@ inline constexpr absl::string_view kPolicyNames[] = {"full", "window", "sink", "
 // The policy of a spec "name[:key=value]...", or INVALID_ARGUMENT (unknown name or key, a bad
 // value). A null pointer for "full". Keys: scissorhands history (steps, default 400);
 // snapkv window (queries, default 32), kernel (odd, default 7), decode (h2o or window, default
-// h2o). `recent_fraction` in (0, 1] is used by h2o, scissorhands and snapkv with decode=h2o.
-absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakePolicy(absl::string_view spec,
-                                                           double recent_fraction = 0.5);
+// h2o); every policy but full: granularity (token or page, default `granularity`).
+// `recent_fraction` in (0, 1] is used by h2o, scissorhands and snapkv with decode=h2o.
+absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakePolicy(
+    absl::string_view spec, double recent_fraction = 0.5,
+    EvictGranularity granularity = EvictGranularity::kToken);
+// `spec` with granularity=page appended when `granularity` is kPage and the spec is not full
+// and names no granularity itself; else `spec` (for labels that show what ran: eval's tables).
+std::string SpecWithGranularity(absl::string_view spec, EvictGranularity granularity);
 // Whether MakePolicy(spec) succeeds; *error says why not.
 bool ValidPolicySpec(absl::string_view spec, std::string* error = nullptr);
 // Whether the spec names the full cache (no eviction).

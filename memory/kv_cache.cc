@@ -101,9 +101,10 @@ PagedKvHead KvCache::View(const SequenceKv& seq, int32_t layer, int32_t kv_head,
 
 void KvCache::EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, int32_t held,
                         int32_t newest_pos, int32_t num_new) {
-  if (held <= seq.budget || seq.policy == nullptr) return;
+  const int32_t keep = KeptAfterStep(seq, held, shape_.block_size);
+  if (keep == held) return;
   CheckHostStorage("EvictHead");
-  const int32_t num_evict = held - seq.budget;
+  const int32_t num_evict = held - keep;
   PagedKvHead h = View(seq, layer, kv_head, held);
 
   // Gather the policy's plain view, a page at a time. Per-thread scratch: EvictHead runs inside
@@ -128,8 +129,12 @@ void KvCache::EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, i
   HeadSlots slots{pos, {}};
   if (scores) slots.score = score;
   victims.clear();
-  seq.policy->ChooseVictims(slots, EvictionStep{seq.budget, newest_pos, num_evict, num_new},
-                            &victims);
+  const EvictionStep step{seq.budget, newest_pos, num_evict, num_new};
+  if (seq.policy->page_granularity()) {
+    seq.policy->ChoosePageVictims(slots, step, bs, &victims);
+  } else {
+    seq.policy->ChooseVictims(slots, step, &victims);
+  }
 
   // Sorted, the victims below the budget are the holes in order, and the slots from the budget
   // up that are not victims are the survivors to move into them: O(num_evict), no scan of the
@@ -147,8 +152,7 @@ void KvCache::EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, i
                  std::string(seq.policy->name()).c_str(), victims.size(), num_evict);
     std::abort();
   }
-  // Survivors beyond the budget move into the holes left by victims below it.
-  const int32_t keep = seq.budget;
+  // Survivors beyond `keep` move into the holes left by victims below it.
   size_t above = std::lower_bound(victims.begin(), victims.end(), keep) - victims.begin();
   int32_t mover = keep;
   for (size_t i = 0; i < victims.size() && victims[i] < keep; ++i) {
@@ -162,7 +166,7 @@ void KvCache::EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, i
 }
 
 void KvCache::Commit(SequenceKv& seq, int32_t held) {
-  const int32_t kept = seq.policy != nullptr ? std::min(held, seq.budget) : held;
+  const int32_t kept = KeptAfterStep(seq, held, shape_.block_size);
   seq.tokens_evicted += held - kept;
   seq.num_slots = kept;
   FreeUnusedPages(seq);

@@ -21,7 +21,8 @@
 //
 // A step on a sequence: Reserve(n) -> kernels append n rows at slots [num_slots, num_slots+n) of
 // every (layer, head) and attend -> EvictHead() on every (layer, head) -> Commit(). Between steps
-// a sequence holds ceil(num_slots / block_size) <= ceil(budget / block_size) pages.
+// a sequence holds ceil(num_slots / block_size) <= ceil(budget / block_size) pages (one more at
+// page granularity: KeptAfterStep).
 #pragma once
 
 #include <cstdint>
@@ -66,6 +67,24 @@ struct SequenceKv {
   int32_t pinned_shift = 0;
 };
 
+// Tokens every head of `seq` keeps after a step that left it holding `held` (kv_cache.cc applies
+// it in EvictHead and Commit): all of them without a policy or within the budget; else the
+// budget at token granularity, and at page granularity the budget plus what is left over after
+// whole pages (held - budget rounded down to a multiple of block_size) are evicted.
+inline int32_t KeptAfterStep(const SequenceKv& seq, int32_t held, int32_t block_size) {
+  if (seq.policy == nullptr || held <= seq.budget) return held;
+  if (!seq.policy->page_granularity()) return seq.budget;
+  return seq.budget + (held - seq.budget) % block_size;
+}
+
+// The most slots a sequence under `policy` with `budget` holds during a decode step (its new
+// token appended, before it evicts): budget + 1, or budget + block_size at page granularity
+// (KeptAfterStep leaves up to block_size - 1 over the budget). Admission sizes by this.
+inline int64_t PeakDecodeSlots(const EvictionPolicy* policy, int32_t budget, int32_t block_size) {
+  const bool page = policy != nullptr && policy->page_granularity();
+  return int64_t(budget) + (page ? block_size : 1);
+}
+
 // Whether a step of `num_new` tokens of `seq` may run at positions past a context of `seq_len`
 // tokens: its policy pins a prefix and evicts the rest oldest first (window, sink), with a budget
 // above the prefix that leaves room for the step, so every query sees at most seq_len keys, the
@@ -100,14 +119,14 @@ class KvCache {
   PagedKvHead View(const SequenceKv& seq, int32_t layer, int32_t kv_head, int32_t num_slots);
 
   // After attention of a step in which (layer, kv_head) holds `held` tokens (the newest at
-  // `newest_pos`, `num_new` of them appended by the step): if held > budget, asks the policy for
-  // held - budget victims and compacts the survivors into slots [0, budget). Thread-safe across
-  // distinct (seq, layer, head).
+  // `newest_pos`, `num_new` of them appended by the step): when KeptAfterStep is below held, asks
+  // the policy for the held - kept victims (whole pages at page granularity) and compacts the
+  // survivors into slots [0, kept). Thread-safe across distinct (seq, layer, head).
   void EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, int32_t held,
                  int32_t newest_pos, int32_t num_new = 1);
 
-  // Ends a step in which every head held `held` tokens: num_slots = min(held, budget) (held when
-  // there is no policy); pages past the last used slot go back to the pool.
+  // Ends a step in which every head held `held` tokens: num_slots = KeptAfterStep(held); pages
+  // past the last used slot go back to the pool.
   void Commit(SequenceKv& seq, int32_t held);
   // Drops the newest tokens so that seq holds `num_slots` (<= its current count) and returns the
   // pages past them. Valid only while no head has compacted since those tokens were appended

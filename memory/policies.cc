@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "memory/eviction_policy.h"
 
@@ -188,13 +189,10 @@ absl::Status ParseParams(absl::string_view spec, std::span<const absl::string_vi
   return absl::OkStatus();
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakePolicy(absl::string_view spec,
-                                                           double recent_fraction) {
-  std::vector<absl::string_view> parts = absl::StrSplit(spec, ':');
-  const absl::string_view name = parts[0];
-  const std::span<const absl::string_view> params(parts.data() + 1, parts.size() - 1);
+// The policy of `name` with its own parameters `params` (granularity already taken out).
+absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeNamedPolicy(
+    absl::string_view spec, absl::string_view name, std::span<const absl::string_view> params,
+    double recent_fraction) {
   if ((name == "h2o" || name == "scissorhands" || name == "snapkv") &&
       !(recent_fraction > 0.0 && recent_fraction <= 1.0)) {
     return absl::InvalidArgumentError(
@@ -217,7 +215,10 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakePolicy(absl::string_view spe
   if (!params.empty()) {
     bool known = false;
     for (absl::string_view p : kPolicyNames) known = known || p == name;
-    if (known) return Invalid(spec, absl::StrCat(name, " takes no parameters"));
+    if (known) {
+      return Invalid(spec, absl::StrCat(name, name == "full" ? " takes no parameters"
+                                                             : " takes only granularity"));
+    }
   }
   if (params.empty()) {
     if (name == "full") return std::unique_ptr<EvictionPolicy>();
@@ -230,6 +231,53 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakePolicy(absl::string_view spe
   return absl::InvalidArgumentError(absl::StrCat("unknown KV policy \"", spec,
                                                  "\"; choose one of: ",
                                                  absl::StrJoin(kPolicyNames, ", ")));
+}
+
+}  // namespace
+
+absl::StatusOr<EvictGranularity> ParseEvictGranularity(absl::string_view text) {
+  if (text == "token") return EvictGranularity::kToken;
+  if (text == "page") return EvictGranularity::kPage;
+  return absl::InvalidArgumentError(
+      absl::StrCat("eviction granularity must be token or page, got \"", text, "\""));
+}
+
+absl::string_view EvictGranularityName(EvictGranularity g) {
+  return g == EvictGranularity::kPage ? "page" : "token";
+}
+
+std::string SpecWithGranularity(absl::string_view spec, EvictGranularity granularity) {
+  if (granularity == EvictGranularity::kToken || IsFullPolicy(spec) ||
+      absl::StrContains(spec, ":granularity=")) {
+    return std::string(spec);
+  }
+  return absl::StrCat(spec, ":granularity=", EvictGranularityName(granularity));
+}
+
+absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakePolicy(absl::string_view spec,
+                                                           double recent_fraction,
+                                                           EvictGranularity granularity) {
+  std::vector<absl::string_view> parts = absl::StrSplit(spec, ':');
+  const absl::string_view name = parts[0];
+  // granularity=... applies to every policy but full; the others' parameters stay in order.
+  std::vector<absl::string_view> params;
+  bool granularity_set = false;
+  for (size_t i = 1; i < parts.size(); ++i) {
+    if (!absl::StartsWith(parts[i], "granularity=") || name == "full") {
+      params.push_back(parts[i]);
+      continue;
+    }
+    absl::StatusOr<EvictGranularity> g =
+        ParseEvictGranularity(parts[i].substr(std::string_view("granularity=").size()));
+    if (!g.ok()) return Invalid(spec, g.status().message());
+    if (granularity_set) return Invalid(spec, "granularity is given twice");
+    granularity_set = true;
+    granularity = *g;
+  }
+  absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy =
+      MakeNamedPolicy(spec, name, params, recent_fraction);
+  if (policy.ok() && *policy != nullptr) (*policy)->set_granularity(granularity);
+  return policy;
 }
 
 bool ValidPolicySpec(absl::string_view spec, std::string* error) {

@@ -153,6 +153,7 @@ int PrintPasskey(const absl::StatusOr<std::vector<PasskeyResult>>& results, bool
 int EvalCommand(int argc, char** argv) {
   std::string model_path, tokenizer_path, text_path, policies = "full,window,sink,h2o";
   std::string budgets = "0.2", device_name = "cpu", plot_path, task = "ppl";
+  std::string granularity = "token";
   DtypeFlags dtypes;
   int64_t window = 0, max_windows = 0, block_size = 16, threads = 0, trials = 5,
           passkey_tokens = 0, seed = 1, stream_tokens = 0, chunk = 256;
@@ -169,6 +170,9 @@ int EvalCommand(int argc, char** argv) {
   flags.String("kv-budget", &budgets, "comma list of budgets: token counts or fractions of the window");
   flags.Double("recent-fraction", &recent_fraction,
                "h2o, scissorhands, snapkv: share of the budget kept for recent tokens");
+  flags.String("evict-granularity", &granularity,
+               "token or page, for the policies whose spec names no granularity= (compare "
+               "both with --policy h2o,h2o:granularity=page)");
   flags.Int("block-size", &block_size, "token slots per KV page");
   flags.Int("threads", &threads, "CPU threads; 0 = every core");
   flags.String("device", &device_name, "cpu or cuda: where the forward passes run");
@@ -215,9 +219,12 @@ int EvalCommand(int argc, char** argv) {
   opt.block_size = static_cast<int32_t>(block_size);
   opt.device = *device;
   opt.kv_dtype = dtypes.kv;
+  absl::StatusOr<EvictGranularity> evict_granularity = ParseEvictGranularity(granularity);
+  if (!evict_granularity.ok()) return Fail(evict_granularity.status());
   std::vector<std::string> budget_list = SplitList(budgets);
   if (budget_list.empty()) return Fail(absl::InvalidArgumentError("--kv-budget is empty"));
-  for (const std::string& p : SplitList(policies)) {
+  for (const std::string& spec : SplitList(policies)) {
+    const std::string p = SpecWithGranularity(spec, *evict_granularity);
     if (p == "full") {  // the budget does not apply: evaluate once
       opt.configs.push_back({p, KvBudget{}});
       continue;

@@ -99,6 +99,7 @@ void SetThreads(int64_t threads) {
 
 int RunCommand(int argc, char** argv) {
   std::string model_path, tokenizer_path, prompt, policy_name = "full", budget_text = "1";
+  std::string granularity = "token";
   std::string device_name = "cpu";
   DtypeFlags dtypes;
   int64_t steps = 256, top_k = 0, seed = -1, block_size = 16, kv_pages = 0, kv_pool_mb = 0;
@@ -122,6 +123,9 @@ int RunCommand(int argc, char** argv) {
                "name[:key=value]... (e.g. snapkv:window=32:kernel=7:decode=h2o)");
   flags.String("kv-budget", &budget_text,
                "tokens kept per head: a count, or a fraction of steps (of the context past it)");
+  flags.String("evict-granularity", &granularity,
+               "token or page: evict down to the budget every step, or whole pages once a "
+               "page over it (unless the policy spec names granularity=)");
   flags.Double("recent-fraction", &recent_fraction,
                "h2o, scissorhands, snapkv: share of the budget kept for recent tokens");
   flags.Int("block-size", &block_size, "token slots per KV page");
@@ -159,7 +163,10 @@ int RunCommand(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError(
         "need --temperature >= 0, --top-p in [0, 1], --top-k in [0, vocab size]"));
   }
-  absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy = MakePolicy(policy_name, recent_fraction);
+  absl::StatusOr<EvictGranularity> evict_granularity = ParseEvictGranularity(granularity);
+  if (!evict_granularity.ok()) return Fail(evict_granularity.status());
+  absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy =
+      MakePolicy(policy_name, recent_fraction, *evict_granularity);
   if (!policy.ok()) return Fail(policy.status());
   absl::StatusOr<KvBudget> budget = KvBudget::Parse(budget_text);
   if (!budget.ok()) return Fail(budget.status());

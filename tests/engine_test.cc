@@ -162,12 +162,14 @@ TEST_F(EngineTest, ConcurrentStreamsEachEqualTheirSequentialRun) {
                                             "The cat sat", "Tom and Sue went to the park",
                                             "One day", "A little bird"};
   const std::string policies[] = {"full",  "h2o",          "window", "sink",
-                                  "tova",  "scissorhands", "knorm",  "snapkv:window=8:kernel=3"};
+                                  "tova",  "scissorhands", "knorm",  "snapkv:window=8:kernel=3",
+                                  "h2o:granularity=page", "window:granularity=page"};
+  constexpr int kNumPolicies = sizeof(policies) / sizeof(policies[0]);
   std::vector<std::unique_ptr<Collector>> cs;
   std::vector<std::string> expect;
   for (int i = 0; i < 16; ++i) {
     const std::string& p = prompts[i % prompts.size()];
-    const std::string& pol = policies[i % 8];
+    const std::string& pol = policies[i % kNumPolicies];
     GenerationRequest r = Greedy(p, 40 + 7 * i);
     if (pol != "full") {
       r.policy = pol;

@@ -66,9 +66,11 @@ struct RunStats {
 // A pool, a scheduler over it, and the sequences it serves (owned here, as the engine owns them).
 class Harness {
  public:
-  Harness(int32_t num_pages, const SchedulerConfig& config)
+  // Bounded sequences use the window policy at `granularity`.
+  Harness(int32_t num_pages, const SchedulerConfig& config,
+          EvictGranularity granularity = EvictGranularity::kToken)
       : cache_(*KvCache::Create(TinyShape(), num_pages)),
-        window_(*MakePolicy("window")),
+        window_(*MakePolicy("window", 0.5, granularity)),
         config_(config),
         sched_(cache_.get(), config) {}
 
@@ -263,8 +265,9 @@ class Harness {
     for (Sequence* s : sched_.running()) {
       held += static_cast<int32_t>(s->kv.pages.size());
       EXPECT_EQ(static_cast<int32_t>(s->kv.pages.size()), CeilDiv(s->kv.num_slots, kBlock));
-      if (s->bounded()) {
-        EXPECT_LE(s->kv.num_slots, s->kv.budget);
+      if (s->bounded()) {  // a page granularity head stays under a page over its budget
+        EXPECT_LE(s->kv.num_slots,
+                  s->kv.budget + (window_->page_granularity() ? kBlock - 1 : 0));
         EXPECT_LE(static_cast<int32_t>(s->kv.pages.size()), sched_.WorstCasePages(*s));
       } else {
         EXPECT_EQ(s->kv.num_slots, s->num_computed);
@@ -306,29 +309,43 @@ TEST(SchedulerTest, WorstCaseAndScratchPages) {
   EXPECT_EQ(h.sched().WorstCasePages(*tight), CeilDiv(20, kBlock));
 }
 
+// Page granularity: a head may hold up to a page over its budget, so the worst case and Fits()
+// count ceil((budget + block) / block) pages instead of ceil((budget + 1) / block).
+TEST(SchedulerTest, PageGranularityIsOwedAPageMore) {
+  Harness token(64, Config(16, 8, 8));
+  Harness page(64, Config(16, 8, 8), EvictGranularity::kPage);
+  EXPECT_EQ(token.sched().WorstCasePages(*token.Add(5, 100, /*budget=*/10)), CeilDiv(11, kBlock));
+  EXPECT_EQ(page.sched().WorstCasePages(*page.Add(5, 100, /*budget=*/10)), CeilDiv(14, kBlock));
+  int32_t need = -1, have = -1;
+  EXPECT_TRUE(page.sched().Fits(100000, page.window(), 10, &need, &have));
+  EXPECT_EQ(need, CeilDiv(14, kBlock));
+  // Never more than the sequence's own length.
+  EXPECT_EQ(page.sched().WorstCasePages(*page.Add(5, 12, /*budget=*/10)), CeilDiv(12, kBlock));
+}
+
 // (7) Fits(): full sequences against the whole pool, bounded ones beside the scratch reserve.
 TEST(SchedulerTest, FitsRefusesWhatCouldNeverRunAlone) {
   Harness h(20, Config(/*max_step_tokens=*/16, 8, 8));  // scratch = 4 + 4 = 8 pages
   ASSERT_EQ(h.sched().ScratchPages(), 8);
   int32_t need = -1, have = -1;
-  EXPECT_TRUE(h.sched().Fits(80, /*bounded=*/false, 0, &need, &have));
+  EXPECT_TRUE(h.sched().Fits(80, /*policy=*/nullptr, 0, &need, &have));
   EXPECT_EQ(need, 20);
   EXPECT_EQ(have, 20);
-  EXPECT_FALSE(h.sched().Fits(81, false, 0, &need, &have));
+  EXPECT_FALSE(h.sched().Fits(81, nullptr, 0, &need, &have));
   EXPECT_EQ(need, 21);
   EXPECT_EQ(have, 20);
   // Bounded: its worst case plus the scratch reserve must fit.
-  EXPECT_TRUE(h.sched().Fits(100000, /*bounded=*/true, /*budget=*/47, &need, &have));
+  EXPECT_TRUE(h.sched().Fits(100000, h.window(), /*budget=*/47, &need, &have));
   EXPECT_EQ(need, 12);
   EXPECT_EQ(have, 12);
-  EXPECT_FALSE(h.sched().Fits(100000, true, 48, &need, &have));
+  EXPECT_FALSE(h.sched().Fits(100000, h.window(), 48, &need, &have));
   EXPECT_EQ(need, 13);
   EXPECT_EQ(have, 12);
   // A long bounded sequence fits where the same length with a full cache does not.
-  EXPECT_FALSE(h.sched().Fits(100000, false, 0, &need, &have));
+  EXPECT_FALSE(h.sched().Fits(100000, nullptr, 0, &need, &have));
   // A pool smaller than the reserve fits no bounded sequence.
   Harness tiny(6, Config(16, 8, 8));
-  EXPECT_FALSE(tiny.sched().Fits(100, true, 1, &need, &have));
+  EXPECT_FALSE(tiny.sched().Fits(100, tiny.window(), 1, &need, &have));
   EXPECT_EQ(have, 0);
 }
 
@@ -337,7 +354,7 @@ TEST(SchedulerTest, LargestSequencesThatFitRunAlone) {
   {
     Harness h(20, Config(16, 8, 8));
     int32_t need, have;
-    ASSERT_TRUE(h.sched().Fits(80, false, 0, &need, &have));
+    ASSERT_TRUE(h.sched().Fits(80, nullptr, 0, &need, &have));
     h.Enqueue(50, 80);
     ASSERT_TRUE(h.RunToCompletion(1000));
     EXPECT_EQ(h.stats().finished, 1);
@@ -346,7 +363,7 @@ TEST(SchedulerTest, LargestSequencesThatFitRunAlone) {
   {
     Harness h(20, Config(16, 8, 8));
     int32_t need, have;
-    ASSERT_TRUE(h.sched().Fits(300, true, 47, &need, &have));
+    ASSERT_TRUE(h.sched().Fits(300, h.window(), 47, &need, &have));
     h.Enqueue(120, 300, 47);
     ASSERT_TRUE(h.RunToCompletion(1000));
     EXPECT_EQ(h.stats().finished, 1);
@@ -591,8 +608,8 @@ TEST(SchedulerTest, FullSequenceIsNotPreemptedForAScratchReserveNobodyNeeds) {
   Harness h(17, Config(/*max_step_tokens=*/16, 8, /*prefill_chunk=*/8));
   ASSERT_EQ(h.sched().ScratchPages(), 8);
   int32_t need, have;
-  ASSERT_TRUE(h.sched().Fits(60, /*bounded=*/false, 0, &need, &have));
-  ASSERT_TRUE(h.sched().Fits(200, /*bounded=*/true, 3, &need, &have));
+  ASSERT_TRUE(h.sched().Fits(60, /*policy=*/nullptr, 0, &need, &have));
+  ASSERT_TRUE(h.sched().Fits(200, h.window(), 3, &need, &have));
   Sequence* f = h.Enqueue(56, 60);
   Sequence* b = h.Enqueue(8, 200, /*budget=*/3);
   for (int i = 0; i < 2000 && f->preemptions == 0 && b->preemptions == 0; ++i) {
@@ -653,13 +670,14 @@ Workload RandomWorkload(std::mt19937& rng, double bounded_fraction) {
 }
 
 // Runs one random workload: sequences arrive over time; only those Fits() accepts are submitted.
-RunStats RunRandom(uint32_t seed, double bounded_fraction, int64_t* total_steps) {
+RunStats RunRandom(uint32_t seed, double bounded_fraction, int64_t* total_steps,
+                   EvictGranularity granularity = EvictGranularity::kToken) {
   std::mt19937 rng(seed);
   auto uni = [&](int32_t lo, int32_t hi) {
     return std::uniform_int_distribution<int32_t>(lo, hi)(rng);
   };
   const Workload w = RandomWorkload(rng, bounded_fraction);
-  Harness h(w.pages, w.config);
+  Harness h(w.pages, w.config, granularity);
   const int32_t wanted = uni(1, 24);
   struct Arrival {
     int64_t step;
@@ -677,7 +695,7 @@ RunStats RunRandom(uint32_t seed, double bounded_fraction, int64_t* total_steps)
     const bool bounded = std::bernoulli_distribution(bounded_fraction)(rng);
     a.budget = bounded ? uni(1, a.max_total - 1) : 0;
     int32_t need, have;
-    if (!h.sched().Fits(a.max_total, bounded, a.budget, &need, &have)) continue;
+    if (!h.sched().Fits(a.max_total, bounded ? h.window() : nullptr, a.budget, &need, &have)) continue;
     arrivals.push_back(a);
   }
   const int64_t num = static_cast<int64_t>(arrivals.size());
@@ -726,6 +744,24 @@ TEST(SchedulerRandomTest, FullCacheOnly) {
 TEST(SchedulerRandomTest, BoundedOnly) {
   int64_t steps = 0;
   for (uint32_t seed = 1001; seed <= 1300 && !HasFailure(); ++seed) RunRandom(seed, 1.0, &steps);
+  EXPECT_GT(steps, 2000);
+}
+
+// Page granularity: heads hold up to a page over the budget, and admission counts that page
+// (PeakDecodeSlots), so bounded sequences still never preempt.
+TEST(SchedulerRandomTest, BoundedOnlyAtPageGranularity) {
+  int64_t steps = 0;
+  for (uint32_t seed = 3001; seed <= 3300 && !HasFailure(); ++seed) {
+    RunRandom(seed, 1.0, &steps, EvictGranularity::kPage);
+  }
+  EXPECT_GT(steps, 2000);
+}
+
+TEST(SchedulerRandomTest, MixedAtPageGranularity) {
+  int64_t steps = 0;
+  for (uint32_t seed = 4001; seed <= 4200 && !HasFailure(); ++seed) {
+    RunRandom(seed, 0.5, &steps, EvictGranularity::kPage);
+  }
   EXPECT_GT(steps, 2000);
 }
 

@@ -14,6 +14,11 @@ static_assert(int32_t(VictimRule::kNone) == cuda::kEvictNone &&
 
 absl::Status CheckGpuPolicy(const EvictionPolicy* policy) {
   if (policy == nullptr || policy->GpuRule(1).has_value()) return absl::OkStatus();
+  if (policy->page_granularity()) {
+    return absl::UnimplementedError(
+        "page eviction granularity has no CUDA implementation; use granularity=token or "
+        "--device cpu");
+  }
   return absl::UnimplementedError(absl::StrCat(
       "KV policy \"", policy->name(),
       "\" has no CUDA implementation (the GPU runs full, window, sink and h2o); use --device cpu"));
