@@ -226,6 +226,38 @@ TEST_F(EngineTest, PolicySpecsAndTheirMetricLabel) {
   EXPECT_NE(bad.status().message().find("unknown KV policy"), std::string::npos) << bad.status();
 }
 
+// serve --evict-granularity page: requests whose spec names no granularity evict by page, and
+// generate what the same policy does alone; a spec's own granularity=token overrides it.
+TEST_F(EngineTest, EvictGranularityOptionIsTheDefaultOfRequests) {
+  EngineOptions o;
+  o.num_pages = 64;
+  o.threads = 1;
+  o.evict_granularity = EvictGranularity::kPage;
+  auto engine = *Engine::Create(
+      *LoadModel(testing::ModelPath()),
+      std::make_shared<Tokenizer>(*Tokenizer::Load(testing::TokenizerPath(), 512)), o);
+  for (const char* policy : {"h2o", "window:granularity=token"}) {
+    SCOPED_TRACE(policy);
+    GenerationRequest r = Greedy("Once upon a time", 90);
+    r.policy = policy;
+    r.budget_tokens = 20;
+    Collector c;
+    ASSERT_TRUE(engine->Submit(r, c.Callback()).ok());
+    c.Wait();
+    const std::string alone = std::string(policy) == "h2o" ? "h2o:granularity=page" : policy;
+    EXPECT_EQ(c.text, Alone("Once upon a time", 90, alone, 20));
+    EXPECT_NE(c.text, std::string(policy) == "h2o" ? Alone("Once upon a time", 90, "h2o", 20)
+                                                   : std::string());
+  }
+  EXPECT_EQ(engine->Stats().pages_used, 0);
+  GenerationRequest bad = Greedy("Once upon a time", 8);
+  bad.policy = "h2o:granularity=pages";
+  Collector c;
+  absl::StatusOr<std::shared_ptr<RequestHandle>> refused = engine->Submit(bad, c.Callback());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(EngineTest, CancelAndDeadlineReturnPages) {
   auto engine = Make(64);
   Collector a, b;

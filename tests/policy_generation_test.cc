@@ -155,7 +155,24 @@ TEST(PolicyCliTest, RunAndEvalAcceptPolicySpecs) {
   EXPECT_EQ(code, 0) << out;
   for (const char* name : {"tova", "knorm", "scissorhands:history=50", "snapkv:window=4"}) {
     EXPECT_NE(out.find(name), std::string::npos) << name << " missing in:\n" << out;
-  }
+  }  // --evict-granularity page applies to the specs naming no granularity, and the table says so.
+  out = testing::RunCapture(bin + " eval" + model + " --text " +
+                                testing::SourcePath("tests/data/eval_stories.txt") +
+                                " --window 128 --max-windows 1 --kv-budget 32 --policy "
+                                "full,h2o,tova:granularity=token --evict-granularity page 2>&1",
+                            &code);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_NE(out.find("h2o:granularity=page"), std::string::npos) << out;
+  EXPECT_NE(out.find("tova:granularity=token"), std::string::npos) << out;
+  EXPECT_EQ(out.find("full:granularity"), std::string::npos) << out;
+  out = testing::RunCapture(bin + " run" + model + " --steps 80 --temperature 0 --kv-budget 24 "
+                                "--policy h2o --evict-granularity page --json 2>&1",
+                            &code);
+  EXPECT_EQ(code, 0) << out;
+  out = testing::RunCapture(bin + " run" + model + " --steps 8 --evict-granularity block 2>&1",
+                            &code);
+  EXPECT_NE(code, 0);
+  EXPECT_NE(out.find("token or page"), std::string::npos) << out;
 }
 
 }  // namespace
