@@ -150,6 +150,20 @@ int main(int argc, char** argv) {
     const double v = F[b].counters["ratio"];
     add(absl::StrCat(b, " (interleaved, median)"), "step time ratio", v, "<= 1.10", v <= 1.10);
   }
+  // Page against token granularity on the h2o step (issue 17: page faster): whole steps, and the
+  // eviction work alone; sums over whole cycles of 16 steps.
+  for (const char* b : {"decode/b1/ctx512/h2o512-page-vs-token",
+                        "decode/b32/ctx512/h2o512-page-vs-token", "evict/b1/h2o512-page-vs-token",
+                        "evict/b32/h2o512-page-vs-token"}) {
+    if (!has(b)) continue;
+    const double v = F[b].counters["ratio_of_sums"];
+    add(absl::StrCat(b, " (interleaved, sums)"), "step time ratio", v, "< 1", v < 1.0);
+  }
+  if (has("decode/b32/ctx512/h2o512-page-vs-full")) {
+    const double v = F["decode/b32/ctx512/h2o512-page-vs-full"].counters["ratio_of_sums"];
+    add("decode/b32/ctx512/h2o512-page-vs-full (interleaved, sums)", "step time ratio", v,
+        "<= 1.10", v <= 1.10);
+  }
   // bf16 storage (--kv-dtype bf16, --weight-dtype bf16): the same steps, the same fp32
   // arithmetic (FMAs on widened values), half the bytes of K/V and/or weights.
   const std::pair<const char*, const char*> bf16_steps[] = {
@@ -186,7 +200,7 @@ int main(int argc, char** argv) {
           "resident sequences ratio", v, "(info)", true);
     }
   }
-  for (const char* p : {"tova", "scissorhands", "knorm", "snapkv"}) {
+  for (const char* p : {"tova", "scissorhands", "knorm", "snapkv", "h2o:granularity=page"}) {
     const std::string c = absl::StrCat("capacity/len1024/", p);
     if (!has(c) || !has("capacity/len1024/h2o")) continue;
     const double v = F[c].counters["sequences"] / F["capacity/len1024/h2o"].counters["sequences"];

@@ -270,6 +270,62 @@ void BM_DecodePolicyVsFull(benchmark::State& state, int32_t batch, int32_t conte
   state.counters["h2o_ms"] = 1e3 * sum_h2o / n;
 }
 
+// The eviction part of a decode step alone, page against token granularity, interleaved (ABBA):
+// `batch` sequences of the stories110M shape (12 layers x 12 kv heads) at budget 512, each step
+// appends one slot (position and channel; the attention's K/V and score writes are the same work
+// in both and left out) to every (layer, head) and calls EvictHead on each over every core, as
+// the runner does, then Commit. Token granularity evicts one token per head every step; page
+// granularity sixteen once per 16 steps. Iterations are whole cycles of 16; `ratio_of_sums` is
+// page/token, `token_us` and `page_us` the mean per step.
+void BM_EvictPageVsToken(benchmark::State& state, int32_t batch) {
+  const Model& model = Stories110M();
+  constexpr int32_t kContext = 512, kBudget = 512;
+  std::unique_ptr<Batch> token = MakeBatch(model, batch, kContext, "h2o", kBudget);
+  std::unique_ptr<Batch> page = MakeBatch(model, batch, kContext, "h2o:granularity=page", kBudget);
+  const KvShape& shape = token->cache->shape();
+  const int32_t heads = shape.num_layers * shape.num_kv_heads;
+  auto step = [&](Batch& b) {
+    for (SequenceKv& s : b.seqs) {
+      if (absl::Status st = b.cache->Reserve(s, 1); !st.ok()) Die(st);
+    }
+    const int32_t pos = b.next_pos++;
+#pragma omp parallel for schedule(dynamic, 4)
+    for (int64_t task = 0; task < int64_t(b.seqs.size()) * heads; ++task) {
+      SequenceKv& s = b.seqs[task / heads];
+      const int32_t l = static_cast<int32_t>(task % heads) / shape.num_kv_heads;
+      const int32_t h = static_cast<int32_t>(task % heads) % shape.num_kv_heads;
+      PagedKvHead v = b.cache->View(s, l, h, s.num_slots + 1);
+      v.Pos(s.num_slots) = pos;
+      v.Score(s.num_slots) = static_cast<float>((pos * 31 + task * 7) % 97) * 0.01f;
+      b.cache->EvictHead(s, l, h, s.num_slots + 1, pos);
+    }
+    for (SequenceKv& s : b.seqs) b.cache->Commit(s, s.num_slots + 1);
+  };
+  auto timed = [&](Batch& b) {
+    const auto t0 = std::chrono::steady_clock::now();
+    step(b);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  for (int i = 0; i < 16; ++i) {  // warm-up: one whole cycle each
+    step(*token);
+    step(*page);
+  }
+  double sum_token = 0, sum_page = 0;
+  int64_t n = 0;
+  for (auto _ : state) {
+    if (n++ % 2 == 0) {
+      sum_token += timed(*token);
+      sum_page += timed(*page);
+    } else {
+      sum_page += timed(*page);
+      sum_token += timed(*token);
+    }
+  }
+  state.counters["ratio_of_sums"] = sum_page / sum_token;
+  state.counters["token_us"] = 1e6 * sum_token / n;
+  state.counters["page_us"] = 1e6 * sum_page / n;
+}
+
 // How many sequences of 1024 tokens one fixed pool holds at once, with real forward passes of
 // a small model: sequences are admitted one after another and each fed its 1024 tokens in
 // chunks of 16, all staying resident, until the pool refuses the next chunk. The pool has the
@@ -411,6 +467,13 @@ void Register() {  // NOLINT: one list, in report order
         ->Iterations(batch == 1 ? 160 : 48)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
+  }
+  for (int32_t batch : {1, 32}) {
+    benchmark::RegisterBenchmark(absl::StrCat("evict/b", batch, "/h2o512-page-vs-token").c_str(),
+                                 BM_EvictPageVsToken, batch)
+        ->Iterations(batch == 1 ? 1600 : 320)
+        ->UseRealTime()
+        ->Unit(benchmark::kMicrosecond);
   }
   benchmark::RegisterBenchmark("decode/b32/ctx512/h2o512-page-vs-full", BM_DecodePolicyVsFull,
                                32, 512, std::string("h2o:granularity=page"), 512,
