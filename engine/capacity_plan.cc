@@ -11,10 +11,14 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-int32_t PagesPerSequence(int32_t block_size, int32_t max_len, int32_t tokens_kept) {
+int32_t PagesPerSequence(int32_t block_size, int32_t max_len, int32_t tokens_kept,
+                         EvictGranularity granularity) {
   // Scheduler::WorstCasePages: a bounded sequence holds budget + 1 slots while a decode token
-  // is in flight, before its layers evict back to the budget.
-  const int64_t slots = tokens_kept < max_len ? int64_t(tokens_kept) + 1 : max_len;
+  // is in flight, before its layers evict back to the budget (budget + block_size at page
+  // granularity: PeakDecodeSlots), never more than the sequence's length.
+  const int64_t peak =
+      int64_t(tokens_kept) + (granularity == EvictGranularity::kPage ? block_size : 1);
+  const int64_t slots = tokens_kept < max_len ? std::min<int64_t>(peak, max_len) : max_len;
   return static_cast<int32_t>(CeilDiv(slots, block_size));
 }
 
@@ -47,7 +51,8 @@ absl::StatusOr<CapacityPlan> PlanCapacity(const CapacityPlanInput& in,
     row.budget = b;
     row.tokens_kept = std::min(b.Resolve(in.max_len), in.max_len);
     row.bounded = row.tokens_kept < in.max_len;
-    row.pages_per_sequence = PagesPerSequence(s.block_size, in.max_len, row.tokens_kept);
+    row.pages_per_sequence =
+        PagesPerSequence(s.block_size, in.max_len, row.tokens_kept, in.granularity);
     // The reserve is held back only while bounded sequences run (Scheduler::Fits).
     row.reserve_pages = row.bounded ? PrefillReservePages(s.block_size, in.max_step_tokens) : 0;
     row.sequences = std::max<int64_t>(0, in.num_pages - row.reserve_pages) / row.pages_per_sequence;

@@ -33,6 +33,7 @@ struct CapacityPlanInput {
   int32_t max_len = 0;            // tokens per sequence: prompt + max new tokens
   int32_t max_step_tokens = 512;  // SchedulerConfig::max_step_tokens
   int32_t max_running = 64;       // SchedulerConfig::max_running
+  EvictGranularity granularity = EvictGranularity::kToken;  // serve's --evict-granularity
 };
 
 struct CapacityRow {
@@ -54,7 +55,8 @@ struct CapacityPlan {
 };
 
 // Pages of one sequence of `max_len` tokens whose heads keep `tokens_kept` (>= max_len: full).
-int32_t PagesPerSequence(int32_t block_size, int32_t max_len, int32_t tokens_kept);
+int32_t PagesPerSequence(int32_t block_size, int32_t max_len, int32_t tokens_kept,
+                         EvictGranularity granularity = EvictGranularity::kToken);
 // The scheduler's prefill reserve for bounded sequences.
 int32_t PrefillReservePages(int32_t block_size, int32_t max_step_tokens);
 

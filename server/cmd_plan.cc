@@ -37,6 +37,7 @@ int PlanCommand(int argc, char** argv) {
   int64_t layers = 0, kv_heads = 0, head_dim = 0, seq_len = 0, block_size = 16;
   int64_t kv_pages = 0, kv_pool_mb = 0, max_len = 0, max_step_tokens = 512, max_running = 64;
   bool json = false;
+  std::string granularity = "token";
   FlagSet flags("plan",
                 absl::StrCat("heavykv plan (--model FILE | --shape NAME | --layers N --kv-heads N "
                              "--head-dim N --seq-len N) [--kv-pool-mb MIB | --kv-pages N] "
@@ -59,6 +60,8 @@ int PlanCommand(int argc, char** argv) {
                "comma list of budgets: token counts or fractions of --max-len");
   flags.Int("max-step-tokens", &max_step_tokens, "as serve's --max-step-tokens");
   flags.Int("max-running", &max_running, "as serve's --max-running");
+  flags.String("evict-granularity", &granularity,
+               "token or page, as serve's --evict-granularity (page: a page more per sequence)");
   flags.Bool("json", &json, "print one JSON object instead of the table");
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
   if (!flags.positional().empty()) {
@@ -118,6 +121,9 @@ int PlanCommand(int argc, char** argv) {
   in.max_len = max_len > 0 ? static_cast<int32_t>(max_len) : seq_len_v;
   in.max_step_tokens = static_cast<int32_t>(max_step_tokens);
   in.max_running = static_cast<int32_t>(max_running);
+  absl::StatusOr<EvictGranularity> evict_granularity = ParseEvictGranularity(granularity);
+  if (!evict_granularity.ok()) return Fail(evict_granularity.status());
+  in.granularity = *evict_granularity;
   // serve's default pool: --max-running contexts of the model's full length.
   const int64_t default_pages = max_running * ((seq_len_v + block_size - 1) / block_size);
   absl::StatusOr<int32_t> pages =

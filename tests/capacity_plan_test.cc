@@ -100,7 +100,7 @@ TEST(CapacityPlanTest, RejectsNonPositiveInputs) {
 int32_t MostRunning(const CapacityPlanInput& in, int32_t tokens_kept, int32_t num_sequences,
                     int32_t* still_waiting) {
   std::unique_ptr<KvCache> cache = *KvCache::Create(in.shape, in.num_pages);
-  std::unique_ptr<EvictionPolicy> window = *MakePolicy("window");
+  std::unique_ptr<EvictionPolicy> window = *MakePolicy("window", 0.5, in.granularity);
   SchedulerConfig config;
   config.max_step_tokens = in.max_step_tokens;
   config.max_running = in.max_running;
@@ -138,7 +138,10 @@ int32_t MostRunning(const CapacityPlanInput& in, int32_t tokens_kept, int32_t nu
 }
 
 TEST(CapacityPlanTest, AgreesWithTheScheduler) {
+  for (EvictGranularity g : {EvictGranularity::kToken, EvictGranularity::kPage}) {
+  SCOPED_TRACE(EvictGranularityName(g));
   CapacityPlanInput in;
+  in.granularity = g;
   in.shape = {1, 1, 4, 4};  // 1 layer, 1 kv head, head_dim 4, block 4
   in.max_len = 64;
   in.max_step_tokens = 48;  // reserve: 12 + 4 pages
@@ -166,6 +169,17 @@ TEST(CapacityPlanTest, AgreesWithTheScheduler) {
       EXPECT_EQ(waiting, offered - row.running);
     }
   }
+  }
+}
+
+// Page granularity holds a page more per bounded sequence (PeakDecodeSlots), never more than
+// the sequence's own length.
+TEST(CapacityPlanTest, PageGranularityCountsAPageMore) {
+  EXPECT_EQ(PagesPerSequence(16, 1024, 204), 13);  // 205 slots
+  EXPECT_EQ(PagesPerSequence(16, 1024, 204, EvictGranularity::kPage), 14);  // 220
+  EXPECT_EQ(PagesPerSequence(16, 1024, 208, EvictGranularity::kPage), 14);  // 224
+  EXPECT_EQ(PagesPerSequence(16, 210, 204, EvictGranularity::kPage), 14);   // 210
+  EXPECT_EQ(PagesPerSequence(16, 1024, 1024, EvictGranularity::kPage), 64);
 }
 
 // Runs `heavykv ARGS`; stdout, and the exit code in *code.

@@ -67,7 +67,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   }
   q.ignore_eos = in.ConsumeBool();
   if (in.ConsumeBool()) {
-    static constexpr const char* kPolicies[] = {"full", "window", "sink", "h2o", "", "H2O"};
+    static constexpr const char* kPolicies[] = {"full", "window", "sink", "h2o", "", "H2O",
+                                                "h2o:granularity=page",
+                                                "window:granularity=page"};
     q.policy = in.ConsumeBool() ? std::string(in.PickValueInArray(kPolicies))
                                 : in.ConsumeRandomLengthString(8);
   }
