@@ -24,10 +24,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/chat_template.h"
-#include "memory/eviction_policy.h"
 #include "engine/model.h"
 #include "engine/sampler.h"
 #include "engine/text_tokenizer.h"
+#include "memory/eviction_policy.h"
 
 namespace heavykv {
 

@@ -350,7 +350,8 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
               : std::string(": shorten the prompt")));
     }
   }
-  if (*policy != nullptr && (*policy)->name() == "sink" && r.budget_tokens < max_total && r.budget_tokens <= kNumSinkTokens) {
+  if (*policy != nullptr && (*policy)->name() == "sink" && r.budget_tokens < max_total &&
+      r.budget_tokens <= kNumSinkTokens) {
     return Invalid(absl::StrCat("the sink policy needs kv budget > ", kNumSinkTokens, " tokens"));
   }
 

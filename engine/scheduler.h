@@ -8,8 +8,9 @@
 //
 // Admission is by pages. A sequence whose KV budget bounds it (a policy with a budget below its
 // maximum length) holds at most ceil((budget + 1) / block_size) pages between and during decode
-// steps (ceil((budget + block_size) / block_size) at page granularity: PeakDecodeSlots): it is admitted only when the pool can hold that on top of what is still owed to the
-// bounded sequences already running, so bounded sequences never run out of pages. A prefill chunk
+// steps (ceil((budget + block_size) / block_size) at page granularity: PeakDecodeSlots): it is
+// admitted only when the pool can hold that on top of what is still owed to the bounded
+// sequences already running, so bounded sequences never run out of pages. A prefill chunk
 // holds up to a chunk's worth of tokens over the budget until its layers evict; those transient
 // pages come from one shared scratch reserve (ceil(max_step_tokens / block_size) + 4 pages) kept
 // free at admission, and a chunk is shortened to fit what is left of it (a bounded sequence

@@ -97,7 +97,8 @@ class EvictionPolicy {
   // (Inline: the CUDA module calls it without linking memory/.)
   std::optional<VictimRule> GpuRule(int32_t budget) const {
     const SlotChannel kind = channel().kind;
-    if (!rule_is_exact() || page_granularity() || (kind != SlotChannel::kNone && kind != SlotChannel::kAccumulated)) {
+    if (!rule_is_exact() || page_granularity() ||
+        (kind != SlotChannel::kNone && kind != SlotChannel::kAccumulated)) {
       return std::nullopt;
     }
     return Rule(budget);
@@ -124,8 +125,8 @@ class EvictionPolicy {
   // sum of their slots' channel; kOldest: their newest position), ties the older page first.
   // Falls back to ChooseVictims when fewer such pages exist, and for snapkv's prefill choice.
   // (Virtual only so that KvCache in the CUDA module, which does not link memory/, reaches it.)
-  virtual void ChoosePageVictims(const HeadSlots& slots, const EvictionStep& step, int32_t block_size,
-                         std::vector<int32_t>* victims) const;
+  virtual void ChoosePageVictims(const HeadSlots& slots, const EvictionStep& step,
+                                 int32_t block_size, std::vector<int32_t>* victims) const;
   // The same for a decode step (one new token).
   void ChooseVictims(const HeadSlots& slots, int32_t budget, int32_t newest_pos, int32_t num_evict,
                      std::vector<int32_t>* victims) const {

@@ -328,7 +328,8 @@ TEST(PageGranularitySpecTest, EveryPolicyButFullTakesIt) {
   EXPECT_TRUE(snap->page_granularity());
   EXPECT_EQ(snap->channel().window, 8);
   for (const char* bad : {"full:granularity=page", "h2o:granularity=block", "h2o:granularity",
-                          "h2o:granularity=page:granularity=token", "window:granularity=page:x=1"}) {
+                          "h2o:granularity=page:granularity=token",
+                          "window:granularity=page:x=1"}) {
     std::string error;
     EXPECT_FALSE(ValidPolicySpec(bad, &error)) << bad;
     EXPECT_FALSE(error.empty()) << bad;

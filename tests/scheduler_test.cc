@@ -695,7 +695,9 @@ RunStats RunRandom(uint32_t seed, double bounded_fraction, int64_t* total_steps,
     const bool bounded = std::bernoulli_distribution(bounded_fraction)(rng);
     a.budget = bounded ? uni(1, a.max_total - 1) : 0;
     int32_t need, have;
-    if (!h.sched().Fits(a.max_total, bounded ? h.window() : nullptr, a.budget, &need, &have)) continue;
+    if (!h.sched().Fits(a.max_total, bounded ? h.window() : nullptr, a.budget, &need, &have)) {
+      continue;
+    }
     arrivals.push_back(a);
   }
   const int64_t num = static_cast<int64_t>(arrivals.size());
