@@ -147,20 +147,21 @@ TEST(PolicyCliTest, RunAndEvalAcceptPolicySpecs) {
                             &code);
   EXPECT_NE(code, 0);
   EXPECT_NE(out.find("odd"), std::string::npos) << out;
-  out = testing::RunCapture(bin + " eval" + model + " --text " +
-                                testing::SourcePath("tests/data/eval_stories.txt") +
-                                " --window 128 --max-windows 1 --kv-budget 32 --policy "
-                                "full,tova,knorm,scissorhands:history=50,snapkv:window=4 2>&1",
-                            &code);
+  // eval over one 128-token window at budget 32 with `args` (--policy ... and more).
+  auto eval = [&](const std::string& args) {
+    return testing::RunCapture(bin + " eval" + model + " --text " +
+                                   testing::SourcePath("tests/data/eval_stories.txt") +
+                                   " --window 128 --max-windows 1 --kv-budget 32 " + args +
+                                   " 2>&1",
+                               &code);
+  };
+  out = eval("--policy full,tova,knorm,scissorhands:history=50,snapkv:window=4");
   EXPECT_EQ(code, 0) << out;
   for (const char* name : {"tova", "knorm", "scissorhands:history=50", "snapkv:window=4"}) {
     EXPECT_NE(out.find(name), std::string::npos) << name << " missing in:\n" << out;
-  }  // --evict-granularity page applies to the specs naming no granularity, and the table says so.
-  out = testing::RunCapture(bin + " eval" + model + " --text " +
-                                testing::SourcePath("tests/data/eval_stories.txt") +
-                                " --window 128 --max-windows 1 --kv-budget 32 --policy "
-                                "full,h2o,tova:granularity=token --evict-granularity page 2>&1",
-                            &code);
+  }
+  // --evict-granularity page applies to the specs naming no granularity, and the table says so.
+  out = eval("--policy full,h2o,tova:granularity=token --evict-granularity page");
   EXPECT_EQ(code, 0) << out;
   EXPECT_NE(out.find("h2o:granularity=page"), std::string::npos) << out;
   EXPECT_NE(out.find("tova:granularity=token"), std::string::npos) << out;
