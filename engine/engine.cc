@@ -32,7 +32,6 @@ struct Request {
   absl::Time arrival;
   ResolvedRequest params;
   Sequence seq;
-  std::unique_ptr<EvictionPolicy> policy;
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<TextStream> text;
   std::function<void(const GenerationDelta&)> on_delta;
@@ -243,10 +242,7 @@ class EngineImpl final : public Engine {
   void Admit(std::unique_ptr<Request> r);
   // Refuses a policy the runner's backend cannot apply (the CUDA runner: no GPU rule).
   absl::Status CheckBackendPolicy(const ResolvedRequest& p) const {
-    absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy =
-        MakePolicy(p.policy, p.recent_fraction, options_.evict_granularity);
-    if (!policy.ok()) return policy.status();
-    return runner_->SupportsPolicy(policy->get());
+    return runner_->SupportsPolicy(p.kv_policy.get());
   }
   // Sends the final delta (`last` carries the final token, if any), releases the pages.
   void Finish(Request& r, const std::string& reason, GenerationDelta last = {},
@@ -312,10 +308,8 @@ void EngineImpl::Admit(std::unique_ptr<Request> r) {
   q.seq.max_total = q.seq.num_prompt + p.max_new_tokens;
   q.seq.arrival = p.arrival;
   q.seq.client = p.client;
-  // Validated; null for full.
-  q.policy = *MakePolicy(p.policy, p.recent_fraction, options_.evict_granularity);
-  if (q.policy != nullptr) {
-    q.seq.kv.policy = q.policy.get();
+  if (p.kv_policy != nullptr) {  // null for full
+    q.seq.kv.policy = p.kv_policy.get();
     q.seq.kv.budget = p.budget_tokens;
   }
   q.sampler = std::make_unique<Sampler>(p.sampling);
@@ -585,7 +579,7 @@ void EngineImpl::Loop() {
       tokens_evicted_ += evicted;
       // The base name, not the spec: parameters must not multiply metric label values.
       if (evicted > 0 && options_.observer) {
-        options_.observer->OnEvicted(std::string(r.policy->name()), evicted);
+        options_.observer->OnEvicted(std::string(r.params.kv_policy->name()), evicted);
       }
       c.seq->num_computed += c.count;
       if (!c.samples) continue;

@@ -322,16 +322,17 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
   } else {
     r.budget_tokens = KvBudget::Parse(options_.default_budget)->Resolve(resolve_len);
   }
-  // The request's policy (its spec was checked before), for the checks below; the engine builds
-  // its own.
+  // The request's policy (its spec was checked before), for the checks below and the engine.
   absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy =
       MakePolicy(r.policy, r.recent_fraction, options_.evict_granularity);
   if (!policy.ok()) return policy.status();
+  r.kv_policy = *std::move(policy);
+  const EvictionPolicy* kv_policy = r.kv_policy.get();
   if (total > config_.seq_len) {
     // Past the context only as an endless stream (window, sink; StreamsPastContext). The prompt
     // is within the context, so only decode steps (one token) run past it.
     SequenceKv probe;
-    probe.policy = policy->get();
+    probe.policy = kv_policy;
     probe.budget = r.budget_tokens;
     if (options_.device != "cpu") {
       return Invalid(absl::StrCat(
@@ -350,14 +351,14 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
               : std::string(": shorten the prompt")));
     }
   }
-  if (*policy != nullptr && (*policy)->name() == "sink" && r.budget_tokens < max_total &&
+  if (kv_policy != nullptr && kv_policy->name() == "sink" && r.budget_tokens < max_total &&
       r.budget_tokens <= kNumSinkTokens) {
     return Invalid(absl::StrCat("the sink policy needs kv budget > ", kNumSinkTokens, " tokens"));
   }
 
   // A request that could not fit in the whole pool even alone would wait forever.
   int32_t need = 0, have = 0;
-  if (!scheduler_->Fits(max_total, policy->get(), r.budget_tokens, &need, &have)) {
+  if (!scheduler_->Fits(max_total, kv_policy, r.budget_tokens, &need, &have)) {
     return Invalid(absl::StrCat("this request needs ", need,
                                 " KV pages; the pool can give one "
                                 "request ",

@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -52,7 +53,10 @@ struct ResolvedRequest {
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
-  std::string policy;
+  std::string policy;  // the spec, as the request (or the server default) gave it
+  // The policy object of `policy` (with the server's --evict-granularity where the spec names
+  // none), built once here and shared by the engine's checks and the sequence; null for full.
+  std::shared_ptr<const EvictionPolicy> kv_policy;
   int32_t budget_tokens = 0;  // resolved against prompt + max_new_tokens; unused for "full"
   double recent_fraction = 0.5;
   bool logprobs = false;

@@ -128,6 +128,9 @@ inline void CheckResolved(const BundledServer& server, const ResolvedRequest& r)
     Die("accepted top_logprobs out of range or without logprobs");
   }
   if (r.policy != "full" && r.budget_tokens < 1) Die("accepted a KV budget below one token");
+  if ((r.kv_policy == nullptr) != (r.policy == "full")) {
+    Die("the resolved policy object does not match the spec (null exactly for full)");
+  }
 }
 
 }  // namespace heavykv::fuzz
