@@ -19,11 +19,17 @@ std::string EvalResult::ToString() const {
                          policy, budget_tokens, budget, ppl, top1, windows, window, tokens);
 }
 
+absl::StatusOr<KvShape> EvalKvShape(const ModelConfig& config, const EvalSetup& setup) {
+  if (absl::Status s = CheckKvDtype(setup.device, setup.kv_dtype); !s.ok()) return s;
+  return KvShapeForDevice(setup.device, config, setup.block_size, setup.kv_dtype);
+}
+
 absl::StatusOr<std::vector<std::unique_ptr<EvictionPolicy>>> MakeConfigPolicies(
-    const std::vector<EvalConfig>& configs, double recent_fraction) {
+    const EvalSetup& setup) {
   std::vector<std::unique_ptr<EvictionPolicy>> out;
-  for (const EvalConfig& cfg : configs) {
-    absl::StatusOr<std::unique_ptr<EvictionPolicy>> p = MakePolicy(cfg.policy, recent_fraction);
+  for (const EvalConfig& cfg : setup.configs) {
+    absl::StatusOr<std::unique_ptr<EvictionPolicy>> p =
+        MakePolicy(cfg.policy, setup.recent_fraction);
     if (!p.ok()) return p.status();
     out.push_back(*std::move(p));
   }
@@ -80,13 +86,14 @@ absl::StatusOr<std::vector<EvalResult>> Evaluate(const Model& model,
   // One sequence per (configuration, window), all stepped together.
   const size_t num_cfg = options.configs.size();
   absl::StatusOr<std::vector<std::unique_ptr<EvictionPolicy>>> made_policies =
-      MakeConfigPolicies(options.configs, options.recent_fraction);
+      MakeConfigPolicies(options);
   if (!made_policies.ok()) return made_policies.status();
   const std::vector<std::unique_ptr<EvictionPolicy>>& policies = *made_policies;
   std::vector<EvalResult> results(num_cfg);
   int64_t pages = 0;
-  if (absl::Status s = CheckKvDtype(options.device, options.kv_dtype); !s.ok()) return s;
-  const KvShape shape = KvShapeForDevice(options.device, c, options.block_size, options.kv_dtype);
+  absl::StatusOr<KvShape> kv_shape = EvalKvShape(c, options);
+  if (!kv_shape.ok()) return kv_shape.status();
+  const KvShape& shape = *kv_shape;
   for (size_t i = 0; i < num_cfg; ++i) {
     const EvalConfig& cfg = options.configs[i];
     EvalResult& r = results[i];
@@ -158,15 +165,16 @@ absl::StatusOr<std::vector<StreamEvalResult>> EvaluateStream(const Model& model,
 
   const size_t num = options.configs.size();
   absl::StatusOr<std::vector<std::unique_ptr<EvictionPolicy>>> made_policies =
-      MakeConfigPolicies(options.configs, options.recent_fraction);
+      MakeConfigPolicies(options);
   if (!made_policies.ok()) return made_policies.status();
   const std::vector<std::unique_ptr<EvictionPolicy>>& policies = *made_policies;
   std::vector<StreamEvalResult> results(num);
   std::vector<SequenceKv> kv(num);
   std::vector<int64_t> last(num);  // the last position each sequence is fed
   int64_t pages = 0;
-  if (absl::Status s = CheckKvDtype(options.device, options.kv_dtype); !s.ok()) return s;
-  const KvShape shape = KvShapeForDevice(options.device, c, options.block_size, options.kv_dtype);
+  absl::StatusOr<KvShape> kv_shape = EvalKvShape(c, options);
+  if (!kv_shape.ok()) return kv_shape.status();
+  const KvShape& shape = *kv_shape;
   for (size_t i = 0; i < num; ++i) {
     const EvalConfig& cfg = options.configs[i];
     StreamEvalResult& r = results[i];

@@ -28,14 +28,19 @@ struct EvalConfig {
   KvBudget budget;
 };
 
-struct EvalOptions {
-  int32_t window = 0;       // W; 0 means the model's seq_len
-  int32_t max_windows = 0;  // 0 means every full window of the stream
+// What every eval task (Evaluate, EvaluateStream, RunPasskey) takes alike: the configurations
+// and where they run.
+struct EvalSetup {
   std::vector<EvalConfig> configs;
-  double recent_fraction = 0.5;  // h2o
+  double recent_fraction = 0.5;  // h2o, scissorhands, snapkv
   int32_t block_size = 16;
   Device device = Device::kCpu;  // where the forward passes run
   KvDtype kv_dtype = KvDtype::kAuto;  // the cached K/V's element type
+};
+
+struct EvalOptions : EvalSetup {
+  int32_t window = 0;       // W; 0 means the model's seq_len
+  int32_t max_windows = 0;  // 0 means every full window of the stream
 };
 
 struct EvalResult {
@@ -62,10 +67,14 @@ absl::StatusOr<EvalBackend> MakeEvalBackend(const Model& model, Device device,
                                             const KvShape& shape, int64_t pages,
                                             absl::string_view what);
 
+// The KV page shape of `setup` for `config` (INVALID_ARGUMENT for a K/V dtype its device cannot
+// hold).
+absl::StatusOr<KvShape> EvalKvShape(const ModelConfig& config, const EvalSetup& setup);
+
 // The policy object of each configuration, in order (null for "full"); INVALID_ARGUMENT for a
 // bad spec. Evaluate, EvaluateStream and RunPasskey share it.
 absl::StatusOr<std::vector<std::unique_ptr<EvictionPolicy>>> MakeConfigPolicies(
-    const std::vector<EvalConfig>& configs, double recent_fraction);
+    const EvalSetup& setup);
 
 // The eval token stream of `text`: stories split at blank lines, each encoded with BOS when the
 // tokenizer adds one.
@@ -81,14 +90,10 @@ absl::StatusOr<std::vector<EvalResult>> Evaluate(const Model& model,
 // sequence per configuration that is never reset, and scored in consecutive chunks of `chunk`
 // tokens as they come. A policy that streams past the context (window, sink with a budget under
 // it: StreamsPastContext) runs to N; any other (full included) stops at the context length.
-struct StreamEvalOptions {
+// The configurations' budget fractions resolve against the context length.
+struct StreamEvalOptions : EvalSetup {
   int64_t tokens = 0;    // N; the text repeats (without a leading BOS) when it is shorter
   int32_t chunk = 256;   // tokens per scored chunk
-  std::vector<EvalConfig> configs;  // fractions resolve against the context length
-  double recent_fraction = 0.5;
-  int32_t block_size = 16;
-  Device device = Device::kCpu;
-  KvDtype kv_dtype = KvDtype::kAuto;
 };
 
 struct StreamEvalResult {

@@ -124,15 +124,16 @@ absl::StatusOr<std::vector<PasskeyResult>> RunPasskey(const Model& model,
   }
   const int32_t steps = longest + options.answer_tokens;
 
-  if (absl::Status s = CheckKvDtype(options.device, options.kv_dtype); !s.ok()) return s;
-  const KvShape shape = KvShapeForDevice(options.device, c, options.block_size, options.kv_dtype);
+  absl::StatusOr<KvShape> kv_shape = EvalKvShape(c, options);
+  if (!kv_shape.ok()) return kv_shape.status();
+  const KvShape& shape = *kv_shape;
   const int32_t pages = (steps + options.prefill_chunk + shape.block_size - 1) / shape.block_size;
   absl::StatusOr<EvalBackend> backend =
       MakeEvalBackend(model, options.device, shape, pages, "tokens");
   if (!backend.ok()) return backend.status();
 
   absl::StatusOr<std::vector<std::unique_ptr<EvictionPolicy>>> policies =
-      MakeConfigPolicies(options.configs, options.recent_fraction);
+      MakeConfigPolicies(options);
   if (!policies.ok()) return policies.status();
   std::vector<PasskeyResult> results;
   for (size_t i = 0; i < options.configs.size(); ++i) {

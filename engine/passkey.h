@@ -41,17 +41,12 @@ absl::StatusOr<PasskeyPrompt> BuildPasskeyPrompt(const TextTokenizer& tokenizer,
 // Whether the first run of digits in `answer` is exactly `key`.
 bool PasskeyFound(absl::string_view answer, absl::string_view key);
 
-struct PasskeyOptions {
+struct PasskeyOptions : EvalSetup {
   int32_t prompt_tokens = 0;  // target prompt length; 0: the context length minus answer_tokens
   int32_t answer_tokens = 8;
   int32_t trials = 5;
   uint64_t seed = 1;
-  std::vector<EvalConfig> configs;
-  double recent_fraction = 0.5;
-  int32_t block_size = 16;
   int32_t prefill_chunk = 256;
-  Device device = Device::kCpu;
-  KvDtype kv_dtype = KvDtype::kAuto;
 };
 
 struct PasskeyResult {

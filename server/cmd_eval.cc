@@ -243,11 +243,7 @@ int EvalCommand(int argc, char** argv) {
     po.prompt_tokens = static_cast<int32_t>(std::clamp<int64_t>(passkey_tokens, 0, INT32_MAX));
     po.trials = static_cast<int32_t>(std::clamp<int64_t>(trials, 0, INT32_MAX));
     po.seed = static_cast<uint64_t>(seed);
-    po.configs = opt.configs;
-    po.recent_fraction = recent_fraction;
-    po.block_size = opt.block_size;
-    po.device = *device;
-    po.kv_dtype = dtypes.kv;
+    static_cast<EvalSetup&>(po) = opt;  // the configurations, and where they run
     return PrintPasskey(RunPasskey(*model, **tok, po), json);
   }
   std::ifstream in(text_path, std::ios::binary);
@@ -274,11 +270,7 @@ int EvalCommand(int argc, char** argv) {
     StreamEvalOptions so;
     so.tokens = stream_tokens;
     so.chunk = static_cast<int32_t>(std::clamp<int64_t>(chunk, 0, INT32_MAX));
-    so.configs = opt.configs;
-    so.recent_fraction = recent_fraction;
-    so.block_size = opt.block_size;
-    so.device = *device;
-    so.kv_dtype = dtypes.kv;
+    static_cast<EvalSetup&>(so) = opt;
     // One document, as StreamingLLM's book-length texts: BOS once at the start, the stories
     // joined by their blank lines (a BOS per story would give every window its own sink).
     if (*tok) {
