@@ -22,61 +22,19 @@
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
+#include "tests/policy_test_util.h"
 
 namespace heavykv {
 namespace {
 
-using Positions = std::set<int32_t>;
+using testing::Choice;
+using testing::Policy;
+using testing::Positions;
 
-std::unique_ptr<EvictionPolicy> Policy(absl::string_view name, double recent_fraction = 0.5) {
-  absl::StatusOr<std::unique_ptr<EvictionPolicy>> p = MakePolicy(name, recent_fraction);
-  EXPECT_TRUE(p.ok()) << p.status();
-  return p.ok() ? *std::move(p) : nullptr;
-}
-
-struct Choice {
-  Positions victims;
-  Positions kept;
-};
-
-// Lays the tokens (position -> score) out over slots in an order shuffled by `seed`, asks the
-// policy to evict down to `budget` and returns the victims and survivors as positions. Checks that
-// the policy returned exactly the requested number of distinct, in-range slots.
+// The policy's choice down to `budget` in a decode step, over slots shuffled by `seed`.
 Choice Choose(const EvictionPolicy& policy, const std::vector<std::pair<int32_t, float>>& tokens,
               int32_t budget, uint32_t seed) {
-  std::vector<int32_t> order(tokens.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::mt19937 rng(seed);
-  std::shuffle(order.begin(), order.end(), rng);
-  std::vector<int32_t> pos(tokens.size());
-  std::vector<float> score(tokens.size());
-  int32_t newest = std::numeric_limits<int32_t>::min();
-  for (size_t s = 0; s < order.size(); ++s) {
-    pos[s] = tokens[order[s]].first;
-    score[s] = tokens[order[s]].second;
-    newest = std::max(newest, pos[s]);
-  }
-  HeadSlots slots{pos, {}};
-  if (policy.needs_scores()) slots.score = score;
-  const int32_t num_evict = static_cast<int32_t>(tokens.size()) - budget;
-  std::vector<int32_t> victims = {-12345};  // ChooseVictims appends; keeps what was there
-  policy.ChooseVictims(slots, budget, newest, num_evict, &victims);
-  Choice c;
-  EXPECT_EQ(victims.front(), -12345) << "ChooseVictims must append, not overwrite";
-  victims.erase(victims.begin());
-  EXPECT_EQ(static_cast<int32_t>(victims.size()), num_evict);
-  std::set<int32_t> victim_slots;
-  for (int32_t s : victims) {
-    EXPECT_GE(s, 0);
-    EXPECT_LT(s, static_cast<int32_t>(pos.size()));
-    if (s < 0 || s >= static_cast<int32_t>(pos.size())) continue;
-    EXPECT_TRUE(victim_slots.insert(s).second) << "slot " << s << " chosen twice";
-    c.victims.insert(pos[s]);
-  }
-  for (int32_t s = 0; s < static_cast<int32_t>(pos.size()); ++s) {
-    if (!victim_slots.count(s)) c.kept.insert(pos[s]);
-  }
-  return c;
+  return testing::ChooseShuffled(policy, tokens, budget, /*num_new=*/1, seed);
 }
 
 // Tokens at positions [first, last] with score 0.
@@ -115,7 +73,7 @@ TEST(EvictionPolicyTest, WindowKeepsMostRecentBudget) {
   for (int32_t n : {2, 5, 9, 17, 40}) {
     for (int32_t budget = 1; budget < n; ++budget) {
       for (uint32_t seed : kShuffleSeeds) {
-        SCOPED_TRACE(testing::Message() << "n=" << n << " budget=" << budget << " seed=" << seed);
+        SCOPED_TRACE(::testing::Message() << "n=" << n << " budget=" << budget << " seed=" << seed);
         Choice c = Choose(*window, Range(0, n - 1), budget, seed);
         EXPECT_EQ(c.kept, PosRange(n - budget, n - 1));
         EXPECT_EQ(c.victims, PosRange(0, n - budget - 1));
@@ -152,7 +110,7 @@ TEST(EvictionPolicyTest, SinkKeepsFirstFourPlusMostRecent) {
   for (int32_t n : {6, 9, 17, 40}) {
     for (int32_t budget = 5; budget < n; ++budget) {
       for (uint32_t seed : kShuffleSeeds) {
-        SCOPED_TRACE(testing::Message() << "n=" << n << " budget=" << budget << " seed=" << seed);
+        SCOPED_TRACE(::testing::Message() << "n=" << n << " budget=" << budget << " seed=" << seed);
         Choice c = Choose(*sink, Range(0, n - 1), budget, seed);
         EXPECT_EQ(c.kept, Union(PosRange(0, 3), PosRange(n - (budget - 4), n - 1)));
         EXPECT_EQ(c.victims, PosRange(4, n - (budget - 4) - 1));
@@ -337,7 +295,7 @@ TEST(EvictionPolicyTest, RandomPatternsMatchReference) {
           if (gap_ok) next += static_cast<int32_t>(rng() % 3);
           t.push_back({next++, static_cast<float>(rng() % 4)});
         }
-        SCOPED_TRACE(testing::Message() << name << " rf=" << rf << " budget=" << budget
+        SCOPED_TRACE(::testing::Message() << name << " rf=" << rf << " budget=" << budget
                                         << " held=" << t.size() << " iter=" << iter);
         Choice c = Choose(*policy, t, budget, rng());
         ASSERT_EQ(c.kept, ReferenceKept(name, t, budget, rf));

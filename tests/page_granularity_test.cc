@@ -27,15 +27,14 @@
 #include "kernels/paged_kv.h"
 #include "memory/eviction_policy.h"
 #include "memory/kv_cache.h"
+#include "tests/policy_test_util.h"
 
 namespace heavykv {
 namespace {
 
+// The policy of `spec` at page granularity.
 std::unique_ptr<EvictionPolicy> Policy(absl::string_view spec, double recent_fraction = 0.5) {
-  absl::StatusOr<std::unique_ptr<EvictionPolicy>> p =
-      MakePolicy(spec, recent_fraction, EvictGranularity::kPage);
-  EXPECT_TRUE(p.ok()) << p.status();
-  return p.ok() ? *std::move(p) : nullptr;
+  return testing::Policy(spec, recent_fraction, EvictGranularity::kPage);
 }
 
 // The reference page choice: `want` pages of `block` slots from pos/score (slot order).
@@ -147,7 +146,7 @@ TEST(PageGranularityTest, RandomMatchesReference) {
     std::vector<int32_t> victims;
     policy->ChoosePageVictims(HeadSlots{pos, score}, step, block, &victims);
     std::sort(victims.begin(), victims.end());
-    SCOPED_TRACE(testing::Message() << spec << " rf " << rf << " block " << block << " budget "
+    SCOPED_TRACE(::testing::Message() << spec << " rf " << rf << " block " << block << " budget "
                                     << budget << " held " << held);
     std::vector<int32_t> want =
         ReferencePages(pos, score, policy->Rule(budget), newest, block, pages_over);
@@ -191,7 +190,7 @@ void ReferenceCompact(std::vector<Slot>& slots, const std::set<int32_t>& victims
   slots.resize(keep);
 }
 
-class PageCacheTest : public testing::TestWithParam<const char*> {};
+class PageCacheTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(PageCacheTest, MatchesSlotReferenceAndAdmissionPeak) {
   KvShape shape;
@@ -203,7 +202,7 @@ TEST_P(PageCacheTest, MatchesSlotReferenceAndAdmissionPeak) {
   std::unique_ptr<EvictionPolicy> policy = Policy(GetParam(), 0.5);
   for (int32_t budget : {1, 3, 4, 6, 9, 16}) {
     for (bool chunked : {false, true}) {
-      SCOPED_TRACE(testing::Message() << "budget " << budget << (chunked ? " chunked" : ""));
+      SCOPED_TRACE(::testing::Message() << "budget " << budget << (chunked ? " chunked" : ""));
       constexpr int32_t kLength = 80, kMaxChunk = 6;
       // Decode: exactly the pages admission counts (PeakDecodeSlots); chunks: a chunk more.
       const int64_t peak = PeakDecodeSlots(policy.get(), budget, B) + (chunked ? kMaxChunk : 0);
@@ -300,9 +299,9 @@ TEST_P(PageCacheTest, MatchesSlotReferenceAndAdmissionPeak) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, PageCacheTest,
-                         testing::Values("h2o", "tova", "knorm", "window", "sink",
+                         ::testing::Values("h2o", "tova", "knorm", "window", "sink",
                                          "scissorhands", "snapkv"),
-                         [](const testing::TestParamInfo<const char*>& info) {
+                         [](const ::testing::TestParamInfo<const char*>& info) {
                            return std::string(info.param);
                          });
 

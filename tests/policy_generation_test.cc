@@ -138,13 +138,14 @@ TEST(PolicyCliTest, RunAndEvalAcceptPolicySpecs) {
   const std::string model = " --model " + testing::ModelPath() + " --tokenizer " +
                             testing::TokenizerPath();
   int code = -1;
-  std::string out = testing::RunCapture(bin + " run" + model +
-                                            " --steps 64 --temperature 0 --kv-budget 24 "
-                                            "--policy snapkv:window=8:kernel=3 2>&1",
-                                        &code);
+  // `heavykv run` on the bundled model with `args`, stderr included.
+  auto run = [&](const std::string& args) {
+    return testing::RunCapture(bin + " run" + model + " " + args + " 2>&1", &code);
+  };
+  std::string out =
+      run("--steps 64 --temperature 0 --kv-budget 24 --policy snapkv:window=8:kernel=3");
   EXPECT_EQ(code, 0) << out;
-  out = testing::RunCapture(bin + " run" + model + " --steps 64 --policy snapkv:kernel=2 2>&1",
-                            &code);
+  out = run("--steps 64 --policy snapkv:kernel=2");
   EXPECT_NE(code, 0);
   EXPECT_NE(out.find("odd"), std::string::npos) << out;
   // eval over one 128-token window at budget 32 with `args` (--policy ... and more).
@@ -166,12 +167,10 @@ TEST(PolicyCliTest, RunAndEvalAcceptPolicySpecs) {
   EXPECT_NE(out.find("h2o:granularity=page"), std::string::npos) << out;
   EXPECT_NE(out.find("tova:granularity=token"), std::string::npos) << out;
   EXPECT_EQ(out.find("full:granularity"), std::string::npos) << out;
-  out = testing::RunCapture(bin + " run" + model + " --steps 80 --temperature 0 --kv-budget 24 "
-                                "--policy h2o --evict-granularity page --json 2>&1",
-                            &code);
+  out = run("--steps 80 --temperature 0 --kv-budget 24 --policy h2o --evict-granularity page "
+            "--json");
   EXPECT_EQ(code, 0) << out;
-  out = testing::RunCapture(bin + " run" + model + " --steps 8 --evict-granularity block 2>&1",
-                            &code);
+  out = run("--steps 8 --evict-granularity block");
   EXPECT_NE(code, 0);
   EXPECT_NE(out.find("token or page"), std::string::npos) << out;
 }

@@ -24,50 +24,21 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
+#include "tests/policy_test_util.h"
 #include "memory/eviction_policy.h"
 
 namespace heavykv {
 namespace {
 
-using Positions = std::set<int32_t>;
-using Tokens = std::vector<std::pair<int32_t, float>>;  // (position, channel value)
+using testing::Policy;
+using testing::Positions;
+using testing::Tokens;
 
-std::unique_ptr<EvictionPolicy> Policy(absl::string_view spec, double recent_fraction = 0.5) {
-  absl::StatusOr<std::unique_ptr<EvictionPolicy>> p = MakePolicy(spec, recent_fraction);
-  EXPECT_TRUE(p.ok()) << p.status();
-  return p.ok() ? *std::move(p) : nullptr;
-}
-
-// Lays `tokens` out over shuffled slots, asks `policy` for held - budget victims in a step with
-// `num_new` new tokens, checks they are distinct in-range slots and returns their positions.
+// The victims' positions when `policy` evicts `tokens` down to `budget` in a step with `num_new`
+// new tokens, over slots shuffled by `seed` (testing::ChooseShuffled checks the slots).
 Positions Victims(const EvictionPolicy& policy, const Tokens& tokens, int32_t budget,
                   int32_t num_new, uint32_t seed) {
-  std::vector<int32_t> order(tokens.size());
-  std::iota(order.begin(), order.end(), 0);
-  std::mt19937 rng(seed);
-  std::shuffle(order.begin(), order.end(), rng);
-  std::vector<int32_t> pos(tokens.size());
-  std::vector<float> score(tokens.size());
-  int32_t newest = INT32_MIN;
-  for (size_t s = 0; s < order.size(); ++s) {
-    pos[s] = tokens[order[s]].first;
-    score[s] = tokens[order[s]].second;
-    newest = std::max(newest, pos[s]);
-  }
-  const int32_t num_evict = static_cast<int32_t>(tokens.size()) - budget;
-  std::vector<int32_t> victims;
-  policy.ChooseVictims(HeadSlots{pos, score}, EvictionStep{budget, newest, num_evict, num_new},
-                       &victims);
-  EXPECT_EQ(static_cast<int32_t>(victims.size()), num_evict);
-  Positions out;
-  std::set<int32_t> slots;
-  for (int32_t s : victims) {
-    EXPECT_TRUE(s >= 0 && s < static_cast<int32_t>(pos.size())) << s;
-    if (s < 0 || s >= static_cast<int32_t>(pos.size())) continue;
-    EXPECT_TRUE(slots.insert(s).second) << "slot " << s << " chosen twice";
-    out.insert(pos[s]);
-  }
-  return out;
+  return testing::ChooseShuffled(policy, tokens, budget, num_new, seed).victims;
 }
 
 // The reference: the `num_evict` lowest (key, position) pairs among positions <= last_pos.
