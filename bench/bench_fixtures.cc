@@ -77,7 +77,8 @@ std::unique_ptr<Batch> MakeBatch(const Model& model, int32_t batch, int32_t cont
   KvShape shape = KvShapeFor(model.config, 16);
   shape.element_bytes = kv_element_bytes;
   const int32_t held = std::min(context, budget) + 1;
-  const int32_t pages = batch * ((held + shape.block_size - 1) / shape.block_size + 1);
+  const int32_t pages =
+      batch * shape.NumTables() * ((held + shape.block_size - 1) / shape.block_size + 1);
   b->cache = *KvCache::Create(shape, pages);
   std::mt19937 rng(42);
   std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -107,7 +108,7 @@ std::unique_ptr<Batch> MakeBatch(const Model& model, int32_t batch, int32_t cont
         }
       }
     }
-    b->cache->Commit(s, fill);
+    b->cache->CommitStep(s, fill);
     b->tokens.push_back(3 + i);
   }
   b->next_pos = context;
@@ -124,7 +125,7 @@ void DecodeStep(ModelRunner& runner, Batch& b, int32_t context) {
   absl::StatusOr<std::span<const float>> r = runner.Forward(steps);
   if (!r.ok()) Die(r.status());
   for (SequenceKv& s : b.seqs) {
-    if (s.policy == nullptr) b.cache->Truncate(s, s.num_slots - 1);
+    if (s.policy == nullptr) b.cache->Truncate(s, s.Slots(0) - 1);
   }
   ++b.next_pos;
 }

@@ -130,8 +130,9 @@ void BM_DecodeAttention(benchmark::State& state, bool scores, int32_t max_chunk,
   std::vector<SequenceStep> steps;
   const int32_t token = 0;
   for (int32_t i = 0; i < kBatch; ++i) {
-    seqs[i].pages.assign(ids.begin() + i * pages_per_seq, ids.begin() + (i + 1) * pages_per_seq);
-    seqs[i].num_slots = kContext - 1;  // + the new token: kContext keys
+    // + the new token: kContext keys
+    const auto first = ids.begin() + i * pages_per_seq;
+    seqs[i].tables = {KvTable{{first, first + pages_per_seq}, kContext - 1}};
     seqs[i].policy = scores ? h2o.get() : nullptr;
     steps.push_back({&seqs[i], {&token, 1}, kContext - 1, false});
   }

@@ -294,12 +294,13 @@ void BM_EvictPageVsToken(benchmark::State& state, int32_t batch) {
       SequenceKv& s = b.seqs[task / heads];
       const int32_t l = static_cast<int32_t>(task % heads) / shape.num_kv_heads;
       const int32_t h = static_cast<int32_t>(task % heads) % shape.num_kv_heads;
-      PagedKvHead v = b.cache->View(s, l, h, s.num_slots + 1);
-      v.Pos(s.num_slots) = pos;
-      v.Score(s.num_slots) = static_cast<float>((pos * 31 + task * 7) % 97) * 0.01f;
-      b.cache->EvictHead(s, l, h, s.num_slots + 1, pos);
+      const int32_t old = s.Slots(l);
+      PagedKvHead v = b.cache->View(s, l, h, old + 1);
+      v.Pos(old) = pos;
+      v.Score(old) = static_cast<float>((pos * 31 + task * 7) % 97) * 0.01f;
+      b.cache->EvictHead(s, l, h, old + 1, pos);
     }
-    for (SequenceKv& s : b.seqs) b.cache->Commit(s, s.num_slots + 1);
+    for (SequenceKv& s : b.seqs) b.cache->CommitStep(s, 1);
   };
   auto timed = [&](Batch& b) {
     const auto t0 = std::chrono::steady_clock::now();
@@ -344,8 +345,9 @@ void BM_Capacity(benchmark::State& state, std::string policy, int32_t kv_element
     (void)WriteRandomModel(c, 5, path);
     return new Model(*LoadModel(path));
   }();
-  // Exactly 10 full-cache fp32 sequences of 1024 tokens; the same K/V bytes in bf16 pages.
-  const int32_t kPages = 640 * 4 / kv_element_bytes;
+  // Exactly 10 full-cache fp32 sequences of 1024 tokens (pages of one layer); the same K/V
+  // bytes in bf16 pages.
+  const int32_t kPages = 640 * 4 / kv_element_bytes * model->config.num_layers;
   constexpr int32_t kLen = 1024, kChunk = 16;
   const int32_t budget = policy == "full" ? kUnboundedBudget : kLen / 5;  // 20%
   int64_t resident = 0;
@@ -375,7 +377,7 @@ void BM_Capacity(benchmark::State& state, std::string policy, int32_t kv_element
       }
     }
     resident = seqs.size();
-    state.counters["pages_per_seq"] = seqs.empty() ? 0.0 : double(seqs[0]->pages.size());
+    state.counters["pages_per_seq"] = seqs.empty() ? 0.0 : double(seqs[0]->NumPages());
     for (auto& s : seqs) cache->Release(*s);
   }
   state.counters["sequences"] = double(resident);

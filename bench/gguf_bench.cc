@@ -68,7 +68,7 @@ void BM_GgufPrefill(benchmark::State& state, std::string mix, int32_t tokens) {
   const Model& model = Llama1b(mix);
   KvShape shape = KvShapeFor(model.config, 16);
   shape.element_bytes = 4;
-  std::unique_ptr<KvCache> cache = *KvCache::Create(shape, tokens / 16 + 2);
+  std::unique_ptr<KvCache> cache = *KvCache::Create(shape, (tokens / 16 + 2) * shape.NumTables());
   ModelRunner runner(model, cache.get());
   std::vector<int32_t> prompt(tokens);
   for (int32_t i = 0; i < tokens; ++i) prompt[i] = 1 + (i * 7919) % (model.config.vocab_size - 1);

@@ -11,19 +11,22 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
-int32_t PagesPerSequence(int32_t block_size, int32_t max_len, int32_t tokens_kept,
-                         EvictGranularity granularity) {
-  // Scheduler::WorstCasePages: a bounded sequence holds budget + 1 slots while a decode token
-  // is in flight, before its layers evict back to the budget (budget + block_size at page
-  // granularity: PeakDecodeSlots), never more than the sequence's length.
-  const int64_t peak =
-      int64_t(tokens_kept) + (granularity == EvictGranularity::kPage ? block_size : 1);
-  const int64_t slots = tokens_kept < max_len ? std::min<int64_t>(peak, max_len) : max_len;
-  return static_cast<int32_t>(CeilDiv(slots, block_size));
+int32_t PagesPerSequence(const KvShape& shape, int32_t max_len, int32_t tokens_kept,
+                         EvictGranularity granularity, LayerBudgets layers) {
+  // Scheduler::WorstCasePages: a bounded sequence's layer holds its budget + 1 slots while a
+  // decode token is in flight, before it evicts back to the budget (budget + block_size at page
+  // granularity: PeakDecodeSlots), never more than the sequence's length; PeakPages sums that
+  // over the tables. The policy matters only through its granularity and layer budgets.
+  absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy =
+      MakePolicy("window", 0.5, granularity, layers);
+  const int64_t pages = PeakPages(shape, tokens_kept < max_len ? policy->get() : nullptr,
+                                  tokens_kept, max_len);
+  return static_cast<int32_t>(std::min<int64_t>(pages, INT32_MAX));
 }
 
-int32_t PrefillReservePages(int32_t block_size, int32_t max_step_tokens) {
-  return static_cast<int32_t>(CeilDiv(max_step_tokens, block_size)) + 4;  // ScratchPages()
+int32_t PrefillReservePages(const KvShape& shape, int32_t max_step_tokens) {
+  // Scheduler::ScratchPages().
+  return shape.NumTables() * (static_cast<int32_t>(CeilDiv(max_step_tokens, shape.block_size)) + 4);
 }
 
 absl::StatusOr<CapacityPlan> PlanCapacity(const CapacityPlanInput& in,
@@ -41,7 +44,7 @@ absl::StatusOr<CapacityPlan> PlanCapacity(const CapacityPlanInput& in,
   }
   CapacityPlan plan;
   plan.page_bytes = s.PageBytes();
-  plan.bytes_per_token = plan.page_bytes / s.block_size;
+  plan.bytes_per_token = plan.page_bytes * s.NumTables() / s.block_size;
   plan.num_pages = in.num_pages;
 
   std::vector<KvBudget> all = {KvBudget{true, 1.0}};
@@ -52,9 +55,9 @@ absl::StatusOr<CapacityPlan> PlanCapacity(const CapacityPlanInput& in,
     row.tokens_kept = std::min(b.Resolve(in.max_len), in.max_len);
     row.bounded = row.tokens_kept < in.max_len;
     row.pages_per_sequence =
-        PagesPerSequence(s.block_size, in.max_len, row.tokens_kept, in.granularity);
+        PagesPerSequence(s, in.max_len, row.tokens_kept, in.granularity, in.layers);
     // The reserve is held back only while bounded sequences run (Scheduler::Fits).
-    row.reserve_pages = row.bounded ? PrefillReservePages(s.block_size, in.max_step_tokens) : 0;
+    row.reserve_pages = row.bounded ? PrefillReservePages(s, in.max_step_tokens) : 0;
     row.sequences = std::max<int64_t>(0, in.num_pages - row.reserve_pages) / row.pages_per_sequence;
     // Every running sequence takes at least one of a step's tokens (its decode token).
     row.running = std::min<int64_t>({row.sequences, in.max_running, in.max_step_tokens});

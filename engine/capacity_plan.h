@@ -5,10 +5,13 @@
 //                                                                       (4 fp32 on the CPU, 2 bf16
 //                                                                       on CUDA), int32 pos and
 //                                                                       float score per slot
-//   page bytes         = block_size * bytes per token
-//   full sequence      : ceil(max_len / block_size) pages
-//   bounded (B < L)    : ceil((B + 1) / block_size) pages, plus one shared prefill reserve of
-//                        ceil(max_step_tokens / block_size) + 4 pages while any bounded one runs
+//   tables             = layers on the CPU (a page holds one layer), 1 on CUDA (every layer)
+//   page bytes         = block_size * bytes per token / tables
+//   full sequence      : tables * ceil(max_len / block_size) pages
+//   bounded (B < L)    : sum over tables of ceil((b_l + 1) / block_size) pages (b_l = B with
+//                        uniform layer budgets; PeakPages), plus one shared prefill reserve of
+//                        tables * (ceil(max_step_tokens / block_size) + 4) pages while any
+//                        bounded one runs
 //   sequences          = floor(pages / per sequence)                        (full)
 //                      = floor((pages - reserve) / per sequence)            (bounded)
 //
@@ -34,6 +37,7 @@ struct CapacityPlanInput {
   int32_t max_step_tokens = 512;  // SchedulerConfig::max_step_tokens
   int32_t max_running = 64;       // SchedulerConfig::max_running
   EvictGranularity granularity = EvictGranularity::kToken;  // serve's --evict-granularity
+  LayerBudgets layers = LayerBudgets::kUniform;              // serve's --layer-budgets
 };
 
 struct CapacityRow {
@@ -55,10 +59,11 @@ struct CapacityPlan {
 };
 
 // Pages of one sequence of `max_len` tokens whose heads keep `tokens_kept` (>= max_len: full).
-int32_t PagesPerSequence(int32_t block_size, int32_t max_len, int32_t tokens_kept,
-                         EvictGranularity granularity = EvictGranularity::kToken);
+int32_t PagesPerSequence(const KvShape& shape, int32_t max_len, int32_t tokens_kept,
+                         EvictGranularity granularity = EvictGranularity::kToken,
+                         LayerBudgets layers = LayerBudgets::kUniform);
 // The scheduler's prefill reserve for bounded sequences.
-int32_t PrefillReservePages(int32_t block_size, int32_t max_step_tokens);
+int32_t PrefillReservePages(const KvShape& shape, int32_t max_step_tokens);
 
 // INVALID_ARGUMENT for a shape, pool, length or limit that is not positive.
 absl::StatusOr<CapacityPlan> PlanCapacity(const CapacityPlanInput& in,

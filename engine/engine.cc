@@ -327,7 +327,7 @@ void EngineImpl::Finish(Request& r, const std::string& reason, GenerationDelta d
   d.text += r.text->Flush();
   d.usage.prompt_tokens = r.seq.num_prompt;
   d.usage.completion_tokens = r.completion;
-  d.usage.kv_tokens_kept = r.seq.kv.num_slots;
+  d.usage.kv_tokens_kept = r.seq.kv.MeanSlots();
   d.usage.kv_tokens_evicted = r.seq.kv.tokens_evicted;
   d.usage.peak_pages = r.seq.kv.peak_pages;
   d.usage.policy = r.params.policy;

@@ -65,6 +65,8 @@ struct EngineOptions {
   double default_recent_fraction = 0.5;
   // Eviction granularity of the policies that do not name one (spec key granularity=...).
   EvictGranularity evict_granularity = EvictGranularity::kToken;
+  // Layer budgets of the policies that do not name them (spec key layers=...; cpu only).
+  LayerBudgets layer_budgets = LayerBudgets::kUniform;
   int threads = 0;  // 0: every core
   std::string device = "cpu";  // cpu or cuda: where the forward passes and the KV pool live
   std::string kv_dtype = "auto";  // auto, fp32 or bf16: the cached K/V (see KvDtype)

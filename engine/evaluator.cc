@@ -24,6 +24,19 @@ absl::StatusOr<KvShape> EvalKvShape(const ModelConfig& config, const EvalSetup& 
   return KvShapeForDevice(setup.device, config, setup.block_size, setup.kv_dtype);
 }
 
+namespace {
+
+// Pages one sequence under `policy` (null: full) keeping `budget` tokens holds at its peak
+// (PeakPages; the full cache holds budget + 1 slots per layer during its last step).
+int64_t EvalPeakPages(const KvShape& shape, const EvictionPolicy* policy, int32_t budget) {
+  if (policy == nullptr) {
+    return int64_t(shape.NumTables()) * ((int64_t(budget) + shape.block_size) / shape.block_size);
+  }
+  return PeakPages(shape, policy, budget, INT32_MAX);
+}
+
+}  // namespace
+
 absl::StatusOr<std::vector<std::unique_ptr<EvictionPolicy>>> MakeConfigPolicies(
     const EvalSetup& setup) {
   std::vector<std::unique_ptr<EvictionPolicy>> out;
@@ -104,8 +117,7 @@ absl::StatusOr<std::vector<EvalResult>> Evaluate(const Model& model,
     r.window = W;
     r.windows = windows;
     r.tokens = int64_t(windows) * (W - 1);
-    const int64_t peak = PeakDecodeSlots(policies[i].get(), r.budget_tokens, shape.block_size);
-    pages += int64_t(windows) * ((peak + shape.block_size - 1) / shape.block_size);
+    pages += int64_t(windows) * EvalPeakPages(shape, policies[i].get(), r.budget_tokens);
   }
   absl::StatusOr<EvalBackend> backend =
       MakeEvalBackend(model, options.device, shape, pages, "windows");
@@ -187,8 +199,7 @@ absl::StatusOr<std::vector<StreamEvalResult>> EvaluateStream(const Model& model,
     // Past the context where the CPU runner can (the CUDA one stops at it).
     r.past_context = options.device == Device::kCpu && StreamsPastContext(kv[i], 1, c.seq_len);
     last[i] = r.past_context ? options.tokens - 2 : std::min<int64_t>(options.tokens, c.seq_len) - 2;
-    const int64_t peak = PeakDecodeSlots(policies[i].get(), r.budget_tokens, shape.block_size);
-    pages += (peak + shape.block_size - 1) / shape.block_size;
+    pages += EvalPeakPages(shape, policies[i].get(), r.budget_tokens);
   }
   absl::StatusOr<EvalBackend> backend =
       MakeEvalBackend(model, options.device, shape, pages, "policies");

@@ -17,6 +17,7 @@ KvShape KvShapeFor(const ModelConfig& config, int32_t block_size) {
   s.num_kv_heads = config.num_kv_heads;
   s.head_dim = config.head_dim();
   s.block_size = block_size;
+  s.table_per_layer = true;  // the host layout: a block table per layer
   return s;
 }
 
@@ -72,7 +73,7 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
     absl::Status s = cache_->Reserve(*steps[i].kv, steps[i].tokens.size());
     if (!s.ok()) {
       // All or nothing: give back what this call reserved for the sequences before it.
-      for (size_t j = 0; j < i; ++j) cache_->Truncate(*steps[j].kv, steps[j].kv->num_slots);
+      for (size_t j = 0; j < i; ++j) cache_->Unreserve(*steps[j].kv);
       return s;
     }
   }
@@ -96,7 +97,7 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
   // Attention multiply-adds of the step, to decide whether forking threads pays off.
   int64_t attention_work = 0;
   for (const SequenceStep& st : steps) {
-    attention_work += (int64_t(st.kv->num_slots) + st.tokens.size()) * st.tokens.size();
+    attention_work += (int64_t(st.kv->MeanSlots()) + st.tokens.size()) * st.tokens.size();
   }
   attention_work *= int64_t(c.num_heads) * hd;
   const bool parallel_attention = num_tasks > 1 && attention_work > (int64_t(1) << 16);
@@ -126,6 +127,18 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
     pinned[i] = *st.kv->policy->PinnedPrefix(st.kv->budget);  // ValidateSteps checked it
     if (newest - shift_to[i] > c.seq_len - 1) shift_to[i] = newest - (st.kv->budget + n - 1);
   }
+  // Squeeze layer budgets (memory/layer_budgets.h): a sequence's first step measures, per layer,
+  // the mean cosine similarity of each token's residual stream before and after attention.
+  std::vector<size_t> measured;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const SequenceKv& kv = *steps[i].kv;
+    if (kv.policy != nullptr && kv.policy->layer_budgets() == LayerBudgets::kSqueeze &&
+        !kv.layers_measured) {
+      measured.push_back(i);
+    }
+  }
+  std::vector<double> similarity(measured.size() * c.num_layers, 0.0);
+  std::vector<float> before;
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const LayerWeights& w = model_.layers[l];
     cpu::RmsNorm(x_.data(), w.rms_att.data(), xb_.data(), T, dim, c.rms_norm_eps);
@@ -147,7 +160,7 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
       const SequenceStep& st = steps[task / n_kv];
       const int32_t h = static_cast<int32_t>(task % n_kv);
       const int32_t n = static_cast<int32_t>(st.tokens.size());
-      const int32_t old = st.kv->num_slots;
+      const int32_t old = st.kv->Slots(l);
       const int64_t t0 = first_token[task / n_kv];
       PagedKvHead kv = cache_->View(*st.kv, l, h, old + n);
       const ChannelSpec channel =
@@ -175,7 +188,7 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
       a.out_stride = q_dim;
       if (AttentionWrites(channel.kind)) a.channel = channel;
       // The score update reads the scores, EvictHead the positions (and scores) after it.
-      const bool evicts = KeptAfterStep(*st.kv, old + n, kv.block_size) < old + n;
+      const bool evicts = KeptAfterStep(*st.kv, l, old + n, kv.block_size) < old + n;
       const bool scores = channel.kind != SlotChannel::kNone;
       if (evicts || scores) kv.PrefetchMeta(evicts, scores);
       thread_local std::vector<float> scratch;
@@ -184,7 +197,17 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
       cache_->EvictHead(*st.kv, l, h, old + n, st.start_pos + n - 1, n);
     }
 
+    if (!measured.empty()) before.assign(x_.begin(), x_.begin() + T * dim);
     w.wo.Multiply(att_.data(), x_.data(), T, dim, /*accumulate=*/true);
+    for (size_t m = 0; m < measured.size(); ++m) {
+      const SequenceStep& st = steps[measured[m]];
+      double sum = 0;
+      for (size_t j = 0; j < st.tokens.size(); ++j) {
+        const int64_t row = (first_token[measured[m]] + j) * dim;
+        sum += cpu::CosineSimilarity(&before[row], &x_[row], dim);
+      }
+      similarity[m * c.num_layers + l] = sum / double(st.tokens.size());
+    }
     cpu::RmsNorm(x_.data(), w.rms_ffn.data(), xb_.data(), T, dim, c.rms_norm_eps);
     w.w13.Multiply(xb_.data(), hb_.data(), T, 2 * hid, /*accumulate=*/false);
     cpu::SwiGlu(hb_.data(), hb2_.data(), T, hid);
@@ -193,8 +216,19 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
 
   for (size_t i = 0; i < steps.size(); ++i) {
     const SequenceStep& st = steps[i];
-    cache_->Commit(*st.kv, st.kv->num_slots + static_cast<int32_t>(st.tokens.size()));
+    cache_->CommitStep(*st.kv, static_cast<int32_t>(st.tokens.size()));
     cache_->SetPinnedShift(*st.kv, shift_to[i]);
+  }
+  for (size_t m = 0; m < measured.size(); ++m) {
+    const SequenceStep& st = steps[measured[m]];
+    const std::span<const double> sim(&similarity[m * c.num_layers], c.num_layers);
+    std::vector<int32_t> budgets(c.num_layers, st.kv->budget);
+    // A budget that never evicts stays as it is (and L x budget would overflow the sum).
+    if (int64_t(st.kv->budget) * c.num_layers < INT32_MAX) {
+      budgets = SqueezeBudgets(st.kv->budget, sim);
+    }
+    cache_->SetLayerBudgets(*st.kv, std::move(budgets),
+                            st.start_pos + static_cast<int32_t>(st.tokens.size()) - 1);
   }
 
   // Final norm and classifier only for the rows whose logits are wanted.

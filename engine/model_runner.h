@@ -19,7 +19,8 @@
 
 namespace heavykv {
 
-// The KvShape that holds `config`'s K/V with pages of `block_size` slots.
+// The host KvShape that holds `config`'s K/V: pages of `block_size` slots of one layer, a
+// block table per layer (KvShapeForDevice gives the CUDA layout).
 KvShape KvShapeFor(const ModelConfig& config, int32_t block_size);
 
 // The CPU backend of StepRunner.

@@ -127,7 +127,8 @@ absl::StatusOr<std::vector<PasskeyResult>> RunPasskey(const Model& model,
   absl::StatusOr<KvShape> kv_shape = EvalKvShape(c, options);
   if (!kv_shape.ok()) return kv_shape.status();
   const KvShape& shape = *kv_shape;
-  const int32_t pages = (steps + options.prefill_chunk + shape.block_size - 1) / shape.block_size;
+  const int32_t pages = shape.NumTables() *
+                        ((steps + options.prefill_chunk + shape.block_size - 1) / shape.block_size);
   absl::StatusOr<EvalBackend> backend =
       MakeEvalBackend(model, options.device, shape, pages, "tokens");
   if (!backend.ok()) return backend.status();

@@ -324,7 +324,7 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
   }
   // The request's policy (its spec was checked before), for the checks below and the engine.
   absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy =
-      MakePolicy(r.policy, r.recent_fraction, options_.evict_granularity);
+      MakePolicy(r.policy, r.recent_fraction, options_.evict_granularity, options_.layer_budgets);
   if (!policy.ok()) return policy.status();
   r.kv_policy = *std::move(policy);
   const EvictionPolicy* kv_policy = r.kv_policy.get();

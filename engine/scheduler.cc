@@ -25,31 +25,33 @@ int32_t Scheduler::PagesFor(int64_t slots) const {
   return static_cast<int32_t>((slots + bs - 1) / bs);
 }
 
-int32_t Scheduler::WorstCasePages(const Sequence& seq) const {
-  if (!seq.bounded()) return PagesFor(seq.max_total);
-  return PagesFor(std::min<int64_t>(
-      seq.max_total, PeakDecodeSlots(seq.kv.policy, seq.kv.budget, cache_->shape().block_size)));
+int32_t Scheduler::PagesClamped(int64_t pages) {
+  return static_cast<int32_t>(std::min<int64_t>(pages, INT32_MAX));
 }
 
-int32_t Scheduler::ScratchPages() const { return PagesFor(config_.max_step_tokens) + 4; }
+int32_t Scheduler::WorstCasePages(const Sequence& seq) const {
+  return PagesClamped(PeakPages(cache_->shape(), seq.bounded() ? seq.kv.policy : nullptr,
+                                seq.kv.budget, seq.max_total));
+}
+
+int32_t Scheduler::ScratchPages() const {
+  return cache_->shape().NumTables() * (PagesFor(config_.max_step_tokens) + 4);
+}
 
 bool Scheduler::Fits(int32_t max_total, const EvictionPolicy* policy, int32_t budget,
                      int32_t* need, int32_t* have) const {
   const int32_t total = cache_->allocator().num_pages_total();
-  if (policy != nullptr && budget < max_total) {  // bounded: beside the whole scratch reserve
-    *need = PagesFor(std::min<int64_t>(
-        max_total, PeakDecodeSlots(policy, budget, cache_->shape().block_size)));
-    *have = std::max(0, total - ScratchPages());
-  } else {  // the reserve is held back only while bounded sequences run
-    *need = PagesFor(max_total);
-    *have = total;
-  }
+  const bool bounded = policy != nullptr && budget < max_total;
+  *need = PagesClamped(PeakPages(cache_->shape(), bounded ? policy : nullptr, budget, max_total));
+  // A bounded sequence runs beside the whole scratch reserve, which is held back only while
+  // bounded sequences run.
+  *have = bounded ? std::max(0, total - ScratchPages()) : total;
   return *need <= *have;
 }
 
 int32_t Scheduler::Owed(const Sequence& s) const {
   if (!s.bounded()) return 0;
-  return std::max(0, WorstCasePages(s) - static_cast<int32_t>(s.kv.pages.size()));
+  return static_cast<int32_t>(std::max<int64_t>(0, WorstCasePages(s) - s.kv.NumPages()));
 }
 
 int32_t Scheduler::TotalOwed() const {
@@ -116,7 +118,6 @@ void Scheduler::PreemptForFairness(StepPlan& plan) {
 StepPlan Scheduler::Schedule() {
   StepPlan plan;
   PreemptForFairness(plan);
-  const int32_t bs = cache_->shape().block_size;
   int32_t tokens_left = config_.max_step_tokens;
   int32_t free = cache_->allocator().num_pages_free();  // not yet promised to this step
   int32_t owed = TotalOwed();                           // still owed to bounded sequences
@@ -130,9 +131,7 @@ StepPlan Scheduler::Schedule() {
   // scratch allow; false when not even one token fits (it waits for the next step).
   auto plan_bounded = [&](Sequence* s, int32_t count) {
     const int32_t own = Owed(*s);
-    const int64_t max_slots =
-        int64_t(s->kv.pages.size() + own + scratch) * bs - s->kv.num_slots;
-    count = static_cast<int32_t>(std::min<int64_t>(count, max_slots));
+    count = cache_->MaxNewTokens(s->kv, int64_t(own) + scratch, count);
     if (count <= 0) return false;
     const int32_t need = cache_->PagesNeeded(s->kv, count);
     plan.chunks.push_back({s, s->num_computed, count, count == s->pending(), need});
@@ -160,7 +159,7 @@ StepPlan Scheduler::Schedule() {
     while (need > free - owed) {
       Sequence* victim = running_.back();  // the newest; not planned yet (we go oldest first)
       owed -= Owed(*victim);
-      free += static_cast<int32_t>(victim->kv.pages.size());
+      free += static_cast<int32_t>(victim->kv.NumPages());
       Preempt(victim, plan);
       if (victim == s) {
         self_preempted = true;
@@ -229,9 +228,7 @@ absl::Status ApplyPagePlan(const StepPlan& plan, KvCache& cache) {
                                                             " pages, ", c.new_pages, " planned"));
     if (!s.ok()) {
       // All or nothing: give back what the chunks before it took.
-      for (size_t j = 0; j < i; ++j) {
-        cache.Truncate(plan.chunks[j].seq->kv, plan.chunks[j].seq->kv.num_slots);
-      }
+      for (size_t j = 0; j < i; ++j) cache.Unreserve(plan.chunks[j].seq->kv);
       return absl::InternalError(absl::StrCat("applying the step's page plan: ", s.message()));
     }
   }

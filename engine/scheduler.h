@@ -106,11 +106,12 @@ class Scheduler {
   void Remove(Sequence* seq);
   StepPlan Schedule();
 
-  // Pages a bounded sequence is owed: ceil(min(PeakDecodeSlots, max_total) / block_size), where
-  // the peak is budget + 1 (budget + block_size at page granularity); for a full-cache one,
-  // ceil(max_total / block_size).
+  // Pages a bounded sequence is owed (PeakPages): per table ceil(min(PeakDecodeSlots, max_total)
+  // / block_size) with its layer's budget, where the peak is budget + 1 (budget + block_size at
+  // page granularity); for a full-cache one, ceil(max_total / block_size) per table.
   int32_t WorstCasePages(const Sequence& seq) const;
-  // Pages kept aside for prefill chunks of bounded sequences above their budget.
+  // Pages kept aside for prefill chunks of bounded sequences above their budget:
+  // (ceil(max_step_tokens / block_size) + 4) per table.
   int32_t ScratchPages() const;
   // Whether a sequence of `max_total` tokens under `policy` (null: full) and `budget` could ever
   // run in this pool alone; *need gets the pages it needs, *have the pages it could get.
@@ -124,6 +125,7 @@ class Scheduler {
 
  private:
   int32_t PagesFor(int64_t slots) const;
+  static int32_t PagesClamped(int64_t pages);
   // Pages a bounded running sequence may still claim beyond what it holds now.
   int32_t Owed(const Sequence& seq) const;
   int32_t TotalOwed() const;

@@ -129,6 +129,8 @@ KvShape KvShapeForDevice(Device device, const ModelConfig& config, int32_t block
                          KvDtype dtype) {
   KvShape s = KvShapeFor(config, block_size);
   s.element_bytes = StoresBf16(device, dtype) ? 2 : 4;
+  // The CUDA kernels address one table for all layers (kernels/cuda/device_kv.cuh).
+  s.table_per_layer = device == Device::kCpu;
   return s;
 }
 

@@ -21,7 +21,8 @@
 //                 neighbouring positions; in decode, behaves as h2o or window (`decode`)
 //
 // A policy is named by a spec, name[:key=value]... (see MakePolicy). Any policy but full may
-// evict a page at a time instead of a token at a time (granularity=page; EvictGranularity).
+// evict a page at a time instead of a token at a time (granularity=page; EvictGranularity), and
+// split its budget unevenly across layers (layers=pyramid|squeeze; memory/layer_budgets.h).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +36,7 @@
 #include "absl/strings/string_view.h"
 #include "kernels/cpu/isa.h"
 #include "kernels/slot_channel.h"
+#include "memory/layer_budgets.h"
 
 namespace heavykv {
 
@@ -83,8 +85,11 @@ class EvictionPolicy {
   virtual ~EvictionPolicy() = default;
   EvictGranularity granularity() const { return granularity_; }
   bool page_granularity() const { return granularity_ == EvictGranularity::kPage; }
+  // How the budget is split across layers (memory/layer_budgets.h).
+  LayerBudgets layer_budgets() const { return layer_budgets_; }
   // Set by MakePolicy before the policy is shared.
   void set_granularity(EvictGranularity g) { granularity_ = g; }
+  void set_layer_budgets(LayerBudgets rule) { layer_budgets_ = rule; }
   // The base name ("snapkv"), without parameters.
   virtual absl::string_view name() const = 0;
   // What the kernels must write in each slot's channel for this policy.
@@ -97,7 +102,7 @@ class EvictionPolicy {
   // (Inline: the CUDA module calls it without linking memory/.)
   std::optional<VictimRule> GpuRule(int32_t budget) const {
     const SlotChannel kind = channel().kind;
-    if (!rule_is_exact() || page_granularity() ||
+    if (!rule_is_exact() || page_granularity() || layer_budgets_ != LayerBudgets::kUniform ||
         (kind != SlotChannel::kNone && kind != SlotChannel::kAccumulated)) {
       return std::nullopt;
     }
@@ -107,9 +112,12 @@ class EvictionPolicy {
   // evicts every other token oldest first (window: p = 0, sink: kNumSinkTokens), p; else nullopt.
   // Such a policy keeps the recent tokens contiguous, so its sequences can run past the model's
   // context length (StreamsPastContext, kernels and runner in docs/ARCHITECTURE.md).
-  // (Not at page granularity: its heads hold up to a page over the budget.)
+  // (Not at page granularity: its heads hold up to a page over the budget; nor with layer
+  // budgets: the shift arithmetic assumes every layer keeps the same recent tokens.)
   std::optional<int32_t> PinnedPrefix(int32_t budget) const {
-    if (!rule_is_exact() || page_granularity()) return std::nullopt;
+    if (!rule_is_exact() || page_granularity() || layer_budgets_ != LayerBudgets::kUniform) {
+      return std::nullopt;
+    }
     const VictimRule rule = Rule(budget);
     if (rule.kind != VictimRule::kOldest) return std::nullopt;
     return rule.param;
@@ -139,6 +147,7 @@ class EvictionPolicy {
 
  private:
   EvictGranularity granularity_ = EvictGranularity::kToken;
+  LayerBudgets layer_budgets_ = LayerBudgets::kUniform;
 };
 
 // Appends the step.num_evict victims of `rule` (see VictimRule).
@@ -155,14 +164,18 @@ inline constexpr absl::string_view kPolicyNames[] = {"full", "window", "sink", "
 // The policy of a spec "name[:key=value]...", or INVALID_ARGUMENT (unknown name or key, a bad
 // value). A null pointer for "full". Keys: scissorhands history (steps, default 400);
 // snapkv window (queries, default 32), kernel (odd, default 7), decode (h2o or window, default
-// h2o); every policy but full: granularity (token or page, default `granularity`).
+// h2o); every policy but full: granularity (token or page, default `granularity`) and layers
+// (uniform, pyramid or squeeze, default `layers`).
 // `recent_fraction` in (0, 1] is used by h2o, scissorhands and snapkv with decode=h2o.
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakePolicy(
     absl::string_view spec, double recent_fraction = 0.5,
-    EvictGranularity granularity = EvictGranularity::kToken);
-// `spec` with granularity=page appended when `granularity` is kPage and the spec is not full
-// and names no granularity itself; else `spec` (for labels that show what ran: eval's tables).
-std::string SpecWithGranularity(absl::string_view spec, EvictGranularity granularity);
+    EvictGranularity granularity = EvictGranularity::kToken,
+    LayerBudgets layers = LayerBudgets::kUniform);
+// `spec` with granularity=page appended when `granularity` is kPage, and layers=... when
+// `layers` is not uniform, where the spec is not full and names no such key itself; else `spec`
+// (for labels that show what ran: eval's tables).
+std::string SpecWithGranularity(absl::string_view spec, EvictGranularity granularity,
+                                LayerBudgets layers = LayerBudgets::kUniform);
 // Whether MakePolicy(spec) succeeds; *error says why not.
 bool ValidPolicySpec(absl::string_view spec, std::string* error = nullptr);
 // Whether the spec names the full cache (no eviction).

@@ -58,20 +58,77 @@ void KvCache::CheckHostStorage(const char* what) const {
   std::abort();
 }
 
+int64_t PeakPages(const KvShape& shape, const EvictionPolicy* policy, int32_t budget,
+                  int32_t max_total) {
+  const int64_t bs = shape.block_size, tables = shape.NumTables();
+  auto pages = [&](int64_t slots) { return (std::min<int64_t>(slots, max_total) + bs - 1) / bs; };
+  if (policy == nullptr || budget >= max_total) return tables * pages(max_total);
+  const int64_t extra = PeakDecodeSlots(policy, budget, shape.block_size) - budget;
+  const LayerBudgets rule =
+      shape.table_per_layer ? policy->layer_budgets() : LayerBudgets::kUniform;
+  if (rule == LayerBudgets::kSqueeze) {
+    // sum_l ceil((b_l + extra) / bs) <= floor(sum_l (b_l + extra + bs - 1) / bs) whatever the
+    // b_l summing to L x budget.
+    const int64_t bound = (tables * (budget + extra) + tables * (bs - 1)) / bs;
+    return std::min(tables * pages(max_total), bound);
+  }
+  if (rule == LayerBudgets::kUniform) return tables * pages(budget + extra);
+  int64_t sum = 0;
+  for (int32_t b : LayerBudgetsBeforeRun(rule, budget, shape.num_layers)) sum += pages(b + extra);
+  return sum;
+}
+
 int32_t KvCache::PagesNeeded(const SequenceKv& seq, int32_t num_new) const {
-  int64_t slots = int64_t(seq.num_slots) + num_new;
-  int64_t pages = (slots + shape_.block_size - 1) / shape_.block_size;
-  return static_cast<int32_t>(std::max<int64_t>(0, pages - int64_t(seq.pages.size())));
+  const int64_t bs = shape_.block_size;
+  int64_t need = 0;
+  for (int32_t t = 0; t < shape_.NumTables(); ++t) {
+    const KvTable& table = seq.Table(t);
+    const int64_t pages = (int64_t(table.num_slots) + num_new + bs - 1) / bs;
+    need += std::max<int64_t>(0, pages - int64_t(table.pages.size()));
+  }
+  return static_cast<int32_t>(need);
+}
+
+int32_t KvCache::MaxNewTokens(const SequenceKv& seq, int64_t pages, int32_t limit) const {
+  // PagesNeeded grows with the count: the largest count within `pages`, by bisection.
+  int32_t lo = 0, hi = std::max(0, limit);
+  while (lo < hi) {
+    const int32_t mid = lo + (hi - lo + 1) / 2;
+    if (PagesNeeded(seq, mid) <= pages) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
 }
 
 absl::Status KvCache::Reserve(SequenceKv& seq, int32_t num_new) {
-  int32_t need = PagesNeeded(seq, num_new);
+  if (seq.tables.empty()) {
+    const LayerBudgets rule =
+        seq.policy != nullptr ? seq.policy->layer_budgets() : LayerBudgets::kUniform;
+    if (rule != LayerBudgets::kUniform && !shape_.table_per_layer) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          LayerBudgetsName(rule), " layer budgets need a block table per layer (the CPU layout)"));
+    }
+    seq.layer_budgets.clear();
+    seq.layers_measured = false;
+    if (rule == LayerBudgets::kPyramid) {
+      seq.layer_budgets = LayerBudgetsBeforeRun(rule, seq.budget, shape_.num_layers);
+    }
+  }
+  const int32_t need = PagesNeeded(seq, num_new);
   if (need > alloc_.num_pages_free()) {
     return absl::ResourceExhaustedError(absl::StrCat("KV pool has ", alloc_.num_pages_free(),
                                                      " free pages, sequence needs ", need));
   }
-  for (int32_t i = 0; i < need; ++i) seq.pages.push_back(*alloc_.Allocate());
-  seq.peak_pages = std::max<int32_t>(seq.peak_pages, static_cast<int32_t>(seq.pages.size()));
+  seq.tables.resize(shape_.NumTables());
+  const int64_t bs = shape_.block_size;
+  for (KvTable& table : seq.tables) {
+    const size_t pages = static_cast<size_t>((int64_t(table.num_slots) + num_new + bs - 1) / bs);
+    while (table.pages.size() < pages) table.pages.push_back(*alloc_.Allocate());
+  }
+  seq.peak_pages = static_cast<int32_t>(std::max<int64_t>(seq.peak_pages, seq.NumPages()));
   return absl::OkStatus();
 }
 
@@ -79,9 +136,11 @@ PagedKvHead KvCache::View(const SequenceKv& seq, int32_t layer, int32_t kv_head,
                           int32_t num_slots) {
   CheckHostStorage("View");
   const int64_t bs = shape_.block_size, hd = shape_.head_dim;
-  const int64_t lh = int64_t(layer) * shape_.num_kv_heads + kv_head;
+  // The (layer, head)'s rows within a page: the page holds only this layer with a table per
+  // layer, else every layer.
+  const int64_t lh = int64_t(shape_.table_per_layer ? 0 : layer) * shape_.num_kv_heads + kv_head;
   PagedKvHead v;
-  v.pages = seq.pages.data();
+  v.pages = seq.Table(layer).pages.data();
   v.num_slots = num_slots;
   v.block_size = shape_.block_size;
   v.head_dim = shape_.head_dim;
@@ -101,7 +160,7 @@ PagedKvHead KvCache::View(const SequenceKv& seq, int32_t layer, int32_t kv_head,
 
 void KvCache::EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, int32_t held,
                         int32_t newest_pos, int32_t num_new) {
-  const int32_t keep = KeptAfterStep(seq, held, shape_.block_size);
+  const int32_t keep = KeptAfterStep(seq, layer, held, shape_.block_size);
   if (keep == held) return;
   CheckHostStorage("EvictHead");
   const int32_t num_evict = held - keep;
@@ -129,7 +188,7 @@ void KvCache::EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, i
   HeadSlots slots{pos, {}};
   if (scores) slots.score = score;
   victims.clear();
-  const EvictionStep step{seq.budget, newest_pos, num_evict, num_new};
+  const EvictionStep step{seq.LayerBudget(layer), newest_pos, num_evict, num_new};
   if (seq.policy->page_granularity()) {
     seq.policy->ChoosePageVictims(slots, step, bs, &victims);
   } else {
@@ -165,35 +224,77 @@ void KvCache::EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, i
   }
 }
 
-void KvCache::Commit(SequenceKv& seq, int32_t held) {
-  const int32_t kept = KeptAfterStep(seq, held, shape_.block_size);
-  seq.tokens_evicted += held - kept;
-  seq.num_slots = kept;
-  FreeUnusedPages(seq);
+void KvCache::CommitStep(SequenceKv& seq, int32_t num_new) {
+  for (size_t t = 0; t < seq.tables.size(); ++t) {
+    KvTable& table = seq.tables[t];
+    const int32_t held = table.num_slots + num_new;
+    const int32_t kept = KeptAfterStep(seq, static_cast<int32_t>(t), held, shape_.block_size);
+    seq.layer_tokens_evicted += int64_t(held - kept) * shape_.LayersPerPage();
+    table.num_slots = kept;
+    FreeUnusedPages(table, shape_.block_size, alloc_);
+  }
+  seq.tokens_evicted = seq.layer_tokens_evicted / shape_.num_layers;
+}
+
+void KvCache::Unreserve(SequenceKv& seq) {
+  for (KvTable& table : seq.tables) FreeUnusedPages(table, shape_.block_size, alloc_);
 }
 
 void KvCache::Truncate(SequenceKv& seq, int32_t num_slots) {
-  if (num_slots < 0 || num_slots > seq.num_slots) {
-    std::fprintf(stderr, "KvCache::Truncate to %d slots of %d\n", num_slots, seq.num_slots);
-    std::abort();
+  for (KvTable& table : seq.tables) {
+    if (num_slots < 0 || num_slots > table.num_slots) {
+      std::fprintf(stderr, "KvCache::Truncate to %d slots of %d\n", num_slots, table.num_slots);
+      std::abort();
+    }
+    table.num_slots = num_slots;
+    FreeUnusedPages(table, shape_.block_size, alloc_);
   }
-  seq.num_slots = num_slots;
-  FreeUnusedPages(seq);
 }
 
-void KvCache::FreeUnusedPages(SequenceKv& seq) {
-  const size_t pages_used = (size_t(seq.num_slots) + shape_.block_size - 1) / shape_.block_size;
-  while (seq.pages.size() > pages_used) {
-    alloc_.Free(seq.pages.back());
-    seq.pages.pop_back();
+void KvCache::FreeUnusedPages(KvTable& table, int32_t block_size, PageAllocator& alloc) {
+  const size_t pages_used = (size_t(table.num_slots) + block_size - 1) / block_size;
+  while (table.pages.size() > pages_used) {
+    alloc.Free(table.pages.back());
+    table.pages.pop_back();
   }
 }
 
 void KvCache::Release(SequenceKv& seq) {
-  for (int32_t p : seq.pages) alloc_.Free(p);
-  seq.pages.clear();
-  seq.num_slots = 0;
+  for (KvTable& table : seq.tables) {
+    for (int32_t p : table.pages) alloc_.Free(p);
+  }
+  seq.tables.clear();
+  seq.layer_budgets.clear();  // squeeze measures again; Reserve sets pyramid's again
+  seq.layers_measured = false;
   seq.pinned_shift = 0;  // the rotated keys are gone
+}
+
+void KvCache::SetLayerBudgets(SequenceKv& seq, std::vector<int32_t> budgets, int32_t newest_pos) {
+  CheckHostStorage("SetLayerBudgets");
+  const bool valid = shape_.table_per_layer && seq.policy != nullptr &&
+                     static_cast<int32_t>(budgets.size()) == shape_.num_layers &&
+                     static_cast<int32_t>(seq.tables.size()) == shape_.num_layers &&
+                     std::all_of(budgets.begin(), budgets.end(), [](int32_t b) { return b >= 1; });
+  if (!valid) {
+    std::fprintf(stderr, "KvCache::SetLayerBudgets: %zu budgets for %d layers (%zu tables)\n",
+                 budgets.size(), shape_.num_layers, seq.tables.size());
+    std::abort();
+  }
+  seq.layer_budgets = std::move(budgets);
+  seq.layers_measured = true;
+  for (int32_t l = 0; l < shape_.num_layers; ++l) {
+    KvTable& table = seq.tables[l];
+    const int32_t held = table.num_slots;
+    const int32_t kept = KeptAfterStep(seq, l, held, shape_.block_size);
+    if (kept == held) continue;
+    for (int32_t h = 0; h < shape_.num_kv_heads; ++h) {
+      EvictHead(seq, l, h, held, newest_pos, /*num_new=*/0);
+    }
+    seq.layer_tokens_evicted += held - kept;
+    table.num_slots = kept;
+    FreeUnusedPages(table, shape_.block_size, alloc_);
+  }
+  seq.tokens_evicted = seq.layer_tokens_evicted / shape_.num_layers;
 }
 
 }  // namespace heavykv

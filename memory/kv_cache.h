@@ -1,11 +1,16 @@
 // KvCache: the one shared pool of fixed-size KV pages and the per-sequence block tables on it.
 //
-// The pool is allocated once at start. A page holds `block_size` token slots for every layer and
-// kv head: K and V rows, and per slot the position of the token held and its score: the one
-// channel its policy observes (kernels/slot_channel.h; h2o: accumulated attention). All (layer, kv head) pairs of a sequence hold the same number of tokens, so one
-// block table serves all heads, yet each head keeps its own tokens: when a head evicts, a newer
-// token of that head moves into the victim's slot (per-slot position and score make that legal).
-// Per-head eviction is thus O(1) data movement per evicted token and needs no per-head tables.
+// The pool is allocated once at start. A page holds `block_size` token slots of one layer for
+// every kv head (KvShape::table_per_layer, the host layout) or of every layer (the CUDA layout):
+// K and V rows, and per slot the position of the token held and its score: the one channel its
+// policy observes (kernels/slot_channel.h; h2o: accumulated attention). A sequence has a block
+// table per layer (or one for all layers); every kv head of a layer holds the same number of
+// tokens, so one table serves the layer's heads, yet each head keeps its own tokens: when a head
+// evicts, a newer token of that head moves into the victim's slot (per-slot position and score
+// make that legal). Per-head eviction is thus O(1) data movement per evicted token and needs no
+// per-head tables. Layers may hold different numbers of tokens (layer budgets,
+// memory/layer_budgets.h), and a layer's table holds only its own pages, so a layer with a
+// smaller budget frees real memory.
 //
 // Ownership: KvCache owns all KV storage and is the only code that allocates, frees or compacts
 // it. Callers own their SequenceKv values (ids only, no pointers) and may only change them
@@ -13,16 +18,16 @@
 // write the score channel through it.
 //
 // External storage (KvStorage::kExternal, the CUDA backend): KvCache still owns the page ids,
-// block tables and slot counts (Reserve / Commit / Truncate / Release work as above), but holds
-// no K/V, pos or score arrays. They live in device memory owned by the runner
-// (engine/cuda/cuda_model_runner.h), with the same page layout and shape.element_bytes per K/V
-// element; that runner appends, attends and evicts there, then calls Commit. View() and
-// EvictHead() are then unavailable (they abort).
+// block tables and slot counts (Reserve / CommitStep / Truncate / Release work as above), but
+// holds no K/V, pos or score arrays. They live in device memory owned by the runner
+// (engine/cuda/cuda_model_runner.h), with the same page layout (one table for all layers) and
+// shape.element_bytes per K/V element; that runner appends, attends and evicts there, then calls
+// CommitStep. View(), EvictHead() and SetLayerBudgets() are then unavailable (they abort).
 //
-// A step on a sequence: Reserve(n) -> kernels append n rows at slots [num_slots, num_slots+n) of
-// every (layer, head) and attend -> EvictHead() on every (layer, head) -> Commit(). Between steps
-// a sequence holds ceil(num_slots / block_size) <= ceil(budget / block_size) pages (one more at
-// page granularity: KeptAfterStep).
+// A step on a sequence: Reserve(n) -> kernels append n rows at slots [Slots(l), Slots(l) + n)
+// of every (layer l, head) and attend -> EvictHead() on every (layer, head) -> CommitStep(n).
+// Between steps layer l holds ceil(Slots(l) / block_size) <= ceil(b_l / block_size) pages of
+// its table (one more at page granularity: KeptAfterStep), b_l its budget.
 #pragma once
 
 #include <cstdint>
@@ -35,6 +40,7 @@
 #include "kernels/paged_kv.h"
 #include "memory/aligned_vector.h"
 #include "memory/eviction_policy.h"
+#include "memory/layer_budgets.h"
 #include "memory/page_allocator.h"
 
 namespace heavykv {
@@ -45,50 +51,108 @@ struct KvShape {
   int32_t head_dim = 0;
   int32_t block_size = 16;
   int32_t element_bytes = 4;  // per K/V element: 4 (fp32) or 2 (bf16: --kv-dtype, and on a GPU)
+  // A block table per layer, a page holding one layer (the host layout: layers may have
+  // different budgets); false: one table for all layers, a page holding every layer (the CUDA
+  // layout, kernels/cuda/device_kv.cuh; uniform budgets only).
+  bool table_per_layer = false;
 
-  // Bytes of one page: K+V rows plus position and score per slot, for every layer and kv head.
+  int32_t NumTables() const { return table_per_layer ? num_layers : 1; }
+  int32_t LayersPerPage() const { return table_per_layer ? 1 : num_layers; }
+  // Bytes of one page: K+V rows plus position and score per slot, for its layers and kv heads.
   int64_t PageBytes() const;
   int64_t PageFloats() const {
-    return int64_t(num_layers) * num_kv_heads * 2 * block_size * head_dim;
+    return int64_t(LayersPerPage()) * num_kv_heads * 2 * block_size * head_dim;
   }
-  int64_t PageMetaEntries() const { return int64_t(num_layers) * num_kv_heads * block_size; }
+  int64_t PageMetaEntries() const { return int64_t(LayersPerPage()) * num_kv_heads * block_size; }
+};
+
+// One block table and the tokens on it.
+struct KvTable {
+  std::vector<int32_t> pages;  // slot s is on pages[s / block_size]
+  int32_t num_slots = 0;       // tokens held by every kv head of the table's layers
 };
 
 // One sequence's cache state. Mutated only by KvCache.
 struct SequenceKv {
-  std::vector<int32_t> pages;  // block table: slot s is on pages[s / block_size]
-  int32_t num_slots = 0;       // tokens held by every (layer, kv head)
-  int32_t budget = kUnboundedBudget;
+  // KvShape::NumTables() tables (a table per layer, or one for all); empty until the first
+  // Reserve, and again after Release.
+  std::vector<KvTable> tables;
+  int32_t budget = kUnboundedBudget;  // per (layer, kv head); layer budgets keep the mean
   const EvictionPolicy* policy = nullptr;  // not owned; null: never evict (the `full` policy)
-  int32_t peak_pages = 0;
-  int64_t tokens_evicted = 0;  // per (layer, head): tokens dropped from the sequence so far
+  // Per-layer budgets (policy->layer_budgets()), summing to num_layers * budget; empty: every
+  // layer keeps `budget` (uniform, or squeeze before its first step has measured the layers).
+  std::vector<int32_t> layer_budgets;
+  bool layers_measured = false;  // squeeze: layer_budgets were set from a measurement
+  int32_t peak_pages = 0;        // the most pages held at once, all tables together
+  int64_t tokens_evicted = 0;    // per (layer, head), the mean over layers: tokens dropped so far
+  int64_t layer_tokens_evicted = 0;  // the same summed over layers
   // Endless streaming: positions the pinned prefix's keys are rotated past their own (0 until
   // the sequence first runs past the model's context; see engine/model_runner.cc).
   int32_t pinned_shift = 0;
+
+  // The table layer `layer` uses (an empty one before the first Reserve).
+  const KvTable& Table(int32_t layer) const {
+    static const KvTable kEmpty;
+    if (tables.empty()) return kEmpty;
+    return tables[tables.size() == 1 ? 0 : layer];
+  }
+  int32_t Slots(int32_t layer) const { return Table(layer).num_slots; }
+  int32_t LayerBudget(int32_t layer) const {
+    return layer_budgets.empty() ? budget : layer_budgets[layer];
+  }
+  // Pages held, all tables together.
+  int64_t NumPages() const {
+    int64_t n = 0;
+    for (const KvTable& t : tables) n += static_cast<int64_t>(t.pages.size());
+    return n;
+  }
+  // Tokens held per (layer, kv head), the mean over layers (rounded down).
+  int32_t MeanSlots() const {
+    if (tables.empty()) return 0;
+    int64_t n = 0;
+    for (const KvTable& t : tables) n += t.num_slots;
+    return static_cast<int32_t>(n / static_cast<int64_t>(tables.size()));
+  }
 };
 
-// Tokens every head of `seq` keeps after a step that left it holding `held` (kv_cache.cc applies
-// it in EvictHead and Commit): all of them without a policy or within the budget; else the
-// budget at token granularity, and at page granularity the budget plus what is left over after
-// whole pages (held - budget rounded down to a multiple of block_size) are evicted.
-inline int32_t KeptAfterStep(const SequenceKv& seq, int32_t held, int32_t block_size) {
-  if (seq.policy == nullptr || held <= seq.budget) return held;
-  if (!seq.policy->page_granularity()) return seq.budget;
-  return seq.budget + (held - seq.budget) % block_size;
+// Tokens every head of a layer with `budget` under `policy` keeps after a step that left it
+// holding `held` (kv_cache.cc applies it in EvictHead and CommitStep): all of them without a
+// policy or within the budget; else the budget at token granularity, and at page granularity the
+// budget plus what is left over after whole pages (held - budget rounded down to a multiple of
+// block_size) are evicted.
+inline int32_t KeptAfterStep(const EvictionPolicy* policy, int32_t budget, int32_t held,
+                             int32_t block_size) {
+  if (policy == nullptr || held <= budget) return held;
+  if (!policy->page_granularity()) return budget;
+  return budget + (held - budget) % block_size;
+}
+// The same for layer `layer` of `seq`.
+inline int32_t KeptAfterStep(const SequenceKv& seq, int32_t layer, int32_t held,
+                             int32_t block_size) {
+  return KeptAfterStep(seq.policy, seq.LayerBudget(layer), held, block_size);
 }
 
-// The most slots a sequence under `policy` with `budget` holds during a decode step (its new
-// token appended, before it evicts): budget + 1, or budget + block_size at page granularity
+// The most slots a layer with `budget` under `policy` holds during a decode step (its new token
+// appended, before it evicts): budget + 1, or budget + block_size at page granularity
 // (KeptAfterStep leaves up to block_size - 1 over the budget). Admission sizes by this.
 inline int64_t PeakDecodeSlots(const EvictionPolicy* policy, int32_t budget, int32_t block_size) {
   const bool page = policy != nullptr && policy->page_granularity();
   return int64_t(budget) + (page ? block_size : 1);
 }
 
+// The most pages a sequence of at most `max_total` tokens under `policy` (null: full) and
+// `budget` holds between and during its decode steps, all tables together: per table
+// ceil(min(max_total, PeakDecodeSlots(b_l)) / block_size), summed. For squeeze, whose layer
+// budgets are only known after the first step, the largest that sum can be for any budgets
+// summing to L x budget (and what the uniform first step holds is below it).
+int64_t PeakPages(const KvShape& shape, const EvictionPolicy* policy, int32_t budget,
+                  int32_t max_total);
+
 // Whether a step of `num_new` tokens of `seq` may run at positions past a context of `seq_len`
-// tokens: its policy pins a prefix and evicts the rest oldest first (window, sink), with a budget
-// above the prefix that leaves room for the step, so every query sees at most seq_len keys, the
-// recent ones at their own distances and the pinned ones re-rotated to stay within the context.
+// tokens: its policy pins a prefix and evicts the rest oldest first (window, sink) with uniform
+// layer budgets, with a budget above the prefix that leaves room for the step, so every query
+// sees at most seq_len keys, the recent ones at their own distances and the pinned ones
+// re-rotated to stay within the context.
 inline bool StreamsPastContext(const SequenceKv& seq, int64_t num_new, int32_t seq_len) {
   if (seq.policy == nullptr) return false;
   const std::optional<int32_t> pinned = seq.policy->PinnedPrefix(seq.budget);
@@ -109,49 +173,63 @@ class KvCache {
   const PageAllocator& allocator() const { return alloc_; }
   KvStorage storage() const { return storage_; }
 
-  // Ensures seq has slots for `num_new` more tokens (num_slots + num_new). All-or-nothing: on
-  // RESOURCE_EXHAUSTED nothing was allocated.
+  // Ensures every table of seq has slots for `num_new` more tokens (Slots(l) + num_new).
+  // All-or-nothing: on RESOURCE_EXHAUSTED nothing was allocated. The first Reserve of a sequence
+  // sizes its tables and sets its layer budgets where they are known before it runs
+  // (LayerBudgetsBeforeRun: uniform and pyramid; squeeze waits for SetLayerBudgets).
   absl::Status Reserve(SequenceKv& seq, int32_t num_new);
-  // Pages a sequence needs to take `num_new` more tokens; 0 when it has room.
+  // Pages a sequence needs to take `num_new` more tokens, all tables together; 0 when it has room.
   int32_t PagesNeeded(const SequenceKv& seq, int32_t num_new) const;
+  // The most tokens (<= limit) the sequence could take with `pages` more pages.
+  int32_t MaxNewTokens(const SequenceKv& seq, int64_t pages, int32_t limit) const;
 
-  // View of (layer, kv_head) over `num_slots` slots (may exceed seq.num_slots during a step).
+  // View of (layer, kv_head) over `num_slots` slots (may exceed seq.Slots(layer) during a step).
   PagedKvHead View(const SequenceKv& seq, int32_t layer, int32_t kv_head, int32_t num_slots);
 
   // After attention of a step in which (layer, kv_head) holds `held` tokens (the newest at
-  // `newest_pos`, `num_new` of them appended by the step): when KeptAfterStep is below held, asks
-  // the policy for the held - kept victims (whole pages at page granularity) and compacts the
-  // survivors into slots [0, kept). Thread-safe across distinct (seq, layer, head).
+  // `newest_pos`, `num_new` of them appended by the step): when KeptAfterStep (with the layer's
+  // budget) is below held, asks the policy for the held - kept victims (whole pages at page
+  // granularity) and compacts the survivors into slots [0, kept). Thread-safe across distinct
+  // (seq, layer, head).
   void EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, int32_t held,
                  int32_t newest_pos, int32_t num_new = 1);
 
-  // Ends a step in which every head held `held` tokens: num_slots = KeptAfterStep(held); pages
-  // past the last used slot go back to the pool.
-  void Commit(SequenceKv& seq, int32_t held);
-  // Drops the newest tokens so that seq holds `num_slots` (<= its current count) and returns the
-  // pages past them. Valid only while no head has compacted since those tokens were appended
-  // (e.g. a full-cache sequence): a rollback, as for a preempted or rejected suffix.
+  // Ends a step that appended `num_new` tokens to every layer (each layer's heads then held
+  // Slots(l) + num_new): each table keeps KeptAfterStep of that with its layer's budget, and the
+  // pages past its last used slot go back to the pool.
+  void CommitStep(SequenceKv& seq, int32_t num_new);
+  // Gives back the pages a Reserve added past every table's tokens (a step that did not run).
+  void Unreserve(SequenceKv& seq);
+  // Drops the newest tokens so that every table holds `num_slots` (<= each one's count) and
+  // returns the pages past them. Valid only while no head has compacted since those tokens were
+  // appended (e.g. a full-cache sequence): a rollback, as for a rejected suffix.
   void Truncate(SequenceKv& seq, int32_t num_slots);
-  // Returns every page of seq to the pool and empties it (num_slots 0); its policy, budget and
-  // counters stay, so a preempted sequence can be recomputed with the same settings.
+  // Returns every page of seq to the pool and empties it (no tables); its policy, budget and
+  // counters stay, so a preempted sequence can be recomputed with the same settings (squeeze
+  // measures its layers again).
   void Release(SequenceKv& seq);
   // Records the rotation of the pinned prefix's keys (the runner rotated them).
   void SetPinnedShift(SequenceKv& seq, int32_t shift) { seq.pinned_shift = shift; }
+  // Sets a sequence's per-layer budgets between steps (squeeze, after its first step measured
+  // the layers): [num_layers], each >= 1. A layer now above its budget evicts down to it at once
+  // (the newest token at `newest_pos`) and frees its pages. Host storage with a table per layer
+  // only.
+  void SetLayerBudgets(SequenceKv& seq, std::vector<int32_t> budgets, int32_t newest_pos);
 
  private:
   KvCache(const KvShape& shape, int32_t num_pages, KvStorage storage);
-  void FreeUnusedPages(SequenceKv& seq);
+  static void FreeUnusedPages(KvTable& table, int32_t block_size, PageAllocator& alloc);
   void CheckHostStorage(const char* what) const;
 
   KvShape shape_;
   KvStorage storage_;
   PageAllocator alloc_;
-  // [num_pages][num_layers][num_kv_heads][2][block_size][head_dim] elements of element_bytes.
+  // [num_pages][LayersPerPage][num_kv_heads][2][block_size][head_dim] elements of element_bytes.
   AlignedVector<float> kv_;
   // 64-byte aligned, so that at block size 16 the pos (or score) entries of one page of one
   // (layer, head) are exactly one cache line.
-  AlignedVector<int32_t> pos_;  // [num_pages][num_layers][num_kv_heads][block_size]
-  AlignedVector<float> score_;  // [num_pages][num_layers][num_kv_heads][block_size]
+  AlignedVector<int32_t> pos_;  // [num_pages][LayersPerPage][num_kv_heads][block_size]
+  AlignedVector<float> score_;  // [num_pages][LayersPerPage][num_kv_heads][block_size]
 };
 
 }  // namespace heavykv

@@ -216,8 +216,9 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakeNamedPolicy(
     bool known = false;
     for (absl::string_view p : kPolicyNames) known = known || p == name;
     if (known) {
-      return Invalid(spec, absl::StrCat(name, name == "full" ? " takes no parameters"
-                                                             : " takes only granularity"));
+      return Invalid(spec, absl::StrCat(name, name == "full"
+                                                  ? " takes no parameters"
+                                                  : " takes only granularity and layers"));
     }
   }
   if (params.empty()) {
@@ -246,37 +247,57 @@ absl::string_view EvictGranularityName(EvictGranularity g) {
   return g == EvictGranularity::kPage ? "page" : "token";
 }
 
-std::string SpecWithGranularity(absl::string_view spec, EvictGranularity granularity) {
-  if (granularity == EvictGranularity::kToken || IsFullPolicy(spec) ||
-      absl::StrContains(spec, ":granularity=")) {
-    return std::string(spec);
+std::string SpecWithGranularity(absl::string_view spec, EvictGranularity granularity,
+                                LayerBudgets layers) {
+  std::string out(spec);
+  if (IsFullPolicy(spec)) return out;
+  if (granularity == EvictGranularity::kPage && !absl::StrContains(spec, ":granularity=")) {
+    absl::StrAppend(&out, ":granularity=", EvictGranularityName(granularity));
   }
-  return absl::StrCat(spec, ":granularity=", EvictGranularityName(granularity));
+  if (layers != LayerBudgets::kUniform && !absl::StrContains(spec, ":layers=")) {
+    absl::StrAppend(&out, ":layers=", LayerBudgetsName(layers));
+  }
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakePolicy(absl::string_view spec,
                                                            double recent_fraction,
-                                                           EvictGranularity granularity) {
+                                                           EvictGranularity granularity,
+                                                           LayerBudgets layers) {
   std::vector<absl::string_view> parts = absl::StrSplit(spec, ':');
   const absl::string_view name = parts[0];
-  // granularity=... applies to every policy but full; the others' parameters stay in order.
+  // granularity=... and layers=... apply to every policy but full; the others' parameters stay
+  // in order.
   std::vector<absl::string_view> params;
-  bool granularity_set = false;
+  bool granularity_set = false, layers_set = false;
   for (size_t i = 1; i < parts.size(); ++i) {
-    if (!absl::StartsWith(parts[i], "granularity=") || name == "full") {
+    const bool g_key = absl::StartsWith(parts[i], "granularity=");
+    const bool l_key = absl::StartsWith(parts[i], "layers=");
+    if ((!g_key && !l_key) || name == "full") {
       params.push_back(parts[i]);
       continue;
     }
-    absl::StatusOr<EvictGranularity> g =
-        ParseEvictGranularity(parts[i].substr(std::string_view("granularity=").size()));
-    if (!g.ok()) return Invalid(spec, g.status().message());
-    if (granularity_set) return Invalid(spec, "granularity is given twice");
-    granularity_set = true;
-    granularity = *g;
+    const absl::string_view value = parts[i].substr(parts[i].find('=') + 1);
+    if (g_key) {
+      absl::StatusOr<EvictGranularity> g = ParseEvictGranularity(value);
+      if (!g.ok()) return Invalid(spec, g.status().message());
+      if (granularity_set) return Invalid(spec, "granularity is given twice");
+      granularity_set = true;
+      granularity = *g;
+    } else {
+      absl::StatusOr<LayerBudgets> l = ParseLayerBudgets(value);
+      if (!l.ok()) return Invalid(spec, l.status().message());
+      if (layers_set) return Invalid(spec, "layers is given twice");
+      layers_set = true;
+      layers = *l;
+    }
   }
   absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy =
       MakeNamedPolicy(spec, name, params, recent_fraction);
-  if (policy.ok() && *policy != nullptr) (*policy)->set_granularity(granularity);
+  if (policy.ok() && *policy != nullptr) {
+    (*policy)->set_granularity(granularity);
+    (*policy)->set_layer_budgets(layers);
+  }
   return policy;
 }
 

@@ -37,7 +37,7 @@ int PlanCommand(int argc, char** argv) {
   int64_t layers = 0, kv_heads = 0, head_dim = 0, seq_len = 0, block_size = 16;
   int64_t kv_pages = 0, kv_pool_mb = 0, max_len = 0, max_step_tokens = 512, max_running = 64;
   bool json = false;
-  std::string granularity = "token";
+  std::string granularity = "token", layer_budgets = "uniform";
   FlagSet flags("plan",
                 absl::StrCat("heavykv plan (--model FILE | --shape NAME | --layers N --kv-heads N "
                              "--head-dim N --seq-len N) [--kv-pool-mb MIB | --kv-pages N] "
@@ -62,6 +62,9 @@ int PlanCommand(int argc, char** argv) {
   flags.Int("max-running", &max_running, "as serve's --max-running");
   flags.String("evict-granularity", &granularity,
                "token or page, as serve's --evict-granularity (page: a page more per sequence)");
+  flags.String("layer-budgets", &layer_budgets,
+               "uniform, pyramid or squeeze, as serve's --layer-budgets (pages per sequence "
+               "then sum each layer's)");
   flags.Bool("json", &json, "print one JSON object instead of the table");
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
   if (!flags.positional().empty()) {
@@ -124,8 +127,12 @@ int PlanCommand(int argc, char** argv) {
   absl::StatusOr<EvictGranularity> evict_granularity = ParseEvictGranularity(granularity);
   if (!evict_granularity.ok()) return Fail(evict_granularity.status());
   in.granularity = *evict_granularity;
+  absl::StatusOr<LayerBudgets> layer_rule = ParseLayerBudgets(layer_budgets);
+  if (!layer_rule.ok()) return Fail(layer_rule.status());
+  in.layers = *layer_rule;
   // serve's default pool: --max-running contexts of the model's full length.
-  const int64_t default_pages = max_running * ((seq_len_v + block_size - 1) / block_size);
+  const int64_t default_pages =
+      max_running * in.shape.NumTables() * ((seq_len_v + block_size - 1) / block_size);
   absl::StatusOr<int32_t> pages =
       PoolPages(in.shape, kv_pages, kv_pool_mb,
                 static_cast<int32_t>(std::min<int64_t>(INT32_MAX, default_pages)));
@@ -140,7 +147,7 @@ int PlanCommand(int argc, char** argv) {
   absl::StatusOr<CapacityPlan> plan = PlanCapacity(in, budget_list);
   if (!plan.ok()) return Fail(plan.status());
   const double pool_mib = double(plan->page_bytes) * plan->num_pages / (1 << 20);
-  const int32_t reserve = PrefillReservePages(in.shape.block_size, in.max_step_tokens);
+  const int32_t reserve = PrefillReservePages(in.shape, in.max_step_tokens);
 
   if (json) {
     nlohmann::ordered_json rows = nlohmann::ordered_json::array();
@@ -180,7 +187,8 @@ int PlanCommand(int argc, char** argv) {
       "bytes per token %lld = %d layers x %d kv heads x (2 x %d x %d B K+V + 8 B pos/score)\n",
       static_cast<long long>(plan->bytes_per_token), layers_v, kv_heads_v, head_dim_v,
       in.shape.element_bytes);
-  std::printf("page of %d tokens %lld bytes; pool %d pages = %.1f MiB\n", in.shape.block_size,
+  std::printf("page of %d tokens of %s %lld bytes; pool %d pages = %.1f MiB\n",
+              in.shape.block_size, in.shape.table_per_layer ? "one layer" : "every layer",
               static_cast<long long>(plan->page_bytes), plan->num_pages, pool_mib);
   std::printf("bounded sequences share a prefill reserve of %d pages (--max-step-tokens %d)\n\n",
               reserve, in.max_step_tokens);

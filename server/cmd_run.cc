@@ -99,7 +99,7 @@ void SetThreads(int64_t threads) {
 
 int RunCommand(int argc, char** argv) {
   std::string model_path, tokenizer_path, prompt, policy_name = "full", budget_text = "1";
-  std::string granularity = "token";
+  std::string granularity = "token", layer_budgets = "uniform";
   std::string device_name = "cpu";
   DtypeFlags dtypes;
   int64_t steps = 256, top_k = 0, seed = -1, block_size = 16, kv_pages = 0, kv_pool_mb = 0;
@@ -126,6 +126,10 @@ int RunCommand(int argc, char** argv) {
   flags.String("evict-granularity", &granularity,
                "token or page: evict down to the budget every step, or whole pages once a "
                "page over it (unless the policy spec names granularity=)");
+  flags.String("layer-budgets", &layer_budgets,
+               "uniform, pyramid (PyramidKV: budgets falling linearly with depth) or squeeze "
+               "(SqueezeAttention: measured per layer on the first step), the same total per "
+               "sequence; for policies whose spec names no layers= (cpu only)");
   flags.Double("recent-fraction", &recent_fraction,
                "h2o, scissorhands, snapkv: share of the budget kept for recent tokens");
   flags.Int("block-size", &block_size, "token slots per KV page");
@@ -165,8 +169,10 @@ int RunCommand(int argc, char** argv) {
   }
   absl::StatusOr<EvictGranularity> evict_granularity = ParseEvictGranularity(granularity);
   if (!evict_granularity.ok()) return Fail(evict_granularity.status());
+  absl::StatusOr<LayerBudgets> layers = ParseLayerBudgets(layer_budgets);
+  if (!layers.ok()) return Fail(layers.status());
   absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy =
-      MakePolicy(policy_name, recent_fraction, *evict_granularity);
+      MakePolicy(policy_name, recent_fraction, *evict_granularity, *layers);
   if (!policy.ok()) return Fail(policy.status());
   absl::StatusOr<KvBudget> budget = KvBudget::Parse(budget_text);
   if (!budget.ok()) return Fail(budget.status());
@@ -192,7 +198,8 @@ int RunCommand(int argc, char** argv) {
   const KvShape shape = KvShapeForDevice(*device, c, static_cast<int32_t>(block_size), dtypes.kv);
   const int64_t held = std::min<int64_t>(opt.steps, opt.budget) + opt.prefill_chunk;
   absl::StatusOr<int32_t> pages =
-      PoolPages(shape, kv_pages, kv_pool_mb, static_cast<int32_t>((held + block_size - 1) / block_size));
+      PoolPages(shape, kv_pages, kv_pool_mb,
+                static_cast<int32_t>(shape.NumTables() * ((held + block_size - 1) / block_size)));
   if (!pages.ok()) return Fail(pages.status());
   if (*device == Device::kCpu) {
     if (absl::Status s = CheckHostMemory(int64_t(*pages) * shape.PageBytes(),

@@ -106,7 +106,7 @@ int ServeCommand(int argc, char** argv) {
                                           metrics_address = "0.0.0.0:9090",
                                           http_address = "0.0.0.0:8000", served_model_name;
   std::string policy = "full", budget = "1", device_name = "cpu", scheduling = "fair";
-  std::string granularity = "token";
+  std::string granularity = "token", layer_budgets = "uniform";
   DtypeFlags dtypes;
   int64_t block_size = 16, kv_pages = 0, kv_pool_mb = 0, max_step_tokens = 512, max_running = 64;
   int64_t max_waiting = 256, max_prompt_tokens = 0, max_new_tokens_limit = 0, threads = 0;
@@ -148,6 +148,10 @@ int ServeCommand(int argc, char** argv) {
                "token: a head evicts down to its budget every step; page: it grows to a page "
                "over the budget, then evicts whole pages of its least important tokens at once "
                "(for policies whose spec names no granularity=)");
+  flags.String("layer-budgets", &layer_budgets,
+               "uniform, pyramid (PyramidKV: budgets falling linearly with depth) or squeeze "
+               "(SqueezeAttention: measured per layer on the first step), the same total per "
+               "sequence; for policies whose spec names no layers= (cpu only)");
   flags.Int("max-step-tokens", &max_step_tokens,
             "tokens per engine step (decodes + prefill chunks)");
   flags.Int("max-running", &max_running, "most sequences in the running batch");
@@ -245,7 +249,8 @@ int ServeCommand(int argc, char** argv) {
       LoadChatTemplate(chat_template_path, model_path);
   if (!chat_template.ok()) return Fail(chat_template.status());
   const KvShape shape = KvShapeForDevice(*device, c, static_cast<int32_t>(block_size), dtypes.kv);
-  const int64_t pages_per_context = (c.seq_len + block_size - 1) / block_size;
+  const int64_t pages_per_context =
+      int64_t(shape.NumTables()) * ((c.seq_len + block_size - 1) / block_size);
   int32_t default_pages =
       static_cast<int32_t>(std::min<int64_t>(INT32_MAX, max_running * pages_per_context));
   if (*device == Device::kCuda && kv_pages == 0 && kv_pool_mb == 0) {
@@ -286,6 +291,9 @@ int ServeCommand(int argc, char** argv) {
   absl::StatusOr<EvictGranularity> evict_granularity = ParseEvictGranularity(granularity);
   if (!evict_granularity.ok()) return Fail(evict_granularity.status());
   options.evict_granularity = *evict_granularity;
+  absl::StatusOr<LayerBudgets> layers = ParseLayerBudgets(layer_budgets);
+  if (!layers.ok()) return Fail(layers.status());
+  options.layer_budgets = *layers;
   options.threads = static_cast<int>(threads);
   options.device = device_name;
   options.kv_dtype = dtypes.kv_name;

@@ -36,31 +36,36 @@ TEST(CapacityPlanTest, Stories110MIn4GiB) {
   in.max_len = c.seq_len;
   absl::StatusOr<CapacityPlan> plan = PlanCapacity(in, {Budget("0.2"), Budget("0.5")});
   ASSERT_TRUE(plan.ok()) << plan.status();
-  // 12 layers x 12 kv heads x (2 x 64 floats + int32 pos + float score).
-  EXPECT_EQ(plan->bytes_per_token, 12 * 12 * (2 * 64 * 4 + 8));
+  // 12 layers x 12 kv heads x (2 x 64 floats + int32 pos + float score); a page holds one
+  // layer's 16 slots.
+  constexpr int32_t L = 12;
+  EXPECT_EQ(plan->bytes_per_token, L * 12 * (2 * 64 * 4 + 8));
   EXPECT_EQ(plan->page_bytes, shape.PageBytes());
-  EXPECT_EQ(plan->num_pages, 3584);
+  EXPECT_EQ(plan->page_bytes, 16 * 12 * (2 * 64 * 4 + 8));
+  const int32_t pages = (int64_t{4096} << 20) / plan->page_bytes;
+  EXPECT_EQ(plan->num_pages, pages);
   ASSERT_EQ(plan->rows.size(), 3u);
   const CapacityRow& full = plan->rows[0];
   EXPECT_FALSE(full.bounded);
   EXPECT_EQ(full.tokens_kept, 1024);
-  EXPECT_EQ(full.pages_per_sequence, 64);
+  EXPECT_EQ(full.pages_per_sequence, L * 64);
   EXPECT_EQ(full.reserve_pages, 0);
   EXPECT_EQ(full.sequences, 56);
   EXPECT_EQ(full.running, 56);
-  EXPECT_EQ(full.pages_for_max_running, 64 * 64);
+  EXPECT_EQ(full.pages_for_max_running, 64 * L * 64);
   const CapacityRow& b20 = plan->rows[1];
   EXPECT_TRUE(b20.bounded);
   EXPECT_EQ(b20.tokens_kept, 204);
-  EXPECT_EQ(b20.pages_per_sequence, 13);  // ceil(205 / 16)
-  EXPECT_EQ(b20.reserve_pages, 36);       // ceil(512 / 16) + 4
-  EXPECT_EQ(b20.sequences, (3584 - 36) / 13);
+  EXPECT_EQ(b20.pages_per_sequence, L * 13);  // ceil(205 / 16) per layer
+  EXPECT_EQ(b20.reserve_pages, L * 36);       // ceil(512 / 16) + 4 per layer
+  EXPECT_EQ(b20.sequences, (pages - L * 36) / (L * 13));
+  EXPECT_EQ(b20.sequences, 272);
   EXPECT_EQ(b20.running, 64);
-  EXPECT_EQ(b20.pages_for_max_running, 64 * 13 + 36);
+  EXPECT_EQ(b20.pages_for_max_running, 64 * L * 13 + L * 36);
   const CapacityRow& b50 = plan->rows[2];
   EXPECT_EQ(b50.tokens_kept, 512);
-  EXPECT_EQ(b50.pages_per_sequence, 33);
-  EXPECT_EQ(b50.sequences, (3584 - 36) / 33);
+  EXPECT_EQ(b50.pages_per_sequence, L * 33);
+  EXPECT_EQ(b50.sequences, (pages - L * 36) / (L * 33));
 }
 
 TEST(CapacityPlanTest, BudgetsThatKeepEverythingAreTheFullCache) {
@@ -100,7 +105,8 @@ TEST(CapacityPlanTest, RejectsNonPositiveInputs) {
 int32_t MostRunning(const CapacityPlanInput& in, int32_t tokens_kept, int32_t num_sequences,
                     int32_t* still_waiting) {
   std::unique_ptr<KvCache> cache = *KvCache::Create(in.shape, in.num_pages);
-  std::unique_ptr<EvictionPolicy> window = *MakePolicy("window", 0.5, in.granularity);
+  std::unique_ptr<EvictionPolicy> window =
+      *MakePolicy("window", 0.5, in.granularity, in.layers);
   SchedulerConfig config;
   config.max_step_tokens = in.max_step_tokens;
   config.max_running = in.max_running;
@@ -127,7 +133,7 @@ int32_t MostRunning(const CapacityPlanInput& in, int32_t tokens_kept, int32_t nu
       EXPECT_TRUE(cache->Reserve(c.seq->kv, c.count).ok()) << "the scheduler overcommitted";
     }
     for (const ScheduledChunk& c : plan.chunks) {
-      cache->Commit(c.seq->kv, c.seq->kv.num_slots + c.count);
+      cache->CommitStep(c.seq->kv, c.count);
       c.seq->num_computed += c.count;
       if (c.samples) c.seq->tokens.push_back(7);
     }
@@ -175,11 +181,17 @@ TEST(CapacityPlanTest, AgreesWithTheScheduler) {
 // Page granularity holds a page more per bounded sequence (PeakDecodeSlots), never more than
 // the sequence's own length.
 TEST(CapacityPlanTest, PageGranularityCountsAPageMore) {
-  EXPECT_EQ(PagesPerSequence(16, 1024, 204), 13);  // 205 slots
-  EXPECT_EQ(PagesPerSequence(16, 1024, 204, EvictGranularity::kPage), 14);  // 220
-  EXPECT_EQ(PagesPerSequence(16, 1024, 208, EvictGranularity::kPage), 14);  // 224
-  EXPECT_EQ(PagesPerSequence(16, 210, 204, EvictGranularity::kPage), 14);   // 210
-  EXPECT_EQ(PagesPerSequence(16, 1024, 1024, EvictGranularity::kPage), 64);
+  KvShape one{12, 12, 64, 16};  // one table for all layers
+  EXPECT_EQ(PagesPerSequence(one, 1024, 204), 13);  // 205 slots
+  EXPECT_EQ(PagesPerSequence(one, 1024, 204, EvictGranularity::kPage), 14);  // 220
+  EXPECT_EQ(PagesPerSequence(one, 1024, 208, EvictGranularity::kPage), 14);  // 224
+  EXPECT_EQ(PagesPerSequence(one, 210, 204, EvictGranularity::kPage), 14);   // 210
+  EXPECT_EQ(PagesPerSequence(one, 1024, 1024, EvictGranularity::kPage), 64);
+  KvShape per_layer = one;  // the same per table, for each of the 12
+  per_layer.table_per_layer = true;
+  EXPECT_EQ(PagesPerSequence(per_layer, 1024, 204), 12 * 13);
+  EXPECT_EQ(PagesPerSequence(per_layer, 1024, 204, EvictGranularity::kPage), 12 * 14);
+  EXPECT_EQ(PagesPerSequence(per_layer, 1024, 1024), 12 * 64);
 }
 
 // Runs `heavykv ARGS`; stdout, and the exit code in *code.
@@ -202,12 +214,12 @@ TEST(PlanCommandTest, PrintsThePlanAsJson) {
       Heavykv("plan --shape stories110M --kv-pool-mb 4096 --kv-budget 0.2,0.5 --json", &code);
   ASSERT_EQ(code, 0) << out;
   for (const char* field :
-       {"\"bytes_per_token\":74880", "\"page_bytes\":1198080", "\"pages\":3584",
-        "{\"budget\":\"full\",\"tokens_kept\":1024,\"bounded\":false,\"pages_per_sequence\":64,"
+       {"\"bytes_per_token\":74880", "\"page_bytes\":99840", "\"pages\":43018",
+        "{\"budget\":\"full\",\"tokens_kept\":1024,\"bounded\":false,\"pages_per_sequence\":768,"
         "\"reserve_pages\":0,\"sequences\":56,\"running\":56",
-        "{\"budget\":\"0.2\",\"tokens_kept\":204,\"bounded\":true,\"pages_per_sequence\":13,"
-        "\"reserve_pages\":36,\"sequences\":272,\"running\":64,\"pages_for_max_running\":868,"
-        "\"pool_mb_for_max_running\":992}"}) {
+        "{\"budget\":\"0.2\",\"tokens_kept\":204,\"bounded\":true,\"pages_per_sequence\":156,"
+        "\"reserve_pages\":432,\"sequences\":272,\"running\":64,"
+        "\"pages_for_max_running\":10416,\"pool_mb_for_max_running\":992}"}) {
     EXPECT_NE(out.find(field), std::string::npos) << field << " not in " << out;
   }
 }
@@ -215,14 +227,14 @@ TEST(PlanCommandTest, PrintsThePlanAsJson) {
 TEST(PlanCommandTest, ReadsTheCheckpointHeader) {
   int code = 0;
   // stories260K: 5 layers x 4 kv heads x head_dim 8, context 512; the default pool is serve's
-  // (--max-running 64 full contexts = 64 x 32 pages).
+  // (--max-running 64 full contexts = 64 x 5 layers x 32 pages).
   const std::string out =
       Heavykv("plan --json --kv-budget 0.25 --model " + testing::ModelPath(), &code);
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("\"bytes_per_token\":1440,"), std::string::npos) << out;
-  EXPECT_NE(out.find("\"pages\":2048,"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"pages\":10240,"), std::string::npos) << out;
   EXPECT_NE(out.find("\"budget\":\"full\",\"tokens_kept\":512,\"bounded\":false,"
-                     "\"pages_per_sequence\":32,\"reserve_pages\":0,\"sequences\":64"),
+                     "\"pages_per_sequence\":160,\"reserve_pages\":0,\"sequences\":64"),
             std::string::npos)
       << out;
 }

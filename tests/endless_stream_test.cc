@@ -58,7 +58,7 @@ TEST(EndlessStreamTest, SinkPastTheContextEqualsTheSameTokensAtCachePositions) {
   std::vector<int32_t> tokens(3 * kContext);
   for (int32_t& t : tokens) t = 3 + int32_t(rng() % 90);
   auto policy = *MakePolicy("sink");
-  auto cache = *KvCache::Create(KvShapeFor(model.config, 8), 16);
+  auto cache = *KvCache::Create(KvShapeFor(model.config, 8), 16 * model.config.num_layers);
   ModelRunner runner(model, cache.get());
   SequenceKv kv;
   kv.policy = policy.get();
@@ -67,13 +67,13 @@ TEST(EndlessStreamTest, SinkPastTheContextEqualsTheSameTokensAtCachePositions) {
   for (int32_t pos = 0; pos < int32_t(tokens.size()); ++pos) {
     const std::vector<float> got = Logits(runner, kv, {&tokens[pos], 1}, pos);
     ASSERT_FALSE(got.empty()) << "position " << pos;
-    EXPECT_LE(kv.num_slots, B);
+    EXPECT_LE(kv.Slots(0), B);
     if (pos != kContext && pos != 2 * kContext - B) continue;
     // The tokens the step attended to: the 4 sinks, then positions pos - B + 4 .. pos.
     std::vector<int32_t> kept(tokens.begin(), tokens.begin() + kNumSinkTokens);
     kept.insert(kept.end(), tokens.begin() + pos - B + kNumSinkTokens, tokens.begin() + pos + 1);
     ASSERT_EQ(kept.size(), size_t(B) + 1);
-    auto fresh_cache = *KvCache::Create(KvShapeFor(model.config, 8), 16);
+    auto fresh_cache = *KvCache::Create(KvShapeFor(model.config, 8), 16 * model.config.num_layers);
     ModelRunner fresh(model, fresh_cache.get());
     SequenceKv full;
     const std::vector<float> want = Logits(fresh, full, kept, 0);
@@ -98,7 +98,7 @@ TEST(EndlessStreamTest, WindowPastTheContextEqualsTheSameTokensShifted) {
   std::vector<int32_t> tokens(2 * kContext + 5);
   for (size_t i = 0; i < tokens.size(); ++i) tokens[i] = 3 + int32_t((i * 37) % 90);
   auto policy = *MakePolicy("window");
-  auto cache = *KvCache::Create(KvShapeFor(model.config, 8), 16);
+  auto cache = *KvCache::Create(KvShapeFor(model.config, 8), 16 * model.config.num_layers);
   ModelRunner runner(model, cache.get());
   SequenceKv kv;
   kv.policy = policy.get();
@@ -107,7 +107,7 @@ TEST(EndlessStreamTest, WindowPastTheContextEqualsTheSameTokensShifted) {
   const int32_t last = int32_t(tokens.size()) - 1;
   for (int32_t pos = 0; pos <= last; ++pos) got = Logits(runner, kv, {&tokens[pos], 1}, pos);
   std::vector<int32_t> kept(tokens.begin() + last - B, tokens.end());  // B + 1 attended
-  auto fresh_cache = *KvCache::Create(KvShapeFor(model.config, 8), 16);
+  auto fresh_cache = *KvCache::Create(KvShapeFor(model.config, 8), 16 * model.config.num_layers);
   ModelRunner fresh(model, fresh_cache.get());
   SequenceKv full;
   const std::vector<float> want = Logits(fresh, full, kept, 3);
@@ -122,7 +122,7 @@ TEST(EndlessStreamTest, WindowPastTheContextEqualsTheSameTokensShifted) {
 TEST(EndlessStreamTest, OnlyWindowAndSinkUnderTheContextRunPastIt) {
   testing::TempDir dir;
   const Model model = RandomModel(/*layers=*/3, 11, dir);
-  auto cache = *KvCache::Create(KvShapeFor(model.config, 8), 64);
+  auto cache = *KvCache::Create(KvShapeFor(model.config, 8), 64 * model.config.num_layers);
   ModelRunner runner(model, cache.get());
   for (const char* name : {"window", "sink"}) {
     auto policy = *MakePolicy(name);
@@ -137,8 +137,8 @@ TEST(EndlessStreamTest, OnlyWindowAndSinkUnderTheContextRunPastIt) {
     ASSERT_TRUE(r.ok()) << name << ": " << r.status();
     EXPECT_EQ(r->tokens.size(), size_t(4 * kContext) + 1) << name;
     EXPECT_EQ(r->finish_reason, "length");
-    EXPECT_LE(r->peak_pages, 3) << name;  // 16 + 1 slots of 8
-    EXPECT_EQ(cache->allocator().num_pages_free(), 64);
+    EXPECT_LE(r->peak_pages, 3 * model.config.num_layers) << name;  // 16 + 1 slots of 8
+    EXPECT_EQ(cache->allocator().num_pages_free(), 64 * model.config.num_layers);
   }
   SequenceKv probe;
   auto sink = *MakePolicy("sink");
@@ -169,7 +169,7 @@ TEST(EndlessStreamTest, OnlyWindowAndSinkUnderTheContextRunPastIt) {
   const int32_t t = 5;
   SequenceStep step{&kv, {&t, 1}, kContext, false};
   EXPECT_EQ(runner.Forward({&step, 1}).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(kv.num_slots, 0);
+  EXPECT_EQ(kv.Slots(0), 0);
 }
 
 // `eval --stream-tokens`: one unbroken stream, past the context for window and sink only, scored

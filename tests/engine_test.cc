@@ -23,6 +23,10 @@
 namespace heavykv {
 namespace {
 
+// The bundled model's layers: a CPU page holds one layer, so a pool of N pages "of every layer"
+// is N * kLayers pages here.
+constexpr int32_t kLayers = 5;
+
 // Gathers one request's deltas; Wait() blocks until the finished one.
 struct Collector {
   std::mutex mu;
@@ -64,7 +68,7 @@ class EngineTest : public ::testing::Test {
                                int32_t max_step_tokens = 512, double overcommit = 1.0) {
     EngineOptions o;
     o.full_overcommit = overcommit;
-    o.num_pages = pages;
+    o.num_pages = pages * kLayers;  // `pages` of every layer
     o.max_running = max_running;
     o.max_waiting = max_waiting;
     o.max_step_tokens = max_step_tokens;
@@ -86,7 +90,7 @@ class EngineTest : public ::testing::Test {
                            int32_t budget) {
     Model m = *LoadModel(testing::ModelPath());
     Tokenizer tok = *Tokenizer::Load(testing::TokenizerPath(), 512);
-    auto cache = *KvCache::Create(KvShapeFor(m.config, 16), 64);
+    auto cache = *KvCache::Create(KvShapeFor(m.config, 16), 64 * kLayers);
     ModelRunner runner(m, cache.get());
     std::vector<int32_t> ids = tok.Encode(prompt, true, false);
     auto p = *MakePolicy(policy);
@@ -132,7 +136,7 @@ TEST_F(EngineTest, GreedyStreamEqualsLlama2cReference) {
 // an unknown dtype is INVALID_ARGUMENT at start-up.
 TEST_F(EngineTest, Bf16KvServesAndUnknownDtypeIsRejected) {
   EngineOptions o;
-  o.num_pages = 64;
+  o.num_pages = 64 * kLayers;
   o.threads = 1;
   o.kv_dtype = "bf16";
   auto engine = Engine::Create(*LoadModel(testing::ModelPath()),
@@ -198,7 +202,7 @@ TEST_F(EngineTest, PolicySpecsAndTheirMetricLabel) {
     }
   } labels;
   EngineOptions o;
-  o.num_pages = 64;
+  o.num_pages = 64 * kLayers;
   o.threads = 1;
   o.observer = &labels;
   auto engine = *Engine::Create(
@@ -230,7 +234,7 @@ TEST_F(EngineTest, PolicySpecsAndTheirMetricLabel) {
 // generate what the same policy does alone; a spec's own granularity=token overrides it.
 TEST_F(EngineTest, EvictGranularityOptionIsTheDefaultOfRequests) {
   EngineOptions o;
-  o.num_pages = 64;
+  o.num_pages = 64 * kLayers;
   o.threads = 1;
   o.evict_granularity = EvictGranularity::kPage;
   auto engine = *Engine::Create(
@@ -469,7 +473,7 @@ TEST_F(EngineTest, LogprobsAreTheModelsLogSoftmax) {
   std::vector<int32_t> seq = tok.Encode("Once upon a time", true, false);
   const size_t n_prompt = seq.size();
   seq.insert(seq.end(), c.tokens.begin(), c.tokens.end());
-  auto cache = *KvCache::Create(KvShapeFor(m.config, 16), 64);
+  auto cache = *KvCache::Create(KvShapeFor(m.config, 16), 64 * kLayers);
   ModelRunner runner(m, cache.get());
   SequenceKv kv;
   SequenceStep step{&kv, seq, 0, /*all_logits=*/true};
@@ -511,7 +515,7 @@ TEST_F(EngineTest, LogprobsAreTheModelsLogSoftmax) {
 // past the context are refused, as before.
 TEST_F(EngineTest, SinkAndWindowRequestsStreamPastTheContext) {
   EngineOptions o;
-  o.num_pages = 64;
+  o.num_pages = 64 * kLayers;
   o.threads = 1;
   o.max_new_tokens_limit = 4096;
   auto e = Engine::Create(*LoadModel(testing::ModelPath()),
@@ -531,7 +535,7 @@ TEST_F(EngineTest, SinkAndWindowRequestsStreamPastTheContext) {
     c.Wait();
     EXPECT_EQ(c.last.finish_reason, "length") << policy << ": " << c.last.status;
     EXPECT_EQ(c.last.usage.completion_tokens, 1200) << policy;
-    EXPECT_LE(c.last.usage.peak_pages, 5) << policy;  // 64 + 1 slots of 16
+    EXPECT_LE(c.last.usage.peak_pages, 5 * kLayers) << policy;  // 64 + 1 slots of 16
     EXPECT_EQ(c.last.usage.kv_tokens_kept, 64) << policy;
     EXPECT_EQ(c.tokens.size(), 1200u);
   }
@@ -554,7 +558,7 @@ TEST_F(EngineTest, StatsAndInfo) {
   ModelInfo info = engine->Info();
   EXPECT_EQ(info.context_length, 512);
   EXPECT_EQ(info.vocab_size, 512);
-  EXPECT_EQ(info.pages_total, 100);
+  EXPECT_EQ(info.pages_total, 100 * kLayers);
   EXPECT_EQ(info.block_size, 16);
   EXPECT_EQ(info.policies.size(), std::size(kPolicyNames));
   auto ids = engine->Tokenize("Once upon a time");
@@ -569,9 +573,9 @@ TEST_F(EngineTest, StatsAndInfo) {
   EXPECT_EQ(c.last.usage.kv_tokens_kept, 32);
   EXPECT_EQ(c.last.usage.kv_tokens_evicted,
             c.last.usage.prompt_tokens + c.last.usage.completion_tokens - 1 - 32);
-  EXPECT_LE(c.last.usage.peak_pages, 3);  // ceil(33 / 16)
+  EXPECT_LE(c.last.usage.peak_pages, 3 * kLayers);  // ceil(33 / 16) per layer
   EXPECT_EQ(engine->Stats().tokens_evicted, c.last.usage.kv_tokens_evicted);
-  EXPECT_EQ(engine->Stats().pages_total, 100);
+  EXPECT_EQ(engine->Stats().pages_total, 100 * kLayers);
 }
 
 // The limits as resolved, Detokenize as the inverse of Tokenize, and max_new_tokens_to_context

@@ -140,7 +140,7 @@ TEST_F(EvalTest, OneWindowEqualsADirectTeacherForcedLoop) {
   ASSERT_TRUE(res.ok()) << res.status();
   auto h2o = *MakePolicy("h2o");
   for (int which = 0; which < 2; ++which) {
-    auto cache = *KvCache::Create(KvShapeFor(model_->config, 16), 64);
+    auto cache = *KvCache::Create(KvShapeFor(model_->config, 16), 64 * model_->config.num_layers);
     ModelRunner runner(*model_, cache.get());
     SequenceKv kv;
     kv.policy = which == 0 ? h2o.get() : nullptr;

@@ -30,7 +30,7 @@ class GenerateTest : public ::testing::Test {
     absl::StatusOr<Tokenizer> t = Tokenizer::Load(testing::TokenizerPath(), 512);
     ASSERT_TRUE(t.ok()) << t.status();
     tok_ = std::make_unique<Tokenizer>(*std::move(t));
-    auto cache = KvCache::Create(KvShapeFor(model_->config, 16), 64);
+    auto cache = KvCache::Create(KvShapeFor(model_->config, 16), 64 * model_->config.num_layers);
     ASSERT_TRUE(cache.ok());
     cache_ = *std::move(cache);
     runner_ = std::make_unique<ModelRunner>(*model_, cache_.get());
@@ -125,7 +125,7 @@ TEST_F(GenerateTest, H2oBudgetBoundsPagesAndCountsEvictions) {
   // 256 positions ran, 64 kept: every head dropped 192 tokens. A decode step holds one token
   // over the budget before evicting, hence the extra page: ceil(65 / 16) = 5.
   EXPECT_EQ(r.tokens_evicted, 256 - 64);
-  EXPECT_EQ(r.peak_pages, 5);
+  EXPECT_EQ(r.peak_pages, 5 * model_->config.num_layers);  // per layer
   EXPECT_EQ(cache_->allocator().num_pages_used(), 0);
 }
 

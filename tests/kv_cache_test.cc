@@ -142,16 +142,19 @@ class Driver {
   // sequence is unchanged.
   absl::Status Step(SimSeq& s, int32_t n) {
     const KvShape& sh = cache_->shape();
-    const int32_t old = s.kv.num_slots;
-    const size_t pages_before = s.kv.pages.size();
+    const int32_t old = s.kv.Slots(0);
+    const int64_t pages_before = s.kv.NumPages();
     const int32_t used_before = cache_->allocator().num_pages_used();
     if (absl::Status st = cache_->Reserve(s.kv, n); !st.ok()) {
-      EXPECT_EQ(s.kv.pages.size(), pages_before);
+      EXPECT_EQ(s.kv.NumPages(), pages_before);
       EXPECT_EQ(cache_->allocator().num_pages_used(), used_before);
       return st;
     }
     const int32_t held = old + n;
-    EXPECT_EQ(s.kv.pages.size(), static_cast<size_t>(CeilDiv(held, sh.block_size)));
+    for (int32_t l = 0; l < sh.num_layers; ++l) {
+      EXPECT_EQ(s.kv.Table(l).pages.size(), static_cast<size_t>(CeilDiv(held, sh.block_size)));
+    }
+    EXPECT_EQ(s.kv.NumPages(), int64_t(sh.NumTables()) * CeilDiv(held, sh.block_size));
     const int32_t newest = s.next_pos + n - 1;
     for (int32_t l = 0; l < sh.num_layers; ++l) {
       for (int32_t h = 0; h < sh.num_kv_heads; ++h) {
@@ -183,7 +186,7 @@ class Driver {
         ReferenceEvict(s.policy, s.kv.budget, s.recent_fraction, s.ref[l * sh.num_kv_heads + h]);
       }
     }
-    cache_->Commit(s.kv, held);
+    cache_->CommitStep(s.kv, n);
     s.next_pos += n;
     ++s.step;
     return absl::OkStatus();
@@ -193,33 +196,42 @@ class Driver {
   testing::AssertionResult Check(const SimSeq& s) const {
     const KvShape& sh = cache_->shape();
     const int32_t expect_slots = std::min(s.next_pos, s.kv.budget);
-    if (s.kv.num_slots != expect_slots) {
+    if (s.kv.Slots(0) != expect_slots) {
       return testing::AssertionFailure()
-             << "num_slots " << s.kv.num_slots << ", expected " << expect_slots;
+             << "num_slots " << s.kv.Slots(0) << ", expected " << expect_slots;
     }
-    if (s.kv.num_slots > s.kv.budget) {
+    if (s.kv.Slots(0) > s.kv.budget) {
       return testing::AssertionFailure() << "over budget " << s.kv.budget;
     }
-    if (s.kv.tokens_evicted != s.next_pos - s.kv.num_slots) {
+    if (s.kv.tokens_evicted != s.next_pos - s.kv.Slots(0)) {
       return testing::AssertionFailure() << "tokens_evicted " << s.kv.tokens_evicted;
     }
-    const int32_t pages = static_cast<int32_t>(s.kv.pages.size());
-    if (pages != CeilDiv(s.kv.num_slots, sh.block_size)) {
-      return testing::AssertionFailure() << pages << " pages for " << s.kv.num_slots << " slots";
+    if (static_cast<int32_t>(s.kv.tables.size()) != sh.NumTables()) {
+      return testing::AssertionFailure() << s.kv.tables.size() << " tables";
     }
-    if (s.kv.budget != kUnboundedBudget && pages > CeilDiv(s.kv.budget, sh.block_size)) {
-      return testing::AssertionFailure() << pages << " pages over budget " << s.kv.budget;
-    }
-    for (int32_t p : s.kv.pages) {
-      if (!cache_->allocator().IsAllocated(p)) {
-        return testing::AssertionFailure() << "page " << p << " in the table is not allocated";
+    for (const KvTable& table : s.kv.tables) {
+      const int32_t pages = static_cast<int32_t>(table.pages.size());
+      if (table.num_slots != s.kv.Slots(0)) {
+        return testing::AssertionFailure() << "tables hold " << table.num_slots << " and "
+                                           << s.kv.Slots(0) << " slots at a uniform budget";
+      }
+      if (pages != CeilDiv(table.num_slots, sh.block_size)) {
+        return testing::AssertionFailure() << pages << " pages for " << table.num_slots << " slots";
+      }
+      if (s.kv.budget != kUnboundedBudget && pages > CeilDiv(s.kv.budget, sh.block_size)) {
+        return testing::AssertionFailure() << pages << " pages over budget " << s.kv.budget;
+      }
+      for (int32_t p : table.pages) {
+        if (!cache_->allocator().IsAllocated(p)) {
+          return testing::AssertionFailure() << "page " << p << " in the table is not allocated";
+        }
       }
     }
     for (int32_t l = 0; l < sh.num_layers; ++l) {
       for (int32_t h = 0; h < sh.num_kv_heads; ++h) {
-        PagedKvHead v = cache_->View(s.kv, l, h, s.kv.num_slots);
+        PagedKvHead v = cache_->View(s.kv, l, h, s.kv.Slots(0));
         std::map<int32_t, float> held;  // pos -> score
-        for (int32_t slot = 0; slot < s.kv.num_slots; ++slot) {
+        for (int32_t slot = 0; slot < s.kv.Slots(0); ++slot) {
           const int32_t pos = v.Pos(slot);
           if (!held.emplace(pos, v.Score(slot)).second) {
             return testing::AssertionFailure()
@@ -261,9 +273,9 @@ std::unique_ptr<KvCache> MakeCache(const KvShape& shape, int32_t num_pages) {
 }
 
 std::set<int32_t> KeptPositions(KvCache& cache, const SequenceKv& kv, int32_t layer, int32_t head) {
-  PagedKvHead v = cache.View(kv, layer, head, kv.num_slots);
+  PagedKvHead v = cache.View(kv, layer, head, kv.Slots(0));
   std::set<int32_t> s;
-  for (int32_t slot = 0; slot < kv.num_slots; ++slot) s.insert(v.Pos(slot));
+  for (int32_t slot = 0; slot < kv.Slots(0); ++slot) s.insert(v.Pos(slot));
   return s;
 }
 
@@ -288,15 +300,21 @@ std::string CaseName(const SimCase& c) {
 class KvCacheSimulationTest : public testing::TestWithParam<SimCase> {};
 
 TEST_P(KvCacheSimulationTest, MatchesReferenceAfterEveryStep) {
-  for (int32_t element_bytes : {4, 2}) {  // fp32 and bf16 K/V: rows move with their tokens
+  // fp32 and bf16 K/V (rows move with their tokens), one table for all layers (the CUDA layout)
+  // and one per layer (the host layout).
+  for (int32_t variant = 0; variant < 4; ++variant) {
+  const int32_t element_bytes = variant % 2 == 0 ? 4 : 2;
   SCOPED_TRACE(element_bytes == 2 ? "bf16 K/V" : "fp32 K/V");
+  SCOPED_TRACE(variant >= 2 ? "a table per layer" : "one table");
   const SimCase& c = GetParam();
   KvShape shape = TinyShape();
   shape.element_bytes = element_bytes;
+  shape.table_per_layer = variant >= 2;
   constexpr int32_t kLength = 90;
   constexpr int32_t kMaxChunk = 7;
   // Room for exactly one sequence at its peak (budget + a chunk): any page leak fails Reserve.
-  const int32_t num_pages = CeilDiv(std::min(c.budget, kLength) + kMaxChunk, shape.block_size);
+  const int32_t num_pages =
+      shape.NumTables() * CeilDiv(std::min(c.budget, kLength) + kMaxChunk, shape.block_size);
   std::unique_ptr<KvCache> cache = MakeCache(shape, num_pages);
   ASSERT_NE(cache, nullptr);
   Driver driver(cache.get());
@@ -401,10 +419,12 @@ TEST(KvCacheTest, StressManySequencesOnASmallPool) {
     int32_t pages = 0;
     std::set<int32_t> owned;
     for (const auto& s : active) {
-      pages += static_cast<int32_t>(s->kv.pages.size());
-      for (int32_t p : s->kv.pages) {
-        if (!owned.insert(p).second) {
-          return testing::AssertionFailure() << "page " << p << " owned by two sequences";
+      pages += static_cast<int32_t>(s->kv.NumPages());
+      for (const KvTable& table : s->kv.tables) {
+        for (int32_t p : table.pages) {
+          if (!owned.insert(p).second) {
+            return testing::AssertionFailure() << "page " << p << " owned by two sequences";
+          }
         }
       }
     }
@@ -456,8 +476,8 @@ TEST(KvCacheTest, StressManySequencesOnASmallPool) {
       // Preempt a random sequence (possibly this one) and retry.
       const size_t victim = rng() % active.size();
       cache->Release(active[victim]->kv);
-      EXPECT_EQ(active[victim]->kv.num_slots, 0);
-      EXPECT_TRUE(active[victim]->kv.pages.empty());
+      EXPECT_EQ(active[victim]->kv.Slots(0), 0);
+      EXPECT_TRUE(active[victim]->kv.tables.empty());
       ++preempted;
       if (active[victim].get() == &s) {
         self_preempted = true;
@@ -501,15 +521,15 @@ TEST(KvCacheTest, ReserveIsAllOrNothing) {
   ASSERT_NE(cache, nullptr);
   SequenceKv a, b;
   ASSERT_TRUE(cache->Reserve(a, 8).ok());  // 2 pages
-  cache->Commit(a, 8);
-  EXPECT_EQ(a.pages.size(), 2u);
+  cache->CommitStep(a, 8);
+  EXPECT_EQ(a.NumPages(), 2);
   EXPECT_EQ(cache->allocator().num_pages_free(), 3);
 
   EXPECT_EQ(cache->PagesNeeded(b, 13), 4);
   absl::Status st = cache->Reserve(b, 13);  // needs 4 pages, 3 free
   EXPECT_TRUE(absl::IsResourceExhausted(st)) << st;
-  EXPECT_TRUE(b.pages.empty());
-  EXPECT_EQ(b.num_slots, 0);
+  EXPECT_TRUE(b.tables.empty());
+  EXPECT_EQ(b.Slots(0), 0);
   EXPECT_EQ(b.peak_pages, 0);
   EXPECT_EQ(cache->allocator().num_pages_free(), 3);
   EXPECT_TRUE(cache->allocator().CheckInvariants());
@@ -518,25 +538,25 @@ TEST(KvCacheTest, ReserveIsAllOrNothing) {
   EXPECT_EQ(cache->PagesNeeded(a, 13), 4);
   st = cache->Reserve(a, 13);
   EXPECT_TRUE(absl::IsResourceExhausted(st)) << st;
-  EXPECT_EQ(a.pages.size(), 2u);
-  EXPECT_EQ(a.num_slots, 8);
+  EXPECT_EQ(a.NumPages(), 2);
+  EXPECT_EQ(a.Slots(0), 8);
   EXPECT_EQ(cache->allocator().num_pages_free(), 3);
 
   // Exactly what is free succeeds and takes it all.
   EXPECT_EQ(cache->PagesNeeded(b, 12), 3);
   ASSERT_TRUE(cache->Reserve(b, 12).ok());
-  EXPECT_EQ(b.pages.size(), 3u);
+  EXPECT_EQ(b.NumPages(), 3);
   EXPECT_EQ(b.peak_pages, 3);
   EXPECT_EQ(cache->allocator().num_pages_free(), 0);
 
   // With the pool empty, growth within the last page needs no page and succeeds.
-  cache->Commit(b, 9);  // 9 slots: 3 pages, room for 3 more
-  EXPECT_EQ(b.pages.size(), 3u);
+  cache->CommitStep(b, 9);  // 9 slots: 3 pages, room for 3 more
+  EXPECT_EQ(b.NumPages(), 3);
   EXPECT_EQ(cache->PagesNeeded(b, 3), 0);
   EXPECT_TRUE(cache->Reserve(b, 3).ok());
   EXPECT_EQ(cache->PagesNeeded(b, 4), 1);
   EXPECT_TRUE(absl::IsResourceExhausted(cache->Reserve(b, 4)));
-  EXPECT_EQ(b.pages.size(), 3u);
+  EXPECT_EQ(b.NumPages(), 3);
 
   cache->Release(a);
   cache->Release(b);
@@ -549,16 +569,16 @@ TEST(KvCacheTest, CommitAndTruncateReturnPagesPastTheLastSlot) {
   ASSERT_NE(cache, nullptr);
   SequenceKv s;  // no policy: never evicts
   ASSERT_TRUE(cache->Reserve(s, 14).ok());
-  EXPECT_EQ(s.pages.size(), 4u);
-  cache->Commit(s, 14);
-  EXPECT_EQ(s.num_slots, 14);
+  EXPECT_EQ(s.NumPages(), 4);
+  cache->CommitStep(s, 14);
+  EXPECT_EQ(s.Slots(0), 14);
   EXPECT_EQ(s.tokens_evicted, 0);
   cache->Truncate(s, 5);
-  EXPECT_EQ(s.num_slots, 5);
-  EXPECT_EQ(s.pages.size(), 2u);
+  EXPECT_EQ(s.Slots(0), 5);
+  EXPECT_EQ(s.NumPages(), 2);
   EXPECT_EQ(cache->allocator().num_pages_used(), 2);
   cache->Truncate(s, 0);
-  EXPECT_TRUE(s.pages.empty());
+  EXPECT_EQ(s.NumPages(), 0);
   EXPECT_EQ(cache->allocator().num_pages_used(), 0);
   EXPECT_EQ(s.peak_pages, 4);
 
@@ -576,10 +596,10 @@ TEST(KvCacheTest, CommitAndTruncateReturnPagesPastTheLastSlot) {
       cache->EvictHead(w, l, h, 11, 10);
     }
   }
-  cache->Commit(w, 11);
-  EXPECT_EQ(w.num_slots, 5);
+  cache->CommitStep(w, 11);
+  EXPECT_EQ(w.Slots(0), 5);
   EXPECT_EQ(w.tokens_evicted, 6);
-  EXPECT_EQ(w.pages.size(), 2u);
+  EXPECT_EQ(w.NumPages(), 2);
   EXPECT_EQ(KeptPositions(*cache, w, 1, 1), (std::set<int32_t>{6, 7, 8, 9, 10}));
   cache->Release(w);
   EXPECT_EQ(cache->allocator().num_pages_used(), 0);
@@ -599,8 +619,8 @@ TEST(KvCacheTest, EvictHeadWithinBudgetLeavesSlotsAlone) {
   for (int32_t slot = 0; slot < 6; ++slot) v.Pos(slot) = order[slot];
   cache->EvictHead(s, 0, 1, 6, 5);
   for (int32_t slot = 0; slot < 6; ++slot) EXPECT_EQ(v.Pos(slot), order[slot]);
-  cache->Commit(s, 6);
-  EXPECT_EQ(s.num_slots, 6);
+  cache->CommitStep(s, 6);
+  EXPECT_EQ(s.Slots(0), 6);
   cache->Release(s);
 }
 
@@ -696,8 +716,8 @@ TEST(KvCacheTest, EvictHeadPassesTheStepAndMovesTheChannel) {
     EXPECT_EQ(h.Pos(s), 13 + s);
     EXPECT_EQ(h.Score(s), 0.5f * (3 + s));
   }
-  cache->Commit(seq, 6);
-  EXPECT_EQ(seq.num_slots, 3);
+  cache->CommitStep(seq, 6);
+  EXPECT_EQ(seq.Slots(0), 3);
   cache->Release(seq);
 }
 

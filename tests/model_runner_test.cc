@@ -230,7 +230,7 @@ TEST(ModelRunnerTest, ChunkedPrefillEqualsTokenByToken) {
 
 TEST(ModelRunnerTest, RejectsBadPlansWithoutSideEffects) {
   std::unique_ptr<Model> model = Load(testing::ModelPath());
-  auto cache = *KvCache::Create(KvShapeFor(model->config, 16), 4);
+  auto cache = *KvCache::Create(KvShapeFor(model->config, 16), 4 * model->config.num_layers);
   ModelRunner runner(*model, cache.get());
   SequenceKv kv;
   std::vector<int32_t> bad = {1, 512};
@@ -257,7 +257,7 @@ TEST(ModelRunnerTest, RejectsBadPlansWithoutSideEffects) {
 
 TEST(ModelRunnerTest, KvHeadsKeepTheirOwnTokensUnderH2o) {
   std::unique_ptr<Model> model = Load(testing::ModelPath());
-  auto cache = *KvCache::Create(KvShapeFor(model->config, 16), 16);
+  auto cache = *KvCache::Create(KvShapeFor(model->config, 16), 16 * model->config.num_layers);
   ModelRunner runner(*model, cache.get());
   auto h2o = *MakePolicy("h2o");
   SequenceKv kv;
@@ -269,17 +269,19 @@ TEST(ModelRunnerTest, KvHeadsKeepTheirOwnTokensUnderH2o) {
     auto logits = runner.Forward({&step, 1});
     ASSERT_TRUE(logits.ok());
     tokens.push_back(ArgmaxRow(logits->data(), 512));
-    ASSERT_LE(kv.num_slots, 32);
-    ASSERT_LE(kv.pages.size(), 2u);
+    for (int32_t l = 0; l < model->config.num_layers; ++l) {
+      ASSERT_LE(kv.Slots(l), 32);
+      ASSERT_LE(kv.Table(l).pages.size(), 2u);
+    }
   }
   // Collect the kept positions of every (layer, kv head); H2O heads attend differently, so
   // they keep different sets. The 16 most recent tokens are in every set.
   std::set<std::set<int32_t>> distinct;
   for (int32_t l = 0; l < model->config.num_layers; ++l) {
     for (int32_t h = 0; h < model->config.num_kv_heads; ++h) {
-      PagedKvHead view = cache->View(kv, l, h, kv.num_slots);
+      PagedKvHead view = cache->View(kv, l, h, kv.Slots(l));
       std::set<int32_t> kept;
-      for (int32_t s = 0; s < kv.num_slots; ++s) kept.insert(view.Pos(s));
+      for (int32_t s = 0; s < kv.Slots(l); ++s) kept.insert(view.Pos(s));
       ASSERT_EQ(kept.size(), 32u);
       for (int32_t p = 199 - 15; p <= 199; ++p) EXPECT_TRUE(kept.count(p)) << p;
       distinct.insert(kept);

@@ -219,7 +219,7 @@ TEST_P(PageCacheTest, MatchesSlotReferenceAndAdmissionPeak) {
         int32_t n = chunked ? 1 + static_cast<int32_t>(rng() % kMaxChunk) : 1;
         n = std::min(n, kLength - next);
         ASSERT_TRUE(cache->Reserve(kv, n).ok()) << "at position " << next;
-        const int32_t old = kv.num_slots, held = old + n, newest = next + n - 1;
+        const int32_t old = kv.Slots(0), held = old + n, newest = next + n - 1;
         for (int32_t l = 0; l < shape.num_layers; ++l) {
           for (int32_t h = 0; h < shape.num_kv_heads; ++h) {
             std::vector<Slot>& r = ref[l * shape.num_kv_heads + h];
@@ -266,19 +266,19 @@ TEST_P(PageCacheTest, MatchesSlotReferenceAndAdmissionPeak) {
             cache->EvictHead(kv, l, h, held, newest, n);
           }
         }
-        if (KeptAfterStep(kv, held, B) < held) ++evictions;
-        cache->Commit(kv, held);
+        if (KeptAfterStep(kv, 0, held, B) < held) ++evictions;
+        cache->CommitStep(kv, n);
         next += n;
-        ASSERT_EQ(kv.num_slots, KeptAfterStep(SequenceKv{{}, 0, budget, policy.get()}, next, B));
-        ASSERT_LT(kv.num_slots, budget + B);
-        ASSERT_EQ(kv.tokens_evicted, next - kv.num_slots);
+        ASSERT_EQ(kv.Slots(0), KeptAfterStep(policy.get(), budget, next, B));
+        ASSERT_LT(kv.Slots(0), budget + B);
+        ASSERT_EQ(kv.tokens_evicted, next - kv.Slots(0));
         ASSERT_EQ(kv.tokens_evicted % B, 0);
         for (int32_t l = 0; l < shape.num_layers; ++l) {
           for (int32_t h = 0; h < shape.num_kv_heads; ++h) {
             const std::vector<Slot>& r = ref[l * shape.num_kv_heads + h];
-            ASSERT_EQ(static_cast<int32_t>(r.size()), kv.num_slots);
-            PagedKvHead v = cache->View(kv, l, h, kv.num_slots);
-            for (int32_t s = 0; s < kv.num_slots; ++s) {
+            ASSERT_EQ(static_cast<int32_t>(r.size()), kv.Slots(l));
+            PagedKvHead v = cache->View(kv, l, h, kv.Slots(l));
+            for (int32_t s = 0; s < kv.Slots(l); ++s) {
               ASSERT_EQ(v.Pos(s), r[s].pos) << "layer " << l << " head " << h << " slot " << s;
               ASSERT_EQ(v.Score(s), r[s].score) << "slot " << s;
               for (int32_t d = 0; d < 4; ++d) {

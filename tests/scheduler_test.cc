@@ -66,13 +66,25 @@ struct RunStats {
 // A pool, a scheduler over it, and the sequences it serves (owned here, as the engine owns them).
 class Harness {
  public:
-  // Bounded sequences use the window policy at `granularity`.
+  // Bounded sequences use the window policy at `granularity` with `layers` budgets; with layer
+  // budgets other than uniform the pool has 3 layers, a table each.
   Harness(int32_t num_pages, const SchedulerConfig& config,
-          EvictGranularity granularity = EvictGranularity::kToken)
-      : cache_(*KvCache::Create(TinyShape(), num_pages)),
-        window_(*MakePolicy("window", 0.5, granularity)),
+          EvictGranularity granularity = EvictGranularity::kToken,
+          LayerBudgets layers = LayerBudgets::kUniform, uint32_t seed = 1)
+      : cache_(*KvCache::Create(LayerShape(layers), num_pages)),
+        window_(*MakePolicy("window", 0.5, granularity, layers)),
         config_(config),
-        sched_(cache_.get(), config) {}
+        sched_(cache_.get(), config),
+        rng_(seed) {}
+
+  static KvShape LayerShape(LayerBudgets layers) {
+    KvShape s = TinyShape();
+    if (layers != LayerBudgets::kUniform) {
+      s.num_layers = 3;
+      s.table_per_layer = true;
+    }
+    return s;
+  }
 
   // A new sequence (not yet enqueued) with `prompt` tokens and room for `max_total`; bounded by
   // the window policy with `budget` when budget > 0.
@@ -161,8 +173,8 @@ class Harness {
       // Released, to be recomputed from its first token (unless readmitted this very step, when
       // its first chunk is already planned from 0).
       EXPECT_EQ(v->num_computed, 0);
-      EXPECT_TRUE(v->kv.pages.empty());
-      EXPECT_EQ(v->kv.num_slots, 0);
+      EXPECT_TRUE(v->kv.tables.empty());
+      EXPECT_EQ(v->kv.NumPages(), 0);
     }
 
     // (3) FCFS: admitted ++ waiting_after == reversed(preempted) ++ waiting_before.
@@ -231,23 +243,29 @@ class Harness {
   void Run(const StepPlan& plan) {
     // (1) The pages the scheduler promised: the plan names each chunk's new pages, and applying
     // it allocates exactly those, all of the step's chunks at once.
-    std::vector<size_t> pages_before;
-    for (const ScheduledChunk& c : plan.chunks) pages_before.push_back(c.seq->kv.pages.size());
+    std::vector<int64_t> pages_before;
+    for (const ScheduledChunk& c : plan.chunks) pages_before.push_back(c.seq->kv.NumPages());
     const int32_t free = cache_->allocator().num_pages_free();
     absl::Status applied = ApplyPagePlan(plan, *cache_);
     ASSERT_TRUE(applied.ok()) << "overcommit at step " << stats_.steps << ", " << free
                               << " pages free: " << applied;
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
       const ScheduledChunk& c = plan.chunks[i];
-      EXPECT_EQ(c.seq->kv.pages.size() - pages_before[i], static_cast<size_t>(c.new_pages))
+      EXPECT_EQ(c.seq->kv.NumPages() - pages_before[i], c.new_pages)
           << "seq " << c.seq->id << " chunk " << c.start << "+" << c.count;
       if (c.seq->bounded() && c.count == 1) {  // a decode step stays within the worst case
-        EXPECT_LE(static_cast<int32_t>(c.seq->kv.pages.size()), sched_.WorstCasePages(*c.seq));
+        EXPECT_LE(c.seq->kv.NumPages(), sched_.WorstCasePages(*c.seq));
       }
     }
     for (const ScheduledChunk& c : plan.chunks) {
       Sequence& s = *c.seq;
-      cache_->Commit(s.kv, s.kv.num_slots + c.count);
+      cache_->CommitStep(s.kv, c.count);
+      if (s.kv.policy != nullptr && s.kv.policy->layer_budgets() == LayerBudgets::kSqueeze &&
+          !s.kv.layers_measured) {
+        // As the runner does after a squeeze sequence's first step: per-layer budgets summing
+        // to L x budget (here random, any split admission must hold), applied at once.
+        SetRandomLayerBudgets(s);
+      }
       s.num_computed += c.count;
       ++stats_.chunks;
       if (!c.samples) continue;
@@ -260,21 +278,32 @@ class Harness {
     }
   }
 
+  void SetRandomLayerBudgets(Sequence& s) {
+    const int32_t L = cache_->shape().num_layers;
+    std::vector<int32_t> budgets(L, 1);
+    for (int64_t left = int64_t(L) * (s.kv.budget - 1); left > 0; --left) ++budgets[rng_() % L];
+    cache_->SetLayerBudgets(s.kv, budgets, s.num_computed + s.pending() - 1);
+    EXPECT_EQ(s.kv.layer_budgets, budgets);
+  }
+
   void CheckBetweenSteps() {
     int32_t held = 0;
     for (Sequence* s : sched_.running()) {
-      held += static_cast<int32_t>(s->kv.pages.size());
-      EXPECT_EQ(static_cast<int32_t>(s->kv.pages.size()), CeilDiv(s->kv.num_slots, kBlock));
-      if (s->bounded()) {  // a page granularity head stays under a page over its budget
-        EXPECT_LE(s->kv.num_slots,
-                  s->kv.budget + (window_->page_granularity() ? kBlock - 1 : 0));
-        EXPECT_LE(static_cast<int32_t>(s->kv.pages.size()), sched_.WorstCasePages(*s));
-      } else {
-        EXPECT_EQ(s->kv.num_slots, s->num_computed);
+      held += static_cast<int32_t>(s->kv.NumPages());
+      for (int32_t l = 0; l < cache_->shape().num_layers && !s->kv.tables.empty(); ++l) {
+        EXPECT_EQ(static_cast<int32_t>(s->kv.Table(l).pages.size()),
+                  CeilDiv(s->kv.Slots(l), kBlock));
+        if (s->bounded()) {  // a page granularity head stays under a page over its budget
+          EXPECT_LE(s->kv.Slots(l),
+                    s->kv.LayerBudget(l) + (window_->page_granularity() ? kBlock - 1 : 0));
+        } else {
+          EXPECT_EQ(s->kv.Slots(l), s->num_computed);
+        }
       }
+      if (s->bounded()) EXPECT_LE(s->kv.NumPages(), sched_.WorstCasePages(*s));
     }
     for (Sequence* s : sched_.waiting()) {
-      EXPECT_TRUE(s->kv.pages.empty()) << "a waiting sequence holds pages";
+      EXPECT_TRUE(s->kv.tables.empty()) << "a waiting sequence holds pages";
       EXPECT_EQ(s->num_computed, 0);
     }
     EXPECT_EQ(cache_->allocator().num_pages_used(), held) << "pages leaked";
@@ -286,6 +315,7 @@ class Harness {
   Scheduler sched_;
   std::vector<std::unique_ptr<Sequence>> seqs_;
   RunStats stats_;
+  std::mt19937 rng_;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -408,7 +438,7 @@ TEST(SchedulerTest, ApplyPagePlanIsAllOrNothing) {
   absl::Status s = ApplyPagePlan(plan, h.cache());
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal) << s;
   EXPECT_EQ(h.cache().allocator().num_pages_free(), free);
-  EXPECT_TRUE(a->kv.pages.empty());
+  EXPECT_EQ(a->kv.NumPages(), 0);
   plan.chunks[1].new_pages = 5;
   ASSERT_TRUE(ApplyPagePlan(plan, h.cache()).ok());
   EXPECT_EQ(h.cache().allocator().num_pages_free(), free - 10);
@@ -497,7 +527,7 @@ TEST(SchedulerTest, HeadOfQueueBlocksSmallerLaterRequests) {
   ASSERT_EQ(admission_order.size(), 2u);
   EXPECT_EQ(admission_order[0], big);
   EXPECT_EQ(admission_order[1], small);
-  EXPECT_EQ(first->kv.pages.size(), 0u);
+  EXPECT_EQ(first->kv.NumPages(), 0);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -516,7 +546,7 @@ TEST(SchedulerTest, NewestFullSequenceIsPreemptedAndRecomputed) {
   bool saw = false;
   for (int i = 0; i < 200 && !saw; ++i) {
     const size_t c_tokens = c->tokens.size();
-    const int32_t c_pages = static_cast<int32_t>(c->kv.pages.size());
+    const int32_t c_pages = static_cast<int32_t>(c->kv.NumPages());
     const std::vector<Sequence*> running = h.sched().running();
     const bool c_running = std::find(running.begin(), running.end(), c) != running.end();
     StepPlan p = h.Step();
@@ -539,7 +569,7 @@ TEST(SchedulerTest, NewestFullSequenceIsPreemptedAndRecomputed) {
   Sequence* head = h.sched().waiting().front();
   EXPECT_TRUE(head == b || head == c);
   EXPECT_EQ(c->num_computed, 0);
-  EXPECT_TRUE(c->kv.pages.empty());
+  EXPECT_EQ(c->kv.NumPages(), 0);
   // When c runs again, it starts at token 0 and samples only after all its tokens.
   const size_t c_tokens = c->tokens.size();
   int32_t recomputed = 0;
@@ -613,9 +643,9 @@ TEST(SchedulerTest, FullSequenceIsNotPreemptedForAScratchReserveNobodyNeeds) {
   Sequence* f = h.Enqueue(56, 60);
   Sequence* b = h.Enqueue(8, 200, /*budget=*/3);
   for (int i = 0; i < 2000 && f->preemptions == 0 && b->preemptions == 0; ++i) {
-    const int32_t f_pages = static_cast<int32_t>(f->kv.pages.size());
+    const int32_t f_pages = static_cast<int32_t>(f->kv.NumPages());
     const int32_t free_pages = h.cache().allocator().num_pages_free();
-    const int32_t b_pages = static_cast<int32_t>(b->kv.pages.size());
+    const int32_t b_pages = static_cast<int32_t>(b->kv.NumPages());
     h.Step();
     if (f->preemptions > 0) {
       ADD_FAILURE() << "the full-cache sequence preempted itself at step " << h.stats().steps
@@ -671,13 +701,15 @@ Workload RandomWorkload(std::mt19937& rng, double bounded_fraction) {
 
 // Runs one random workload: sequences arrive over time; only those Fits() accepts are submitted.
 RunStats RunRandom(uint32_t seed, double bounded_fraction, int64_t* total_steps,
-                   EvictGranularity granularity = EvictGranularity::kToken) {
+                   EvictGranularity granularity = EvictGranularity::kToken,
+                   LayerBudgets layers = LayerBudgets::kUniform) {
   std::mt19937 rng(seed);
   auto uni = [&](int32_t lo, int32_t hi) {
     return std::uniform_int_distribution<int32_t>(lo, hi)(rng);
   };
   const Workload w = RandomWorkload(rng, bounded_fraction);
-  Harness h(w.pages, w.config, granularity);
+  Harness h(w.pages * Harness::LayerShape(layers).NumTables(), w.config, granularity, layers,
+            seed);
   const int32_t wanted = uni(1, 24);
   struct Arrival {
     int64_t step;
@@ -763,6 +795,33 @@ TEST(SchedulerRandomTest, MixedAtPageGranularity) {
   int64_t steps = 0;
   for (uint32_t seed = 4001; seed <= 4200 && !HasFailure(); ++seed) {
     RunRandom(seed, 0.5, &steps, EvictGranularity::kPage);
+  }
+  EXPECT_GT(steps, 2000);
+}
+
+// Layer budgets: pyramid's are known at admission, squeeze's only after the first step (here a
+// random split of L x budget): admission's PeakPages bound holds for any split, so bounded
+// sequences still never preempt and never hold more than their worst case.
+TEST(SchedulerRandomTest, BoundedOnlyWithPyramidLayerBudgets) {
+  int64_t steps = 0;
+  for (uint32_t seed = 5001; seed <= 5200 && !HasFailure(); ++seed) {
+    RunRandom(seed, 1.0, &steps, EvictGranularity::kToken, LayerBudgets::kPyramid);
+  }
+  EXPECT_GT(steps, 2000);
+}
+
+TEST(SchedulerRandomTest, BoundedOnlyWithSqueezeLayerBudgets) {
+  int64_t steps = 0;
+  for (uint32_t seed = 6001; seed <= 6200 && !HasFailure(); ++seed) {
+    RunRandom(seed, 1.0, &steps, EvictGranularity::kToken, LayerBudgets::kSqueeze);
+  }
+  EXPECT_GT(steps, 2000);
+}
+
+TEST(SchedulerRandomTest, MixedWithSqueezeLayerBudgetsAtPageGranularity) {
+  int64_t steps = 0;
+  for (uint32_t seed = 7001; seed <= 7200 && !HasFailure(); ++seed) {
+    RunRandom(seed, 0.5, &steps, EvictGranularity::kPage, LayerBudgets::kSqueeze);
   }
   EXPECT_GT(steps, 2000);
 }

@@ -222,9 +222,10 @@ absl::StatusOr<int32_t> CudaDefaultKvPages(const Model& model, const KvShape& sh
 absl::Status CudaModelRunner::Impl::Init() {
   const ModelConfig& c = model.config;
   const KvShape& s = cache->shape();
-  if (cache->storage() != KvStorage::kExternal || s.element_bytes != 2) {
+  if (cache->storage() != KvStorage::kExternal || s.element_bytes != 2 || s.table_per_layer) {
     return absl::InvalidArgumentError(
-        "the CUDA runner needs a KV cache with external bf16 storage (CreateKvCache(kCuda, ...))");
+        "the CUDA runner needs a KV cache with external bf16 storage and one table for all "
+        "layers (CreateKvCache(kCuda, KvShapeForDevice(kCuda, ...)))");
   }
   if (s.num_layers != c.num_layers || s.num_kv_heads != c.num_kv_heads ||
       s.head_dim != c.head_dim()) {
@@ -493,7 +494,7 @@ absl::Status CudaModelRunner::Impl::Run(std::span<const SequenceStep> steps, boo
   for (size_t i = 0; i < steps.size(); ++i) {
     absl::Status s = cache->Reserve(*steps[i].kv, steps[i].tokens.size());
     if (!s.ok()) {
-      for (size_t j = 0; j < i; ++j) cache->Truncate(*steps[j].kv, steps[j].kv->num_slots);
+      for (size_t j = 0; j < i; ++j) cache->Unreserve(*steps[j].kv);
       return s;
     }
   }
@@ -501,12 +502,12 @@ absl::Status CudaModelRunner::Impl::Run(std::span<const SequenceStep> steps, boo
   if (s.ok()) s = Enqueue();
   if (!s.ok()) {
     // Nothing was committed: give the reservations back. A device error leaves the runner unusable.
-    for (const SequenceStep& st : steps) cache->Truncate(*st.kv, st.kv->num_slots);
+    for (const SequenceStep& st : steps) cache->Unreserve(*st.kv);
     if (!absl::IsResourceExhausted(s)) broken = true;
     return s;
   }
   for (const SequenceStep& st : steps) {
-    cache->Commit(*st.kv, st.kv->num_slots + static_cast<int32_t>(st.tokens.size()));
+    cache->CommitStep(*st.kv, static_cast<int32_t>(st.tokens.size()));
   }
   if (!copy_logits) return absl::OkStatus();
   const ModelConfig& c = model.config;
@@ -571,16 +572,19 @@ int64_t CudaModelRunner::DeviceBytes() const {
 }
 
 absl::Status CudaModelRunner::FillSyntheticKv(SequenceKv& seq, int32_t num_slots, uint64_t seed) {
-  if (seq.num_slots != 0) return absl::InvalidArgumentError("FillSyntheticKv needs an empty sequence");
+  if (seq.Slots(0) != 0) {
+    return absl::InvalidArgumentError("FillSyntheticKv needs an empty sequence");
+  }
   HEAVYKV_RETURN_IF_ERROR(impl_->cache->Reserve(seq, num_slots));
-  HEAVYKV_RETURN_IF_ERROR(impl_->meta.Reserve(seq.pages.size() * sizeof(int32_t), impl_->stream));
+  const std::vector<int32_t>& pages = seq.Table(0).pages;
+  HEAVYKV_RETURN_IF_ERROR(impl_->meta.Reserve(pages.size() * sizeof(int32_t), impl_->stream));
   HEAVYKV_CUDA_RETURN(cudaStreamSynchronize(impl_->stream));
-  HEAVYKV_CUDA_RETURN(cudaMemcpy(impl_->meta.as<int32_t>(), seq.pages.data(),
-                                 seq.pages.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
+  HEAVYKV_CUDA_RETURN(cudaMemcpy(impl_->meta.as<int32_t>(), pages.data(),
+                                 pages.size() * sizeof(int32_t), cudaMemcpyHostToDevice));
   HEAVYKV_CUDA_RETURN(cuda::FillSyntheticKv(impl_->pool, impl_->meta.as<int32_t>(), num_slots,
                                             seed, impl_->stream));
   HEAVYKV_CUDA_RETURN(cudaStreamSynchronize(impl_->stream));
-  impl_->cache->Commit(seq, num_slots);
+  impl_->cache->CommitStep(seq, num_slots);
   return absl::OkStatus();
 }
 
@@ -588,11 +592,12 @@ absl::Status CudaModelRunner::ReadSlots(const SequenceKv& seq, int32_t layer, in
                                         std::vector<int32_t>* pos, std::vector<float>* score) {
   HEAVYKV_CUDA_RETURN(cudaStreamSynchronize(impl_->stream));
   const cuda::DeviceKvPool& p = impl_->pool;
-  pos->resize(seq.num_slots);
-  score->resize(seq.num_slots);
-  for (int32_t s0 = 0; s0 < seq.num_slots; s0 += p.block_size) {
-    const int32_t n = std::min(p.block_size, seq.num_slots - s0);
-    const int64_t m = p.MetaOffset(seq.pages[s0 / p.block_size], layer, kv_head, 0);
+  const KvTable& table = seq.Table(0);
+  pos->resize(table.num_slots);
+  score->resize(table.num_slots);
+  for (int32_t s0 = 0; s0 < table.num_slots; s0 += p.block_size) {
+    const int32_t n = std::min(p.block_size, table.num_slots - s0);
+    const int64_t m = p.MetaOffset(table.pages[s0 / p.block_size], layer, kv_head, 0);
     HEAVYKV_CUDA_RETURN(cudaMemcpy(pos->data() + s0, p.pos + m, n * sizeof(int32_t),
                                    cudaMemcpyDeviceToHost));
     HEAVYKV_CUDA_RETURN(cudaMemcpy(score->data() + s0, p.score + m, n * sizeof(float),

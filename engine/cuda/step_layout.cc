@@ -19,6 +19,12 @@ absl::Status CheckGpuPolicy(const EvictionPolicy* policy) {
         "page eviction granularity has no CUDA implementation; use granularity=token or "
         "--device cpu");
   }
+  if (policy->layer_budgets() != LayerBudgets::kUniform) {
+    return absl::UnimplementedError(absl::StrCat(
+        LayerBudgetsName(policy->layer_budgets()),
+        " layer budgets have no CUDA implementation (the GPU pool has one block table for all "
+        "layers); use layers=uniform or --device cpu"));
+  }
   return absl::UnimplementedError(absl::StrCat(
       "KV policy \"", policy->name(),
       "\" has no CUDA implementation (the GPU runs full, window, sink and h2o); use --device cpu"));
@@ -42,7 +48,7 @@ absl::Status BuildStepLayout(std::span<const SequenceStep> steps, std::span<cons
   for (const SequenceStep& st : steps) {
     T += st.tokens.size();
     rows += st.all_logits ? st.tokens.size() : 1;
-    pages += st.kv->pages.size();
+    pages += st.kv->Table(0).pages.size();
   }
   L.num_seqs = S;
   L.num_tokens = static_cast<int32_t>(T);
@@ -76,15 +82,17 @@ absl::Status BuildStepLayout(std::span<const SequenceStep> steps, std::span<cons
     const SequenceStep& st = steps[i];
     const SequenceKv& kv = *st.kv;
     const int32_t n = static_cast<int32_t>(st.tokens.size());
-    const int64_t held = int64_t(kv.num_slots) + n;
-    if (int64_t(kv.pages.size()) * block_size < held) {
-      return absl::InternalError(absl::StrCat("sequence ", i, " holds ", kv.pages.size(),
+    // The CUDA layout: one table for all layers (KvShape::table_per_layer false).
+    const KvTable& table = kv.Table(0);
+    const int64_t held = int64_t(table.num_slots) + n;
+    if (int64_t(table.pages.size()) * block_size < held) {
+      return absl::InternalError(absl::StrCat("sequence ", i, " holds ", table.pages.size(),
                                               " pages for ", held, " slots: not reserved"));
     }
     L.max_held = std::max<int32_t>(L.max_held, static_cast<int32_t>(held));
     d[L.page_indptr + i] = static_cast<int32_t>(p);
-    for (int32_t page : kv.pages) d[L.page_ids + p++] = page;
-    d[L.num_old + i] = kv.num_slots;
+    for (int32_t page : table.pages) d[L.page_ids + p++] = page;
+    d[L.num_old + i] = table.num_slots;
     d[L.num_new + i] = n;
     d[L.token_begin + i] = static_cast<int32_t>(t);
     d[L.start_pos + i] = st.start_pos;

@@ -92,6 +92,16 @@ float L2Norm(const float* x, int64_t n) {
   return std::sqrt(sum);
 }
 
+double CosineSimilarity(const float* x, const float* y, int64_t n) {
+  double xy = 0, xx = 0, yy = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    xy += double(x[i]) * y[i];
+    xx += double(x[i]) * x[i];
+    yy += double(y[i]) * y[i];
+  }
+  return xx > 0 && yy > 0 ? xy / std::sqrt(xx * yy) : 1.0;
+}
+
 void Softmax(float* x, int64_t n) {
   float max_val = x[0];
   for (int64_t i = 1; i < n; ++i) max_val = x[i] > max_val ? x[i] : max_val;

@@ -38,6 +38,9 @@ void Add(float* x, const float* y, int64_t n);
 // sqrt(sum of x[i]^2), the L2 norm of x[n].
 float L2Norm(const float* x, int64_t n);
 
+// x . y / (|x| |y|) in double, 1 when either is zero; the cosine similarity of x[n] and y[n].
+double CosineSimilarity(const float* x, const float* y, int64_t n);
+
 // In-place softmax of x[n] (max-subtracted, as run.c).
 void Softmax(float* x, int64_t n);
 

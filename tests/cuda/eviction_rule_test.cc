@@ -125,12 +125,10 @@ TEST(EvictionRuleTest, RuleParametersMatchThePolicies) {
 TEST(StepLayoutTest, PacksBlockTablesCountsAndLogitRows) {
   auto h2o = *MakePolicy("h2o", 0.5);
   SequenceKv a, b;
-  a.pages = {7, 3};
-  a.num_slots = 20;  // block size 16: 2 pages cover 20 + 1
+  a.tables = {KvTable{{7, 3}, 20}};  // block size 16: 2 pages cover 20 + 1
   a.policy = h2o.get();
   a.budget = 16;
-  b.pages = {5};
-  b.num_slots = 0;
+  b.tables = {KvTable{{5}, 0}};
   const std::vector<int32_t> ta = {42}, tb = {1, 2, 3};
   const SequenceStep steps[] = {{&a, ta, 20, false}, {&b, tb, 0, true}};
   const EvictRule rules[] = {*EvictRuleFor(h2o.get(), 16), EvictRule{}};
@@ -164,7 +162,7 @@ TEST(StepLayoutTest, PacksBlockTablesCountsAndLogitRows) {
   EXPECT_EQ(d[L.evict_param], 8);
   EXPECT_EQ(d[L.evict_kind + 1], cuda::kEvictNone);
 
-  a.pages = {7};  // not reserved for the new token
+  a.tables[0].pages = {7};  // not reserved for the new token
   EXPECT_EQ(BuildStepLayout(steps, rules, 16, &L).code(), absl::StatusCode::kInternal);
 }
 

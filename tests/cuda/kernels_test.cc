@@ -276,7 +276,7 @@ struct PoolFixture {
       for (int32_t h = 0; h < shape.num_kv_heads; ++h) {
         PagedKvHead v = cache->View(seq, l, h, n);
         for (int32_t s = 0; s < n; ++s) {
-          const int32_t page = seq.pages[s / bs], row = s % bs;
+          const int32_t page = seq.Table(0).pages[s / bs], row = s % bs;
           for (int32_t d = 0; d < hd; ++d) {
             kv[dev.RowOffset(page, l, h, 0, row) + d] = __float2bfloat16_rn(v.KRow(s)[d]);
             kv[dev.RowOffset(page, l, h, 1, row) + d] = __float2bfloat16_rn(v.VRow(s)[d]);
@@ -355,7 +355,7 @@ void CheckAttention(int32_t kv_heads, int32_t group, int32_t hd, const std::vect
   for (size_t i = 0; i < specs.size(); ++i) {
     seqs[i].policy = specs[i].scores ? h2o.get() : nullptr;
     ASSERT_TRUE(f.cache->Reserve(seqs[i], specs[i].num_old + specs[i].num_new).ok());
-    seqs[i].num_slots = specs[i].num_old;
+    seqs[i].tables[0].num_slots = specs[i].num_old;
     f.Fill(seqs[i], specs[i].num_old + specs[i].num_new, 10 + i);
     f.Snapshot(seqs[i], specs[i].num_old + specs[i].num_new);
     tokens[i].assign(specs[i].num_new, 0);
@@ -440,7 +440,7 @@ void CheckAttention(int32_t kv_heads, int32_t group, int32_t hd, const std::vect
       for (int32_t h = 0; h < kv_heads; ++h) {
         PagedKvHead v = f.cache->View(seqs[i], 1, h, held);
         for (int32_t s = 0; s < held; ++s) {
-          got.push_back(got_score[f.dev.MetaOffset(seqs[i].pages[s / bs], 1, h, s % bs)]);
+          got.push_back(got_score[f.dev.MetaOffset(seqs[i].Table(0).pages[s / bs], 1, h, s % bs)]);
           expect.push_back(v.Score(s));
         }
       }
@@ -491,7 +491,7 @@ TEST(CudaKvAppendTest, WritesRowsPositionsAndZeroScores) {
   PoolFixture f(layers, kv_heads, hd, bs, 8);
   SequenceKv a, b;
   ASSERT_TRUE(f.cache->Reserve(a, 6).ok());  // 2 old + 4 new slots
-  a.num_slots = 2;
+  a.tables[0].num_slots = 2;
   ASSERT_TRUE(f.cache->Reserve(b, 1).ok());
   const std::vector<int32_t> ta(4, 0), tb(1, 0);
   const SequenceStep steps[] = {{&a, ta, 10, false}, {&b, tb, 0, false}};
@@ -512,7 +512,7 @@ TEST(CudaKvAppendTest, WritesRowsPositionsAndZeroScores) {
   const std::vector<float> score = dscore.Download();
   struct Row { const SequenceKv* seq; int32_t slot, token, position; };
   for (Row r : {Row{&a, 2, 0, 10}, Row{&a, 3, 1, 11}, Row{&a, 5, 3, 13}, Row{&b, 0, 4, 0}}) {
-    const int32_t page = r.seq->pages[r.slot / bs], row = r.slot % bs;
+    const int32_t page = r.seq->Table(0).pages[r.slot / bs], row = r.slot % bs;
     for (int32_t h = 0; h < kv_heads; ++h) {
       for (int32_t d = 0; d < hd; ++d) {
         EXPECT_EQ(__bfloat162float(kv[f.dev.RowOffset(page, 1, h, 0, row) + d]),
@@ -537,7 +537,7 @@ TEST(CudaKvAppendTest, RopeKvAppendMatchesRopeThenKvAppend) {
     PoolFixture f(layers, kv_heads, hd, bs, 8);
     SequenceKv a, b;
     ASSERT_TRUE(f.cache->Reserve(a, 21).ok());  // 17 old + 4 new slots
-    a.num_slots = 17;
+    a.tables[0].num_slots = 17;
     ASSERT_TRUE(f.cache->Reserve(b, 1).ok());
     const std::vector<int32_t> ta(4, 0), tb(1, 0);
     const SequenceStep steps[] = {{&a, ta, 131000, false}, {&b, tb, 3, false}};
@@ -612,7 +612,7 @@ TEST(CudaEvictTest, KeepsTheSameSlotsAsTheCpu) {
     seqs[i].budget = s.budget;
     const int32_t held = s.num_old + s.num_new;
     ASSERT_TRUE(f.cache->Reserve(seqs[i], held).ok());
-    seqs[i].num_slots = s.num_old;
+    seqs[i].tables[0].num_slots = s.num_old;
     f.Fill(seqs[i], held, 20 + i);
     // Old slots hold distinct older positions in shuffled slot order (earlier compactions); the
     // new ones the step's positions. Scores distinct, or from 4 values to exercise tie-breaking.
@@ -659,7 +659,7 @@ TEST(CudaEvictTest, KeepsTheSameSlotsAsTheCpu) {
       for (int32_t h = 0; h < kv_heads; ++h) {
         PagedKvHead v = f.cache->View(seqs[i], l, h, kept);
         for (int32_t s = 0; s < kept; ++s) {
-          const int32_t page = seqs[i].pages[s / bs], row = s % bs;
+          const int32_t page = seqs[i].Table(0).pages[s / bs], row = s % bs;
           SCOPED_TRACE(absl::StrCat(specs[i].policy, " spec ", i, " layer ", l, " head ", h,
                                     " slot ", s));
           EXPECT_EQ(pos[f.dev.MetaOffset(page, l, h, row)], v.Pos(s));

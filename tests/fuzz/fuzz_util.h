@@ -68,7 +68,9 @@ struct BundledServer {
     shape.num_kv_heads = config.num_kv_heads;
     shape.head_dim = config.head_dim();
     shape.block_size = options.block_size;
-    const int32_t pages = 16 * ((config.seq_len + shape.block_size - 1) / shape.block_size);
+    shape.table_per_layer = true;  // the CPU layout, as serve has it
+    const int32_t pages = 16 * shape.NumTables() *
+                          ((config.seq_len + shape.block_size - 1) / shape.block_size);
     absl::StatusOr<std::unique_ptr<KvCache>> kv = KvCache::Create(shape, pages);
     if (!kv.ok()) Die(std::string(kv.status().message()));
     cache = *std::move(kv);

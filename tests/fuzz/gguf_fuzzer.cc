@@ -99,7 +99,7 @@ void CheckModel(const GgufFile& f) {
     heavykv::fuzz::Die("an accepted GGUF model disagrees with its configuration");
   }
   heavykv::KvShape shape = heavykv::KvShapeFor(c, 16);
-  absl::StatusOr<std::unique_ptr<heavykv::KvCache>> cache = heavykv::KvCache::Create(shape, 4);
+  absl::StatusOr<std::unique_ptr<heavykv::KvCache>> cache = heavykv::KvCache::Create(shape, 4 * shape.NumTables());
   if (!cache.ok()) heavykv::fuzz::Die("no KV cache for an accepted model");
   heavykv::ModelRunner runner(*model, cache->get());
   heavykv::SequenceKv kv;
