@@ -72,14 +72,17 @@ double KvBytesPerToken(const ModelConfig& c, int64_t context) {
 
 std::unique_ptr<Batch> MakeBatch(const Model& model, int32_t batch, int32_t context,
                                  const std::string& policy, int32_t budget,
-                                 int32_t kv_element_bytes) {
+                                 int32_t kv_element_bytes, bool table_per_layer) {
   auto b = std::make_unique<Batch>();
   KvShape shape = KvShapeFor(model.config, 16);
   shape.element_bytes = kv_element_bytes;
-  const int32_t held = std::min(context, budget) + 1;
-  const int32_t pages =
-      batch * shape.NumTables() * ((held + shape.block_size - 1) / shape.block_size + 1);
-  b->cache = *KvCache::Create(shape, pages);
+  shape.table_per_layer = table_per_layer;
+  std::unique_ptr<EvictionPolicy> probe = policy == "full" ? nullptr : *MakePolicy(policy);
+  // Each sequence's peak (PeakPages: per layer its budget + 1, or the context + 1) and a page of
+  // slack per layer.
+  const int64_t pages =
+      batch * (PeakPages(shape, probe.get(), budget, context + 1) + shape.NumTables());
+  b->cache = *KvCache::Create(shape, static_cast<int32_t>(pages));
   std::mt19937 rng(42);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
@@ -91,19 +94,23 @@ std::unique_ptr<Batch> MakeBatch(const Model& model, int32_t batch, int32_t cont
       s.policy = b->policies.back().get();
       s.budget = budget;
     }
-    const int32_t fill = std::min(context, budget);
+    // Pyramid's first layers keep more than `budget`: fill the whole context and let each layer
+    // keep its newest min(context, b_l) (CommitStep drops the slots past that).
+    const bool pyramid = s.policy != nullptr && s.policy->layer_budgets() == LayerBudgets::kPyramid;
+    const int32_t fill = pyramid ? context : std::min(context, budget);
     if (absl::Status st = b->cache->Reserve(s, fill); !st.ok()) Die(st);
     for (int32_t l = 0; l < shape.num_layers; ++l) {
+      const int32_t kept = std::min(fill, s.LayerBudget(l));
       for (int32_t h = 0; h < shape.num_kv_heads; ++h) {
         PagedKvHead v = b->cache->View(s, l, h, fill);
         std::vector<float> k(shape.head_dim), val(shape.head_dim);
-        for (int32_t slot = 0; slot < fill; ++slot) {
+        for (int32_t slot = 0; slot < kept; ++slot) {
           for (int32_t d = 0; d < shape.head_dim; ++d) {
             k[d] = normal(rng);
             val[d] = normal(rng);
           }
           v.StoreRows(slot, k.data(), val.data());
-          v.Pos(slot) = context - fill + slot;
+          v.Pos(slot) = context - kept + slot;
           v.Score(slot) = uniform(rng);
         }
       }

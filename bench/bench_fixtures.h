@@ -44,9 +44,11 @@ struct Batch {
   std::vector<int32_t> tokens;  // one decode token per sequence
   int32_t next_pos = 0;
 };
+// `table_per_layer` false: the one-table layout the CUDA pool uses, on the host (to measure
+// the per-layer tables against it).
 std::unique_ptr<Batch> MakeBatch(const Model& model, int32_t batch, int32_t context,
                                  const std::string& policy, int32_t budget,
-                                 int32_t kv_element_bytes = 4);
+                                 int32_t kv_element_bytes = 4, bool table_per_layer = true);
 
 // One decode step of every sequence; sequences without eviction are rolled back to their
 // context afterwards so that every step runs at the same context length.

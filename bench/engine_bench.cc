@@ -234,10 +234,12 @@ void BM_Decode(benchmark::State& state, int32_t batch, int32_t context, std::str
 // times (`ratio_of_sums`: the one to read at page granularity, whose steps differ within a
 // cycle of 16); `full_ms` is the baseline's step time, `h2o_ms` the policy's, whatever they are.
 void BM_DecodePolicyVsFull(benchmark::State& state, int32_t batch, int32_t context,
-                           std::string policy, int32_t budget, std::string baseline) {
+                           std::string policy, int32_t budget, std::string baseline,
+                           bool baseline_one_table) {
   const Model& model = Stories110M();
   std::unique_ptr<Batch> full =
-      MakeBatch(model, batch, context, baseline, baseline == "full" ? kUnboundedBudget : budget);
+      MakeBatch(model, batch, context, baseline, baseline == "full" ? kUnboundedBudget : budget,
+                4, /*table_per_layer=*/!baseline_one_table);
   std::unique_ptr<Batch> h2o = MakeBatch(model, batch, context, policy, budget);
   ModelRunner full_runner(model, full->cache.get()), h2o_runner(model, h2o->cache.get());
   DecodeStep(full_runner, *full, context);  // warm-up: first touch of buffers
@@ -268,6 +270,17 @@ void BM_DecodePolicyVsFull(benchmark::State& state, int32_t batch, int32_t conte
   state.counters["ratio_of_sums"] = sum_h2o / sum_full;
   state.counters["full_ms"] = 1e3 * sum_full / n;
   state.counters["h2o_ms"] = 1e3 * sum_h2o / n;
+}
+
+void BM_DecodePolicyVsBaseline(benchmark::State& state, int32_t batch, int32_t context,
+                               std::string policy, int32_t budget, std::string baseline) {
+  BM_DecodePolicyVsFull(state, batch, context, policy, budget, baseline, false);
+}
+
+// The same policy with a block table per layer against one table for all layers.
+void BM_DecodeTablePerLayer(benchmark::State& state, int32_t batch, int32_t context,
+                            std::string policy, int32_t budget) {
+  BM_DecodePolicyVsFull(state, batch, context, policy, budget, policy, true);
 }
 
 // The eviction part of a decode step alone, page against token granularity, interleaved (ABBA):
@@ -453,7 +466,7 @@ void Register() {  // NOLINT: one list, in report order
       if (batch == 1 && std::string(p) != "h2o") continue;
       benchmark::RegisterBenchmark(
           absl::StrCat("decode/b", batch, "/ctx512/", p, "512-vs-full").c_str(),
-          BM_DecodePolicyVsFull, batch, 512, std::string(p), 512, std::string("full"))
+          BM_DecodePolicyVsBaseline, batch, 512, std::string(p), 512, std::string("full"))
           ->Iterations(batch == 1 ? 40 : 12)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
@@ -464,7 +477,7 @@ void Register() {  // NOLINT: one list, in report order
   for (int32_t batch : {1, 32}) {
     benchmark::RegisterBenchmark(
         absl::StrCat("decode/b", batch, "/ctx512/h2o512-page-vs-token").c_str(),
-        BM_DecodePolicyVsFull, batch, 512, std::string("h2o:granularity=page"), 512,
+        BM_DecodePolicyVsBaseline, batch, 512, std::string("h2o:granularity=page"), 512,
         std::string("h2o"))
         ->Iterations(batch == 1 ? 160 : 48)
         ->UseRealTime()
@@ -477,12 +490,41 @@ void Register() {  // NOLINT: one list, in report order
         ->UseRealTime()
         ->Unit(benchmark::kMicrosecond);
   }
-  benchmark::RegisterBenchmark("decode/b32/ctx512/h2o512-page-vs-full", BM_DecodePolicyVsFull,
+  benchmark::RegisterBenchmark("decode/b32/ctx512/h2o512-page-vs-full", BM_DecodePolicyVsBaseline,
                                32, 512, std::string("h2o:granularity=page"), 512,
                                std::string("full"))
       ->Iterations(48)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
+  // The host's block table per layer against one table for all layers (the layout before layer
+  // budgets, and CUDA's), the same policy: what the per-layer tables cost a decode step.
+  for (int32_t batch : {1, 32}) {
+    for (const char* p : {"full", "h2o"}) {
+      benchmark::RegisterBenchmark(
+          absl::StrCat("decode/b", batch, "/ctx512/", p, "-table-per-layer-vs-one").c_str(),
+          BM_DecodeTablePerLayer, batch, 512, std::string(p),
+          std::string(p) == "full" ? kUnboundedBudget : 256)
+          ->Iterations(batch == 1 ? 40 : 12)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
+  // Layer budgets against uniform h2o with the same total (issue 17): the step (a half-context
+  // budget, so pyramid's first layers stay within the context) and the sequences the pool holds.
+  // Not squeeze's step: its layers get their budgets on the first step and the larger ones then
+  // grow a token per step, so a short run would time a cache below its steady state.
+  benchmark::RegisterBenchmark("decode/b32/ctx512/h2o:layers=pyramid-vs-uniform-h2o256",
+                               BM_DecodePolicyVsBaseline, 32, 512,
+                               std::string("h2o:layers=pyramid"), 256, std::string("h2o"))
+      ->Iterations(12)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+  for (const char* p : {"h2o:layers=pyramid", "h2o:layers=squeeze"}) {
+    benchmark::RegisterBenchmark(absl::StrCat("capacity/len1024/", p).c_str(), BM_Capacity,
+                                 std::string(p), 4)
+        ->Iterations(1)
+        ->Unit(benchmark::kMillisecond);
+  }
   for (const char* p : {"tova", "scissorhands", "knorm", "snapkv"}) {
     benchmark::RegisterBenchmark(absl::StrCat("capacity/len1024/", p).c_str(), BM_Capacity,
                                  std::string(p), 4)

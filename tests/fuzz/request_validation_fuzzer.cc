@@ -69,7 +69,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (in.ConsumeBool()) {
     static constexpr const char* kPolicies[] = {"full", "window", "sink", "h2o", "", "H2O",
                                                 "h2o:granularity=page",
-                                                "window:granularity=page"};
+                                                "window:granularity=page",
+                                                "sink:layers=pyramid", "h2o:layers=squeeze"};
     q.policy = in.ConsumeBool() ? std::string(in.PickValueInArray(kPolicies))
                                 : in.ConsumeRandomLengthString(8);
   }
