@@ -127,8 +127,9 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
     pinned[i] = *st.kv->policy->PinnedPrefix(st.kv->budget);  // ValidateSteps checked it
     if (newest - shift_to[i] > c.seq_len - 1) shift_to[i] = newest - (st.kv->budget + n - 1);
   }
-  // Squeeze layer budgets (memory/layer_budgets.h): a sequence's first step measures, per layer,
-  // the mean cosine similarity of each token's residual stream before and after attention.
+  // Squeeze layer budgets (memory/layer_budgets.h): until its budgets are set, a sequence's steps
+  // measure, per layer, the cosine similarity of each token's residual stream before and after
+  // attention (summed here; KvCache::AddLayerSimilarity averages and decides).
   std::vector<size_t> measured;
   for (size_t i = 0; i < steps.size(); ++i) {
     const SequenceKv& kv = *steps[i].kv;
@@ -206,7 +207,7 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
         const int64_t row = (first_token[measured[m]] + j) * dim;
         sum += cpu::CosineSimilarity(&before[row], &x_[row], dim);
       }
-      similarity[m * c.num_layers + l] = sum / double(st.tokens.size());
+      similarity[m * c.num_layers + l] = sum;
     }
     cpu::RmsNorm(x_.data(), w.rms_ffn.data(), xb_.data(), T, dim, c.rms_norm_eps);
     w.w13.Multiply(xb_.data(), hb_.data(), T, 2 * hid, /*accumulate=*/false);
@@ -221,14 +222,9 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
   }
   for (size_t m = 0; m < measured.size(); ++m) {
     const SequenceStep& st = steps[measured[m]];
-    const std::span<const double> sim(&similarity[m * c.num_layers], c.num_layers);
-    std::vector<int32_t> budgets(c.num_layers, st.kv->budget);
-    // A budget that never evicts stays as it is (and L x budget would overflow the sum).
-    if (int64_t(st.kv->budget) * c.num_layers < INT32_MAX) {
-      budgets = SqueezeBudgets(st.kv->budget, sim);
-    }
-    cache_->SetLayerBudgets(*st.kv, std::move(budgets),
-                            st.start_pos + static_cast<int32_t>(st.tokens.size()) - 1);
+    const int32_t n = static_cast<int32_t>(st.tokens.size());
+    cache_->AddLayerSimilarity(*st.kv, {&similarity[m * c.num_layers], size_t(c.num_layers)}, n,
+                               st.start_pos + n - 1);
   }
 
   // Final norm and classifier only for the rows whose logits are wanted.

@@ -266,7 +266,28 @@ void KvCache::Release(SequenceKv& seq) {
   seq.tables.clear();
   seq.layer_budgets.clear();  // squeeze measures again; Reserve sets pyramid's again
   seq.layers_measured = false;
+  seq.layer_similarity.clear();
+  seq.similarity_tokens = 0;
   seq.pinned_shift = 0;  // the rotated keys are gone
+}
+
+void KvCache::AddLayerSimilarity(SequenceKv& seq, std::span<const double> sums, int32_t tokens,
+                                 int32_t newest_pos) {
+  if (seq.layers_measured) return;
+  seq.layer_similarity.resize(sums.size(), 0.0);
+  for (size_t l = 0; l < sums.size(); ++l) seq.layer_similarity[l] += sums[l];
+  seq.similarity_tokens += tokens;
+  bool full = false;
+  for (const KvTable& t : seq.tables) full |= t.num_slots >= seq.budget;
+  if (!full) return;
+  std::vector<double> mean(seq.layer_similarity);
+  for (double& m : mean) m /= seq.similarity_tokens;
+  // A budget whose L-fold total overflows never evicts anyway: it stays uniform.
+  std::vector<int32_t> budgets(mean.size(), seq.budget);
+  if (int64_t(seq.budget) * static_cast<int64_t>(mean.size()) < INT32_MAX) {
+    budgets = SqueezeBudgets(seq.budget, mean);
+  }
+  SetLayerBudgets(seq, std::move(budgets), newest_pos);
 }
 
 void KvCache::SetLayerBudgets(SequenceKv& seq, std::vector<int32_t> budgets, int32_t newest_pos) {

@@ -33,6 +33,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <span>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -80,9 +81,13 @@ struct SequenceKv {
   int32_t budget = kUnboundedBudget;  // per (layer, kv head); layer budgets keep the mean
   const EvictionPolicy* policy = nullptr;  // not owned; null: never evict (the `full` policy)
   // Per-layer budgets (policy->layer_budgets()), summing to num_layers * budget; empty: every
-  // layer keeps `budget` (uniform, or squeeze before its first step has measured the layers).
+  // layer keeps `budget` (uniform, or squeeze before it has measured the layers).
   std::vector<int32_t> layer_budgets;
   bool layers_measured = false;  // squeeze: layer_budgets were set from a measurement
+  // Squeeze's measurement so far (AddLayerSimilarity): per layer the summed cosine similarity
+  // of the residual stream before and after attention, over `similarity_tokens` tokens.
+  std::vector<double> layer_similarity;
+  int32_t similarity_tokens = 0;
   int32_t peak_pages = 0;        // the most pages held at once, all tables together
   int64_t tokens_evicted = 0;    // per (layer, head), the mean over layers: tokens dropped so far
   int64_t layer_tokens_evicted = 0;  // the same summed over layers
@@ -143,8 +148,8 @@ inline int64_t PeakDecodeSlots(const EvictionPolicy* policy, int32_t budget, int
 // The most pages a sequence of at most `max_total` tokens under `policy` (null: full) and
 // `budget` holds between and during its decode steps, all tables together: per table
 // ceil(min(max_total, PeakDecodeSlots(b_l)) / block_size), summed. For squeeze, whose layer
-// budgets are only known after the first step, the largest that sum can be for any budgets
-// summing to L x budget (and what the uniform first step holds is below it).
+// budgets are only known once it has filled its budget, the largest that sum can be for any budgets
+// summing to L x budget (and what the uniform steps before hold is below it).
 int64_t PeakPages(const KvShape& shape, const EvictionPolicy* policy, int32_t budget,
                   int32_t max_total);
 
@@ -210,11 +215,17 @@ class KvCache {
   void Release(SequenceKv& seq);
   // Records the rotation of the pinned prefix's keys (the runner rotated them).
   void SetPinnedShift(SequenceKv& seq, int32_t shift) { seq.pinned_shift = shift; }
-  // Sets a sequence's per-layer budgets between steps (squeeze, after its first step measured
+  // Sets a sequence's per-layer budgets between steps (squeeze, once its measurement decided
   // the layers): [num_layers], each >= 1. A layer now above its budget evicts down to it at once
   // (the newest token at `newest_pos`) and frees its pages. Host storage with a table per layer
   // only.
   void SetLayerBudgets(SequenceKv& seq, std::vector<int32_t> budgets, int32_t newest_pos);
+  // Squeeze (after CommitStep): adds a step's per-layer similarity sums over `tokens` tokens to
+  // the sequence's measurement; once a layer holds the sequence's budget (the next step would
+  // evict), sets the budgets SqueezeBudgets makes of the mean similarities (SetLayerBudgets).
+  // Until then every layer keeps the uniform budget, which is all they hold anyway.
+  void AddLayerSimilarity(SequenceKv& seq, std::span<const double> sums, int32_t tokens,
+                          int32_t newest_pos);
 
  private:
   KvCache(const KvShape& shape, int32_t num_pages, KvStorage storage);

@@ -4,10 +4,13 @@
 //   uniform  every layer keeps `budget` (the default, and what every policy did before)
 //   pyramid  PyramidKV (Cai et al. 2024): budgets fall linearly from the first layer to the
 //            last, which keeps budget / kPyramidBeta (the first keeps 2 x budget minus that)
-//   squeeze  SqueezeAttention (Wang et al. 2024): measured during a sequence's first step, each
-//            layer's importance is how little its attention changes the hidden state (the cosine
-//            similarity of the residual stream before and after the attention block, averaged
-//            over the step's tokens); the layers are clustered into three groups by that value,
+//   squeeze  SqueezeAttention (Wang et al. 2024): measured over a sequence's tokens until it
+//            first fills its budget (its prompt, as the paper measures prefill, or the prompt and
+//            first new tokens when the prompt is shorter), each layer's importance is how little
+//            its attention changes the hidden state (the cosine similarity of the residual stream
+//            before and after the attention block, averaged over those tokens; until then every
+//            layer keeps the uniform budget, which is all it holds); the layers are clustered
+//            into three groups by that value,
 //            the group that attention changes least keeps kSqueezeFraction x budget per layer,
 //            the other layers share what that frees evenly
 #pragma once
@@ -38,7 +41,8 @@ std::vector<int32_t> PyramidBudgets(int32_t budget, int32_t num_layers);
 // the similarities are all equal.
 std::vector<int32_t> SqueezeBudgets(int32_t budget, std::span<const double> similarity);
 // The rule's budgets when they are known before the sequence runs (uniform, pyramid); empty for
-// squeeze (measured during the first step) and for an unbounded budget.
+// squeeze (measured while the sequence runs: KvCache::AddLayerSimilarity) and for an unbounded
+// budget.
 std::vector<int32_t> LayerBudgetsBeforeRun(LayerBudgets rule, int32_t budget, int32_t num_layers);
 
 // `targets` (any real values; below 1 counts as 1) rounded to integers >= 1 that sum exactly to

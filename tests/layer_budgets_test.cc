@@ -1,7 +1,7 @@
 // Layer budgets (memory/layer_budgets.h): the pyramid and squeeze splits, the spec key and where
 // they are refused, a KvCache with a block table per layer holding and freeing each layer's own
-// pages, SetLayerBudgets evicting down at once, and the model runner measuring squeeze's layers
-// on a sequence's first step, end to end on the bundled model.
+// pages, SetLayerBudgets evicting down at once, squeeze's measurement deciding once a sequence
+// fills its budget, and the model runner measuring the layers, end to end on the bundled model.
 #include "memory/layer_budgets.h"
 
 #include <gtest/gtest.h>
@@ -222,8 +222,40 @@ TEST(LayerBudgetsTest, SetLayerBudgetsEvictsDownAndFreesPages) {
   EXPECT_EQ(cache->allocator().num_pages_used(), 0);
 }
 
+// Squeeze's measurement: summed over steps, averaged, and turned into budgets by the step after
+// which a layer holds the whole budget.
+TEST(LayerBudgetsTest, SqueezeDecidesOnceTheBudgetIsFull) {
+  const KvShape shape = PerLayerShape(3);
+  auto h2o = *MakePolicy("h2o:layers=squeeze");
+  auto cache = *KvCache::Create(shape, 16);
+  SequenceKv kv;
+  kv.policy = h2o.get();
+  kv.budget = 4;
+  ASSERT_TRUE(cache->Reserve(kv, 2).ok());
+  cache->CommitStep(kv, 2);
+  cache->AddLayerSimilarity(kv, std::vector<double>{0.2, 1.8, 0.4}, 2, 1);
+  EXPECT_FALSE(kv.layers_measured);
+  EXPECT_TRUE(kv.layer_budgets.empty());
+  ASSERT_TRUE(cache->Reserve(kv, 2).ok());
+  cache->CommitStep(kv, 2);  // 4 held: the next step would evict
+  cache->AddLayerSimilarity(kv, std::vector<double>{0.2, 0.0, 0.4}, 2, 3);
+  EXPECT_TRUE(kv.layers_measured);
+  EXPECT_EQ(kv.similarity_tokens, 4);
+  // Means 0.1, 0.45, 0.2: layer 1 changed least and keeps 0.3 x 4; the others share the rest.
+  EXPECT_EQ(kv.layer_budgets, SqueezeBudgets(4, std::vector<double>{0.1, 0.45, 0.2}));
+  EXPECT_EQ(kv.layer_budgets, (std::vector<int32_t>{6, 1, 5}));
+  EXPECT_EQ(kv.Slots(1), 1);  // evicted down at once
+  EXPECT_EQ(kv.Slots(0), 4);
+  // Further measurements change nothing.
+  cache->AddLayerSimilarity(kv, std::vector<double>{9, 9, 0}, 1, 4);
+  EXPECT_EQ(kv.layer_budgets, (std::vector<int32_t>{6, 1, 5}));
+  cache->Release(kv);
+  EXPECT_TRUE(kv.layer_similarity.empty());
+  EXPECT_EQ(kv.similarity_tokens, 0);
+}
+
 // End to end on the bundled model: pyramid holds each layer to its budget; squeeze measures the
-// layers on the first step (the prompt) and then does the same with its own split. Both keep
+// layers until the sequence fills its budget and then does the same with its own split. Both keep
 // L x budget tokens per kv head and run the same number of positions as uniform.
 TEST(LayerBudgetsTest, GenerateKeepsEachLayerToItsBudget) {
   cpu::SetNumThreads(1);
@@ -249,6 +281,16 @@ TEST(LayerBudgetsTest, GenerateKeepsEachLayerToItsBudget) {
       pos += n;
       const float* row = logits->data();
       tokens.push_back(static_cast<int32_t>(std::max_element(row, row + 512) - row));
+      if (policy->layer_budgets() == LayerBudgets::kSqueeze) {
+        // Measured over the tokens the uniform budget holds in full: set by the step that fills
+        // it (the prompt, then 24 decode steps), uniform until then.
+        ASSERT_EQ(kv.layers_measured, pos >= kBudget) << "at " << pos;
+        ASSERT_EQ(kv.similarity_tokens, std::min(pos, kBudget));
+        if (pos < kBudget) {
+          ASSERT_TRUE(kv.layer_budgets.empty());
+          continue;
+        }
+      }
       ASSERT_EQ(static_cast<int32_t>(kv.layer_budgets.size()), L);
       EXPECT_EQ(Sum(kv.layer_budgets), int64_t(L) * kBudget);
       for (int32_t l = 0; l < L; ++l) {

@@ -300,7 +300,9 @@ class Harness {
           EXPECT_EQ(s->kv.Slots(l), s->num_computed);
         }
       }
-      if (s->bounded()) EXPECT_LE(s->kv.NumPages(), sched_.WorstCasePages(*s));
+      if (s->bounded()) {
+        EXPECT_LE(s->kv.NumPages(), sched_.WorstCasePages(*s));
+      }
     }
     for (Sequence* s : sched_.waiting()) {
       EXPECT_TRUE(s->kv.tables.empty()) << "a waiting sequence holds pages";
