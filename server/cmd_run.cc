@@ -196,10 +196,13 @@ int RunCommand(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError("--block-size must be in [1, 1024]"));
   }
   const KvShape shape = KvShapeForDevice(*device, c, static_cast<int32_t>(block_size), dtypes.kv);
-  const int64_t held = std::min<int64_t>(opt.steps, opt.budget) + opt.prefill_chunk;
-  absl::StatusOr<int32_t> pages =
-      PoolPages(shape, kv_pages, kv_pool_mb,
-                static_cast<int32_t>(shape.NumTables() * ((held + block_size - 1) / block_size)));
+  // By default just what this sequence needs: its peak (PeakPages: each layer's budget + 1, or
+  // every step) plus a prefill chunk per table.
+  const int64_t default_pages =
+      PeakPages(shape, opt.policy, opt.budget, std::max(1, opt.steps)) +
+      int64_t(shape.NumTables()) * ((opt.prefill_chunk + block_size - 1) / block_size);
+  absl::StatusOr<int32_t> pages = PoolPages(
+      shape, kv_pages, kv_pool_mb, static_cast<int32_t>(std::min<int64_t>(INT32_MAX, default_pages)));
   if (!pages.ok()) return Fail(pages.status());
   if (*device == Device::kCpu) {
     if (absl::Status s = CheckHostMemory(int64_t(*pages) * shape.PageBytes(),

@@ -768,73 +768,58 @@ RunStats RunRandom(uint32_t seed, double bounded_fraction, int64_t* total_steps,
   return h.stats();
 }
 
-TEST(SchedulerRandomTest, FullCacheOnly) {
-  int64_t steps = 0, preemptions = 0;
-  for (uint32_t seed = 1; seed <= 300 && !HasFailure(); ++seed) {
-    preemptions += RunRandom(seed, 0.0, &steps).preemptions;
+// Runs the seeds [first, last] (until a failure) and returns their steps and preemptions in all.
+RunStats RunSeeds(uint32_t first, uint32_t last, double bounded_fraction,
+                  EvictGranularity granularity = EvictGranularity::kToken,
+                  LayerBudgets layers = LayerBudgets::kUniform) {
+  RunStats all;
+  for (uint32_t seed = first; seed <= last && !::testing::Test::HasFailure(); ++seed) {
+    const RunStats r = RunRandom(seed, bounded_fraction, &all.steps, granularity, layers);
+    all.preemptions += r.preemptions;
   }
-  EXPECT_GT(steps, 2000);
-  EXPECT_GT(preemptions, 0) << "the workloads never exercised preemption";
+  return all;
 }
 
-TEST(SchedulerRandomTest, BoundedOnly) {
-  int64_t steps = 0;
-  for (uint32_t seed = 1001; seed <= 1300 && !HasFailure(); ++seed) RunRandom(seed, 1.0, &steps);
-  EXPECT_GT(steps, 2000);
+TEST(SchedulerRandomTest, FullCacheOnly) {
+  const RunStats r = RunSeeds(1, 300, 0.0);
+  EXPECT_GT(r.steps, 2000);
+  EXPECT_GT(r.preemptions, 0) << "the workloads never exercised preemption";
 }
+
+TEST(SchedulerRandomTest, BoundedOnly) { EXPECT_GT(RunSeeds(1001, 1300, 1.0).steps, 2000); }
 
 // Page granularity: heads hold up to a page over the budget, and admission counts that page
 // (PeakDecodeSlots), so bounded sequences still never preempt.
 TEST(SchedulerRandomTest, BoundedOnlyAtPageGranularity) {
-  int64_t steps = 0;
-  for (uint32_t seed = 3001; seed <= 3300 && !HasFailure(); ++seed) {
-    RunRandom(seed, 1.0, &steps, EvictGranularity::kPage);
-  }
-  EXPECT_GT(steps, 2000);
+  EXPECT_GT(RunSeeds(3001, 3300, 1.0, EvictGranularity::kPage).steps, 2000);
 }
 
 TEST(SchedulerRandomTest, MixedAtPageGranularity) {
-  int64_t steps = 0;
-  for (uint32_t seed = 4001; seed <= 4200 && !HasFailure(); ++seed) {
-    RunRandom(seed, 0.5, &steps, EvictGranularity::kPage);
-  }
-  EXPECT_GT(steps, 2000);
+  EXPECT_GT(RunSeeds(4001, 4200, 0.5, EvictGranularity::kPage).steps, 2000);
 }
 
-// Layer budgets: pyramid's are known at admission, squeeze's only after the first step (here a
-// random split of L x budget): admission's PeakPages bound holds for any split, so bounded
-// sequences still never preempt and never hold more than their worst case.
+// Layer budgets: pyramid's are known at admission, squeeze's only once a sequence has run (here
+// a random split of L x budget after its first step): admission's PeakPages bound holds for any
+// split, so bounded sequences still never preempt and never hold more than their worst case.
 TEST(SchedulerRandomTest, BoundedOnlyWithPyramidLayerBudgets) {
-  int64_t steps = 0;
-  for (uint32_t seed = 5001; seed <= 5200 && !HasFailure(); ++seed) {
-    RunRandom(seed, 1.0, &steps, EvictGranularity::kToken, LayerBudgets::kPyramid);
-  }
-  EXPECT_GT(steps, 2000);
+  EXPECT_GT(RunSeeds(5001, 5200, 1.0, EvictGranularity::kToken, LayerBudgets::kPyramid).steps,
+            2000);
 }
 
 TEST(SchedulerRandomTest, BoundedOnlyWithSqueezeLayerBudgets) {
-  int64_t steps = 0;
-  for (uint32_t seed = 6001; seed <= 6200 && !HasFailure(); ++seed) {
-    RunRandom(seed, 1.0, &steps, EvictGranularity::kToken, LayerBudgets::kSqueeze);
-  }
-  EXPECT_GT(steps, 2000);
+  EXPECT_GT(RunSeeds(6001, 6200, 1.0, EvictGranularity::kToken, LayerBudgets::kSqueeze).steps,
+            2000);
 }
 
 TEST(SchedulerRandomTest, MixedWithSqueezeLayerBudgetsAtPageGranularity) {
-  int64_t steps = 0;
-  for (uint32_t seed = 7001; seed <= 7200 && !HasFailure(); ++seed) {
-    RunRandom(seed, 0.5, &steps, EvictGranularity::kPage, LayerBudgets::kSqueeze);
-  }
-  EXPECT_GT(steps, 2000);
+  EXPECT_GT(RunSeeds(7001, 7200, 0.5, EvictGranularity::kPage, LayerBudgets::kSqueeze).steps,
+            2000);
 }
 
 TEST(SchedulerRandomTest, Mixed) {
-  int64_t steps = 0, preemptions = 0;
-  for (uint32_t seed = 2001; seed <= 2400 && !HasFailure(); ++seed) {
-    preemptions += RunRandom(seed, 0.5, &steps).preemptions;
-  }
-  EXPECT_GT(steps, 2000);
-  EXPECT_GT(preemptions, 0);
+  const RunStats r = RunSeeds(2001, 2400, 0.5);
+  EXPECT_GT(r.steps, 2000);
+  EXPECT_GT(r.preemptions, 0);
 }
 
 }  // namespace
