@@ -9,6 +9,8 @@
 #pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <algorithm>
+#include <numeric>
+#include <random>
 #include <chrono>
 #include <cstring>
 #include <vector>
@@ -202,6 +204,69 @@ void BM_Attention(benchmark::State& state, cpu::Isa isa, int32_t context, bool b
   }
   state.SetBytesProcessed(state.iterations() * int64_t(kHeads) * (context + 1) * kHd * 2 *
                           (bf16 ? 2 : 4));
+}
+
+// Decode attention of one layer at long contexts (issue 18): `batch` sequences of a Llama 3 8B
+// layer's shape (8 kv heads, 4 query heads each, head_dim 128) holding `context` tokens each, on
+// pages in a shuffled order as a pool hands them out; every (sequence, kv head) is one task over
+// the threads. Bytes processed: the K and V rows read.
+void BM_AttentionLong(benchmark::State& state, int32_t batch, int32_t context, bool bf16) {
+  constexpr int32_t kKvHeads = 8, kGroup = 4, kHd = 128, kBs = 16;
+  const int32_t tasks = batch * kKvHeads;
+  const int32_t pages_per_task = (context + kBs) / kBs;  // the new token's slot included
+  const int64_t page_elems = int64_t(kBs) * kHd, pages = int64_t(tasks) * pages_per_task;
+  AlignedVector<float> k32, v32;
+  AlignedVector<uint16_t> k16, v16;
+  if (bf16) {
+    k16 = AlignedVector<uint16_t>(pages * page_elems, 0x3c00);
+    v16 = AlignedVector<uint16_t>(pages * page_elems, 0x3c00);
+  } else {
+    k32 = AlignedVector<float>(pages * page_elems, 0.01f);
+    v32 = AlignedVector<float>(pages * page_elems, 0.01f);
+  }
+  std::vector<int32_t> table(pages), pos(pages * kBs);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(7));
+  std::vector<float> score(pages * kBs, 0.0f), q(int64_t(tasks) * kGroup * kHd, 0.02f),
+      out(int64_t(tasks) * kGroup * kHd);
+  auto run = [&] {
+#pragma omp parallel
+    {
+      std::vector<float> scratch(cpu::AttentionScratchFloats(context + 1, kGroup));
+#pragma omp for schedule(dynamic, 1)
+      for (int32_t t = 0; t < tasks; ++t) {
+        cpu::AttentionArgs a;
+        a.kv.pages = table.data() + int64_t(t) * pages_per_task;
+        a.kv.num_slots = context + 1;
+        a.kv.block_size = kBs;
+        a.kv.head_dim = kHd;
+        a.kv.k = bf16 ? nullptr : k32.data();
+        a.kv.v = bf16 ? nullptr : v32.data();
+        a.kv.k16 = bf16 ? k16.data() : nullptr;
+        a.kv.v16 = bf16 ? v16.data() : nullptr;
+        a.kv.page_stride = page_elems;
+        a.kv.pos = pos.data();
+        a.kv.score = score.data();
+        a.kv.meta_page_stride = kBs;
+        a.num_old = context;
+        a.num_q = 1;
+        a.group = kGroup;
+        a.q = q.data() + int64_t(t) * kGroup * kHd;
+        a.q_stride = kGroup * kHd;
+        a.out = out.data() + int64_t(t) * kGroup * kHd;
+        a.out_stride = kGroup * kHd;
+        cpu::PagedAttention(a, scratch.data());
+      }
+    }
+  };
+  run();
+  for (auto _ : state) {
+    run();
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.SetBytesProcessed(state.iterations() * int64_t(tasks) * (context + 1) * kHd * 2 *
+                          (bf16 ? 2 : 4));
+  state.counters["tasks"] = tasks;
 }
 
 // One decode step of `batch` sequences at `context` cached tokens, on the stories110M shape.
@@ -398,6 +463,21 @@ void BM_Capacity(benchmark::State& state, std::string policy, int32_t kv_element
 }
 
 void Register() {  // NOLINT: one list, in report order
+  // Long-context decode attention, GQA 8:1 (issue 18): compare bytes_per_second with
+  // bandwidth/read.
+  for (int32_t batch : {1, 8}) {
+    for (int32_t context : {4096, 8192, 16384, 32768}) {
+      for (bool bf16 : {false, true}) {
+        benchmark::RegisterBenchmark(absl::StrCat("attention/gqa8/b", batch, "/ctx", context,
+                                                  bf16 ? "/bf16kv" : "")
+                                         .c_str(),
+                                     BM_AttentionLong, batch, context, bf16)
+            ->MinTime(0.5)
+            ->UseRealTime()
+            ->Unit(benchmark::kMillisecond);
+      }
+    }
+  }
   benchmark::RegisterBenchmark("bandwidth/memcpy", BM_MemcpyBandwidth)->MinTime(0.5)->UseRealTime();
   benchmark::RegisterBenchmark("bandwidth/read", BM_ReadBandwidth)->MinTime(0.5)->UseRealTime();
   benchmark::RegisterBenchmark("sgemm/1024", BM_Sgemm)->Arg(1024)->MinTime(0.5)->UseRealTime();

@@ -148,6 +148,25 @@ __attribute__((target("avx512f"))) inline __m512 Load16(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+// Adds to the H2O scores of a page's slots [s0, s0 + rows) the probability each received from
+// all G heads of the group (probs: [G][n]).
+__attribute__((target("avx512f"))) inline void AddReceived(const PagedKvHead& kv, int32_t page,
+                                                           int32_t s0, int32_t rows,
+                                                           const float* probs, int32_t n,
+                                                           int32_t G) {
+  float* score = kv.score + page * kv.meta_page_stride;
+  for (int32_t r = 0; r < rows; r += 16) {
+    const __mmask16 m = rows - r >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (rows - r)) - 1);
+    __m512 received = _mm512_maskz_loadu_ps(m, probs + s0 + r);
+    for (int32_t g = 1; g < G; ++g) {
+      received =
+          _mm512_add_ps(received, _mm512_maskz_loadu_ps(m, probs + int64_t(g) * n + s0 + r));
+    }
+    const __m512 sum = _mm512_add_ps(_mm512_maskz_loadu_ps(m, score + r), received);
+    _mm512_mask_storeu_ps(score + r, m, sum);
+  }
+}
+
 // out[16 * C] = sum over slots s < n of p[s] * V row s. Two accumulator sets (even and odd
 // slots) so consecutive FMAs into one register do not wait on each other. With kScores, the
 // same walk over the pages also adds to each slot's H2O score the probability it received from
@@ -164,19 +183,7 @@ __attribute__((target("avx512f"))) void WeightedSumOfV(const PagedKvHead& kv, co
     const int32_t page = kv.pages[s0 / bs];
     const T* v = Base<T>(kv, false) + page * kv.page_stride;
     const int32_t rows = std::min(bs, n - s0);
-    if constexpr (kScores) {
-      float* score = kv.score + page * kv.meta_page_stride;
-      for (int32_t r = 0; r < rows; r += 16) {
-        const __mmask16 m = rows - r >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (rows - r)) - 1);
-        __m512 received = _mm512_maskz_loadu_ps(m, probs + s0 + r);
-        for (int32_t g = 1; g < G; ++g) {
-          received = _mm512_add_ps(received,
-                                   _mm512_maskz_loadu_ps(m, probs + int64_t(g) * n + s0 + r));
-        }
-        _mm512_mask_storeu_ps(score + r, m,
-                              _mm512_add_ps(_mm512_maskz_loadu_ps(m, score + r), received));
-      }
-    }
+    if constexpr (kScores) AddReceived(kv, page, s0, rows, probs, n, G);
     int32_t r = 0;
     for (; r + 1 < rows; r += 2) {
       const __m512 p0 = _mm512_set1_ps(p[s0 + r]), p1 = _mm512_set1_ps(p[s0 + r + 1]);
@@ -196,17 +203,85 @@ __attribute__((target("avx512f"))) void WeightedSumOfV(const PagedKvHead& kv, co
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(out + c * 16, _mm512_add_ps(even[c], odd[c]));
 }
 
+// Adds to the G heads' accumulators (acc: [G][2][16 * C], the even- and odd-slot sums of
+// WeightedSumOfV) the rows [s0, s0 + rows) of one page, whose V rows are at v.
+template <typename T, int C>
+__attribute__((target("avx512f"))) inline void AccumulatePage(const T* v, int32_t s0,
+                                                              int32_t rows, const float* probs,
+                                                              int32_t n, int32_t G, float* acc) {
+  for (int32_t g = 0; g < G; ++g) {
+    const float* p = probs + int64_t(g) * n;
+    float* ag = acc + int64_t(g) * 2 * 16 * C;
+    __m512 even[C], odd[C];
+    for (int c = 0; c < C; ++c) {
+      even[c] = _mm512_load_ps(ag + c * 16);
+      odd[c] = _mm512_load_ps(ag + (C + c) * 16);
+    }
+    int32_t r = 0;
+    for (; r + 1 < rows; r += 2) {
+      const __m512 p0 = _mm512_set1_ps(p[s0 + r]), p1 = _mm512_set1_ps(p[s0 + r + 1]);
+      const T* v0 = v + int64_t(r) * 16 * C;
+      for (int c = 0; c < C; ++c) {
+        even[c] = _mm512_fmadd_ps(p0, Load16(v0 + c * 16), even[c]);
+        odd[c] = _mm512_fmadd_ps(p1, Load16(v0 + 16 * C + c * 16), odd[c]);
+      }
+    }
+    if (r < rows) {
+      const __m512 p0 = _mm512_set1_ps(p[s0 + r]);
+      for (int c = 0; c < C; ++c) {
+        even[c] = _mm512_fmadd_ps(p0, Load16(v + int64_t(r) * 16 * C + c * 16), even[c]);
+      }
+    }
+    for (int c = 0; c < C; ++c) {
+      _mm512_store_ps(ag + c * 16, even[c]);
+      _mm512_store_ps(ag + (C + c) * 16, odd[c]);
+    }
+  }
+}
+
+// Groups of up to this many query heads per kv head take the one-pass V walk below (Llama 3 and
+// Qwen use 4-8; a larger group falls back to a walk per head).
+inline constexpr int32_t kMaxOnePassGroup = 16;
+
 template <typename T, int C>
 __attribute__((target("avx512f"))) void WeightedSumsOfV(const AttentionArgs& a, const float* probs,
                                                         int32_t n, float* out, bool add_scores) {
-  // The scores are added during the last head's pass, when all G rows of probs are final.
-  for (int32_t g = 0; g < a.group; ++g) {
-    const float* p = probs + int64_t(g) * n;
-    float* og = out + int64_t(g) * a.kv.head_dim;
-    if (add_scores && g == a.group - 1) {
-      WeightedSumOfV<T, C, true>(a.kv, p, n, og, probs, a.group);
-    } else {
-      WeightedSumOfV<T, C, false>(a.kv, p, n, og, probs, a.group);
+  const PagedKvHead& kv = a.kv;
+  const int32_t G = a.group, bs = kv.block_size;
+  if (G > kMaxOnePassGroup || G == 1) {
+    // One walk over the V pages per head; the scores are added during the last head's walk,
+    // when all G rows of probs are final.
+    for (int32_t g = 0; g < G; ++g) {
+      const float* p = probs + int64_t(g) * n;
+      float* og = out + int64_t(g) * kv.head_dim;
+      if (add_scores && g == G - 1) {
+        WeightedSumOfV<T, C, true>(kv, p, n, og, probs, G);
+      } else {
+        WeightedSumOfV<T, C, false>(kv, p, n, og, probs, G);
+      }
+    }
+    return;
+  }
+  // One walk over the V pages for the whole group: each page's rows are read from memory once
+  // and then serve every head from L1 (a walk per head would read a long context's V G times).
+  // Each head's accumulators live in `acc` between pages and take the same FMAs in the same
+  // order as WeightedSumOfV, so the result is bit for bit the same.
+  alignas(64) float acc[kMaxOnePassGroup * 2 * 16 * C];
+  std::fill(acc, acc + int64_t(G) * 2 * 16 * C, 0.0f);
+  for (int32_t s0 = 0; s0 < n; s0 += bs) {
+    const int32_t page = kv.pages[s0 / bs];
+    const T* v = Base<T>(kv, false) + page * kv.page_stride;
+    const int32_t rows = std::min(bs, n - s0);
+    if (add_scores) AddReceived(kv, page, s0, rows, probs, n, G);
+    AccumulatePage<T, C>(v, s0, rows, probs, n, G, acc);
+  }
+  for (int32_t g = 0; g < G; ++g) {
+    const float* ag = acc + int64_t(g) * 2 * 16 * C;
+    float* og = out + int64_t(g) * kv.head_dim;
+    for (int c = 0; c < C; ++c) {
+      const __m512 sum = _mm512_add_ps(_mm512_load_ps(ag + c * 16),
+                                       _mm512_load_ps(ag + (C + c) * 16));
+      _mm512_storeu_ps(og + c * 16, sum);
     }
   }
 }
