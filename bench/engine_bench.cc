@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <optional>
 #include <random>
 #include <chrono>
 #include <cstring>
@@ -149,72 +150,17 @@ void BM_GemmDecodeShapes(benchmark::State& state, bool packed, cpu::WeightType w
       state.iterations() * m * (DecodeFlopsPerToken(c, 0)), benchmark::Counter::kIsRate);
 }
 
-// Decode attention alone through one ISA's path: 768 (sequence, kv head)s of `context` fp32 or
-// bf16 K/V slots each (one layer of a batch of 64 at the stories110M head, 64 dims; 200 MB at
-// context 512 in fp32, so it streams from memory as in a step), over every core as the runner
-// schedules them, with or without the H2O score add. Bytes: the K and V rows read.
-void BM_Attention(benchmark::State& state, cpu::Isa isa, int32_t context, bool bf16,
-                  bool scores) {
-  constexpr int32_t kHeads = 768, kHd = 64, kBs = 16;
-  const int32_t pages_per_head = (context + kBs) / kBs;  // the new token's slot included
-  const int64_t page_elems = int64_t(kBs) * kHd, pages = int64_t(kHeads) * pages_per_head;
-  AlignedVector<float> k32, v32;
-  AlignedVector<uint16_t> k16, v16;
-  if (bf16) {
-    k16 = AlignedVector<uint16_t>(pages * page_elems, 0x3c00);
-    v16 = AlignedVector<uint16_t>(pages * page_elems, 0x3c00);
-  } else {
-    k32 = AlignedVector<float>(pages * page_elems, 0.01f);
-    v32 = AlignedVector<float>(pages * page_elems, 0.01f);
-  }
-  std::vector<int32_t> table(pages), pos(pages * kBs);
-  for (int64_t i = 0; i < pages; ++i) table[i] = int32_t(i);
-  std::vector<float> score(pages * kBs, 0.0f), q(kHeads * kHd, 0.02f), out(kHeads * kHd);
-  auto run = [&] {
-#pragma omp parallel
-    {
-      std::vector<float> scratch(cpu::AttentionScratchFloats(context + 1, 1));
-#pragma omp for schedule(dynamic, 1)
-      for (int32_t h = 0; h < kHeads; ++h) {
-        cpu::AttentionArgs a;
-        a.kv.pages = table.data() + int64_t(h) * pages_per_head;
-        a.kv.num_slots = context + 1;
-        a.kv.block_size = kBs;
-        a.kv.head_dim = kHd;
-        a.kv.k = bf16 ? nullptr : k32.data();
-        a.kv.v = bf16 ? nullptr : v32.data();
-        a.kv.k16 = bf16 ? k16.data() : nullptr;
-        a.kv.v16 = bf16 ? v16.data() : nullptr;
-        a.kv.page_stride = page_elems;
-        a.kv.pos = pos.data();
-        a.kv.score = score.data();
-        a.kv.meta_page_stride = kBs;
-        a.num_old = context;
-        a.q = q.data() + int64_t(h) * kHd;
-        a.out = out.data() + int64_t(h) * kHd;
-        a.channel.kind = scores ? SlotChannel::kAccumulated : SlotChannel::kNone;
-        cpu::PagedAttentionWith(isa, a, scratch.data());
-      }
-    }
-  };
-  run();
-  for (auto _ : state) {
-    run();
-    benchmark::DoNotOptimize(out.data());
-  }
-  state.SetBytesProcessed(state.iterations() * int64_t(kHeads) * (context + 1) * kHd * 2 *
-                          (bf16 ? 2 : 4));
-}
-
-// Decode attention of one layer at long contexts (issue 18): `batch` sequences of a Llama 3 8B
-// layer's shape (8 kv heads, 4 query heads each, head_dim 128) holding `context` tokens each, on
-// pages in a shuffled order as a pool hands them out; every (sequence, kv head) is one task over
-// the threads. Bytes processed: the K and V rows read.
-void BM_AttentionLong(benchmark::State& state, int32_t batch, int32_t context, bool bf16) {
-  constexpr int32_t kKvHeads = 8, kGroup = 4, kHd = 128, kBs = 16;
-  const int32_t tasks = batch * kKvHeads;
+// Decode attention alone: `tasks` (sequence, kv head)s with a group of `group` query heads of
+// `hd` dims each, `context` fp32 or bf16 K/V slots each, over every core as the runner schedules
+// them, through `isa`'s path (nullopt: PagedAttention's best), with or without the H2O score
+// add; the page table in order or shuffled as a pool hands pages out. Bytes: the K and V rows
+// read.
+void RunAttention(benchmark::State& state, int32_t tasks, int32_t group, int32_t hd,
+                  int32_t context, bool bf16, bool scores, std::optional<cpu::Isa> isa,
+                  bool shuffled) {
+  constexpr int32_t kBs = 16;
   const int32_t pages_per_task = (context + kBs) / kBs;  // the new token's slot included
-  const int64_t page_elems = int64_t(kBs) * kHd, pages = int64_t(tasks) * pages_per_task;
+  const int64_t page_elems = int64_t(kBs) * hd, pages = int64_t(tasks) * pages_per_task;
   AlignedVector<float> k32, v32;
   AlignedVector<uint16_t> k16, v16;
   if (bf16) {
@@ -226,20 +172,20 @@ void BM_AttentionLong(benchmark::State& state, int32_t batch, int32_t context, b
   }
   std::vector<int32_t> table(pages), pos(pages * kBs);
   std::iota(table.begin(), table.end(), 0);
-  std::shuffle(table.begin(), table.end(), std::mt19937(7));
-  std::vector<float> score(pages * kBs, 0.0f), q(int64_t(tasks) * kGroup * kHd, 0.02f),
-      out(int64_t(tasks) * kGroup * kHd);
+  if (shuffled) std::shuffle(table.begin(), table.end(), std::mt19937(7));
+  const int64_t q_floats = int64_t(tasks) * group * hd;
+  std::vector<float> score(pages * kBs, 0.0f), q(q_floats, 0.02f), out(q_floats);
   auto run = [&] {
 #pragma omp parallel
     {
-      std::vector<float> scratch(cpu::AttentionScratchFloats(context + 1, kGroup));
+      std::vector<float> scratch(cpu::AttentionScratchFloats(context + 1, group));
 #pragma omp for schedule(dynamic, 1)
       for (int32_t t = 0; t < tasks; ++t) {
         cpu::AttentionArgs a;
         a.kv.pages = table.data() + int64_t(t) * pages_per_task;
         a.kv.num_slots = context + 1;
         a.kv.block_size = kBs;
-        a.kv.head_dim = kHd;
+        a.kv.head_dim = hd;
         a.kv.k = bf16 ? nullptr : k32.data();
         a.kv.v = bf16 ? nullptr : v32.data();
         a.kv.k16 = bf16 ? k16.data() : nullptr;
@@ -249,13 +195,17 @@ void BM_AttentionLong(benchmark::State& state, int32_t batch, int32_t context, b
         a.kv.score = score.data();
         a.kv.meta_page_stride = kBs;
         a.num_old = context;
-        a.num_q = 1;
-        a.group = kGroup;
-        a.q = q.data() + int64_t(t) * kGroup * kHd;
-        a.q_stride = kGroup * kHd;
-        a.out = out.data() + int64_t(t) * kGroup * kHd;
-        a.out_stride = kGroup * kHd;
-        cpu::PagedAttention(a, scratch.data());
+        a.group = group;
+        a.q = q.data() + int64_t(t) * group * hd;
+        a.q_stride = int64_t(group) * hd;
+        a.out = out.data() + int64_t(t) * group * hd;
+        a.out_stride = int64_t(group) * hd;
+        a.channel.kind = scores ? SlotChannel::kAccumulated : SlotChannel::kNone;
+        if (isa.has_value()) {
+          cpu::PagedAttentionWith(*isa, a, scratch.data());
+        } else {
+          cpu::PagedAttention(a, scratch.data());
+        }
       }
     }
   };
@@ -264,9 +214,23 @@ void BM_AttentionLong(benchmark::State& state, int32_t batch, int32_t context, b
     run();
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetBytesProcessed(state.iterations() * int64_t(tasks) * (context + 1) * kHd * 2 *
+  state.SetBytesProcessed(state.iterations() * int64_t(tasks) * (context + 1) * hd * 2 *
                           (bf16 ? 2 : 4));
-  state.counters["tasks"] = tasks;
+}
+
+// Through one ISA's path: 768 (sequence, kv head)s at the stories110M head (64 dims, group 1;
+// one layer of a batch of 64, 200 MB at context 512 in fp32, so it streams from memory as in a
+// step).
+void BM_Attention(benchmark::State& state, cpu::Isa isa, int32_t context, bool bf16,
+                  bool scores) {
+  RunAttention(state, 768, 1, 64, context, bf16, scores, isa, /*shuffled=*/false);
+}
+
+// At long contexts (issue 18): `batch` sequences of one Llama 3 8B layer (8 kv heads, 4 query
+// heads each, head_dim 128), pages shuffled.
+void BM_AttentionLong(benchmark::State& state, int32_t batch, int32_t context, bool bf16) {
+  RunAttention(state, batch * 8, 4, 128, context, bf16, /*scores=*/false, std::nullopt,
+               /*shuffled=*/true);
 }
 
 // One decode step of `batch` sequences at `context` cached tokens, on the stories110M shape.

@@ -167,11 +167,33 @@ __attribute__((target("avx512f"))) inline void AddReceived(const PagedKvHead& kv
   }
 }
 
-// out[16 * C] = sum over slots s < n of p[s] * V row s. Two accumulator sets (even and odd
-// slots) so consecutive FMAs into one register do not wait on each other. With kScores, the
-// same walk over the pages also adds to each slot's H2O score the probability it received from
-// all G heads of the group (probs: [G][n]): the score line of a page is then touched while that
-// page's V rows stream in, instead of in a second pass over the pages after them.
+// even/odd[16 * C] += p[r] * V row r of one page (rows at v), for r < rows: even rows into
+// `even`, odd ones into `odd`, so consecutive FMAs into one register do not wait on each other.
+template <typename T, int C>
+__attribute__((target("avx512f"), always_inline)) inline void AccumulateRows(
+    const T* v, const float* p, int32_t rows, __m512 (&even)[C], __m512 (&odd)[C]) {
+  int32_t r = 0;
+  for (; r + 1 < rows; r += 2) {
+    const __m512 p0 = _mm512_set1_ps(p[r]), p1 = _mm512_set1_ps(p[r + 1]);
+    const T* v0 = v + int64_t(r) * 16 * C;
+    for (int c = 0; c < C; ++c) {
+      even[c] = _mm512_fmadd_ps(p0, Load16(v0 + c * 16), even[c]);
+      odd[c] = _mm512_fmadd_ps(p1, Load16(v0 + 16 * C + c * 16), odd[c]);
+    }
+  }
+  if (r < rows) {
+    const __m512 p0 = _mm512_set1_ps(p[r]);
+    for (int c = 0; c < C; ++c) {
+      even[c] = _mm512_fmadd_ps(p0, Load16(v + int64_t(r) * 16 * C + c * 16), even[c]);
+    }
+  }
+}
+
+// out[16 * C] = sum over slots s < n of p[s] * V row s (AccumulateRows, page by page). With
+// kScores, the same walk over the pages also adds to each slot's H2O score the probability it
+// received from all G heads of the group (probs: [G][n]): the score line of a page is then
+// touched while that page's V rows stream in, instead of in a second pass over the pages after
+// them.
 template <typename T, int C, bool kScores>
 __attribute__((target("avx512f"))) void WeightedSumOfV(const PagedKvHead& kv, const float* p,
                                                        int32_t n, float* out, const float* probs,
@@ -184,21 +206,7 @@ __attribute__((target("avx512f"))) void WeightedSumOfV(const PagedKvHead& kv, co
     const T* v = Base<T>(kv, false) + page * kv.page_stride;
     const int32_t rows = std::min(bs, n - s0);
     if constexpr (kScores) AddReceived(kv, page, s0, rows, probs, n, G);
-    int32_t r = 0;
-    for (; r + 1 < rows; r += 2) {
-      const __m512 p0 = _mm512_set1_ps(p[s0 + r]), p1 = _mm512_set1_ps(p[s0 + r + 1]);
-      const T* v0 = v + int64_t(r) * 16 * C;
-      for (int c = 0; c < C; ++c) {
-        even[c] = _mm512_fmadd_ps(p0, Load16(v0 + c * 16), even[c]);
-        odd[c] = _mm512_fmadd_ps(p1, Load16(v0 + 16 * C + c * 16), odd[c]);
-      }
-    }
-    if (r < rows) {
-      const __m512 p0 = _mm512_set1_ps(p[s0 + r]);
-      for (int c = 0; c < C; ++c) {
-        even[c] = _mm512_fmadd_ps(p0, Load16(v + int64_t(r) * 16 * C + c * 16), even[c]);
-      }
-    }
+    AccumulateRows<T, C>(v, p + s0, rows, even, odd);
   }
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(out + c * 16, _mm512_add_ps(even[c], odd[c]));
 }
@@ -217,21 +225,7 @@ __attribute__((target("avx512f"))) inline void AccumulatePage(const T* v, int32_
       even[c] = _mm512_load_ps(ag + c * 16);
       odd[c] = _mm512_load_ps(ag + (C + c) * 16);
     }
-    int32_t r = 0;
-    for (; r + 1 < rows; r += 2) {
-      const __m512 p0 = _mm512_set1_ps(p[s0 + r]), p1 = _mm512_set1_ps(p[s0 + r + 1]);
-      const T* v0 = v + int64_t(r) * 16 * C;
-      for (int c = 0; c < C; ++c) {
-        even[c] = _mm512_fmadd_ps(p0, Load16(v0 + c * 16), even[c]);
-        odd[c] = _mm512_fmadd_ps(p1, Load16(v0 + 16 * C + c * 16), odd[c]);
-      }
-    }
-    if (r < rows) {
-      const __m512 p0 = _mm512_set1_ps(p[s0 + r]);
-      for (int c = 0; c < C; ++c) {
-        even[c] = _mm512_fmadd_ps(p0, Load16(v + int64_t(r) * 16 * C + c * 16), even[c]);
-      }
-    }
+    AccumulateRows<T, C>(v, p + s0, rows, even, odd);
     for (int c = 0; c < C; ++c) {
       _mm512_store_ps(ag + c * 16, even[c]);
       _mm512_store_ps(ag + (C + c) * 16, odd[c]);
