@@ -174,8 +174,8 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakePolicy(
 // `spec` with granularity=page appended when `granularity` is kPage, and layers=... when
 // `layers` is not uniform, where the spec is not full and names no such key itself; else `spec`
 // (for labels that show what ran: eval's tables).
-std::string SpecWithGranularity(absl::string_view spec, EvictGranularity granularity,
-                                LayerBudgets layers = LayerBudgets::kUniform);
+std::string SpecWithDefaults(absl::string_view spec, EvictGranularity granularity,
+                             LayerBudgets layers = LayerBudgets::kUniform);
 // Whether MakePolicy(spec) succeeds; *error says why not.
 bool ValidPolicySpec(absl::string_view spec, std::string* error = nullptr);
 // Whether the spec names the full cache (no eviction).

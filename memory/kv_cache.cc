@@ -78,13 +78,15 @@ int64_t PeakPages(const KvShape& shape, const EvictionPolicy* policy, int32_t bu
   return sum;
 }
 
+int64_t KvCache::TablePages(const KvTable& table, int32_t num_new) const {
+  return (int64_t(table.num_slots) + num_new + shape_.block_size - 1) / shape_.block_size;
+}
+
 int32_t KvCache::PagesNeeded(const SequenceKv& seq, int32_t num_new) const {
-  const int64_t bs = shape_.block_size;
   int64_t need = 0;
   for (int32_t t = 0; t < shape_.NumTables(); ++t) {
     const KvTable& table = seq.Table(t);
-    const int64_t pages = (int64_t(table.num_slots) + num_new + bs - 1) / bs;
-    need += std::max<int64_t>(0, pages - int64_t(table.pages.size()));
+    need += std::max<int64_t>(0, TablePages(table, num_new) - int64_t(table.pages.size()));
   }
   return static_cast<int32_t>(need);
 }
@@ -123,9 +125,8 @@ absl::Status KvCache::Reserve(SequenceKv& seq, int32_t num_new) {
                                                      " free pages, sequence needs ", need));
   }
   seq.tables.resize(shape_.NumTables());
-  const int64_t bs = shape_.block_size;
   for (KvTable& table : seq.tables) {
-    const size_t pages = static_cast<size_t>((int64_t(table.num_slots) + num_new + bs - 1) / bs);
+    const size_t pages = static_cast<size_t>(TablePages(table, num_new));
     while (table.pages.size() < pages) table.pages.push_back(*alloc_.Allocate());
   }
   seq.peak_pages = static_cast<int32_t>(std::max<int64_t>(seq.peak_pages, seq.NumPages()));
@@ -229,11 +230,15 @@ void KvCache::CommitStep(SequenceKv& seq, int32_t num_new) {
     KvTable& table = seq.tables[t];
     const int32_t held = table.num_slots + num_new;
     const int32_t kept = KeptAfterStep(seq, static_cast<int32_t>(t), held, shape_.block_size);
-    seq.layer_tokens_evicted += int64_t(held - kept) * shape_.LayersPerPage();
-    table.num_slots = kept;
-    FreeUnusedPages(table, shape_.block_size, alloc_);
+    ShrinkTable(seq, table, kept, int64_t(held - kept) * shape_.LayersPerPage());
   }
+}
+
+void KvCache::ShrinkTable(SequenceKv& seq, KvTable& table, int32_t kept, int64_t evicted) {
+  seq.layer_tokens_evicted += evicted;
   seq.tokens_evicted = seq.layer_tokens_evicted / shape_.num_layers;
+  table.num_slots = kept;
+  FreeUnusedPages(table, shape_.block_size, alloc_);
 }
 
 void KvCache::Unreserve(SequenceKv& seq) {
@@ -311,11 +316,8 @@ void KvCache::SetLayerBudgets(SequenceKv& seq, std::vector<int32_t> budgets, int
     for (int32_t h = 0; h < shape_.num_kv_heads; ++h) {
       EvictHead(seq, l, h, held, newest_pos, /*num_new=*/0);
     }
-    seq.layer_tokens_evicted += held - kept;
-    table.num_slots = kept;
-    FreeUnusedPages(table, shape_.block_size, alloc_);
+    ShrinkTable(seq, table, kept, held - kept);
   }
-  seq.tokens_evicted = seq.layer_tokens_evicted / shape_.num_layers;
 }
 
 }  // namespace heavykv

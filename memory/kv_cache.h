@@ -230,6 +230,11 @@ class KvCache {
  private:
   KvCache(const KvShape& shape, int32_t num_pages, KvStorage storage);
   static void FreeUnusedPages(KvTable& table, int32_t block_size, PageAllocator& alloc);
+  // Pages `table` needs to hold `num_new` more tokens.
+  int64_t TablePages(const KvTable& table, int32_t num_new) const;
+  // A step's (or SetLayerBudgets') end for one table: it keeps `kept` tokens, `evicted` more
+  // are counted (summed over the table's layers), and the pages past its last slot go back.
+  void ShrinkTable(SequenceKv& seq, KvTable& table, int32_t kept, int64_t evicted);
   void CheckHostStorage(const char* what) const;
 
   KvShape shape_;

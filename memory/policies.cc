@@ -247,8 +247,8 @@ absl::string_view EvictGranularityName(EvictGranularity g) {
   return g == EvictGranularity::kPage ? "page" : "token";
 }
 
-std::string SpecWithGranularity(absl::string_view spec, EvictGranularity granularity,
-                                LayerBudgets layers) {
+std::string SpecWithDefaults(absl::string_view spec, EvictGranularity granularity,
+                             LayerBudgets layers) {
   std::string out(spec);
   if (IsFullPolicy(spec)) return out;
   if (granularity == EvictGranularity::kPage && !absl::StrContains(spec, ":granularity=")) {

@@ -15,6 +15,7 @@
 #include "engine/step_runner.h"
 #include "server/cli_flags.h"
 #include "server/dtype_flags.h"
+#include "server/policy_flags.h"
 #include "server/commands.h"
 #include "server/svg_plot.h"
 
@@ -153,7 +154,7 @@ int PrintPasskey(const absl::StatusOr<std::vector<PasskeyResult>>& results, bool
 int EvalCommand(int argc, char** argv) {
   std::string model_path, tokenizer_path, text_path, policies = "full,window,sink,h2o";
   std::string budgets = "0.2", device_name = "cpu", plot_path, task = "ppl";
-  std::string granularity = "token", layer_budgets = "uniform";
+  PolicyDefaultFlags policy_defaults;
   DtypeFlags dtypes;
   int64_t window = 0, max_windows = 0, block_size = 16, threads = 0, trials = 5,
           passkey_tokens = 0, seed = 1, stream_tokens = 0, chunk = 256;
@@ -170,12 +171,7 @@ int EvalCommand(int argc, char** argv) {
   flags.String("kv-budget", &budgets, "comma list of budgets: token counts or fractions of the window");
   flags.Double("recent-fraction", &recent_fraction,
                "h2o, scissorhands, snapkv: share of the budget kept for recent tokens");
-  flags.String("evict-granularity", &granularity,
-               "token or page, for the policies whose spec names no granularity= (compare "
-               "both with --policy h2o,h2o:granularity=page)");
-  flags.String("layer-budgets", &layer_budgets,
-               "uniform, pyramid or squeeze, for the policies whose spec names no layers= "
-               "(compare with --policy h2o,h2o:layers=pyramid,h2o:layers=squeeze)");
+  policy_defaults.Register(flags);
   flags.Int("block-size", &block_size, "token slots per KV page");
   flags.Int("threads", &threads, "CPU threads; 0 = every core");
   flags.String("device", &device_name, "cpu or cuda: where the forward passes run");
@@ -222,14 +218,12 @@ int EvalCommand(int argc, char** argv) {
   opt.block_size = static_cast<int32_t>(block_size);
   opt.device = *device;
   opt.kv_dtype = dtypes.kv;
-  absl::StatusOr<EvictGranularity> evict_granularity = ParseEvictGranularity(granularity);
-  if (!evict_granularity.ok()) return Fail(evict_granularity.status());
-  absl::StatusOr<LayerBudgets> layers = ParseLayerBudgets(layer_budgets);
-  if (!layers.ok()) return Fail(layers.status());
+  if (absl::Status s = policy_defaults.Resolve(); !s.ok()) return Fail(s);
   std::vector<std::string> budget_list = SplitList(budgets);
   if (budget_list.empty()) return Fail(absl::InvalidArgumentError("--kv-budget is empty"));
   for (const std::string& spec : SplitList(policies)) {
-    const std::string p = SpecWithGranularity(spec, *evict_granularity, *layers);
+    const std::string p =
+        SpecWithDefaults(spec, policy_defaults.granularity, policy_defaults.layers);
     if (p == "full") {  // the budget does not apply: evaluate once
       opt.configs.push_back({p, KvBudget{}});
       continue;

@@ -14,6 +14,7 @@
 #include "engine/step_runner.h"
 #include "server/cli_flags.h"
 #include "server/dtype_flags.h"
+#include "server/policy_flags.h"
 #include "server/commands.h"
 
 namespace heavykv::cli {
@@ -37,7 +38,7 @@ int PlanCommand(int argc, char** argv) {
   int64_t layers = 0, kv_heads = 0, head_dim = 0, seq_len = 0, block_size = 16;
   int64_t kv_pages = 0, kv_pool_mb = 0, max_len = 0, max_step_tokens = 512, max_running = 64;
   bool json = false;
-  std::string granularity = "token", layer_budgets = "uniform";
+  PolicyDefaultFlags policy_defaults;
   FlagSet flags("plan",
                 absl::StrCat("heavykv plan (--model FILE | --shape NAME | --layers N --kv-heads N "
                              "--head-dim N --seq-len N) [--kv-pool-mb MIB | --kv-pages N] "
@@ -60,11 +61,7 @@ int PlanCommand(int argc, char** argv) {
                "comma list of budgets: token counts or fractions of --max-len");
   flags.Int("max-step-tokens", &max_step_tokens, "as serve's --max-step-tokens");
   flags.Int("max-running", &max_running, "as serve's --max-running");
-  flags.String("evict-granularity", &granularity,
-               "token or page, as serve's --evict-granularity (page: a page more per sequence)");
-  flags.String("layer-budgets", &layer_budgets,
-               "uniform, pyramid or squeeze, as serve's --layer-budgets (pages per sequence "
-               "then sum each layer's)");
+  policy_defaults.Register(flags);
   flags.Bool("json", &json, "print one JSON object instead of the table");
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
   if (!flags.positional().empty()) {
@@ -124,12 +121,9 @@ int PlanCommand(int argc, char** argv) {
   in.max_len = max_len > 0 ? static_cast<int32_t>(max_len) : seq_len_v;
   in.max_step_tokens = static_cast<int32_t>(max_step_tokens);
   in.max_running = static_cast<int32_t>(max_running);
-  absl::StatusOr<EvictGranularity> evict_granularity = ParseEvictGranularity(granularity);
-  if (!evict_granularity.ok()) return Fail(evict_granularity.status());
-  in.granularity = *evict_granularity;
-  absl::StatusOr<LayerBudgets> layer_rule = ParseLayerBudgets(layer_budgets);
-  if (!layer_rule.ok()) return Fail(layer_rule.status());
-  in.layers = *layer_rule;
+  if (absl::Status s = policy_defaults.Resolve(); !s.ok()) return Fail(s);
+  in.granularity = policy_defaults.granularity;
+  in.layers = policy_defaults.layers;
   // serve's default pool: --max-running contexts of the model's full length.
   const int64_t default_pages =
       max_running * in.shape.NumTables() * ((seq_len_v + block_size - 1) / block_size);

@@ -19,6 +19,7 @@
 #include "kernels/cpu/gemm.h"
 #include "server/cli_flags.h"
 #include "server/dtype_flags.h"
+#include "server/policy_flags.h"
 #include "server/commands.h"
 #include "server/host_memory.h"
 
@@ -99,7 +100,7 @@ void SetThreads(int64_t threads) {
 
 int RunCommand(int argc, char** argv) {
   std::string model_path, tokenizer_path, prompt, policy_name = "full", budget_text = "1";
-  std::string granularity = "token", layer_budgets = "uniform";
+  PolicyDefaultFlags policy_defaults;
   std::string device_name = "cpu";
   DtypeFlags dtypes;
   int64_t steps = 256, top_k = 0, seed = -1, block_size = 16, kv_pages = 0, kv_pool_mb = 0;
@@ -123,13 +124,7 @@ int RunCommand(int argc, char** argv) {
                "name[:key=value]... (e.g. snapkv:window=32:kernel=7:decode=h2o)");
   flags.String("kv-budget", &budget_text,
                "tokens kept per head: a count, or a fraction of steps (of the context past it)");
-  flags.String("evict-granularity", &granularity,
-               "token or page: evict down to the budget every step, or whole pages once a "
-               "page over it (unless the policy spec names granularity=)");
-  flags.String("layer-budgets", &layer_budgets,
-               "uniform, pyramid (PyramidKV: budgets falling linearly with depth) or squeeze "
-               "(SqueezeAttention: measured per layer on the first step), the same total per "
-               "sequence; for policies whose spec names no layers= (cpu only)");
+  policy_defaults.Register(flags);
   flags.Double("recent-fraction", &recent_fraction,
                "h2o, scissorhands, snapkv: share of the budget kept for recent tokens");
   flags.Int("block-size", &block_size, "token slots per KV page");
@@ -167,12 +162,9 @@ int RunCommand(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError(
         "need --temperature >= 0, --top-p in [0, 1], --top-k in [0, vocab size]"));
   }
-  absl::StatusOr<EvictGranularity> evict_granularity = ParseEvictGranularity(granularity);
-  if (!evict_granularity.ok()) return Fail(evict_granularity.status());
-  absl::StatusOr<LayerBudgets> layers = ParseLayerBudgets(layer_budgets);
-  if (!layers.ok()) return Fail(layers.status());
-  absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy =
-      MakePolicy(policy_name, recent_fraction, *evict_granularity, *layers);
+  if (absl::Status s = policy_defaults.Resolve(); !s.ok()) return Fail(s);
+  absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy = MakePolicy(
+      policy_name, recent_fraction, policy_defaults.granularity, policy_defaults.layers);
   if (!policy.ok()) return Fail(policy.status());
   absl::StatusOr<KvBudget> budget = KvBudget::Parse(budget_text);
   if (!budget.ok()) return Fail(budget.status());
@@ -201,8 +193,9 @@ int RunCommand(int argc, char** argv) {
   const int64_t default_pages =
       PeakPages(shape, opt.policy, opt.budget, std::max(1, opt.steps)) +
       int64_t(shape.NumTables()) * ((opt.prefill_chunk + block_size - 1) / block_size);
-  absl::StatusOr<int32_t> pages = PoolPages(
-      shape, kv_pages, kv_pool_mb, static_cast<int32_t>(std::min<int64_t>(INT32_MAX, default_pages)));
+  absl::StatusOr<int32_t> pages =
+      PoolPages(shape, kv_pages, kv_pool_mb,
+                static_cast<int32_t>(std::min<int64_t>(INT32_MAX, default_pages)));
   if (!pages.ok()) return Fail(pages.status());
   if (*device == Device::kCpu) {
     if (absl::Status s = CheckHostMemory(int64_t(*pages) * shape.PageBytes(),

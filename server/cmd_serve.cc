@@ -35,6 +35,7 @@
 #include "server/auth.h"
 #include "server/cli_flags.h"
 #include "server/dtype_flags.h"
+#include "server/policy_flags.h"
 #include "server/commands.h"
 #include "server/grpc_service.h"
 #include "server/host_memory.h"
@@ -106,7 +107,7 @@ int ServeCommand(int argc, char** argv) {
                                           metrics_address = "0.0.0.0:9090",
                                           http_address = "0.0.0.0:8000", served_model_name;
   std::string policy = "full", budget = "1", device_name = "cpu", scheduling = "fair";
-  std::string granularity = "token", layer_budgets = "uniform";
+  PolicyDefaultFlags policy_defaults;
   DtypeFlags dtypes;
   int64_t block_size = 16, kv_pages = 0, kv_pool_mb = 0, max_step_tokens = 512, max_running = 64;
   int64_t max_waiting = 256, max_prompt_tokens = 0, max_new_tokens_limit = 0, threads = 0;
@@ -144,14 +145,7 @@ int ServeCommand(int argc, char** argv) {
                "default KV budget: tokens, or a fraction of each request's length");
   flags.Double("recent-fraction", &recent_fraction,
                "default share of the budget kept for recent tokens (h2o, scissorhands, snapkv)");
-  flags.String("evict-granularity", &granularity,
-               "token: a head evicts down to its budget every step; page: it grows to a page "
-               "over the budget, then evicts whole pages of its least important tokens at once "
-               "(for policies whose spec names no granularity=)");
-  flags.String("layer-budgets", &layer_budgets,
-               "uniform, pyramid (PyramidKV: budgets falling linearly with depth) or squeeze "
-               "(SqueezeAttention: measured per layer on the first step), the same total per "
-               "sequence; for policies whose spec names no layers= (cpu only)");
+  policy_defaults.Register(flags);
   flags.Int("max-step-tokens", &max_step_tokens,
             "tokens per engine step (decodes + prefill chunks)");
   flags.Int("max-running", &max_running, "most sequences in the running batch");
@@ -288,12 +282,9 @@ int ServeCommand(int argc, char** argv) {
   options.default_policy = policy;
   options.default_budget = budget;
   options.default_recent_fraction = recent_fraction;
-  absl::StatusOr<EvictGranularity> evict_granularity = ParseEvictGranularity(granularity);
-  if (!evict_granularity.ok()) return Fail(evict_granularity.status());
-  options.evict_granularity = *evict_granularity;
-  absl::StatusOr<LayerBudgets> layers = ParseLayerBudgets(layer_budgets);
-  if (!layers.ok()) return Fail(layers.status());
-  options.layer_budgets = *layers;
+  if (absl::Status s = policy_defaults.Resolve(); !s.ok()) return Fail(s);
+  options.evict_granularity = policy_defaults.granularity;
+  options.layer_budgets = policy_defaults.layers;
   options.threads = static_cast<int>(threads);
   options.device = device_name;
   options.kv_dtype = dtypes.kv_name;

@@ -94,12 +94,12 @@ TEST(LayerBudgetsTest, SpecKeyDefaultAndWhereItIsRefused) {
                           "full:layers=pyramid", "h2o:layers="}) {
     EXPECT_EQ(MakePolicy(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }
-  EXPECT_EQ(SpecWithGranularity("h2o", EvictGranularity::kPage, LayerBudgets::kPyramid),
+  EXPECT_EQ(SpecWithDefaults("h2o", EvictGranularity::kPage, LayerBudgets::kPyramid),
             "h2o:granularity=page:layers=pyramid");
-  EXPECT_EQ(SpecWithGranularity("h2o:layers=uniform", EvictGranularity::kToken,
-                                LayerBudgets::kPyramid),
+  EXPECT_EQ(SpecWithDefaults("h2o:layers=uniform", EvictGranularity::kToken,
+                             LayerBudgets::kPyramid),
             "h2o:layers=uniform");
-  EXPECT_EQ(SpecWithGranularity("full", EvictGranularity::kPage, LayerBudgets::kSqueeze), "full");
+  EXPECT_EQ(SpecWithDefaults("full", EvictGranularity::kPage, LayerBudgets::kSqueeze), "full");
   // The GPU pool has one table for all layers, and endless streaming's arithmetic assumes every
   // layer keeps the same recent tokens.
   EXPECT_FALSE(p->GpuRule(16).has_value());

@@ -333,10 +333,10 @@ TEST(PageGranularitySpecTest, EveryPolicyButFullTakesIt) {
     EXPECT_FALSE(ValidPolicySpec(bad, &error)) << bad;
     EXPECT_FALSE(error.empty()) << bad;
   }
-  EXPECT_EQ(SpecWithGranularity("h2o", EvictGranularity::kPage), "h2o:granularity=page");
-  EXPECT_EQ(SpecWithGranularity("h2o", EvictGranularity::kToken), "h2o");
-  EXPECT_EQ(SpecWithGranularity("full", EvictGranularity::kPage), "full");
-  EXPECT_EQ(SpecWithGranularity("h2o:granularity=token", EvictGranularity::kPage),
+  EXPECT_EQ(SpecWithDefaults("h2o", EvictGranularity::kPage), "h2o:granularity=page");
+  EXPECT_EQ(SpecWithDefaults("h2o", EvictGranularity::kToken), "h2o");
+  EXPECT_EQ(SpecWithDefaults("full", EvictGranularity::kPage), "full");
+  EXPECT_EQ(SpecWithDefaults("h2o:granularity=token", EvictGranularity::kPage),
             "h2o:granularity=token");
   EXPECT_FALSE(ParseEvictGranularity("pages").ok());
 }
