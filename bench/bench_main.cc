@@ -279,6 +279,7 @@ int main(int argc, char** argv) {
         };
         vs("decode-b1", "tg128", "batch-1 decode / llama-bench -n 128", 1.0);
         vs("prefill512", "pp512", "prefill 512 / llama-bench -p 512", 1.0);
+        vs("prefill4096", "pp4096", "prefill 4096 / llama-bench -p 4096", 1.0);
         vs("decode-b32", "batched_tg_npl32", "32-seq decode / llama-batched-bench", 1.5);
         if (p.contains("load_to_first_token_s") && p.contains("heavykv_load_to_first_token_s")) {
           const double v = p["heavykv_load_to_first_token_s"].get<double>() /

@@ -178,7 +178,7 @@ void RunAttention(benchmark::State& state, int32_t tasks, int32_t group, int32_t
   auto run = [&] {
 #pragma omp parallel
     {
-      std::vector<float> scratch(cpu::AttentionScratchFloats(context + 1, group));
+      std::vector<float> scratch(cpu::AttentionScratchFloats(context + 1, group, 1));
 #pragma omp for schedule(dynamic, 1)
       for (int32_t t = 0; t < tasks; ++t) {
         cpu::AttentionArgs a;

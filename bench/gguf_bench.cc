@@ -8,6 +8,10 @@
 //                                         128 -ntg 128 -npl 32: 128..256); aggregate tokens/s
 //   gguf/llama3.2-1b/<mix>/prefill512     one 512-token prompt from an empty cache in chunks of
 //                                         512 (llama-bench -p 512); tokens/s
+//   gguf/llama3.2-1b/<f32|bf16>/prefill4096  one 4096-token prompt in chunks of 512 (llama-bench
+//                                         -p 4096 with its default 512-token micro-batches), fp32
+//                                         or bf16 weights (issue 18: long prompts, where attention
+//                                         over the growing context is a real share of the work)
 // bench_main.cc prints their ratios to llama.cpp's figures when --peer_json names the file the
 // script wrote from the same run.
 #include <benchmark/benchmark.h>
@@ -64,7 +68,8 @@ void BM_GgufDecode(benchmark::State& state, std::string mix, int32_t batch, int3
       double(state.iterations()) * model.WeightBytes(), benchmark::Counter::kIsRate);
 }
 
-void BM_GgufPrefill(benchmark::State& state, std::string mix, int32_t tokens) {
+// A `tokens`-token prompt from an empty cache, `chunk` tokens a step.
+void BM_GgufPrefill(benchmark::State& state, std::string mix, int32_t tokens, int32_t chunk) {
   const Model& model = Llama1b(mix);
   KvShape shape = KvShapeFor(model.config, 16);
   shape.element_bytes = 4;
@@ -73,14 +78,17 @@ void BM_GgufPrefill(benchmark::State& state, std::string mix, int32_t tokens) {
   std::vector<int32_t> prompt(tokens);
   for (int32_t i = 0; i < tokens; ++i) prompt[i] = 1 + (i * 7919) % (model.config.vocab_size - 1);
   SequenceKv kv;
-  auto run = [&] {
-    SequenceStep step{&kv, prompt, 0, false};
-    absl::StatusOr<std::span<const float>> r = runner.Forward({&step, 1});
-    if (!r.ok()) Die(r.status());
+  auto run = [&](int32_t upto) {
+    for (int32_t t0 = 0; t0 < upto; t0 += chunk) {
+      const std::span<const int32_t> part(prompt.data() + t0, std::min(chunk, upto - t0));
+      SequenceStep step{&kv, part, t0, false};
+      absl::StatusOr<std::span<const float>> r = runner.Forward({&step, 1});
+      if (!r.ok()) Die(r.status());
+    }
     cache->Release(kv);
   };
-  run();  // warm-up
-  for (auto _ : state) run();
+  run(chunk);  // warm-up: the first chunk
+  for (auto _ : state) run(tokens);
   state.counters["tokens"] =
       benchmark::Counter(double(state.iterations()) * tokens, benchmark::Counter::kIsRate);
 }
@@ -101,8 +109,16 @@ void RegisterGguf() {
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
     benchmark::RegisterBenchmark((base + "prefill512").c_str(), BM_GgufPrefill, std::string(mix),
-                                 512)
+                                 512, 512)
         ->MinTime(2.0)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
+  // Half a minute an iteration on 2 cores: one, after the warm-up.
+  for (const char* mix : {"f32", "bf16"}) {
+    benchmark::RegisterBenchmark(absl::StrCat("gguf/llama3.2-1b/", mix, "/prefill4096").c_str(),
+                                 BM_GgufPrefill, std::string(mix), 4096, 512)
+        ->Iterations(1)
         ->UseRealTime()
         ->Unit(benchmark::kMillisecond);
   }

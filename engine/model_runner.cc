@@ -193,7 +193,7 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
       const bool scores = channel.kind != SlotChannel::kNone;
       if (evicts || scores) kv.PrefetchMeta(evicts, scores);
       thread_local std::vector<float> scratch;
-      scratch.resize(cpu::AttentionScratchFloats(old + n, G));
+      scratch.resize(cpu::AttentionScratchFloats(old + n, G, n));
       cpu::PagedAttention(a, scratch.data());
       cache_->EvictHead(*st.kv, l, h, old + n, st.start_pos + n - 1, n);
     }

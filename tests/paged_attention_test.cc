@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <numeric>
 #include <random>
 #include <vector>
 
@@ -102,7 +103,7 @@ TEST_P(PagedAttentionTest, MatchesDirectAttention) {
     a.out = out.data();
     a.out_stride = int64_t(G) * hd;
     a.channel.kind = SlotChannel::kAccumulated;
-    std::vector<float> scratch(AttentionScratchFloats(slots, G));
+    std::vector<float> scratch(AttentionScratchFloats(slots, G, c.num_q));
     PagedAttentionWith(isa, a, scratch.data());
     double err = 0, norm = 0;
     for (size_t i = 0; i < out.size(); ++i) {
@@ -153,7 +154,7 @@ TEST(PagedAttentionGroupTest, EachHeadOfAGroupEqualsItAlone) {
       for (Isa isa : heavykv::testing::IsasToTest()) {
         SCOPED_TRACE(IsaName(isa));
         std::vector<float> together(q.size()), alone(q.size());
-        std::vector<float> scratch(AttentionScratchFloats(slots, G));
+        std::vector<float> scratch(AttentionScratchFloats(slots, G, num_q));
         AttentionArgs all = a;
         all.group = G;
         all.q = q.data();
@@ -170,6 +171,82 @@ TEST(PagedAttentionGroupTest, EachHeadOfAGroupEqualsItAlone) {
       }
     }
   }
+}
+
+// The queries of a chunk attended together (the AVX-512 path walks the pages once per tile of
+// queries) give each query, its output and what it adds to the H2O scores, exactly (bit for bit)
+// what attending that query alone gives, on every path: the tile must not change any query's
+// arithmetic. Groups 1 (16 queries a tile), 4 (4 a tile), 8 (2) and 20 (one query at a time);
+// chunks over several tiles and a last tile that is not full; pages of 16 and of 4 slots.
+TEST(PagedAttentionTileTest, EachQueryOfAChunkEqualsItAlone) {
+  constexpr int32_t kHd = 64;
+  for (int32_t bs : {16, 4}) {
+    for (int32_t G : {1, 4, 8, 20}) {
+      for (int32_t num_old : {0, 37}) {
+        constexpr int32_t kNumQ = 35;
+        SCOPED_TRACE(::testing::Message() << "pages of " << bs << ", group " << G << ", "
+                                          << num_old << " old slots");
+        const int32_t slots = num_old + kNumQ, num_pages = (slots + bs - 1) / bs;
+        std::mt19937 rng(G * 13 + num_old + bs);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::vector<int32_t> pages(num_pages);
+        for (int32_t i = 0; i < num_pages; ++i) pages[i] = (i * 7) % num_pages;
+        if (num_pages % 7 == 0) std::iota(pages.begin(), pages.end(), 0);
+        std::vector<float> pool(int64_t(num_pages) * 2 * bs * kHd), q(kNumQ * G * kHd);
+        for (float& v : pool) v = 2.0f * normal(rng);
+        for (float& v : q) v = normal(rng);
+        std::vector<int32_t> pos(num_pages * bs, 0);
+        AttentionArgs a;
+        a.kv.pages = pages.data();
+        a.kv.num_slots = slots;
+        a.kv.block_size = bs;
+        a.kv.head_dim = kHd;
+        a.kv.k = pool.data();
+        a.kv.v = pool.data() + bs * kHd;
+        a.kv.page_stride = 2 * bs * kHd;
+        a.kv.pos = pos.data();
+        a.kv.meta_page_stride = bs;
+        a.group = G;
+        a.q_stride = int64_t(G) * kHd;
+        a.out_stride = int64_t(G) * kHd;
+        a.channel.kind = SlotChannel::kAccumulated;
+        for (Isa isa : heavykv::testing::IsasToTest()) {
+          SCOPED_TRACE(IsaName(isa));
+          std::vector<float> together(q.size()), alone(q.size());
+          std::vector<float> score_together(num_pages * bs, 0.25f), score_alone = score_together;
+          std::vector<float> scratch(AttentionScratchFloats(slots, G, kNumQ));
+          AttentionArgs all = a;
+          all.num_old = num_old;
+          all.num_q = kNumQ;
+          all.q = q.data();
+          all.out = together.data();
+          all.kv.score = score_together.data();
+          PagedAttentionWith(isa, all, scratch.data());
+          for (int32_t i = 0; i < kNumQ; ++i) {
+            AttentionArgs one = a;
+            one.num_old = num_old + i;
+            one.num_q = 1;
+            one.q = q.data() + int64_t(i) * G * kHd;
+            one.out = alone.data() + int64_t(i) * G * kHd;
+            one.kv.score = score_alone.data();
+            PagedAttentionWith(isa, one, scratch.data());
+          }
+          ASSERT_EQ(together, alone);
+          ASSERT_EQ(score_together, score_alone);
+        }
+      }
+    }
+  }
+}
+
+TEST(PagedAttentionTileTest, ScratchHoldsOneTile) {
+  EXPECT_EQ(AttentionTileQueries(1), 16);
+  EXPECT_EQ(AttentionTileQueries(4), 4);
+  EXPECT_EQ(AttentionTileQueries(20), 1);
+  EXPECT_EQ(AttentionScratchFloats(100, 4, 1), 400);
+  EXPECT_EQ(AttentionScratchFloats(100, 4, 3), 1200);
+  EXPECT_EQ(AttentionScratchFloats(100, 4, 512), 1600);  // a 512-query chunk: one tile of 4
+  EXPECT_EQ(AttentionScratchFloats(100, 20, 512), 2000);
 }
 
 INSTANTIATE_TEST_SUITE_P(

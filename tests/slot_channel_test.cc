@@ -118,7 +118,7 @@ TEST_P(SlotChannelTest, EachKindMatchesTheReference) {
       a.out = out.data();
       a.out_stride = int64_t(G) * hd;
       a.channel = ch;
-      std::vector<float> scratch(AttentionScratchFloats(slots, G));
+      std::vector<float> scratch(AttentionScratchFloats(slots, G, c.num_q));
       PagedAttentionWith(isa, a, scratch.data());
       for (int32_t s = 0; s < slots; ++s) {
         EXPECT_NEAR(kv.Score(s), want[s], 1e-4) << "slot " << s;
@@ -162,7 +162,7 @@ TEST(SlotChannelTest, NoneLeavesTheChannelAlone) {
   a.q_stride = hd;
   a.out = out.data();
   a.out_stride = hd;
-  std::vector<float> scratch(AttentionScratchFloats(6, 1));
+  std::vector<float> scratch(AttentionScratchFloats(6, 1, 1));
   for (Isa isa : heavykv::testing::IsasToTest()) {
     PagedAttentionWith(isa, a, scratch.data());
     for (float v : score) EXPECT_EQ(v, 7.0f) << IsaName(isa);

@@ -148,6 +148,65 @@ __attribute__((target("avx512f"))) inline __m512 Load16(const uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
+// Starts loading the rows of slots [s, s + count) of a K or V walk that are on the page holding
+// s, when s < n: issued a few blocks ahead of the block being computed, so that the next page's rows
+// are on their way while this one's are used. Pages are scattered, and the hardware prefetcher
+// stops at each one (measured: a walk over shuffled 8 KiB pages reads at 30 GB/s alone, 40 with
+// this, on the machine of docs/BENCHMARKS.md "Long-context decode attention").
+template <typename T>
+__attribute__((always_inline)) inline void PrefetchRows(const PagedKvHead& kv, const T* base,
+                                                        int32_t s, int32_t count, int32_t n) {
+  if (s >= n) return;
+  const int32_t rows = std::min({count, kv.block_size - s % kv.block_size, n - s});
+  const char* p = reinterpret_cast<const char*>(base + kv.RowOffset(s));
+  const int64_t bytes = int64_t(rows) * kv.head_dim * sizeof(T);
+  for (int64_t b = 0; b < bytes; b += 64) PrefetchLine(p + b);
+}
+
+// Slots this many ahead of the block being computed are prefetched.
+inline constexpr int32_t kPrefetchSlots = 32;
+
+// probs[s0 + r] = q . k(s0 + r) * scale for r < rows, from the 16 rows k[0..15] (16 * C floats
+// of q): the 16 dot products finished together by Sum16x16.
+template <typename T, int C>
+__attribute__((target("avx512f"), always_inline)) inline void Logits16(const float* q,
+                                                                      const T* const (&k)[16],
+                                                                      int32_t rows, __m512 scale,
+                                                                      float* out) {
+  __m512 qv[C];
+  for (int c = 0; c < C; ++c) qv[c] = _mm512_loadu_ps(q + c * 16);
+  __m512 acc[16];
+  for (int32_t r = 0; r < 16; ++r) {
+    acc[r] = _mm512_mul_ps(qv[0], Load16(k[r]));
+    for (int c = 1; c < C; ++c) acc[r] = _mm512_fmadd_ps(qv[c], Load16(k[r] + c * 16), acc[r]);
+  }
+  const __mmask16 mask = rows >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << rows) - 1);
+  _mm512_mask_storeu_ps(out, mask, _mm512_mul_ps(Sum16x16(acc), scale));
+}
+
+// p[0..n) = softmax(p[0..n)), with the vector exp.
+__attribute__((target("avx512f"))) inline void SoftmaxRow(float* p, int32_t n) {
+  __m512 mx = _mm512_set1_ps(-INFINITY);
+  for (int32_t s = 0; s < n; s += 16) {
+    const __mmask16 m = n - s >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - s)) - 1);
+    mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, p + s));
+  }
+  const __m512 vmax = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+  __m512 sum = _mm512_setzero_ps();
+  for (int32_t s = 0; s < n; s += 16) {
+    const __mmask16 m = n - s >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - s)) - 1);
+    const __m512 e =
+        _mm512_maskz_mov_ps(m, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p + s), vmax)));
+    sum = _mm512_add_ps(sum, e);
+    _mm512_mask_storeu_ps(p + s, m, e);
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+  for (int32_t s = 0; s < n; s += 16) {
+    const __mmask16 m = n - s >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - s)) - 1);
+    _mm512_mask_storeu_ps(p + s, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + s), inv));
+  }
+}
+
 // Adds to the H2O scores of a page's slots [s0, s0 + rows) the probability each received from
 // all G heads of the group (probs: [G][n]).
 __attribute__((target("avx512f"))) inline void AddReceived(const PagedKvHead& kv, int32_t page,
@@ -202,6 +261,7 @@ __attribute__((target("avx512f"))) void WeightedSumOfV(const PagedKvHead& kv, co
   for (int c = 0; c < C; ++c) even[c] = odd[c] = _mm512_setzero_ps();
   const int32_t bs = kv.block_size;
   for (int32_t s0 = 0; s0 < n; s0 += bs) {
+    PrefetchRows(kv, Base<T>(kv, false), s0 + kPrefetchSlots, bs, n);
     const int32_t page = kv.pages[s0 / bs];
     const T* v = Base<T>(kv, false) + page * kv.page_stride;
     const int32_t rows = std::min(bs, n - s0);
@@ -233,16 +293,13 @@ __attribute__((target("avx512f"))) inline void AccumulatePage(const T* v, int32_
   }
 }
 
-// Groups of up to this many query heads per kv head take the one-pass V walk below (Llama 3 and
-// Qwen use 4-8; a larger group falls back to a walk per head).
-inline constexpr int32_t kMaxOnePassGroup = 16;
 
 template <typename T, int C>
 __attribute__((target("avx512f"))) void WeightedSumsOfV(const AttentionArgs& a, const float* probs,
                                                         int32_t n, float* out, bool add_scores) {
   const PagedKvHead& kv = a.kv;
   const int32_t G = a.group, bs = kv.block_size;
-  if (G > kMaxOnePassGroup || G == 1) {
+  if (G > kMaxTilePairs || G == 1) {
     // One walk over the V pages per head; the scores are added during the last head's walk,
     // when all G rows of probs are final.
     for (int32_t g = 0; g < G; ++g) {
@@ -260,9 +317,10 @@ __attribute__((target("avx512f"))) void WeightedSumsOfV(const AttentionArgs& a, 
   // and then serve every head from L1 (a walk per head would read a long context's V G times).
   // Each head's accumulators live in `acc` between pages and take the same FMAs in the same
   // order as WeightedSumOfV, so the result is bit for bit the same.
-  alignas(64) float acc[kMaxOnePassGroup * 2 * 16 * C];
+  alignas(64) float acc[kMaxTilePairs * 2 * 16 * C];
   std::fill(acc, acc + int64_t(G) * 2 * 16 * C, 0.0f);
   for (int32_t s0 = 0; s0 < n; s0 += bs) {
+    PrefetchRows(kv, Base<T>(kv, false), s0 + kPrefetchSlots, bs, n);
     const int32_t page = kv.pages[s0 / bs];
     const T* v = Base<T>(kv, false) + page * kv.page_stride;
     const int32_t rows = std::min(bs, n - s0);
@@ -280,70 +338,87 @@ __attribute__((target("avx512f"))) void WeightedSumsOfV(const AttentionArgs& a, 
   }
 }
 
-template <typename T>
-__attribute__((target("avx512f"))) void AttendOneQueryAvx512(const AttentionArgs& a, int32_t qi,
-                                                              float* probs) {
+// Queries [q0, q0 + nq) of the step (nq * group <= kMaxTilePairs, or nq = 1), attended in one
+// walk over the pages: each 16-slot block of K rows and each page of V rows is read from memory
+// once for the whole tile and then serves every (query, head) pair from L1, where attending the
+// queries one by one reads a prefill chunk's context once per query. Each pair's arithmetic is
+// what it gets alone, in the same order (PagedAttentionTileTest checks bit equality). scratch:
+// query i's probabilities [G][n_i] one after another, n_i = num_old + q0 + i + 1.
+template <typename T, int C>
+__attribute__((target("avx512f"))) void AttendTileAvx512(const AttentionArgs& a, int32_t q0,
+                                                          int32_t nq, float* scratch) {
   const PagedKvHead& kv = a.kv;
-  const int32_t hd = kv.head_dim, G = a.group;
-  const int32_t n = a.num_old + qi + 1;  // visible slots
-  const int32_t chunks = hd / 16;
+  constexpr int32_t hd = 16 * C;
+  const int32_t G = a.group, bs = kv.block_size;
+  const int32_t n_end = a.num_old + q0 + nq;  // slots the tile's last query sees
   const __m512 scale = _mm512_set1_ps(1.0f / std::sqrt(static_cast<float>(hd)));
-  const float* q = a.q + qi * a.q_stride;
+  float* probs[kMaxTilePairs];
+  int32_t n[kMaxTilePairs];
+  for (int32_t i = 0; i < nq; ++i) {
+    n[i] = a.num_old + q0 + i + 1;
+    probs[i] = i == 0 ? scratch : probs[i - 1] + int64_t(G) * n[i - 1];
+  }
   // Logits, 16 slots at a time (a block of 16 may span pages when block_size < 16).
-  for (int32_t s0 = 0; s0 < n; s0 += 16) {
-    const int32_t rows = std::min(16, n - s0);
+  const T* const kbase = Base<T>(kv, true);
+  for (int32_t s0 = 0; s0 < n_end; s0 += 16) {
+    PrefetchRows(kv, kbase, s0 + kPrefetchSlots, 16, n_end);
+    const int32_t last = std::min(16, n_end - s0) - 1;
     const T* k[16];
-    for (int32_t r = 0; r < 16; ++r) {
-      k[r] = Base<T>(kv, true) + kv.RowOffset(s0 + std::min(r, rows - 1));
-    }
-    for (int32_t g = 0; g < G; ++g) {
-      const float* qg = q + int64_t(g) * hd;
-      __m512 acc[16];
-      for (int32_t r = 0; r < 16; ++r) acc[r] = _mm512_setzero_ps();
-      for (int32_t r = 0; r < 16; ++r) {
-        for (int32_t c = 0; c < chunks; ++c) {
-          acc[r] = _mm512_fmadd_ps(_mm512_loadu_ps(qg + c * 16), Load16(k[r] + c * 16), acc[r]);
-        }
+    for (int32_t r = 0; r < 16; ++r) k[r] = kbase + kv.RowOffset(s0 + std::min(r, last));
+    for (int32_t i = 0; i < nq; ++i) {
+      if (n[i] <= s0) continue;
+      const float* q = a.q + (q0 + i) * a.q_stride;
+      for (int32_t g = 0; g < G; ++g) {
+        Logits16<T, C>(q + int64_t(g) * hd, k, n[i] - s0, scale, probs[i] + int64_t(g) * n[i] + s0);
       }
-      const __mmask16 mask = rows == 16 ? __mmask16(0xFFFF) : __mmask16((1u << rows) - 1);
-      _mm512_mask_storeu_ps(probs + int64_t(g) * n + s0, mask,
-                            _mm512_mul_ps(Sum16x16(acc), scale));
     }
   }
-  for (int32_t g = 0; g < G; ++g) {
-    float* p = probs + int64_t(g) * n;
-    __m512 mx = _mm512_set1_ps(-INFINITY);
-    for (int32_t s = 0; s < n; s += 16) {
-      const __mmask16 m = n - s >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - s)) - 1);
-      mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, p + s));
-    }
-    const __m512 vmax = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
-    __m512 sum = _mm512_setzero_ps();
-    for (int32_t s = 0; s < n; s += 16) {
-      const __mmask16 m = n - s >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - s)) - 1);
-      const __m512 e = _mm512_maskz_mov_ps(m, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p + s),
-                                                                 vmax)));
-      sum = _mm512_add_ps(sum, e);
-      _mm512_mask_storeu_ps(p + s, m, e);
-    }
-    const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
-    for (int32_t s = 0; s < n; s += 16) {
-      const __mmask16 m = n - s >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - s)) - 1);
-      _mm512_mask_storeu_ps(p + s, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, p + s), inv));
+  for (int32_t i = 0; i < nq; ++i) {
+    for (int32_t g = 0; g < G; ++g) SoftmaxRow(probs[i] + int64_t(g) * n[i], n[i]);
+  }
+  // out = sum_s p[s] * v_s for every pair, and the H2O scores.
+  if (nq == 1) {
+    WeightedSumsOfV<T, C>(a, probs[0], n[0], a.out + q0 * a.out_stride,
+                          internal::FusesScoreAdd(a, q0));
+    return;
+  }
+  alignas(64) float acc[kMaxTilePairs * 2 * hd];
+  std::fill(acc, acc + int64_t(nq) * G * 2 * hd, 0.0f);
+  const T* const vbase = Base<T>(kv, false);
+  for (int32_t s0 = 0; s0 < n_end; s0 += bs) {
+    PrefetchRows(kv, vbase, s0 + kPrefetchSlots, bs, n_end);
+    const int32_t page = kv.pages[s0 / bs];
+    const T* v = vbase + page * kv.page_stride;
+    for (int32_t i = 0; i < nq; ++i) {
+      const int32_t rows = std::min(bs, n[i] - s0);
+      if (rows <= 0) continue;
+      if (internal::FusesScoreAdd(a, q0 + i)) AddReceived(kv, page, s0, rows, probs[i], n[i], G);
+      AccumulatePage<T, C>(v, s0, rows, probs[i], n[i], G, acc + int64_t(i) * G * 2 * hd);
     }
   }
-  // out_g = sum_s p_g[s] * v_s, the accumulators in registers, and the H2O scores.
-  float* out = a.out + qi * a.out_stride;
-  const bool add = internal::FusesScoreAdd(a, qi);
-  switch (chunks) {
-    case 1: WeightedSumsOfV<T, 1>(a, probs, n, out, add); break;
-    case 2: WeightedSumsOfV<T, 2>(a, probs, n, out, add); break;
-    case 3: WeightedSumsOfV<T, 3>(a, probs, n, out, add); break;
-    case 4: WeightedSumsOfV<T, 4>(a, probs, n, out, add); break;
-    case 5: WeightedSumsOfV<T, 5>(a, probs, n, out, add); break;
-    case 6: WeightedSumsOfV<T, 6>(a, probs, n, out, add); break;
-    case 7: WeightedSumsOfV<T, 7>(a, probs, n, out, add); break;
-    case 8: WeightedSumsOfV<T, 8>(a, probs, n, out, add); break;
+  for (int32_t i = 0; i < nq; ++i) {
+    for (int32_t g = 0; g < G; ++g) {
+      const float* ag = acc + (int64_t(i) * G + g) * 2 * hd;
+      float* og = a.out + (q0 + i) * a.out_stride + int64_t(g) * hd;
+      for (int c = 0; c < C; ++c) {
+        _mm512_storeu_ps(og + c * 16, _mm512_add_ps(_mm512_load_ps(ag + c * 16),
+                                                    _mm512_load_ps(ag + (C + c) * 16)));
+      }
+    }
+  }
+}
+
+template <typename T>
+void AttendTileAvx512(const AttentionArgs& a, int32_t q0, int32_t nq, float* scratch) {
+  switch (a.kv.head_dim / 16) {
+    case 1: AttendTileAvx512<T, 1>(a, q0, nq, scratch); break;
+    case 2: AttendTileAvx512<T, 2>(a, q0, nq, scratch); break;
+    case 3: AttendTileAvx512<T, 3>(a, q0, nq, scratch); break;
+    case 4: AttendTileAvx512<T, 4>(a, q0, nq, scratch); break;
+    case 5: AttendTileAvx512<T, 5>(a, q0, nq, scratch); break;
+    case 6: AttendTileAvx512<T, 6>(a, q0, nq, scratch); break;
+    case 7: AttendTileAvx512<T, 7>(a, q0, nq, scratch); break;
+    case 8: AttendTileAvx512<T, 8>(a, q0, nq, scratch); break;
   }
 }
 
@@ -376,14 +451,25 @@ void PagedAttentionWith(Isa isa, const AttentionArgs& args, float* scratch) {
   const bool avx512 = isa == Isa::kAvx512 && args.kv.head_dim % 16 == 0 && args.kv.head_dim <= 128;
   const bool avx2 = !avx512 && (isa == Isa::kAvx512 || isa == Isa::kAvx2) &&
                     internal::Avx2Handles(args);
-  for (int32_t qi = 0; qi < args.num_q; ++qi) {
-    if (avx512) {
+  if (avx512) {
+    const int32_t tile = AttentionTileQueries(args.group);
+    for (int32_t q0 = 0; q0 < args.num_q; q0 += tile) {
+      const int32_t nq = std::min(tile, args.num_q - q0);
       if (args.kv.bf16()) {
-        AttendOneQueryAvx512<uint16_t>(args, qi, scratch);
+        AttendTileAvx512<uint16_t>(args, q0, nq, scratch);
       } else {
-        AttendOneQueryAvx512<float>(args, qi, scratch);
+        AttendTileAvx512<float>(args, q0, nq, scratch);
       }
-    } else if (avx2) {
+      const float* probs = scratch;
+      for (int32_t i = 0; i < nq; ++i) {
+        UpdateChannel(args, q0 + i, probs);
+        probs += int64_t(args.group) * (args.num_old + q0 + i + 1);
+      }
+    }
+    return;
+  }
+  for (int32_t qi = 0; qi < args.num_q; ++qi) {
+    if (avx2) {
       internal::AttendOneQueryAvx2(args, qi, scratch);
     } else if (args.kv.bf16()) {
       AttendOneQueryBf16(args, qi, scratch);

@@ -31,9 +31,19 @@ struct AttentionArgs {
   ChannelSpec channel;
 };
 
-// Scratch floats PagedAttention needs for a head with `num_slots` slots and `group` heads.
-inline int64_t AttentionScratchFloats(int32_t num_slots, int32_t group) {
-  return int64_t(num_slots) * group;
+// (query, head) pairs the AVX-512 path attends in one walk over the pages: a tile of a prefill
+// chunk's queries reads each K and V page from memory once for all its pairs.
+inline constexpr int32_t kMaxTilePairs = 16;
+// Queries of one tile for a group of `group` heads (1 for a group over kMaxTilePairs).
+inline int32_t AttentionTileQueries(int32_t group) {
+  return group >= kMaxTilePairs ? 1 : kMaxTilePairs / group;
+}
+
+// Scratch floats PagedAttention needs for a head with `num_slots` slots (this step's included),
+// `group` heads and `num_q` queries: one tile's probabilities, O(tile x context).
+inline int64_t AttentionScratchFloats(int32_t num_slots, int32_t group, int32_t num_q) {
+  const int32_t tile = num_q < AttentionTileQueries(group) ? num_q : AttentionTileQueries(group);
+  return int64_t(tile > 0 ? tile : 1) * num_slots * group;
 }
 
 // Runs attention for one (sequence, kv head). `scratch` has AttentionScratchFloats() floats.

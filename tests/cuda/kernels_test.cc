@@ -384,7 +384,7 @@ void CheckAttention(int32_t kv_heads, int32_t group, int32_t hd, const std::vect
       a.out = &want[t0 * stride + int64_t(h) * group * hd];
       a.out_stride = stride;
       if (specs[i].scores) a.channel.kind = SlotChannel::kAccumulated;
-      std::vector<float> scratch(cpu::AttentionScratchFloats(held, group));
+      std::vector<float> scratch(cpu::AttentionScratchFloats(held, group, specs[i].num_new));
       cpu::PagedAttention(a, scratch.data());
     }
     t0 += specs[i].num_new;
