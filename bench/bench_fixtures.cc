@@ -24,9 +24,13 @@ void Die(const absl::Status& s) {
 
 void SetScratchDir(const std::string& dir) { ScratchDir() = dir; }
 
-std::string GgufBenchModelPath(const std::string& shape, const std::string& mix) {
+std::string BenchFilePath(const std::string& file) {
   std::filesystem::create_directories(ScratchDir());
-  return ScratchDir() + "/" + shape + "-" + mix + ".gguf";
+  return ScratchDir() + "/" + file;
+}
+
+std::string GgufBenchModelPath(const std::string& shape, const std::string& mix) {
+  return BenchFilePath(shape + "-" + mix + ".gguf");
 }
 
 const std::string& Stories110MPath() {
