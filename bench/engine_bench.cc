@@ -102,6 +102,55 @@ void BM_ReadBandwidth(benchmark::State& state) {
   state.SetBytesProcessed(state.iterations() * kBandwidthBytes);
 }
 
+// `fmas` rounds over one 8 KiB page: each round, 16 rows of 8 vectors, one FMA per vector into
+// the row's accumulator (the logits of one query head against 16 K rows of 128 dims).
+template <int kFmas>
+__attribute__((target("avx512f"), noinline)) float WalkPages(const float* base,
+                                                             const int32_t* table, int32_t n) {
+  __m512 acc[16], q[8];
+  for (__m512& a : acc) a = _mm512_setzero_ps();
+  for (int k = 0; k < 8; ++k) q[k] = _mm512_set1_ps(0.5f + k);
+  for (int32_t i = 0; i < n; ++i) {
+    const float* page = base + int64_t(table[i]) * 2048;
+    for (int f = 0; f < kFmas; ++f) {
+      for (int r = 0; r < 16; ++r) {
+        for (int k = 0; k < 8; ++k) {
+          acc[r] = _mm512_fmadd_ps(q[k], _mm512_load_ps(page + r * 128 + k * 16), acc[r]);
+        }
+      }
+    }
+  }
+  for (int r = 1; r < 16; ++r) acc[0] = _mm512_add_ps(acc[0], acc[r]);
+  return _mm512_reduce_add_ps(acc[0]);
+}
+
+// The read rate of decode attention's access pattern without its softmax or bookkeeping: 8
+// tasks (a batch-1 step's kv heads) each walk 4096 scattered 8 KiB pages (a kv head's 16 K rows
+// of 128 fp32 on a page of a 256 MB pool on huge pages, in shuffled order), over the threads,
+// with 1 FMA per vector read (what a group of 1 does) or 4 (a GQA group of 4, as
+// attention/gqa8). What the attention kernel can hope for on this machine at that density.
+template <int kFmas>
+void BM_PagedWalk(benchmark::State& state) {
+  if (cpu::BestIsa() != cpu::Isa::kAvx512) {
+    state.SkipWithError("needs AVX-512");
+    return;
+  }
+  constexpr int32_t kTasks = 8, kPages = 4096;
+  AlignedVector<float> pool(int64_t(kTasks) * kPages * 2048, 0.01f);
+  std::vector<int32_t> table(int64_t(kTasks) * kPages);
+  std::iota(table.begin(), table.end(), 0);
+  std::shuffle(table.begin(), table.end(), std::mt19937(7));
+  float sink = 0;
+  for (auto _ : state) {
+#pragma omp parallel for schedule(dynamic, 1) reduction(+ : sink)
+    for (int32_t t = 0; t < kTasks; ++t) {
+      sink += WalkPages<kFmas>(pool.data(), table.data() + int64_t(t) * kPages, kPages);
+    }
+  }
+  benchmark::DoNotOptimize(sink);
+  state.SetBytesProcessed(state.iterations() * int64_t(pool.size()) * 4);
+}
+
 // Multi-threaded BLAS sgemm on square matrices: the reference FLOP/s.
 void BM_Sgemm(benchmark::State& state) {
   const int64_t n = state.range(0);
@@ -503,7 +552,7 @@ void Register() {  // NOLINT: one list, in report order
   // Long-context decode attention, GQA 8:1 (issue 18): compare bytes_per_second with
   // bandwidth/read.
   for (int32_t batch : {1, 8}) {
-    for (int32_t context : {4096, 8192, 16384, 32768}) {
+    for (int32_t context : {1024, 4096, 8192, 16384, 32768}) {
       for (bool bf16 : {false, true}) {
         benchmark::RegisterBenchmark(absl::StrCat("attention/gqa8/b", batch, "/ctx", context,
                                                   bf16 ? "/bf16kv" : "")
@@ -517,6 +566,12 @@ void Register() {  // NOLINT: one list, in report order
   }
   benchmark::RegisterBenchmark("bandwidth/memcpy", BM_MemcpyBandwidth)->MinTime(0.5)->UseRealTime();
   benchmark::RegisterBenchmark("bandwidth/read", BM_ReadBandwidth)->MinTime(0.5)->UseRealTime();
+  benchmark::RegisterBenchmark("bandwidth/paged-walk/fma1", BM_PagedWalk<1>)
+      ->MinTime(0.5)
+      ->UseRealTime();
+  benchmark::RegisterBenchmark("bandwidth/paged-walk/fma4", BM_PagedWalk<4>)
+      ->MinTime(0.5)
+      ->UseRealTime();
   benchmark::RegisterBenchmark("sgemm/1024", BM_Sgemm)->Arg(1024)->MinTime(0.5)->UseRealTime();
   for (bool packed : {true, false}) {
     benchmark::RegisterBenchmark(packed ? "gemm/decode-shapes-b32/packed"

@@ -149,10 +149,10 @@ __attribute__((target("avx512f"))) inline __m512 Load16(const uint16_t* p) {
 }
 
 // Starts loading the rows of slots [s, s + count) of a K or V walk that are on the page holding
-// s, when s < n: issued a few blocks ahead of the block being computed, so that the next page's rows
-// are on their way while this one's are used. Pages are scattered, and the hardware prefetcher
-// stops at each one (measured: a walk over shuffled 8 KiB pages reads at 30 GB/s alone, 40 with
-// this, on the machine of docs/BENCHMARKS.md "Long-context decode attention").
+// s, when s < n: issued two blocks ahead of the one being computed, so that the next page's rows
+// are on their way while this one's are used (pages are scattered, and a hardware prefetcher
+// stops at each). Measured (docs/BENCHMARKS.md "Long-context decode attention"): 1.3x at group 1
+// (attention/ctx512/avx512), no change at GQA 4, whose arithmetic per byte keeps the walk slow.
 template <typename T>
 __attribute__((always_inline)) inline void PrefetchRows(const PagedKvHead& kv, const T* base,
                                                         int32_t s, int32_t count, int32_t n) {
@@ -163,7 +163,7 @@ __attribute__((always_inline)) inline void PrefetchRows(const PagedKvHead& kv, c
   for (int64_t b = 0; b < bytes; b += 64) PrefetchLine(p + b);
 }
 
-// Slots this many ahead of the block being computed are prefetched.
+// Slots this many ahead of the block being computed are prefetched (16 and 64: no different).
 inline constexpr int32_t kPrefetchSlots = 32;
 
 // probs[s0 + r] = q . k(s0 + r) * scale for r < rows, from the 16 rows k[0..15] (16 * C floats
