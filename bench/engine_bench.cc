@@ -355,6 +355,55 @@ void BM_PrefillPeakMemory(benchmark::State& state, int32_t tokens) {
       benchmark::Counter(double(state.iterations()) * tokens, benchmark::Counter::kIsRate);
 }
 
+// Split-K decode attention (issue 18): one sequence of a model with a single kv head (4 query
+// heads of 128, 2 layers, 8 MB of weights) at `context` cached tokens, so that a step has one
+// (sequence, kv head) pair per layer for the threads: each iteration times a step with the
+// context cut into parts across the threads and one without (one thread attends, the others
+// wait), in ABBA order. Counters: ratio (median split / unsplit), split_ms, unsplit_ms.
+void BM_SplitAttention(benchmark::State& state, int32_t context) {
+  ModelConfig c;
+  c.dim = 512;
+  c.hidden_dim = 256;
+  c.num_layers = 2;
+  c.num_heads = 4;
+  c.num_kv_heads = 1;
+  c.vocab_size = 256;
+  c.seq_len = context + 256;
+  const std::string path = BenchFilePath(absl::StrCat("mqa-", c.seq_len, ".bin"));
+  if (!std::filesystem::exists(path)) {
+    if (absl::Status s = WriteRandomModel(c, 4, path); !s.ok()) Die(s);
+  }
+  absl::StatusOr<Model> model = LoadModel(path);
+  if (!model.ok()) Die(model.status());
+  std::unique_ptr<Batch> b = MakeBatch(*model, 1, context, "full", kUnboundedBudget);
+  ModelRunner split(*model, b->cache.get()), unsplit(*model, b->cache.get());
+  unsplit.set_split_attention(false);
+  DecodeStep(split, *b, context);  // warm-up
+  DecodeStep(unsplit, *b, context);
+  auto timed = [&](ModelRunner& r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    DecodeStep(r, *b, context);
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::vector<double> ratios;
+  double sum_split = 0, sum_unsplit = 0;
+  for (auto _ : state) {
+    const bool split_first = ratios.size() % 2 == 0;
+    const double first = timed(split_first ? split : unsplit);
+    const double second = timed(split_first ? unsplit : split);
+    const double ts = split_first ? first : second, tu = split_first ? second : first;
+    sum_split += ts;
+    sum_unsplit += tu;
+    ratios.push_back(ts / tu);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  const size_t n = ratios.size();
+  state.counters["ratio"] = n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]);
+  state.counters["split_ms"] = 1e3 * sum_split / n;
+  state.counters["unsplit_ms"] = 1e3 * sum_unsplit / n;
+  state.counters["parts"] = double(split.split_attention_parts()) / (n + 1) / c.num_layers;
+}
+
 // One decode step of `batch` sequences at `context` cached tokens, on the stories110M shape.
 void BM_Decode(benchmark::State& state, int32_t batch, int32_t context, std::string policy,
                int32_t budget, int32_t kv_element_bytes, cpu::WeightType weights) {
@@ -643,6 +692,14 @@ void Register() {  // NOLINT: one list, in report order
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
     }
+  }
+  for (int32_t context : {4096, 32768}) {
+    benchmark::RegisterBenchmark(
+        absl::StrCat("decode/kv1/b1/ctx", context, "/split-vs-unsplit").c_str(),
+        BM_SplitAttention, context)
+        ->Iterations(40)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
   }
   benchmark::RegisterBenchmark("prefill/ctx32768/peak-memory", BM_PrefillPeakMemory, 32768)
       ->Iterations(1)

@@ -4,6 +4,8 @@
 #include <cstring>
 #include <vector>
 
+#include <omp.h>
+
 #include "absl/strings/str_cat.h"
 #include "kernels/bf16.h"
 #include "kernels/cpu/ops.h"
@@ -51,7 +53,71 @@ void ShiftPinnedKeys(const PagedKvHead& kv, int32_t old, int32_t n, int32_t pinn
   }
 }
 
+// One layer's split-K decode attention (kernels/cpu/paged_attention.h CombineAttentionParts):
+// per (sequence, kv head) task its part bounds, and the parts' outputs, softmax statistics and
+// unnormalised probabilities. Kept across the layers of a step, so the buffers only grow.
+struct SplitPlan {
+  std::vector<cpu::AttentionArgs> args;            // per task, its whole-context arguments
+  std::vector<std::pair<int64_t, int32_t>> items;  // (task, part) pairs to attend
+  std::vector<int32_t> first;                      // per task: where its bounds start
+  std::vector<int32_t> bounds;                     // per task: parts + 1 slot bounds
+  std::vector<float> out, stats, probs;
+  int32_t group = 0, head_dim = 0;
+
+  // Plans layer `layer` of a decode step; false (and nothing planned) where every task would
+  // be one part (AttentionParts), or when not `allowed`.
+  bool Plan(std::span<const SequenceStep> steps, int32_t layer, int32_t n_kv, int32_t G,
+            int32_t hd, int32_t bs, bool allowed) {
+    if (!allowed) return false;
+    const int64_t tasks = int64_t(steps.size()) * n_kv;
+    const int32_t threads = omp_get_max_threads();
+    first.assign(tasks + 1, 0);
+    bounds.clear();
+    items.clear();
+    bool any = false;
+    for (int64_t t = 0; t < tasks; ++t) {
+      const int32_t slots = steps[t / n_kv].kv->Slots(layer) + 1;  // the new token's included
+      const int32_t parts = AttentionParts(tasks, threads, slots);
+      any = any || parts > 1;
+      first[t] = static_cast<int32_t>(bounds.size());
+      for (int32_t j = 0; j < parts; ++j) {
+        bounds.push_back(j == 0 ? 0 : int32_t(int64_t(j) * slots / parts / bs * bs));
+        items.emplace_back(t, j);
+      }
+      bounds.push_back(slots);
+    }
+    first[tasks] = static_cast<int32_t>(bounds.size());
+    if (!any) return false;
+    group = G;
+    head_dim = hd;
+    args.resize(tasks);
+    out.resize(items.size() * G * hd);
+    stats.resize(items.size() * G * 2);
+    int64_t floats = 0;
+    for (int64_t t = 0; t < tasks; ++t) floats += int64_t(G) * Bounds(t)[Parts(t)];
+    probs.resize(floats);
+    return true;
+  }
+  int32_t Parts(int64_t t) const { return first[t + 1] - first[t] - 1; }
+  const int32_t* Bounds(int64_t t) const { return bounds.data() + first[t]; }
+  // A task's part rows start at its first bound's index less one per earlier task.
+  int64_t FirstPart(int64_t t) const { return first[t] - t; }
+  float* Out(int64_t t) { return out.data() + FirstPart(t) * group * head_dim; }
+  float* Stats(int64_t t) { return stats.data() + FirstPart(t) * group * 2; }
+  float* Probs(int64_t t, int32_t j) {
+    int64_t at = 0;  // the tasks before t hold G x their slots each
+    for (int64_t u = 0; u < t; ++u) at += int64_t(group) * Bounds(u)[Parts(u)];
+    return probs.data() + at + int64_t(group) * Bounds(t)[j];
+  }
+};
+
 }  // namespace
+
+int32_t AttentionParts(int64_t tasks, int32_t threads, int32_t slots) {
+  if (tasks <= 0 || tasks >= threads) return 1;
+  const int64_t want = (threads + tasks - 1) / tasks;
+  return static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(want, slots / kMinAttentionPartSlots)));
+}
 
 absl::StatusOr<std::span<const float>> ModelRunner::Forward(
     std::span<const SequenceStep> steps) {
@@ -101,6 +167,10 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
   }
   attention_work *= int64_t(c.num_heads) * hd;
   const bool parallel_attention = num_tasks > 1 && attention_work > (int64_t(1) << 16);
+  // Split-K serves steps of one token per sequence, with enough work to fork threads for.
+  bool split_allowed = split_attention_ && attention_work > (int64_t(1) << 16);
+  for (const SequenceStep& st : steps) split_allowed = split_allowed && st.tokens.size() == 1;
+  SplitPlan split;
   cpu::RopeParams rope;
   rope.head_dim = hd;
   rope.theta = c.rope_theta;
@@ -156,8 +226,8 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
     }
     cpu::Rope(qkv_.data(), T, qkv_dim, q_dim + kv_dim, pos_.data(), rope);
 
-#pragma omp parallel for schedule(dynamic, 1) if (parallel_attention)
-    for (int64_t task = 0; task < num_tasks; ++task) {
+    // Appends task's new K/V rows to its (layer, kv head) and returns its attention arguments.
+    auto prepare = [&](int64_t task) {
       const SequenceStep& st = steps[task / n_kv];
       const int32_t h = static_cast<int32_t>(task % n_kv);
       const int32_t n = static_cast<int32_t>(st.tokens.size());
@@ -192,10 +262,48 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
       const bool evicts = KeptAfterStep(*st.kv, l, old + n, kv.block_size) < old + n;
       const bool scores = channel.kind != SlotChannel::kNone;
       if (evicts || scores) kv.PrefetchMeta(evicts, scores);
-      thread_local std::vector<float> scratch;
-      scratch.resize(cpu::AttentionScratchFloats(old + n, G, n));
-      cpu::PagedAttention(a, scratch.data());
-      cache_->EvictHead(*st.kv, l, h, old + n, st.start_pos + n - 1, n);
+      return a;
+    };
+    auto evict = [&](int64_t task, const cpu::AttentionArgs& a) {
+      const SequenceStep& st = steps[task / n_kv];
+      const int32_t n = static_cast<int32_t>(st.tokens.size());
+      cache_->EvictHead(*st.kv, l, static_cast<int32_t>(task % n_kv), a.kv.num_slots,
+                        st.start_pos + n - 1, n);
+    };
+    if (split.Plan(steps, l, n_kv, G, hd, cache_->shape().block_size, split_allowed)) {
+      // Split-K: fewer (sequence, kv head) pairs than threads, so each decode query's context
+      // is cut into parts that the threads attend at once, then combined per pair.
+      std::vector<cpu::AttentionArgs>& args = split.args;
+#pragma omp parallel for schedule(dynamic, 1)
+      for (int64_t task = 0; task < num_tasks; ++task) args[task] = prepare(task);
+#pragma omp parallel for schedule(dynamic, 1)
+      for (int64_t item = 0; item < int64_t(split.items.size()); ++item) {
+        const auto [task, j] = split.items[item];
+        cpu::PagedAttention(cpu::PartArgs(args[task], split.Bounds(task), j, split.Out(task),
+                                          split.Stats(task)),
+                            split.Probs(task, j));
+      }
+#pragma omp parallel for schedule(dynamic, 1)
+      for (int64_t task = 0; task < num_tasks; ++task) {
+        const int32_t parts = split.Parts(task);
+        std::vector<const float*> probs(parts);
+        for (int32_t j = 0; j < parts; ++j) probs[j] = split.Probs(task, j);
+        thread_local std::vector<float> scratch;
+        scratch.resize(cpu::AttentionScratchFloats(args[task].kv.num_slots, G, 1));
+        cpu::CombineAttentionParts(args[task], split.Bounds(task), parts, split.Out(task),
+                                   split.Stats(task), probs.data(), scratch.data());
+        evict(task, args[task]);
+      }
+      split_parts_ += int64_t(split.items.size());
+    } else {
+#pragma omp parallel for schedule(dynamic, 1) if (parallel_attention)
+      for (int64_t task = 0; task < num_tasks; ++task) {
+        const cpu::AttentionArgs a = prepare(task);
+        thread_local std::vector<float> scratch;
+        scratch.resize(cpu::AttentionScratchFloats(a.kv.num_slots, G, a.num_q));
+        cpu::PagedAttention(a, scratch.data());
+        evict(task, a);
+      }
     }
 
     if (!measured.empty()) before.assign(x_.begin(), x_.begin() + T * dim);

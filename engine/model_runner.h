@@ -23,6 +23,13 @@ namespace heavykv {
 // block table per layer (KvShapeForDevice gives the CUDA layout).
 KvShape KvShapeFor(const ModelConfig& config, int32_t block_size);
 
+// Split-K decode attention: the parts a decode query's context of `slots` slots is cut into when
+// a step has `tasks` (sequence, kv head) pairs for `threads` threads, so that all threads attend:
+// 1 when the pairs alone keep the threads busy (tasks >= threads), else ceil(threads / tasks),
+// but no part shorter than kMinAttentionPartSlots (1 below twice that).
+inline constexpr int32_t kMinAttentionPartSlots = 512;
+int32_t AttentionParts(int64_t tasks, int32_t threads, int32_t slots);
+
 // The CPU backend of StepRunner.
 class ModelRunner : public StepRunner {
  public:
@@ -37,6 +44,10 @@ class ModelRunner : public StepRunner {
   absl::StatusOr<std::span<const float>> Forward(std::span<const SequenceStep> steps) override;
 
   const Model& model() const override { return model_; }
+  // (sequence, kv head, layer) context parts attended through split-K since construction.
+  int64_t split_attention_parts() const { return split_parts_; }
+  // Split-K on (the default) or off, for benchmarks that time the one against the other.
+  void set_split_attention(bool on) { split_attention_ = on; }
   KvCache& cache() override { return *cache_; }
 
  private:
@@ -51,6 +62,8 @@ class ModelRunner : public StepRunner {
   AlignedVector<float> hb2_;     // [T][hidden]
   AlignedVector<float> logits_;  // [rows][vocab]
   std::vector<int32_t> pos_;   // [T]
+  int64_t split_parts_ = 0;
+  bool split_attention_ = true;
 };
 
 }  // namespace heavykv

@@ -228,6 +228,87 @@ TEST(ModelRunnerTest, ChunkedPrefillEqualsTokenByToken) {
   }
 }
 
+TEST(ModelRunnerTest, AttentionPartsKeepTheThreadsBusy) {
+  EXPECT_EQ(AttentionParts(8, 2, 32768), 1);   // 8 pairs already busy 2 threads
+  EXPECT_EQ(AttentionParts(2, 2, 32768), 1);
+  EXPECT_EQ(AttentionParts(1, 2, 32768), 2);   // one pair, two threads
+  EXPECT_EQ(AttentionParts(3, 16, 32768), 6);  // ceil(16 / 3)
+  EXPECT_EQ(AttentionParts(1, 16, 2048), 4);   // no part under 512 slots
+  EXPECT_EQ(AttentionParts(1, 16, 1023), 1);
+  EXPECT_EQ(AttentionParts(1, 1, 32768), 1);
+}
+
+// Decoding with fewer (sequence, kv head) pairs than threads cuts each long context into parts
+// (split-K) and combines them: the logits, and under h2o what each head keeps, are those of the
+// unsplit attention (one thread), to float rounding. One kv head at batch 1 on two threads,
+// after a 1536-token prompt; h2o at a 1100-token budget evicts every step on the scores the
+// combine writes.
+TEST(ModelRunnerTest, SplitContextDecodeEqualsUnsplit) {
+  ModelConfig c = testing::SmallGqaConfig();
+  c.num_kv_heads = 1;
+  c.num_layers = 2;
+  c.seq_len = 1600;
+  testing::TempDir dir;
+  ASSERT_TRUE(WriteRandomModel(c, 5, dir.File("mqa.bin")).ok());
+  std::unique_ptr<Model> model = Load(dir.File("mqa.bin"));
+  std::mt19937 rng(3);
+  std::vector<int32_t> prompt(1536);
+  for (int32_t& t : prompt) t = 3 + rng() % (c.vocab_size - 3);
+  for (const char* policy_name : {"full", "h2o"}) {
+    SCOPED_TRACE(policy_name);
+    auto policy = *MakePolicy(policy_name);
+    struct Run {
+      std::vector<std::vector<float>> logits;
+      std::vector<int32_t> kept;  // positions held by every (layer, head) at the end
+      int64_t split_parts = 0;
+    };
+    auto run = [&](int threads) {
+      cpu::SetNumThreads(threads);
+      const KvShape shape = KvShapeFor(c, 16);
+      std::unique_ptr<KvCache> cache = *KvCache::Create(shape, 2 * (1600 / 16 + 2));
+      ModelRunner runner(*model, cache.get());
+      SequenceKv kv;
+      if (std::string(policy_name) == "h2o") {
+        kv.policy = policy.get();
+        kv.budget = 1100;
+      }
+      Run r;
+      int32_t pos = 0, next = 0;
+      for (int32_t t0 = 0; t0 < int32_t(prompt.size()); t0 += 512) {
+        SequenceStep step{&kv, std::span<const int32_t>(prompt.data() + t0, 512), pos, false};
+        auto out = runner.Forward({&step, 1});
+        EXPECT_TRUE(out.ok()) << out.status();
+        pos += 512;
+        next = ArgmaxRow(out->data(), c.vocab_size);
+      }
+      for (int32_t i = 0; i < 12; ++i) {
+        SequenceStep step{&kv, std::span<const int32_t>(&next, 1), pos++, false};
+        auto out = runner.Forward({&step, 1});
+        EXPECT_TRUE(out.ok()) << out.status();
+        r.logits.emplace_back(out->begin(), out->end());
+        next = ArgmaxRow(out->data(), c.vocab_size);
+      }
+      for (int32_t l = 0; l < c.num_layers; ++l) {
+        PagedKvHead v = cache->View(kv, l, 0, kv.Slots(l));
+        for (int32_t s = 0; s < kv.Slots(l); ++s) r.kept.push_back(v.Pos(s));
+      }
+      r.split_parts = runner.split_attention_parts();
+      cache->Release(kv);
+      return r;
+    };
+    const Run whole = run(1), split = run(2);
+    EXPECT_EQ(whole.split_parts, 0);
+    EXPECT_EQ(split.split_parts, 12 * c.num_layers * 2);  // every decode step, 2 parts a layer
+    ASSERT_EQ(whole.logits.size(), split.logits.size());
+    for (size_t i = 0; i < whole.logits.size(); ++i) {
+      EXPECT_LE(MaxAbsDiff(whole.logits[i], split.logits[i]), 1e-4) << "step " << i;
+    }
+    EXPECT_EQ(whole.kept, split.kept);
+    if (std::string(policy_name) == "h2o") EXPECT_EQ(whole.kept.size(), 2u * 1100);
+  }
+  cpu::SetNumThreads(2);
+}
+
 TEST(ModelRunnerTest, RejectsBadPlansWithoutSideEffects) {
   std::unique_ptr<Model> model = Load(testing::ModelPath());
   auto cache = *KvCache::Create(KvShapeFor(model->config, 16), 4 * model->config.num_layers);

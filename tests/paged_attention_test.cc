@@ -239,6 +239,97 @@ TEST(PagedAttentionTileTest, EachQueryOfAChunkEqualsItAlone) {
   }
 }
 
+// A decode query's context split into parts, each attended alone (PartArgs) and combined
+// (CombineAttentionParts), gives the output and the channel (each attention kind) of the unsplit
+// call, to float rounding, on every path, fp32 and bf16 K/V, pages of 16 and of 4 slots, uneven
+// parts and a one-page part.
+TEST(PagedAttentionSplitTest, CombinedPartsEqualTheWholeContext) {
+  constexpr int32_t kHd = 64, kSlots = 300;
+  for (int32_t bs : {16, 4}) {
+    for (int32_t G : {1, 4}) {
+      for (bool bf16 : {false, true}) {
+        const int32_t num_pages = (kSlots + bs - 1) / bs;
+        std::mt19937 rng(bs * 5 + G + bf16);
+        std::normal_distribution<float> normal(0.0f, 1.0f);
+        std::vector<int32_t> pages(num_pages);
+        std::iota(pages.begin(), pages.end(), 0);
+        std::shuffle(pages.begin(), pages.end(), rng);
+        std::vector<float> pool(int64_t(num_pages) * 2 * bs * kHd), q(G * kHd);
+        for (float& v : pool) v = 2.0f * normal(rng);
+        for (float& v : q) v = normal(rng);
+        std::vector<uint16_t> pool16(pool.size());
+        for (size_t i = 0; i < pool.size(); ++i) pool16[i] = FloatToBf16(pool[i]);
+        std::vector<int32_t> pos(num_pages * bs, 0);
+        AttentionArgs a;
+        a.kv.pages = pages.data();
+        a.kv.num_slots = kSlots;
+        a.kv.block_size = bs;
+        a.kv.head_dim = kHd;
+        if (bf16) {
+          a.kv.k16 = pool16.data();
+          a.kv.v16 = pool16.data() + bs * kHd;
+        } else {
+          a.kv.k = pool.data();
+          a.kv.v = pool.data() + bs * kHd;
+        }
+        a.kv.page_stride = 2 * bs * kHd;
+        a.kv.pos = pos.data();
+        a.kv.meta_page_stride = bs;
+        a.num_old = kSlots - 1;
+        a.group = G;
+        a.q = q.data();
+        a.q_stride = int64_t(G) * kHd;
+        a.out_stride = int64_t(G) * kHd;
+        const std::vector<int32_t> bounds = {0, 16 * 5, 16 * 6, 16 * 15, kSlots};
+        const int32_t parts = int32_t(bounds.size()) - 1;
+        for (ChannelSpec ch : {ChannelSpec{SlotChannel::kNone}, ChannelSpec{SlotChannel::kAccumulated},
+                               ChannelSpec{SlotChannel::kLast},
+                               ChannelSpec{SlotChannel::kAboveMeanCount, 0.5f},
+                               ChannelSpec{SlotChannel::kObservationWindow, 1.0f, 1}}) {
+          for (Isa isa : heavykv::testing::IsasToTest()) {
+            SCOPED_TRACE(::testing::Message() << "pages of " << bs << ", group " << G
+                                              << (bf16 ? ", bf16" : ", fp32") << ", channel "
+                                              << int(ch.kind) << ", " << IsaName(isa));
+            std::vector<float> whole(q.size()), split(q.size());
+            std::vector<float> score_whole(num_pages * bs, 0.25f), score_split = score_whole;
+            std::vector<float> scratch(AttentionScratchFloats(kSlots, G, 1));
+            AttentionArgs all = a;
+            all.channel = ch;
+            all.out = whole.data();
+            all.kv.score = score_whole.data();
+            PagedAttentionWith(isa, all, scratch.data());
+
+            AttentionArgs cut = all;
+            cut.out = split.data();
+            cut.kv.score = score_split.data();
+            std::vector<float> part_out(parts * G * kHd, -1.0f), part_stats(parts * G * 2);
+            std::vector<std::vector<float>> part_scratch(parts);
+            std::vector<const float*> part_probs(parts);
+            for (int32_t j = 0; j < parts; ++j) {
+              part_scratch[j].resize(AttentionScratchFloats(bounds[j + 1] - bounds[j], G, 1));
+              PagedAttentionWith(isa, PartArgs(cut, bounds.data(), j, part_out.data(),
+                                               part_stats.data()),
+                                 part_scratch[j].data());
+              part_probs[j] = part_scratch[j].data();
+            }
+            // The parts wrote no channel: the combine does.
+            ASSERT_EQ(score_split, std::vector<float>(num_pages * bs, 0.25f));
+            CombineAttentionParts(cut, bounds.data(), parts, part_out.data(), part_stats.data(),
+                                  part_probs.data(), scratch.data());
+            for (size_t i = 0; i < whole.size(); ++i) {
+              ASSERT_NEAR(split[i], whole[i], 2e-6f * (1 + std::abs(whole[i]))) << i;
+            }
+            for (size_t i = 0; i < score_whole.size(); ++i) {
+              ASSERT_NEAR(score_split[i], score_whole[i], 2e-6f * (1 + std::abs(score_whole[i])))
+                  << "slot row " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(PagedAttentionTileTest, ScratchHoldsOneTile) {
   EXPECT_EQ(AttentionTileQueries(1), 16);
   EXPECT_EQ(AttentionTileQueries(4), 4);

@@ -62,6 +62,11 @@ __attribute__((always_inline)) inline void AttendOneQueryBody(const AttentionArg
       p[s] = expf(p[s] - mx);
       sum += p[s];
     }
+    if (a.part_stats != nullptr) {  // a part of a split context: left unnormalised
+      a.part_stats[2 * g] = mx;
+      a.part_stats[2 * g + 1] = sum;
+      continue;
+    }
     const float inv = 1.0f / sum;
     for (int32_t s = 0; s < n; ++s) p[s] *= inv;
   }
@@ -184,8 +189,9 @@ __attribute__((target("avx512f"), always_inline)) inline void Logits16(const flo
   _mm512_mask_storeu_ps(out, mask, _mm512_mul_ps(Sum16x16(acc), scale));
 }
 
-// p[0..n) = softmax(p[0..n)), with the vector exp.
-__attribute__((target("avx512f"))) inline void SoftmaxRow(float* p, int32_t n) {
+// p[0..n) = softmax(p[0..n)), with the vector exp; with `stats`, p = exp(p - max) unnormalised
+// and stats[0], stats[1] = the max and the sum (a part of a split context).
+__attribute__((target("avx512f"))) inline void SoftmaxRow(float* p, int32_t n, float* stats) {
   __m512 mx = _mm512_set1_ps(-INFINITY);
   for (int32_t s = 0; s < n; s += 16) {
     const __mmask16 m = n - s >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - s)) - 1);
@@ -199,6 +205,11 @@ __attribute__((target("avx512f"))) inline void SoftmaxRow(float* p, int32_t n) {
         _mm512_maskz_mov_ps(m, Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, p + s), vmax)));
     sum = _mm512_add_ps(sum, e);
     _mm512_mask_storeu_ps(p + s, m, e);
+  }
+  if (stats != nullptr) {
+    stats[0] = _mm512_cvtss_f32(vmax);
+    stats[1] = _mm512_reduce_add_ps(sum);
+    return;
   }
   const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
   for (int32_t s = 0; s < n; s += 16) {
@@ -374,7 +385,10 @@ __attribute__((target("avx512f"))) void AttendTileAvx512(const AttentionArgs& a,
     }
   }
   for (int32_t i = 0; i < nq; ++i) {
-    for (int32_t g = 0; g < G; ++g) SoftmaxRow(probs[i] + int64_t(g) * n[i], n[i]);
+    for (int32_t g = 0; g < G; ++g) {
+      float* stats = a.part_stats != nullptr ? a.part_stats + 2 * g : nullptr;  // nq is 1 then
+      SoftmaxRow(probs[i] + int64_t(g) * n[i], n[i], stats);
+    }
   }
   // out = sum_s p[s] * v_s for every pair, and the H2O scores.
   if (nq == 1) {
@@ -482,6 +496,60 @@ void PagedAttentionWith(Isa isa, const AttentionArgs& args, float* scratch) {
 
 void PagedAttention(const AttentionArgs& args, float* scratch) {
   PagedAttentionWith(BestIsa(), args, scratch);
+}
+
+AttentionArgs PartArgs(const AttentionArgs& a, const int32_t* bounds, int32_t j, float* part_out,
+                       float* part_stats) {
+  AttentionArgs p = a;
+  p.kv.pages += bounds[j] / a.kv.block_size;  // the slots [bounds[j], bounds[j + 1])
+  p.kv.num_slots = bounds[j + 1] - bounds[j];
+  p.num_old = p.kv.num_slots - 1;  // the one query sees the whole part
+  p.num_q = 1;
+  p.out = part_out + int64_t(j) * a.group * a.kv.head_dim;
+  p.part_stats = part_stats + int64_t(j) * a.group * 2;
+  p.channel = ChannelSpec{};
+  return p;
+}
+
+void CombineAttentionParts(const AttentionArgs& a, const int32_t* bounds, int32_t parts,
+                           const float* part_out, const float* part_stats,
+                           const float* const* part_probs, float* probs) {
+  const int32_t G = a.group, hd = a.kv.head_dim, n = bounds[parts];
+  for (int32_t g = 0; g < G; ++g) {
+    // softmax over the whole context = each part's e_s (relative to its own max m_j) times
+    // exp(m_j - m) / Z, with m the largest m_j and Z = sum_j exp(m_j - m) * sum_j.
+    float m = -INFINITY;
+    for (int32_t j = 0; j < parts; ++j) m = std::max(m, part_stats[(int64_t(j) * G + g) * 2]);
+    float z = 0.0f;
+    for (int32_t j = 0; j < parts; ++j) {
+      const float* st = part_stats + (int64_t(j) * G + g) * 2;
+      z += std::exp(st[0] - m) * st[1];
+    }
+    float* out = a.out + int64_t(g) * hd;
+    std::fill(out, out + hd, 0.0f);
+    for (int32_t j = 0; j < parts; ++j) {
+      const float w = std::exp(part_stats[(int64_t(j) * G + g) * 2] - m) / z;
+      const float* o = part_out + (int64_t(j) * G + g) * hd;
+      for (int32_t d = 0; d < hd; ++d) out[d] += w * o[d];
+      const int32_t len = bounds[j + 1] - bounds[j];
+      const float* e = part_probs[j] + int64_t(g) * len;
+      float* p = probs + int64_t(g) * n + bounds[j];
+      for (int32_t s = 0; s < len; ++s) p[s] = w * e[s];
+    }
+  }
+  // What each slot received, as the unsplit kernel writes it (its one query is query 0).
+  if (internal::FusesScoreAdd(a, 0)) {
+    for (int32_t s0 = 0; s0 < n; s0 += a.kv.block_size) {
+      float* score = a.kv.score + a.kv.pages[s0 / a.kv.block_size] * a.kv.meta_page_stride;
+      const int32_t rows = std::min(a.kv.block_size, n - s0);
+      for (int32_t r = 0; r < rows; ++r) {
+        float received = 0.0f;
+        for (int32_t g = 0; g < G; ++g) received += probs[int64_t(g) * n + s0 + r];
+        score[r] += received;
+      }
+    }
+  }
+  UpdateChannel(a, 0, probs);
 }
 
 }  // namespace heavykv::cpu

@@ -29,6 +29,11 @@ struct AttentionArgs {
   // (and kObservationWindow within its window) is fused into the p.v pass; the others are one
   // pass over the probabilities per query.
   ChannelSpec channel;
+  // One part of a split context (CombineAttentionParts), for a single query: when set, the
+  // softmax is left unnormalised, e_s = exp(l_s - m), in the scratch ([group][num_slots]); out
+  // gets sum_s e_s v_s per head; part_stats[2g] and [2g + 1] get head g's m and sum_s e_s. The
+  // channel must be kNone (the combine writes it).
+  float* part_stats = nullptr;
 };
 
 // (query, head) pairs the AVX-512 path attends in one walk over the pages: a tile of a prefill
@@ -45,6 +50,21 @@ inline int64_t AttentionScratchFloats(int32_t num_slots, int32_t group, int32_t 
   const int32_t tile = num_q < AttentionTileQueries(group) ? num_q : AttentionTileQueries(group);
   return int64_t(tile > 0 ? tile : 1) * num_slots * group;
 }
+
+// Split-K decode: one (sequence, kv head)'s single query over a long context, cut into parts
+// that different threads attend at once (when a step has fewer (sequence, kv head) pairs than
+// cores). The parts end at `bounds` (bounds[0] = 0 < ... < bounds[parts] = num_slots, every
+// bound a multiple of the block size); PartArgs(a, j) is what part j runs through
+// PagedAttention, with its own scratch and part_out/part_stats rows; CombineAttentionParts
+// rescales the parts' sums to the whole context's softmax (as flash-decoding and the CUDA split
+// kernel do), writes a.out and the channel a.channel asks for, as the unsplit call would (to
+// float rounding). part_out: [parts][group][head_dim]; part_stats: [parts][group][2];
+// part_probs[j]: part j's scratch; probs: AttentionScratchFloats(num_slots, group, 1) floats.
+AttentionArgs PartArgs(const AttentionArgs& a, const int32_t* bounds, int32_t j, float* part_out,
+                       float* part_stats);
+void CombineAttentionParts(const AttentionArgs& a, const int32_t* bounds, int32_t parts,
+                           const float* part_out, const float* part_stats,
+                           const float* const* part_probs, float* probs);
 
 // Runs attention for one (sequence, kv head). `scratch` has AttentionScratchFloats() floats.
 // Runs the path of BestIsa() that takes this head_dim: AVX-512 (head_dim a multiple of 16 up to

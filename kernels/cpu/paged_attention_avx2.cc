@@ -200,6 +200,11 @@ __attribute__((target("avx2,fma"))) void AttendOneQuery(const AttentionArgs& a, 
       sum = _mm256_add_ps(sum, e);
       StoreFirst(p + s, count, e);
     }
+    if (a.part_stats != nullptr) {  // a part of a split context: left unnormalised
+      a.part_stats[2 * g] = _mm256_cvtss_f32(vmax);
+      a.part_stats[2 * g + 1] = HorizontalSum(sum);
+      continue;
+    }
     const __m256 inv = _mm256_set1_ps(1.0f / HorizontalSum(sum));
     for (s = 0; s < n; s += 8) {
       StoreFirst(p + s, n - s, _mm256_mul_ps(LoadFirst(p + s, n - s), inv));
