@@ -496,7 +496,9 @@ TEST_F(EngineTest, LogprobsAreTheModelsLogSoftmax) {
     for (size_t k = 0; k < 5; ++k) {
       EXPECT_NEAR(top[j][k].logprob, ref(order[k]), 2e-3) << "token " << j << " rank " << k;
       EXPECT_EQ(top[j][k].bytes, tok.Decode(seq[n_prompt + j - 1], top[j][k].token));
-      if (k > 0) EXPECT_GE(top[j][k - 1].logprob, top[j][k].logprob);
+      if (k > 0) {
+        EXPECT_GE(top[j][k - 1].logprob, top[j][k].logprob);
+      }
     }
     some_not_top |= top[j][0].token != c.tokens[j];
   }

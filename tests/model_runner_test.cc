@@ -304,7 +304,9 @@ TEST(ModelRunnerTest, SplitContextDecodeEqualsUnsplit) {
       EXPECT_LE(MaxAbsDiff(whole.logits[i], split.logits[i]), 1e-4) << "step " << i;
     }
     EXPECT_EQ(whole.kept, split.kept);
-    if (std::string(policy_name) == "h2o") EXPECT_EQ(whole.kept.size(), 2u * 1100);
+    if (std::string(policy_name) == "h2o") {
+      EXPECT_EQ(whole.kept.size(), 2u * 1100);
+    }
   }
   cpu::SetNumThreads(2);
 }

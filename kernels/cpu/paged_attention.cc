@@ -305,6 +305,21 @@ __attribute__((target("avx512f"))) inline void AccumulatePage(const T* v, int32_
 }
 
 
+// A page's bf16 V rows serving several (query, head) pairs are widened to fp32 once (exact),
+// where the page has at most this many rows (16 KiB of fp32 at head_dim 128), not once per pair.
+inline constexpr int32_t kMaxWidenedRows = 32;
+
+// wide[r][16 * C] = rows [0, rows) of v, as fp32.
+template <int C>
+__attribute__((target("avx512f"))) inline void WidenRows(const uint16_t* v, int32_t rows,
+                                                         float* wide) {
+  for (int32_t r = 0; r < rows; ++r) {
+    for (int c = 0; c < C; ++c) {
+      _mm512_store_ps(wide + (r * C + c) * 16, Load16(v + (int64_t(r) * C + c) * 16));
+    }
+  }
+}
+
 template <typename T, int C>
 __attribute__((target("avx512f"))) void WeightedSumsOfV(const AttentionArgs& a, const float* probs,
                                                         int32_t n, float* out, bool add_scores) {
@@ -330,12 +345,21 @@ __attribute__((target("avx512f"))) void WeightedSumsOfV(const AttentionArgs& a, 
   // order as WeightedSumOfV, so the result is bit for bit the same.
   alignas(64) float acc[kMaxTilePairs * 2 * 16 * C];
   std::fill(acc, acc + int64_t(G) * 2 * 16 * C, 0.0f);
+  constexpr bool kBf16 = std::is_same_v<T, uint16_t>;
+  alignas(64) float wide[kBf16 ? kMaxWidenedRows * 16 * C : 1];
   for (int32_t s0 = 0; s0 < n; s0 += bs) {
     PrefetchRows(kv, Base<T>(kv, false), s0 + kPrefetchSlots, bs, n);
     const int32_t page = kv.pages[s0 / bs];
     const T* v = Base<T>(kv, false) + page * kv.page_stride;
     const int32_t rows = std::min(bs, n - s0);
     if (add_scores) AddReceived(kv, page, s0, rows, probs, n, G);
+    if constexpr (kBf16) {
+      if (rows <= kMaxWidenedRows) {
+        WidenRows<C>(v, rows, wide);
+        AccumulatePage<float, C>(wide, s0, rows, probs, n, G, acc);
+        continue;
+      }
+    }
     AccumulatePage<T, C>(v, s0, rows, probs, n, G, acc);
   }
   for (int32_t g = 0; g < G; ++g) {
@@ -371,16 +395,32 @@ __attribute__((target("avx512f"))) void AttendTileAvx512(const AttentionArgs& a,
   }
   // Logits, 16 slots at a time (a block of 16 may span pages when block_size < 16).
   const T* const kbase = Base<T>(kv, true);
+  // bf16 rows serving several pairs are widened once into `wide` (exact), not once per pair.
+  constexpr bool kWiden = std::is_same_v<T, uint16_t>;
+  const bool widen = kWiden && nq * G > 1;
+  alignas(64) float wide[kWiden ? 16 * hd : 1];
   for (int32_t s0 = 0; s0 < n_end; s0 += 16) {
     PrefetchRows(kv, kbase, s0 + kPrefetchSlots, 16, n_end);
     const int32_t last = std::min(16, n_end - s0) - 1;
     const T* k[16];
     for (int32_t r = 0; r < 16; ++r) k[r] = kbase + kv.RowOffset(s0 + std::min(r, last));
+    const float* kw[16];
+    if (widen) {
+      for (int32_t r = 0; r <= last; ++r) {
+        for (int c = 0; c < C; ++c) _mm512_store_ps(wide + r * hd + c * 16, Load16(k[r] + c * 16));
+      }
+      for (int32_t r = 0; r < 16; ++r) kw[r] = wide + std::min(r, last) * hd;
+    }
     for (int32_t i = 0; i < nq; ++i) {
       if (n[i] <= s0) continue;
       const float* q = a.q + (q0 + i) * a.q_stride;
       for (int32_t g = 0; g < G; ++g) {
-        Logits16<T, C>(q + int64_t(g) * hd, k, n[i] - s0, scale, probs[i] + int64_t(g) * n[i] + s0);
+        float* out = probs[i] + int64_t(g) * n[i] + s0;
+        if (widen) {
+          Logits16<float, C>(q + int64_t(g) * hd, kw, n[i] - s0, scale, out);
+        } else {
+          Logits16<T, C>(q + int64_t(g) * hd, k, n[i] - s0, scale, out);
+        }
       }
     }
   }
@@ -399,15 +439,27 @@ __attribute__((target("avx512f"))) void AttendTileAvx512(const AttentionArgs& a,
   alignas(64) float acc[kMaxTilePairs * 2 * hd];
   std::fill(acc, acc + int64_t(nq) * G * 2 * hd, 0.0f);
   const T* const vbase = Base<T>(kv, false);
+  alignas(64) float vwide[kWiden ? kMaxWidenedRows * hd : 1];
   for (int32_t s0 = 0; s0 < n_end; s0 += bs) {
     PrefetchRows(kv, vbase, s0 + kPrefetchSlots, bs, n_end);
     const int32_t page = kv.pages[s0 / bs];
     const T* v = vbase + page * kv.page_stride;
+    const int32_t page_rows = std::min(bs, n_end - s0);
+    bool widened = false;
+    if constexpr (kWiden) {
+      widened = page_rows <= kMaxWidenedRows;
+      if (widened) WidenRows<C>(v, page_rows, vwide);
+    }
     for (int32_t i = 0; i < nq; ++i) {
       const int32_t rows = std::min(bs, n[i] - s0);
       if (rows <= 0) continue;
       if (internal::FusesScoreAdd(a, q0 + i)) AddReceived(kv, page, s0, rows, probs[i], n[i], G);
-      AccumulatePage<T, C>(v, s0, rows, probs[i], n[i], G, acc + int64_t(i) * G * 2 * hd);
+      float* acc_i = acc + int64_t(i) * G * 2 * hd;
+      if (widened) {
+        AccumulatePage<float, C>(vwide, s0, rows, probs[i], n[i], G, acc_i);
+      } else {
+        AccumulatePage<T, C>(v, s0, rows, probs[i], n[i], G, acc_i);
+      }
     }
   }
   for (int32_t i = 0; i < nq; ++i) {
