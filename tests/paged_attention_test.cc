@@ -177,15 +177,18 @@ TEST(PagedAttentionGroupTest, EachHeadOfAGroupEqualsItAlone) {
 // queries) give each query, its output and what it adds to the H2O scores, exactly (bit for bit)
 // what attending that query alone gives, on every path: the tile must not change any query's
 // arithmetic. Groups 1 (16 queries a tile), 4 (4 a tile), 8 (2) and 20 (one query at a time);
-// chunks over several tiles and a last tile that is not full; pages of 16 and of 4 slots.
+// chunks over several tiles and a last tile that is not full; pages of 16, 4 and 64 slots (over
+// kMaxWidenedRows: bf16 V rows read in place); fp32 and bf16 K/V (bf16 rows widened once for a
+// tile or a group, which must not change a bit either).
 TEST(PagedAttentionTileTest, EachQueryOfAChunkEqualsItAlone) {
   constexpr int32_t kHd = 64;
-  for (int32_t bs : {16, 4}) {
+  for (bool bf16 : {false, true}) {
+  for (int32_t bs : {16, 4, 64}) {
     for (int32_t G : {1, 4, 8, 20}) {
       for (int32_t num_old : {0, 37}) {
         constexpr int32_t kNumQ = 35;
         SCOPED_TRACE(::testing::Message() << "pages of " << bs << ", group " << G << ", "
-                                          << num_old << " old slots");
+                                          << num_old << " old slots" << (bf16 ? ", bf16" : ""));
         const int32_t slots = num_old + kNumQ, num_pages = (slots + bs - 1) / bs;
         std::mt19937 rng(G * 13 + num_old + bs);
         std::normal_distribution<float> normal(0.0f, 1.0f);
@@ -201,8 +204,15 @@ TEST(PagedAttentionTileTest, EachQueryOfAChunkEqualsItAlone) {
         a.kv.num_slots = slots;
         a.kv.block_size = bs;
         a.kv.head_dim = kHd;
-        a.kv.k = pool.data();
-        a.kv.v = pool.data() + bs * kHd;
+        std::vector<uint16_t> pool16(pool.size());
+        for (size_t i = 0; i < pool.size(); ++i) pool16[i] = FloatToBf16(pool[i]);
+        if (bf16) {
+          a.kv.k16 = pool16.data();
+          a.kv.v16 = pool16.data() + bs * kHd;
+        } else {
+          a.kv.k = pool.data();
+          a.kv.v = pool.data() + bs * kHd;
+        }
         a.kv.page_stride = 2 * bs * kHd;
         a.kv.pos = pos.data();
         a.kv.meta_page_stride = bs;
@@ -236,6 +246,7 @@ TEST(PagedAttentionTileTest, EachQueryOfAChunkEqualsItAlone) {
         }
       }
     }
+  }
   }
 }
 
