@@ -8,7 +8,8 @@
 #   load to first token, best of 3 (warm page cache): llama-simple -n 1 "Once" against
 #     heavykv run --prompt "Once" --steps (its prompt tokens + 1); both exit after one new token
 # and writes BENCH_DIR/peer.json; then heavykv_bench runs its gguf/ cases on the same files and
-# prints the ratios (bench_main.cc, --peer_json).
+# prints the ratios (bench_main.cc, --peer_json). The unquantized mixes f32 and bf16 measure long
+# prompts only (issue 18): llama-bench -p 4096 -n 0 -r 1 against gguf/llama3.2-1b/<mix>/prefill4096.
 #
 # usage: scripts/bench-llamacpp.sh LLAMA_CPP_BIN_DIR [BENCH_DIR] [MIX...]
 #   LLAMA_CPP_BIN_DIR: llama.cpp's build/bin (../shared/tools/setup-llamacpp.sh builds it)
@@ -46,6 +47,19 @@ for mix in "${MIXES[@]}"; do
   if [ ! -f "$model" ]; then
     "$HK" make-model --format gguf --shape llama3.2-1b --weight-type "$mix" --out "$model.tmp"
     mv "$model.tmp" "$model"
+  fi
+  if [ "$mix" = f32 ] || [ "$mix" = bf16 ]; then
+    echo "== $mix: llama-bench -p 4096" >&2
+    "$LLAMA/llama-bench" -m "$model" -p 4096 -n 0 -r 1 -t $THREADS -o json \
+      >"$DIR/llama-bench-$mix-pp4096.json"
+    python3 - "$DIR/llama-bench-$mix-pp4096.json" "$mix" "$first" >>"$PEER.tmp" <<'PY'
+import json, sys
+bench, mix, first = sys.argv[1:4]
+pp = next(r["avg_ts"] for r in json.load(open(bench)) if r["n_prompt"] == 4096)
+print(("" if first == "1" else ",") + json.dumps(mix) + ": " + json.dumps({"pp4096": pp}))
+PY
+    first=0
+    continue
   fi
   echo "== $mix: llama-bench" >&2
   "$LLAMA/llama-bench" -m "$model" -p 512 -n 128 -r 3 -t $THREADS -o json >"$DIR/llama-bench-$mix.json"
