@@ -279,8 +279,9 @@ void BM_Attention(benchmark::State& state, cpu::Isa isa, int32_t context, bool b
 
 // At long contexts (issue 18): `batch` sequences of one Llama 3 8B layer (8 kv heads, 4 query
 // heads each, head_dim 128), pages shuffled.
-void BM_AttentionLong(benchmark::State& state, int32_t batch, int32_t context, bool bf16) {
-  RunAttention(state, batch * 8, 4, 128, context, bf16, /*scores=*/false, std::nullopt,
+void BM_AttentionLong(benchmark::State& state, int32_t batch, int32_t context, bool bf16,
+                      std::optional<cpu::Isa> isa) {
+  RunAttention(state, batch * 8, 4, 128, context, bf16, /*scores=*/false, isa,
                /*shuffled=*/true);
 }
 
@@ -606,7 +607,7 @@ void Register() {  // NOLINT: one list, in report order
         benchmark::RegisterBenchmark(absl::StrCat("attention/gqa8/b", batch, "/ctx", context,
                                                   bf16 ? "/bf16kv" : "")
                                          .c_str(),
-                                     BM_AttentionLong, batch, context, bf16)
+                                     BM_AttentionLong, batch, context, bf16, std::nullopt)
             ->MinTime(0.5)
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond);
@@ -637,6 +638,17 @@ void Register() {  // NOLINT: one list, in report order
       ->MinTime(1.0)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
+  // The AVX2 path at the same shapes, where the CPU has AVX-512 too (else the cases above are it).
+  for (cpu::Isa isa : cpu::SupportedIsas()) {
+    if (isa != cpu::Isa::kAvx2 || cpu::BestIsa() == cpu::Isa::kAvx2) continue;
+    for (int32_t context : {4096, 32768}) {
+      benchmark::RegisterBenchmark(absl::StrCat("attention/gqa8/b1/ctx", context, "/avx2").c_str(),
+                                   BM_AttentionLong, 1, context, false, isa)
+          ->MinTime(0.5)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
+    }
+  }
   for (cpu::Isa isa : cpu::SupportedIsas()) {  // the others are not listed on this CPU
     for (bool bf16 : {false, true}) {
       for (bool scores : {false, true}) {

@@ -86,15 +86,55 @@ __attribute__((target("avx2,fma"))) inline __m256 Exp(__m256 x) {
   return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(two_n)), tiny);
 }
 
+// Adds to one head's sums of p[r] * V row r, columns [0, 8 * C) of the rows at v (rows hd apart),
+// the rows [0, rows): with C <= 4, two accumulator sets (even and odd slots) keep enough FMA
+// chains in flight, else `even` alone.
+template <typename T, int C>
+__attribute__((target("avx2,fma"), always_inline)) inline void AccumulateRows(
+    const T* v, int32_t hd, const float* p, int32_t rows, __m256 (&even)[C], __m256 (&odd)[C]) {
+  int32_t r = 0;
+  if constexpr (C <= 4) {
+    for (; r + 1 < rows; r += 2) {
+      const __m256 p0 = _mm256_broadcast_ss(p + r), p1 = _mm256_broadcast_ss(p + r + 1);
+      const T* v0 = v + int64_t(r) * hd;
+      for (int c = 0; c < C; ++c) {
+        even[c] = _mm256_fmadd_ps(p0, Load8(v0 + c * 8), even[c]);
+        odd[c] = _mm256_fmadd_ps(p1, Load8(v0 + hd + c * 8), odd[c]);
+      }
+    }
+  }
+  for (; r < rows; ++r) {
+    const __m256 p0 = _mm256_broadcast_ss(p + r);
+    for (int c = 0; c < C; ++c) {
+      even[c] = _mm256_fmadd_ps(p0, Load8(v + int64_t(r) * hd + c * 8), even[c]);
+    }
+  }
+}
+
+// Adds to the H2O scores of a page's slots [s0, s0 + rows) the probability each received from
+// all G heads of the group (probs: [G][n]).
+__attribute__((target("avx2,fma"))) inline void AddReceived(const PagedKvHead& kv, int32_t page,
+                                                           int32_t s0, int32_t rows,
+                                                           const float* probs, int32_t n,
+                                                           int32_t G) {
+  float* score = kv.score + page * kv.meta_page_stride;
+  for (int32_t r = 0; r < rows; r += 8) {
+    const int32_t count = rows - r;
+    __m256 received = LoadFirst(probs + s0 + r, count);
+    for (int32_t g = 1; g < G; ++g) {
+      received = _mm256_add_ps(received, LoadFirst(probs + int64_t(g) * n + s0 + r, count));
+    }
+    StoreFirst(score + r, count, _mm256_add_ps(LoadFirst(score + r, count), received));
+  }
+}
+
 // out[8 * C] = sum over slots s < n of p[s] * V row s, columns [col0, col0 + 8 * C). With
-// C <= 4, two accumulator sets (even and odd slots) keep enough FMA chains in flight. With
 // kScores the same walk adds to each slot's H2O score the probability it received from all G
 // heads of the group (probs: [G][n]), while that page's V rows stream in.
 template <typename T, int C, bool kScores>
 __attribute__((target("avx2,fma"))) void WeightedSumOfV(const PagedKvHead& kv, const float* p,
                                                        int32_t n, int32_t col0, float* out,
                                                        const float* probs, int32_t G) {
-  constexpr bool kDual = C <= 4;
   __m256 even[C], odd[C];
   for (int c = 0; c < C; ++c) even[c] = odd[c] = _mm256_setzero_ps();
   const int32_t bs = kv.block_size, hd = kv.head_dim;
@@ -102,37 +142,53 @@ __attribute__((target("avx2,fma"))) void WeightedSumOfV(const PagedKvHead& kv, c
     const int32_t page = kv.pages[s0 / bs];
     const T* v = Base<T>(kv, false) + page * kv.page_stride + col0;
     const int32_t rows = std::min(bs, n - s0);
-    if constexpr (kScores) {
-      float* score = kv.score + page * kv.meta_page_stride;
-      for (int32_t r = 0; r < rows; r += 8) {
-        const int32_t count = rows - r;
-        __m256 received = LoadFirst(probs + s0 + r, count);
-        for (int32_t g = 1; g < G; ++g) {
-          received = _mm256_add_ps(received, LoadFirst(probs + int64_t(g) * n + s0 + r, count));
-        }
-        StoreFirst(score + r, count, _mm256_add_ps(LoadFirst(score + r, count), received));
-      }
-    }
-    int32_t r = 0;
-    if constexpr (kDual) {
-      for (; r + 1 < rows; r += 2) {
-        const __m256 p0 = _mm256_broadcast_ss(p + s0 + r), p1 = _mm256_broadcast_ss(p + s0 + r + 1);
-        const T* v0 = v + int64_t(r) * hd;
-        for (int c = 0; c < C; ++c) {
-          even[c] = _mm256_fmadd_ps(p0, Load8(v0 + c * 8), even[c]);
-          odd[c] = _mm256_fmadd_ps(p1, Load8(v0 + hd + c * 8), odd[c]);
-        }
-      }
-    }
-    for (; r < rows; ++r) {
-      const __m256 p0 = _mm256_broadcast_ss(p + s0 + r);
+    if constexpr (kScores) AddReceived(kv, page, s0, rows, probs, n, G);
+    AccumulateRows<T, C>(v, hd, p + s0, rows, even, odd);
+  }
+  for (int c = 0; c < C; ++c) {
+    _mm256_storeu_ps(out + c * 8, C <= 4 ? _mm256_add_ps(even[c], odd[c]) : even[c]);
+  }
+}
+
+// The same for all G heads of a group (2 <= G <= kMaxTilePairs) in one walk over the V pages:
+// each page's rows are read from memory once and then serve every head from L1 (a walk per head
+// reads a long context's V G times). Each head's sums live in `acc` between pages and take the
+// FMAs of WeightedSumOfV in the same order, so the result is bit for bit the same. out: the
+// group's rows (head g at out + g * head_dim); the scores are added when add_scores.
+template <typename T, int C>
+__attribute__((target("avx2,fma"))) void WeightedSumsOfGroup(const PagedKvHead& kv,
+                                                            const float* probs, int32_t n,
+                                                            int32_t G, int32_t col0, float* out,
+                                                            bool add_scores) {
+  alignas(32) float acc[kMaxTilePairs * 2 * 8 * C];
+  std::fill(acc, acc + int64_t(G) * 2 * 8 * C, 0.0f);
+  const int32_t bs = kv.block_size, hd = kv.head_dim;
+  for (int32_t s0 = 0; s0 < n; s0 += bs) {
+    const int32_t page = kv.pages[s0 / bs];
+    const T* v = Base<T>(kv, false) + page * kv.page_stride + col0;
+    const int32_t rows = std::min(bs, n - s0);
+    if (add_scores) AddReceived(kv, page, s0, rows, probs, n, G);
+    for (int32_t g = 0; g < G; ++g) {
+      float* ag = acc + int64_t(g) * 2 * 8 * C;
+      __m256 even[C], odd[C];
       for (int c = 0; c < C; ++c) {
-        even[c] = _mm256_fmadd_ps(p0, Load8(v + int64_t(r) * hd + c * 8), even[c]);
+        even[c] = _mm256_load_ps(ag + c * 8);
+        odd[c] = _mm256_load_ps(ag + (C + c) * 8);
+      }
+      AccumulateRows<T, C>(v, hd, probs + int64_t(g) * n + s0, rows, even, odd);
+      for (int c = 0; c < C; ++c) {
+        _mm256_store_ps(ag + c * 8, even[c]);
+        _mm256_store_ps(ag + (C + c) * 8, odd[c]);
       }
     }
   }
-  for (int c = 0; c < C; ++c) {
-    _mm256_storeu_ps(out + c * 8, kDual ? _mm256_add_ps(even[c], odd[c]) : even[c]);
+  for (int32_t g = 0; g < G; ++g) {
+    const float* ag = acc + int64_t(g) * 2 * 8 * C;
+    for (int c = 0; c < C; ++c) {
+      const __m256 e = _mm256_load_ps(ag + c * 8);
+      _mm256_storeu_ps(out + int64_t(g) * hd + col0 + c * 8,
+                       C <= 4 ? _mm256_add_ps(e, _mm256_load_ps(ag + (C + c) * 8)) : e);
+    }
   }
 }
 
@@ -151,6 +207,25 @@ __attribute__((target("avx2,fma"))) void WeightedSumBlock(int chunks, const Page
     case 6: WeightedSumOfV<T, 6, kScores>(kv, p, n, col0, out, probs, G); break;
     case 7: WeightedSumOfV<T, 7, kScores>(kv, p, n, col0, out, probs, G); break;
     default: WeightedSumOfV<T, 8, kScores>(kv, p, n, col0, out, probs, G); break;
+  }
+}
+
+// The group walk over columns [col0, col0 + 8 * chunks), chunks in 1..8.
+template <typename T>
+__attribute__((target("avx2,fma"))) void WeightedSumsOfGroupBlock(int chunks,
+                                                                 const PagedKvHead& kv,
+                                                                 const float* probs, int32_t n,
+                                                                 int32_t G, int32_t col0,
+                                                                 float* out, bool add_scores) {
+  switch (chunks) {
+    case 1: WeightedSumsOfGroup<T, 1>(kv, probs, n, G, col0, out, add_scores); break;
+    case 2: WeightedSumsOfGroup<T, 2>(kv, probs, n, G, col0, out, add_scores); break;
+    case 3: WeightedSumsOfGroup<T, 3>(kv, probs, n, G, col0, out, add_scores); break;
+    case 4: WeightedSumsOfGroup<T, 4>(kv, probs, n, G, col0, out, add_scores); break;
+    case 5: WeightedSumsOfGroup<T, 5>(kv, probs, n, G, col0, out, add_scores); break;
+    case 6: WeightedSumsOfGroup<T, 6>(kv, probs, n, G, col0, out, add_scores); break;
+    case 7: WeightedSumsOfGroup<T, 7>(kv, probs, n, G, col0, out, add_scores); break;
+    default: WeightedSumsOfGroup<T, 8>(kv, probs, n, G, col0, out, add_scores); break;
   }
 }
 
@@ -214,6 +289,13 @@ __attribute__((target("avx2,fma"))) void AttendOneQuery(const AttentionArgs& a, 
   // are added during the last head's first block, when all G rows of probs are final.
   float* out = a.out + qi * a.out_stride;
   const bool add_scores = FusesScoreAdd(a, qi);
+  if (G > 1 && G <= kMaxTilePairs) {
+    for (int32_t c0 = 0; c0 < chunks; c0 += 8) {
+      WeightedSumsOfGroupBlock<T>(std::min(8, chunks - c0), kv, probs, n, G, c0 * 8, out,
+                                  add_scores && c0 == 0);
+    }
+    return;
+  }
   for (int32_t g = 0; g < G; ++g) {
     const float* p = probs + int64_t(g) * n;
     float* og = out + int64_t(g) * hd;
