@@ -208,9 +208,9 @@ void BM_GemmDecodeShapes(benchmark::State& state, bool packed, cpu::WeightType w
 // read.
 void RunAttention(benchmark::State& state, int32_t tasks, int32_t group, int32_t hd,
                   int32_t context, bool bf16, bool scores, std::optional<cpu::Isa> isa,
-                  bool shuffled) {
+                  bool shuffled, int32_t num_q = 1) {
   constexpr int32_t kBs = 16;
-  const int32_t pages_per_task = (context + kBs) / kBs;  // the new token's slot included
+  const int32_t pages_per_task = (context + num_q + kBs - 1) / kBs;  // the new tokens' included
   const int64_t page_elems = int64_t(kBs) * hd, pages = int64_t(tasks) * pages_per_task;
   AlignedVector<float> k32, v32;
   AlignedVector<uint16_t> k16, v16;
@@ -224,17 +224,17 @@ void RunAttention(benchmark::State& state, int32_t tasks, int32_t group, int32_t
   std::vector<int32_t> table(pages), pos(pages * kBs);
   std::iota(table.begin(), table.end(), 0);
   if (shuffled) std::shuffle(table.begin(), table.end(), std::mt19937(7));
-  const int64_t q_floats = int64_t(tasks) * group * hd;
+  const int64_t q_floats = int64_t(tasks) * num_q * group * hd;
   std::vector<float> score(pages * kBs, 0.0f), q(q_floats, 0.02f), out(q_floats);
   auto run = [&] {
 #pragma omp parallel
     {
-      std::vector<float> scratch(cpu::AttentionScratchFloats(context + 1, group, 1));
+      std::vector<float> scratch(cpu::AttentionScratchFloats(context + num_q, group, num_q));
 #pragma omp for schedule(dynamic, 1)
       for (int32_t t = 0; t < tasks; ++t) {
         cpu::AttentionArgs a;
         a.kv.pages = table.data() + int64_t(t) * pages_per_task;
-        a.kv.num_slots = context + 1;
+        a.kv.num_slots = context + num_q;
         a.kv.block_size = kBs;
         a.kv.head_dim = hd;
         a.kv.k = bf16 ? nullptr : k32.data();
@@ -246,10 +246,11 @@ void RunAttention(benchmark::State& state, int32_t tasks, int32_t group, int32_t
         a.kv.score = score.data();
         a.kv.meta_page_stride = kBs;
         a.num_old = context;
+        a.num_q = num_q;
         a.group = group;
-        a.q = q.data() + int64_t(t) * group * hd;
+        a.q = q.data() + int64_t(t) * num_q * group * hd;
         a.q_stride = int64_t(group) * hd;
-        a.out = out.data() + int64_t(t) * group * hd;
+        a.out = out.data() + int64_t(t) * num_q * group * hd;
         a.out_stride = int64_t(group) * hd;
         a.channel.kind = scores ? SlotChannel::kAccumulated : SlotChannel::kNone;
         if (isa.has_value()) {
@@ -265,8 +266,13 @@ void RunAttention(benchmark::State& state, int32_t tasks, int32_t group, int32_t
     run();
     benchmark::DoNotOptimize(out.data());
   }
-  state.SetBytesProcessed(state.iterations() * int64_t(tasks) * (context + 1) * hd * 2 *
-                          (bf16 ? 2 : 4));
+  if (num_q == 1) {
+    state.SetBytesProcessed(state.iterations() * int64_t(tasks) * (context + 1) * hd * 2 *
+                            (bf16 ? 2 : 4));
+  } else {
+    state.counters["queries"] =  // query tokens of one sequence (tasks are its kv heads)
+        benchmark::Counter(double(state.iterations()) * num_q, benchmark::Counter::kIsRate);
+  }
 }
 
 // Through one ISA's path: 768 (sequence, kv head)s at the stories110M head (64 dims, group 1;
@@ -403,6 +409,15 @@ void BM_SplitAttention(benchmark::State& state, int32_t context) {
   state.counters["split_ms"] = 1e3 * sum_split / n;
   state.counters["unsplit_ms"] = 1e3 * sum_unsplit / n;
   state.counters["parts"] = double(split.split_attention_parts()) / (n + 1) / c.num_layers;
+}
+
+// A prefill chunk's attention (issue 18): `num_q` new tokens after `context` cached ones, one
+// llama3.2-1b layer (8 kv heads, 4 query heads each, head_dim 64), the H2O scores accumulated;
+// counter: query tokens/s.
+void BM_AttentionPrefill(benchmark::State& state, int32_t context, int32_t num_q,
+                         std::optional<cpu::Isa> isa) {
+  RunAttention(state, 8, 4, 64, context, /*bf16=*/false, /*scores=*/true, isa, /*shuffled=*/true,
+               num_q);
 }
 
 // One decode step of `batch` sequences at `context` cached tokens, on the stories110M shape.
@@ -638,6 +653,16 @@ void Register() {  // NOLINT: one list, in report order
       ->MinTime(1.0)
       ->UseRealTime()
       ->Unit(benchmark::kMillisecond);
+  // The last 512-token chunk of a 4096-token prompt, through the best path and the AVX2 one.
+  for (cpu::Isa isa : cpu::SupportedIsas()) {
+    if (isa == cpu::Isa::kPortable) continue;
+    benchmark::RegisterBenchmark(
+        absl::StrCat("attention/prefill/chunk512/ctx3584/", cpu::IsaName(isa)).c_str(),
+        BM_AttentionPrefill, 3584, 512, isa)
+        ->MinTime(0.5)
+        ->UseRealTime()
+        ->Unit(benchmark::kMillisecond);
+  }
   // The AVX2 path at the same shapes, where the CPU has AVX-512 too (else the cases above are it).
   for (cpu::Isa isa : cpu::SupportedIsas()) {
     if (isa != cpu::Isa::kAvx2 || cpu::BestIsa() == cpu::Isa::kAvx2) continue;

@@ -116,7 +116,8 @@ struct SplitPlan {
 int32_t AttentionParts(int64_t tasks, int32_t threads, int32_t slots) {
   if (tasks <= 0 || tasks >= threads) return 1;
   const int64_t want = (threads + tasks - 1) / tasks;
-  return static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(want, slots / kMinAttentionPartSlots)));
+  const int64_t most = slots / kMinAttentionPartSlots;
+  return static_cast<int32_t>(std::max<int64_t>(1, std::min<int64_t>(want, most)));
 }
 
 absl::StatusOr<std::span<const float>> ModelRunner::Forward(

@@ -293,7 +293,8 @@ TEST(PagedAttentionSplitTest, CombinedPartsEqualTheWholeContext) {
         a.out_stride = int64_t(G) * kHd;
         const std::vector<int32_t> bounds = {0, 16 * 5, 16 * 6, 16 * 15, kSlots};
         const int32_t parts = int32_t(bounds.size()) - 1;
-        for (ChannelSpec ch : {ChannelSpec{SlotChannel::kNone}, ChannelSpec{SlotChannel::kAccumulated},
+        for (ChannelSpec ch : {ChannelSpec{SlotChannel::kNone},
+                               ChannelSpec{SlotChannel::kAccumulated},
                                ChannelSpec{SlotChannel::kLast},
                                ChannelSpec{SlotChannel::kAboveMeanCount, 0.5f},
                                ChannelSpec{SlotChannel::kObservationWindow, 1.0f, 1}}) {

@@ -387,8 +387,8 @@ __attribute__((target("avx512f"))) void AttendTileAvx512(const AttentionArgs& a,
   const int32_t G = a.group, bs = kv.block_size;
   const int32_t n_end = a.num_old + q0 + nq;  // slots the tile's last query sees
   const __m512 scale = _mm512_set1_ps(1.0f / std::sqrt(static_cast<float>(hd)));
-  float* probs[kMaxTilePairs];
-  int32_t n[kMaxTilePairs];
+  float* probs[kMaxTilePairs] = {};
+  int32_t n[kMaxTilePairs] = {};
   for (int32_t i = 0; i < nq; ++i) {
     n[i] = a.num_old + q0 + i + 1;
     probs[i] = i == 0 ? scratch : probs[i - 1] + int64_t(G) * n[i - 1];
@@ -517,11 +517,13 @@ void PagedAttentionWith(Isa isa, const AttentionArgs& args, float* scratch) {
   const bool avx512 = isa == Isa::kAvx512 && args.kv.head_dim % 16 == 0 && args.kv.head_dim <= 128;
   const bool avx2 = !avx512 && (isa == Isa::kAvx512 || isa == Isa::kAvx2) &&
                     internal::Avx2Handles(args);
-  if (avx512) {
+  if (avx512 || avx2) {  // a tile of queries at a time
     const int32_t tile = AttentionTileQueries(args.group);
     for (int32_t q0 = 0; q0 < args.num_q; q0 += tile) {
       const int32_t nq = std::min(tile, args.num_q - q0);
-      if (args.kv.bf16()) {
+      if (avx2) {
+        internal::AttendTileAvx2(args, q0, nq, scratch);
+      } else if (args.kv.bf16()) {
         AttendTileAvx512<uint16_t>(args, q0, nq, scratch);
       } else {
         AttendTileAvx512<float>(args, q0, nq, scratch);
@@ -535,9 +537,7 @@ void PagedAttentionWith(Isa isa, const AttentionArgs& args, float* scratch) {
     return;
   }
   for (int32_t qi = 0; qi < args.num_q; ++qi) {
-    if (avx2) {
-      internal::AttendOneQueryAvx2(args, qi, scratch);
-    } else if (args.kv.bf16()) {
+    if (args.kv.bf16()) {
       AttendOneQueryBf16(args, qi, scratch);
     } else {
       AttendOneQuery(args, qi, scratch);

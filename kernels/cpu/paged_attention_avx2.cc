@@ -1,7 +1,8 @@
 // The AVX2 + FMA path of PagedAttention (paged_attention.h), for CPUs without AVX-512. The same
 // arithmetic and order of passes as the AVX-512 path with 8-lane vectors: the q.k dot products of
-// 8 slots are finished together by one transpose-add, exp is a vector polynomial, the p.v sums
-// stay in registers, and the H2O score add is fused into the p.v walk over the pages.
+// 8 slots are finished together by one transpose-add, exp is a vector polynomial, a tile of
+// queries (a prefill chunk's) and the heads of a GQA group share one walk over the pages, and
+// the H2O score add is fused into the p.v walk.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -150,44 +151,54 @@ __attribute__((target("avx2,fma"))) void WeightedSumOfV(const PagedKvHead& kv, c
   }
 }
 
-// The same for all G heads of a group (2 <= G <= kMaxTilePairs) in one walk over the V pages:
-// each page's rows are read from memory once and then serve every head from L1 (a walk per head
-// reads a long context's V G times). Each head's sums live in `acc` between pages and take the
-// FMAs of WeightedSumOfV in the same order, so the result is bit for bit the same. out: the
-// group's rows (head g at out + g * head_dim); the scores are added when add_scores.
+// The same for every (query, head) pair of a tile, nq queries x G heads (2 <= pairs <=
+// kMaxTilePairs), in one walk over the V pages: each page's rows are read from memory once and
+// then serve every pair from L1 (a walk per head reads a long context's V once per pair). Query
+// i sees n[i] slots; its probabilities are probs[i] ([G][n[i]]); its output rows are out + i *
+// out_stride + g * head_dim; its H2O scores are added when add[i]. Each pair's sums live in
+// `acc` between pages and take the FMAs of WeightedSumOfV in the same order, so the result is
+// bit for bit what the pair gets alone.
 template <typename T, int C>
-__attribute__((target("avx2,fma"))) void WeightedSumsOfGroup(const PagedKvHead& kv,
-                                                            const float* probs, int32_t n,
+__attribute__((target("avx2,fma"))) void WeightedSumsOfPairs(const PagedKvHead& kv,
+                                                            const float* const* probs,
+                                                            const int32_t* n, int32_t nq,
                                                             int32_t G, int32_t col0, float* out,
-                                                            bool add_scores) {
+                                                            int64_t out_stride,
+                                                            const bool* add) {
   alignas(32) float acc[kMaxTilePairs * 2 * 8 * C];
-  std::fill(acc, acc + int64_t(G) * 2 * 8 * C, 0.0f);
-  const int32_t bs = kv.block_size, hd = kv.head_dim;
-  for (int32_t s0 = 0; s0 < n; s0 += bs) {
+  std::fill(acc, acc + int64_t(nq) * G * 2 * 8 * C, 0.0f);
+  const int32_t bs = kv.block_size, hd = kv.head_dim, n_end = n[nq - 1];
+  for (int32_t s0 = 0; s0 < n_end; s0 += bs) {
     const int32_t page = kv.pages[s0 / bs];
     const T* v = Base<T>(kv, false) + page * kv.page_stride + col0;
-    const int32_t rows = std::min(bs, n - s0);
-    if (add_scores) AddReceived(kv, page, s0, rows, probs, n, G);
-    for (int32_t g = 0; g < G; ++g) {
-      float* ag = acc + int64_t(g) * 2 * 8 * C;
-      __m256 even[C], odd[C];
-      for (int c = 0; c < C; ++c) {
-        even[c] = _mm256_load_ps(ag + c * 8);
-        odd[c] = _mm256_load_ps(ag + (C + c) * 8);
-      }
-      AccumulateRows<T, C>(v, hd, probs + int64_t(g) * n + s0, rows, even, odd);
-      for (int c = 0; c < C; ++c) {
-        _mm256_store_ps(ag + c * 8, even[c]);
-        _mm256_store_ps(ag + (C + c) * 8, odd[c]);
+    for (int32_t i = 0; i < nq; ++i) {
+      const int32_t rows = std::min(bs, n[i] - s0);
+      if (rows <= 0) continue;
+      if (add[i]) AddReceived(kv, page, s0, rows, probs[i], n[i], G);
+      for (int32_t g = 0; g < G; ++g) {
+        float* ag = acc + (int64_t(i) * G + g) * 2 * 8 * C;
+        __m256 even[C], odd[C];
+        for (int c = 0; c < C; ++c) {
+          even[c] = _mm256_load_ps(ag + c * 8);
+          odd[c] = _mm256_load_ps(ag + (C + c) * 8);
+        }
+        AccumulateRows<T, C>(v, hd, probs[i] + int64_t(g) * n[i] + s0, rows, even, odd);
+        for (int c = 0; c < C; ++c) {
+          _mm256_store_ps(ag + c * 8, even[c]);
+          _mm256_store_ps(ag + (C + c) * 8, odd[c]);
+        }
       }
     }
   }
-  for (int32_t g = 0; g < G; ++g) {
-    const float* ag = acc + int64_t(g) * 2 * 8 * C;
-    for (int c = 0; c < C; ++c) {
-      const __m256 e = _mm256_load_ps(ag + c * 8);
-      _mm256_storeu_ps(out + int64_t(g) * hd + col0 + c * 8,
-                       C <= 4 ? _mm256_add_ps(e, _mm256_load_ps(ag + (C + c) * 8)) : e);
+  for (int32_t i = 0; i < nq; ++i) {
+    for (int32_t g = 0; g < G; ++g) {
+      const float* ag = acc + (int64_t(i) * G + g) * 2 * 8 * C;
+      float* og = out + i * out_stride + int64_t(g) * hd + col0;
+      for (int c = 0; c < C; ++c) {
+        const __m256 e = _mm256_load_ps(ag + c * 8);
+        const __m256 o = _mm256_load_ps(ag + (C + c) * 8);
+        _mm256_storeu_ps(og + c * 8, C <= 4 ? _mm256_add_ps(e, o) : e);
+      }
     }
   }
 }
@@ -210,101 +221,127 @@ __attribute__((target("avx2,fma"))) void WeightedSumBlock(int chunks, const Page
   }
 }
 
-// The group walk over columns [col0, col0 + 8 * chunks), chunks in 1..8.
+// The pairs' walk over columns [col0, col0 + 8 * chunks), chunks in 1..8.
 template <typename T>
-__attribute__((target("avx2,fma"))) void WeightedSumsOfGroupBlock(int chunks,
-                                                                 const PagedKvHead& kv,
-                                                                 const float* probs, int32_t n,
-                                                                 int32_t G, int32_t col0,
-                                                                 float* out, bool add_scores) {
+__attribute__((target("avx2,fma"))) void WeightedSumsOfPairsBlock(
+    int chunks, const PagedKvHead& kv, const float* const* probs, const int32_t* n, int32_t nq,
+    int32_t G, int32_t col0, float* out, int64_t out_stride, const bool* add) {
   switch (chunks) {
-    case 1: WeightedSumsOfGroup<T, 1>(kv, probs, n, G, col0, out, add_scores); break;
-    case 2: WeightedSumsOfGroup<T, 2>(kv, probs, n, G, col0, out, add_scores); break;
-    case 3: WeightedSumsOfGroup<T, 3>(kv, probs, n, G, col0, out, add_scores); break;
-    case 4: WeightedSumsOfGroup<T, 4>(kv, probs, n, G, col0, out, add_scores); break;
-    case 5: WeightedSumsOfGroup<T, 5>(kv, probs, n, G, col0, out, add_scores); break;
-    case 6: WeightedSumsOfGroup<T, 6>(kv, probs, n, G, col0, out, add_scores); break;
-    case 7: WeightedSumsOfGroup<T, 7>(kv, probs, n, G, col0, out, add_scores); break;
-    default: WeightedSumsOfGroup<T, 8>(kv, probs, n, G, col0, out, add_scores); break;
+    case 1: WeightedSumsOfPairs<T, 1>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
+    case 2: WeightedSumsOfPairs<T, 2>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
+    case 3: WeightedSumsOfPairs<T, 3>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
+    case 4: WeightedSumsOfPairs<T, 4>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
+    case 5: WeightedSumsOfPairs<T, 5>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
+    case 6: WeightedSumsOfPairs<T, 6>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
+    case 7: WeightedSumsOfPairs<T, 7>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
+    default: WeightedSumsOfPairs<T, 8>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
   }
 }
 
+// p[0..n) = softmax(p[0..n)); with `stats`, p = exp(p - max) unnormalised and stats[0], stats[1]
+// = the max and the sum (a part of a split context).
+__attribute__((target("avx2,fma"))) void SoftmaxRow(float* p, int32_t n, float* stats) {
+  __m256 mx = _mm256_set1_ps(-INFINITY);
+  int32_t s = 0;
+  for (; s + 8 <= n; s += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(p + s));
+  if (s < n) {
+    const __m256i m = FirstLanes(n - s);
+    mx = _mm256_max_ps(mx, _mm256_blendv_ps(mx, _mm256_maskload_ps(p + s, m),
+                                            _mm256_castsi256_ps(m)));
+  }
+  const __m256 vmax = _mm256_set1_ps(HorizontalMax(mx));
+  __m256 sum = _mm256_setzero_ps();
+  for (s = 0; s < n; s += 8) {
+    const int32_t count = n - s;
+    __m256 e = Exp(_mm256_sub_ps(LoadFirst(p + s, count), vmax));
+    if (count < 8) e = _mm256_and_ps(e, _mm256_castsi256_ps(FirstLanes(count)));
+    sum = _mm256_add_ps(sum, e);
+    StoreFirst(p + s, count, e);
+  }
+  if (stats != nullptr) {
+    stats[0] = _mm256_cvtss_f32(vmax);
+    stats[1] = HorizontalSum(sum);
+    return;
+  }
+  const __m256 inv = _mm256_set1_ps(1.0f / HorizontalSum(sum));
+  for (s = 0; s < n; s += 8) {
+    StoreFirst(p + s, n - s, _mm256_mul_ps(LoadFirst(p + s, n - s), inv));
+  }
+}
+
+// Queries [q0, q0 + nq) (nq * group <= kMaxTilePairs, or nq = 1), as the AVX-512 path's tile:
+// each 8-slot block of K rows and each page of V rows read once for all the tile's pairs, each
+// pair's arithmetic what it gets alone. scratch: query i's probabilities [G][n_i] one after
+// another, n_i = num_old + q0 + i + 1.
 template <typename T>
-__attribute__((target("avx2,fma"))) void AttendOneQuery(const AttentionArgs& a, int32_t qi,
-                                                        float* probs) {
+__attribute__((target("avx2,fma"))) void AttendTile(const AttentionArgs& a, int32_t q0,
+                                                    int32_t nq, float* scratch) {
   const PagedKvHead& kv = a.kv;
   const int32_t hd = kv.head_dim, G = a.group;
-  const int32_t n = a.num_old + qi + 1;  // visible slots
   const int32_t chunks = hd / 8;
   const __m256 scale = _mm256_set1_ps(1.0f / std::sqrt(static_cast<float>(hd)));
-  const float* q = a.q + qi * a.q_stride;
+  float* probs[kMaxTilePairs] = {};
+  int32_t n[kMaxTilePairs] = {};
+  bool add[kMaxTilePairs] = {};
+  for (int32_t i = 0; i < nq; ++i) {
+    n[i] = a.num_old + q0 + i + 1;
+    probs[i] = i == 0 ? scratch : probs[i - 1] + int64_t(G) * n[i - 1];
+    add[i] = FusesScoreAdd(a, q0 + i);
+  }
+  const int32_t n_end = n[nq - 1];
   // Logits, 8 slots at a time (a block of 8 may span pages when block_size < 8).
-  for (int32_t s0 = 0; s0 < n; s0 += 8) {
-    const int32_t rows = std::min(8, n - s0);
+  for (int32_t s0 = 0; s0 < n_end; s0 += 8) {
+    const int32_t last = std::min(8, n_end - s0) - 1;
     const T* k[8];
-    for (int32_t r = 0; r < 8; ++r) {
-      k[r] = Base<T>(kv, true) + kv.RowOffset(s0 + std::min(r, rows - 1));
-    }
-    for (int32_t g = 0; g < G; ++g) {
-      const float* qg = q + int64_t(g) * hd;
-      __m256 acc[8];
-      for (int32_t r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
-      for (int32_t c = 0; c < chunks; ++c) {
-        const __m256 qc = _mm256_loadu_ps(qg + c * 8);
-        for (int32_t r = 0; r < 8; ++r) acc[r] = _mm256_fmadd_ps(qc, Load8(k[r] + c * 8), acc[r]);
+    for (int32_t r = 0; r < 8; ++r) k[r] = Base<T>(kv, true) + kv.RowOffset(s0 + std::min(r, last));
+    for (int32_t i = 0; i < nq; ++i) {
+      if (n[i] <= s0) continue;
+      const float* q = a.q + (q0 + i) * a.q_stride;
+      for (int32_t g = 0; g < G; ++g) {
+        const float* qg = q + int64_t(g) * hd;
+        __m256 acc[8];
+        for (int32_t r = 0; r < 8; ++r) acc[r] = _mm256_setzero_ps();
+        for (int32_t c = 0; c < chunks; ++c) {
+          const __m256 qc = _mm256_loadu_ps(qg + c * 8);
+          for (int32_t r = 0; r < 8; ++r) {
+            acc[r] = _mm256_fmadd_ps(qc, Load8(k[r] + c * 8), acc[r]);
+          }
+        }
+        StoreFirst(probs[i] + int64_t(g) * n[i] + s0, n[i] - s0,
+                   _mm256_mul_ps(Sum8x8(acc), scale));
       }
-      StoreFirst(probs + int64_t(g) * n + s0, rows, _mm256_mul_ps(Sum8x8(acc), scale));
     }
   }
-  for (int32_t g = 0; g < G; ++g) {
-    float* p = probs + int64_t(g) * n;
-    __m256 mx = _mm256_set1_ps(-INFINITY);
-    int32_t s = 0;
-    for (; s + 8 <= n; s += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(p + s));
-    if (s < n) {
-      const __m256i m = FirstLanes(n - s);
-      mx = _mm256_max_ps(mx, _mm256_blendv_ps(mx, _mm256_maskload_ps(p + s, m),
-                                              _mm256_castsi256_ps(m)));
-    }
-    const __m256 vmax = _mm256_set1_ps(HorizontalMax(mx));
-    __m256 sum = _mm256_setzero_ps();
-    for (s = 0; s < n; s += 8) {
-      const int32_t count = n - s;
-      __m256 e = Exp(_mm256_sub_ps(LoadFirst(p + s, count), vmax));
-      if (count < 8) e = _mm256_and_ps(e, _mm256_castsi256_ps(FirstLanes(count)));
-      sum = _mm256_add_ps(sum, e);
-      StoreFirst(p + s, count, e);
-    }
-    if (a.part_stats != nullptr) {  // a part of a split context: left unnormalised
-      a.part_stats[2 * g] = _mm256_cvtss_f32(vmax);
-      a.part_stats[2 * g + 1] = HorizontalSum(sum);
-      continue;
-    }
-    const __m256 inv = _mm256_set1_ps(1.0f / HorizontalSum(sum));
-    for (s = 0; s < n; s += 8) {
-      StoreFirst(p + s, n - s, _mm256_mul_ps(LoadFirst(p + s, n - s), inv));
+  for (int32_t i = 0; i < nq; ++i) {
+    for (int32_t g = 0; g < G; ++g) {
+      float* stats = a.part_stats != nullptr ? a.part_stats + 2 * g : nullptr;  // nq is 1 then
+      SoftmaxRow(probs[i] + int64_t(g) * n[i], n[i], stats);
     }
   }
-  // out_g = sum_s p_g[s] * v_s in blocks of up to 64 columns (8 accumulators); the H2O scores
-  // are added during the last head's first block, when all G rows of probs are final.
-  float* out = a.out + qi * a.out_stride;
-  const bool add_scores = FusesScoreAdd(a, qi);
-  if (G > 1 && G <= kMaxTilePairs) {
+  // out = sum_s p[s] * v_s in blocks of up to 64 columns (8 accumulators), and the H2O scores
+  // (added in the first block's walk).
+  if (nq * G > 1 && nq * G <= kMaxTilePairs) {
+    const bool none[kMaxTilePairs] = {};
     for (int32_t c0 = 0; c0 < chunks; c0 += 8) {
-      WeightedSumsOfGroupBlock<T>(std::min(8, chunks - c0), kv, probs, n, G, c0 * 8, out,
-                                  add_scores && c0 == 0);
+      WeightedSumsOfPairsBlock<T>(std::min(8, chunks - c0), kv, probs, n, nq, G, c0 * 8,
+                                  a.out + q0 * a.out_stride, a.out_stride, c0 == 0 ? add : none);
     }
     return;
   }
+  // One query, a group of 1 or over kMaxTilePairs: a walk per head, the sums in registers; the
+  // scores are added during the last head's first block, when all G rows of probs are final.
+  float* out = a.out + q0 * a.out_stride;
+  const float* p0 = probs[0];
+  const int32_t n0 = n[0];
   for (int32_t g = 0; g < G; ++g) {
-    const float* p = probs + int64_t(g) * n;
+    const float* p = p0 + int64_t(g) * n0;
     float* og = out + int64_t(g) * hd;
     for (int32_t c0 = 0; c0 < chunks; c0 += 8) {
       const int block = std::min(8, chunks - c0);
-      if (add_scores && g == G - 1 && c0 == 0) {
-        WeightedSumBlock<T, true>(block, kv, p, n, c0 * 8, og + c0 * 8, probs, G);
+      if (add[0] && g == G - 1 && c0 == 0) {
+        WeightedSumBlock<T, true>(block, kv, p, n0, c0 * 8, og + c0 * 8, p0, G);
       } else {
-        WeightedSumBlock<T, false>(block, kv, p, n, c0 * 8, og + c0 * 8, probs, G);
+        WeightedSumBlock<T, false>(block, kv, p, n0, c0 * 8, og + c0 * 8, p0, G);
       }
     }
   }
@@ -314,11 +351,11 @@ __attribute__((target("avx2,fma"))) void AttendOneQuery(const AttentionArgs& a, 
 
 bool Avx2Handles(const AttentionArgs& args) { return args.kv.head_dim % 8 == 0; }
 
-void AttendOneQueryAvx2(const AttentionArgs& args, int32_t qi, float* scratch) {
+void AttendTileAvx2(const AttentionArgs& args, int32_t q0, int32_t nq, float* scratch) {
   if (args.kv.bf16()) {
-    AttendOneQuery<uint16_t>(args, qi, scratch);
+    AttendTile<uint16_t>(args, q0, nq, scratch);
   } else {
-    AttendOneQuery<float>(args, qi, scratch);
+    AttendTile<float>(args, q0, nq, scratch);
   }
 }
 

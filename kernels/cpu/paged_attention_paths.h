@@ -25,9 +25,10 @@ inline bool FusesScoreAdd(const AttentionArgs& a, int32_t qi) {
          (a.channel.kind == SlotChannel::kObservationWindow && qi >= a.num_q - a.channel.window);
 }
 
-// AVX2 + FMA (paged_attention_avx2.cc): any head_dim that is a multiple of 8. Attends query qi
-// (scratch as PagedAttention's).
+// AVX2 + FMA (paged_attention_avx2.cc): any head_dim that is a multiple of 8. Attends the tile
+// of queries [q0, q0 + nq), nq <= AttentionTileQueries(group); scratch: the tile's
+// probabilities, query after query ([group][num_old + q0 + i + 1] each).
 bool Avx2Handles(const AttentionArgs& args);
-void AttendOneQueryAvx2(const AttentionArgs& args, int32_t qi, float* scratch);
+void AttendTileAvx2(const AttentionArgs& args, int32_t q0, int32_t nq, float* scratch);
 
 }  // namespace heavykv::cpu::internal
