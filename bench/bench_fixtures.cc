@@ -62,6 +62,16 @@ const Model& Stories110M(cpu::WeightType weights) {
   return *fp32;
 }
 
+Model SmallModel(const ModelConfig& c, const std::string& file, uint64_t seed) {
+  const std::string path = BenchFilePath(file);
+  if (!std::filesystem::exists(path)) {
+    if (absl::Status s = WriteRandomModel(c, seed, path); !s.ok()) Die(s);
+  }
+  absl::StatusOr<Model> model = LoadModel(path);
+  if (!model.ok()) Die(model.status());
+  return *std::move(model);
+}
+
 double DecodeFlopsPerToken(const ModelConfig& c, int64_t context) {
   const double d = c.dim, hid = c.hidden_dim, kv = c.kv_dim();
   const double matmul = c.num_layers * (d * (d + 2 * kv) + d * d + 3 * d * hid) +

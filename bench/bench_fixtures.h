@@ -29,6 +29,9 @@ std::string BenchFilePath(const std::string& file);
 const Model& Stories110M(cpu::WeightType weights = cpu::WeightType::kFp32);
 // Its checkpoint file (written on first use), for a benchmark that needs its own Model.
 const std::string& Stories110MPath();
+// A random-weight model of shape `c` (llama2.c format, weights from `seed`), written once as
+// <scratch dir>/<file>, loaded.
+Model SmallModel(const ModelConfig& c, const std::string& file, uint64_t seed);
 
 // Multiply-adds x2 of one decode token: every matrix and the classifier, plus attention over
 // `context` cached tokens.

@@ -14,13 +14,12 @@
 #include <random>
 #include <chrono>
 #include <cstring>
-#include <filesystem>
+#include <functional>
 #include <fstream>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "bench/bench_fixtures.h"
-#include "engine/make_model.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/paged_attention.h"
@@ -291,6 +290,40 @@ void BM_AttentionLong(benchmark::State& state, int32_t batch, int32_t context, b
                /*shuffled=*/true);
 }
 
+// Times `a` and `b` once each per iteration in ABBA order (a first on even iterations), so that a
+// slow minute of a shared machine falls on both, and sets the counters: ratio (the median over
+// iterations of a's time over b's: robust to a step stalled by another tenant), ratio_of_sums,
+// and <a_ms>, <b_ms> (mean milliseconds).
+void InterleavedRatio(benchmark::State& state, const std::function<void()>& a,
+                      const std::function<void()>& b, const char* a_ms, const char* b_ms) {
+  auto timed = [](const std::function<void()>& f) {
+    const auto t0 = std::chrono::steady_clock::now();
+    f();
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  std::vector<double> ratios;
+  double sum_a = 0, sum_b = 0;
+  for (auto _ : state) {
+    double ta, tb;
+    if (ratios.size() % 2 == 0) {
+      ta = timed(a);
+      tb = timed(b);
+    } else {
+      tb = timed(b);
+      ta = timed(a);
+    }
+    sum_a += ta;
+    sum_b += tb;
+    ratios.push_back(ta / tb);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  const size_t n = ratios.size();
+  state.counters["ratio"] = n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]);
+  state.counters["ratio_of_sums"] = sum_a / sum_b;
+  state.counters[a_ms] = 1e3 * sum_a / n;
+  state.counters[b_ms] = 1e3 * sum_b / n;
+}
+
 // A line "<key>: <n> kB" of /proc/self/status, in MB (-1 when missing).
 double ProcStatusMb(const std::string& key) {
   std::ifstream in("/proc/self/status");
@@ -318,16 +351,11 @@ void BM_PrefillPeakMemory(benchmark::State& state, int32_t tokens) {
   c.num_kv_heads = 2;
   c.vocab_size = 256;
   c.seq_len = tokens + 16;
-  const std::string path = BenchFilePath(absl::StrCat("prefill-memory-", c.seq_len, ".bin"));
-  if (!std::filesystem::exists(path)) {
-    if (absl::Status s = WriteRandomModel(c, 3, path); !s.ok()) Die(s);
-  }
-  absl::StatusOr<Model> model = LoadModel(path);
-  if (!model.ok()) Die(model.status());
-  const KvShape shape = KvShapeFor(model->config, 16);
+  const Model model = SmallModel(c, absl::StrCat("prefill-memory-", c.seq_len, ".bin"), 3);
+  const KvShape shape = KvShapeFor(model.config, 16);
   const int64_t pages = PeakPages(shape, nullptr, kUnboundedBudget, tokens);
   std::unique_ptr<KvCache> cache = *KvCache::Create(shape, static_cast<int32_t>(pages));
-  ModelRunner runner(*model, cache.get());
+  ModelRunner runner(model, cache.get());
   std::vector<int32_t> prompt(tokens);
   for (int32_t i = 0; i < tokens; ++i) prompt[i] = 1 + (i * 31) % (c.vocab_size - 1);
   double growth = 0;
@@ -366,7 +394,7 @@ void BM_PrefillPeakMemory(benchmark::State& state, int32_t tokens) {
 // heads of 128, 2 layers, 8 MB of weights) at `context` cached tokens, so that a step has one
 // (sequence, kv head) pair per layer for the threads: each iteration times a step with the
 // context cut into parts across the threads and one without (one thread attends, the others
-// wait), in ABBA order. Counters: ratio (median split / unsplit), split_ms, unsplit_ms.
+// wait), interleaved (InterleavedRatio: ratio is split / unsplit).
 void BM_SplitAttention(benchmark::State& state, int32_t context) {
   ModelConfig c;
   c.dim = 512;
@@ -376,38 +404,16 @@ void BM_SplitAttention(benchmark::State& state, int32_t context) {
   c.num_kv_heads = 1;
   c.vocab_size = 256;
   c.seq_len = context + 256;
-  const std::string path = BenchFilePath(absl::StrCat("mqa-", c.seq_len, ".bin"));
-  if (!std::filesystem::exists(path)) {
-    if (absl::Status s = WriteRandomModel(c, 4, path); !s.ok()) Die(s);
-  }
-  absl::StatusOr<Model> model = LoadModel(path);
-  if (!model.ok()) Die(model.status());
-  std::unique_ptr<Batch> b = MakeBatch(*model, 1, context, "full", kUnboundedBudget);
-  ModelRunner split(*model, b->cache.get()), unsplit(*model, b->cache.get());
+  const Model model = SmallModel(c, absl::StrCat("mqa-", c.seq_len, ".bin"), 4);
+  std::unique_ptr<Batch> b = MakeBatch(model, 1, context, "full", kUnboundedBudget);
+  ModelRunner split(model, b->cache.get()), unsplit(model, b->cache.get());
   unsplit.set_split_attention(false);
   DecodeStep(split, *b, context);  // warm-up
   DecodeStep(unsplit, *b, context);
-  auto timed = [&](ModelRunner& r) {
-    const auto t0 = std::chrono::steady_clock::now();
-    DecodeStep(r, *b, context);
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  std::vector<double> ratios;
-  double sum_split = 0, sum_unsplit = 0;
-  for (auto _ : state) {
-    const bool split_first = ratios.size() % 2 == 0;
-    const double first = timed(split_first ? split : unsplit);
-    const double second = timed(split_first ? unsplit : split);
-    const double ts = split_first ? first : second, tu = split_first ? second : first;
-    sum_split += ts;
-    sum_unsplit += tu;
-    ratios.push_back(ts / tu);
-  }
-  std::sort(ratios.begin(), ratios.end());
-  const size_t n = ratios.size();
-  state.counters["ratio"] = n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]);
-  state.counters["split_ms"] = 1e3 * sum_split / n;
-  state.counters["unsplit_ms"] = 1e3 * sum_unsplit / n;
+  InterleavedRatio(
+      state, [&] { DecodeStep(split, *b, context); }, [&] { DecodeStep(unsplit, *b, context); },
+      "split_ms", "unsplit_ms");
+  const double n = state.iterations();
   state.counters["parts"] = double(split.split_attention_parts()) / (n + 1) / c.num_layers;
 }
 
@@ -460,32 +466,9 @@ void BM_DecodePolicyVsFull(benchmark::State& state, int32_t batch, int32_t conte
   ModelRunner full_runner(model, full->cache.get()), h2o_runner(model, h2o->cache.get());
   DecodeStep(full_runner, *full, context);  // warm-up: first touch of buffers
   DecodeStep(h2o_runner, *h2o, context);
-  auto timed = [&](ModelRunner& r, Batch& b) {
-    const auto t0 = std::chrono::steady_clock::now();
-    DecodeStep(r, b, context);
-    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  };
-  std::vector<double> ratios;
-  double sum_full = 0, sum_h2o = 0;
-  for (auto _ : state) {
-    double tf, th;
-    if (ratios.size() % 2 == 0) {
-      tf = timed(full_runner, *full);
-      th = timed(h2o_runner, *h2o);
-    } else {
-      th = timed(h2o_runner, *h2o);
-      tf = timed(full_runner, *full);
-    }
-    sum_full += tf;
-    sum_h2o += th;
-    ratios.push_back(th / tf);
-  }
-  std::sort(ratios.begin(), ratios.end());
-  const size_t n = ratios.size();
-  state.counters["ratio"] = n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]);
-  state.counters["ratio_of_sums"] = sum_h2o / sum_full;
-  state.counters["full_ms"] = 1e3 * sum_full / n;
-  state.counters["h2o_ms"] = 1e3 * sum_h2o / n;
+  InterleavedRatio(
+      state, [&] { DecodeStep(h2o_runner, *h2o, context); },
+      [&] { DecodeStep(full_runner, *full, context); }, "h2o_ms", "full_ms");
 }
 
 void BM_DecodePolicyVsBaseline(benchmark::State& state, int32_t batch, int32_t context,
@@ -569,11 +552,7 @@ void BM_Capacity(benchmark::State& state, std::string policy, int32_t kv_element
   c.num_kv_heads = 2;
   c.vocab_size = 256;
   c.seq_len = 1024;
-  static const Model* model = [&] {
-    const std::string path = "/tmp/heavykv-bench-capacity.bin";
-    (void)WriteRandomModel(c, 5, path);
-    return new Model(*LoadModel(path));
-  }();
+  static const Model* model = new Model(SmallModel(c, "capacity-small.bin", 5));
   // Exactly 10 full-cache fp32 sequences of 1024 tokens (pages of one layer); the same K/V
   // bytes in bf16 pages.
   const int32_t kPages = 640 * 4 / kv_element_bytes * model->config.num_layers;
