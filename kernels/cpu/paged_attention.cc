@@ -16,6 +16,8 @@ namespace heavykv::cpu {
 namespace {
 
 using internal::Base;
+using internal::kPrefetchSlots;
+using internal::PrefetchRows;
 
 // The portable path: compiled for AVX-512, AVX2 and baseline x86-64, chosen at load time by CPU
 // features (not by CPU model, as "arch=" clones would), so one binary is portable; it serves the
@@ -152,24 +154,6 @@ __attribute__((target("avx512f"))) inline __m512 Load16(const uint16_t* p) {
   const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
-
-// Starts loading the rows of slots [s, s + count) of a K or V walk that are on the page holding
-// s, when s < n: issued two blocks ahead of the one being computed, so that the next page's rows
-// are on their way while this one's are used (pages are scattered, and a hardware prefetcher
-// stops at each). Measured (docs/BENCHMARKS.md "Long-context decode attention"): 1.3x at group 1
-// (attention/ctx512/avx512), no change at GQA 4, whose arithmetic per byte keeps the walk slow.
-template <typename T>
-__attribute__((always_inline)) inline void PrefetchRows(const PagedKvHead& kv, const T* base,
-                                                        int32_t s, int32_t count, int32_t n) {
-  if (s >= n) return;
-  const int32_t rows = std::min({count, kv.block_size - s % kv.block_size, n - s});
-  const char* p = reinterpret_cast<const char*>(base + kv.RowOffset(s));
-  const int64_t bytes = int64_t(rows) * kv.head_dim * sizeof(T);
-  for (int64_t b = 0; b < bytes; b += 64) PrefetchLine(p + b);
-}
-
-// Slots this many ahead of the block being computed are prefetched (16 and 64: no different).
-inline constexpr int32_t kPrefetchSlots = 32;
 
 // probs[s0 + r] = q . k(s0 + r) * scale for r < rows, from the 16 rows k[0..15] (16 * C floats
 // of q): the 16 dot products finished together by Sum16x16.

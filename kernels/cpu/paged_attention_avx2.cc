@@ -140,6 +140,7 @@ __attribute__((target("avx2,fma"))) void WeightedSumOfV(const PagedKvHead& kv, c
   for (int c = 0; c < C; ++c) even[c] = odd[c] = _mm256_setzero_ps();
   const int32_t bs = kv.block_size, hd = kv.head_dim;
   for (int32_t s0 = 0; s0 < n; s0 += bs) {
+    PrefetchRows(kv, Base<T>(kv, false), s0 + kPrefetchSlots, bs, n);
     const int32_t page = kv.pages[s0 / bs];
     const T* v = Base<T>(kv, false) + page * kv.page_stride + col0;
     const int32_t rows = std::min(bs, n - s0);
@@ -169,6 +170,7 @@ __attribute__((target("avx2,fma"))) void WeightedSumsOfPairs(const PagedKvHead& 
   std::fill(acc, acc + int64_t(nq) * G * 2 * 8 * C, 0.0f);
   const int32_t bs = kv.block_size, hd = kv.head_dim, n_end = n[nq - 1];
   for (int32_t s0 = 0; s0 < n_end; s0 += bs) {
+    PrefetchRows(kv, Base<T>(kv, false), s0 + kPrefetchSlots, bs, n_end);
     const int32_t page = kv.pages[s0 / bs];
     const T* v = Base<T>(kv, false) + page * kv.page_stride + col0;
     for (int32_t i = 0; i < nq; ++i) {
@@ -291,6 +293,7 @@ __attribute__((target("avx2,fma"))) void AttendTile(const AttentionArgs& a, int3
   const int32_t n_end = n[nq - 1];
   // Logits, 8 slots at a time (a block of 8 may span pages when block_size < 8).
   for (int32_t s0 = 0; s0 < n_end; s0 += 8) {
+    PrefetchRows(kv, Base<T>(kv, true), s0 + kPrefetchSlots, 8, n_end);
     const int32_t last = std::min(8, n_end - s0) - 1;
     const T* k[8];
     for (int32_t r = 0; r < 8; ++r) k[r] = Base<T>(kv, true) + kv.RowOffset(s0 + std::min(r, last));

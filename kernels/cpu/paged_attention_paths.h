@@ -2,6 +2,7 @@
 // other callers: use PagedAttention / PagedAttentionWith (paged_attention.h).
 #pragma once
 
+#include <algorithm>
 #include <type_traits>
 
 #include "kernels/cpu/paged_attention.h"
@@ -17,6 +18,25 @@ inline const T* Base(const PagedKvHead& kv, bool is_k) {
     return is_k ? kv.k16 : kv.v16;
   }
 }
+
+// Starts loading the rows of slots [s, s + count) of a K or V walk that are on the page holding
+// s, when s < n: issued two blocks ahead of the one being computed, so that the next page's rows
+// are on their way while this one's are used (pages are scattered, and a hardware prefetcher
+// stops at each). Measured (docs/BENCHMARKS.md "Long contexts, session 11"): AVX-512 1.3x at
+// group 1 (attention/ctx512/avx512) and no change at GQA 4, whose arithmetic per byte keeps the
+// walk slow; AVX2 1.1-1.25x at GQA 4 and no change at group 1. Both paths use it.
+template <typename T>
+__attribute__((always_inline)) inline void PrefetchRows(const PagedKvHead& kv, const T* base,
+                                                        int32_t s, int32_t count, int32_t n) {
+  if (s >= n) return;
+  const int32_t rows = std::min({count, kv.block_size - s % kv.block_size, n - s});
+  const char* p = reinterpret_cast<const char*>(base + kv.RowOffset(s));
+  const int64_t bytes = int64_t(rows) * kv.head_dim * sizeof(T);
+  for (int64_t b = 0; b < bytes; b += 64) PrefetchLine(p + b);
+}
+
+// Slots this many ahead of the block being computed are prefetched (16 and 64: no different).
+inline constexpr int32_t kPrefetchSlots = 32;
 
 // Whether query qi adds what each slot received to its channel in the p.v pass: kAccumulated,
 // and kObservationWindow for the step's last `window` queries.
