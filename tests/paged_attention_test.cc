@@ -173,6 +173,53 @@ TEST(PagedAttentionGroupTest, EachHeadOfAGroupEqualsItAlone) {
   }
 }
 
+// One (sequence, kv head)'s K/V over `slots` slots on pages of `bs` in shuffled order (each page
+// its K rows, then its V rows), values 2 x normal (sharp enough that softmax is not flat), fp32
+// and the same rounded to bf16; and `num_q` queries of `group` heads.
+struct RandomHead {
+  RandomHead(int32_t slots, int32_t bs, int32_t hd, int32_t group, int32_t num_q, uint32_t seed)
+      : slots(slots), bs(bs), hd(hd), group(group), num_pages((slots + bs - 1) / bs),
+        pages(num_pages), pos(int64_t(num_pages) * bs, 0),
+        pool(int64_t(num_pages) * 2 * bs * hd), q(int64_t(num_q) * group * hd) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), rng);
+    for (float& v : pool) v = 2.0f * normal(rng);
+    for (float& v : q) v = normal(rng);
+    pool16.resize(pool.size());
+    for (size_t i = 0; i < pool.size(); ++i) pool16[i] = FloatToBf16(pool[i]);
+  }
+  // The head's arguments: its view (fp32 or bf16), the group, q and the row strides; num_old,
+  // num_q, out, score and channel are the caller's.
+  AttentionArgs Args(bool bf16) {
+    AttentionArgs a;
+    a.kv.pages = pages.data();
+    a.kv.num_slots = slots;
+    a.kv.block_size = bs;
+    a.kv.head_dim = hd;
+    if (bf16) {
+      a.kv.k16 = pool16.data();
+      a.kv.v16 = pool16.data() + int64_t(bs) * hd;
+    } else {
+      a.kv.k = pool.data();
+      a.kv.v = pool.data() + int64_t(bs) * hd;
+    }
+    a.kv.page_stride = 2 * int64_t(bs) * hd;
+    a.kv.pos = pos.data();
+    a.kv.meta_page_stride = bs;
+    a.group = group;
+    a.q = q.data();
+    a.q_stride = int64_t(group) * hd;
+    a.out_stride = int64_t(group) * hd;
+    return a;
+  }
+  int32_t slots, bs, hd, group, num_pages;
+  std::vector<int32_t> pages, pos;
+  std::vector<float> pool, q;
+  std::vector<uint16_t> pool16;
+};
+
 // The queries of a chunk attended together (the AVX-512 path walks the pages once per tile of
 // queries) give each query, its output and what it adds to the H2O scores, exactly (bit for bit)
 // what attending that query alone gives, on every path: the tile must not change any query's
@@ -189,36 +236,11 @@ TEST(PagedAttentionTileTest, EachQueryOfAChunkEqualsItAlone) {
         constexpr int32_t kNumQ = 35;
         SCOPED_TRACE(::testing::Message() << "pages of " << bs << ", group " << G << ", "
                                           << num_old << " old slots" << (bf16 ? ", bf16" : ""));
-        const int32_t slots = num_old + kNumQ, num_pages = (slots + bs - 1) / bs;
-        std::mt19937 rng(G * 13 + num_old + bs);
-        std::normal_distribution<float> normal(0.0f, 1.0f);
-        std::vector<int32_t> pages(num_pages);
-        for (int32_t i = 0; i < num_pages; ++i) pages[i] = (i * 7) % num_pages;
-        if (num_pages % 7 == 0) std::iota(pages.begin(), pages.end(), 0);
-        std::vector<float> pool(int64_t(num_pages) * 2 * bs * kHd), q(kNumQ * G * kHd);
-        for (float& v : pool) v = 2.0f * normal(rng);
-        for (float& v : q) v = normal(rng);
-        std::vector<int32_t> pos(num_pages * bs, 0);
-        AttentionArgs a;
-        a.kv.pages = pages.data();
-        a.kv.num_slots = slots;
-        a.kv.block_size = bs;
-        a.kv.head_dim = kHd;
-        std::vector<uint16_t> pool16(pool.size());
-        for (size_t i = 0; i < pool.size(); ++i) pool16[i] = FloatToBf16(pool[i]);
-        if (bf16) {
-          a.kv.k16 = pool16.data();
-          a.kv.v16 = pool16.data() + bs * kHd;
-        } else {
-          a.kv.k = pool.data();
-          a.kv.v = pool.data() + bs * kHd;
-        }
-        a.kv.page_stride = 2 * bs * kHd;
-        a.kv.pos = pos.data();
-        a.kv.meta_page_stride = bs;
-        a.group = G;
-        a.q_stride = int64_t(G) * kHd;
-        a.out_stride = int64_t(G) * kHd;
+        const int32_t slots = num_old + kNumQ;
+        RandomHead head(slots, bs, kHd, G, kNumQ, G * 13 + num_old + bs);
+        const std::vector<float>& q = head.q;
+        const int32_t num_pages = head.num_pages;
+        AttentionArgs a = head.Args(bf16);
         a.channel.kind = SlotChannel::kAccumulated;
         for (Isa isa : heavykv::testing::IsasToTest()) {
           SCOPED_TRACE(IsaName(isa));
@@ -259,38 +281,11 @@ TEST(PagedAttentionSplitTest, CombinedPartsEqualTheWholeContext) {
   for (int32_t bs : {16, 4}) {
     for (int32_t G : {1, 4}) {
       for (bool bf16 : {false, true}) {
-        const int32_t num_pages = (kSlots + bs - 1) / bs;
-        std::mt19937 rng(bs * 5 + G + bf16);
-        std::normal_distribution<float> normal(0.0f, 1.0f);
-        std::vector<int32_t> pages(num_pages);
-        std::iota(pages.begin(), pages.end(), 0);
-        std::shuffle(pages.begin(), pages.end(), rng);
-        std::vector<float> pool(int64_t(num_pages) * 2 * bs * kHd), q(G * kHd);
-        for (float& v : pool) v = 2.0f * normal(rng);
-        for (float& v : q) v = normal(rng);
-        std::vector<uint16_t> pool16(pool.size());
-        for (size_t i = 0; i < pool.size(); ++i) pool16[i] = FloatToBf16(pool[i]);
-        std::vector<int32_t> pos(num_pages * bs, 0);
-        AttentionArgs a;
-        a.kv.pages = pages.data();
-        a.kv.num_slots = kSlots;
-        a.kv.block_size = bs;
-        a.kv.head_dim = kHd;
-        if (bf16) {
-          a.kv.k16 = pool16.data();
-          a.kv.v16 = pool16.data() + bs * kHd;
-        } else {
-          a.kv.k = pool.data();
-          a.kv.v = pool.data() + bs * kHd;
-        }
-        a.kv.page_stride = 2 * bs * kHd;
-        a.kv.pos = pos.data();
-        a.kv.meta_page_stride = bs;
+        RandomHead head(kSlots, bs, kHd, G, 1, bs * 5 + G + bf16);
+        const std::vector<float>& q = head.q;
+        const int32_t num_pages = head.num_pages;
+        AttentionArgs a = head.Args(bf16);
         a.num_old = kSlots - 1;
-        a.group = G;
-        a.q = q.data();
-        a.q_stride = int64_t(G) * kHd;
-        a.out_stride = int64_t(G) * kHd;
         const std::vector<int32_t> bounds = {0, 16 * 5, 16 * 6, 16 * 15, kSlots};
         const int32_t parts = int32_t(bounds.size()) - 1;
         for (ChannelSpec ch : {ChannelSpec{SlotChannel::kNone},
