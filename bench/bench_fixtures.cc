@@ -136,6 +136,17 @@ std::unique_ptr<Batch> MakeBatch(const Model& model, int32_t batch, int32_t cont
   return b;
 }
 
+void Prefill(ModelRunner& runner, SequenceKv& kv, std::span<const int32_t> prompt,
+             int32_t chunk) {
+  const int32_t tokens = static_cast<int32_t>(prompt.size());
+  for (int32_t t0 = 0; t0 < tokens; t0 += chunk) {
+    SequenceStep step{&kv, prompt.subspan(t0, std::min(chunk, tokens - t0)), t0, false};
+    if (absl::StatusOr<std::span<const float>> r = runner.Forward({&step, 1}); !r.ok()) {
+      Die(r.status());
+    }
+  }
+}
+
 void DecodeStep(ModelRunner& runner, Batch& b, int32_t context) {
   const int32_t seq_len = runner.model().config.seq_len;
   if (b.next_pos >= seq_len) b.next_pos = context;  // positions wrap; the context stays fixed

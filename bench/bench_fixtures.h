@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,11 @@ struct Batch {
 std::unique_ptr<Batch> MakeBatch(const Model& model, int32_t batch, int32_t context,
                                  const std::string& policy, int32_t budget,
                                  int32_t kv_element_bytes = 4, bool table_per_layer = true);
+
+// Feeds `prompt` to an empty sequence `kv` from position 0, `chunk` tokens a step (as a prefill
+// does); dies on an error.
+void Prefill(ModelRunner& runner, SequenceKv& kv, std::span<const int32_t> prompt,
+             int32_t chunk);
 
 // One decode step of every sequence; sequences without eviction are rolled back to their
 // context afterwards so that every step runs at the same context length.

@@ -367,13 +367,7 @@ void BM_PrefillPeakMemory(benchmark::State& state, int32_t tokens) {
     }
     const double before = ProcStatusMb("VmRSS");
     SequenceKv kv;
-    for (int32_t t0 = 0; t0 < tokens; t0 += kChunk) {
-      const std::span<const int32_t> part(prompt.data() + t0, std::min(kChunk, tokens - t0));
-      SequenceStep step{&kv, part, t0, false};
-      if (absl::StatusOr<std::span<const float>> r = runner.Forward({&step, 1}); !r.ok()) {
-        Die(r.status());
-      }
-    }
+    Prefill(runner, kv, prompt, kChunk);
     growth = ProcStatusMb("VmHWM") - before;
     cache->Release(kv);
   }

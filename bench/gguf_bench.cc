@@ -79,12 +79,7 @@ void BM_GgufPrefill(benchmark::State& state, std::string mix, int32_t tokens, in
   for (int32_t i = 0; i < tokens; ++i) prompt[i] = 1 + (i * 7919) % (model.config.vocab_size - 1);
   SequenceKv kv;
   auto run = [&](int32_t upto) {
-    for (int32_t t0 = 0; t0 < upto; t0 += chunk) {
-      const std::span<const int32_t> part(prompt.data() + t0, std::min(chunk, upto - t0));
-      SequenceStep step{&kv, part, t0, false};
-      absl::StatusOr<std::span<const float>> r = runner.Forward({&step, 1});
-      if (!r.ok()) Die(r.status());
-    }
+    Prefill(runner, kv, std::span<const int32_t>(prompt).first(upto), chunk);
     cache->Release(kv);
   };
   run(chunk);  // warm-up: the first chunk

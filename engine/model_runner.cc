@@ -61,6 +61,7 @@ struct SplitPlan {
   std::vector<std::pair<int64_t, int32_t>> items;  // (task, part) pairs to attend
   std::vector<int32_t> first;                      // per task: where its bounds start
   std::vector<int32_t> bounds;                     // per task: parts + 1 slot bounds
+  std::vector<int64_t> probs_at;                   // per task: where its probabilities start
   std::vector<float> out, stats, probs;
   int32_t group = 0, head_dim = 0;
 
@@ -93,9 +94,11 @@ struct SplitPlan {
     args.resize(tasks);
     out.resize(items.size() * G * hd);
     stats.resize(items.size() * G * 2);
-    int64_t floats = 0;
-    for (int64_t t = 0; t < tasks; ++t) floats += int64_t(G) * Bounds(t)[Parts(t)];
-    probs.resize(floats);
+    probs_at.assign(tasks + 1, 0);  // G x slots per task
+    for (int64_t t = 0; t < tasks; ++t) {
+      probs_at[t + 1] = probs_at[t] + int64_t(G) * Bounds(t)[Parts(t)];
+    }
+    probs.resize(probs_at[tasks]);
     return true;
   }
   int32_t Parts(int64_t t) const { return first[t + 1] - first[t] - 1; }
@@ -105,9 +108,7 @@ struct SplitPlan {
   float* Out(int64_t t) { return out.data() + FirstPart(t) * group * head_dim; }
   float* Stats(int64_t t) { return stats.data() + FirstPart(t) * group * 2; }
   float* Probs(int64_t t, int32_t j) {
-    int64_t at = 0;  // the tasks before t hold G x their slots each
-    for (int64_t u = 0; u < t; ++u) at += int64_t(group) * Bounds(u)[Parts(u)];
-    return probs.data() + at + int64_t(group) * Bounds(t)[j];
+    return probs.data() + probs_at[t] + int64_t(group) * Bounds(t)[j];
   }
 };
 

@@ -118,61 +118,6 @@ TEST_P(PagedAttentionTest, MatchesDirectAttention) {
   }
 }
 
-// A group of query heads sharing a kv head gives each head exactly (bit for bit) what that head
-// gets alone, on every path: the AVX-512 path walks the V pages once for the whole group
-// (groups up to 16) and must not change any head's arithmetic.
-TEST(PagedAttentionGroupTest, EachHeadOfAGroupEqualsItAlone) {
-  constexpr int32_t kHd = 128, kBs = 16, kOld = 300;
-  for (int32_t G : {2, 4, 8, 20}) {
-    for (int32_t num_q : {1, 3}) {
-      SCOPED_TRACE(::testing::Message() << "group " << G << ", " << num_q << " queries");
-      const int32_t slots = kOld + num_q, num_pages = (slots + kBs - 1) / kBs;
-      std::mt19937 rng(G * 7 + num_q);
-      std::normal_distribution<float> normal(0.0f, 1.0f);
-      std::vector<int32_t> pages(num_pages);
-      for (int32_t i = 0; i < num_pages; ++i) pages[i] = num_pages - 1 - i;
-      std::vector<float> pool(int64_t(num_pages) * 2 * kBs * kHd), q(num_q * G * kHd);
-      for (float& v : pool) v = 2.0f * normal(rng);
-      for (float& v : q) v = normal(rng);
-      std::vector<int32_t> pos(num_pages * kBs, 0);
-      std::vector<float> score(num_pages * kBs, 0.0f);
-      AttentionArgs a;
-      a.kv.pages = pages.data();
-      a.kv.num_slots = slots;
-      a.kv.block_size = kBs;
-      a.kv.head_dim = kHd;
-      a.kv.k = pool.data();
-      a.kv.v = pool.data() + kBs * kHd;
-      a.kv.page_stride = 2 * kBs * kHd;
-      a.kv.pos = pos.data();
-      a.kv.score = score.data();
-      a.kv.meta_page_stride = kBs;
-      a.num_old = kOld;
-      a.num_q = num_q;
-      a.q_stride = int64_t(G) * kHd;
-      a.out_stride = int64_t(G) * kHd;
-      for (Isa isa : heavykv::testing::IsasToTest()) {
-        SCOPED_TRACE(IsaName(isa));
-        std::vector<float> together(q.size()), alone(q.size());
-        std::vector<float> scratch(AttentionScratchFloats(slots, G, num_q));
-        AttentionArgs all = a;
-        all.group = G;
-        all.q = q.data();
-        all.out = together.data();
-        PagedAttentionWith(isa, all, scratch.data());
-        for (int32_t g = 0; g < G; ++g) {
-          AttentionArgs one = a;
-          one.group = 1;
-          one.q = q.data() + int64_t(g) * kHd;
-          one.out = alone.data() + int64_t(g) * kHd;
-          PagedAttentionWith(isa, one, scratch.data());
-        }
-        ASSERT_EQ(together, alone);
-      }
-    }
-  }
-}
-
 // One (sequence, kv head)'s K/V over `slots` slots on pages of `bs` in shuffled order (each page
 // its K rows, then its V rows), values 2 x normal (sharp enough that softmax is not flat), fp32
 // and the same rounded to bf16; and `num_q` queries of `group` heads.
@@ -219,6 +164,44 @@ struct RandomHead {
   std::vector<float> pool, q;
   std::vector<uint16_t> pool16;
 };
+
+// A group of query heads sharing a kv head gives each head exactly (bit for bit) what that head
+// gets alone, on every path: the AVX-512 path walks the V pages once for the whole group
+// (groups up to 16) and must not change any head's arithmetic.
+TEST(PagedAttentionGroupTest, EachHeadOfAGroupEqualsItAlone) {
+  constexpr int32_t kHd = 128, kBs = 16, kOld = 300;
+  for (int32_t G : {2, 4, 8, 20}) {
+    for (int32_t num_q : {1, 3}) {
+      SCOPED_TRACE(::testing::Message() << "group " << G << ", " << num_q << " queries");
+      const int32_t slots = kOld + num_q;
+      RandomHead head(slots, kBs, kHd, G, num_q, G * 7 + num_q);
+      const std::vector<float>& q = head.q;
+      std::vector<float> score(int64_t(head.num_pages) * kBs, 0.0f);
+      AttentionArgs a = head.Args(/*bf16=*/false);
+      a.kv.score = score.data();
+      a.num_old = kOld;
+      a.num_q = num_q;
+      for (Isa isa : heavykv::testing::IsasToTest()) {
+        SCOPED_TRACE(IsaName(isa));
+        std::vector<float> together(q.size()), alone(q.size());
+        std::vector<float> scratch(AttentionScratchFloats(slots, G, num_q));
+        AttentionArgs all = a;
+        all.group = G;
+        all.q = q.data();
+        all.out = together.data();
+        PagedAttentionWith(isa, all, scratch.data());
+        for (int32_t g = 0; g < G; ++g) {
+          AttentionArgs one = a;
+          one.group = 1;
+          one.q = q.data() + int64_t(g) * kHd;
+          one.out = alone.data() + int64_t(g) * kHd;
+          PagedAttentionWith(isa, one, scratch.data());
+        }
+        ASSERT_EQ(together, alone);
+      }
+    }
+  }
+}
 
 // The queries of a chunk attended together (the AVX-512 path walks the pages once per tile of
 // queries) give each query, its output and what it adds to the H2O scores, exactly (bit for bit)
