@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <random>
 
-#include "engine/make_model.h"
+#include "engine/model/make_model.h"
 
 namespace heavykv::bench {
 namespace {

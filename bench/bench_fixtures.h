@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/model.h"
-#include "engine/model_runner.h"
+#include "engine/model/model.h"
+#include "engine/runner/model_runner.h"
 #include "memory/kv_cache.h"
 
 namespace heavykv::bench {

@@ -31,7 +31,7 @@
 #include "engine/cuda/cuda_model_runner.h"
 #include "engine/cuda/device_step.h"
 #include "engine/cuda/step_layout.h"
-#include "engine/make_model.h"
+#include "engine/model/make_model.h"
 #include "kernels/cuda/paged_attention.cuh"
 #include "kernels/cuda/synthetic_kv.cuh"
 

@@ -20,10 +20,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/bench_fixtures.h"
+#include "kernels/aligned_vector.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/paged_attention.h"
-#include "memory/aligned_vector.h"
 
 namespace heavykv::bench {
 namespace {

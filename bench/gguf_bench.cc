@@ -25,8 +25,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/bench_fixtures.h"
-#include "engine/make_gguf_model.h"
-#include "engine/make_model.h"
+#include "engine/model/make_gguf_model.h"
+#include "engine/model/make_model.h"
 
 namespace heavykv::bench {
 namespace {

@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "kernels/aligned_vector.h"
 #include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/quant_gemm.h"
-#include "memory/aligned_vector.h"
 
 namespace heavykv::bench {
 namespace {

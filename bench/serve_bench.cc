@@ -12,7 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/bench_fixtures.h"
-#include "engine/engine.h"
+#include "engine/serving/engine.h"
 
 namespace heavykv::bench {
 namespace {

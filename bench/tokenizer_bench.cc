@@ -18,10 +18,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/bpe_tokenizer.h"
-#include "engine/gguf.h"
-#include "engine/gguf_tokenizer.h"
-#include "engine/tokenizer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/tokenizer/bpe_tokenizer.h"
+#include "engine/tokenizer/gguf_tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace heavykv::bench {
 namespace {

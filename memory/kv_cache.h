@@ -38,8 +38,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "kernels/aligned_vector.h"
 #include "kernels/paged_kv.h"
-#include "memory/aligned_vector.h"
 #include "memory/eviction_policy.h"
 #include "memory/layer_budgets.h"
 #include "memory/page_allocator.h"
@@ -92,7 +92,7 @@ struct SequenceKv {
   int64_t tokens_evicted = 0;    // per (layer, head), the mean over layers: tokens dropped so far
   int64_t layer_tokens_evicted = 0;  // the same summed over layers
   // Endless streaming: positions the pinned prefix's keys are rotated past their own (0 until
-  // the sequence first runs past the model's context; see engine/model_runner.cc).
+  // the sequence first runs past the model's context; see engine/runner/model_runner.cc).
   int32_t pinned_shift = 0;
 
   // The table layer `layer` uses (an empty one before the first Reserve).

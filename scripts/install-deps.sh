@@ -12,12 +12,12 @@ BUILD_PKGS=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev libcpp-httplib-dev
   nlohmann-json3-dev        # header-only: heavykv inspect --json
-  libpcre2-dev              # BPE pre-tokenizer regular expressions (engine/bpe_pretokenizer.cc)
+  libpcre2-dev              # BPE pre-tokenizer regular expressions (engine/tokenizer/bpe_pretokenizer.cc)
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-grpcio python3-protobuf
-  python3-jinja2            # reference renderer for the chat-template tests (tests/chat_templates/)
+  python3-jinja2            # reference renderer for the chat-template tests (tests/chat/)
   python3-yaml prometheus   # deploy checks: YAML parsing, promtool
-  openssl                   # tests/security_e2e_test.cc makes its CA and certificates
+  openssl                   # tests/server/security_e2e_test.cc makes its CA and certificates
   clang libclang-rt-14-dev libomp-dev  # sanitizer + libFuzzer build (scripts/test-sanitizers.sh)
 )
 RUNTIME_PKGS=(

@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/make_model.h"
-#include "engine/model.h"
+#include "engine/model/make_model.h"
+#include "engine/model/model.h"
 #include "kernels/cpu/isa.h"
 
 namespace heavykv::testing {

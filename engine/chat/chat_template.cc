@@ -1,7 +1,7 @@
-// The chat-template interpreter (engine/chat_template.h): walks the tree ParseTemplate built,
+// The chat-template interpreter (engine/chat/chat_template.h): walks the tree ParseTemplate built,
 // with jinja2's scoping (a for loop's body is its own scope; if bodies are not) and Python's
 // operator semantics, charging every evaluation to the render's Budget.
-#include "engine/chat_template.h"
+#include "engine/chat/chat_template.h"
 
 #include <cmath>
 #include <cstring>
@@ -12,9 +12,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "engine/chat_template_ast.h"
-#include "engine/chat_template_builtins.h"
-#include "engine/chat_template_ops.h"
+#include "engine/chat/chat_template_ast.h"
+#include "engine/chat/chat_template_builtins.h"
+#include "engine/chat/chat_template_ops.h"
 
 namespace heavykv {
 

@@ -1,4 +1,4 @@
-// The parsed form of a chat template (engine/chat_template.h): a tree of statements holding
+// The parsed form of a chat template (engine/chat/chat_template.h): a tree of statements holding
 // expression trees, built once by ParseTemplate and only read while rendering. Every node keeps
 // its 1-based line and column for error messages.
 #pragma once
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/chat_template_value.h"
+#include "engine/chat/chat_template_value.h"
 
 namespace heavykv::jinja {
 

@@ -1,6 +1,6 @@
 // jinja2's tests and globals, Python's str/dict methods and the shared lookups for the
-// interpreter (engine/chat_template_builtins.h).
-#include "engine/chat_template_builtins.h"
+// interpreter (engine/chat/chat_template_builtins.h).
+#include "engine/chat/chat_template_builtins.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
-#include "engine/chat_template_strings.h"
+#include "engine/chat/chat_template_strings.h"
 
 namespace heavykv::jinja {
 absl::Status TypeError(const std::string& what) { return absl::InvalidArgumentError(what); }

@@ -1,5 +1,5 @@
 // The filters, tests, str/dict methods and global functions of the chat-template interpreter
-// (engine/chat_template.h), each with the semantics jinja2 3.1 and Python 3 give it, and the
+// (engine/chat/chat_template.h), each with the semantics jinja2 3.1 and Python 3 give it, and the
 // budget that bounds one render.
 //
 // Filters: abs capitalize count d default first float indent int items join last length list
@@ -22,7 +22,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "engine/chat_template_value.h"
+#include "engine/chat/chat_template_value.h"
 
 namespace heavykv::jinja {
 

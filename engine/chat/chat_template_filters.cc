@@ -1,4 +1,5 @@
-// jinja2's filters (engine/chat_template_builtins.h's ApplyFilter), with jinja2 3.1's semantics.
+// jinja2's filters (engine/chat/chat_template_builtins.h's ApplyFilter), with jinja2 3.1's
+// semantics.
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -7,8 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "engine/chat_template_builtins.h"
-#include "engine/chat_template_strings.h"
+#include "engine/chat/chat_template_builtins.h"
+#include "engine/chat/chat_template_strings.h"
 
 namespace heavykv::jinja {
 namespace {

@@ -1,6 +1,6 @@
 // jinja2's lexer (jinja2/lexer.py's rules) for the default delimiters, with trim_blocks=True and
 // lstrip_blocks=True as Hugging Face's chat templates are compiled.
-#include "engine/chat_template_lexer.h"
+#include "engine/chat/chat_template_lexer.h"
 
 #include <cctype>
 #include <cerrno>

@@ -1,4 +1,4 @@
-// The tokens of a chat template (engine/chat_template_ast.h's parser reads them): text between
+// The tokens of a chat template (engine/chat/chat_template_ast.h's parser reads them): text between
 // tags with jinja2's whitespace control already applied (`-` on a tag, trim_blocks,
 // lstrip_blocks), and the tokens inside `{{ }}` / `{% %}`. Comments are dropped.
 #pragma once
@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/chat_template_value.h"
+#include "engine/chat/chat_template_value.h"
 
 namespace heavykv::jinja {
 

@@ -1,5 +1,6 @@
-// Python's binary operators and slicing for the chat-template interpreter (engine/chat_template.h).
-#include "engine/chat_template_ops.h"
+// Python's binary operators and slicing for the chat-template interpreter
+// (engine/chat/chat_template.h).
+#include "engine/chat/chat_template_ops.h"
 
 #include <algorithm>
 #include <cmath>

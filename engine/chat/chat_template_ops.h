@@ -1,4 +1,4 @@
-// Python's operators on chat-template values (engine/chat_template_value.h), charging the
+// Python's operators on chat-template values (engine/chat/chat_template_value.h), charging the
 // strings and lists they build to the render's Budget.
 #pragma once
 
@@ -6,8 +6,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "engine/chat_template_builtins.h"
-#include "engine/chat_template_value.h"
+#include "engine/chat/chat_template_builtins.h"
+#include "engine/chat/chat_template_value.h"
 
 namespace heavykv::jinja {
 

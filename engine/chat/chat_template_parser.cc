@@ -3,8 +3,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "engine/chat_template_ast.h"
-#include "engine/chat_template_lexer.h"
+#include "engine/chat/chat_template_ast.h"
+#include "engine/chat/chat_template_lexer.h"
 
 namespace heavykv::jinja {
 namespace {

@@ -1,9 +1,9 @@
-// Python's str methods (engine/chat_template_strings.h).
-#include "engine/chat_template_strings.h"
+// Python's str methods (engine/chat/chat_template_strings.h).
+#include "engine/chat/chat_template_strings.h"
 
 #include <algorithm>
 
-#include "engine/chat_template_value.h"
+#include "engine/chat/chat_template_value.h"
 
 namespace heavykv::jinja {
 namespace {

@@ -1,5 +1,5 @@
 // Python's str methods on UTF-8 strings, for the chat-template interpreter's builtins
-// (engine/chat_template_builtins.h). Case mapping covers ASCII letters only; other characters
+// (engine/chat/chat_template_builtins.h). Case mapping covers ASCII letters only; other characters
 // pass through unchanged.
 #pragma once
 

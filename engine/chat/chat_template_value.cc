@@ -1,5 +1,5 @@
-// Python semantics for engine/chat_template_value.h's values.
-#include "engine/chat_template_value.h"
+// Python semantics for engine/chat/chat_template_value.h's values.
+#include "engine/chat/chat_template_value.h"
 
 #include <algorithm>
 #include <charconv>

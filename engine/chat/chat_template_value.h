@@ -1,4 +1,4 @@
-// The values a chat template computes with (engine/chat_template.h's interpreter): Python's
+// The values a chat template computes with (engine/chat/chat_template.h's interpreter): Python's
 // types as jinja2 sees them — undefined, None, bool, int, float, str, list/tuple, dict,
 // namespace and the callable globals — with Python's truthiness, equality, str() and repr(),
 // and Hugging Face's `tojson` (json.dumps with ensure_ascii=False).

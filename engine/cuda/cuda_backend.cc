@@ -1,8 +1,9 @@
-// The entry points of the CUDA backend module (libheavykv_cuda.so), which engine/step_runner.cc
-// loads with dlopen the first time a caller asks for Device::kCuda. Keeping the CUDA runtime out
-// of the executables' link line keeps its thread-local storage out of every thread's static TLS
-// block: the metrics server's 100 KiB civetweb threads hold OpenBLAS's 60 KiB already, and
-// binaries that never use the GPU should not pay for it (nor need libcudart to start).
+// The entry points of the CUDA backend module (libheavykv_cuda.so), which
+// engine/runner/step_runner.cc loads with dlopen the first time a caller asks for Device::kCuda.
+// Keeping the CUDA runtime out of the executables' link line keeps its thread-local storage out of
+// every thread's static TLS block: the metrics server's 100 KiB civetweb threads hold OpenBLAS's 60
+// KiB already, and binaries that never use the GPU should not pay for it (nor need libcudart to
+// start).
 //
 // Everything else in the module has hidden visibility; it carries private copies of the few
 // memory/ and kernels/cpu/ functions the runner calls (KvCache, PageAllocator, PackedMatrix),

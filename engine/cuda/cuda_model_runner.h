@@ -1,5 +1,5 @@
-// CudaModelRunner: the CUDA backend of StepRunner (engine/step_runner.h). Plain C++ header (the
-// CUDA types stay in the .cc), built only with HEAVYKV_CUDA.
+// CudaModelRunner: the CUDA backend of StepRunner (engine/runner/step_runner.h). Plain C++ header
+// (the CUDA types stay in the .cc), built only with HEAVYKV_CUDA.
 //
 // Memory ownership:
 //  - The KvCache (created with KvStorage::kExternal) owns the page ids, block tables and slot
@@ -14,9 +14,9 @@
 //    attention with H2O score accumulation, and eviction (victim choice and compaction, one
 //    kernel per layer after its attention) all run on the GPU, with no host round trip in the
 //    step; the host only calls KvCache::Commit.
-// Runs every model the CPU runner does (engine/model_runner.cc): the llama, qwen2 (q/k/v bias,
-// NEOX rope) and qwen3 (per-head q/k RMSNorm, q_dim != dim) blocks, with the model's rope theta,
-// rope_freqs factors and RMS epsilon.
+// Runs every model the CPU runner does (engine/runner/model_runner.cc): the llama, qwen2 (q/k/v
+// bias, NEOX rope) and qwen3 (per-head q/k RMSNorm, q_dim != dim) blocks, with the model's rope
+// theta, rope_freqs factors and RMS epsilon.
 // Numerics: bf16 weights, K/V and GEMM inputs; fp32 accumulation, residual stream, norms, biases,
 // RoPE, softmax and scores. Not thread-safe: one thread drives a runner (as with ModelRunner).
 #pragma once
@@ -27,7 +27,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/step_runner.h"
+#include "engine/runner/step_runner.h"
 
 namespace heavykv {
 

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/step_runner.h"
+#include "engine/runner/step_runner.h"
 #include "memory/eviction_policy.h"
 
 namespace heavykv {

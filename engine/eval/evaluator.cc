@@ -1,4 +1,4 @@
-#include "engine/evaluator.h"
+#include "engine/eval/evaluator.h"
 
 #include <algorithm>
 #include <cmath>
@@ -9,8 +9,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/ascii.h"
-#include "engine/model_runner.h"
-#include "engine/sampler.h"
+#include "engine/runner/model_runner.h"
+#include "engine/serving/sampler.h"
 
 namespace heavykv {
 

@@ -16,9 +16,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/model.h"
-#include "engine/step_runner.h"
-#include "engine/text_tokenizer.h"
+#include "engine/model/model.h"
+#include "engine/runner/step_runner.h"
+#include "engine/tokenizer/text_tokenizer.h"
 #include "memory/eviction_policy.h"
 
 namespace heavykv {

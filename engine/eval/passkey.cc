@@ -1,4 +1,4 @@
-#include "engine/passkey.h"
+#include "engine/eval/passkey.h"
 
 #include <algorithm>
 #include <cctype>
@@ -6,8 +6,8 @@
 #include <memory>
 
 #include "absl/strings/str_cat.h"
-#include "engine/generator.h"
-#include "engine/step_runner.h"
+#include "engine/runner/step_runner.h"
+#include "engine/serving/generator.h"
 #include "memory/eviction_policy.h"
 
 namespace heavykv {

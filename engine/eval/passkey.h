@@ -19,9 +19,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/evaluator.h"
-#include "engine/model.h"
-#include "engine/text_tokenizer.h"
+#include "engine/eval/evaluator.h"
+#include "engine/model/model.h"
+#include "engine/tokenizer/text_tokenizer.h"
 
 namespace heavykv {
 

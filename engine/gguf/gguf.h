@@ -23,7 +23,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/gguf_types.h"
+#include "kernels/cpu/ggml_types.h"
 
 namespace heavykv {
 

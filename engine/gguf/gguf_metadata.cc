@@ -5,7 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 
 namespace heavykv {
 namespace {

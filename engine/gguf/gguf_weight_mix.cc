@@ -1,4 +1,4 @@
-#include "engine/gguf_weight_mix.h"
+#include "engine/gguf/gguf_weight_mix.h"
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"

@@ -24,7 +24,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/gguf_types.h"
+#include "kernels/cpu/ggml_types.h"
 
 namespace heavykv {
 

@@ -1,4 +1,4 @@
-#include "engine/gguf_writer.h"
+#include "engine/gguf/gguf_writer.h"
 
 #include <algorithm>
 #include <cstdio>

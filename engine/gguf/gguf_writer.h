@@ -32,8 +32,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/gguf.h"
-#include "engine/gguf_types.h"
+#include "engine/gguf/gguf.h"
+#include "kernels/cpu/ggml_types.h"
 
 namespace heavykv {
 

@@ -1,4 +1,4 @@
-#include "engine/gguf_model.h"
+#include "engine/model/gguf_model.h"
 
 #include <algorithm>
 #include <cstring>
@@ -7,7 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "engine/gguf_support.h"
+#include "engine/model/gguf_support.h"
 #include "kernels/cpu/quant_matrix.h"
 #include "kernels/cpu/quant_types.h"
 

@@ -1,6 +1,6 @@
-// LoadGgufModel: a Model (engine/model.h) from a GGUF file of architecture llama, qwen2 or qwen3
-// whose weights are F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K or Q6_K. LoadModel calls it when
-// a file starts with the GGUF magic:
+// LoadGgufModel: a Model (engine/model/model.h) from a GGUF file of architecture llama, qwen2 or
+// qwen3 whose weights are F32, F16, BF16, Q8_0, Q4_0, Q5_0, Q4_K, Q5_K or Q6_K. LoadModel calls it
+// when a file starts with the GGUF magic:
 //
 //   absl::StatusOr<GgufFile> f = GgufFile::Open(path);
 //   absl::StatusOr<Model> m = LoadGgufModel(*f, cpu::WeightType::kFp32);
@@ -30,8 +30,8 @@
 #include <memory>
 
 #include "absl/status/statusor.h"
-#include "engine/gguf.h"
-#include "engine/model.h"
+#include "engine/gguf/gguf.h"
+#include "engine/model/model.h"
 
 namespace heavykv {
 

@@ -1,4 +1,4 @@
-#include "engine/gguf_support.h"
+#include "engine/model/gguf_support.h"
 
 #include <algorithm>
 #include <array>
@@ -6,7 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
-#include "engine/gguf_model.h"
+#include "engine/model/gguf_model.h"
 
 namespace heavykv {
 namespace {

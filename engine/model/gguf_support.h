@@ -1,13 +1,13 @@
 // CheckGgufSupported: whether heavykv can run the model in a GGUF file, answered from the file's
 // metadata and tensor types alone (no weights are read). `heavykv inspect` prints the answer; the
-// GGUF model loader (engine/gguf_model.h) gives the same verdicts, naming the file.
+// GGUF model loader (engine/model/gguf_model.h) gives the same verdicts, naming the file.
 #pragma once
 
 #include <span>
 
 #include "absl/status/status.h"
-#include "engine/gguf.h"
-#include "engine/gguf_types.h"
+#include "engine/gguf/gguf.h"
+#include "kernels/cpu/ggml_types.h"
 
 namespace heavykv {
 

@@ -1,4 +1,4 @@
-#include "engine/make_gguf_model.h"
+#include "engine/model/make_gguf_model.h"
 
 #include <algorithm>
 #include <cmath>
@@ -7,8 +7,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "engine/gguf.h"
-#include "engine/gguf_writer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/gguf/gguf_writer.h"
 #include "kernels/cpu/quant_types.h"
 
 namespace heavykv {

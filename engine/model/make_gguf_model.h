@@ -19,9 +19,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/gguf_types.h"
-#include "engine/gguf_weight_mix.h"
-#include "engine/model.h"
+#include "engine/gguf/gguf_weight_mix.h"
+#include "engine/model/model.h"
+#include "kernels/cpu/ggml_types.h"
 
 namespace heavykv {
 

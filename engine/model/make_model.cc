@@ -1,4 +1,4 @@
-#include "engine/make_model.h"
+#include "engine/model/make_model.h"
 
 #include <cmath>
 #include <cstdio>

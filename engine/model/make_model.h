@@ -1,6 +1,6 @@
 // Random-weight checkpoints in the llama2.c format, at named real-model shapes or explicit dims,
 // so benchmarks and tests run at real sizes without downloading weights. GGUF files of the same
-// shapes: engine/make_gguf_model.h.
+// shapes: engine/model/make_gguf_model.h.
 #pragma once
 
 #include <cstdint>
@@ -8,7 +8,7 @@
 #include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 namespace heavykv {
 

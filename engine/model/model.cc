@@ -1,4 +1,4 @@
-#include "engine/model.h"
+#include "engine/model/model.h"
 
 #include <cstdint>
 #include <cstdio>
@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/gguf.h"
-#include "engine/gguf_model.h"
+#include "engine/gguf/gguf.h"
+#include "engine/model/gguf_model.h"
 
 namespace heavykv {
 namespace {

@@ -1,6 +1,6 @@
 // Model: a Llama-family transformer's configuration and fp32 weights, loaded from a llama2.c
-// checkpoint (header of seven int32, then fp32 tensors) or a GGUF file (engine/gguf_model.h; told
-// apart by the GGUF magic) into a layout fused for batched GEMMs.
+// checkpoint (header of seven int32, then fp32 tensors) or a GGUF file (engine/model/gguf_model.h;
+// told apart by the GGUF magic) into a layout fused for batched GEMMs.
 //
 // Checkpoint: dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len; a positive
 // vocab_size means the classifier shares the token embedding, a negative one that a separate
@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "kernels/aligned_vector.h"
 #include "kernels/cpu/linear.h"
 #include "kernels/cpu/packed_matrix.h"
-#include "memory/aligned_vector.h"
 
 namespace heavykv {
 

@@ -1,4 +1,4 @@
-#include "engine/model_runner.h"
+#include "engine/runner/model_runner.h"
 
 #include <algorithm>
 #include <cstring>

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/model.h"
-#include "engine/step_runner.h"
+#include "engine/model/model.h"
+#include "engine/runner/step_runner.h"
 #include "memory/kv_cache.h"
 
 namespace heavykv {

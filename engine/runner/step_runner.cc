@@ -1,4 +1,4 @@
-#include "engine/step_runner.h"
+#include "engine/runner/step_runner.h"
 
 #include <cstdlib>
 #include <mutex>
@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/model_runner.h"
+#include "engine/runner/model_runner.h"
 #if defined(HEAVYKV_HAS_CUDA)
 #include <dlfcn.h>
 #endif

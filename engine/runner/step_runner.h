@@ -1,7 +1,8 @@
 // StepRunner: the backend interface of the forward pass. A runner executes one batched step of
 // the model over many sequences whose KV caches live in one KvCache, and returns the logits; the
-// CPU ModelRunner (engine/model_runner.h) and the CUDA runner (engine/cuda/cuda_model_runner.h)
-// implement it, and Engine, Evaluate and Generate use either through this interface.
+// CPU ModelRunner (engine/runner/model_runner.h) and the CUDA runner
+// (engine/cuda/cuda_model_runner.h) implement it, and Engine, Evaluate and Generate use either
+// through this interface.
 //
 //   absl::StatusOr<Device> device = ParseDevice("cuda");
 //   KvShape shape = KvShapeForDevice(*device, model.config, 16);
@@ -22,7 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "memory/kv_cache.h"
 
 namespace heavykv {

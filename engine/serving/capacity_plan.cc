@@ -1,4 +1,4 @@
-#include "engine/capacity_plan.h"
+#include "engine/serving/capacity_plan.h"
 
 #include <algorithm>
 

@@ -1,4 +1,4 @@
-#include "engine/engine.h"
+#include "engine/serving/engine.h"
 
 #include <chrono>
 #include <cmath>
@@ -9,11 +9,11 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "engine/generator.h"
-#include "engine/model_runner.h"
-#include "engine/request_validation.h"
-#include "engine/scheduler.h"
-#include "engine/text_stream.h"
+#include "engine/runner/model_runner.h"
+#include "engine/serving/generator.h"
+#include "engine/serving/request_validation.h"
+#include "engine/serving/scheduler.h"
+#include "engine/tokenizer/text_stream.h"
 #include "kernels/cpu/gemm.h"
 #include "memory/eviction_policy.h"
 

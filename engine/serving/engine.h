@@ -23,10 +23,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "engine/chat_template.h"
-#include "engine/model.h"
-#include "engine/sampler.h"
-#include "engine/text_tokenizer.h"
+#include "engine/chat/chat_template.h"
+#include "engine/model/model.h"
+#include "engine/serving/sampler.h"
+#include "engine/tokenizer/text_tokenizer.h"
 #include "memory/eviction_policy.h"
 
 namespace heavykv {

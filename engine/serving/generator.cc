@@ -1,10 +1,10 @@
-#include "engine/generator.h"
+#include "engine/serving/generator.h"
 
 #include <chrono>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace heavykv {
 namespace {

@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/model_runner.h"  // ModelRunner, StepRunner
-#include "engine/sampler.h"
-#include "engine/text_tokenizer.h"
+#include "engine/runner/model_runner.h"  // ModelRunner, StepRunner
+#include "engine/serving/sampler.h"
+#include "engine/tokenizer/text_tokenizer.h"
 #include "memory/eviction_policy.h"
 
 namespace heavykv {

@@ -1,4 +1,4 @@
-#include "engine/request_validation.h"
+#include "engine/serving/request_validation.h"
 
 #include <algorithm>
 #include <cmath>
@@ -8,7 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
-#include "engine/text_stream.h"
+#include "engine/tokenizer/text_stream.h"
 #include "memory/kv_cache.h"
 #include "memory/eviction_policy.h"
 

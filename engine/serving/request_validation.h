@@ -21,11 +21,11 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "engine/engine.h"
-#include "engine/model.h"
-#include "engine/sampler.h"
-#include "engine/scheduler.h"
-#include "engine/tokenizer.h"
+#include "engine/model/model.h"
+#include "engine/serving/engine.h"
+#include "engine/serving/sampler.h"
+#include "engine/serving/scheduler.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace heavykv {
 

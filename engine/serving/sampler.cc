@@ -1,7 +1,7 @@
 // Token sampling, mirroring karpathy/llama2.c run.c (sample(), sample_mult(), sample_topp(), its
 // xorshift RNG and its float softmax) so that a given seed reproduces run.c's tokens; top-k is our
 // addition and is a no-op unless enabled.
-#include "engine/sampler.h"
+#include "engine/serving/sampler.h"
 
 #include <algorithm>
 #include <cmath>

@@ -3,7 +3,7 @@
 // `tokenizer.ggml.pre`. Where llama.cpp rewrote an expression for std::regex (no \p{Lu} or (?i:)),
 // PCRE2 takes the original, except the contractions: '[sS] rather than (?i:'s), because Unicode
 // case folding would also fold U+017F (long s) and U+212A (Kelvin) into them.
-#include "engine/bpe_pretokenizer.h"
+#include "engine/tokenizer/bpe_pretokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>

@@ -1,4 +1,4 @@
-#include "engine/bpe_tokenizer.h"
+#include "engine/tokenizer/bpe_tokenizer.h"
 
 #include <algorithm>
 #include <limits>

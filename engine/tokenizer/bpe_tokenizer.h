@@ -1,5 +1,6 @@
 // BpeTokenizer: byte-level BPE, the tokenizer of GPT-2, Llama 3, Qwen2/2.5/3, SmolLM2, DeepSeek
-// and most recent models (a GGUF's tokenizer.ggml.model "gpt2"; engine/gguf_tokenizer.h loads it):
+// and most recent models (a GGUF's tokenizer.ggml.model "gpt2"; engine/tokenizer/gguf_tokenizer.h
+// loads it):
 //
 //   absl::StatusOr<BpeTokenizer> t = BpeTokenizer::Create(std::move(vocab), "model.gguf");
 //   std::vector<int32_t> ids = t->Encode("Hello world", t->add_bos(), t->add_eos());
@@ -11,7 +12,7 @@
 //   1. Control (type 3) and user-defined (type 4) tokens written in the text become those tokens,
 //      leftmost first and the longest at a position (Hugging Face's added-token matching).
 //   2. The text between them is cut into pre-tokens by the PreTokenizer
-//   (engine/bpe_pretokenizer.h).
+//   (engine/tokenizer/bpe_pretokenizer.h).
 //   3. Each pre-token's bytes start as one symbol each; the adjacent pair with the lowest merge
 //      rank (leftmost on ties) merges until none has a rank. A linked list and a heap of candidate
 //      pairs make this O(n log n) in the pre-token's length. With ignore_merges (Llama 3), a
@@ -32,9 +33,9 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/bpe_pretokenizer.h"
-#include "engine/special_tokens.h"
-#include "engine/text_tokenizer.h"
+#include "engine/tokenizer/bpe_pretokenizer.h"
+#include "engine/tokenizer/special_tokens.h"
+#include "engine/tokenizer/text_tokenizer.h"
 
 namespace heavykv {
 
@@ -52,7 +53,8 @@ class BpeTokenizer : public TextTokenizer {
     std::optional<bool> add_bos;  // unset: the pre-tokenizer's default (true for Llama 3)
     bool add_eos = false;
     std::vector<int32_t> eog_ids;  // ends of generation besides EOS (GGUF eot / eom token ids)
-    // Special tokens that take the whitespace after them (Phi-3's; engine/special_tokens.h).
+    // Special tokens that take the whitespace after them (Phi-3's;
+    // engine/tokenizer/special_tokens.h).
     std::vector<int32_t> rstrip_ids;
   };
 
@@ -68,7 +70,8 @@ class BpeTokenizer : public TextTokenizer {
                                              const std::function<bool()>& should_stop,
                                              bool parse_special) const override;
   // The bytes `token` stands for: a normal token's bytes (possibly part of a UTF-8 character;
-  // engine/text_stream.h joins them), a control or user-defined token's text; empty out of range.
+  // engine/tokenizer/text_stream.h joins them), a control or user-defined token's text; empty out
+  // of range.
   const std::string& Decode(int32_t token) const;
   // Byte-level BPE has no dummy-prefix space to strip after BOS: `prev_token` does not matter.
   std::string Decode(int32_t /*prev_token*/, int32_t token) const override { return Decode(token); }

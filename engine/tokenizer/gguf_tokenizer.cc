@@ -1,4 +1,4 @@
-#include "engine/gguf_tokenizer.h"
+#include "engine/tokenizer/gguf_tokenizer.h"
 
 #include <cstdio>
 #include <memory>
@@ -12,7 +12,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
-#include "engine/special_tokens.h"
+#include "engine/tokenizer/special_tokens.h"
 
 namespace heavykv {
 

@@ -1,4 +1,4 @@
-#include "engine/special_tokens.h"
+#include "engine/tokenizer/special_tokens.h"
 
 #include <algorithm>
 #include <initializer_list>

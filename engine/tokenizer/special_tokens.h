@@ -1,9 +1,9 @@
 // SpecialTokenMatcher: finds the control and user-defined tokens written in a text ("<|im_end|>",
-// "<s>"), which both tokenizers (engine/tokenizer.h, engine/bpe_tokenizer.h) encode as single
-// tokens before they split the plain text between them. Hugging Face's added-token rule: the
-// leftmost match first, and at one position the longest. A token marked `rstrip` (Hugging Face's
-// AddedToken.rstrip, llama.cpp's LLAMA_TOKEN_ATTR_RSTRIP: Phi-3's turn markers) also takes the
-// whitespace after it, which then is not encoded.
+// "<s>"), which both tokenizers (engine/tokenizer/tokenizer.h, engine/tokenizer/bpe_tokenizer.h)
+// encode as single tokens before they split the plain text between them. Hugging Face's added-token
+// rule: the leftmost match first, and at one position the longest. A token marked `rstrip` (Hugging
+// Face's AddedToken.rstrip, llama.cpp's LLAMA_TOKEN_ATTR_RSTRIP: Phi-3's turn markers) also takes
+// the whitespace after it, which then is not encoded.
 #pragma once
 
 #include <cstddef>

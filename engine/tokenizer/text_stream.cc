@@ -1,8 +1,8 @@
-#include "engine/text_stream.h"
+#include "engine/tokenizer/text_stream.h"
 
 #include <algorithm>
 
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 namespace heavykv {
 namespace {

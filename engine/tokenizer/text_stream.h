@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "absl/strings/string_view.h"
-#include "engine/text_tokenizer.h"
+#include "engine/tokenizer/text_tokenizer.h"
 
 namespace heavykv {
 

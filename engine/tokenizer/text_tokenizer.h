@@ -1,11 +1,11 @@
 // TextTokenizer: the one tokenizer interface that run, eval, serve, the engine's tokenizer thread,
 // the request validator and TextStream use, whatever the model's vocabulary is:
 //
-//   Tokenizer (engine/tokenizer.h)      llama2.c tokenizer.bin, byte-for-byte run.c; and
+//   Tokenizer (engine/tokenizer/tokenizer.h)      llama2.c tokenizer.bin, byte-for-byte run.c; and
 //                                       SentencePiece vocabularies of GGUF files (model "llama")
-//   BpeTokenizer (engine/bpe_tokenizer.h)  byte-level BPE of GGUF files (model "gpt2")
+//   BpeTokenizer (engine/tokenizer/bpe_tokenizer.h)  byte-level BPE of GGUF files (model "gpt2")
 //
-//   std::shared_ptr<const TextTokenizer> t = *LoadModelTokenizer(...);   // engine/gguf_tokenizer.h
+//   std::shared_ptr<const TextTokenizer> t = *LoadModelTokenizer(...);   // engine/tokenizer/gguf_tokenizer.h
 //   std::vector<int32_t> ids = t->Encode("Hello", t->add_bos(), /*eos=*/false);
 //   std::string bytes = t->Decode(prev, ids.back());   // may end inside a UTF-8 character
 //
@@ -50,8 +50,8 @@ class TextTokenizer {
   }
 
   // The bytes `token` stands for when it follows `prev_token` (a byte token is that one byte, so a
-  // UTF-8 character may span tokens: engine/text_stream.h joins them). A control token gives its
-  // text ("<|eot_id|>"); an id outside the vocabulary gives "".
+  // UTF-8 character may span tokens: engine/tokenizer/text_stream.h joins them). A control token
+  // gives its text ("<|eot_id|>"); an id outside the vocabulary gives "".
   virtual std::string Decode(int32_t prev_token, int32_t token) const = 0;
   // Control tokens (BOS, EOS, turn markers): what `skip_special_tokens` leaves out of the text.
   virtual bool IsControl(int32_t id) const = 0;

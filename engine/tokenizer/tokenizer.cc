@@ -1,7 +1,7 @@
 // The llama2.c BPE tokenizer. Every rule here mirrors karpathy/llama2.c run.c so that our token ids
 // (and therefore model outputs) match the reference implementation byte for byte; where run.c's
 // behaviour is accidental (C-string truncation, sscanf leniency) we copy it on purpose.
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 #include <algorithm>
 #include <cstdio>

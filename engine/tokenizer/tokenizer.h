@@ -20,8 +20,8 @@
 // unknown ones only when parsing special tokens), and the plain text between them is encoded
 // piece by piece as above, each with the dummy-prefix space when it follows a special token or
 // starts the text (llama.cpp's add_space_prefix rule). A byte token >= 0x80 decodes to its byte
-// (engine/text_stream.h joins a character's bytes) and generation stops at the end-of-generation
-// tokens, not at BOS.
+// (engine/tokenizer/text_stream.h joins a character's bytes) and generation stops at the
+// end-of-generation tokens, not at BOS.
 #pragma once
 
 #include <cstdint>
@@ -34,8 +34,8 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "engine/special_tokens.h"
-#include "engine/text_tokenizer.h"
+#include "engine/tokenizer/special_tokens.h"
+#include "engine/tokenizer/text_tokenizer.h"
 
 namespace heavykv {
 
@@ -54,15 +54,16 @@ class Tokenizer : public TextTokenizer {
     bool add_eos = false;
     bool add_space_prefix = true;
     std::vector<int32_t> eog_ids;  // ends of generation besides EOS (GGUF eot / eom ids)
-    // Special tokens that take the whitespace after them (Phi-3's; engine/special_tokens.h).
+    // Special tokens that take the whitespace after them (Phi-3's;
+    // engine/tokenizer/special_tokens.h).
     std::vector<int32_t> rstrip_ids;
   };
 
   // Loads a llama2.c tokenizer file whose vocabulary must have exactly `vocab_size` tokens.
   static absl::StatusOr<Tokenizer> Load(const std::string& path, int32_t vocab_size);
   // The same tokenizer from its pieces and scores (as a tokenizer file would hold them, spaces as
-  // ' '), e.g. a GGUF file's (engine/gguf_tokenizer.h). INVALID_ARGUMENT when the counts differ
-  // or there are fewer than 259 pieces; `source` names them in errors.
+  // ' '), e.g. a GGUF file's (engine/tokenizer/gguf_tokenizer.h). INVALID_ARGUMENT when the counts
+  // differ or there are fewer than 259 pieces; `source` names them in errors.
   // Without `sentencepiece` the tokenizer follows run.c's rules, as one Load gives.
   static absl::StatusOr<Tokenizer> FromPieces(
       std::vector<std::string> pieces, std::vector<float> scores, absl::string_view source,

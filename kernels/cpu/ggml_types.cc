@@ -1,4 +1,4 @@
-#include "engine/gguf_types.h"
+#include "kernels/cpu/ggml_types.h"
 
 #include <array>
 #include <cstdlib>

@@ -5,7 +5,7 @@
 // A decode step then reads every weight exactly once, in address order, with no packing pass
 // (BLAS packs W into a buffer on every call). The model is packed once at load time; nothing
 // else holds the row-major copy, so Row() and ToRowMajor() read the packed data back. The panels
-// live in an AlignedVector (memory/aligned_vector.h, header only): large matrices sit on 2 MiB
+// live in an AlignedVector (kernels/aligned_vector.h, header only): large matrices sit on 2 MiB
 // transparent huge pages where the kernel grants them, so the weight stream does not take a TLB
 // miss (a nested page walk in a VM) every 4 KiB; measured ~4% on the batch-32 step's GEMMs.
 #pragma once
@@ -14,7 +14,7 @@
 #include <cstdlib>
 #include <memory>
 
-#include "memory/aligned_vector.h"
+#include "kernels/aligned_vector.h"
 
 namespace heavykv::cpu {
 

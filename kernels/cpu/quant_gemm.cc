@@ -5,11 +5,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/aligned_vector.h"
 #include "kernels/cpu/packed_gemm_panels.h"
 #include "kernels/cpu/packed_matrix.h"
 #include "kernels/cpu/quant_dot.h"
 #include "kernels/cpu/quant_gemm_paths.h"
-#include "memory/aligned_vector.h"
 
 namespace heavykv::cpu {
 namespace {

@@ -3,7 +3,7 @@
 // consecutive blocks (quant_types.h). No fp32 copy and no repacked layout: MatmulQuant
 // (quant_gemm.h) reads the blocks directly, so resident bytes are the tensor's bytes. The bytes
 // are either the matrix's own (FromRows, Quantize, Concat: 64-byte aligned, on huge pages when
-// large, memory/aligned_vector.h) or a view of memory another object owns (View: a GGUF file's
+// large, kernels/aligned_vector.h) or a view of memory another object owns (View: a GGUF file's
 // read-only mapping, kept alive by the shared `owner`), so that loading a model copies nothing.
 // Immutable once created; any number of threads may read it; copies share a view's owner.
 #pragma once
@@ -13,8 +13,8 @@
 #include <optional>
 
 #include "absl/status/statusor.h"
+#include "kernels/aligned_vector.h"
 #include "kernels/cpu/quant_types.h"
-#include "memory/aligned_vector.h"
 
 namespace heavykv::cpu {
 

@@ -1,5 +1,5 @@
 // The steps between the QKV GEMM and RoPE that some architectures add, in place on the fp32 qkv
-// rows, with the arithmetic of engine/model_runner.cc's CPU forward: the q/k/v bias (Qwen2:
+// rows, with the arithmetic of engine/runner/model_runner.cc's CPU forward: the q/k/v bias (Qwen2:
 // x += b, kernels/cpu/ops.h Add), then the per-head RMSNorm of every query and key head (Qwen3:
 // kernels/cpu/ops.h RmsNorm over head_dim entries with one [head_dim] weight for all q heads and
 // one for all k heads). The Llama block has neither and does not launch it.

@@ -7,7 +7,7 @@
 // requests (with --flood-max-tokens each) open all along: the figures are then those of a client
 // sharing the server with a flood, which the scheduler's fair admission is there to protect.
 // --http URL sends the measured requests to the OpenAI HTTP API instead (POST /v1/completions,
-// streamed; server/bench_http.h), the same prompts and fields, so that the HTTP front can be
+// streamed; server/client/bench_http.h), the same prompts and fields, so that the HTTP front can be
 // compared with gRPC; --server still answers GetModelInfo and the GetCacheStats polls.
 #include <unistd.h>
 
@@ -24,10 +24,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "heavykv/v1/generation.grpc.pb.h"
-#include "server/bench_http.h"
-#include "server/cli_flags.h"
-#include "server/client_request.h"
-#include "server/commands.h"
+#include "server/cli/commands.h"
+#include "server/client/bench_http.h"
+#include "server/client/client_request.h"
+#include "server/flags/cli_flags.h"
 
 namespace heavykv::cli {
 namespace {

@@ -1,6 +1,6 @@
 // heavykv chat-template (--template FILE.jinja | --model MODEL.gguf) --messages FILE.json
 // [--no-generation-prompt] [--bos S] [--eos S] [--date YYYY-MM-DD]: prints the prompt a chat
-// template (engine/chat_template.h) renders for a conversation, byte for byte as Hugging Face
+// template (engine/chat/chat_template.h) renders for a conversation, byte for byte as Hugging Face
 // transformers would. With --model the template is the GGUF's tokenizer.chat_template and BOS/EOS
 // default to the vocabulary's strings at tokenizer.ggml.{bos,eos}_token_id.
 #include <cstdint>
@@ -14,11 +14,11 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "engine/chat_template.h"
-#include "engine/gguf.h"
+#include "engine/chat/chat_template.h"
+#include "engine/gguf/gguf.h"
 #include "nlohmann/json.hpp"
-#include "server/cli_flags.h"
-#include "server/commands.h"
+#include "server/cli/commands.h"
+#include "server/flags/cli_flags.h"
 
 namespace heavykv::cli {
 namespace {

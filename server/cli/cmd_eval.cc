@@ -10,14 +10,14 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "engine/evaluator.h"
-#include "engine/passkey.h"
-#include "engine/step_runner.h"
-#include "server/cli_flags.h"
-#include "server/dtype_flags.h"
-#include "server/policy_flags.h"
-#include "server/commands.h"
-#include "server/svg_plot.h"
+#include "engine/eval/evaluator.h"
+#include "engine/eval/passkey.h"
+#include "engine/runner/step_runner.h"
+#include "server/flags/cli_flags.h"
+#include "server/flags/dtype_flags.h"
+#include "server/flags/policy_flags.h"
+#include "server/cli/commands.h"
+#include "server/cli/svg_plot.h"
 
 namespace heavykv::cli {
 

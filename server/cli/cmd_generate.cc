@@ -10,10 +10,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "heavykv/v1/generation.grpc.pb.h"
-#include "server/cli_flags.h"
-#include "server/client_request.h"
-#include "server/commands.h"
-#include "server/proto_convert.h"
+#include "server/cli/commands.h"
+#include "server/client/client_request.h"
+#include "server/flags/cli_flags.h"
+#include "server/grpc/proto_convert.h"
 
 namespace heavykv::cli {
 

@@ -11,12 +11,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "engine/gguf.h"
-#include "engine/gguf_support.h"
-#include "engine/model.h"
+#include "engine/gguf/gguf.h"
+#include "engine/model/gguf_support.h"
+#include "engine/model/model.h"
 #include "nlohmann/json.hpp"
-#include "server/cli_flags.h"
-#include "server/commands.h"
+#include "server/cli/commands.h"
+#include "server/flags/cli_flags.h"
 
 namespace heavykv::cli {
 namespace {

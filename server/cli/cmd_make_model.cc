@@ -1,16 +1,16 @@
 // heavykv make-model: writes a random-weight model at a named or explicit shape, as a llama2.c
-// checkpoint (engine/make_model.h) or a GGUF file of llama, qwen2 or qwen3 architecture with
-// llama.cpp's metadata, weight types and a vocabulary (engine/make_gguf_model.h).
+// checkpoint (engine/model/make_model.h) or a GGUF file of llama, qwen2 or qwen3 architecture with
+// llama.cpp's metadata, weight types and a vocabulary (engine/model/make_gguf_model.h).
 #include <unistd.h>
 
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
-#include "engine/gguf_weight_mix.h"
-#include "engine/make_gguf_model.h"
-#include "engine/make_model.h"
-#include "server/cli_flags.h"
-#include "server/commands.h"
+#include "engine/gguf/gguf_weight_mix.h"
+#include "engine/model/make_gguf_model.h"
+#include "engine/model/make_model.h"
+#include "server/cli/commands.h"
+#include "server/flags/cli_flags.h"
 
 namespace heavykv::cli {
 

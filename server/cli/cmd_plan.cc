@@ -1,6 +1,6 @@
 // heavykv plan: how many sequences one replica's KV pool holds, for the full cache and for each
-// KV budget, by the scheduler's admission rules (engine/capacity_plan.h), and the --kv-pool-mb
-// that runs --max-running of them. docs/DEPLOY.md walks through it.
+// KV budget, by the scheduler's admission rules (engine/serving/capacity_plan.h), and the
+// --kv-pool-mb that runs --max-running of them. docs/DEPLOY.md walks through it.
 #include <algorithm>
 #include <cstdio>
 #include <string>
@@ -9,13 +9,13 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "engine/capacity_plan.h"
-#include "engine/make_model.h"
-#include "engine/step_runner.h"
-#include "server/cli_flags.h"
-#include "server/dtype_flags.h"
-#include "server/policy_flags.h"
-#include "server/commands.h"
+#include "engine/serving/capacity_plan.h"
+#include "engine/model/make_model.h"
+#include "engine/runner/step_runner.h"
+#include "server/flags/cli_flags.h"
+#include "server/flags/dtype_flags.h"
+#include "server/flags/policy_flags.h"
+#include "server/cli/commands.h"
 
 namespace heavykv::cli {
 namespace {

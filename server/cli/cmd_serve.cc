@@ -1,15 +1,16 @@
 // heavykv serve: the gRPC inference server (heavykv.v1.Generation, grpc.health.v1.Health,
 // server reflection with --reflection) with Prometheus metrics over HTTP, and the OpenAI HTTP API
-// (--http-address; server/openai_http.h) on the same engine.
+// (--http-address; server/http/openai_http.h) on the same engine.
 //
 // SIGTERM / SIGINT drain the server: health turns NOT_SERVING (HTTP /health 503), new requests
 // get UNAVAILABLE (HTTP 503), running ones have --grace seconds to finish, the rest are cancelled
 // (their streams end with finish_reason CANCELLED; HTTP "abort"), then the server exits 0.
 // SIGHUP reloads --api-key-file.
 //
-// Security (server/tls.h, server/auth.h): --tls-cert/--tls-key [--tls-client-ca] put the gRPC
-// port on (mutual) TLS; --api-key-file makes every heavykv.v1.Generation call, and every HTTP API
-// request but /health, carry a listed key (health stays open for probes); reflection only with
+// Security (server/common/tls.h, server/common/auth.h): --tls-cert/--tls-key [--tls-client-ca] put
+// the gRPC port on (mutual) TLS; --api-key-file makes every heavykv.v1.Generation call, and every
+// HTTP API request but /health, carry a listed key (health stays open for probes); reflection only
+// with
 // --reflection, never with API keys, since the reflection service cannot be made to check them.
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
@@ -29,21 +30,21 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "engine/engine.h"
-#include "engine/model_runner.h"
-#include "engine/step_runner.h"
-#include "server/auth.h"
-#include "server/cli_flags.h"
-#include "server/dtype_flags.h"
-#include "server/policy_flags.h"
-#include "server/commands.h"
-#include "server/grpc_service.h"
-#include "server/host_memory.h"
-#include "server/http_metrics.h"
-#include "server/metrics.h"
-#include "server/openai_http.h"
-#include "server/reflection.h"
-#include "server/tls.h"
+#include "engine/serving/engine.h"
+#include "engine/runner/model_runner.h"
+#include "engine/runner/step_runner.h"
+#include "server/common/auth.h"
+#include "server/flags/cli_flags.h"
+#include "server/flags/dtype_flags.h"
+#include "server/flags/policy_flags.h"
+#include "server/cli/commands.h"
+#include "server/grpc/grpc_service.h"
+#include "server/cli/host_memory.h"
+#include "server/http/http_metrics.h"
+#include "server/common/metrics.h"
+#include "server/http/openai_http.h"
+#include "server/grpc/reflection.h"
+#include "server/common/tls.h"
 #include "spdlog/spdlog.h"
 
 namespace heavykv::cli {

@@ -1,7 +1,7 @@
-// heavykv tokenize --model MODEL [--tokenizer FILE] [--no-bos] [--ids] (TEXT... | --file F): the ids a
-// model's tokenizer gives a text, as the server's Tokenize RPC gives them (special tokens written
-// in the text are parsed). Only the tokenizer is loaded: a GGUF file's from its metadata (the
-// vocabulary size is its tokenizer.ggml.tokens count), a llama2.c checkpoint's header for the
+// heavykv tokenize --model MODEL [--tokenizer FILE] [--no-bos] [--ids] (TEXT... | --file F): the
+// ids a model's tokenizer gives a text, as the server's Tokenize RPC gives them (special tokens
+// written in the text are parsed). Only the tokenizer is loaded: a GGUF file's from its metadata
+// (the vocabulary size is its tokenizer.ggml.tokens count), a llama2.c checkpoint's header for the
 // vocabulary size of --tokenizer; never the weights.
 #include <cstdint>
 #include <cstdio>
@@ -15,11 +15,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
-#include "engine/gguf.h"
-#include "engine/model.h"
-#include "engine/text_stream.h"
-#include "server/cli_flags.h"
-#include "server/commands.h"
+#include "engine/gguf/gguf.h"
+#include "engine/model/model.h"
+#include "engine/tokenizer/text_stream.h"
+#include "server/cli/commands.h"
+#include "server/flags/cli_flags.h"
 
 namespace heavykv::cli {
 namespace {

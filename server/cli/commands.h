@@ -9,9 +9,9 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/chat_template.h"
-#include "engine/model.h"
-#include "engine/text_tokenizer.h"
+#include "engine/chat/chat_template.h"
+#include "engine/model/model.h"
+#include "engine/tokenizer/text_tokenizer.h"
 #include "memory/kv_cache.h"
 
 namespace heavykv::cli {

@@ -1,4 +1,4 @@
-#include "server/host_memory.h"
+#include "server/cli/host_memory.h"
 
 #include <algorithm>
 #include <fstream>

@@ -2,7 +2,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "server/commands.h"
+#include "server/cli/commands.h"
 
 namespace {
 

@@ -1,4 +1,4 @@
-#include "server/svg_plot.h"
+#include "server/cli/svg_plot.h"
 
 #include <algorithm>
 #include <cmath>

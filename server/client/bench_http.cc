@@ -1,4 +1,4 @@
-#include "server/bench_http.h"
+#include "server/client/bench_http.h"
 
 #include <chrono>
 

@@ -1,4 +1,4 @@
-#include "server/client_request.h"
+#include "server/client/client_request.h"
 
 #include <cstdlib>
 

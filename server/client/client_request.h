@@ -11,8 +11,8 @@
 
 #include "absl/status/status.h"
 #include "heavykv/v1/generation.pb.h"
-#include "server/cli_flags.h"
-#include "server/tls.h"
+#include "server/common/tls.h"
+#include "server/flags/cli_flags.h"
 
 namespace heavykv::cli {
 

@@ -18,7 +18,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/engine.h"
+#include "engine/serving/engine.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
 #include "prometheus/family.h"

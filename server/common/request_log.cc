@@ -1,4 +1,4 @@
-#include "server/request_log.h"
+#include "server/common/request_log.h"
 
 #include <string>
 

@@ -1,4 +1,4 @@
-#include "server/tls.h"
+#include "server/common/tls.h"
 
 #include <fstream>
 #include <sstream>

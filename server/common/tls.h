@@ -17,7 +17,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "server/cli_flags.h"
+#include "server/flags/cli_flags.h"
 
 namespace heavykv::server {
 

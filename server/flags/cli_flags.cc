@@ -1,4 +1,4 @@
-#include "server/cli_flags.h"
+#include "server/flags/cli_flags.h"
 
 #include <cmath>
 #include <cstdio>

@@ -1,4 +1,4 @@
-#include "server/dtype_flags.h"
+#include "server/flags/dtype_flags.h"
 
 namespace heavykv::cli {
 

@@ -5,9 +5,9 @@
 #include <string>
 
 #include "absl/status/status.h"
-#include "engine/model.h"
-#include "engine/step_runner.h"
-#include "server/cli_flags.h"
+#include "engine/model/model.h"
+#include "engine/runner/step_runner.h"
+#include "server/flags/cli_flags.h"
 
 namespace heavykv::cli {
 

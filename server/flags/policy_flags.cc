@@ -1,4 +1,4 @@
-#include "server/policy_flags.h"
+#include "server/flags/policy_flags.h"
 
 namespace heavykv::cli {
 

@@ -7,7 +7,7 @@
 
 #include "absl/status/status.h"
 #include "memory/eviction_policy.h"
-#include "server/cli_flags.h"
+#include "server/flags/cli_flags.h"
 
 namespace heavykv::cli {
 

@@ -1,4 +1,4 @@
-#include "server/grpc_service.h"
+#include "server/grpc/grpc_service.h"
 
 #include <functional>
 #include <memory>
@@ -7,10 +7,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "engine/request_validation.h"
-#include "server/grpc_status.h"
-#include "server/proto_convert.h"
-#include "server/request_log.h"
+#include "engine/serving/request_validation.h"
+#include "server/common/request_log.h"
+#include "server/grpc/grpc_status.h"
+#include "server/grpc/proto_convert.h"
 #include "spdlog/spdlog.h"
 
 namespace heavykv::server {

@@ -21,8 +21,9 @@
 #include <string>
 #include <string_view>
 
-#include "engine/engine.h"
+#include "engine/serving/engine.h"
 #include "heavykv/v1/generation.grpc.pb.h"
+#include "server/common/rejection_observer.h"
 
 namespace heavykv::server {
 
@@ -30,10 +31,6 @@ struct ServiceDefaults {
   std::string policy = "full";  // what an unset kv.policy / kv budget means; for logs and info
   std::string budget = "1";
 };
-
-// Told of every call refused before it ran (any Generate refusal; an unauthenticated call to any
-// method), with its status code (gRPC threads).
-using RejectionObserver = std::function<void(absl::StatusCode)>;
 
 // Decides whether a call may run (e.g. ApiKeyStore::CheckCall); `method` is its short name,
 // "Generate". Runs first, on the gRPC thread; a non-OK status is the call's status and the

@@ -5,7 +5,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "engine/engine.h"
+#include "engine/serving/engine.h"
 #include "heavykv/v1/generation.pb.h"
 
 namespace heavykv::server {

@@ -1,4 +1,4 @@
-#include "server/reflection.h"
+#include "server/grpc/reflection.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
 #include <grpcpp/impl/server_builder_option.h>

@@ -1,4 +1,4 @@
-#include "server/http_metrics.h"
+#include "server/http/http_metrics.h"
 
 #include <utility>
 

@@ -12,8 +12,8 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "server/http_server.h"
-#include "server/metrics.h"
+#include "server/common/metrics.h"
+#include "server/http/http_server.h"
 
 namespace heavykv::server {
 

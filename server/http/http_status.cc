@@ -1,4 +1,4 @@
-#include "server/http_status.h"
+#include "server/http/http_status.h"
 
 
 

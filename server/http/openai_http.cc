@@ -1,4 +1,4 @@
-#include "server/openai_http.h"
+#include "server/http/openai_http.h"
 
 #include <chrono>
 #include <condition_variable>
@@ -9,9 +9,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "server/http_status.h"
-#include "server/openai_json.h"
-#include "server/request_log.h"
+#include "server/common/request_log.h"
+#include "server/http/http_status.h"
+#include "server/http/openai_json.h"
 #include "spdlog/spdlog.h"
 
 namespace heavykv::server {

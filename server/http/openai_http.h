@@ -1,7 +1,7 @@
 // The OpenAI HTTP API (POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize; GET
 // /v1/models, /health) on an HttpServer, over the same Engine as gRPC. The contract (field
 // mapping, SSE framing, errors, threading, limits) is docs/ARCHITECTURE.md "OpenAI HTTP API";
-// the JSON is server/openai_json.h, the error mapping server/http_status.h.
+// the JSON is server/http/openai_json.h, the error mapping server/http/http_status.h.
 //
 //   auto draining = std::make_shared<std::atomic<bool>>(false);
 //   absl::StatusOr<std::unique_ptr<HttpServer>> http = StartOpenAiHttp(engine.get(), options,
@@ -18,10 +18,10 @@
 #include <string>
 
 #include "absl/status/statusor.h"
-#include "engine/engine.h"
-#include "server/auth.h"
-#include "server/grpc_service.h"
-#include "server/http_server.h"
+#include "engine/serving/engine.h"
+#include "server/common/auth.h"
+#include "server/common/rejection_observer.h"
+#include "server/http/http_server.h"
 
 namespace heavykv::server {
 

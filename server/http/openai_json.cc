@@ -1,12 +1,12 @@
-#include "server/openai_json.h"
+#include "server/http/openai_json.h"
 
 #include <cmath>
 #include <limits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "engine/request_validation.h"
-#include "server/http_status.h"
+#include "engine/serving/request_validation.h"
+#include "server/http/http_status.h"
 
 namespace heavykv::server {
 namespace {

@@ -3,7 +3,7 @@
 // shapes are in docs/ARCHITECTURE.md ("OpenAI HTTP API"); openai_http.h serves them.
 //
 //   absl::StatusOr<OpenAiRequest> q = ParseGenerationBody(ApiKind::kChat, body, limits);
-//   if (!q.ok()) -> 400 with ErrorBody(q.status())   (server/http_status.h; `param` names the field)
+//   if (!q.ok()) -> 400 with ErrorBody(q.status())   (server/http/http_status.h; `param` names the field)
 //   ...Engine::Submit(q->generation, ...)
 //   std::string event = SseEvent(StreamChunkJson(meta, delta_text, std::nullopt, false, false));
 //
@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "engine/engine.h"
+#include "engine/serving/engine.h"
 #include "nlohmann/json.hpp"
 
 namespace heavykv::server {

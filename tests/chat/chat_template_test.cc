@@ -1,8 +1,8 @@
-// engine/chat_template.h against jinja2: the renderings in tests/data/gguf/chat.jsonl and
-// tests/data/chat_templates/expected.jsonl (written by tests/chat_templates/render_reference.py
+// engine/chat/chat_template.h against jinja2: the renderings in tests/data/gguf/chat.jsonl and
+// tests/data/chat_templates/expected.jsonl (written by tests/chat/render_reference.py
 // with jinja2 as Hugging Face transformers configures it) byte for byte, the expression language
 // and whitespace control case by case, and hostile templates refused quickly.
-#include "engine/chat_template.h"
+#include "engine/chat/chat_template.h"
 
 #include <fstream>
 #include <sstream>
@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_util.h"

@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Renders every tests/data/chat_templates/*.jinja over a fixed set of conversations with jinja2,
 the way Hugging Face transformers compiles chat templates, and writes the results to
-tests/data/chat_templates/expected.jsonl (one JSON object per line). tests/chat_template_test.cc
-checks heavykv's interpreter (engine/chat_template.h) against that file byte for byte.
+tests/data/chat_templates/expected.jsonl (one JSON object per line). tests/chat/chat_template_test.cc
+checks heavykv's interpreter (engine/chat/chat_template.h) against that file byte for byte.
 
   render_reference.py            rewrite expected.jsonl
   render_reference.py --check    exit 1 if expected.jsonl is not what jinja2 renders now,
@@ -22,7 +22,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 DATA = os.path.join(HERE, "..", "data", "chat_templates")
 EXPECTED = os.path.join(DATA, "expected.jsonl")
 
-# strftime_now's fixed time (UTC), the same in tests/chat_template_test.cc.
+# strftime_now's fixed time (UTC), the same in tests/chat/chat_template_test.cc.
 NOW = datetime.datetime(2026, 12, 4, 15, 30, 0)
 
 TOKENS = {

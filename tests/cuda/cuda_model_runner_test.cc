@@ -12,10 +12,10 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/cuda_model_runner.h"
-#include "engine/generator.h"
-#include "engine/gguf_writer.h"
-#include "engine/model_runner.h"
-#include "engine/tokenizer.h"
+#include "engine/gguf/gguf_writer.h"
+#include "engine/runner/model_runner.h"
+#include "engine/serving/generator.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/test_util.h"
 
@@ -297,8 +297,8 @@ TEST(CudaGgufTest, QuantizedWeightsLogitsMatchCpu) {
   EXPECT_LT(GgufParityError(m), kGgufTolerance);
 }
 
-// A random qwen3 (the layout of tests/gguf_arch_test.cc's): dim 64, 4 heads / 2 kv heads of 32,
-// so q_dim 128 != dim, per-head q/k norm, NEOX rope, theta 1e6, eps 1e-6, tied classifier; F32.
+// A random qwen3 (the layout of tests/model/gguf_arch_test.cc's): dim 64, 4 heads / 2 kv heads of
+// 32, so q_dim 128 != dim, per-head q/k norm, NEOX rope, theta 1e6, eps 1e-6, tied classifier; F32.
 void WriteRandomQwen3(const std::string& path) {
   const int dim = 64, hidden = 96, layers = 2, heads = 4, kv_heads = 2, hd = 32, vocab = 64;
   GgufWriter w;

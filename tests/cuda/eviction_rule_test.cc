@@ -11,7 +11,7 @@
 
 #include "engine/cuda/cuda_model_runner.h"
 #include "engine/cuda/step_layout.h"
-#include "engine/model_runner.h"
+#include "engine/runner/model_runner.h"
 #include "kernels/cuda/eviction_rule.h"
 #include "memory/eviction_policy.h"
 

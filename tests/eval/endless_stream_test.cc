@@ -9,9 +9,9 @@
 #include <random>
 #include <sstream>
 
-#include "engine/generator.h"
-#include "engine/make_model.h"
-#include "engine/model_runner.h"
+#include "engine/model/make_model.h"
+#include "engine/runner/model_runner.h"
+#include "engine/serving/generator.h"
 #include "memory/eviction_policy.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_util.h"

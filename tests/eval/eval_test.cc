@@ -1,6 +1,6 @@
 // heavykv eval against an independent implementation of the same semantics: on
 // eval_stories.txt with W=512 and 4 windows its perplexities must agree within 0.5%.
-#include "engine/evaluator.h"
+#include "engine/eval/evaluator.h"
 
 #include <gtest/gtest.h>
 
@@ -8,8 +8,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/model_runner.h"
-#include "engine/tokenizer.h"
+#include "engine/runner/model_runner.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "kernels/cpu/gemm.h"
 #include "tests/test_util.h"
 

@@ -1,14 +1,14 @@
-// Passkey retrieval (`eval --task passkey`, engine/passkey.h), tested for its mechanics: the
+// Passkey retrieval (`eval --task passkey`, engine/eval/passkey.h), tested for its mechanics: the
 // prompt holds the key where the depth says and fills the length asked for, the scoring reads the
 // answer's first number, and every configuration answers the same prompts. The bundled model
 // cannot retrieve, so its accuracy is whatever it is; only its bookkeeping is checked.
-#include "engine/passkey.h"
+#include "engine/eval/passkey.h"
 
 #include <gtest/gtest.h>
 
 #include <set>
 
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_util.h"
 

@@ -1,4 +1,4 @@
-// Fuzzes the byte-level BPE tokenizer (engine/bpe_tokenizer.h). Input layout:
+// Fuzzes the byte-level BPE tokenizer (engine/tokenizer/bpe_tokenizer.h). Input layout:
 //   byte 0: bit 7 clear: text mode. Bits 0-6 pick the pre-tokenizer (PreTokenizer::Names());
 //           the rest of the input is text, encoded with a small GPT-2 style vocabulary (the 256
 //           byte tokens, a few merges, overlapping control and user-defined tokens). Every id
@@ -14,9 +14,9 @@
 #include <string_view>
 #include <vector>
 
-#include "engine/bpe_tokenizer.h"
-#include "tests/byte_level.h"
+#include "engine/tokenizer/bpe_tokenizer.h"
 #include "tests/fuzz/fuzz_util.h"
+#include "tests/tokenizer/byte_level.h"
 
 namespace {
 

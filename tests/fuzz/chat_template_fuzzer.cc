@@ -1,4 +1,4 @@
-// Fuzzes the chat-template interpreter (engine/chat_template.h): parses arbitrary input as a
+// Fuzzes the chat-template interpreter (engine/chat/chat_template.h): parses arbitrary input as a
 // Jinja template and renders it over a small conversation. Input layout:
 //   flags byte | template source | '\0' | a message content (optional)
 // (flags bit 0: add_generation_prompt; bit 1: put a system message first). The seeds in
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
-#include "engine/chat_template.h"
+#include "engine/chat/chat_template.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

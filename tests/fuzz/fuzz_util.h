@@ -12,11 +12,11 @@
 #include <memory>
 #include <string>
 
-#include "engine/engine.h"
-#include "engine/model.h"
-#include "engine/request_validation.h"
-#include "engine/scheduler.h"
-#include "engine/tokenizer.h"
+#include "engine/model/model.h"
+#include "engine/serving/engine.h"
+#include "engine/serving/request_validation.h"
+#include "engine/serving/scheduler.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "memory/kv_cache.h"
 
 namespace heavykv::fuzz {

@@ -1,20 +1,20 @@
-// Fuzzes the GGUF reader (engine/gguf.h): the input is the file. GgufFile::Open must return a
+// Fuzzes the GGUF reader (engine/gguf/gguf.h): the input is the file. GgufFile::Open must return a
 // status for any bytes, never crash, overflow, hang or allocate what the file size does not back;
 // an accepted file must keep its promises: every tensor's bytes inside the file, every metadata
 // value readable, and a copy written with GgufWriter must open again with the same contents.
-// A file the model loader accepts (engine/gguf_model.h) must give a model that agrees with its
-// configuration and runs a step of two tokens (small models only: the fuzzer stays fast).
+// A file the model loader accepts (engine/model/gguf_model.h) must give a model that agrees with
+// its configuration and runs a step of two tokens (small models only: the fuzzer stays fast).
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
 #include <string>
 #include <vector>
 
-#include "engine/gguf.h"
-#include "engine/gguf_model.h"
-#include "engine/gguf_support.h"
-#include "engine/model_runner.h"
-#include "engine/gguf_writer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/model/gguf_model.h"
+#include "engine/model/gguf_support.h"
+#include "engine/runner/model_runner.h"
+#include "engine/gguf/gguf_writer.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {

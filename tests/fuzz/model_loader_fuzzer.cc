@@ -1,10 +1,10 @@
-// Fuzzes the llama2.c checkpoint loader (engine/model.h): the input is the checkpoint file.
+// Fuzzes the llama2.c checkpoint loader (engine/model/model.h): the input is the checkpoint file.
 // LoadModel and ReadModelConfig must return a status for any bytes, never crash, overflow or
 // allocate what the file size does not back; an accepted model must agree with its header.
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {

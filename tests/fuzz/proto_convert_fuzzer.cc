@@ -1,13 +1,13 @@
 // Fuzzes the gRPC request path up to the engine: the input is a serialized
-// heavykv.v1.GenerateRequest, converted with server::FromProto (server/proto_convert.h) and, when
-// that succeeds, resolved by the bundled model's RequestValidator, as Generate does. Neither may
-// crash; a rejection is INVALID_ARGUMENT; an accepted request keeps the validator's promises.
+// heavykv.v1.GenerateRequest, converted with server::FromProto (server/grpc/proto_convert.h) and,
+// when that succeeds, resolved by the bundled model's RequestValidator, as Generate does. Neither
+// may crash; a rejection is INVALID_ARGUMENT; an accepted request keeps the validator's promises.
 #include <cstddef>
 #include <cstdint>
 
 #include "google/protobuf/stubs/logging.h"
 #include "heavykv/v1/generation.pb.h"
-#include "server/proto_convert.h"
+#include "server/grpc/proto_convert.h"
 #include "tests/fuzz/fuzz_util.h"
 
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {

@@ -1,6 +1,6 @@
-// Fuzzes RequestValidator::Resolve (engine/request_validation.h) against the bundled model's
-// configuration and tokenizer: every GenerationRequest field is drawn from the input, the prompt
-// as text, token ids or a chat. Resolve must
+// Fuzzes RequestValidator::Resolve (engine/serving/request_validation.h) against the bundled
+// model's configuration and tokenizer: every GenerationRequest field is drawn from the input, the
+// prompt as text, token ids or a chat. Resolve must
 // return a status for anything, and an accepted request must keep the validator's promises
 // (fuzz_util.h CheckResolved).
 #include <fuzzer/FuzzedDataProvider.h>
@@ -8,7 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "engine/request_validation.h"
+#include "engine/serving/request_validation.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {

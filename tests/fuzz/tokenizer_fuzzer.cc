@@ -1,7 +1,7 @@
-// Fuzzes the SentencePiece-style tokenizer (engine/tokenizer.h): loading a llama2.c tokenizer file,
-// Encode and Decode with run.c's rules, then the same pieces and scores as a GGUF SentencePiece
-// vocabulary (FromPieces with SentencePieceOptions) whose token types and flags come from the
-// input too. Input layout (little-endian):
+// Fuzzes the SentencePiece-style tokenizer (engine/tokenizer/tokenizer.h): loading a llama2.c
+// tokenizer file, Encode and Decode with run.c's rules, then the same pieces and scores as a GGUF
+// SentencePiece vocabulary (FromPieces with SentencePieceOptions) whose token types and flags come
+// from the input too. Input layout (little-endian):
 //   uint16 vocab_size - 259 | uint16 text length | text bytes | tokenizer file (the rest)
 // so a fuzzer mutates the vocabulary and the text together; tests/fuzz/make_seed_corpus.sh
 // writes inputs in this layout. Every id Encode returns must be inside the vocabulary, and with
@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "tests/fuzz/fuzz_util.h"
 
 namespace {

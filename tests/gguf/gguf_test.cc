@@ -1,8 +1,8 @@
-// GgufFile (engine/gguf.h) and GgufWriter: the llama.cpp-made fixtures open with the right
+// GgufFile (engine/gguf/gguf.h) and GgufWriter: the llama.cpp-made fixtures open with the right
 // metadata, shapes and byte sizes; the writer round-trips every value type; broken and hostile
 // files (truncated, huge counts and lengths, bad shapes, types, offsets, alignment, duplicates)
 // give INVALID_ARGUMENT naming what is wrong, never a crash; random byte flips give OK or an error.
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 
 #include <sys/wait.h>
 
@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "engine/gguf_support.h"
-#include "engine/gguf_writer.h"
+#include "engine/gguf/gguf_writer.h"
+#include "engine/model/gguf_support.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_util.h"

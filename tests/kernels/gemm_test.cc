@@ -1,6 +1,7 @@
 // The CPU GEMM paths against a plain triple loop in double: the packed-weight kernel (every ISA
-// path the CPU runs: AVX-512, AVX2, portable; every row-tile size, partial last panels, an output stride wider than n, threads,
-// accumulation), PackedMatrix's layout round trip, and the BLAS MatmulNT.
+// path the CPU runs: AVX-512, AVX2, portable; every row-tile size, partial last panels, an output
+// stride wider than n, threads, accumulation), PackedMatrix's layout round trip, and the BLAS
+// MatmulNT.
 #include "kernels/cpu/gemm.h"
 
 #include <gtest/gtest.h>
@@ -9,10 +10,10 @@
 #include <random>
 #include <vector>
 
+#include "kernels/aligned_vector.h"
 #include "kernels/bf16.h"
 #include "kernels/cpu/packed_gemm.h"
 #include "kernels/cpu/packed_matrix.h"
-#include "memory/aligned_vector.h"
 #include "tests/test_util.h"
 
 namespace heavykv::cpu {

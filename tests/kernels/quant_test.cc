@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/gguf.h"
+#include "engine/gguf/gguf.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/quant_dot.h"
 #include "kernels/cpu/quant_gemm.h"

@@ -22,7 +22,7 @@
 
 #include "absl/status/status.h"
 #include "gtest/gtest.h"
-#include "tests/policy_test_util.h"
+#include "tests/memory/policy_test_util.h"
 
 namespace heavykv {
 namespace {

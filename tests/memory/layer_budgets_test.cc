@@ -13,8 +13,8 @@
 #include <set>
 #include <vector>
 
-#include "engine/generator.h"
-#include "engine/model_runner.h"
+#include "engine/runner/model_runner.h"
+#include "engine/serving/generator.h"
 #include "kernels/cpu/gemm.h"
 #include "memory/eviction_policy.h"
 #include "memory/kv_cache.h"

@@ -27,7 +27,7 @@
 #include "kernels/paged_kv.h"
 #include "memory/eviction_policy.h"
 #include "memory/kv_cache.h"
-#include "tests/policy_test_util.h"
+#include "tests/memory/policy_test_util.h"
 
 namespace heavykv {
 namespace {

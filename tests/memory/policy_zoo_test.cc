@@ -24,7 +24,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "tests/policy_test_util.h"
+#include "tests/memory/policy_test_util.h"
 #include "memory/eviction_policy.h"
 
 namespace heavykv {

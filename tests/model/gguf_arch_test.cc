@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/gguf.h"
-#include "engine/gguf_writer.h"
-#include "engine/model.h"
-#include "engine/model_runner.h"
+#include "engine/gguf/gguf.h"
+#include "engine/gguf/gguf_writer.h"
+#include "engine/model/model.h"
+#include "engine/runner/model_runner.h"
 #include "kernels/cpu/quant_types.h"
 #include "tests/test_util.h"
 

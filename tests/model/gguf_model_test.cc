@@ -1,8 +1,8 @@
-// The GGUF model loader (engine/gguf_model.h) and the tokenizer a GGUF file carries
-// (engine/gguf_tokenizer.h): s260-f32.gguf is stories260K.bin converted by llama.cpp, so it must
-// load to the same config and weights, and greedy generation must match both the llama2.c
+// The GGUF model loader (engine/model/gguf_model.h) and the tokenizer a GGUF file carries
+// (engine/tokenizer/gguf_tokenizer.h): s260-f32.gguf is stories260K.bin converted by llama.cpp, so
+// it must load to the same config and weights, and greedy generation must match both the llama2.c
 // reference text and what llama.cpp itself generates (../shared/gguf/greedy.jsonl, copied below).
-#include "engine/gguf_model.h"
+#include "engine/model/gguf_model.h"
 
 #include <cmath>
 #include <cstdio>
@@ -16,10 +16,10 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "engine/gguf.h"
-#include "engine/gguf_support.h"
-#include "engine/gguf_tokenizer.h"
-#include "engine/gguf_writer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/gguf/gguf_writer.h"
+#include "engine/model/gguf_support.h"
+#include "engine/tokenizer/gguf_tokenizer.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/quant_types.h"
 #include "nlohmann/json.hpp"

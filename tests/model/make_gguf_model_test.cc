@@ -1,10 +1,10 @@
-// make-model --format gguf (engine/make_gguf_model.h, engine/gguf_weight_mix.h): the per-tensor
-// weight types agree with the files llama-quantize made (tests/data/gguf); small models of each
-// architecture and weight type reopen with the metadata llama.cpp's converters write, the planned
-// tensor names, shapes and types, and values within quantization error of the drawn ones; the
-// seed decides the bytes; --vocab-from copies the vocabulary; heavykv loads what it runs; the
+// make-model --format gguf (engine/model/make_gguf_model.h, engine/gguf/gguf_weight_mix.h): the
+// per-tensor weight types agree with the files llama-quantize made (tests/data/gguf); small models
+// of each architecture and weight type reopen with the metadata llama.cpp's converters write, the
+// planned tensor names, shapes and types, and values within quantization error of the drawn ones;
+// the seed decides the bytes; --vocab-from copies the vocabulary; heavykv loads what it runs; the
 // command refuses unknown architectures and types with a message.
-#include "engine/make_gguf_model.h"
+#include "engine/model/make_gguf_model.h"
 
 #include <sys/wait.h>
 
@@ -18,11 +18,11 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
-#include "engine/gguf.h"
-#include "engine/gguf_model.h"
-#include "engine/gguf_tokenizer.h"
-#include "engine/gguf_weight_mix.h"
-#include "engine/make_model.h"
+#include "engine/gguf/gguf.h"
+#include "engine/gguf/gguf_weight_mix.h"
+#include "engine/model/gguf_model.h"
+#include "engine/model/make_model.h"
+#include "engine/tokenizer/gguf_tokenizer.h"
 #include "gtest/gtest.h"
 #include "kernels/cpu/quant_types.h"
 #include "tests/test_util.h"

@@ -1,5 +1,5 @@
 // Checkpoint loading: the bundled model's header, rejection of broken files, make-model shapes.
-#include "engine/model.h"
+#include "engine/model/model.h"
 #include "kernels/bf16.h"
 
 #include <gtest/gtest.h>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/make_model.h"
+#include "engine/model/make_model.h"
 #include "tests/test_util.h"
 
 namespace heavykv {

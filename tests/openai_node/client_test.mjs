@@ -2,7 +2,7 @@
 // `heavykv serve --http-address`: a completion and a chat completion, streamed and not, and the
 // text equals gRPC's for the same greedy request (`heavykv generate`, a gRPC client). The chat
 // needs ../shared/gguf/qwen-vocab.gguf for a ChatML model and is skipped without it; its text is
-// compared between the client's stream and its non-streamed call (tests/openai_e2e_test.cc ties
+// compared between the client's stream and its non-streamed call (tests/server/openai_e2e_test.cc ties
 // the HTTP chat to gRPC's Chat).
 //
 //   HEAVYKV_BINARY=build/bin/heavykv HEAVYKV_SOURCE_DIR=. node --test client_test.mjs

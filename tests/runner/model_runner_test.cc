@@ -1,7 +1,7 @@
 // The batched forward step: a batch gives each sequence the same logits as running it alone,
 // chunked prefill equals token-by-token feeding, bad plans are rejected without side effects,
 // and each kv head keeps its own tokens.
-#include "engine/model_runner.h"
+#include "engine/runner/model_runner.h"
 
 #include <gtest/gtest.h>
 

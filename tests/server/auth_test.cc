@@ -1,5 +1,5 @@
-// ApiKeyStore and the key file format (server/auth.h): parsing, the Bearer check, reload.
-#include "server/auth.h"
+// ApiKeyStore and the key file format (server/common/auth.h): parsing, the Bearer check, reload.
+#include "server/common/auth.h"
 
 #include <gtest/gtest.h>
 

@@ -9,7 +9,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/server_harness.h"
+#include "tests/server/server_harness.h"
 
 namespace heavykv {
 namespace {

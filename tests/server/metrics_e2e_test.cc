@@ -5,7 +5,7 @@
 // scrapes for 30 s.
 #include <fcntl.h>
 
-#include "tests/server_harness.h"
+#include "tests/server/server_harness.h"
 
 namespace heavykv::e2e {
 namespace {

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "nlohmann/json.hpp"
-#include "tests/server_harness.h"
+#include "tests/server/server_harness.h"
 
 namespace heavykv {
 namespace {

@@ -1,12 +1,12 @@
-// The OpenAI API's JSON <-> GenerationRequest conversion (server/openai_json.h) and the one
-// mapping of an absl::Status to an HTTP status and error object (server/http_status.h).
-#include "server/openai_json.h"
+// The OpenAI API's JSON <-> GenerationRequest conversion (server/http/openai_json.h) and the one
+// mapping of an absl::Status to an HTTP status and error object (server/http/http_status.h).
+#include "server/http/openai_json.h"
 
 #include <gtest/gtest.h>
 
 #include <string>
 
-#include "server/http_status.h"
+#include "server/http/http_status.h"
 
 namespace heavykv::server {
 namespace {

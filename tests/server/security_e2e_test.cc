@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <future>
 
-#include "tests/server_harness.h"
+#include "tests/server/server_harness.h"
 
 namespace heavykv::e2e {
 namespace {

@@ -3,7 +3,7 @@
 // (/metrics). Two servers are shared by the tests: the bundled stories260K model (fast, for
 // output equality and bad requests), and a random model with a 2048-token context on one thread
 // (about 1 ms a token, so a 2000-token request is still running when a test cancels it).
-#include "tests/server_harness.h"
+#include "tests/server/server_harness.h"
 
 #include <gtest/gtest.h>
 #include <signal.h>

@@ -1,6 +1,6 @@
-// The SVG line chart of `heavykv eval --plot` (server/svg_plot.h): ticks, the points drawn where
-// their values say, escaping, and the eval command writing one chart per run.
-#include "server/svg_plot.h"
+// The SVG line chart of `heavykv eval --plot` (server/cli/svg_plot.h): ticks, the points drawn
+// where their values say, escaping, and the eval command writing one chart per run.
+#include "server/cli/svg_plot.h"
 
 #include <gtest/gtest.h>
 

@@ -4,7 +4,7 @@
 // (Reserve each chunk, Commit, advance, append a token); the most that ever run at once must be
 // exactly the plan's `running`, with the rest still waiting. Then `heavykv plan`, the command
 // that prints it, on a named shape and on the bundled checkpoint's header.
-#include "engine/capacity_plan.h"
+#include "engine/serving/capacity_plan.h"
 
 #include <sys/wait.h>
 
@@ -14,9 +14,9 @@
 #include <string>
 #include <vector>
 
-#include "engine/make_model.h"
-#include "engine/model_runner.h"
-#include "engine/scheduler.h"
+#include "engine/model/make_model.h"
+#include "engine/runner/model_runner.h"
+#include "engine/serving/scheduler.h"
 #include "gtest/gtest.h"
 #include "memory/eviction_policy.h"
 #include "memory/kv_cache.h"

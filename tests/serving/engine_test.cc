@@ -2,7 +2,7 @@
 // would get alone, cancellation and deadlines free pages, bad requests are refused with clear
 // errors, a full queue is refused, full-cache sequences that outgrow the pool are preempted and
 // recomputed, and h2o budgets let more sequences run at once.
-#include "engine/engine.h"
+#include "engine/serving/engine.h"
 
 #include <gtest/gtest.h>
 
@@ -13,10 +13,10 @@
 #include <sstream>
 #include <thread>
 
-#include "engine/generator.h"
-#include "engine/model_runner.h"
-#include "engine/request_validation.h"
-#include "engine/tokenizer.h"
+#include "engine/runner/model_runner.h"
+#include "engine/serving/generator.h"
+#include "engine/serving/request_validation.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "kernels/cpu/gemm.h"
 #include "tests/test_util.h"
 

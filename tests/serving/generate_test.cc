@@ -1,6 +1,6 @@
 // End-to-end generation on the bundled model: greedy output byte-exact with llama2.c, seeds,
 // prompt echo, and the KV budget bounding the pages a sequence holds.
-#include "engine/generator.h"
+#include "engine/serving/generator.h"
 
 #include <gtest/gtest.h>
 
@@ -9,7 +9,7 @@
 #include <memory>
 #include <sstream>
 
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "kernels/cpu/gemm.h"
 #include "tests/test_util.h"
 

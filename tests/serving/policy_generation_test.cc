@@ -10,9 +10,9 @@
 #include <sstream>
 #include <string>
 
-#include "engine/evaluator.h"
-#include "engine/generator.h"
-#include "engine/tokenizer.h"
+#include "engine/eval/evaluator.h"
+#include "engine/serving/generator.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "kernels/cpu/gemm.h"
 #include "tests/test_util.h"
 

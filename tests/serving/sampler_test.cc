@@ -1,7 +1,7 @@
 // Sampler tests. Pinned RNG outputs and token sequences come from an independent Python
 // re-implementation of llama2.c run.c (random_u32 masked to 64 bits, sample(), sample_topp()),
 // not from this code.
-#include "engine/sampler.h"
+#include "engine/serving/sampler.h"
 
 #include <algorithm>
 #include <cmath>

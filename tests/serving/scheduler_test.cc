@@ -11,7 +11,7 @@
 // (preempted sequences go back to its head), running sequences are planned before new ones are
 // admitted, and preemption only takes the newest running sequences. Random workloads must also
 // finish (no starvation or livelock) and leave the pool empty.
-#include "engine/scheduler.h"
+#include "engine/serving/scheduler.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -661,7 +661,7 @@ TEST(SchedulerTest, FullSequenceIsNotPreemptedForAScratchReserveNobodyNeeds) {
   EXPECT_EQ(h.stats().finished, 2);
 }
 
-// Doc/behaviour mismatch (engine/scheduler.h, SchedulerConfig::full_overcommit: "1 never
+// Doc/behaviour mismatch (engine/serving/scheduler.h, SchedulerConfig::full_overcommit: "1 never
 // preempts"): the admission check for a full-cache sequence sums only the worst cases of the
 // full-cache sequences running, not the pages held by or owed to running bounded sequences. Here
 // (20 pages) B (bounded, 1 page, older) runs and F (full, 20 pages at most) is admitted on its

@@ -2,7 +2,7 @@
 // gguf/*.inp, *.out: llama.cpp's ids, no BOS), plus round trips, special tokens in text and the
 // errors of malformed vocabularies. The Llama 3 and Qwen vocabularies (8 and 6 MB) are read from
 // ../shared/gguf/ and their tests skip when it is absent.
-#include "engine/bpe_tokenizer.h"
+#include "engine/tokenizer/bpe_tokenizer.h"
 
 #include <algorithm>
 #include <cstdint>
@@ -17,14 +17,14 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engine/gguf.h"
-#include "engine/gguf_tokenizer.h"
-#include "engine/gguf_writer.h"
-#include "engine/tokenizer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/gguf/gguf_writer.h"
+#include "engine/tokenizer/gguf_tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
-#include "tests/byte_level.h"
 #include "tests/test_util.h"
-#include "tests/tokenizer_vectors.h"
+#include "tests/tokenizer/byte_level.h"
+#include "tests/tokenizer/tokenizer_vectors.h"
 
 namespace heavykv {
 namespace {
@@ -56,7 +56,8 @@ absl::StatusOr<BpeTokenizer> LoadBpe(const std::string& path) {
   return LoadGgufBpeTokenizer(*f, int32_t(tokens->count));
 }
 
-// llama.cpp's vectors and the mixed text for every vocabulary: tests/text_tokenizer_test.cc.
+// llama.cpp's vectors and the mixed text for every vocabulary:
+// tests/tokenizer/text_tokenizer_test.cc.
 
 
 using heavykv::testing::ByteLevel;

@@ -1,5 +1,5 @@
 // GPT-2's byte alphabet (each byte one printable code point, in UTF-8), written out independently
-// of engine/bpe_tokenizer.cc, for tests and fuzzers that build byte-level vocabularies.
+// of engine/tokenizer/bpe_tokenizer.cc, for tests and fuzzers that build byte-level vocabularies.
 #pragma once
 
 #include <cstdint>

@@ -1,19 +1,19 @@
-// The SentencePiece Tokenizer (engine/tokenizer.h) on llama.cpp's test vectors for two "llama"
-// GGUF vocabularies (tests/data/gguf/ggml-vocab-{llama-spm,phi-3}.gguf and their .inp / .out,
-// llama.cpp's ids without BOS). llama2.c's merge loop and llama.cpp's SentencePiece tokenizer
+// The SentencePiece Tokenizer (engine/tokenizer/tokenizer.h) on llama.cpp's test vectors for two
+// "llama" GGUF vocabularies (tests/data/gguf/ggml-vocab-{llama-spm,phi-3}.gguf and their .inp /
+// .out, llama.cpp's ids without BOS). llama2.c's merge loop and llama.cpp's SentencePiece tokenizer
 // agree on all of them: the dummy-prefix space, byte fallback and score-ordered merges.
-#include "engine/gguf_tokenizer.h"
+#include "engine/tokenizer/gguf_tokenizer.h"
 
 #include <cstdint>
 #include <string>
 #include <vector>
 
 #include "absl/status/status.h"
-#include "engine/gguf.h"
-#include "engine/tokenizer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
-#include "tests/tokenizer_vectors.h"
+#include "tests/tokenizer/tokenizer_vectors.h"
 
 namespace heavykv {
 namespace {

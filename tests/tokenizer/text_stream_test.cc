@@ -7,7 +7,7 @@
 // With GGUF vocabularies through the TextTokenizer interface (byte-level BPE: gpt-2, llama3,
 // qwen; SentencePiece: llama-spm, phi-3): a character split over byte tokens comes out whole in
 // one delta, and control tokens (<|im_end|>, <|eot_id|>, ...) show only without skip_special.
-#include "engine/text_stream.h"
+#include "engine/tokenizer/text_stream.h"
 
 #include <cstdint>
 #include <map>
@@ -17,12 +17,12 @@
 #include <utility>
 #include <vector>
 
-#include "engine/gguf.h"
-#include "engine/gguf_tokenizer.h"
-#include "engine/text_tokenizer.h"
-#include "engine/tokenizer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/tokenizer/gguf_tokenizer.h"
+#include "engine/tokenizer/text_tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 #include "gtest/gtest.h"
-#include "tests/tokenizer_vectors.h"
+#include "tests/tokenizer/tokenizer_vectors.h"
 
 namespace heavykv {
 namespace {
@@ -498,9 +498,9 @@ TEST_F(TextStreamTest, PossibleStopPrefixIsHeldBackThenReleased) {
   EXPECT_EQ(s.text, "EEN");
 }
 
-// BUG (engine/text_stream.cc, Push()): when one push completes several stop strings, the stream
-// cuts at the first one *in the order of the stop list* (pending_.find(stop) for each stop in
-// turn), not at the match that starts first in the text. So text that belongs to a matched stop
+// BUG (engine/tokenizer/text_stream.cc, Push()): when one push completes several stop strings, the
+// stream cuts at the first one *in the order of the stop list* (pending_.find(stop) for each stop
+// in turn), not at the match that starts first in the text. So text that belongs to a matched stop
 // string, or is one, is returned. With stops {"e", "th"} and the piece " the", Push returns " th"
 // (a stop string) instead of " "; with stops {"bc", "abc"} and "a", "b", "c" one byte token at a
 // time, it returns "a" (part of the matched "abc") instead of "". (vLLM's stop checker has the

@@ -1,5 +1,5 @@
-// The TextTokenizer interface (engine/text_tokenizer.h) over the six GGUF vocabularies we have,
-// each loaded by LoadGgufTextTokenizer as run and serve load them: byte-level BPE (gpt-2,
+// The TextTokenizer interface (engine/tokenizer/text_tokenizer.h) over the six GGUF vocabularies we
+// have, each loaded by LoadGgufTextTokenizer as run and serve load them: byte-level BPE (gpt-2,
 // deepseek-coder, llama3-vocab, qwen-vocab) and SentencePiece (llama-spm, phi-3).
 //   - llama.cpp's own test vectors (tests/data/gguf/*.inp, *.out; ids without BOS);
 //   - round trips of seeded random text (ASCII, multi-byte UTF-8, emoji, whitespace runs);
@@ -8,7 +8,7 @@
 //     make_special_vectors.sh);
 //   - BOS / add_bos and the end-of-generation sets the files imply.
 // llama3-vocab.gguf and qwen-vocab.gguf are read from ../shared/gguf/; their cases skip without it.
-#include "engine/text_tokenizer.h"
+#include "engine/tokenizer/text_tokenizer.h"
 
 #include <cstdint>
 #include <fstream>
@@ -19,12 +19,12 @@
 #include <string>
 #include <vector>
 
-#include "engine/gguf.h"
-#include "engine/gguf_tokenizer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/tokenizer/gguf_tokenizer.h"
 #include "gtest/gtest.h"
 #include "nlohmann/json.hpp"
 #include "tests/test_util.h"
-#include "tests/tokenizer_vectors.h"
+#include "tests/tokenizer/tokenizer_vectors.h"
 
 namespace heavykv {
 namespace {

@@ -1,6 +1,6 @@
 // Tokenizer tests against the bundled tok512.bin. The pinned ids come from an independent Python
 // re-implementation of llama2.c run.c encode() reading the same file, not from this code.
-#include "engine/tokenizer.h"
+#include "engine/tokenizer/tokenizer.h"
 
 #include <algorithm>
 #include <cstdint>

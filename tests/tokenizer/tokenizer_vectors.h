@@ -14,9 +14,9 @@
 #include <utility>
 #include <vector>
 
-#include "engine/gguf.h"
-#include "engine/gguf_tokenizer.h"
-#include "engine/text_tokenizer.h"
+#include "engine/gguf/gguf.h"
+#include "engine/tokenizer/gguf_tokenizer.h"
+#include "engine/tokenizer/text_tokenizer.h"
 #include "gtest/gtest.h"
 #include "tests/test_util.h"
 
