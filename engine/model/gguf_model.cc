@@ -75,7 +75,7 @@ void ToFloat(const GgufTensor& t, float* dst) {
     std::memcpy(dst, t.data.data(), t.data.size());
     return;
   }
-  const cpu::QuantType q = t.type == GgmlType::kF16 ? cpu::QuantType::kF16 : cpu::QuantType::kBf16;
+  const cpu::QuantType q = t.type == GgmlType::kF16 ? cpu::QuantType::kF16 : cpu::QuantType::kBF16;
   const int64_t cols = t.dims[0], rows = t.num_elements / cols;
   for (int64_t r = 0; r < rows; ++r) {
     cpu::DequantizeRow(q, t.data.data() + r * cols * 2, dst + r * cols, cols);

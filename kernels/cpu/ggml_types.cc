@@ -9,45 +9,38 @@
 namespace heavykv {
 namespace {
 
-// Block layouts from the GGUF specification (ggml's docs/gguf.md and ggml-common.h's block
-// structs): a 32-element block of Q4_0 is an fp16 scale and 16 bytes of nibbles (18 bytes); a
-// 256-element K-quant super-block holds its scales and quants (Q4_K: 2 + 2 + 12 + 128 = 144).
-constexpr std::array<GgmlTypeInfo, 20> kTypes = {{
-    {GgmlType::kF32, "F32", 1, 4},       {GgmlType::kF16, "F16", 1, 2},
-    {GgmlType::kQ4_0, "Q4_0", 32, 18},   {GgmlType::kQ4_1, "Q4_1", 32, 20},
-    {GgmlType::kQ5_0, "Q5_0", 32, 22},   {GgmlType::kQ5_1, "Q5_1", 32, 24},
-    {GgmlType::kQ8_0, "Q8_0", 32, 34},   {GgmlType::kQ8_1, "Q8_1", 32, 36},
-    {GgmlType::kQ2_K, "Q2_K", 256, 84},  {GgmlType::kQ3_K, "Q3_K", 256, 110},
-    {GgmlType::kQ4_K, "Q4_K", 256, 144}, {GgmlType::kQ5_K, "Q5_K", 256, 176},
-    {GgmlType::kQ6_K, "Q6_K", 256, 210}, {GgmlType::kQ8_K, "Q8_K", 256, 292},
-    {GgmlType::kI8, "I8", 1, 1},         {GgmlType::kI16, "I16", 1, 2},
-    {GgmlType::kI32, "I32", 1, 4},       {GgmlType::kI64, "I64", 1, 8},
-    {GgmlType::kF64, "F64", 1, 8},       {GgmlType::kBF16, "BF16", 1, 2},
-}};
+inline constexpr size_t kNumIds = 31;  // ids 0..30 (BF16 is the largest known)
+
+// Position in kGgmlTypes of each id, -1 for an unknown one.
+constexpr std::array<int8_t, kNumIds> kIndexOfId = [] {
+  std::array<int8_t, kNumIds> index{};
+  index.fill(-1);
+  for (size_t i = 0; i < std::size(kGgmlTypes); ++i) {
+    index[static_cast<uint32_t>(kGgmlTypes[i].type)] = static_cast<int8_t>(i);
+  }
+  return index;
+}();
 
 }  // namespace
 
-std::span<const GgmlTypeInfo> AllGgmlTypes() { return kTypes; }
+std::span<const GgmlTypeInfo> AllGgmlTypes() { return kGgmlTypes; }
 
 std::optional<GgmlType> GgmlTypeFromId(uint32_t id) {
-  for (const GgmlTypeInfo& t : kTypes) {
-    if (static_cast<uint32_t>(t.type) == id) return t.type;
-  }
-  return std::nullopt;
+  if (id >= kNumIds || kIndexOfId[id] < 0) return std::nullopt;
+  return kGgmlTypes[kIndexOfId[id]].type;
 }
 
 std::optional<GgmlType> GgmlTypeFromName(absl::string_view name) {
-  for (const GgmlTypeInfo& t : kTypes) {
+  for (const GgmlTypeInfo& t : kGgmlTypes) {
     if (absl::EqualsIgnoreCase(t.name, name)) return t.type;
   }
   return std::nullopt;
 }
 
 const GgmlTypeInfo& GgmlTypeInfoOf(GgmlType type) {
-  for (const GgmlTypeInfo& t : kTypes) {
-    if (t.type == type) return t;
-  }
-  std::abort();  // a GgmlType value outside the enumerators is a broken invariant
+  const uint32_t id = static_cast<uint32_t>(type);
+  if (id >= kNumIds || kIndexOfId[id] < 0) std::abort();  // not an enumerator: broken invariant
+  return kGgmlTypes[kIndexOfId[id]];
 }
 
 absl::StatusOr<int64_t> GgmlTensorBytes(GgmlType type, std::span<const int64_t> dims) {

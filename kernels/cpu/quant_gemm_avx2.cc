@@ -6,6 +6,7 @@
 #include <immintrin.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 
 #include "kernels/cpu/packed_matrix.h"
@@ -200,7 +201,7 @@ void DequantizeRowAvx2(QuantType type, const uint8_t* src, float* out, int64_t k
     case QuantType::kF16:
       F16(src, out, k);
       break;
-    case QuantType::kBf16:
+    case QuantType::kBF16:
       Bf16(src, out, k);
       break;
     case QuantType::kQ8_0:
@@ -221,6 +222,8 @@ void DequantizeRowAvx2(QuantType type, const uint8_t* src, float* out, int64_t k
     case QuantType::kQ6_K:
       Q6_K(src, out, k);
       break;
+    default:
+      std::abort();  // not one of kAllQuantTypes: the caller validated the type
   }
 }
 

@@ -119,71 +119,6 @@ void CheckRow(QuantType type, int64_t k) {
 
 }  // namespace
 
-const char* QuantTypeName(QuantType type) {
-  switch (type) {
-    case QuantType::kF32:
-      return "f32";
-    case QuantType::kF16:
-      return "f16";
-    case QuantType::kBf16:
-      return "bf16";
-    case QuantType::kQ8_0:
-      return "q8_0";
-    case QuantType::kQ4_0:
-      return "q4_0";
-    case QuantType::kQ5_0:
-      return "q5_0";
-    case QuantType::kQ4_K:
-      return "q4_K";
-    case QuantType::kQ5_K:
-      return "q5_K";
-    case QuantType::kQ6_K:
-      return "q6_K";
-  }
-  return "?";
-}
-
-int64_t QuantBlockElems(QuantType type) {
-  switch (type) {
-    case QuantType::kF32:
-    case QuantType::kF16:
-    case QuantType::kBf16:
-      return 1;
-    case QuantType::kQ8_0:
-    case QuantType::kQ4_0:
-    case QuantType::kQ5_0:
-      return 32;
-    case QuantType::kQ4_K:
-    case QuantType::kQ5_K:
-    case QuantType::kQ6_K:
-      return internal::kQk;
-  }
-  return 1;
-}
-
-int64_t QuantBlockBytes(QuantType type) {
-  switch (type) {
-    case QuantType::kF32:
-      return 4;
-    case QuantType::kF16:
-    case QuantType::kBf16:
-      return 2;
-    case QuantType::kQ8_0:
-      return 34;
-    case QuantType::kQ4_0:
-      return 18;
-    case QuantType::kQ5_0:
-      return 22;
-    case QuantType::kQ4_K:
-      return 144;
-    case QuantType::kQ5_K:
-      return 176;
-    case QuantType::kQ6_K:
-      return 210;
-  }
-  return 4;
-}
-
 absl::StatusOr<QuantType> QuantTypeFromGgmlId(uint32_t id) {
   for (QuantType type : kAllQuantTypes) {
     if (static_cast<uint32_t>(type) == id) return type;
@@ -203,7 +138,7 @@ void DequantizeRow(QuantType type, const void* src, float* dst, int64_t k) {
     case QuantType::kF16:
       for (int64_t i = 0; i < k; ++i) dst[i] = Fp16ToFloat(Load16(s + 2 * i));
       break;
-    case QuantType::kBf16:
+    case QuantType::kBF16:
       for (int64_t i = 0; i < k; ++i) dst[i] = Bf16ToFloat(Load16(s + 2 * i));
       break;
     case QuantType::kQ8_0:
@@ -224,6 +159,8 @@ void DequantizeRow(QuantType type, const void* src, float* dst, int64_t k) {
     case QuantType::kQ6_K:
       internal::DequantizeQ6K(s, dst, k);
       break;
+    default:
+      std::abort();  // not one of kAllQuantTypes: the caller validated the type
   }
 }
 
@@ -237,7 +174,7 @@ void QuantizeRow(QuantType type, const float* src, void* dst, int64_t k) {
     case QuantType::kF16:
       for (int64_t i = 0; i < k; ++i) Store16(d + 2 * i, FloatToFp16(src[i]));
       break;
-    case QuantType::kBf16:
+    case QuantType::kBF16:
       for (int64_t i = 0; i < k; ++i) Store16(d + 2 * i, FloatToBf16(src[i]));
       break;
     case QuantType::kQ8_0:
@@ -258,6 +195,8 @@ void QuantizeRow(QuantType type, const float* src, void* dst, int64_t k) {
     case QuantType::kQ6_K:
       internal::QuantizeQ6K(src, d, k);
       break;
+    default:
+      std::abort();  // not one of kAllQuantTypes: the caller validated the type
   }
 }
 

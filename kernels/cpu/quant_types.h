@@ -22,32 +22,25 @@
 #include <cstring>
 
 #include "absl/status/statusor.h"
+#include "kernels/cpu/ggml_types.h"
 
 namespace heavykv::cpu {
 
-// The values are ggml's type ids (the `type` field of a GGUF tensor info).
-enum class QuantType : uint32_t {
-  kF32 = 0,
-  kF16 = 1,
-  kQ4_0 = 2,
-  kQ5_0 = 6,
-  kQ8_0 = 8,
-  kQ4_K = 12,
-  kQ5_K = 13,
-  kQ6_K = 14,
-  kBf16 = 30,
-};
+// ggml's tensor types (their ids are the `type` field of a GGUF tensor info: ggml_types.h holds
+// the one table); the CPU kernels take the nine of kAllQuantTypes, and every function below
+// takes only those (QuantTypeFromGgmlId turns an id into one or refuses it).
+using QuantType = GgmlType;
 
-// Every type, for tests and benchmarks that cover them all.
+// Every type the kernels take, for tests and benchmarks that cover them all.
 inline constexpr QuantType kAllQuantTypes[] = {
-    QuantType::kF32,  QuantType::kF16,  QuantType::kBf16, QuantType::kQ8_0, QuantType::kQ4_0,
+    QuantType::kF32,  QuantType::kF16,  QuantType::kBF16, QuantType::kQ8_0, QuantType::kQ4_0,
     QuantType::kQ5_0, QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K};
 
 // ggml's name: "f32", "q4_K", ...
-const char* QuantTypeName(QuantType type);
+inline const char* QuantTypeName(QuantType type) { return GgmlTypeInfoOf(type).ggml_name; }
 // Elements per block (1, 32 or 256) and bytes per block.
-int64_t QuantBlockElems(QuantType type);
-int64_t QuantBlockBytes(QuantType type);
+inline int64_t QuantBlockElems(QuantType type) { return GgmlTypeInfoOf(type).block_size; }
+inline int64_t QuantBlockBytes(QuantType type) { return GgmlTypeInfoOf(type).block_bytes; }
 // Bytes of a row of k elements; k must be a multiple of QuantBlockElems(type).
 inline int64_t QuantRowBytes(QuantType type, int64_t k) {
   return k / QuantBlockElems(type) * QuantBlockBytes(type);

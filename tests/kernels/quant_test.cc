@@ -33,14 +33,16 @@ double MaxRelRms(QuantType type) {
   switch (type) {
     case QuantType::kF32: return 0.0;
     case QuantType::kF16: return 3e-4;
-    case QuantType::kBf16: return 2.5e-3;
+    case QuantType::kBF16: return 2.5e-3;
     case QuantType::kQ8_0: return 0.006;
     case QuantType::kQ6_K: return 0.025;
     case QuantType::kQ5_0: return 0.045;
     case QuantType::kQ5_K: return 0.045;
     case QuantType::kQ4_0: return 0.085;
     case QuantType::kQ4_K: return 0.09;
+    default: break;  // not one of kAllQuantTypes
   }
+  ADD_FAILURE() << "no error bound for " << QuantTypeName(type);
   return 0.0;
 }
 
@@ -70,7 +72,7 @@ TEST(QuantTypesTest, GeometryAndIdsAreGgmls) {
   };
   const Row rows[] = {
       {QuantType::kF32, 0, 1, 4, "f32"},        {QuantType::kF16, 1, 1, 2, "f16"},
-      {QuantType::kBf16, 30, 1, 2, "bf16"},     {QuantType::kQ8_0, 8, 32, 34, "q8_0"},
+      {QuantType::kBF16, 30, 1, 2, "bf16"},     {QuantType::kQ8_0, 8, 32, 34, "q8_0"},
       {QuantType::kQ4_0, 2, 32, 18, "q4_0"},    {QuantType::kQ5_0, 6, 32, 22, "q5_0"},
       {QuantType::kQ4_K, 12, 256, 144, "q4_K"}, {QuantType::kQ5_K, 13, 256, 176, "q5_K"},
       {QuantType::kQ6_K, 14, 256, 210, "q6_K"}};
@@ -247,7 +249,7 @@ TEST(QuantFixtureTest, LlamaCppFilesDequantizeAndRequantizeAsLlamaQuantizeDid) {
       {"rl256-q5_k_m.gguf", "rl256-f32.gguf", {QuantType::kQ5_K, QuantType::kQ6_K}},
       {"rl256-q6_k.gguf", "rl256-f32.gguf", {QuantType::kQ6_K}},
       {"rl256-f16.gguf", "rl256-f32.gguf", {QuantType::kF16}},
-      {"rl256-bf16.gguf", "rl256-f32.gguf", {QuantType::kBf16}},
+      {"rl256-bf16.gguf", "rl256-f32.gguf", {QuantType::kBF16}},
       {"s260-q4_k_m.gguf",
        "s260-f32.gguf",
        {QuantType::kQ5_0, QuantType::kQ8_0, QuantType::kF16},

@@ -412,7 +412,7 @@ TEST(GgufModelTest, HalfPrecisionTiedAndThetaFromTheFile) {
         if (name == "blk.0.ffn_gate.weight") {
           const int64_t n = int64_t(t.data.size() / 4);
           std::string half(n * 2, '\0');
-          cpu::QuantizeRow(cpu::QuantType::kBf16, reinterpret_cast<const float*>(t.data.data()),
+          cpu::QuantizeRow(cpu::QuantType::kBF16, reinterpret_cast<const float*>(t.data.data()),
                            half.data(), n);
           t = {GgmlType::kBF16, t.dims, half};
         }
