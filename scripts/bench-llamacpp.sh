@@ -11,19 +11,39 @@
 # prints the ratios (bench_main.cc, --peer_json). The unquantized mixes f32 and bf16 measure long
 # prompts only (issue 18): llama-bench -p 4096 -n 0 -r 1 against gguf/llama3.2-1b/<mix>/prefill4096.
 #
-# usage: scripts/bench-llamacpp.sh LLAMA_CPP_BIN_DIR [BENCH_DIR] [MIX...]
+# With --decode-b1 first, it measures batch-1 decode only (issue 28), alternating the two tools
+# for DECODE_ROUNDS rounds (default 5; scripts/bench_decode_b1.py): llama-bench -p 0 -n 64
+# against `heavykv run` decoding 64 tokens, each with its wall and CPU time and the VM's steal
+# time, and prints the ratio of the medians (default mixes: q4_k_m q8_0 q6_k q5_k_m q4_0).
+#
+# usage: scripts/bench-llamacpp.sh [--decode-b1] LLAMA_CPP_BIN_DIR [BENCH_DIR] [MIX...]
 #   LLAMA_CPP_BIN_DIR: llama.cpp's build/bin (../shared/tools/setup-llamacpp.sh builds it)
 #   BENCH_DIR: default /tmp/heavykv-bench; HEAVYKV_BUILD: heavykv's build dir (default build)
 set -euo pipefail
+DECODE_B1=0
+if [ "${1:-}" = --decode-b1 ]; then DECODE_B1=1; shift; fi
 LLAMA=${1:?usage: scripts/bench-llamacpp.sh LLAMA_CPP_BIN_DIR [BENCH_DIR] [MIX...]}
 DIR=${2:-/tmp/heavykv-bench}
 shift $(( $# >= 2 ? 2 : 1 ))
 MIXES=("$@")
-[ ${#MIXES[@]} -eq 0 ] && MIXES=(q4_k_m q8_0)
 BUILD=${HEAVYKV_BUILD:-build}
 HK=$BUILD/bin/heavykv
 THREADS=2
 mkdir -p "$DIR"
+make_model() {  # the random llama3.2-1b-shape file of mix $1, written once
+  local model=$DIR/llama3.2-1b-$1.gguf
+  if [ ! -f "$model" ]; then
+    "$HK" make-model --format gguf --shape llama3.2-1b --weight-type "$1" --out "$model.tmp"
+    mv "$model.tmp" "$model"
+  fi
+}
+if ((DECODE_B1)); then
+  [ ${#MIXES[@]} -eq 0 ] && MIXES=(q4_k_m q8_0 q6_k q5_k_m q4_0)
+  for mix in "${MIXES[@]}"; do make_model "$mix"; done
+  exec python3 "$(dirname "$0")/bench_decode_b1.py" "$LLAMA" "$HK" "$DIR" "${DECODE_ROUNDS:-5}" \
+    $THREADS "${MIXES[@]}"
+fi
+[ ${#MIXES[@]} -eq 0 ] && MIXES=(q4_k_m q8_0)
 now() { date +%s.%N; }
 best_of_3() {  # prints the shortest wall time of three runs of "$@" (output discarded)
   local best=
@@ -44,10 +64,7 @@ echo "{\"cpu\": \"$(lscpu | sed -n 's/^Model name: *//p' | head -1)\", \"threads
 first=1
 for mix in "${MIXES[@]}"; do
   model=$DIR/llama3.2-1b-$mix.gguf
-  if [ ! -f "$model" ]; then
-    "$HK" make-model --format gguf --shape llama3.2-1b --weight-type "$mix" --out "$model.tmp"
-    mv "$model.tmp" "$model"
-  fi
+  make_model "$mix"
   if [ "$mix" = f32 ] || [ "$mix" = bf16 ]; then
     echo "== $mix: llama-bench -p 4096" >&2
     "$LLAMA/llama-bench" -m "$model" -p 4096 -n 0 -r 1 -t $THREADS -o json \

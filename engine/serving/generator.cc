@@ -1,5 +1,7 @@
 #include "engine/serving/generator.h"
 
+#include <time.h>
+
 #include <chrono>
 
 #include "absl/cleanup/cleanup.h"
@@ -11,6 +13,12 @@ namespace {
 
 double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+double ProcessCpuSeconds() {
+  timespec ts{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
 }  // namespace
@@ -66,6 +74,7 @@ absl::StatusOr<GenerateResult> Generate(StepRunner& runner, std::span<const int3
   }
   result.prefill_seconds = SecondsSince(t0);
   t0 = std::chrono::steady_clock::now();
+  const double cpu0 = ProcessCpuSeconds();
   result.finish_reason = "length";
   while (true) {
     logits.assign(out.begin(), out.end());
@@ -84,6 +93,7 @@ absl::StatusOr<GenerateResult> Generate(StepRunner& runner, std::span<const int3
     ++pos;
   }
   result.decode_seconds = SecondsSince(t0);
+  result.decode_cpu_seconds = ProcessCpuSeconds() - cpu0;
   result.peak_pages = kv.peak_pages;
   result.tokens_evicted = kv.tokens_evicted;
   return result;

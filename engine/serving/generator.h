@@ -37,6 +37,9 @@ struct GenerateResult {
   int64_t tokens_evicted = 0;  // per (layer, kv head)
   double prefill_seconds = 0;
   double decode_seconds = 0;
+  // CPU time of the whole process (every thread) while decoding: against decode_seconds x
+  // threads it shows how much of the wall time the threads had a core (a noisy VM shows here).
+  double decode_cpu_seconds = 0;
 };
 
 // Whether `token` ends a sequence: the tokenizer's end-of-generation tokens, or without a

@@ -549,7 +549,9 @@ TEST(QuantGemmTest, FusedDecodersAgreeWithThePortablePath) {
   };
   const Fused fused[] = {{"avx512", internal::FusedRowsAvx512, true},
                          {"avx512vnni", internal::FusedRowsAvx512Vnni, internal::HasAvx512Vnni()}};
-  const int64_t m = 6, n = 5, k = 768;  // two groups of activation rows (4 + 2)
+  // m = 1: a batch-1 decode's own loop; m = 6: two groups of activation rows (4 + 2).
+  const int64_t n = 5, k = 768;
+  for (const int64_t m : {1, 6})
   for (QuantType type : {QuantType::kQ4_K, QuantType::kQ6_K, QuantType::kQ8_0}) {
     std::vector<float> w = Uniform(n * k, 31), x = Uniform(m * k, 32);
     w[7] = -30.0f;  // a large scale and a negative Q6_K sub-block scale nearby
@@ -573,7 +575,7 @@ TEST(QuantGemmTest, FusedDecodersAgreeWithThePortablePath) {
     }
     for (const Fused& fu : fused) {
       if (!fu.supported) continue;
-      SCOPED_TRACE(::testing::Message() << QuantTypeName(type) << " " << fu.name);
+      SCOPED_TRACE(::testing::Message() << QuantTypeName(type) << " " << fu.name << " m " << m);
       std::vector<const uint8_t*> rows(n);
       for (int64_t r = 0; r < n; ++r) rows[r] = q->row(r);
       std::vector<float> got(n * m);  // [n][m]

@@ -1,0 +1,121 @@
+#!/usr/bin/env python3
+"""Batch-1 decode, heavykv against llama.cpp, alternating in one run (issue 28).
+
+For each weight mix, ROUNDS rounds; each round runs both tools once on the same GGUF file, in
+turn (A B, then B A, ...), so that a slow minute of the VM falls on both:
+  llama.cpp: llama-bench -p 0 -n 64 -r 1 -t THREADS -o json        -> its tg64 tokens/s
+  heavykv:   heavykv run --steps PROMPT+64 --ignore-eos --json      -> decode_tokens_per_second
+Each run also records its wall time, the CPU time of its whole process (os.wait4) and the
+machine's steal time over the run (/proc/stat: time the hypervisor gave our vCPUs to others);
+heavykv also reports the CPU time of its decode loop alone. CPU / (wall x threads) near 1 with
+no steal means the threads had their cores; steal or a low share means the VM was noisy.
+
+Prints a table and writes DIR/decode-b1.json: per mix the rounds, the median tokens/s of each
+tool and the ratio of the medians (and the min / max of the per-round ratios).
+
+usage: bench_decode_b1.py LLAMA_BIN_DIR HEAVYKV_BIN DIR ROUNDS THREADS MIX...
+"""
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+
+
+def steal_seconds():
+    with open("/proc/stat") as f:
+        fields = f.readline().split()
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK")  # cpu user nice system idle iowait irq softirq steal
+
+
+def timed(cmd):
+    """Runs cmd; returns (stdout, wall s, process CPU s, steal s over the run)."""
+    steal0, t0 = steal_seconds(), time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = p.communicate()
+    wall = time.monotonic() - t0
+    # communicate() has reaped the child: its rusage is in RUSAGE_CHILDREN's growth.
+    if p.returncode != 0:
+        sys.exit(f"bench_decode_b1: failed ({p.returncode}): {' '.join(cmd)}\n{err}")
+    return out, wall, steal_seconds() - steal0
+
+
+def children_cpu():
+    import resource
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
+
+
+def run_llama(llama, model, threads, n_gen):
+    cpu0 = children_cpu()
+    out, wall, steal = timed([f"{llama}/llama-bench", "-m", model, "-p", "0", "-n", str(n_gen),
+                              "-r", "1", "-t", str(threads), "-o", "json"])
+    rows = json.loads(out)
+    tg = next(r["avg_ts"] for r in rows if r["n_gen"] == n_gen)
+    return {"tokens_per_s": tg, "wall_s": wall, "process_cpu_s": children_cpu() - cpu0,
+            "steal_s": steal}
+
+
+def run_heavykv(hk, model, threads, n_gen, prompt_tokens):
+    cpu0 = children_cpu()
+    out, wall, steal = timed([hk, "run", "--model", model, "--prompt", "Once", "--steps",
+                              str(prompt_tokens + n_gen), "--temperature", "0", "--ignore-eos",
+                              "--threads", str(threads), "--json"])
+    r = json.loads(out.strip().splitlines()[-1])
+    return {"tokens_per_s": r["decode_tokens_per_second"], "wall_s": wall,
+            "process_cpu_s": children_cpu() - cpu0, "steal_s": steal,
+            "decode_s": r["decode_seconds"], "decode_cpu_s": r["decode_cpu_seconds"]}
+
+
+def main():
+    llama, hk, bench_dir, rounds, threads = sys.argv[1:6]
+    mixes = sys.argv[6:]
+    rounds, threads, n_gen = int(rounds), int(threads), 64
+    result = {"cpu": open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(": \t"),
+              "threads": threads, "n_gen": n_gen, "mixes": {}}
+    for mix in mixes:
+        model = f"{bench_dir}/llama3.2-1b-{mix}.gguf"
+        probe = json.loads(subprocess.run(
+            [hk, "run", "--model", model, "--prompt", "Once", "--steps", "64", "--temperature", "0",
+             "--threads", str(threads), "--json"], check=True, capture_output=True,
+            text=True).stdout.strip().splitlines()[-1])
+        prompt_tokens = probe["prompt_tokens"]
+        runs = []
+        for i in range(rounds):
+            order = ["llama", "heavykv"] if i % 2 == 0 else ["heavykv", "llama"]
+            pair = {}
+            for who in order:
+                pair[who] = (run_llama(llama, model, threads, n_gen) if who == "llama" else
+                             run_heavykv(hk, model, threads, n_gen, prompt_tokens))
+            pair["ratio"] = pair["heavykv"]["tokens_per_s"] / pair["llama"]["tokens_per_s"]
+            runs.append(pair)
+            h, l = pair["heavykv"], pair["llama"]
+            print(f"{mix} round {i + 1}: heavykv {h['tokens_per_s']:.1f} tok/s "
+                  f"(decode CPU {h['decode_cpu_s'] / (h['decode_s'] * threads):.0%} of "
+                  f"{threads} threads, steal {h['steal_s']:.2f} s), llama.cpp "
+                  f"{l['tokens_per_s']:.1f} (process CPU {l['process_cpu_s']:.1f} s in "
+                  f"{l['wall_s']:.1f} s, steal {l['steal_s']:.2f} s): {pair['ratio']:.2f}x",
+                  flush=True)
+        med_h = statistics.median(r["heavykv"]["tokens_per_s"] for r in runs)
+        med_l = statistics.median(r["llama"]["tokens_per_s"] for r in runs)
+        ratios = [r["ratio"] for r in runs]
+        result["mixes"][mix] = {
+            "rounds": runs, "heavykv_median_tokens_per_s": med_h,
+            "llama_median_tokens_per_s": med_l, "ratio_of_medians": med_h / med_l,
+            "ratio_min": min(ratios), "ratio_max": max(ratios),
+            "steal_s_total": sum(r["heavykv"]["steal_s"] + r["llama"]["steal_s"] for r in runs)}
+    with open(f"{bench_dir}/decode-b1.json", "w") as f:
+        json.dump(result, f, indent=1)
+    print(f"\nbatch-1 decode, {threads} threads, {rounds} alternating rounds, {result['cpu']}")
+    print("| mix | heavykv tok/s (median) | llama.cpp tg64 (median) | ratio | per-round range |"
+          " steal s |")
+    print("|---|---|---|---|---|---|")
+    for mix, m in result["mixes"].items():
+        print(f"| {mix} | {m['heavykv_median_tokens_per_s']:.1f} | "
+              f"{m['llama_median_tokens_per_s']:.1f} | {m['ratio_of_medians']:.2f} | "
+              f"{m['ratio_min']:.2f}-{m['ratio_max']:.2f} | {m['steal_s_total']:.1f} |")
+
+
+if __name__ == "__main__":
+    main()
