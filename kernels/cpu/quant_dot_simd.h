@@ -265,35 +265,106 @@ inline float HalfToFloat(const uint8_t* p) {
   return _cvtsh_ss(h);
 }
 
-// Q4_K (144 bytes): group g is half g % 2 of sub-block g / 2, whose levels are the low (even
-// sub-block) or high (odd) nibbles of qs[32 (g / 4) ..]: word 8 (g / 4) + 4 (g % 2) + k of qs.
+// The fp16 scales of 8 blocks `stride` bytes apart (at blk, blk + stride, ...), as fp32, each
+// twice: lane g holds block g / 2's (its two groups of 16). Eight scalar loads: a 16-lane gather
+// costs Zen 4 more than the rest of a run's decoding.
+inline VF BlockScales(const uint8_t* blk, int64_t stride) {
+  uint16_t h[8];
+  for (int b = 0; b < 8; ++b) __builtin_memcpy(&h[b], blk + b * stride, 2);
+  const __m256 d = _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+  const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  return _mm512_permutexvar_ps(twice, _mm512_castps256_ps512(d));
+}
+
+// The 16 group scales of Q4_K and Q5_K (group g: sub-block g / 2): d * scale and dmin * min,
+// from the 12 bytes of 6-bit scales and mins at blk + 4 (quant_kquants.h).
+inline void KScalesMins(const uint8_t* blk, VF* ws, VF* wm) {
+  uint32_t a0, a1, a2;
+  __builtin_memcpy(&a0, blk + 4, 4);
+  __builtin_memcpy(&a1, blk + 8, 4);
+  __builtin_memcpy(&a2, blk + 12, 4);
+  // Sub-blocks 0-3 in the low 6 bits of bytes 0-3 (scales) and 4-7 (mins); 4-7 from the
+  // nibbles of bytes 8-11 and the top 2 bits of bytes 0-3 / 4-7.
+  const uint64_t sc = uint64_t(a0 & 0x3F3F3F3Fu) |
+                      uint64_t((a2 & 0x0F0F0F0Fu) | (((a0 >> 6) & 0x03030303u) << 4)) << 32;
+  const uint64_t mn = uint64_t(a1 & 0x3F3F3F3Fu) |
+                      uint64_t(((a2 >> 4) & 0x0F0F0F0Fu) | (((a1 >> 6) & 0x03030303u) << 4))
+                          << 32;
+  const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+  *ws = Mul(
+      Set1F(HalfToFloat(blk)),
+      Cvt(_mm512_permutexvar_epi32(twice, _mm512_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(sc))))));
+  *wm = Mul(
+      Set1F(HalfToFloat(blk + 2)),
+      Cvt(_mm512_permutexvar_epi32(twice, _mm512_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(mn))))));
+}
+
+// The low 4 bits of Q4_K and Q5_K levels, from the 128 bytes at q: group g is half g % 2 of
+// sub-block g / 2, whose levels are the low (even sub-block) or high (odd) nibbles of
+// q[32 (g / 4) ..]: word 8 (g / 4) + 4 (g % 2) + k of q.
+inline void KNibbles(const uint8_t* q, VI u[4]) {
+  const __m512i words =
+      _mm512_setr_epi32(0, 4, 0, 4, 8, 12, 8, 12, 16, 20, 16, 20, 24, 28, 24, 28);
+  const __m512i shifts = _mm512_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4);
+  const __m512i q0 = LoadI(q), q1 = LoadI(q + 64), low = _mm512_set1_epi8(0xF);
+  for (int k = 0; k < 4; ++k) u[k] = Gather(q0, q1, words, k, shifts, low);
+}
+
+// Q4_K (144 bytes): scales and mins, then the nibbles of its 128 bytes of levels at blk + 16.
 struct DecodeQ4K {
   static constexpr int64_t kBytes = 144;
   static constexpr bool kSigned = false;
   void operator()(const uint8_t* blk, VI u[4], VF* ws, VF* wm) const {
-    uint32_t a0, a1, a2;
-    __builtin_memcpy(&a0, blk + 4, 4);
-    __builtin_memcpy(&a1, blk + 8, 4);
-    __builtin_memcpy(&a2, blk + 12, 4);
-    // Sub-blocks 0-3 in the low 6 bits of bytes 0-3 (scales) and 4-7 (mins); 4-7 from the
-    // nibbles of bytes 8-11 and the top 2 bits of bytes 0-3 / 4-7 (quant_kquants.h).
-    const uint64_t sc = uint64_t(a0 & 0x3F3F3F3Fu) |
-                        uint64_t((a2 & 0x0F0F0F0Fu) | (((a0 >> 6) & 0x03030303u) << 4)) << 32;
-    const uint64_t mn = uint64_t(a1 & 0x3F3F3F3Fu) |
-                        uint64_t(((a2 >> 4) & 0x0F0F0F0Fu) | (((a1 >> 6) & 0x03030303u) << 4))
-                            << 32;
-    const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
-    *ws = Mul(
-        Set1F(HalfToFloat(blk)),
-        Cvt(_mm512_permutexvar_epi32(twice, _mm512_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(sc))))));
-    *wm = Mul(
-        Set1F(HalfToFloat(blk + 2)),
-        Cvt(_mm512_permutexvar_epi32(twice, _mm512_cvtepu8_epi32(_mm_cvtsi64_si128(int64_t(mn))))));
+    KScalesMins(blk, ws, wm);
+    KNibbles(blk + 16, u);
+  }
+};
+
+// Q5_K (176 bytes): Q4_K's scales and nibbles (at blk + 48), and a fifth bit per level from the
+// 32 bytes of qh at blk + 16: bit sb of qh[l] for input l of sub-block sb, so group g (sub-block
+// g / 2, inputs 16 (g % 2) + 4k ..) takes bit g / 2 of word 4 (g % 2) + k of qh.
+struct DecodeQ5K {
+  static constexpr int64_t kBytes = 176;
+  static constexpr bool kSigned = false;
+  void operator()(const uint8_t* blk, VI u[4], VF* ws, VF* wm) const {
+    KScalesMins(blk, ws, wm);
+    KNibbles(blk + 48, u);
+    const __m512i qh = _mm512_castsi256_si512(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 16)));
+    const __m512i words = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+    const __m512i shifts = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
+    const __m512i one = _mm512_set1_epi8(1);
+    for (int k = 0; k < 4; ++k) {
+      u[k] = _mm512_or_si512(u[k], _mm512_slli_epi32(Gather(qh, qh, words, k, shifts, one), 4));
+    }
+  }
+};
+
+// Q4_0 (8 blocks of 18 bytes per 256 inputs): group g is half g % 2 of block g / 2, the low
+// (even g) or high nibbles of its 16 bytes of levels, w = d * (u - 8). The 8 blocks' levels are
+// packed into two vectors (blocks 0-3, 4-7), where block b's word j is word 4b + j of the pair:
+// group g's chunk k is word 4 (g / 2) + k, shifted by 4 (g % 2).
+struct DecodeQ4_0 {
+  static constexpr int64_t kBytes = 8 * 18;
+  static constexpr bool kSigned = false;
+  void operator()(const uint8_t* blk, VI u[4], VF* ws, VF* wm) const {
+    *ws = BlockScales(blk, 18);
+    *wm = Mul(*ws, Set1F(8.0f));
+    auto levels = [&](int b) {
+      return _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18 * b + 2));
+    };
+    __m512i q[2];
+    for (int h = 0; h < 2; ++h) {
+      q[h] = _mm512_castsi128_si512(levels(4 * h));
+      q[h] = _mm512_inserti32x4(q[h], levels(4 * h + 1), 1);
+      q[h] = _mm512_inserti32x4(q[h], levels(4 * h + 2), 2);
+      q[h] = _mm512_inserti32x4(q[h], levels(4 * h + 3), 3);
+    }
     const __m512i words =
-        _mm512_setr_epi32(0, 4, 0, 4, 8, 12, 8, 12, 16, 20, 16, 20, 24, 28, 24, 28);
-    const __m512i shifts = _mm512_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4, 0, 0, 4, 4);
-    const __m512i q0 = LoadI(blk + 16), q1 = LoadI(blk + 80), low = _mm512_set1_epi8(0xF);
-    for (int k = 0; k < 4; ++k) u[k] = Gather(q0, q1, words, k, shifts, low);
+        _mm512_setr_epi32(0, 0, 4, 4, 8, 8, 12, 12, 16, 16, 20, 20, 24, 24, 28, 28);
+    const __m512i shifts = _mm512_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4, 0, 4);
+    const __m512i low = _mm512_set1_epi8(0xF);
+    for (int k = 0; k < 4; ++k) u[k] = Gather(q[0], q[1], words, k, shifts, low);
   }
 };
 
@@ -329,10 +400,7 @@ struct DecodeQ8_0 {
   static constexpr int64_t kBytes = 8 * 34;
   static constexpr bool kSigned = true;
   void operator()(const uint8_t* blk, VI u[4], VF* ws, VF* wm) const {
-    const __m512i d_at =
-        _mm512_setr_epi32(0, 0, 34, 34, 68, 68, 102, 102, 136, 136, 170, 170, 204, 204, 238, 238);
-    const __m512i halves = _mm512_i32gather_epi32(d_at, blk, 1);  // low 16 bits: the d of g / 2
-    *ws = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(halves));
+    *ws = BlockScales(blk, 34);
     *wm = Mul(*ws, Set1F(128.0f));
     // Blocks 2i, 2i + 1 side by side: natural order, 64 inputs a vector, then into lane order.
     __m512i z[4];
@@ -433,7 +501,9 @@ inline void DecodeSliceSimd(const uint8_t* src, int64_t nsb, const UnpackedSlice
 inline bool DecodeSliceSimdFor(int type_id, const uint8_t* src, int64_t nsb,
                                const UnpackedSlice& out) {
   switch (type_id) {
+    case 2: DecodeSliceSimd<DecodeQ4_0>(src, nsb, out); return true;
     case 12: DecodeSliceSimd<DecodeQ4K>(src, nsb, out); return true;
+    case 13: DecodeSliceSimd<DecodeQ5K>(src, nsb, out); return true;
     case 14: DecodeSliceSimd<DecodeQ6K>(src, nsb, out); return true;
     case 8: DecodeSliceSimd<DecodeQ8_0>(src, nsb, out); return true;
   }
@@ -443,7 +513,9 @@ inline bool DecodeSliceSimdFor(int type_id, const uint8_t* src, int64_t nsb,
 // Dispatches on the ggml type id; false where there is no fused decoder.
 inline bool FusedRowsSimdFor(int type_id, const FusedRows& f) {
   switch (type_id) {
+    case 2: FusedRowsSimd<DecodeQ4_0>(f); return true;
     case 12: FusedRowsSimd<DecodeQ4K>(f); return true;
+    case 13: FusedRowsSimd<DecodeQ5K>(f); return true;
     case 14: FusedRowsSimd<DecodeQ6K>(f); return true;
     case 8: FusedRowsSimd<DecodeQ8_0>(f); return true;
   }

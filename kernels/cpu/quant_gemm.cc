@@ -156,7 +156,8 @@ void Int8Block(const Int8Kernel& kernel, bool avx2, const internal::QuantActs& a
   // Small batches of the types with a fused decoder skip the unpacked copy.
   const bool fused = kernel.fused != nullptr && m <= kInt8FusedMaxM && k % 256 == 0 &&
                      (w.type() == QuantType::kQ4_K || w.type() == QuantType::kQ6_K ||
-                      w.type() == QuantType::kQ8_0);
+                      w.type() == QuantType::kQ8_0 || w.type() == QuantType::kQ4_0 ||
+                      w.type() == QuantType::kQ5_K);
   if (fused) {
     for (int r = 0; r < nr; ++r) {
       const uint8_t* row = w.row(r0 + r);

@@ -536,7 +536,7 @@ TEST(QuantGemmTest, DotKernelsAgreeWithThePortableOne) {
   }
 }
 
-// The fused decoders (Q4_K, Q6_K, Q8_0 rows read straight from their blocks for m <= 4), with and
+// The fused decoders (Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 rows read straight from their blocks for m <= 4), with and
 // without VNNI, against the portable int8 path on the same activations.
 TEST(QuantGemmTest, FusedDecodersAgreeWithThePortablePath) {
   if (!IsaSupported(Isa::kAvx512) || !__builtin_cpu_supports("avx512bw")) {
@@ -552,7 +552,8 @@ TEST(QuantGemmTest, FusedDecodersAgreeWithThePortablePath) {
   // m = 1: a batch-1 decode's own loop; m = 6: two groups of activation rows (4 + 2).
   const int64_t n = 5, k = 768;
   for (const int64_t m : {1, 6})
-  for (QuantType type : {QuantType::kQ4_K, QuantType::kQ6_K, QuantType::kQ8_0}) {
+  for (QuantType type : {QuantType::kQ4_K, QuantType::kQ6_K, QuantType::kQ8_0, QuantType::kQ4_0,
+                         QuantType::kQ5_K}) {
     std::vector<float> w = Uniform(n * k, 31), x = Uniform(m * k, 32);
     w[7] = -30.0f;  // a large scale and a negative Q6_K sub-block scale nearby
     auto q = QuantMatrix::Quantize(type, w.data(), n, k);
@@ -591,7 +592,7 @@ TEST(QuantGemmTest, FusedDecodersAgreeWithThePortablePath) {
     }
   }
   EXPECT_FALSE(
-      internal::FusedRowsAvx512(static_cast<int>(QuantType::kQ4_0), internal::FusedRows{}));
+      internal::FusedRowsAvx512(static_cast<int>(QuantType::kQ5_0), internal::FusedRows{}));
 }
 
 // The permutations move 4-byte words exactly as documented (quant_dot_kernel.h).
