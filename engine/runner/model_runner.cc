@@ -23,7 +23,14 @@ KvShape KvShapeFor(const ModelConfig& config, int32_t block_size) {
   return s;
 }
 
-ModelRunner::ModelRunner(const Model& model, KvCache* cache) : model_(model), cache_(cache) {}
+ModelRunner::ModelRunner(const Model& model, KvCache* cache) : model_(model), cache_(cache) {
+  team_weights_ = !model.layers.empty();
+  for (const LayerWeights& w : model.layers) {
+    for (const cpu::Linear* m : {&w.wqkv, &w.wo, &w.w13, &w.w2}) {
+      team_weights_ = team_weights_ && m->TeamCapable(1);
+    }
+  }
+}
 
 namespace {
 
@@ -212,117 +219,181 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
   }
   std::vector<double> similarity(measured.size() * c.num_layers, 0.0);
   std::vector<float> before;
-  for (int32_t l = 0; l < c.num_layers; ++l) {
-    const LayerWeights& w = model_.layers[l];
-    cpu::RmsNorm(x_.data(), w.rms_att.data(), xb_.data(), T, dim, c.rms_norm_eps);
-    w.wqkv.Multiply(xb_.data(), qkv_.data(), T, qkv_dim, /*accumulate=*/false);
-    if (!w.bqkv.empty()) {
-      for (int64_t t = 0; t < T; ++t) cpu::Add(&qkv_[t * qkv_dim], w.bqkv.data(), qkv_dim);
+  // Appends task's new K/V rows to its (layer, kv head) and returns its attention arguments.
+  auto prepare = [&](int32_t l, int64_t task) {
+    const SequenceStep& st = steps[task / n_kv];
+    const int32_t h = static_cast<int32_t>(task % n_kv);
+    const int32_t n = static_cast<int32_t>(st.tokens.size());
+    const int32_t old = st.kv->Slots(l);
+    const int64_t t0 = first_token[task / n_kv];
+    PagedKvHead kv = cache_->View(*st.kv, l, h, old + n);
+    const ChannelSpec channel =
+        st.kv->policy != nullptr ? st.kv->policy->channel() : ChannelSpec{};
+    for (int32_t i = 0; i < n; ++i) {  // append this step's K/V rows to the head
+      const float* row = &qkv_[(t0 + i) * qkv_dim];
+      const float* k_row = row + q_dim + int64_t(h) * hd;
+      kv.StoreRows(old + i, k_row, row + q_dim + kv_dim + int64_t(h) * hd);
+      kv.Pos(old + i) = st.start_pos + i;
+      kv.Score(old + i) =
+          channel.kind == SlotChannel::kNegKeyNorm ? -cpu::L2Norm(k_row, hd) : 0.0f;
     }
-    if (!w.q_norm.empty()) {  // each head of q, then of k, normalised on its own
-      for (int64_t t = 0; t < T; ++t) {
+    if (pinned[task / n_kv] > 0) {
+      ShiftPinnedKeys(kv, old, n, pinned[task / n_kv], st.kv->pinned_shift,
+                      shift_to[task / n_kv], rope);
+    }
+    cpu::AttentionArgs a;
+    a.kv = kv;
+    a.num_old = old;
+    a.num_q = n;
+    a.group = G;
+    a.q = &qkv_[t0 * qkv_dim + int64_t(h) * G * hd];
+    a.q_stride = qkv_dim;
+    a.out = &att_[t0 * q_dim + int64_t(h) * G * hd];
+    a.out_stride = q_dim;
+    if (AttentionWrites(channel.kind)) a.channel = channel;
+    // The score update reads the scores, EvictHead the positions (and scores) after it.
+    const bool evicts = KeptAfterStep(*st.kv, l, old + n, kv.block_size) < old + n;
+    const bool scores = channel.kind != SlotChannel::kNone;
+    if (evicts || scores) kv.PrefetchMeta(evicts, scores);
+    return a;
+  };
+  auto evict = [&](int32_t l, int64_t task, const cpu::AttentionArgs& a) {
+    const SequenceStep& st = steps[task / n_kv];
+    const int32_t n = static_cast<int32_t>(st.tokens.size());
+    cache_->EvictHead(*st.kv, l, static_cast<int32_t>(task % n_kv), a.kv.num_slots,
+                      st.start_pos + n - 1, n);
+  };
+  // A decode step of a few tokens on quantized weights runs as one parallel region (the team
+  // path; model_runner.h): fewer forks, no serial stretch between the matrices, and rows shared
+  // out as the threads come. Split-K (fewer pairs than threads) and squeeze's measuring steps
+  // take the general path below.
+  const int32_t threads = omp_get_max_threads();
+  if (team_ && team_weights_ && threads > 1 && T <= kTeamMaxTokens && num_tasks >= threads &&
+      measured.empty()) {
+    // Bias, q/k norms and rotation of one task's heads (the general path does the whole step's
+    // at once, with the same arithmetic per head).
+    rope_angles_.resize(T * hd);
+    cpu::RopeAngles(pos_.data(), T, rope, rope_angles_.data());
+    auto prepare_heads = [&](const LayerWeights& w, int64_t task) {
+      const int64_t h = task % n_kv, t0 = first_token[task / n_kv];
+      const int64_t n = static_cast<int64_t>(steps[task / n_kv].tokens.size());
+      const int64_t q0 = h * G * hd, k0 = q_dim + h * hd, v0 = q_dim + kv_dim + h * hd;
+      for (int64_t t = t0; t < t0 + n; ++t) {
         float* row = &qkv_[t * qkv_dim];
-        cpu::RmsNorm(row, w.q_norm.data(), row, c.num_heads, hd, c.rms_norm_eps);
-        cpu::RmsNorm(row + q_dim, w.k_norm.data(), row + q_dim, n_kv, hd, c.rms_norm_eps);
+        if (!w.bqkv.empty()) {
+          cpu::Add(row + q0, w.bqkv.data() + q0, G * hd);
+          cpu::Add(row + k0, w.bqkv.data() + k0, hd);
+          cpu::Add(row + v0, w.bqkv.data() + v0, hd);
+        }
+        if (!w.q_norm.empty()) {
+          cpu::RmsNorm(row + q0, w.q_norm.data(), row + q0, G, hd, c.rms_norm_eps);
+          cpu::RmsNorm(row + k0, w.k_norm.data(), row + k0, 1, hd, c.rms_norm_eps);
+        }
+        cpu::RopeWithAngles(row + q0, 1, qkv_dim, G * hd, &rope_angles_[t * hd], rope);
+        cpu::RopeWithAngles(row + k0, 1, qkv_dim, hd, &rope_angles_[t * hd], rope);
+      }
+    };
+    team_xb_.resize(int64_t(threads) * T * dim);
+#pragma omp parallel num_threads(threads)
+    {
+      const int tid = omp_get_thread_num(), nth = omp_get_num_threads();
+      float* xb = team_xb_.data() + int64_t(tid) * T * dim;  // this thread's normalised copy
+      for (int32_t l = 0; l < c.num_layers; ++l) {
+        const LayerWeights& w = model_.layers[l];
+        cpu::RmsNorm(x_.data(), w.rms_att.data(), xb, T, dim, c.rms_norm_eps);
+        w.wqkv.MultiplyTeam(xb, qkv_.data(), T, qkv_dim, /*accumulate=*/false);
+#pragma omp barrier
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t task = 0; task < num_tasks; ++task) {
+          prepare_heads(w, task);
+          const cpu::AttentionArgs a = prepare(l, task);
+          thread_local std::vector<float> scratch;
+          scratch.resize(cpu::AttentionScratchFloats(a.kv.num_slots, G, a.num_q));
+          cpu::PagedAttention(a, scratch.data());
+          evict(l, task, a);
+        }
+        w.wo.MultiplyTeam(att_.data(), x_.data(), T, dim, /*accumulate=*/true);
+#pragma omp barrier
+        cpu::RmsNorm(x_.data(), w.rms_ffn.data(), xb, T, dim, c.rms_norm_eps);
+        w.w13.MultiplyTeam(xb, hb_.data(), T, 2 * hid, /*accumulate=*/false);
+#pragma omp barrier
+        cpu::SwiGluColumns(hb_.data(), hb2_.data(), T, hid, hid * tid / nth,
+                           hid * (tid + 1) / nth);
+#pragma omp barrier
+        w.w2.MultiplyTeam(hb2_.data(), x_.data(), T, dim, /*accumulate=*/true);
+#pragma omp barrier
       }
     }
-    cpu::Rope(qkv_.data(), T, qkv_dim, q_dim + kv_dim, pos_.data(), rope);
+    ++team_steps_;
+  } else {
+    for (int32_t l = 0; l < c.num_layers; ++l) {
+      const LayerWeights& w = model_.layers[l];
+      cpu::RmsNorm(x_.data(), w.rms_att.data(), xb_.data(), T, dim, c.rms_norm_eps);
+      w.wqkv.Multiply(xb_.data(), qkv_.data(), T, qkv_dim, /*accumulate=*/false);
+      if (!w.bqkv.empty()) {
+        for (int64_t t = 0; t < T; ++t) cpu::Add(&qkv_[t * qkv_dim], w.bqkv.data(), qkv_dim);
+      }
+      if (!w.q_norm.empty()) {  // each head of q, then of k, normalised on its own
+        for (int64_t t = 0; t < T; ++t) {
+          float* row = &qkv_[t * qkv_dim];
+          cpu::RmsNorm(row, w.q_norm.data(), row, c.num_heads, hd, c.rms_norm_eps);
+          cpu::RmsNorm(row + q_dim, w.k_norm.data(), row + q_dim, n_kv, hd, c.rms_norm_eps);
+        }
+      }
+      cpu::Rope(qkv_.data(), T, qkv_dim, q_dim + kv_dim, pos_.data(), rope);
 
-    // Appends task's new K/V rows to its (layer, kv head) and returns its attention arguments.
-    auto prepare = [&](int64_t task) {
-      const SequenceStep& st = steps[task / n_kv];
-      const int32_t h = static_cast<int32_t>(task % n_kv);
-      const int32_t n = static_cast<int32_t>(st.tokens.size());
-      const int32_t old = st.kv->Slots(l);
-      const int64_t t0 = first_token[task / n_kv];
-      PagedKvHead kv = cache_->View(*st.kv, l, h, old + n);
-      const ChannelSpec channel =
-          st.kv->policy != nullptr ? st.kv->policy->channel() : ChannelSpec{};
-      for (int32_t i = 0; i < n; ++i) {  // append this step's K/V rows to the head
-        const float* row = &qkv_[(t0 + i) * qkv_dim];
-        const float* k_row = row + q_dim + int64_t(h) * hd;
-        kv.StoreRows(old + i, k_row, row + q_dim + kv_dim + int64_t(h) * hd);
-        kv.Pos(old + i) = st.start_pos + i;
-        kv.Score(old + i) =
-            channel.kind == SlotChannel::kNegKeyNorm ? -cpu::L2Norm(k_row, hd) : 0.0f;
-      }
-      if (pinned[task / n_kv] > 0) {
-        ShiftPinnedKeys(kv, old, n, pinned[task / n_kv], st.kv->pinned_shift,
-                        shift_to[task / n_kv], rope);
-      }
-      cpu::AttentionArgs a;
-      a.kv = kv;
-      a.num_old = old;
-      a.num_q = n;
-      a.group = G;
-      a.q = &qkv_[t0 * qkv_dim + int64_t(h) * G * hd];
-      a.q_stride = qkv_dim;
-      a.out = &att_[t0 * q_dim + int64_t(h) * G * hd];
-      a.out_stride = q_dim;
-      if (AttentionWrites(channel.kind)) a.channel = channel;
-      // The score update reads the scores, EvictHead the positions (and scores) after it.
-      const bool evicts = KeptAfterStep(*st.kv, l, old + n, kv.block_size) < old + n;
-      const bool scores = channel.kind != SlotChannel::kNone;
-      if (evicts || scores) kv.PrefetchMeta(evicts, scores);
-      return a;
-    };
-    auto evict = [&](int64_t task, const cpu::AttentionArgs& a) {
-      const SequenceStep& st = steps[task / n_kv];
-      const int32_t n = static_cast<int32_t>(st.tokens.size());
-      cache_->EvictHead(*st.kv, l, static_cast<int32_t>(task % n_kv), a.kv.num_slots,
-                        st.start_pos + n - 1, n);
-    };
-    if (split.Plan(steps, l, n_kv, G, hd, cache_->shape().block_size, split_allowed)) {
-      // Split-K: fewer (sequence, kv head) pairs than threads, so each decode query's context
-      // is cut into parts that the threads attend at once, then combined per pair.
-      std::vector<cpu::AttentionArgs>& args = split.args;
+      if (split.Plan(steps, l, n_kv, G, hd, cache_->shape().block_size, split_allowed)) {
+        // Split-K: fewer (sequence, kv head) pairs than threads, so each decode query's context
+        // is cut into parts that the threads attend at once, then combined per pair.
+        std::vector<cpu::AttentionArgs>& args = split.args;
 #pragma omp parallel for schedule(dynamic, 1)
-      for (int64_t task = 0; task < num_tasks; ++task) args[task] = prepare(task);
+        for (int64_t task = 0; task < num_tasks; ++task) args[task] = prepare(l, task);
 #pragma omp parallel for schedule(dynamic, 1)
-      for (int64_t item = 0; item < int64_t(split.items.size()); ++item) {
-        const auto [task, j] = split.items[item];
-        cpu::PagedAttention(cpu::PartArgs(args[task], split.Bounds(task), j, split.Out(task),
-                                          split.Stats(task)),
-                            split.Probs(task, j));
-      }
+        for (int64_t item = 0; item < int64_t(split.items.size()); ++item) {
+          const auto [task, j] = split.items[item];
+          cpu::PagedAttention(cpu::PartArgs(args[task], split.Bounds(task), j, split.Out(task),
+                                            split.Stats(task)),
+                              split.Probs(task, j));
+        }
 #pragma omp parallel for schedule(dynamic, 1)
-      for (int64_t task = 0; task < num_tasks; ++task) {
-        const int32_t parts = split.Parts(task);
-        std::vector<const float*> probs(parts);
-        for (int32_t j = 0; j < parts; ++j) probs[j] = split.Probs(task, j);
-        thread_local std::vector<float> scratch;
-        scratch.resize(cpu::AttentionScratchFloats(args[task].kv.num_slots, G, 1));
-        cpu::CombineAttentionParts(args[task], split.Bounds(task), parts, split.Out(task),
-                                   split.Stats(task), probs.data(), scratch.data());
-        evict(task, args[task]);
-      }
-      split_parts_ += int64_t(split.items.size());
-    } else {
+        for (int64_t task = 0; task < num_tasks; ++task) {
+          const int32_t parts = split.Parts(task);
+          std::vector<const float*> probs(parts);
+          for (int32_t j = 0; j < parts; ++j) probs[j] = split.Probs(task, j);
+          thread_local std::vector<float> scratch;
+          scratch.resize(cpu::AttentionScratchFloats(args[task].kv.num_slots, G, 1));
+          cpu::CombineAttentionParts(args[task], split.Bounds(task), parts, split.Out(task),
+                                     split.Stats(task), probs.data(), scratch.data());
+          evict(l, task, args[task]);
+        }
+        split_parts_ += int64_t(split.items.size());
+      } else {
 #pragma omp parallel for schedule(dynamic, 1) if (parallel_attention)
-      for (int64_t task = 0; task < num_tasks; ++task) {
-        const cpu::AttentionArgs a = prepare(task);
-        thread_local std::vector<float> scratch;
-        scratch.resize(cpu::AttentionScratchFloats(a.kv.num_slots, G, a.num_q));
-        cpu::PagedAttention(a, scratch.data());
-        evict(task, a);
+        for (int64_t task = 0; task < num_tasks; ++task) {
+          const cpu::AttentionArgs a = prepare(l, task);
+          thread_local std::vector<float> scratch;
+          scratch.resize(cpu::AttentionScratchFloats(a.kv.num_slots, G, a.num_q));
+          cpu::PagedAttention(a, scratch.data());
+          evict(l, task, a);
+        }
       }
-    }
 
-    if (!measured.empty()) before.assign(x_.begin(), x_.begin() + T * dim);
-    w.wo.Multiply(att_.data(), x_.data(), T, dim, /*accumulate=*/true);
-    for (size_t m = 0; m < measured.size(); ++m) {
-      const SequenceStep& st = steps[measured[m]];
-      double sum = 0;
-      for (size_t j = 0; j < st.tokens.size(); ++j) {
-        const int64_t row = (first_token[measured[m]] + j) * dim;
-        sum += cpu::CosineSimilarity(&before[row], &x_[row], dim);
+      if (!measured.empty()) before.assign(x_.begin(), x_.begin() + T * dim);
+      w.wo.Multiply(att_.data(), x_.data(), T, dim, /*accumulate=*/true);
+      for (size_t m = 0; m < measured.size(); ++m) {
+        const SequenceStep& st = steps[measured[m]];
+        double sum = 0;
+        for (size_t j = 0; j < st.tokens.size(); ++j) {
+          const int64_t row = (first_token[measured[m]] + j) * dim;
+          sum += cpu::CosineSimilarity(&before[row], &x_[row], dim);
+        }
+        similarity[m * c.num_layers + l] = sum;
       }
-      similarity[m * c.num_layers + l] = sum;
+      cpu::RmsNorm(x_.data(), w.rms_ffn.data(), xb_.data(), T, dim, c.rms_norm_eps);
+      w.w13.Multiply(xb_.data(), hb_.data(), T, 2 * hid, /*accumulate=*/false);
+      cpu::SwiGlu(hb_.data(), hb2_.data(), T, hid);
+      w.w2.Multiply(hb2_.data(), x_.data(), T, dim, /*accumulate=*/true);
     }
-    cpu::RmsNorm(x_.data(), w.rms_ffn.data(), xb_.data(), T, dim, c.rms_norm_eps);
-    w.w13.Multiply(xb_.data(), hb_.data(), T, 2 * hid, /*accumulate=*/false);
-    cpu::SwiGlu(hb_.data(), hb2_.data(), T, hid);
-    w.w2.Multiply(hb2_.data(), x_.data(), T, dim, /*accumulate=*/true);
   }
 
   for (size_t i = 0; i < steps.size(); ++i) {

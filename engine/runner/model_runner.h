@@ -30,7 +30,23 @@ KvShape KvShapeFor(const ModelConfig& config, int32_t block_size);
 inline constexpr int32_t kMinAttentionPartSlots = 512;
 int32_t AttentionParts(int64_t tasks, int32_t threads, int32_t slots);
 
+// Steps of up to this many tokens may run as one parallel region (ModelRunner's team path).
+inline constexpr int64_t kTeamMaxTokens = 4;
+
 // The CPU backend of StepRunner.
+//
+// Threads. A step runs one of two ways, with the same arithmetic (the logits agree bit for bit):
+//  - the team path, for decode steps of at most kTeamMaxTokens tokens when every layer matrix
+//    is a block format on the int8 path (cpu::Linear::TeamCapable) and the step has at least as
+//    many (sequence, kv head) pairs as threads: the whole step is one OpenMP parallel region.
+//    Every thread normalises the residual stream into its own copy (and quantizes it inside
+//    MultiplyTeam), the threads take each matrix's rows in chunks as they come
+//    (cpu::MatmulQuantTeam) and the (sequence, kv head) pairs one at a time, each pair's bias,
+//    q/k norms and rotation with it; five barriers a layer, where data flows between threads
+//    (after the qkv, attention, wo, gate/up, SwiGLU and down stages, the attention's the end of
+//    its loop).
+//  - the general path for everything else (prefill chunks, large decode batches, split-K, fp32 /
+//    bf16 / f16 weights): each operation is its own parallel region where it is large enough.
 class ModelRunner : public StepRunner {
  public:
   // `model` and `cache` must outlive the runner; the cache's shape must match the model.
@@ -48,6 +64,10 @@ class ModelRunner : public StepRunner {
   int64_t split_attention_parts() const { return split_parts_; }
   // Split-K on (the default) or off, for benchmarks that time the one against the other.
   void set_split_attention(bool on) { split_attention_ = on; }
+  // The team path on (the default) or off, for tests and benchmarks that compare the two.
+  void set_team(bool on) { team_ = on; }
+  // Steps that ran on the team path since construction.
+  int64_t team_steps() const { return team_steps_; }
   KvCache& cache() override { return *cache_; }
 
  private:
@@ -62,8 +82,13 @@ class ModelRunner : public StepRunner {
   AlignedVector<float> hb2_;     // [T][hidden]
   AlignedVector<float> logits_;  // [rows][vocab]
   std::vector<int32_t> pos_;   // [T]
+  AlignedVector<float> team_xb_;      // [threads][T][dim]: each team thread's normalised input
+  std::vector<float> rope_angles_;    // [T][head_dim]: the team path's RopeAngles
   int64_t split_parts_ = 0;
+  int64_t team_steps_ = 0;
   bool split_attention_ = true;
+  bool team_ = true;
+  bool team_weights_ = false;  // every layer matrix TeamCapable
 };
 
 }  // namespace heavykv

@@ -52,6 +52,13 @@ class Linear {
   // y[m][ldy] (+)= x[m][k] * W^T, ldy >= rows().
   void Multiply(const float* x, float* y, int64_t m, int64_t ldy, bool accumulate) const;
 
+  // Whether MultiplyTeam serves this matrix at batch m: every part is a block format that
+  // MatmulQuant multiplies on its int8 path.
+  bool TeamCapable(int64_t m) const;
+  // Multiply, called by every thread of an enclosing OpenMP parallel region (MatmulQuantTeam for
+  // each part); no barrier at the end. Requires TeamCapable(m).
+  void MultiplyTeam(const float* x, float* y, int64_t m, int64_t ldy, bool accumulate) const;
+
  private:
   static int64_t PartRows(const Part& p);
   // InvalidArgument unless a part of `cols` columns may go below the current ones.

@@ -17,4 +17,20 @@ void Linear::Multiply(const float* x, float* y, int64_t m, int64_t ldy, bool acc
   }
 }
 
+bool Linear::TeamCapable(int64_t m) const {
+  for (const Part& p : parts_) {
+    const auto* q = std::get_if<QuantMatrix>(&p);
+    if (q == nullptr || !QuantUsesInt8(q->type(), m)) return false;
+  }
+  return !parts_.empty();
+}
+
+void Linear::MultiplyTeam(const float* x, float* y, int64_t m, int64_t ldy,
+                          bool accumulate) const {
+  for (const Part& p : parts_) {
+    MatmulQuantTeam(x, std::get<QuantMatrix>(p), y, m, ldy, accumulate);
+    y += PartRows(p);
+  }
+}
+
 }  // namespace heavykv::cpu

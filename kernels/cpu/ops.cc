@@ -33,14 +33,13 @@ void Rope(float* x, int64_t rows, int64_t row_stride, int64_t rot_dim, int64_t h
   Rope(x, rows, row_stride, rot_dim, pos, p);
 }
 
-void Rope(float* x, int64_t rows, int64_t row_stride, int64_t rot_dim, const int32_t* pos,
-          const RopeParams& p) {
+void RopeAngles(const int32_t* pos, int64_t rows, const RopeParams& p, float* cos_sin) {
   const int64_t head_dim = p.head_dim, half = head_dim / 2;
-#pragma omp parallel for if (rows * rot_dim > kParallelMin)
   for (int64_t t = 0; t < rows; ++t) {
-    // The angle depends only on (pos, i mod head_dim): compute each once per row with the same
-    // float operations as run.c, so rotations agree with it bit for bit.
-    float cos_tab[512], sin_tab[512];
+    // The angle depends only on (pos, i mod head_dim): each once per row, with the same float
+    // operations as run.c, so rotations agree with it bit for bit.
+    float* cos_tab = cos_sin + t * head_dim;
+    float* sin_tab = cos_tab + half;
     for (int64_t i = 0; i < head_dim; i += 2) {
       float freq = 1.0f / powf(p.theta, i / (float)head_dim);
       if (p.freq_factors != nullptr) freq /= p.freq_factors[i / 2];
@@ -48,6 +47,15 @@ void Rope(float* x, int64_t rows, int64_t row_stride, int64_t rot_dim, const int
       cos_tab[i / 2] = cosf(val);
       sin_tab[i / 2] = sinf(val);
     }
+  }
+}
+
+void RopeWithAngles(float* x, int64_t rows, int64_t row_stride, int64_t rot_dim,
+                    const float* cos_sin, const RopeParams& p) {
+  const int64_t head_dim = p.head_dim, half = head_dim / 2;
+  for (int64_t t = 0; t < rows; ++t) {
+    const float* cos_tab = cos_sin + t * head_dim;
+    const float* sin_tab = cos_tab + half;
     float* r = x + t * row_stride;
     if (p.neox) {
       for (int64_t h = 0; h < rot_dim; h += head_dim) {
@@ -68,17 +76,34 @@ void Rope(float* x, int64_t rows, int64_t row_stride, int64_t rot_dim, const int
   }
 }
 
-void SwiGlu(const float* gu, float* out, int64_t rows, int64_t hidden) {
-#pragma omp parallel for if (rows * hidden > kParallelMin)
+void Rope(float* x, int64_t rows, int64_t row_stride, int64_t rot_dim, const int32_t* pos,
+          const RopeParams& p) {
+#pragma omp parallel for if (rows * rot_dim > kParallelMin)
+  for (int64_t t = 0; t < rows; ++t) {
+    float cos_sin[1024];
+    RopeAngles(pos + t, 1, p, cos_sin);
+    RopeWithAngles(x + t * row_stride, 1, row_stride, rot_dim, cos_sin, p);
+  }
+}
+
+void SwiGluColumns(const float* gu, float* out, int64_t rows, int64_t hidden, int64_t i0,
+                   int64_t i1) {
   for (int64_t t = 0; t < rows; ++t) {
     const float* g = gu + t * 2 * hidden;
     const float* u = g + hidden;
     float* o = out + t * hidden;
-    for (int64_t i = 0; i < hidden; ++i) {
+    for (int64_t i = i0; i < i1; ++i) {
       float val = g[i];
       val *= (1.0f / (1.0f + expf(-val)));
       o[i] = val * u[i];
     }
+  }
+}
+
+void SwiGlu(const float* gu, float* out, int64_t rows, int64_t hidden) {
+#pragma omp parallel for if (rows * hidden > kParallelMin)
+  for (int64_t t = 0; t < rows; ++t) {
+    SwiGluColumns(gu + t * 2 * hidden, out + t * hidden, 1, hidden, 0, hidden);
   }
 }
 

@@ -28,9 +28,18 @@ struct RopeParams {
 };
 void Rope(float* x, int64_t rows, int64_t row_stride, int64_t rot_dim, const int32_t* pos,
           const RopeParams& p);
+// Rope in two halves, for a step that rotates the same positions in every layer: RopeAngles
+// writes each row's angles once (cos_sin [rows][head_dim]: head_dim / 2 cosines, then as many
+// sines), RopeWithAngles rotates with them; together they are Rope, bit for bit.
+void RopeAngles(const int32_t* pos, int64_t rows, const RopeParams& p, float* cos_sin);
+void RopeWithAngles(float* x, int64_t rows, int64_t row_stride, int64_t rot_dim,
+                    const float* cos_sin, const RopeParams& p);
 
 // out[t][i] = silu(gu[t][i]) * gu[t][hidden + i] for gu [rows][2*hidden], out [rows][hidden].
 void SwiGlu(const float* gu, float* out, int64_t rows, int64_t hidden);
+// The same for columns [i0, i1) of every row only (one thread's share), on the calling thread.
+void SwiGluColumns(const float* gu, float* out, int64_t rows, int64_t hidden, int64_t i0,
+                   int64_t i1);
 
 // x[i] += y[i].
 void Add(float* x, const float* y, int64_t n);

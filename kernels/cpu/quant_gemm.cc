@@ -224,8 +224,17 @@ void Int8Block(const Int8Kernel& kernel, bool avx2, const internal::QuantActs& a
   }
 }
 
+// How MatmulInt8 shares its rows: one thread, its own parallel region, or the enclosing region's
+// team (MatmulQuantTeam).
+enum class Int8Threads { kSerial, kParallel, kTeam };
+
+// Team mode hands out blocks of rows guided: large chunks first (each a long sequential stream of
+// weights), shrinking to this many blocks (64 rows, llama.cpp's chunk for a batch of one) at the
+// end, so that a thread that lost its core for a moment leaves the rest to the others.
+constexpr int64_t kTeamChunkBlocks = 4;
+
 void MatmulInt8(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t m, int64_t ldy,
-                bool accumulate, bool parallel) {
+                bool accumulate, Int8Threads threads) {
   thread_local AlignedVector<int8_t> qs_buf;
   thread_local AlignedVector<float> f_buf;
   const int64_t n = w.rows(), k = w.cols();
@@ -244,12 +253,25 @@ void MatmulInt8(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t
     if (kernel.permute != nullptr)
       kernel.permute(reinterpret_cast<uint8_t*>(a.qs + i * a.kp), a.kp);
   };
-  // Decode-sized batches are quantized by the calling thread before the parallel region: a
-  // barrier between quantizing and the dot products would cost more than the few microseconds
-  // of work it spreads (and on a busy machine it waits for a descheduled thread's time slice).
+  auto block = [&](int64_t b) {
+    const int64_t r0 = b * kInt8BlockRows;
+    Int8Block(kernel, isa != Isa::kPortable, a, w, y, ldy, accumulate, r0,
+              static_cast<int>(std::min<int64_t>(kInt8BlockRows, n - r0)));
+  };
+  // Decode-sized batches are quantized by the calling thread (in a team, by every thread into
+  // its own buffer) before the dot products: a barrier between quantizing and the dot products
+  // would cost more than the few microseconds of work it spreads (and on a busy machine it waits
+  // for a descheduled thread's time slice).
+  const bool parallel = threads == Int8Threads::kParallel;
   const bool quantize_first = !parallel || m * k <= kInt8SerialQuantizeMax;
   if (quantize_first) {
     for (int64_t i = 0; i < m; ++i) quantize_row(i);
+  }
+  if (threads == Int8Threads::kTeam) {
+    // Orphaned: binds to the caller's parallel region. nowait: the caller's barrier ends it.
+#pragma omp for schedule(guided, kTeamChunkBlocks) nowait
+    for (int64_t b = 0; b < blocks; ++b) block(b);
+    return;
   }
 #pragma omp parallel if (parallel)
   {
@@ -260,11 +282,7 @@ void MatmulInt8(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t
     // schedule(static): contiguous ranges of rows keep each thread's weight stream sequential.
     // nowait: the region's end is the one barrier.
 #pragma omp for schedule(static) nowait
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t r0 = b * kInt8BlockRows;
-      Int8Block(kernel, isa != Isa::kPortable, a, w, y, ldy, accumulate, r0,
-                static_cast<int>(std::min<int64_t>(kInt8BlockRows, n - r0)));
-    }
+    for (int64_t b = 0; b < blocks; ++b) block(b);
   }
 }
 
@@ -284,7 +302,8 @@ void MatmulQuantWith(Isa isa, const float* x, const QuantMatrix& w, float* y, in
                     : path == QuantPath::kAuto ? QuantUsesInt8(w.type(), m)
                                                : false;
   if (int8) {
-    MatmulInt8(isa, x, w, y, m, ldy, accumulate, parallel);
+    MatmulInt8(isa, x, w, y, m, ldy, accumulate,
+               parallel ? Int8Threads::kParallel : Int8Threads::kSerial);
     return;
   }
   const int64_t panels = (n + kPanelRows - 1) / kPanelRows;
@@ -303,6 +322,17 @@ void MatmulQuantWith(Isa isa, const float* x, const QuantMatrix& w, float* y, in
 void MatmulQuant(const float* x, const QuantMatrix& w, float* y, int64_t m, int64_t ldy,
                  bool accumulate) {
   MatmulQuantWith(BestIsa(), x, w, y, m, ldy, accumulate);
+}
+
+void MatmulQuantTeam(const float* x, const QuantMatrix& w, float* y, int64_t m, int64_t ldy,
+                     bool accumulate) {
+  MatmulQuantTeamWith(BestIsa(), x, w, y, m, ldy, accumulate);
+}
+
+void MatmulQuantTeamWith(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t m,
+                         int64_t ldy, bool accumulate) {
+  if (m <= 0 || w.rows() == 0) return;
+  MatmulInt8(isa, x, w, y, m, ldy, accumulate, Int8Threads::kTeam);
 }
 
 void DequantizeRowWith(Isa isa, const QuantMatrix& w, int64_t r, float* out) {

@@ -536,6 +536,37 @@ TEST(QuantGemmTest, DotKernelsAgreeWithThePortableOne) {
   }
 }
 
+// The team form, called by both threads of a parallel region (two parts of one output, as a
+// fused Linear), gives MatmulQuant's outputs bit for bit on every ISA, accumulating or not.
+TEST(QuantGemmTest, TeamFormEqualsMatmulQuant) {
+  for (Isa isa : heavykv::testing::IsasToTest()) {
+    for (QuantType type : kAllQuantTypes) {
+      if (!QuantUsesInt8(type, 1)) continue;
+      for (int64_t m : {1, 3}) {
+        SCOPED_TRACE(::testing::Message() << QuantTypeName(type) << " " << IsaName(isa) << " m "
+                                          << m);
+        const int64_t n = 300, k = 512;  // 19 blocks of 16 rows: a partial block at the end
+        std::vector<float> w = Uniform(n * k, 41), x = Uniform(m * k, 42);
+        auto q = QuantMatrix::Quantize(type, w.data(), n, k);
+        ASSERT_TRUE(q.ok());
+        std::vector<float> want(m * 2 * n, 0.5f), got(m * 2 * n, 0.5f);
+        for (bool accumulate : {false, true}) {
+          for (int part = 0; part < 2; ++part) {
+            MatmulQuantWith(isa, x.data(), *q, want.data() + part * n, m, 2 * n, accumulate);
+          }
+#pragma omp parallel num_threads(2)
+          {
+            for (int part = 0; part < 2; ++part) {
+              MatmulQuantTeamWith(isa, x.data(), *q, got.data() + part * n, m, 2 * n, accumulate);
+            }
+          }
+          ASSERT_EQ(want, got) << (accumulate ? "accumulating" : "writing");
+        }
+      }
+    }
+  }
+}
+
 // The fused decoders (Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 rows read straight from their blocks for m <= 4), with and
 // without VNNI, against the portable int8 path on the same activations.
 TEST(QuantGemmTest, FusedDecodersAgreeWithThePortablePath) {

@@ -10,6 +10,8 @@
 #include <random>
 #include <set>
 
+#include "engine/gguf/gguf_weight_mix.h"
+#include "engine/model/make_gguf_model.h"
 #include "kernels/cpu/gemm.h"
 #include "tests/test_util.h"
 
@@ -309,6 +311,121 @@ TEST(ModelRunnerTest, SplitContextDecodeEqualsUnsplit) {
     }
   }
   cpu::SetNumThreads(2);
+}
+
+// The team path (one parallel region per decode step, rows shared out as the threads come) gives
+// the logits of the general path bit for bit, and keeps the same tokens under h2o: quantized
+// llama (Q4_K_M: Q4_K and Q6_K parts in one fused qkv), qwen2 (biases; Q4_0) and qwen3 (q/k norms,
+// a q wider than dim; Q8_0, Q5_K_M), one sequence and a batch of three, prompts fed a token at a
+// time and in one chunk (the chunk takes the general path).
+TEST(ModelRunnerTest, TeamDecodeEqualsTheGeneralPath) {
+  struct Case {
+    Architecture arch;
+    const char* mix;
+  };
+  testing::TempDir dir;
+  for (const Case& k : {Case{Architecture::kLlama, "q4_k_m"}, Case{Architecture::kQwen2, "q4_0"},
+                        Case{Architecture::kQwen3, "q8_0"}, Case{Architecture::kQwen3, "q5_k_m"}}) {
+    SCOPED_TRACE(std::string(ArchitectureName(k.arch)) + " " + k.mix);
+    RandomGgufOptions o;
+    o.config.dim = 256;
+    o.config.hidden_dim = 512;
+    o.config.num_layers = 2;
+    o.config.num_heads = 8;
+    o.config.num_kv_heads = 2;
+    o.config.vocab_size = 300;
+    o.config.seq_len = 128;
+    SetArchitecture(k.arch, &o.config);
+    if (k.arch == Architecture::kQwen3) o.config.head_size = 64;
+    o.weights = *ParseGgufWeightMix(k.mix);
+    const std::string path = dir.File(std::string(k.mix) + ".gguf");
+    ASSERT_TRUE(WriteRandomGgufModel(o, path).ok());
+    std::unique_ptr<Model> model = Load(path);
+    const ModelConfig& c = model->config;
+    auto policy = *MakePolicy("h2o");
+    struct Run {
+      std::vector<std::vector<float>> logits;
+      std::vector<int32_t> kept;
+      int64_t team_steps = 0;
+    };
+    // `batch` sequences of 40 steps each, budget 24: h2o evicts from step 25 on.
+    auto run = [&](bool team, int32_t batch) {
+      cpu::SetNumThreads(2);
+      std::unique_ptr<KvCache> cache = *KvCache::Create(KvShapeFor(c, 8), 256);
+      ModelRunner runner(*model, cache.get());
+      runner.set_team(team);
+      std::vector<SequenceKv> kv(batch);
+      std::vector<int32_t> next(batch);
+      for (int32_t i = 0; i < batch; ++i) {
+        kv[i].policy = policy.get();
+        kv[i].budget = 24;
+        next[i] = 1 + 7 * i;
+      }
+      Run r;
+      for (int32_t pos = 0; pos < 40; ++pos) {
+        std::vector<SequenceStep> steps;
+        for (int32_t i = 0; i < batch; ++i) {
+          steps.push_back({&kv[i], std::span<const int32_t>(&next[i], 1), pos, false});
+        }
+        auto out = runner.Forward(steps);
+        EXPECT_TRUE(out.ok()) << out.status();
+        if (!out.ok()) return r;
+        r.logits.emplace_back(out->begin(), out->end());
+        for (int32_t i = 0; i < batch; ++i) {
+          // Greedy, but kept off a fixed point of the random model: every token differs.
+          next[i] = (ArgmaxRow(out->data() + i * c.vocab_size, c.vocab_size) + pos) % c.vocab_size;
+        }
+      }
+      for (int32_t i = 0; i < batch; ++i) {
+        for (int32_t l = 0; l < c.num_layers; ++l) {
+          for (int32_t h = 0; h < c.num_kv_heads; ++h) {
+            PagedKvHead v = cache->View(kv[i], l, h, kv[i].Slots(l));
+            for (int32_t s = 0; s < kv[i].Slots(l); ++s) r.kept.push_back(v.Pos(s));
+          }
+        }
+        cache->Release(kv[i]);
+      }
+      r.team_steps = runner.team_steps();
+      return r;
+    };
+    for (int32_t batch : {1, 3}) {
+      SCOPED_TRACE(::testing::Message() << "batch " << batch);
+      const Run general = run(false, batch), team = run(true, batch);
+      EXPECT_EQ(general.team_steps, 0);
+      EXPECT_EQ(team.team_steps, 40);
+      ASSERT_EQ(general.logits.size(), team.logits.size());
+      for (size_t i = 0; i < general.logits.size(); ++i) {
+        ASSERT_EQ(general.logits[i], team.logits[i]) << "step " << i;
+      }
+      EXPECT_EQ(general.kept, team.kept);
+      EXPECT_EQ(team.kept.size(), size_t(batch) * c.num_layers * c.num_kv_heads * 24);
+    }
+    // A prompt chunk, and a batch over kTeamMaxTokens, take the general path.
+    std::unique_ptr<KvCache> cache = *KvCache::Create(KvShapeFor(c, 8), 256);
+    ModelRunner runner(*model, cache.get());
+    SequenceKv kv;
+    std::vector<int32_t> prompt(kTeamMaxTokens + 1, 5);
+    SequenceStep step{&kv, prompt, 0, false};
+    ASSERT_TRUE(runner.Forward({&step, 1}).ok());
+    EXPECT_EQ(runner.team_steps(), 0);
+    cache->Release(kv);
+  }
+}
+
+// Weights the team path does not serve (fp32 here) always take the general path.
+TEST(ModelRunnerTest, FloatWeightsTakeTheGeneralPath) {
+  testing::TempDir dir;
+  ModelConfig c = testing::SmallGqaConfig();
+  ASSERT_TRUE(WriteRandomModel(c, 5, dir.File("f32.bin")).ok());
+  std::unique_ptr<Model> model = Load(dir.File("f32.bin"));
+  std::unique_ptr<KvCache> cache = *KvCache::Create(KvShapeFor(c, 8), 64);
+  ModelRunner runner(*model, cache.get());
+  SequenceKv kv;
+  int32_t token = 1;
+  SequenceStep step{&kv, std::span<const int32_t>(&token, 1), 0, false};
+  ASSERT_TRUE(runner.Forward({&step, 1}).ok());
+  EXPECT_EQ(runner.team_steps(), 0);
+  cache->Release(kv);
 }
 
 TEST(ModelRunnerTest, RejectsBadPlansWithoutSideEffects) {
