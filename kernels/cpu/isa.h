@@ -6,6 +6,8 @@
 
 #include <cpuid.h>
 
+#include <cstdlib>
+#include <string_view>
 #include <vector>
 
 namespace heavykv::cpu {
@@ -35,11 +37,22 @@ inline bool IsaSupported(Isa isa) {
   return false;
 }
 
-// The widest ISA this CPU supports (computed once).
+// The ISA the kernels run (computed once): the widest this CPU supports, or narrower where the
+// environment variable HEAVYKV_ISA says so (portable, avx2 or avx512; what the CPU lacks is never
+// taken), to measure an AVX2-only machine's figures on an AVX-512 one. Kernels compiled as
+// target_clones (parts of attention) still pick by the CPU alone.
 inline Isa BestIsa() {
-  static const Isa best = IsaSupported(Isa::kAvx512) ? Isa::kAvx512
-                          : IsaSupported(Isa::kAvx2) ? Isa::kAvx2
-                                                     : Isa::kPortable;
+  static const Isa best = [] {
+    Isa isa = IsaSupported(Isa::kAvx512) ? Isa::kAvx512
+              : IsaSupported(Isa::kAvx2) ? Isa::kAvx2
+                                         : Isa::kPortable;
+    if (const char* cap = std::getenv("HEAVYKV_ISA"); cap != nullptr) {
+      const std::string_view c(cap);
+      if (c == "portable") isa = Isa::kPortable;
+      if (c == "avx2" && isa == Isa::kAvx512) isa = Isa::kAvx2;
+    }
+    return isa;
+  }();
   return best;
 }
 

@@ -248,6 +248,7 @@ int RunCommand(int argc, char** argv) {
                    {"prefill_seconds", Rounded(r->prefill_seconds, 6)},
                    {"decode_seconds", Rounded(r->decode_seconds, 6)},
                    {"decode_cpu_seconds", Rounded(r->decode_cpu_seconds, 6)},
+                   {"weight_bytes", model->WeightBytes()},
                    {"decode_tokens_per_second", Rounded(tok_s, 2)}});
   } else {
     std::fputc('\n', stdout);
