@@ -30,6 +30,7 @@ ModelRunner::ModelRunner(const Model& model, KvCache* cache) : model_(model), ca
       team_weights_ = team_weights_ && m->TeamCapable(1);
     }
   }
+  team_classifier_ = model.classifier.TeamCapable(1);
 }
 
 namespace {
@@ -263,6 +264,20 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
     cache_->EvictHead(*st.kv, l, static_cast<int32_t>(task % n_kv), a.kv.num_slots,
                       st.start_pos + n - 1, n);
   };
+  // The final norm of the rows whose logits are wanted, into out[rows][dim]; then the classifier.
+  auto final_norm = [&](float* out) {
+    int64_t r = 0;
+    for (size_t i = 0; i < steps.size(); ++i) {
+      const int64_t n = steps[i].tokens.size();
+      const int64_t from = steps[i].all_logits ? first_token[i] : first_token[i] + n - 1;
+      const int64_t count = steps[i].all_logits ? n : 1;
+      cpu::RmsNorm(&x_[from * dim], model_.rms_final.data(), out + r * dim, count, dim,
+                   c.rms_norm_eps);
+      r += count;
+    }
+  };
+  logits_.resize(rows * c.vocab_size);
+  bool classified = false;
   // A decode step of a few tokens on quantized weights runs as one parallel region (the team
   // path; model_runner.h): fewer forks, no serial stretch between the matrices, and rows shared
   // out as the threads come. Split-K (fewer pairs than threads) and squeeze's measuring steps
@@ -323,7 +338,13 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
         w.w2.MultiplyTeam(hb2_.data(), x_.data(), T, dim, /*accumulate=*/true);
 #pragma omp barrier
       }
+      if (team_classifier_) {  // the region's end is the last barrier
+        final_norm(xb);
+        model_.classifier.MultiplyTeam(xb, logits_.data(), rows, c.vocab_size,
+                                       /*accumulate=*/false);
+      }
     }
+    classified = team_classifier_;
     ++team_steps_;
   } else {
     for (int32_t l = 0; l < c.num_layers; ++l) {
@@ -408,19 +429,11 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
                                st.start_pos + n - 1);
   }
 
-  // Final norm and classifier only for the rows whose logits are wanted.
-  int64_t r = 0;
-  for (size_t i = 0; i < steps.size(); ++i) {
-    const int64_t n = steps[i].tokens.size();
-    const int64_t from = steps[i].all_logits ? first_token[i] : first_token[i] + n - 1;
-    const int64_t count = steps[i].all_logits ? n : 1;
-    cpu::RmsNorm(&x_[from * dim], model_.rms_final.data(), &xb_[r * dim], count, dim,
-                 c.rms_norm_eps);
-    r += count;
+  if (!classified) {
+    final_norm(xb_.data());
+    model_.classifier.Multiply(xb_.data(), logits_.data(), rows, c.vocab_size,
+                              /*accumulate=*/false);
   }
-  logits_.resize(rows * c.vocab_size);
-  model_.classifier.Multiply(xb_.data(), logits_.data(), rows, c.vocab_size,
-                            /*accumulate=*/false);
   return std::span<const float>(logits_);
 }
 

@@ -42,9 +42,10 @@ inline constexpr int64_t kTeamMaxTokens = 4;
 //    Every thread normalises the residual stream into its own copy (and quantizes it inside
 //    MultiplyTeam), the threads take each matrix's rows in chunks as they come
 //    (cpu::MatmulQuantTeam) and the (sequence, kv head) pairs one at a time, each pair's bias,
-//    q/k norms and rotation with it; five barriers a layer, where data flows between threads
-//    (after the qkv, attention, wo, gate/up, SwiGLU and down stages, the attention's the end of
-//    its loop).
+//    q/k norms and rotation with it; six barriers a layer, where data flows between threads
+//    (after the qkv, attention, wo, gate/up, SwiGLU and down stages; the attention's is the end
+//    of its loop); then the classifier too when it is a block format (a shared embedding
+//    usually is: Q8_0, Q6_K).
 //  - the general path for everything else (prefill chunks, large decode batches, split-K, fp32 /
 //    bf16 / f16 weights): each operation is its own parallel region where it is large enough.
 class ModelRunner : public StepRunner {
@@ -88,7 +89,8 @@ class ModelRunner : public StepRunner {
   int64_t team_steps_ = 0;
   bool split_attention_ = true;
   bool team_ = true;
-  bool team_weights_ = false;  // every layer matrix TeamCapable
+  bool team_weights_ = false;     // every layer matrix TeamCapable
+  bool team_classifier_ = false;  // the classifier too: the team path runs it as well
 };
 
 }  // namespace heavykv

@@ -155,6 +155,8 @@ void Q6K(const uint8_t* src, int64_t nsb, const UnpackedSlice& o) {
 
 void DotTileAvx2(const DotTile& t) { DotTileSimd(t); }
 
+bool FusedRowsAvx2(int type_id, const FusedRows& f) { return FusedRowsSimdFor(type_id, f); }
+
 bool UnpackSliceAvx2(int type_id, const uint8_t* src, int64_t blocks, const UnpackedSlice& out) {
   switch (type_id) {
     case 8: Q8_0(src, blocks, out); return true;

@@ -43,7 +43,8 @@ void DotTileAvxVnni(const DotTile& t);
 void DotTileAvx512(const DotTile& t);
 void DotTileAvx512Vnni(const DotTile& t);
 
-// Small batches of weight rows without an unpacked copy (512-bit kernels; Q4_K, Q6_K, Q8_0):
+// Small batches of weight rows without an unpacked copy (512-bit kernels; Q4_0, Q8_0, Q4_K, Q5_K,
+// Q6_K):
 // out[r * ldo + c] = the dot of rows[r] (nsb whole runs of 256 inputs from the slice's first: one
 // K-quant super-block, or 8 Q8_0 blocks; r < nr) with activation row c < nc (4 at a time, each
 // group decoding the rows again), given in the 512-bit kernels' permuted order, as DotTile
@@ -62,6 +63,10 @@ struct FusedRows {
 };
 bool FusedRowsAvx512(int type_id, const FusedRows& f);
 bool FusedRowsAvx512Vnni(int type_id, const FusedRows& f);
+// The same for 256-bit kernels (AVX2 maddubs, AVX-VNNI dpbusd), one activation row only (nc ==
+// 1; false for more), in their lane order; Q4_0, Q8_0, Q4_K, Q5_K and Q6_K.
+bool FusedRowsAvx2(int type_id, const FusedRows& f);
+bool FusedRowsAvxVnni(int type_id, const FusedRows& f);
 
 // The same decoders writing an unpacked slice of nsb runs of 256 inputs at src (the row's blocks
 // from the slice's first), in the 512-bit kernels' order (what UnpackSlice then PermuteLevelsAvx512

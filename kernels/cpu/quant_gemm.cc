@@ -90,6 +90,11 @@ void PanelPath(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t 
                       accumulate, ncols);
 }
 
+// Up to this m, the 512-bit fused decoders (the 256-bit ones take m = 1 only). Measured at m = 8 (both activation groups of 4
+// decoding the rows): faster at k = 2048 (q4_K 0.38 against 0.47 ms), slower at k = 8192 (2.8
+// against 1.8 ms), where the rows' 4 activation rows no longer share L1 with the blocks.
+constexpr int64_t kInt8FusedMaxM = 4;
+
 // The int8 path's kernel for `isa`: AVX2 takes AVX-VNNI's 256-bit dpbusd where the CPU has it;
 // AVX-512 needs AVX-512BW as well (every AVX-512 server CPU has it) and takes dpbusd where the
 // CPU has AVX512-VNNI.
@@ -97,6 +102,7 @@ struct Int8Kernel {
   void (*dot)(const internal::DotTile&);
   void (*permute)(uint8_t*, int64_t);              // the order `dot` reads levels in; null: natural
   bool (*fused)(int, const internal::FusedRows&);  // rows straight from blocks; null: none
+  int64_t fused_max_m;                             // the largest batch `fused` takes
   // Unpacks straight into `dot`'s order where it can (else false); null: none.
   bool (*decode)(int, const uint8_t*, int64_t, const internal::UnpackedSlice&);
 };
@@ -104,27 +110,25 @@ Int8Kernel DotKernel(Isa isa) {
   static const bool bw = __builtin_cpu_supports("avx512bw"), vnni = bw && internal::HasAvx512Vnni();
   static const bool avx_vnni = IsaSupported(Isa::kAvx2) && internal::HasAvxVnni();
   const Int8Kernel avx2 = {avx_vnni ? internal::DotTileAvxVnni : internal::DotTileAvx2,
-                           internal::PermuteLevelsAvx2, nullptr, nullptr};
+                           internal::PermuteLevelsAvx2,
+                           avx_vnni ? internal::FusedRowsAvxVnni : internal::FusedRowsAvx2, 1,
+                           nullptr};
   switch (isa) {
-    case Isa::kPortable: return {internal::DotTilePortable, nullptr, nullptr, nullptr};
+    case Isa::kPortable: return {internal::DotTilePortable, nullptr, nullptr, 0, nullptr};
     case Isa::kAvx2: return avx2;
     case Isa::kAvx512:
       if (!bw) return avx2;
       return {vnni ? internal::DotTileAvx512Vnni : internal::DotTileAvx512,
               internal::PermuteLevelsAvx512,
-              vnni ? internal::FusedRowsAvx512Vnni : internal::FusedRowsAvx512,
+              vnni ? internal::FusedRowsAvx512Vnni : internal::FusedRowsAvx512, kInt8FusedMaxM,
               internal::DecodeSliceAvx512};
   }
-  return {internal::DotTilePortable, nullptr, nullptr, nullptr};
+  return {internal::DotTilePortable, nullptr, nullptr, 0, nullptr};
 }
 
 constexpr int kInt8BlockRows = 16;  // weight rows unpacked per slice (4 tiles of kDotTileRows)
 constexpr int kInt8BlockActs = 16;  // activation rows per pass over those rows' slice
 constexpr int64_t kInt8WholeRowMaxM = 4;  // up to this m, slices are whole rows
-// Up to this m, the fused decoders where there are. Measured at m = 8 (both activation groups of 4
-// decoding the rows): faster at k = 2048 (q4_K 0.38 against 0.47 ms), slower at k = 8192 (2.8
-// against 1.8 ms), where the rows' 4 activation rows no longer share L1 with the blocks.
-constexpr int64_t kInt8FusedMaxM = 4;
 constexpr int64_t kInt8SerialQuantizeMax = 1 << 16;  // activation inputs quantized unsplit
 // The fused path prefetches the next block's rows only when they are shorter than this: a long
 // row is one sequential stream that the hardware prefetcher follows on its own, and the extra
@@ -154,7 +158,7 @@ void Int8Block(const Int8Kernel& kernel, bool avx2, const internal::QuantActs& a
     slices[r] = {lv + r * slice, fl + r * (slice / 16), fl + (kInt8BlockRows + r) * (slice / 16)};
   }
   // Small batches of the types with a fused decoder skip the unpacked copy.
-  const bool fused = kernel.fused != nullptr && m <= kInt8FusedMaxM && k % 256 == 0 &&
+  const bool fused = kernel.fused != nullptr && m <= kernel.fused_max_m && k % 256 == 0 &&
                      (w.type() == QuantType::kQ4_K || w.type() == QuantType::kQ6_K ||
                       w.type() == QuantType::kQ8_0 || w.type() == QuantType::kQ4_0 ||
                       w.type() == QuantType::kQ5_K);

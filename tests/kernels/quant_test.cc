@@ -567,63 +567,82 @@ TEST(QuantGemmTest, TeamFormEqualsMatmulQuant) {
   }
 }
 
-// The fused decoders (Q4_K, Q5_K, Q6_K, Q8_0, Q4_0 rows read straight from their blocks for m <= 4), with and
-// without VNNI, against the portable int8 path on the same activations.
+// The fused decoders (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K rows read straight from their blocks: the
+// 512-bit ones for m <= 4, the 256-bit ones for m = 1), with and without VNNI, against the
+// portable int8 path on the same activations.
 TEST(QuantGemmTest, FusedDecodersAgreeWithThePortablePath) {
-  if (!IsaSupported(Isa::kAvx512) || !__builtin_cpu_supports("avx512bw")) {
-    GTEST_SKIP() << "no AVX-512BW";
-  }
+  const bool bw = IsaSupported(Isa::kAvx512) && __builtin_cpu_supports("avx512bw");
+  const bool avx2 = IsaSupported(Isa::kAvx2);
   struct Fused {
     const char* name;
     bool (*fn)(int, const internal::FusedRows&);
     bool supported;
+    void (*permute)(uint8_t*, int64_t);
+    int64_t max_m;
   };
-  const Fused fused[] = {{"avx512", internal::FusedRowsAvx512, true},
-                         {"avx512vnni", internal::FusedRowsAvx512Vnni, internal::HasAvx512Vnni()}};
+  const Fused fused[] = {
+      {"avx512", internal::FusedRowsAvx512, bw, internal::PermuteLevelsAvx512, 6},
+      {"avx512vnni", internal::FusedRowsAvx512Vnni, bw && internal::HasAvx512Vnni(),
+       internal::PermuteLevelsAvx512, 6},
+      {"avx2", internal::FusedRowsAvx2, avx2, internal::PermuteLevelsAvx2, 1},
+      {"avxvnni", internal::FusedRowsAvxVnni, avx2 && internal::HasAvxVnni(),
+       internal::PermuteLevelsAvx2, 1}};
+  if (!avx2) GTEST_SKIP() << "no AVX2";
   // m = 1: a batch-1 decode's own loop; m = 6: two groups of activation rows (4 + 2).
   const int64_t n = 5, k = 768;
-  for (const int64_t m : {1, 6})
-  for (QuantType type : {QuantType::kQ4_K, QuantType::kQ6_K, QuantType::kQ8_0, QuantType::kQ4_0,
-                         QuantType::kQ5_K}) {
-    std::vector<float> w = Uniform(n * k, 31), x = Uniform(m * k, 32);
-    w[7] = -30.0f;  // a large scale and a negative Q6_K sub-block scale nearby
-    auto q = QuantMatrix::Quantize(type, w.data(), n, k);
-    ASSERT_TRUE(q.ok());
-    std::vector<float> want(m * n);
-    MatmulQuantWith(Isa::kPortable, x.data(), *q, want.data(), m, n, false, QuantPath::kInt8);
-    // The activations as the 512-bit kernels read them.
-    std::vector<int8_t> qs(m * k);
-    std::vector<float> scale(m * k / 16), sum(m * k / 16);
-    internal::QuantActs a;
-    a.m = m;
-    a.k = a.kp = k;
-    a.block = internal::Int8ActBlock(type);
-    a.qs = qs.data();
-    a.scale = scale.data();
-    a.sum = sum.data();
-    internal::QuantizeActRows(x.data(), 0, m, a);
-    for (int64_t i = 0; i < m; ++i) {
-      internal::PermuteLevelsAvx512(reinterpret_cast<uint8_t*>(qs.data()) + i * k, k);
-    }
-    for (const Fused& fu : fused) {
-      if (!fu.supported) continue;
-      SCOPED_TRACE(::testing::Message() << QuantTypeName(type) << " " << fu.name << " m " << m);
-      std::vector<const uint8_t*> rows(n);
-      for (int64_t r = 0; r < n; ++r) rows[r] = q->row(r);
-      std::vector<float> got(n * m);  // [n][m]
-      internal::FusedRows f{rows.data(), int(n), k / 256,    qs.data(), scale.data(), sum.data(), k,
-                            k / 16,      int(m), got.data(), m};
-      ASSERT_TRUE(fu.fn(static_cast<int>(type), f));
-      for (int64_t i = 0; i < m; ++i) {
-        for (int64_t r = 0; r < n; ++r) {
-          ASSERT_NEAR(got[r * m + i], want[i * n + r], 1e-4 * (1 + std::fabs(want[i * n + r])))
-              << "row " << r << " act " << i;
+  for (const int64_t m : {1, 6}) {
+    for (QuantType type : {QuantType::kQ4_K, QuantType::kQ6_K, QuantType::kQ8_0,
+                           QuantType::kQ4_0, QuantType::kQ5_K}) {
+      std::vector<float> w = Uniform(n * k, 31), x = Uniform(m * k, 32);
+      w[7] = -30.0f;  // a large scale and a negative Q6_K sub-block scale nearby
+      auto q = QuantMatrix::Quantize(type, w.data(), n, k);
+      ASSERT_TRUE(q.ok());
+      std::vector<float> want(m * n);
+      MatmulQuantWith(Isa::kPortable, x.data(), *q, want.data(), m, n, false, QuantPath::kInt8);
+      for (const Fused& fu : fused) {
+        if (!fu.supported || m > fu.max_m) continue;
+        SCOPED_TRACE(::testing::Message() << QuantTypeName(type) << " " << fu.name << " m " << m);
+        // The activations as the kernel reads them.
+        std::vector<int8_t> qs(m * k);
+        std::vector<float> scale(m * k / 16), sum(m * k / 16);
+        internal::QuantActs a;
+        a.m = m;
+        a.k = a.kp = k;
+        a.block = internal::Int8ActBlock(type);
+        a.qs = qs.data();
+        a.scale = scale.data();
+        a.sum = sum.data();
+        internal::QuantizeActRows(x.data(), 0, m, a);
+        for (int64_t i = 0; i < m; ++i) {
+          fu.permute(reinterpret_cast<uint8_t*>(qs.data()) + i * k, k);
+        }
+        std::vector<const uint8_t*> rows(n);
+        for (int64_t r = 0; r < n; ++r) rows[r] = q->row(r);
+        std::vector<float> got(n * m);  // [n][m]
+        internal::FusedRows f{rows.data(), int(n), k / 256,    qs.data(), scale.data(), sum.data(),
+                              k,           k / 16, int(m),     got.data(), m};
+        ASSERT_TRUE(fu.fn(static_cast<int>(type), f));
+        for (int64_t i = 0; i < m; ++i) {
+          for (int64_t r = 0; r < n; ++r) {
+            ASSERT_NEAR(got[r * m + i], want[i * n + r], 1e-4 * (1 + std::fabs(want[i * n + r])))
+                << "row " << r << " act " << i;
+          }
+        }
+        if (fu.max_m == 1) {  // more activation rows are refused, nothing written
+          internal::FusedRows two = f;
+          two.nc = 2;
+          EXPECT_FALSE(fu.fn(static_cast<int>(type), two));
         }
       }
     }
   }
-  EXPECT_FALSE(
-      internal::FusedRowsAvx512(static_cast<int>(QuantType::kQ5_0), internal::FusedRows{}));
+  if (bw) {
+    EXPECT_FALSE(
+        internal::FusedRowsAvx512(static_cast<int>(QuantType::kQ5_0), internal::FusedRows{}));
+  }
+  internal::FusedRows one{};
+  one.nc = 1;
+  EXPECT_FALSE(internal::FusedRowsAvx2(static_cast<int>(QuantType::kQ5_0), one));
 }
 
 // The permutations move 4-byte words exactly as documented (quant_dot_kernel.h).
