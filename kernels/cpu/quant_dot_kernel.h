@@ -64,7 +64,7 @@ struct FusedRows {
 bool FusedRowsAvx512(int type_id, const FusedRows& f);
 bool FusedRowsAvx512Vnni(int type_id, const FusedRows& f);
 // The same for 256-bit kernels (AVX2 maddubs, AVX-VNNI dpbusd), one activation row only (nc ==
-// 1; false for more), in their lane order; Q4_0, Q8_0, Q4_K, Q5_K and Q6_K.
+// 1; false for more), in their lane order; Q4_0, Q8_0, Q4_K and Q6_K.
 bool FusedRowsAvx2(int type_id, const FusedRows& f);
 bool FusedRowsAvxVnni(int type_id, const FusedRows& f);
 

@@ -157,18 +157,19 @@ void Int8Block(const Int8Kernel& kernel, bool avx2, const internal::QuantActs& a
   for (int r = 0; r < nr; ++r) {
     slices[r] = {lv + r * slice, fl + r * (slice / 16), fl + (kInt8BlockRows + r) * (slice / 16)};
   }
-  // Small batches of the types with a fused decoder skip the unpacked copy.
-  const bool fused = kernel.fused != nullptr && m <= kernel.fused_max_m && k % 256 == 0 &&
-                     (w.type() == QuantType::kQ4_K || w.type() == QuantType::kQ6_K ||
-                      w.type() == QuantType::kQ8_0 || w.type() == QuantType::kQ4_0 ||
-                      w.type() == QuantType::kQ5_K);
+  // Small batches of the types with a fused decoder skip the unpacked copy. The decoder says
+  // whether it has the type: only the first row can be refused, and then nothing was written.
+  bool fused = kernel.fused != nullptr && m <= kernel.fused_max_m && k % 256 == 0;
   if (fused) {
     for (int r = 0; r < nr; ++r) {
       const uint8_t* row = w.row(r0 + r);
       internal::FusedRows f{
           &row,        1, k / 256, a.qs, a.scale, a.sum, a.kp, a.kp / 16, static_cast<int>(m),
           acc + r * m, m};
-      kernel.fused(static_cast<int>(w.type()), f);
+      if (!kernel.fused(static_cast<int>(w.type()), f)) {
+        fused = false;
+        break;
+      }
       if (r0 + kInt8BlockRows + r < w.rows()) {
         const uint8_t* next = w.row(r0 + kInt8BlockRows + r);
         if (w.row_bytes() < kInt8PrefetchMaxRowBytes) {
@@ -176,7 +177,8 @@ void Int8Block(const Int8Kernel& kernel, bool avx2, const internal::QuantActs& a
         }
       }
     }
-  } else {
+  }
+  if (!fused) {
     for (int64_t k0 = 0; k0 < k; k0 += slice) {
       const int64_t len = std::min(slice, k - k0);
       const int64_t len_p = (len + internal::kDotPad - 1) / internal::kDotPad * internal::kDotPad;

@@ -568,8 +568,8 @@ TEST(QuantGemmTest, TeamFormEqualsMatmulQuant) {
 }
 
 // The fused decoders (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K rows read straight from their blocks: the
-// 512-bit ones for m <= 4, the 256-bit ones for m = 1), with and without VNNI, against the
-// portable int8 path on the same activations.
+// 512-bit ones for m <= 4, the 256-bit ones, without Q5_K, for m = 1), with and without VNNI,
+// against the portable int8 path on the same activations.
 TEST(QuantGemmTest, FusedDecodersAgreeWithThePortablePath) {
   const bool bw = IsaSupported(Isa::kAvx512) && __builtin_cpu_supports("avx512bw");
   const bool avx2 = IsaSupported(Isa::kAvx2);
@@ -621,6 +621,10 @@ TEST(QuantGemmTest, FusedDecodersAgreeWithThePortablePath) {
         std::vector<float> got(n * m);  // [n][m]
         internal::FusedRows f{rows.data(), int(n), k / 256,    qs.data(), scale.data(), sum.data(),
                               k,           k / 16, int(m),     got.data(), m};
+        if (fu.max_m == 1 && type == QuantType::kQ5_K) {  // the 256-bit set has no Q5_K
+          EXPECT_FALSE(fu.fn(static_cast<int>(type), f));
+          continue;
+        }
         ASSERT_TRUE(fu.fn(static_cast<int>(type), f));
         for (int64_t i = 0; i < m; ++i) {
           for (int64_t r = 0; r < n; ++r) {
