@@ -543,14 +543,18 @@ inline float HalfToFloat256(const uint8_t* p) {
   __builtin_memcpy(&h, p, 2);
   return _cvtsh_ss(h);
 }
-// 4 fp16 scales `stride` bytes apart from p, each twice (lane l: scale l / 2), as fp32.
+// 4 fp16 scales `stride` bytes apart from p, each twice (lane l: scale l / 2), as fp32. Packed
+// into one 64-bit word in registers: 16-bit stores read back as a vector would stall on store
+// forwarding.
 inline VF FourScalesTwice(const uint8_t* p, int64_t stride) {
-  uint16_t h[8];
+  uint64_t packed = 0;
   for (int b = 0; b < 4; ++b) {
-    __builtin_memcpy(&h[2 * b], p + b * stride, 2);
-    h[2 * b + 1] = h[2 * b];
+    uint16_t h;
+    __builtin_memcpy(&h, p + b * stride, 2);
+    packed |= uint64_t(h) << (16 * b);
   }
-  return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(h)));
+  const __m256 d = _mm256_castps128_ps256(_mm_cvtph_ps(_mm_cvtsi64_si128(int64_t(packed))));
+  return _mm256_permutevar8x32_ps(d, _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3));
 }
 // 4 bytes (the low ones of `b`), each twice, widened to 8 int32 lanes.
 inline __m256i FourBytesTwice(uint32_t b) {
@@ -674,7 +678,7 @@ inline void FusedRowsOneAct256(const FusedRows& f) {
 #endif
   const Decode decode;
   for (int r = 0; r < f.nr; ++r) {
-    VF acc = ZeroF();
+    VF acc = ZeroF(), off = ZeroF();  // two chains: the products and the offsets
     const uint8_t* blk = f.rows[r];
     for (int64_t s = 0; s < f.nsb; ++s, blk += Decode::kBytes) {
       for (int h = 0; h < 2; ++h) {
@@ -688,10 +692,10 @@ inline void FusedRowsOneAct256(const FusedRows& f) {
         iacc = ChunkDotAdd<Decode::kSigned>(iacc, u[3], LoadI(q + 96));
         const int64_t g = 16 * s + 8 * h;
         acc = Fma(Cvt(iacc), Mul(ws, LoadF(f.scale + g)), acc);
-        if (kOffsets) acc = Fnma(wm, LoadF(f.sum + g), acc);
+        if (kOffsets) off = Fma(wm, LoadF(f.sum + g), off);
       }
     }
-    f.out[r * f.ldo] = Hsum(acc);
+    f.out[r * f.ldo] = Hsum(acc) - Hsum(off);
   }
 }
 
