@@ -1,12 +1,13 @@
-// DotTileAvx2 and PermuteLevelsAvx2 (quant_dot_kernel.h): the int8 dot kernel of quant_dot_simd.h
-// for AVX2 (256-bit maddubs + madd) and its lane order; and UnpackSliceAvx2: quant_dot.h's weight
-// unpackers in AVX2 (a block's levels 32 bytes at a time: nibbles split with a mask and a shift,
-// high bits spread with shifts or a byte shuffle and a compare), which the AVX-512 paths use too
-// for the formats and slices their own decoders do not cover (Q4_0, Q5_0, Q5_K; k not a multiple
-// of 256). This file is compiled with -mavx2 -mfma -mf16c (kernels/cpu/CMakeLists.txt) and must
-// only be called where the CPU has them (quant_gemm.cc checks); it includes nothing with external
-// linkage that another file could share.
-#include "kernels/cpu/quant_dot_simd.h"
+// DotTileAvx2, PermuteLevelsAvx2 and FusedRowsAvx2 (quant_dot_kernel.h): the int8 dot kernel of
+// quant_dot_simd.h for AVX2 (256-bit maddubs + madd), its lane order and the batch-1 fused
+// decoders (quant_dot_fused256.h); and UnpackSliceAvx2: quant_dot.h's weight unpackers in AVX2 (a
+// block's levels 32 bytes at a time: nibbles split with a mask and a shift, high bits spread with
+// shifts or a byte shuffle and a compare), which the AVX-512 paths use too for the formats and
+// slices their own decoders do not cover (Q5_0; k not a multiple of 256). This file is compiled
+// with -mavx2 -mfma -mf16c (kernels/cpu/CMakeLists.txt) and must only be called where the CPU has
+// them (quant_gemm.cc checks); it includes nothing with external linkage that another file could
+// share.
+#include "kernels/cpu/quant_dot_fused256.h"
 
 namespace heavykv::cpu::internal {
 namespace {

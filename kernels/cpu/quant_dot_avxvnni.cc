@@ -4,7 +4,7 @@
 // This file is compiled with -mavx2 -mfma -mf16c -mavxvnni (kernels/cpu/CMakeLists.txt) and must
 // only be called where the CPU has them (quant_gemm.cc checks); it includes nothing with external
 // linkage that another file could share.
-#include "kernels/cpu/quant_dot_simd.h"
+#include "kernels/cpu/quant_dot_fused256.h"
 
 namespace heavykv::cpu::internal {
 
