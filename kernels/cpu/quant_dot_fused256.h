@@ -156,12 +156,7 @@ struct DecodeQ4_0_256 {
 // One activation row against each of the f.nr rows, a half-run of 128 inputs at a time.
 template <class Decode>
 inline void FusedRowsOneAct256(const FusedRows& f) {
-  // The maddubs kernel takes Q8_0's signed detour, which needs no offsets; dpbusd takes them.
-#if defined(__AVXVNNI__)
-  constexpr bool kOffsets = true;
-#else
-  constexpr bool kOffsets = !Decode::kSigned;
-#endif
+  constexpr bool kOffsets = kNeedsOffsets<Decode::kSigned>;
   const Decode decode;
   for (int r = 0; r < f.nr; ++r) {
     VF acc = ZeroF(), off = ZeroF();  // two chains: the products and the offsets

@@ -136,6 +136,17 @@ inline VI ChunkDotAdd(VI iacc, VI u, VI a) {
 #endif
 }
 
+// Whether a kernel subtracts the offsets' term for levels of this signedness: dpbusd reads every
+// level unsigned (Q8_0's int8 + 128) and needs it; the maddubs kernels take Q8_0's signed detour,
+// which leaves no offset.
+#if defined(__AVX512VNNI__) || defined(__AVXVNNI__)
+template <bool kSigned>
+inline constexpr bool kNeedsOffsets = true;
+#else
+template <bool kSigned>
+inline constexpr bool kNeedsOffsets = !kSigned;
+#endif
+
 // Inputs per super-chunk: kLanes groups of 16 inputs, laid out by PermuteLevels so that chunk k
 // of it holds inputs 4k..4k+3 of group l in lane l. A lane's integer sums over the super-chunk's
 // 4 chunks then all belong to one group of 16, which has one weight scale, one activation scale
@@ -446,12 +457,7 @@ inline void FusedRowOneAct(const FusedRows& f, int r) {
 
 template <class Decode>
 inline void FusedRowsSimd(const FusedRows& f) {
-  // The maddubs kernels take Q8_0's signed detour, which needs no offsets; dpbusd takes them.
-#if defined(__AVX512VNNI__)
-  constexpr bool kOffsets = true;
-#else
-  constexpr bool kOffsets = !Decode::kSigned;
-#endif
+  constexpr bool kOffsets = kNeedsOffsets<Decode::kSigned>;
   const Decode decode;
   if (f.nc == 1) {
     for (int r = 0; r < f.nr; ++r) FusedRowOneAct<Decode, kOffsets>(f, r);
