@@ -180,7 +180,9 @@ inline void FusedRowsOneAct256(const FusedRows& f) {
   }
 }
 
-// Dispatches on the ggml type id; false (nothing done) for other types and for nc > 1. Q5_K has
+// Dispatches on the ggml type id; false (nothing done) for other types and for nc > 1.
+// (GgmlType's ids, kernels/cpu/ggml_types.h: 2 Q4_0, 8 Q8_0, 12 Q4_K, 13 Q5_K, 14 Q6_K; the
+// header is not included here, as nothing with external linkage may be.) Q5_K has
 // none here: a 256-bit decoder of its fifth bits was slower than the AVX2 unpacker (8.7 against
 // 9.9 GB/s on one Zen 4 core).
 inline bool FusedRowsSimdFor(int type_id, const FusedRows& f) {

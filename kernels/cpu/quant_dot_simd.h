@@ -518,6 +518,8 @@ inline bool DecodeSliceSimdFor(int type_id, const uint8_t* src, int64_t nsb,
 }
 
 // Dispatches on the ggml type id; false where there is no fused decoder.
+// (GgmlType's ids, kernels/cpu/ggml_types.h: 2 Q4_0, 8 Q8_0, 12 Q4_K, 13 Q5_K, 14 Q6_K; the
+// header is not included here, as nothing with external linkage may be.)
 inline bool FusedRowsSimdFor(int type_id, const FusedRows& f) {
   switch (type_id) {
     case 2: FusedRowsSimd<DecodeQ4_0>(f); return true;
