@@ -23,6 +23,7 @@ usage: bench_decode_b1.py LLAMA_BIN_DIR HEAVYKV_BIN DIR ROUNDS THREADS MIX...
 """
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -31,47 +32,42 @@ import time
 
 
 def steal_seconds():
+    # /proc/stat's first line: cpu user nice system idle iowait irq softirq steal ...
     with open("/proc/stat") as f:
         fields = f.readline().split()
-    return int(fields[8]) / os.sysconf("SC_CLK_TCK")  # cpu user nice system idle iowait irq softirq steal
-
-
-def timed(cmd):
-    """Runs cmd; returns (stdout, wall s, process CPU s, steal s over the run)."""
-    steal0, t0 = steal_seconds(), time.monotonic()
-    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    out, err = p.communicate()
-    wall = time.monotonic() - t0
-    # communicate() has reaped the child: its rusage is in RUSAGE_CHILDREN's growth.
-    if p.returncode != 0:
-        sys.exit(f"bench_decode_b1: failed ({p.returncode}): {' '.join(cmd)}\n{err}")
-    return out, wall, steal_seconds() - steal0
+    return int(fields[8]) / os.sysconf("SC_CLK_TCK")
 
 
 def children_cpu():
-    import resource
     r = resource.getrusage(resource.RUSAGE_CHILDREN)
     return r.ru_utime + r.ru_stime
 
 
+def timed(cmd):
+    """Runs cmd; returns its stdout and {wall_s, process_cpu_s, steal_s} over the run."""
+    cpu0, steal0, t0 = children_cpu(), steal_seconds(), time.monotonic()
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    out, err = p.communicate()  # reaps the child: its rusage joins RUSAGE_CHILDREN
+    wall = time.monotonic() - t0
+    if p.returncode != 0:
+        sys.exit(f"bench_decode_b1: failed ({p.returncode}): {' '.join(cmd)}\n{err}")
+    return out, {"wall_s": wall, "process_cpu_s": children_cpu() - cpu0,
+                 "steal_s": steal_seconds() - steal0}
+
+
 def run_llama(llama, model, threads, n_gen):
-    cpu0 = children_cpu()
-    out, wall, steal = timed([f"{llama}/llama-bench", "-m", model, "-p", "0", "-n", str(n_gen),
-                              "-r", "1", "-t", str(threads), "-o", "json"])
-    rows = json.loads(out)
-    tg = next(r["avg_ts"] for r in rows if r["n_gen"] == n_gen)
-    return {"tokens_per_s": tg, "wall_s": wall, "process_cpu_s": children_cpu() - cpu0,
-            "steal_s": steal}
+    out, times = timed([f"{llama}/llama-bench", "-m", model, "-p", "0", "-n", str(n_gen),
+                        "-r", "1", "-t", str(threads), "-o", "json"])
+    tg = next(r["avg_ts"] for r in json.loads(out) if r["n_gen"] == n_gen)
+    return {"tokens_per_s": tg, **times}
 
 
 def run_heavykv(hk, model, threads, n_gen, prompt_tokens):
-    cpu0 = children_cpu()
-    out, wall, steal = timed([hk, "run", "--model", model, "--prompt", "Once", "--steps",
-                              str(prompt_tokens + n_gen), "--temperature", "0", "--ignore-eos",
-                              "--threads", str(threads), "--json"])
+    out, times = timed([hk, "run", "--model", model, "--prompt", "Once", "--steps",
+                        str(prompt_tokens + n_gen), "--temperature", "0", "--ignore-eos",
+                        "--threads", str(threads), "--json"])
     r = json.loads(out.strip().splitlines()[-1])
-    return {"tokens_per_s": r["decode_tokens_per_second"], "wall_s": wall,
-            "process_cpu_s": children_cpu() - cpu0, "steal_s": steal,
+    return {"tokens_per_s": r["decode_tokens_per_second"], **times,
             "decode_s": r["decode_seconds"], "decode_cpu_s": r["decode_cpu_seconds"],
             "weight_gb_per_s": r["weight_bytes"] * r["decode_tokens_per_second"] / 1e9}
 
@@ -89,7 +85,8 @@ def main():
     llama, hk, bench_dir, rounds, threads = sys.argv[1:6]
     mixes = sys.argv[6:]
     rounds, threads, n_gen = int(rounds), int(threads), 64
-    result = {"cpu": open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(": \t"),
+    cpu = open("/proc/cpuinfo").read().split("model name")[1].split("\n")[0].strip(": \t")
+    result = {"cpu": cpu,
               "threads": threads, "n_gen": n_gen, "mixes": {}}
     for mix in mixes:
         model = f"{bench_dir}/llama3.2-1b-{mix}.gguf"

@@ -29,9 +29,8 @@ inline float HalfToFloat256(const uint8_t* p) {
   __builtin_memcpy(&h, p, 2);
   return _cvtsh_ss(h);
 }
-// 4 fp16 scales `stride` bytes apart from p, each twice (lane l: scale l / 2), as fp32. Packed
-// into one 64-bit word in registers: 16-bit stores read back as a vector would stall on store
-// forwarding.
+// 4 fp16 scales `stride` bytes apart from p, each twice (lane l: scale l / 2), as fp32: packed
+// into one 64-bit word, one conversion of 4, one permute to pair them.
 inline VF FourScalesTwice(const uint8_t* p, int64_t stride) {
   uint64_t packed = 0;
   for (int b = 0; b < 4; ++b) {
@@ -52,17 +51,10 @@ inline __m256i FourBytesTwice(uint32_t b) {
 // whose levels are the low (even sub-block) or high nibbles of bytes 16 (l % 2) + 4k of the
 // 32-byte chunk 2h + l / 4 of the 128 bytes of levels at q.
 inline void KHalfScales(const uint8_t* blk, int h, VF* ws, VF* wm) {
-  uint32_t a0, a1, a2;
-  __builtin_memcpy(&a0, blk + 4, 4);
-  __builtin_memcpy(&a1, blk + 8, 4);
-  __builtin_memcpy(&a2, blk + 12, 4);
-  // Sub-blocks 0-3: low 6 bits of bytes 0-3 (scales) and 4-7 (mins); 4-7: the nibbles of bytes
-  // 8-11 and the top 2 bits of bytes 0-3 / 4-7 (quant_kquants.h).
-  const uint32_t sc = h == 0 ? a0 & 0x3F3F3F3Fu : (a2 & 0x0F0F0F0Fu) | (((a0 >> 6) & 0x03030303u) << 4);
-  const uint32_t mn =
-      h == 0 ? a1 & 0x3F3F3F3Fu : ((a2 >> 4) & 0x0F0F0F0Fu) | (((a1 >> 6) & 0x03030303u) << 4);
-  *ws = Mul(Set1F(HalfToFloat256(blk)), Cvt(FourBytesTwice(sc)));
-  *wm = Mul(Set1F(HalfToFloat256(blk + 2)), Cvt(FourBytesTwice(mn)));
+  uint64_t sc, mn;
+  KScaleMinBytes(blk, &sc, &mn);  // the half's 4 sub-blocks are bytes 4h..4h+3
+  *ws = Mul(Set1F(HalfToFloat256(blk)), Cvt(FourBytesTwice(uint32_t(sc >> (32 * h)))));
+  *wm = Mul(Set1F(HalfToFloat256(blk + 2)), Cvt(FourBytesTwice(uint32_t(mn >> (32 * h)))));
 }
 inline void KHalfNibbles(const uint8_t* q, int h, VI u[4]) {
   const __m256i q0 = LoadI(q + 64 * h), q1 = LoadI(q + 64 * h + 32);

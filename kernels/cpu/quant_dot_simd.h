@@ -147,6 +147,21 @@ template <bool kSigned>
 inline constexpr bool kNeedsOffsets = !kSigned;
 #endif
 
+// The 8 sub-block scales and mins of a Q4_K / Q5_K super-block at blk, one byte each (sub-block
+// j in byte j): the 12 bytes at blk + 4 hold sub-blocks 0-3 in the low 6 bits of bytes 0-3
+// (scales) and 4-7 (mins), and 4-7 in the nibbles of bytes 8-11 and the top 2 bits of bytes 0-3 /
+// 4-7 (quant_kquants.h). Scalar: the 512-bit and the 256-bit decoders share it.
+inline void KScaleMinBytes(const uint8_t* blk, uint64_t* sc, uint64_t* mn) {
+  uint32_t a0, a1, a2;
+  __builtin_memcpy(&a0, blk + 4, 4);
+  __builtin_memcpy(&a1, blk + 8, 4);
+  __builtin_memcpy(&a2, blk + 12, 4);
+  *sc = uint64_t(a0 & 0x3F3F3F3Fu) |
+        uint64_t((a2 & 0x0F0F0F0Fu) | (((a0 >> 6) & 0x03030303u) << 4)) << 32;
+  *mn = uint64_t(a1 & 0x3F3F3F3Fu) |
+        uint64_t(((a2 >> 4) & 0x0F0F0F0Fu) | (((a1 >> 6) & 0x03030303u) << 4)) << 32;
+}
+
 // Inputs per super-chunk: kLanes groups of 16 inputs, laid out by PermuteLevels so that chunk k
 // of it holds inputs 4k..4k+3 of group l in lane l. A lane's integer sums over the super-chunk's
 // 4 chunks then all belong to one group of 16, which has one weight scale, one activation scale
@@ -289,19 +304,10 @@ inline VF BlockScales(const uint8_t* blk, int64_t stride) {
 }
 
 // The 16 group scales of Q4_K and Q5_K (group g: sub-block g / 2): d * scale and dmin * min,
-// from the 12 bytes of 6-bit scales and mins at blk + 4 (quant_kquants.h).
+// from the 12 bytes of 6-bit scales and mins at blk + 4 (KScaleMinBytes).
 inline void KScalesMins(const uint8_t* blk, VF* ws, VF* wm) {
-  uint32_t a0, a1, a2;
-  __builtin_memcpy(&a0, blk + 4, 4);
-  __builtin_memcpy(&a1, blk + 8, 4);
-  __builtin_memcpy(&a2, blk + 12, 4);
-  // Sub-blocks 0-3 in the low 6 bits of bytes 0-3 (scales) and 4-7 (mins); 4-7 from the
-  // nibbles of bytes 8-11 and the top 2 bits of bytes 0-3 / 4-7.
-  const uint64_t sc = uint64_t(a0 & 0x3F3F3F3Fu) |
-                      uint64_t((a2 & 0x0F0F0F0Fu) | (((a0 >> 6) & 0x03030303u) << 4)) << 32;
-  const uint64_t mn = uint64_t(a1 & 0x3F3F3F3Fu) |
-                      uint64_t(((a2 >> 4) & 0x0F0F0F0Fu) | (((a1 >> 6) & 0x03030303u) << 4))
-                          << 32;
+  uint64_t sc, mn;
+  KScaleMinBytes(blk, &sc, &mn);
   const __m512i twice = _mm512_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7);
   *ws = Mul(
       Set1F(HalfToFloat(blk)),

@@ -90,9 +90,10 @@ void PanelPath(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t 
                       accumulate, ncols);
 }
 
-// Up to this m, the 512-bit fused decoders (the 256-bit ones take m = 1 only). Measured at m = 8 (both activation groups of 4
-// decoding the rows): faster at k = 2048 (q4_K 0.38 against 0.47 ms), slower at k = 8192 (2.8
-// against 1.8 ms), where the rows' 4 activation rows no longer share L1 with the blocks.
+// Up to this m, the 512-bit fused decoders (the 256-bit ones take m = 1 only). Measured at m = 8
+// (both activation groups of 4 decoding the rows): faster at k = 2048 (q4_K 0.38 against 0.47
+// ms), slower at k = 8192 (2.8 against 1.8 ms), where the rows' 4 activation rows no longer share
+// L1 with the blocks.
 constexpr int64_t kInt8FusedMaxM = 4;
 
 // The int8 path's kernel for `isa`: AVX2 takes AVX-VNNI's 256-bit dpbusd where the CPU has it;

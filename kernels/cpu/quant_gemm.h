@@ -59,9 +59,9 @@ void MatmulQuantWith(Isa isa, const float* x, const QuantMatrix& w, float* y, in
 // same point of its code (it is an OpenMP worksharing loop). Each thread quantizes x into its own
 // buffer (m x k inputs: microseconds, less than a barrier would cost), then the threads take W's
 // blocks of 16 rows in chunks as they come (schedule(guided): shrinking chunks, down to 4 blocks),
-// so that a thread that loses its core for a moment leaves its share to the others. It ends with no barrier: the caller puts
-// one before y is read. Requires QuantUsesInt8(w.type(), m); same arithmetic as MatmulQuant, bit
-// for bit (each output is computed by one thread in the same order).
+// so that a thread that loses its core for a moment leaves its share to the others. It ends with
+// no barrier: the caller puts one before y is read. Requires QuantUsesInt8(w.type(), m); same
+// arithmetic as MatmulQuant, bit for bit (each output is computed by one thread in the same order).
 void MatmulQuantTeam(const float* x, const QuantMatrix& w, float* y, int64_t m, int64_t ldy,
                      bool accumulate);
 void MatmulQuantTeamWith(Isa isa, const float* x, const QuantMatrix& w, float* y, int64_t m,
