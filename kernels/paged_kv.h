@@ -6,7 +6,11 @@
 //   K row : k   + pages[p] * page_stride      + r * head_dim   [head_dim] elements
 //   V row : v   + pages[p] * page_stride      + r * head_dim   [head_dim] elements
 // The elements are fp32 (k, v) or bf16 (k16, v16: the upper half of an fp32, rounded to
-// nearest even, as vLLM's and llama.cpp's 16-bit caches); exactly one of the pairs is set.
+// nearest even, as vLLM's and llama.cpp's 16-bit caches), or quantized (kq, vq: int8 or int4
+// rows of kernels/kv_quant.h); exactly one of the three pairs is set. Quantized rows are
+// addressed in bytes, their data and scales apart:
+//   K data : kq  + pages[p] * page_stride + r * row_bytes     [row_bytes]
+//   K scale: ksc + pages[p] * page_stride + r * scale_bytes   [scale_bytes] (V: vq, vsc)
 //   pos   : pos + pages[p] * meta_page_stride + r              position of the token held
 //   score : score + pages[p] * meta_page_stride + r            the policy's channel (slot_channel.h)
 // Keys are stored after RoPE at their original positions.
@@ -16,6 +20,7 @@
 #include <cstring>
 
 #include "kernels/bf16.h"
+#include "kernels/kv_quant.h"
 
 namespace heavykv {
 
@@ -39,12 +44,21 @@ struct PagedKvHead {
   float* v = nullptr;
   uint16_t* k16 = nullptr;  // bf16 storage
   uint16_t* v16 = nullptr;
-  int64_t page_stride = 0;  // elements between the same row of two consecutive page ids
+  KvQuant quant = KvQuant::kNone;  // kq/vq set: their format
+  uint8_t* kq = nullptr;           // quantized storage: row data
+  uint8_t* vq = nullptr;
+  uint8_t* ksc = nullptr;  // and the rows' scales
+  uint8_t* vsc = nullptr;
+  int32_t row_bytes = 0;    // KvQuantDataBytes
+  int32_t scale_bytes = 0;  // KvQuantScaleBytes
+  // Elements (fp32, bf16) or bytes (quantized) between the same row of two consecutive page ids.
+  int64_t page_stride = 0;
   int32_t* pos = nullptr;
   float* score = nullptr;
   int64_t meta_page_stride = 0;  // entries between two consecutive page ids in pos/score
 
   bool bf16() const { return k16 != nullptr; }
+  bool quantized() const { return kq != nullptr; }
   // Elements from the K (or V) base to slot s's row.
   int64_t RowOffset(int32_t s) const {
     return pages[s / block_size] * page_stride + int64_t(s % block_size) * head_dim;
@@ -53,9 +67,19 @@ struct PagedKvHead {
   float* VRow(int32_t s) const { return v + RowOffset(s); }
   uint16_t* KRow16(int32_t s) const { return k16 + RowOffset(s); }
   uint16_t* VRow16(int32_t s) const { return v16 + RowOffset(s); }
+  // Bytes from the quantized base to slot s's row data (scale: QScaleOffset).
+  int64_t QRowOffset(int32_t s) const {
+    return pages[s / block_size] * page_stride + int64_t(s % block_size) * row_bytes;
+  }
+  int64_t QScaleOffset(int32_t s) const {
+    return pages[s / block_size] * page_stride + int64_t(s % block_size) * scale_bytes;
+  }
   // Writes slot s's K and V rows from fp32, in the storage's element type.
   void StoreRows(int32_t s, const float* k_row, const float* v_row) const {
-    if (bf16()) {
+    if (quantized()) {
+      QuantizeKvRow(quant, k_row, head_dim, kq + QRowOffset(s), ksc + QScaleOffset(s));
+      QuantizeKvRow(quant, v_row, head_dim, vq + QRowOffset(s), vsc + QScaleOffset(s));
+    } else if (bf16()) {
       uint16_t* kd = KRow16(s);
       uint16_t* vd = VRow16(s);
       for (int32_t d = 0; d < head_dim; ++d) {
@@ -67,12 +91,38 @@ struct PagedKvHead {
       std::memcpy(VRow(s), v_row, sizeof(float) * head_dim);
     }
   }
+  // Writes slot s's K row only (the re-rotation of pinned keys).
+  void StoreK(int32_t s, const float* k_row) const {
+    if (quantized()) {
+      QuantizeKvRow(quant, k_row, head_dim, kq + QRowOffset(s), ksc + QScaleOffset(s));
+    } else if (bf16()) {
+      uint16_t* kd = KRow16(s);
+      for (int32_t d = 0; d < head_dim; ++d) kd[d] = FloatToBf16(k_row[d]);
+    } else {
+      std::memcpy(KRow(s), k_row, sizeof(float) * head_dim);
+    }
+  }
   // Element d of slot s's K (V) row as fp32, whatever the storage.
-  float KAt(int32_t s, int32_t d) const { return bf16() ? Bf16ToFloat(KRow16(s)[d]) : KRow(s)[d]; }
-  float VAt(int32_t s, int32_t d) const { return bf16() ? Bf16ToFloat(VRow16(s)[d]) : VRow(s)[d]; }
-  // Copies slot `from`'s K and V rows over slot `to`'s.
+  float KAt(int32_t s, int32_t d) const {
+    if (quantized()) {
+      return DequantKvElem(quant, kq + QRowOffset(s), ksc + QScaleOffset(s), head_dim, d);
+    }
+    return bf16() ? Bf16ToFloat(KRow16(s)[d]) : KRow(s)[d];
+  }
+  float VAt(int32_t s, int32_t d) const {
+    if (quantized()) {
+      return DequantKvElem(quant, vq + QRowOffset(s), vsc + QScaleOffset(s), head_dim, d);
+    }
+    return bf16() ? Bf16ToFloat(VRow16(s)[d]) : VRow(s)[d];
+  }
+  // Copies slot `from`'s K and V rows (and their scales) over slot `to`'s.
   void MoveRows(int32_t to, int32_t from) const {
-    if (bf16()) {
+    if (quantized()) {
+      std::memcpy(kq + QRowOffset(to), kq + QRowOffset(from), row_bytes);
+      std::memcpy(vq + QRowOffset(to), vq + QRowOffset(from), row_bytes);
+      std::memcpy(ksc + QScaleOffset(to), ksc + QScaleOffset(from), scale_bytes);
+      std::memcpy(vsc + QScaleOffset(to), vsc + QScaleOffset(from), scale_bytes);
+    } else if (bf16()) {
       std::memcpy(KRow16(to), KRow16(from), sizeof(uint16_t) * head_dim);
       std::memcpy(VRow16(to), VRow16(from), sizeof(uint16_t) * head_dim);
     } else {

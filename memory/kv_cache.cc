@@ -9,9 +9,19 @@
 
 namespace heavykv {
 
+int64_t KvShape::SlotKvBytes() const {
+  if (quant == KvQuant::kNone) return 2 * int64_t(head_dim) * element_bytes;
+  return 2 * int64_t(KvQuantDataBytes(quant, head_dim) + KvQuantScaleBytes(quant, head_dim));
+}
+
+const char* KvElementName(const KvShape& shape) {
+  if (shape.quant == KvQuant::kInt8) return "int8";
+  if (shape.quant == KvQuant::kInt4) return "int4";
+  return shape.element_bytes == 2 ? "bf16" : "fp32";
+}
+
 int64_t KvShape::PageBytes() const {
-  return PageFloats() * int64_t(element_bytes) +
-         PageMetaEntries() * int64_t(sizeof(int32_t) + sizeof(float));
+  return PageKvBytes() + PageMetaEntries() * int64_t(sizeof(int32_t) + sizeof(float));
 }
 
 int32_t KvCache::PagesForBytes(const KvShape& shape, int64_t bytes) {
@@ -31,7 +41,15 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvShape& shape,
     return absl::InvalidArgumentError(absl::StrCat("KV pool needs at least one page, got ",
                                                    num_pages));
   }
-  if (shape.element_bytes != 2 && shape.element_bytes != 4) {
+  if (shape.quant != KvQuant::kNone) {
+    if (storage != KvStorage::kHost) {
+      return absl::UnimplementedError("quantized K/V pages need host storage (the CPU backend)");
+    }
+    if (!KvQuantTakes(shape.quant, shape.head_dim)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("int4 K/V needs an even head_dim, got ", shape.head_dim));
+    }
+  } else if (shape.element_bytes != 2 && shape.element_bytes != 4) {
     return absl::InvalidArgumentError(
         absl::StrCat("KV element_bytes must be 2 or 4, got ", shape.element_bytes));
   }
@@ -42,9 +60,9 @@ KvCache::KvCache(const KvShape& shape, int32_t num_pages, KvStorage storage)
     : shape_(shape),
       storage_(storage),
       alloc_(num_pages),
-      // fp32 elements, or two bf16 elements per float (PageFloats() is even: K and V).
+      // The pages' K/V bytes, in floats (rounded up for quantized rows).
       kv_(storage == KvStorage::kHost
-              ? static_cast<size_t>(shape.PageFloats() / (4 / shape.element_bytes)) * num_pages
+              ? static_cast<size_t>((shape.PageKvBytes() * num_pages + 3) / 4)
               : 0),
       pos_(storage == KvStorage::kHost ? static_cast<size_t>(shape.PageMetaEntries()) * num_pages
                                        : 0),
@@ -146,7 +164,18 @@ PagedKvHead KvCache::View(const SequenceKv& seq, int32_t layer, int32_t kv_head,
   v.block_size = shape_.block_size;
   v.head_dim = shape_.head_dim;
   v.page_stride = shape_.PageFloats();
-  if (shape_.element_bytes == 2) {
+  if (shape_.quant != KvQuant::kNone) {
+    // Bytes: the (layer, head)'s block is [K data][V data][K scales][V scales].
+    v.quant = shape_.quant;
+    v.row_bytes = KvQuantDataBytes(shape_.quant, shape_.head_dim);
+    v.scale_bytes = KvQuantScaleBytes(shape_.quant, shape_.head_dim);
+    v.page_stride = shape_.PageKvBytes();
+    uint8_t* block = reinterpret_cast<uint8_t*>(kv_.data()) + lh * bs * shape_.SlotKvBytes();
+    v.kq = block;
+    v.vq = block + bs * v.row_bytes;
+    v.ksc = block + 2 * bs * v.row_bytes;
+    v.vsc = v.ksc + bs * v.scale_bytes;
+  } else if (shape_.element_bytes == 2) {
     v.k16 = reinterpret_cast<uint16_t*>(kv_.data()) + lh * 2 * bs * hd;
     v.v16 = v.k16 + bs * hd;
   } else {

@@ -52,6 +52,10 @@ struct KvShape {
   int32_t head_dim = 0;
   int32_t block_size = 16;
   int32_t element_bytes = 4;  // per K/V element: 4 (fp32) or 2 (bf16: --kv-dtype, and on a GPU)
+  // Quantized K/V rows (--kv-dtype int8 | int4, kernels/kv_quant.h; host storage only): when set,
+  // element_bytes is unused and a (layer, kv head) block of a page is [K data][V data][K
+  // scales][V scales] of block_size rows each (docs/ARCHITECTURE.md "The KV pool").
+  KvQuant quant = KvQuant::kNone;
   // A block table per layer, a page holding one layer (the host layout: layers may have
   // different budgets); false: one table for all layers, a page holding every layer (the CUDA
   // layout, kernels/cuda/device_kv.cuh; uniform budgets only).
@@ -61,11 +65,25 @@ struct KvShape {
   int32_t LayersPerPage() const { return table_per_layer ? 1 : num_layers; }
   // Bytes of one page: K+V rows plus position and score per slot, for its layers and kv heads.
   int64_t PageBytes() const;
+  // Bytes of K and V (and their scales) of one slot of one (layer, kv head).
+  int64_t SlotKvBytes() const;
+  // Bytes of one page's K/V (and scales), metadata apart.
+  int64_t PageKvBytes() const {
+    return int64_t(LayersPerPage()) * num_kv_heads * block_size * SlotKvBytes();
+  }
   int64_t PageFloats() const {
     return int64_t(LayersPerPage()) * num_kv_heads * 2 * block_size * head_dim;
   }
   int64_t PageMetaEntries() const { return int64_t(LayersPerPage()) * num_kv_heads * block_size; }
 };
+
+// The K/V element type of a shape: "fp32", "bf16", "int8" or "int4".
+const char* KvElementName(const KvShape& shape);
+// Pool bytes one token takes in every layer and kv head (K/V, scales, pos and score):
+// PageBytes x NumTables / block_size.
+inline int64_t KvBytesPerPoolToken(const KvShape& shape) {
+  return shape.PageBytes() * shape.NumTables() / shape.block_size;
+}
 
 // One block table and the tokens on it.
 struct KvTable {

@@ -222,7 +222,8 @@ absl::StatusOr<int32_t> CudaDefaultKvPages(const Model& model, const KvShape& sh
 absl::Status CudaModelRunner::Impl::Init() {
   const ModelConfig& c = model.config;
   const KvShape& s = cache->shape();
-  if (cache->storage() != KvStorage::kExternal || s.element_bytes != 2 || s.table_per_layer) {
+  if (cache->storage() != KvStorage::kExternal || s.element_bytes != 2 || s.table_per_layer ||
+      s.quant != KvQuant::kNone) {
     return absl::InvalidArgumentError(
         "the CUDA runner needs a KV cache with external bf16 storage and one table for all "
         "layers (CreateKvCache(kCuda, KvShapeForDevice(kCuda, ...)))");

@@ -42,11 +42,7 @@ void RotateKey(const PagedKvHead& kv, int32_t slot, int32_t delta, const cpu::Ro
   row.resize(hd);
   for (int32_t d = 0; d < hd; ++d) row[d] = kv.KAt(slot, d);
   cpu::Rope(row.data(), 1, hd, hd, &delta, rope);
-  if (kv.bf16()) {
-    for (int32_t d = 0; d < hd; ++d) kv.KRow16(slot)[d] = FloatToBf16(row[d]);
-  } else {
-    std::memcpy(kv.KRow(slot), row.data(), sizeof(float) * hd);
-  }
+  kv.StoreK(slot, row.data());  // rounded to bf16, or quantized again
 }
 
 // Brings the pinned prefix's keys of one (layer, kv head) from shift_from to shift_to.

@@ -95,8 +95,10 @@ absl::StatusOr<KvDtype> ParseKvDtype(absl::string_view name) {
   if (name == "auto") return KvDtype::kAuto;
   if (name == "fp32") return KvDtype::kFp32;
   if (name == "bf16") return KvDtype::kBf16;
+  if (name == "int8") return KvDtype::kInt8;
+  if (name == "int4") return KvDtype::kInt4;
   return absl::InvalidArgumentError(
-      absl::StrCat("unknown KV dtype \"", name, "\"; choose auto, fp32 or bf16"));
+      absl::StrCat("unknown KV dtype \"", name, "\"; choose ", kKvDtypeNames));
 }
 
 absl::Status CheckKvDtype(Device device, KvDtype dtype) {
@@ -104,6 +106,12 @@ absl::Status CheckKvDtype(Device device, KvDtype dtype) {
     return absl::InvalidArgumentError(
         "--kv-dtype fp32 with --device cuda: the CUDA backend stores K/V in bf16 (use auto or "
         "bf16)");
+  }
+  if (device == Device::kCuda && (dtype == KvDtype::kInt8 || dtype == KvDtype::kInt4)) {
+    return absl::UnimplementedError(absl::StrCat(
+        "--kv-dtype ", dtype == KvDtype::kInt8 ? "int8" : "int4",
+        " with --device cuda: quantized K/V pages run on the CPU backend only (use auto or bf16 "
+        "on cuda)"));
   }
   return absl::OkStatus();
 }
@@ -122,6 +130,8 @@ bool StoresBf16(Device device, KvDtype dtype) {
 }  // namespace
 
 absl::string_view KvDtypeName(Device device, KvDtype dtype) {
+  if (dtype == KvDtype::kInt8) return "int8";
+  if (dtype == KvDtype::kInt4) return "int4";
   return StoresBf16(device, dtype) ? "bf16" : "fp32";
 }
 
@@ -129,6 +139,9 @@ KvShape KvShapeForDevice(Device device, const ModelConfig& config, int32_t block
                          KvDtype dtype) {
   KvShape s = KvShapeFor(config, block_size);
   s.element_bytes = StoresBf16(device, dtype) ? 2 : 4;
+  s.quant = dtype == KvDtype::kInt8   ? KvQuant::kInt8
+            : dtype == KvDtype::kInt4 ? KvQuant::kInt4
+                                      : KvQuant::kNone;
   // The CUDA kernels address one table for all layers (kernels/cuda/device_kv.cuh).
   s.table_per_layer = device == Device::kCpu;
   return s;

@@ -105,15 +105,20 @@ absl::Status CheckDevice(Device device);
 // The element type of the cached K/V (--kv-dtype): auto is fp32 on the CPU (what the greedy
 // and eval tests pin against llama2.c) and bf16 on CUDA; bf16 on the CPU halves the pool's bytes
 // per token (twice the tokens in the same --kv-pool-mb) and the K/V a decode step reads, at
-// bf16 rounding of K and V (attention itself still runs in fp32).
-enum class KvDtype { kAuto, kFp32, kBf16 };
-// "auto", "fp32" or "bf16"; INVALID_ARGUMENT otherwise.
+// bf16 rounding of K and V (attention itself still runs in fp32). int8 and int4 (CPU only)
+// quantize each row of each kv head on write (kernels/kv_quant.h: int8 with a power-of-two scale
+// per row, int4 with an fp16 scale per 32 elements), ~1.9x and ~3.3x bf16's tokens per MiB.
+enum class KvDtype { kAuto, kFp32, kBf16, kInt8, kInt4 };
+// The valid names, for messages: "auto, fp32, bf16, int8 or int4".
+inline constexpr const char* kKvDtypeNames = "auto, fp32, bf16, int8 or int4";
+// One of kKvDtypeNames; INVALID_ARGUMENT listing them otherwise.
 absl::StatusOr<KvDtype> ParseKvDtype(absl::string_view name);
-// INVALID_ARGUMENT when `device` cannot hold that type (the CUDA backend stores bf16 only).
+// INVALID_ARGUMENT when `device` cannot hold that type (the CUDA backend stores bf16 only:
+// fp32 is INVALID_ARGUMENT, int8 and int4 UNIMPLEMENTED).
 absl::Status CheckKvDtype(Device device, KvDtype dtype);
 // ParseKvDtype, then CheckKvDtype for `device`.
 absl::StatusOr<KvDtype> ResolveKvDtype(Device device, absl::string_view name);
-// The name of the type actually used on `device` ("fp32" or "bf16").
+// The name of the type actually used on `device` ("fp32", "bf16", "int8" or "int4").
 absl::string_view KvDtypeName(Device device, KvDtype dtype);
 
 // The KV shape of `config` on `device` with K/V elements of `dtype`.

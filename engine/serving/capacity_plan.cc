@@ -44,7 +44,7 @@ absl::StatusOr<CapacityPlan> PlanCapacity(const CapacityPlanInput& in,
   }
   CapacityPlan plan;
   plan.page_bytes = s.PageBytes();
-  plan.bytes_per_token = plan.page_bytes * s.NumTables() / s.block_size;
+  plan.bytes_per_token = KvBytesPerPoolToken(s);
   plan.num_pages = in.num_pages;
 
   std::vector<KvBudget> all = {KvBudget{true, 1.0}};

@@ -1,10 +1,13 @@
 // Capacity planning: how many sequences one replica's KV pool holds at once, for the full cache
 // and for each KV budget, by the same page rules the scheduler admits with (scheduler.h):
 //
-//   bytes per token    = layers * kv_heads * (2 * head_dim * E + 8)     K+V elements of E bytes
-//                                                                       (4 fp32 on the CPU, 2 bf16
-//                                                                       on CUDA), int32 pos and
-//                                                                       float score per slot
+//   bytes per token    = layers * kv_heads * (SlotKvBytes + 8)          K+V rows: 2 * head_dim * E
+//                                                                       for elements of E bytes
+//                                                                       (4 fp32, 2 bf16), or int8 /
+//                                                                       int4 rows and their scales
+//                                                                       (KvShape::SlotKvBytes);
+//                                                                       int32 pos and float score
+//                                                                       per slot
 //   tables             = layers on the CPU (a page holds one layer), 1 on CUDA (every layer)
 //   page bytes         = block_size * bytes per token / tables
 //   full sequence      : tables * ceil(max_len / block_size) pages

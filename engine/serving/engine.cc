@@ -599,6 +599,8 @@ void EngineImpl::PublishStats() {
   stats_.sequences_running = scheduler_.num_running();
   stats_.tokens_evicted = tokens_evicted_;
   stats_.preemptions = preemptions_;
+  stats_.kv_dtype = KvElementName(cache_->shape());
+  stats_.bytes_per_token = KvBytesPerPoolToken(cache_->shape());
 }
 
 }  // namespace

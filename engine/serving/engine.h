@@ -69,7 +69,7 @@ struct EngineOptions {
   LayerBudgets layer_budgets = LayerBudgets::kUniform;
   int threads = 0;  // 0: every core
   std::string device = "cpu";  // cpu or cuda: where the forward passes and the KV pool live
-  std::string kv_dtype = "auto";  // auto, fp32 or bf16: the cached K/V (see KvDtype)
+  std::string kv_dtype = "auto";  // kKvDtypeNames: the cached K/V (see KvDtype)
   // What renders chat requests (GenerationRequest::messages): the model's
   // tokenizer.chat_template or `serve --chat-template`. Null: chat requests fail with
   // FAILED_PRECONDITION.
@@ -165,6 +165,8 @@ struct CacheStats {
   int32_t sequences_waiting = 0;
   int64_t tokens_evicted = 0;
   int64_t preemptions = 0;
+  std::string kv_dtype;         // KvDtypeName: fp32, bf16, int8 or int4
+  int64_t bytes_per_token = 0;  // KvBytesPerPoolToken of the pool's shape
 };
 
 struct ModelInfo {

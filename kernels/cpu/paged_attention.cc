@@ -11,11 +11,11 @@
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
 namespace heavykv::cpu {
 namespace {
 
-using internal::Base;
 using internal::kPrefetchSlots;
 using internal::PrefetchRows;
 
@@ -24,6 +24,16 @@ using internal::PrefetchRows;
 // head sizes that the hand-written paths (below, and paged_attention_avx2.cc) do not take. The
 // inner loops are written for the auto-vectoriser; `omp simd` lets it reorder the float sums.
 #define HEAVYKV_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
+
+// The K (or V) storage of a head as elements of T: float for fp32, uint16_t for bf16.
+template <typename T>
+inline const T* Base(const PagedKvHead& kv, bool is_k) {
+  if constexpr (std::is_same_v<T, float>) {
+    return is_k ? kv.k : kv.v;
+  } else {
+    return is_k ? kv.k16 : kv.v16;
+  }
+}
 
 // Element d of a K/V row, as fp32.
 inline float Elem(const float* row, int32_t d) { return row[d]; }
@@ -95,6 +105,62 @@ __attribute__((always_inline)) inline void AttendOneQueryBody(const AttentionArg
   }
 }
 
+// The portable path for quantized K/V: the same passes as AttendOneQueryBody, each row
+// dequantized into a head_dim buffer as it is reached (DequantizeKvRow), never a whole page.
+HEAVYKV_MULTIVERSION
+void AttendOneQueryQuant(const AttentionArgs& a, int32_t qi, float* probs) {
+  const PagedKvHead& kv = a.kv;
+  const int32_t hd = kv.head_dim, G = a.group;
+  const int32_t n = a.num_old + qi + 1;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float* q = a.q + qi * a.q_stride;
+  thread_local std::vector<float> row;
+  row.resize(hd);
+  for (int32_t s = 0; s < n; ++s) {
+    DequantizeKvRow(kv.quant, kv.kq + kv.QRowOffset(s), kv.ksc + kv.QScaleOffset(s), hd,
+                    row.data());
+    for (int32_t g = 0; g < G; ++g) {
+      const float* qg = q + int64_t(g) * hd;
+      float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+      for (int32_t d = 0; d < hd; ++d) dot += qg[d] * row[d];
+      probs[int64_t(g) * n + s] = dot * scale;
+    }
+  }
+  for (int32_t g = 0; g < G; ++g) {
+    float* p = probs + int64_t(g) * n;
+    float mx = p[0];
+    for (int32_t s = 1; s < n; ++s) mx = std::max(mx, p[s]);
+    float sum = 0.0f;
+    for (int32_t s = 0; s < n; ++s) {
+      p[s] = expf(p[s] - mx);
+      sum += p[s];
+    }
+    if (a.part_stats != nullptr) {
+      a.part_stats[2 * g] = mx;
+      a.part_stats[2 * g + 1] = sum;
+      continue;
+    }
+    const float inv = 1.0f / sum;
+    for (int32_t s = 0; s < n; ++s) p[s] *= inv;
+  }
+  float* out = a.out + qi * a.out_stride;
+  std::fill(out, out + int64_t(G) * hd, 0.0f);
+  const bool add = internal::FusesScoreAdd(a, qi);
+  for (int32_t s = 0; s < n; ++s) {
+    DequantizeKvRow(kv.quant, kv.vq + kv.QRowOffset(s), kv.vsc + kv.QScaleOffset(s), hd,
+                    row.data());
+    float received = 0.0f;
+    for (int32_t g = 0; g < G; ++g) {
+      const float pg = probs[int64_t(g) * n + s];
+      received += pg;
+      float* og = out + int64_t(g) * hd;
+      for (int32_t d = 0; d < hd; ++d) og[d] += pg * row[d];
+    }
+    if (add) kv.Score(s) += received;
+  }
+}
+
 HEAVYKV_MULTIVERSION
 void AttendOneQuery(const AttentionArgs& a, int32_t qi, float* probs) {
   AttendOneQueryBody<float>(a, qi, probs);
@@ -146,31 +212,62 @@ __attribute__((target("avx512f"))) inline __m512 Exp(__m512 x) {
   return _mm512_scalef_ps(p, n);
 }
 
-// 16 elements of a K/V row as fp32: a load, or for bf16 a widening load and a 16-bit shift.
-__attribute__((target("avx512f"))) inline __m512 Load16(const float* p) {
-  return _mm512_loadu_ps(p);
+// 16 elements (chunk c) of a K/V row as fp32: a load; for bf16 a widening load and a 16-bit
+// shift; for int8 a sign-extending load and a conversion (the row's scale is applied by the
+// caller); for int4 the chunk's nibbles of its group's 16 bytes (chunk 2k: the low ones of group
+// k, 2k + 1: the high ones), less 8, times the group's fp16 scale.
+__attribute__((target("avx512f"))) inline __m512 Load16(const float* row, int c) {
+  return _mm512_loadu_ps(row + c * 16);
 }
-__attribute__((target("avx512f"))) inline __m512 Load16(const uint16_t* p) {
-  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+__attribute__((target("avx512f"))) inline __m512 Load16(const uint16_t* row, int c) {
+  const __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + c * 16));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+}
+template <typename F>
+__attribute__((target("avx512f,f16c"), always_inline)) inline __m512 LoadQuant16(
+    internal::QuantRow row, int c) {
+  if constexpr (F::kRowScale) {  // int8
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row.data + c * 16));
+    return _mm512_cvtepi32_ps(_mm512_cvtepi8_epi32(b));
+  } else {  // int4
+    const __m128i b = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row.data + (c >> 1) * 16));
+    const __m128i nib = _mm_and_si128(c & 1 ? _mm_srli_epi16(b, 4) : b, _mm_set1_epi8(0x0F));
+    const __m512i q = _mm512_sub_epi32(_mm512_cvtepu8_epi32(nib), _mm512_set1_epi32(8));
+    uint16_t h;
+    __builtin_memcpy(&h, row.scale + (c >> 1) * 2, 2);
+    return _mm512_mul_ps(_mm512_cvtepi32_ps(q), _mm512_set1_ps(_cvtsh_ss(h)));
+  }
+}
+template <typename F>
+__attribute__((target("avx512f,f16c"), always_inline)) inline __m512 LoadRow16(
+    typename F::Row row, int c) {
+  if constexpr (std::is_same_v<typename F::Row, internal::QuantRow>) {
+    return LoadQuant16<F>(row, c);
+  } else {
+    return Load16(row, c);
+  }
 }
 
 // probs[s0 + r] = q . k(s0 + r) * scale for r < rows, from the 16 rows k[0..15] (16 * C floats
-// of q): the 16 dot products finished together by Sum16x16.
-template <typename T, int C>
-__attribute__((target("avx512f"), always_inline)) inline void Logits16(const float* q,
-                                                                      const T* const (&k)[16],
-                                                                      int32_t rows, __m512 scale,
-                                                                      float* out) {
+// of q): the 16 dot products finished together by Sum16x16 (then times each row's scale, int8).
+template <typename F, int C>
+__attribute__((target("avx512f,f16c"), always_inline)) inline void Logits16(
+    const float* q, const typename F::Row (&k)[16], int32_t rows, __m512 scale, float* out) {
   __m512 qv[C];
   for (int c = 0; c < C; ++c) qv[c] = _mm512_loadu_ps(q + c * 16);
   __m512 acc[16];
   for (int32_t r = 0; r < 16; ++r) {
-    acc[r] = _mm512_mul_ps(qv[0], Load16(k[r]));
-    for (int c = 1; c < C; ++c) acc[r] = _mm512_fmadd_ps(qv[c], Load16(k[r] + c * 16), acc[r]);
+    acc[r] = _mm512_mul_ps(qv[0], LoadRow16<F>(k[r], 0));
+    for (int c = 1; c < C; ++c) acc[r] = _mm512_fmadd_ps(qv[c], LoadRow16<F>(k[r], c), acc[r]);
   }
   const __mmask16 mask = rows >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << rows) - 1);
-  _mm512_mask_storeu_ps(out, mask, _mm512_mul_ps(Sum16x16(acc), scale));
+  __m512 sums = Sum16x16(acc);
+  if constexpr (F::kRowScale) {
+    alignas(64) float rs[16];
+    for (int32_t r = 0; r < 16; ++r) rs[r] = F::RowScale(k[r]);
+    sums = _mm512_mul_ps(sums, _mm512_load_ps(rs));
+  }
+  _mm512_mask_storeu_ps(out, mask, _mm512_mul_ps(sums, scale));
 }
 
 // p[0..n) = softmax(p[0..n)), with the vector exp; with `stats`, p = exp(p - max) unnormalised
@@ -221,57 +318,72 @@ __attribute__((target("avx512f"))) inline void AddReceived(const PagedKvHead& kv
   }
 }
 
-// even/odd[16 * C] += p[r] * V row r of one page (rows at v), for r < rows: even rows into
-// `even`, odd ones into `odd`, so consecutive FMAs into one register do not wait on each other.
-template <typename T, int C>
-__attribute__((target("avx512f"), always_inline)) inline void AccumulateRows(
-    const T* v, const float* p, int32_t rows, __m512 (&even)[C], __m512 (&odd)[C]) {
+// even/odd[16 * C] += p[r] * V row r of one page (row(r) its handle), for r < rows: even rows
+// into `even`, odd ones into `odd`, so consecutive FMAs into one register do not wait on each
+// other. An int8 row's scale multiplies its probability.
+template <typename F, int C, typename RowOf>
+__attribute__((target("avx512f,f16c"), always_inline)) inline void AccumulateRows(
+    RowOf row, const float* p, int32_t rows, __m512 (&even)[C], __m512 (&odd)[C]) {
   int32_t r = 0;
   for (; r + 1 < rows; r += 2) {
-    const __m512 p0 = _mm512_set1_ps(p[r]), p1 = _mm512_set1_ps(p[r + 1]);
-    const T* v0 = v + int64_t(r) * 16 * C;
+    const typename F::Row v0 = row(r), v1 = row(r + 1);
+    const __m512 p0 = _mm512_set1_ps(p[r] * F::RowScale(v0));
+    const __m512 p1 = _mm512_set1_ps(p[r + 1] * F::RowScale(v1));
     for (int c = 0; c < C; ++c) {
-      even[c] = _mm512_fmadd_ps(p0, Load16(v0 + c * 16), even[c]);
-      odd[c] = _mm512_fmadd_ps(p1, Load16(v0 + 16 * C + c * 16), odd[c]);
+      even[c] = _mm512_fmadd_ps(p0, LoadRow16<F>(v0, c), even[c]);
+      odd[c] = _mm512_fmadd_ps(p1, LoadRow16<F>(v1, c), odd[c]);
     }
   }
   if (r < rows) {
-    const __m512 p0 = _mm512_set1_ps(p[r]);
-    for (int c = 0; c < C; ++c) {
-      even[c] = _mm512_fmadd_ps(p0, Load16(v + int64_t(r) * 16 * C + c * 16), even[c]);
-    }
+    const typename F::Row v0 = row(r);
+    const __m512 p0 = _mm512_set1_ps(p[r] * F::RowScale(v0));
+    for (int c = 0; c < C; ++c) even[c] = _mm512_fmadd_ps(p0, LoadRow16<F>(v0, c), even[c]);
   }
 }
+
+// The rows of one page of V as handles.
+template <typename F>
+struct PageRows {
+  const PagedKvHead* kv;
+  int32_t page;
+  typename F::Row operator()(int32_t r) const { return F::PageRow(*kv, false, page, r); }
+};
+// Rows of fp32 in a buffer (bf16 rows widened once for several pairs).
+struct BufferRows {
+  const float* base;
+  int32_t stride;
+  const float* operator()(int32_t r) const { return base + int64_t(r) * stride; }
+};
 
 // out[16 * C] = sum over slots s < n of p[s] * V row s (AccumulateRows, page by page). With
 // kScores, the same walk over the pages also adds to each slot's H2O score the probability it
 // received from all G heads of the group (probs: [G][n]): the score line of a page is then
 // touched while that page's V rows stream in, instead of in a second pass over the pages after
 // them.
-template <typename T, int C, bool kScores>
-__attribute__((target("avx512f"))) void WeightedSumOfV(const PagedKvHead& kv, const float* p,
-                                                       int32_t n, float* out, const float* probs,
-                                                       int32_t G) {
+template <typename F, int C, bool kScores>
+__attribute__((target("avx512f,f16c"))) void WeightedSumOfV(const PagedKvHead& kv, const float* p,
+                                                            int32_t n, float* out,
+                                                            const float* probs, int32_t G) {
   __m512 even[C], odd[C];
   for (int c = 0; c < C; ++c) even[c] = odd[c] = _mm512_setzero_ps();
   const int32_t bs = kv.block_size;
   for (int32_t s0 = 0; s0 < n; s0 += bs) {
-    PrefetchRows(kv, Base<T>(kv, false), s0 + kPrefetchSlots, bs, n);
+    PrefetchRows<F>(kv, false, s0 + kPrefetchSlots, bs, n);
     const int32_t page = kv.pages[s0 / bs];
-    const T* v = Base<T>(kv, false) + page * kv.page_stride;
     const int32_t rows = std::min(bs, n - s0);
     if constexpr (kScores) AddReceived(kv, page, s0, rows, probs, n, G);
-    AccumulateRows<T, C>(v, p + s0, rows, even, odd);
+    AccumulateRows<F, C>(PageRows<F>{&kv, page}, p + s0, rows, even, odd);
   }
   for (int c = 0; c < C; ++c) _mm512_storeu_ps(out + c * 16, _mm512_add_ps(even[c], odd[c]));
 }
 
 // Adds to the G heads' accumulators (acc: [G][2][16 * C], the even- and odd-slot sums of
-// WeightedSumOfV) the rows [s0, s0 + rows) of one page, whose V rows are at v.
-template <typename T, int C>
-__attribute__((target("avx512f"))) inline void AccumulatePage(const T* v, int32_t s0,
-                                                              int32_t rows, const float* probs,
-                                                              int32_t n, int32_t G, float* acc) {
+// WeightedSumOfV) the rows [s0, s0 + rows) of one page (row(r): its row r).
+template <typename F, int C, typename RowOf>
+__attribute__((target("avx512f,f16c"))) inline void AccumulatePage(RowOf row, int32_t s0,
+                                                                   int32_t rows,
+                                                                   const float* probs, int32_t n,
+                                                                   int32_t G, float* acc) {
   for (int32_t g = 0; g < G; ++g) {
     const float* p = probs + int64_t(g) * n;
     float* ag = acc + int64_t(g) * 2 * 16 * C;
@@ -280,7 +392,7 @@ __attribute__((target("avx512f"))) inline void AccumulatePage(const T* v, int32_
       even[c] = _mm512_load_ps(ag + c * 16);
       odd[c] = _mm512_load_ps(ag + (C + c) * 16);
     }
-    AccumulateRows<T, C>(v, p + s0, rows, even, odd);
+    AccumulateRows<F, C>(row, p + s0, rows, even, odd);
     for (int c = 0; c < C; ++c) {
       _mm512_store_ps(ag + c * 16, even[c]);
       _mm512_store_ps(ag + (C + c) * 16, odd[c]);
@@ -288,25 +400,26 @@ __attribute__((target("avx512f"))) inline void AccumulatePage(const T* v, int32_
   }
 }
 
-
 // A page's bf16 V rows serving several (query, head) pairs are widened to fp32 once (exact),
 // where the page has at most this many rows (16 KiB of fp32 at head_dim 128), not once per pair.
+// Quantized rows are not: they are converted in registers for each pair.
 inline constexpr int32_t kMaxWidenedRows = 32;
 
-// wide[r][16 * C] = rows [0, rows) of v, as fp32.
+// wide[r][16 * C] = rows [0, rows) of the bf16 page, as fp32.
 template <int C>
-__attribute__((target("avx512f"))) inline void WidenRows(const uint16_t* v, int32_t rows,
+__attribute__((target("avx512f"))) inline void WidenRows(const PagedKvHead& kv, bool is_k,
+                                                         int32_t page, int32_t rows,
                                                          float* wide) {
   for (int32_t r = 0; r < rows; ++r) {
-    for (int c = 0; c < C; ++c) {
-      _mm512_store_ps(wide + (r * C + c) * 16, Load16(v + (int64_t(r) * C + c) * 16));
-    }
+    const uint16_t* v = internal::Bf16Kv::PageRow(kv, is_k, page, r);
+    for (int c = 0; c < C; ++c) _mm512_store_ps(wide + (r * C + c) * 16, Load16(v, c));
   }
 }
 
-template <typename T, int C>
-__attribute__((target("avx512f"))) void WeightedSumsOfV(const AttentionArgs& a, const float* probs,
-                                                        int32_t n, float* out, bool add_scores) {
+template <typename F, int C>
+__attribute__((target("avx512f,f16c"))) void WeightedSumsOfV(const AttentionArgs& a,
+                                                             const float* probs, int32_t n,
+                                                             float* out, bool add_scores) {
   const PagedKvHead& kv = a.kv;
   const int32_t G = a.group, bs = kv.block_size;
   if (G > kMaxTilePairs || G == 1) {
@@ -316,9 +429,9 @@ __attribute__((target("avx512f"))) void WeightedSumsOfV(const AttentionArgs& a, 
       const float* p = probs + int64_t(g) * n;
       float* og = out + int64_t(g) * kv.head_dim;
       if (add_scores && g == G - 1) {
-        WeightedSumOfV<T, C, true>(kv, p, n, og, probs, G);
+        WeightedSumOfV<F, C, true>(kv, p, n, og, probs, G);
       } else {
-        WeightedSumOfV<T, C, false>(kv, p, n, og, probs, G);
+        WeightedSumOfV<F, C, false>(kv, p, n, og, probs, G);
       }
     }
     return;
@@ -329,22 +442,22 @@ __attribute__((target("avx512f"))) void WeightedSumsOfV(const AttentionArgs& a, 
   // order as WeightedSumOfV, so the result is bit for bit the same.
   alignas(64) float acc[kMaxTilePairs * 2 * 16 * C];
   std::fill(acc, acc + int64_t(G) * 2 * 16 * C, 0.0f);
-  constexpr bool kBf16 = std::is_same_v<T, uint16_t>;
+  constexpr bool kBf16 = std::is_same_v<F, internal::Bf16Kv>;
   alignas(64) float wide[kBf16 ? kMaxWidenedRows * 16 * C : 1];
   for (int32_t s0 = 0; s0 < n; s0 += bs) {
-    PrefetchRows(kv, Base<T>(kv, false), s0 + kPrefetchSlots, bs, n);
+    PrefetchRows<F>(kv, false, s0 + kPrefetchSlots, bs, n);
     const int32_t page = kv.pages[s0 / bs];
-    const T* v = Base<T>(kv, false) + page * kv.page_stride;
     const int32_t rows = std::min(bs, n - s0);
     if (add_scores) AddReceived(kv, page, s0, rows, probs, n, G);
     if constexpr (kBf16) {
       if (rows <= kMaxWidenedRows) {
-        WidenRows<C>(v, rows, wide);
-        AccumulatePage<float, C>(wide, s0, rows, probs, n, G, acc);
+        WidenRows<C>(kv, false, page, rows, wide);
+        AccumulatePage<internal::FloatKv, C>(BufferRows{wide, 16 * C}, s0, rows, probs, n, G,
+                                             acc);
         continue;
       }
     }
-    AccumulatePage<T, C>(v, s0, rows, probs, n, G, acc);
+    AccumulatePage<F, C>(PageRows<F>{&kv, page}, s0, rows, probs, n, G, acc);
   }
   for (int32_t g = 0; g < G; ++g) {
     const float* ag = acc + int64_t(g) * 2 * 16 * C;
@@ -363,9 +476,9 @@ __attribute__((target("avx512f"))) void WeightedSumsOfV(const AttentionArgs& a, 
 // queries one by one reads a prefill chunk's context once per query. Each pair's arithmetic is
 // what it gets alone, in the same order (PagedAttentionTileTest checks bit equality). scratch:
 // query i's probabilities [G][n_i] one after another, n_i = num_old + q0 + i + 1.
-template <typename T, int C>
-__attribute__((target("avx512f"))) void AttendTileAvx512(const AttentionArgs& a, int32_t q0,
-                                                          int32_t nq, float* scratch) {
+template <typename F, int C>
+__attribute__((target("avx512f,f16c"))) void AttendTileAvx512(const AttentionArgs& a, int32_t q0,
+                                                               int32_t nq, float* scratch) {
   const PagedKvHead& kv = a.kv;
   constexpr int32_t hd = 16 * C;
   const int32_t G = a.group, bs = kv.block_size;
@@ -378,22 +491,23 @@ __attribute__((target("avx512f"))) void AttendTileAvx512(const AttentionArgs& a,
     probs[i] = i == 0 ? scratch : probs[i - 1] + int64_t(G) * n[i - 1];
   }
   // Logits, 16 slots at a time (a block of 16 may span pages when block_size < 16).
-  const T* const kbase = Base<T>(kv, true);
   // bf16 rows serving several pairs are widened once into `wide` (exact), not once per pair.
-  constexpr bool kWiden = std::is_same_v<T, uint16_t>;
+  constexpr bool kWiden = std::is_same_v<F, internal::Bf16Kv>;
   const bool widen = kWiden && nq * G > 1;
   alignas(64) float wide[kWiden ? 16 * hd : 1];
   for (int32_t s0 = 0; s0 < n_end; s0 += 16) {
-    PrefetchRows(kv, kbase, s0 + kPrefetchSlots, 16, n_end);
+    PrefetchRows<F>(kv, true, s0 + kPrefetchSlots, 16, n_end);
     const int32_t last = std::min(16, n_end - s0) - 1;
-    const T* k[16];
-    for (int32_t r = 0; r < 16; ++r) k[r] = kbase + kv.RowOffset(s0 + std::min(r, last));
+    typename F::Row k[16];
+    for (int32_t r = 0; r < 16; ++r) k[r] = F::At(kv, true, s0 + std::min(r, last));
     const float* kw[16];
-    if (widen) {
-      for (int32_t r = 0; r <= last; ++r) {
-        for (int c = 0; c < C; ++c) _mm512_store_ps(wide + r * hd + c * 16, Load16(k[r] + c * 16));
+    if constexpr (kWiden) {
+      if (widen) {
+        for (int32_t r = 0; r <= last; ++r) {
+          for (int c = 0; c < C; ++c) _mm512_store_ps(wide + r * hd + c * 16, Load16(k[r], c));
+        }
+        for (int32_t r = 0; r < 16; ++r) kw[r] = wide + std::min(r, last) * hd;
       }
-      for (int32_t r = 0; r < 16; ++r) kw[r] = wide + std::min(r, last) * hd;
     }
     for (int32_t i = 0; i < nq; ++i) {
       if (n[i] <= s0) continue;
@@ -401,9 +515,9 @@ __attribute__((target("avx512f"))) void AttendTileAvx512(const AttentionArgs& a,
       for (int32_t g = 0; g < G; ++g) {
         float* out = probs[i] + int64_t(g) * n[i] + s0;
         if (widen) {
-          Logits16<float, C>(q + int64_t(g) * hd, kw, n[i] - s0, scale, out);
+          Logits16<internal::FloatKv, C>(q + int64_t(g) * hd, kw, n[i] - s0, scale, out);
         } else {
-          Logits16<T, C>(q + int64_t(g) * hd, k, n[i] - s0, scale, out);
+          Logits16<F, C>(q + int64_t(g) * hd, k, n[i] - s0, scale, out);
         }
       }
     }
@@ -416,23 +530,21 @@ __attribute__((target("avx512f"))) void AttendTileAvx512(const AttentionArgs& a,
   }
   // out = sum_s p[s] * v_s for every pair, and the H2O scores.
   if (nq == 1) {
-    WeightedSumsOfV<T, C>(a, probs[0], n[0], a.out + q0 * a.out_stride,
+    WeightedSumsOfV<F, C>(a, probs[0], n[0], a.out + q0 * a.out_stride,
                           internal::FusesScoreAdd(a, q0));
     return;
   }
   alignas(64) float acc[kMaxTilePairs * 2 * hd];
   std::fill(acc, acc + int64_t(nq) * G * 2 * hd, 0.0f);
-  const T* const vbase = Base<T>(kv, false);
   alignas(64) float vwide[kWiden ? kMaxWidenedRows * hd : 1];
   for (int32_t s0 = 0; s0 < n_end; s0 += bs) {
-    PrefetchRows(kv, vbase, s0 + kPrefetchSlots, bs, n_end);
+    PrefetchRows<F>(kv, false, s0 + kPrefetchSlots, bs, n_end);
     const int32_t page = kv.pages[s0 / bs];
-    const T* v = vbase + page * kv.page_stride;
     const int32_t page_rows = std::min(bs, n_end - s0);
     bool widened = false;
     if constexpr (kWiden) {
       widened = page_rows <= kMaxWidenedRows;
-      if (widened) WidenRows<C>(v, page_rows, vwide);
+      if (widened) WidenRows<C>(kv, false, page, page_rows, vwide);
     }
     for (int32_t i = 0; i < nq; ++i) {
       const int32_t rows = std::min(bs, n[i] - s0);
@@ -440,9 +552,10 @@ __attribute__((target("avx512f"))) void AttendTileAvx512(const AttentionArgs& a,
       if (internal::FusesScoreAdd(a, q0 + i)) AddReceived(kv, page, s0, rows, probs[i], n[i], G);
       float* acc_i = acc + int64_t(i) * G * 2 * hd;
       if (widened) {
-        AccumulatePage<float, C>(vwide, s0, rows, probs[i], n[i], G, acc_i);
+        AccumulatePage<internal::FloatKv, C>(BufferRows{vwide, hd}, s0, rows, probs[i], n[i], G,
+                                             acc_i);
       } else {
-        AccumulatePage<T, C>(v, s0, rows, probs[i], n[i], G, acc_i);
+        AccumulatePage<F, C>(PageRows<F>{&kv, page}, s0, rows, probs[i], n[i], G, acc_i);
       }
     }
   }
@@ -458,17 +571,17 @@ __attribute__((target("avx512f"))) void AttendTileAvx512(const AttentionArgs& a,
   }
 }
 
-template <typename T>
+template <typename F>
 void AttendTileAvx512(const AttentionArgs& a, int32_t q0, int32_t nq, float* scratch) {
   switch (a.kv.head_dim / 16) {
-    case 1: AttendTileAvx512<T, 1>(a, q0, nq, scratch); break;
-    case 2: AttendTileAvx512<T, 2>(a, q0, nq, scratch); break;
-    case 3: AttendTileAvx512<T, 3>(a, q0, nq, scratch); break;
-    case 4: AttendTileAvx512<T, 4>(a, q0, nq, scratch); break;
-    case 5: AttendTileAvx512<T, 5>(a, q0, nq, scratch); break;
-    case 6: AttendTileAvx512<T, 6>(a, q0, nq, scratch); break;
-    case 7: AttendTileAvx512<T, 7>(a, q0, nq, scratch); break;
-    case 8: AttendTileAvx512<T, 8>(a, q0, nq, scratch); break;
+    case 1: AttendTileAvx512<F, 1>(a, q0, nq, scratch); break;
+    case 2: AttendTileAvx512<F, 2>(a, q0, nq, scratch); break;
+    case 3: AttendTileAvx512<F, 3>(a, q0, nq, scratch); break;
+    case 4: AttendTileAvx512<F, 4>(a, q0, nq, scratch); break;
+    case 5: AttendTileAvx512<F, 5>(a, q0, nq, scratch); break;
+    case 6: AttendTileAvx512<F, 6>(a, q0, nq, scratch); break;
+    case 7: AttendTileAvx512<F, 7>(a, q0, nq, scratch); break;
+    case 8: AttendTileAvx512<F, 8>(a, q0, nq, scratch); break;
   }
 }
 
@@ -498,19 +611,28 @@ void UpdateChannel(const AttentionArgs& a, int32_t qi, const float* probs) {
 
 void PagedAttentionWith(Isa isa, const AttentionArgs& args, float* scratch) {
   // A path that cannot take this head_dim hands over to the next narrower one.
-  const bool avx512 = isa == Isa::kAvx512 && args.kv.head_dim % 16 == 0 && args.kv.head_dim <= 128;
+  // int4 rows take the SIMD paths when their groups are 32 elements.
+  const bool int4_odd = args.kv.quant == KvQuant::kInt4 && args.kv.head_dim % 32 != 0;
+  const bool avx512 = isa == Isa::kAvx512 && args.kv.head_dim % 16 == 0 &&
+                      args.kv.head_dim <= 128 && !int4_odd;
   const bool avx2 = !avx512 && (isa == Isa::kAvx512 || isa == Isa::kAvx2) &&
-                    internal::Avx2Handles(args);
+                    internal::Avx2Handles(args) && !int4_odd;
   if (avx512 || avx2) {  // a tile of queries at a time
     const int32_t tile = AttentionTileQueries(args.group);
     for (int32_t q0 = 0; q0 < args.num_q; q0 += tile) {
       const int32_t nq = std::min(tile, args.num_q - q0);
       if (avx2) {
         internal::AttendTileAvx2(args, q0, nq, scratch);
+      } else if (args.kv.quantized()) {
+        if (args.kv.quant == KvQuant::kInt8) {
+          AttendTileAvx512<internal::Int8Kv>(args, q0, nq, scratch);
+        } else {
+          AttendTileAvx512<internal::Int4Kv>(args, q0, nq, scratch);
+        }
       } else if (args.kv.bf16()) {
-        AttendTileAvx512<uint16_t>(args, q0, nq, scratch);
+        AttendTileAvx512<internal::Bf16Kv>(args, q0, nq, scratch);
       } else {
-        AttendTileAvx512<float>(args, q0, nq, scratch);
+        AttendTileAvx512<internal::FloatKv>(args, q0, nq, scratch);
       }
       const float* probs = scratch;
       for (int32_t i = 0; i < nq; ++i) {
@@ -521,7 +643,9 @@ void PagedAttentionWith(Isa isa, const AttentionArgs& args, float* scratch) {
     return;
   }
   for (int32_t qi = 0; qi < args.num_q; ++qi) {
-    if (args.kv.bf16()) {
+    if (args.kv.quantized()) {
+      AttendOneQueryQuant(args, qi, scratch);
+    } else if (args.kv.bf16()) {
       AttendOneQueryBf16(args, qi, scratch);
     } else {
       AttendOneQuery(args, qi, scratch);

@@ -15,13 +15,42 @@ namespace heavykv::cpu::internal {
 namespace {
 
 
-// 8 elements of a K/V row as fp32: a load, or for bf16 a widening load and a 16-bit shift.
-__attribute__((target("avx2,fma"))) inline __m256 Load8(const float* p) {
-  return _mm256_loadu_ps(p);
+// 8 elements (chunk c) of a K/V row as fp32: a load; for bf16 a widening load and a 16-bit
+// shift; for int8 a sign-extending load and a conversion (the row's scale is applied by the
+// caller); for int4 8 nibbles of the chunk's group (chunk 4k + j: bytes 8 (j % 2) .. of group k,
+// low nibbles for j < 2, high ones above), less 8, times the group's fp16 scale.
+__attribute__((target("avx2,fma"))) inline __m256 Load8(const float* row, int c) {
+  return _mm256_loadu_ps(row + c * 8);
 }
-__attribute__((target("avx2,fma"))) inline __m256 Load8(const uint16_t* p) {
-  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+__attribute__((target("avx2,fma"))) inline __m256 Load8(const uint16_t* row, int c) {
+  const __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(row + c * 8));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+template <typename F>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256 LoadQuant8(QuantRow row,
+                                                                               int c) {
+  if constexpr (F::kRowScale) {  // int8
+    const __m128i b = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row.data + c * 8));
+    return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(b));
+  } else {  // int4
+    const int k = c >> 2, j = c & 3;
+    const __m128i b =
+        _mm_loadl_epi64(reinterpret_cast<const __m128i*>(row.data + k * 16 + (j & 1) * 8));
+    const __m128i nib = _mm_and_si128(j >= 2 ? _mm_srli_epi16(b, 4) : b, _mm_set1_epi8(0x0F));
+    const __m256i q = _mm256_sub_epi32(_mm256_cvtepu8_epi32(nib), _mm256_set1_epi32(8));
+    uint16_t h;
+    __builtin_memcpy(&h, row.scale + k * 2, 2);
+    return _mm256_mul_ps(_mm256_cvtepi32_ps(q), _mm256_set1_ps(_cvtsh_ss(h)));
+  }
+}
+template <typename F>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline __m256 LoadRow8(
+    typename F::Row row, int c) {
+  if constexpr (std::is_same_v<typename F::Row, QuantRow>) {
+    return LoadQuant8<F>(row, c);
+  } else {
+    return Load8(row, c);
+  }
 }
 
 // Lanes [0, count) set.
@@ -87,28 +116,31 @@ __attribute__((target("avx2,fma"))) inline __m256 Exp(__m256 x) {
   return _mm256_and_ps(_mm256_mul_ps(p, _mm256_castsi256_ps(two_n)), tiny);
 }
 
-// Adds to one head's sums of p[r] * V row r, columns [0, 8 * C) of the rows at v (rows hd apart),
-// the rows [0, rows): with C <= 4, two accumulator sets (even and odd slots) keep enough FMA
-// chains in flight, else `even` alone.
-template <typename T, int C>
-__attribute__((target("avx2,fma"), always_inline)) inline void AccumulateRows(
-    const T* v, int32_t hd, const float* p, int32_t rows, __m256 (&even)[C], __m256 (&odd)[C]) {
+// Adds to one head's sums of p[r] * V row r, chunks [c0, c0 + C) of the page's rows (row(r): the
+// handle of row r), the rows [0, rows): with C <= 4, two accumulator sets (even and odd slots)
+// keep enough FMA chains in flight, else `even` alone. An int8 row's scale multiplies its
+// probability.
+template <typename F, int C>
+__attribute__((target("avx2,fma,f16c"), always_inline)) inline void AccumulateRows(
+    const PagedKvHead& kv, int32_t page, int32_t c0, const float* p, int32_t rows,
+    __m256 (&even)[C], __m256 (&odd)[C]) {
   int32_t r = 0;
   if constexpr (C <= 4) {
     for (; r + 1 < rows; r += 2) {
-      const __m256 p0 = _mm256_broadcast_ss(p + r), p1 = _mm256_broadcast_ss(p + r + 1);
-      const T* v0 = v + int64_t(r) * hd;
+      const typename F::Row v0 = F::PageRow(kv, false, page, r);
+      const typename F::Row v1 = F::PageRow(kv, false, page, r + 1);
+      const __m256 p0 = _mm256_set1_ps(p[r] * F::RowScale(v0));
+      const __m256 p1 = _mm256_set1_ps(p[r + 1] * F::RowScale(v1));
       for (int c = 0; c < C; ++c) {
-        even[c] = _mm256_fmadd_ps(p0, Load8(v0 + c * 8), even[c]);
-        odd[c] = _mm256_fmadd_ps(p1, Load8(v0 + hd + c * 8), odd[c]);
+        even[c] = _mm256_fmadd_ps(p0, LoadRow8<F>(v0, c0 + c), even[c]);
+        odd[c] = _mm256_fmadd_ps(p1, LoadRow8<F>(v1, c0 + c), odd[c]);
       }
     }
   }
   for (; r < rows; ++r) {
-    const __m256 p0 = _mm256_broadcast_ss(p + r);
-    for (int c = 0; c < C; ++c) {
-      even[c] = _mm256_fmadd_ps(p0, Load8(v + int64_t(r) * hd + c * 8), even[c]);
-    }
+    const typename F::Row v0 = F::PageRow(kv, false, page, r);
+    const __m256 p0 = _mm256_set1_ps(p[r] * F::RowScale(v0));
+    for (int c = 0; c < C; ++c) even[c] = _mm256_fmadd_ps(p0, LoadRow8<F>(v0, c0 + c), even[c]);
   }
 }
 
@@ -132,20 +164,19 @@ __attribute__((target("avx2,fma"))) inline void AddReceived(const PagedKvHead& k
 // out[8 * C] = sum over slots s < n of p[s] * V row s, columns [col0, col0 + 8 * C). With
 // kScores the same walk adds to each slot's H2O score the probability it received from all G
 // heads of the group (probs: [G][n]), while that page's V rows stream in.
-template <typename T, int C, bool kScores>
-__attribute__((target("avx2,fma"))) void WeightedSumOfV(const PagedKvHead& kv, const float* p,
+template <typename F, int C, bool kScores>
+__attribute__((target("avx2,fma,f16c"))) void WeightedSumOfV(const PagedKvHead& kv, const float* p,
                                                        int32_t n, int32_t col0, float* out,
                                                        const float* probs, int32_t G) {
   __m256 even[C], odd[C];
   for (int c = 0; c < C; ++c) even[c] = odd[c] = _mm256_setzero_ps();
-  const int32_t bs = kv.block_size, hd = kv.head_dim;
+  const int32_t bs = kv.block_size;
   for (int32_t s0 = 0; s0 < n; s0 += bs) {
-    PrefetchRows(kv, Base<T>(kv, false), s0 + kPrefetchSlots, bs, n);
+    PrefetchRows<F>(kv, false, s0 + kPrefetchSlots, bs, n);
     const int32_t page = kv.pages[s0 / bs];
-    const T* v = Base<T>(kv, false) + page * kv.page_stride + col0;
     const int32_t rows = std::min(bs, n - s0);
     if constexpr (kScores) AddReceived(kv, page, s0, rows, probs, n, G);
-    AccumulateRows<T, C>(v, hd, p + s0, rows, even, odd);
+    AccumulateRows<F, C>(kv, page, col0 / 8, p + s0, rows, even, odd);
   }
   for (int c = 0; c < C; ++c) {
     _mm256_storeu_ps(out + c * 8, C <= 4 ? _mm256_add_ps(even[c], odd[c]) : even[c]);
@@ -159,8 +190,8 @@ __attribute__((target("avx2,fma"))) void WeightedSumOfV(const PagedKvHead& kv, c
 // out_stride + g * head_dim; its H2O scores are added when add[i]. Each pair's sums live in
 // `acc` between pages and take the FMAs of WeightedSumOfV in the same order, so the result is
 // bit for bit what the pair gets alone.
-template <typename T, int C>
-__attribute__((target("avx2,fma"))) void WeightedSumsOfPairs(const PagedKvHead& kv,
+template <typename F, int C>
+__attribute__((target("avx2,fma,f16c"))) void WeightedSumsOfPairs(const PagedKvHead& kv,
                                                             const float* const* probs,
                                                             const int32_t* n, int32_t nq,
                                                             int32_t G, int32_t col0, float* out,
@@ -170,9 +201,8 @@ __attribute__((target("avx2,fma"))) void WeightedSumsOfPairs(const PagedKvHead& 
   std::fill(acc, acc + int64_t(nq) * G * 2 * 8 * C, 0.0f);
   const int32_t bs = kv.block_size, hd = kv.head_dim, n_end = n[nq - 1];
   for (int32_t s0 = 0; s0 < n_end; s0 += bs) {
-    PrefetchRows(kv, Base<T>(kv, false), s0 + kPrefetchSlots, bs, n_end);
+    PrefetchRows<F>(kv, false, s0 + kPrefetchSlots, bs, n_end);
     const int32_t page = kv.pages[s0 / bs];
-    const T* v = Base<T>(kv, false) + page * kv.page_stride + col0;
     for (int32_t i = 0; i < nq; ++i) {
       const int32_t rows = std::min(bs, n[i] - s0);
       if (rows <= 0) continue;
@@ -184,7 +214,8 @@ __attribute__((target("avx2,fma"))) void WeightedSumsOfPairs(const PagedKvHead& 
           even[c] = _mm256_load_ps(ag + c * 8);
           odd[c] = _mm256_load_ps(ag + (C + c) * 8);
         }
-        AccumulateRows<T, C>(v, hd, probs[i] + int64_t(g) * n[i] + s0, rows, even, odd);
+        AccumulateRows<F, C>(kv, page, col0 / 8, probs[i] + int64_t(g) * n[i] + s0, rows, even,
+                             odd);
         for (int c = 0; c < C; ++c) {
           _mm256_store_ps(ag + c * 8, even[c]);
           _mm256_store_ps(ag + (C + c) * 8, odd[c]);
@@ -206,37 +237,37 @@ __attribute__((target("avx2,fma"))) void WeightedSumsOfPairs(const PagedKvHead& 
 }
 
 // One head's p.v over columns [col0, col0 + 8 * chunks), chunks in 1..8.
-template <typename T, bool kScores>
-__attribute__((target("avx2,fma"))) void WeightedSumBlock(int chunks, const PagedKvHead& kv,
+template <typename F, bool kScores>
+__attribute__((target("avx2,fma,f16c"))) void WeightedSumBlock(int chunks, const PagedKvHead& kv,
                                                          const float* p, int32_t n, int32_t col0,
                                                          float* out, const float* probs,
                                                          int32_t G) {
   switch (chunks) {
-    case 1: WeightedSumOfV<T, 1, kScores>(kv, p, n, col0, out, probs, G); break;
-    case 2: WeightedSumOfV<T, 2, kScores>(kv, p, n, col0, out, probs, G); break;
-    case 3: WeightedSumOfV<T, 3, kScores>(kv, p, n, col0, out, probs, G); break;
-    case 4: WeightedSumOfV<T, 4, kScores>(kv, p, n, col0, out, probs, G); break;
-    case 5: WeightedSumOfV<T, 5, kScores>(kv, p, n, col0, out, probs, G); break;
-    case 6: WeightedSumOfV<T, 6, kScores>(kv, p, n, col0, out, probs, G); break;
-    case 7: WeightedSumOfV<T, 7, kScores>(kv, p, n, col0, out, probs, G); break;
-    default: WeightedSumOfV<T, 8, kScores>(kv, p, n, col0, out, probs, G); break;
+    case 1: WeightedSumOfV<F, 1, kScores>(kv, p, n, col0, out, probs, G); break;
+    case 2: WeightedSumOfV<F, 2, kScores>(kv, p, n, col0, out, probs, G); break;
+    case 3: WeightedSumOfV<F, 3, kScores>(kv, p, n, col0, out, probs, G); break;
+    case 4: WeightedSumOfV<F, 4, kScores>(kv, p, n, col0, out, probs, G); break;
+    case 5: WeightedSumOfV<F, 5, kScores>(kv, p, n, col0, out, probs, G); break;
+    case 6: WeightedSumOfV<F, 6, kScores>(kv, p, n, col0, out, probs, G); break;
+    case 7: WeightedSumOfV<F, 7, kScores>(kv, p, n, col0, out, probs, G); break;
+    default: WeightedSumOfV<F, 8, kScores>(kv, p, n, col0, out, probs, G); break;
   }
 }
 
 // The pairs' walk over columns [col0, col0 + 8 * chunks), chunks in 1..8.
-template <typename T>
-__attribute__((target("avx2,fma"))) void WeightedSumsOfPairsBlock(
+template <typename F>
+__attribute__((target("avx2,fma,f16c"))) void WeightedSumsOfPairsBlock(
     int chunks, const PagedKvHead& kv, const float* const* probs, const int32_t* n, int32_t nq,
     int32_t G, int32_t col0, float* out, int64_t out_stride, const bool* add) {
   switch (chunks) {
-    case 1: WeightedSumsOfPairs<T, 1>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
-    case 2: WeightedSumsOfPairs<T, 2>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
-    case 3: WeightedSumsOfPairs<T, 3>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
-    case 4: WeightedSumsOfPairs<T, 4>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
-    case 5: WeightedSumsOfPairs<T, 5>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
-    case 6: WeightedSumsOfPairs<T, 6>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
-    case 7: WeightedSumsOfPairs<T, 7>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
-    default: WeightedSumsOfPairs<T, 8>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
+    case 1: WeightedSumsOfPairs<F, 1>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
+    case 2: WeightedSumsOfPairs<F, 2>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
+    case 3: WeightedSumsOfPairs<F, 3>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
+    case 4: WeightedSumsOfPairs<F, 4>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
+    case 5: WeightedSumsOfPairs<F, 5>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
+    case 6: WeightedSumsOfPairs<F, 6>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
+    case 7: WeightedSumsOfPairs<F, 7>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
+    default: WeightedSumsOfPairs<F, 8>(kv, probs, n, nq, G, col0, out, out_stride, add); break;
   }
 }
 
@@ -275,8 +306,8 @@ __attribute__((target("avx2,fma"))) void SoftmaxRow(float* p, int32_t n, float* 
 // each 8-slot block of K rows and each page of V rows read once for all the tile's pairs, each
 // pair's arithmetic what it gets alone. scratch: query i's probabilities [G][n_i] one after
 // another, n_i = num_old + q0 + i + 1.
-template <typename T>
-__attribute__((target("avx2,fma"))) void AttendTile(const AttentionArgs& a, int32_t q0,
+template <typename F>
+__attribute__((target("avx2,fma,f16c"))) void AttendTile(const AttentionArgs& a, int32_t q0,
                                                     int32_t nq, float* scratch) {
   const PagedKvHead& kv = a.kv;
   const int32_t hd = kv.head_dim, G = a.group;
@@ -293,10 +324,17 @@ __attribute__((target("avx2,fma"))) void AttendTile(const AttentionArgs& a, int3
   const int32_t n_end = n[nq - 1];
   // Logits, 8 slots at a time (a block of 8 may span pages when block_size < 8).
   for (int32_t s0 = 0; s0 < n_end; s0 += 8) {
-    PrefetchRows(kv, Base<T>(kv, true), s0 + kPrefetchSlots, 8, n_end);
+    PrefetchRows<F>(kv, true, s0 + kPrefetchSlots, 8, n_end);
     const int32_t last = std::min(8, n_end - s0) - 1;
-    const T* k[8];
-    for (int32_t r = 0; r < 8; ++r) k[r] = Base<T>(kv, true) + kv.RowOffset(s0 + std::min(r, last));
+    typename F::Row k[8];
+    for (int32_t r = 0; r < 8; ++r) k[r] = F::At(kv, true, s0 + std::min(r, last));
+    // An int8 row's scale multiplies its finished dot product, with the softmax's.
+    __m256 kscale = scale;
+    if constexpr (F::kRowScale) {
+      alignas(32) float rs[8];
+      for (int32_t r = 0; r < 8; ++r) rs[r] = F::RowScale(k[r]);
+      kscale = _mm256_mul_ps(_mm256_load_ps(rs), scale);
+    }
     for (int32_t i = 0; i < nq; ++i) {
       if (n[i] <= s0) continue;
       const float* q = a.q + (q0 + i) * a.q_stride;
@@ -307,11 +345,11 @@ __attribute__((target("avx2,fma"))) void AttendTile(const AttentionArgs& a, int3
         for (int32_t c = 0; c < chunks; ++c) {
           const __m256 qc = _mm256_loadu_ps(qg + c * 8);
           for (int32_t r = 0; r < 8; ++r) {
-            acc[r] = _mm256_fmadd_ps(qc, Load8(k[r] + c * 8), acc[r]);
+            acc[r] = _mm256_fmadd_ps(qc, LoadRow8<F>(k[r], c), acc[r]);
           }
         }
         StoreFirst(probs[i] + int64_t(g) * n[i] + s0, n[i] - s0,
-                   _mm256_mul_ps(Sum8x8(acc), scale));
+                   _mm256_mul_ps(Sum8x8(acc), kscale));
       }
     }
   }
@@ -326,7 +364,7 @@ __attribute__((target("avx2,fma"))) void AttendTile(const AttentionArgs& a, int3
   if (nq * G > 1 && nq * G <= kMaxTilePairs) {
     const bool none[kMaxTilePairs] = {};
     for (int32_t c0 = 0; c0 < chunks; c0 += 8) {
-      WeightedSumsOfPairsBlock<T>(std::min(8, chunks - c0), kv, probs, n, nq, G, c0 * 8,
+      WeightedSumsOfPairsBlock<F>(std::min(8, chunks - c0), kv, probs, n, nq, G, c0 * 8,
                                   a.out + q0 * a.out_stride, a.out_stride, c0 == 0 ? add : none);
     }
     return;
@@ -342,9 +380,9 @@ __attribute__((target("avx2,fma"))) void AttendTile(const AttentionArgs& a, int3
     for (int32_t c0 = 0; c0 < chunks; c0 += 8) {
       const int block = std::min(8, chunks - c0);
       if (add[0] && g == G - 1 && c0 == 0) {
-        WeightedSumBlock<T, true>(block, kv, p, n0, c0 * 8, og + c0 * 8, p0, G);
+        WeightedSumBlock<F, true>(block, kv, p, n0, c0 * 8, og + c0 * 8, p0, G);
       } else {
-        WeightedSumBlock<T, false>(block, kv, p, n0, c0 * 8, og + c0 * 8, p0, G);
+        WeightedSumBlock<F, false>(block, kv, p, n0, c0 * 8, og + c0 * 8, p0, G);
       }
     }
   }
@@ -355,10 +393,14 @@ __attribute__((target("avx2,fma"))) void AttendTile(const AttentionArgs& a, int3
 bool Avx2Handles(const AttentionArgs& args) { return args.kv.head_dim % 8 == 0; }
 
 void AttendTileAvx2(const AttentionArgs& args, int32_t q0, int32_t nq, float* scratch) {
-  if (args.kv.bf16()) {
-    AttendTile<uint16_t>(args, q0, nq, scratch);
+  if (args.kv.quant == KvQuant::kInt8) {
+    AttendTile<Int8Kv>(args, q0, nq, scratch);
+  } else if (args.kv.quant == KvQuant::kInt4) {
+    AttendTile<Int4Kv>(args, q0, nq, scratch);
+  } else if (args.kv.bf16()) {
+    AttendTile<Bf16Kv>(args, q0, nq, scratch);
   } else {
-    AttendTile<float>(args, q0, nq, scratch);
+    AttendTile<FloatKv>(args, q0, nq, scratch);
   }
 }
 

@@ -3,35 +3,80 @@
 #pragma once
 
 #include <algorithm>
-#include <type_traits>
 
 #include "kernels/cpu/paged_attention.h"
 
 namespace heavykv::cpu::internal {
 
-// The K (or V) storage of a head as elements of T: float for fp32, uint16_t for bf16.
-template <typename T>
-inline const T* Base(const PagedKvHead& kv, bool is_k) {
-  if constexpr (std::is_same_v<T, float>) {
-    return is_k ? kv.k : kv.v;
-  } else {
-    return is_k ? kv.k16 : kv.v16;
+// The storages of K/V rows, as the SIMD paths see them: a handle to the K or V row of a slot (or
+// of row r of a page), and the factor each row's sum is scaled by. Float rows: the element
+// pointer. Quantized rows (kernels/kv_quant.h): data and scale pointers; int8's power-of-two
+// scale is the row's (applied to the finished q.k, or to the probability that weighs the V row),
+// int4's per-group scales are applied to each converted chunk by the loads.
+struct FloatKv {
+  using Row = const float*;
+  static constexpr bool kRowScale = false;
+  static Row At(const PagedKvHead& kv, bool is_k, int32_t s) {
+    return (is_k ? kv.k : kv.v) + kv.RowOffset(s);
   }
-}
+  static Row PageRow(const PagedKvHead& kv, bool is_k, int32_t page, int32_t r) {
+    return (is_k ? kv.k : kv.v) + page * kv.page_stride + int64_t(r) * kv.head_dim;
+  }
+  static float RowScale(Row) { return 1.0f; }
+  static const void* Data(Row row) { return row; }
+  static int64_t RowBytes(const PagedKvHead& kv) { return int64_t(kv.head_dim) * 4; }
+};
+struct Bf16Kv {
+  using Row = const uint16_t*;
+  static constexpr bool kRowScale = false;
+  static Row At(const PagedKvHead& kv, bool is_k, int32_t s) {
+    return (is_k ? kv.k16 : kv.v16) + kv.RowOffset(s);
+  }
+  static Row PageRow(const PagedKvHead& kv, bool is_k, int32_t page, int32_t r) {
+    return (is_k ? kv.k16 : kv.v16) + page * kv.page_stride + int64_t(r) * kv.head_dim;
+  }
+  static float RowScale(Row) { return 1.0f; }
+  static const void* Data(Row row) { return row; }
+  static int64_t RowBytes(const PagedKvHead& kv) { return int64_t(kv.head_dim) * 2; }
+};
+struct QuantRow {
+  const uint8_t* data;
+  const uint8_t* scale;
+};
+template <KvQuant kQuant>
+struct QuantKv {
+  using Row = QuantRow;
+  static constexpr bool kRowScale = kQuant == KvQuant::kInt8;
+  static Row At(const PagedKvHead& kv, bool is_k, int32_t s) {
+    return {(is_k ? kv.kq : kv.vq) + kv.QRowOffset(s),
+            (is_k ? kv.ksc : kv.vsc) + kv.QScaleOffset(s)};
+  }
+  static Row PageRow(const PagedKvHead& kv, bool is_k, int32_t page, int32_t r) {
+    const int64_t base = page * kv.page_stride;
+    return {(is_k ? kv.kq : kv.vq) + base + int64_t(r) * kv.row_bytes,
+            (is_k ? kv.ksc : kv.vsc) + base + int64_t(r) * kv.scale_bytes};
+  }
+  static float RowScale(Row row) { return kRowScale ? E8m0ToFloat(*row.scale) : 1.0f; }
+  static const void* Data(Row row) { return row.data; }
+  static int64_t RowBytes(const PagedKvHead& kv) { return kv.row_bytes; }
+};
+using Int8Kv = QuantKv<KvQuant::kInt8>;
+using Int4Kv = QuantKv<KvQuant::kInt4>;
 
 // Starts loading the rows of slots [s, s + count) of a K or V walk that are on the page holding
 // s, when s < n: issued two blocks ahead of the one being computed, so that the next page's rows
 // are on their way while this one's are used (pages are scattered, and a hardware prefetcher
 // stops at each). Measured (docs/BENCHMARKS.md "Long contexts, session 11"): AVX-512 1.3x at
 // group 1 (attention/ctx512/avx512) and no change at GQA 4, whose arithmetic per byte keeps the
-// walk slow; AVX2 1.1-1.25x at GQA 4 and no change at group 1. Both paths use it.
-template <typename T>
-__attribute__((always_inline)) inline void PrefetchRows(const PagedKvHead& kv, const T* base,
+// walk slow; AVX2 1.1-1.25x at GQA 4 and no change at group 1. Both paths use it. (The scales
+// of quantized rows, a few bytes a row, are not prefetched.)
+template <typename F>
+__attribute__((always_inline)) inline void PrefetchRows(const PagedKvHead& kv, bool is_k,
                                                         int32_t s, int32_t count, int32_t n) {
   if (s >= n) return;
   const int32_t rows = std::min({count, kv.block_size - s % kv.block_size, n - s});
-  const char* p = reinterpret_cast<const char*>(base + kv.RowOffset(s));
-  const int64_t bytes = int64_t(rows) * kv.head_dim * sizeof(T);
+  const char* p = static_cast<const char*>(F::Data(F::At(kv, is_k, s)));
+  const int64_t bytes = int64_t(rows) * F::RowBytes(kv);
   for (int64_t b = 0; b < bytes; b += 64) PrefetchLine(p + b);
 }
 

@@ -162,7 +162,8 @@ int PlanCommand(int argc, char** argv) {
                    {"layers", layers_v},
                    {"kv_heads", kv_heads_v},
                    {"head_dim", head_dim_v},
-                   {"element_bytes", in.shape.element_bytes},
+                   {"kv_dtype", KvElementName(in.shape)},
+                   {"slot_kv_bytes", in.shape.SlotKvBytes()},
                    {"block_size", in.shape.block_size},
                    {"max_len", in.max_len},
                    {"bytes_per_token", plan->bytes_per_token},
@@ -178,9 +179,10 @@ int PlanCommand(int argc, char** argv) {
   std::printf("model %s: %d layers, %d kv heads, head_dim %d; sequences of %d tokens; %s\n",
               name.c_str(), layers_v, kv_heads_v, head_dim_v, in.max_len, device_name.c_str());
   std::printf(
-      "bytes per token %lld = %d layers x %d kv heads x (2 x %d x %d B K+V + 8 B pos/score)\n",
-      static_cast<long long>(plan->bytes_per_token), layers_v, kv_heads_v, head_dim_v,
-      in.shape.element_bytes);
+      "bytes per token %lld = %d layers x %d kv heads x (%lld B K+V of head_dim %d in %s + 8 B "
+      "pos/score)\n",
+      static_cast<long long>(plan->bytes_per_token), layers_v, kv_heads_v,
+      static_cast<long long>(in.shape.SlotKvBytes()), head_dim_v, KvElementName(in.shape));
   std::printf("page of %d tokens of %s %lld bytes; pool %d pages = %.1f MiB\n",
               in.shape.block_size, in.shape.table_per_layer ? "one layer" : "every layer",
               static_cast<long long>(plan->page_bytes), plan->num_pages, pool_mib);

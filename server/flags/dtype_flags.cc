@@ -10,8 +10,9 @@ void DtypeFlags::Register(FlagSet& flags, bool with_weights) {
                  "stays fp32");
   }
   flags.String("kv-dtype", &kv_name,
-               "auto, fp32 or bf16: the cached K/V (auto: fp32 on cpu, bf16 on cuda); bf16 "
-               "holds twice the tokens per MiB");
+               "auto, fp32, bf16, int8 or int4: the cached K/V (auto: fp32 on cpu, bf16 on "
+               "cuda); bf16 holds twice the tokens per MiB, int8 (cpu) ~1.9x bf16's, int4 "
+               "(cpu) ~3.3x");
 }
 
 absl::Status DtypeFlags::Resolve(Device device) {

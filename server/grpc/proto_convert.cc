@@ -132,6 +132,8 @@ void ToProto(const CacheStats& s, v1::CacheStats* out) {
   out->set_sequences_waiting(s.sequences_waiting);
   out->set_tokens_evicted(s.tokens_evicted);
   out->set_preemptions(s.preemptions);
+  out->set_kv_dtype(s.kv_dtype);
+  out->set_bytes_per_token(s.bytes_per_token);
 }
 
 }  // namespace heavykv::server

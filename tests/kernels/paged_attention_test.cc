@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <random>
@@ -115,6 +116,113 @@ TEST_P(PagedAttentionTest, MatchesDirectAttention) {
       EXPECT_NEAR(kv.Score(s), 0.5 + ref_score[s], 2e-6 * (1 + ref_score[s])) << "slot " << s;
     }
   }
+  }
+}
+
+// Quantized K/V (--kv-dtype int8 | int4, kernels/kv_quant.h) read in place by every path: the
+// result is the attention over the dequantized values (the reference reads them through
+// KAt/VAt), to float rounding. Pages laid out as KvCache lays them: [K data][V data][K scales]
+// [V scales], in shuffled order.
+TEST_P(PagedAttentionTest, QuantizedRowsMatchDirectAttentionOverTheirValues) {
+  for (KvQuant quant : {KvQuant::kInt8, KvQuant::kInt4}) {
+    SCOPED_TRACE(quant == KvQuant::kInt8 ? "int8 K/V" : "int4 K/V");
+    const Case c = GetParam();
+    const int32_t hd = c.head_dim, G = c.group, bs = c.block_size;
+    const int32_t slots = c.num_old + c.num_q;
+    const int32_t num_pages = (slots + bs - 1) / bs;
+    std::mt19937 rng(hd * 71 + G * 13 + bs + slots);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const int32_t pool_pages = 2 * num_pages + 3;
+    std::vector<int32_t> pages(pool_pages);
+    std::iota(pages.begin(), pages.end(), 0);
+    std::shuffle(pages.begin(), pages.end(), rng);
+    pages.resize(num_pages);
+    const int32_t rb = KvQuantDataBytes(quant, hd), sb = KvQuantScaleBytes(quant, hd);
+    const int64_t page_stride = 2 * int64_t(bs) * (rb + sb);
+    std::vector<uint8_t> pool(pool_pages * page_stride, 0xEE);
+    std::vector<int32_t> pos(pool_pages * bs, 0);
+    std::vector<float> q(c.num_q * G * hd), out(c.num_q * G * hd);
+    for (float& v : q) v = normal(rng);
+    PagedKvHead kv;
+    kv.pages = pages.data();
+    kv.num_slots = slots;
+    kv.block_size = bs;
+    kv.head_dim = hd;
+    kv.quant = quant;
+    kv.row_bytes = rb;
+    kv.scale_bytes = sb;
+    kv.kq = pool.data();
+    kv.vq = pool.data() + int64_t(bs) * rb;
+    kv.ksc = pool.data() + 2 * int64_t(bs) * rb;
+    kv.vsc = kv.ksc + int64_t(bs) * sb;
+    kv.page_stride = page_stride;
+    kv.pos = pos.data();
+    kv.meta_page_stride = bs;
+    std::vector<float> krow(hd), vrow(hd);
+    for (int32_t s = 0; s < slots; ++s) {
+      // Rows of different magnitudes, so that the scales differ from row to row.
+      const float mag = 0.25f + 4.0f * float(s % 7) / 7.0f;
+      for (int32_t d = 0; d < hd; ++d) {
+        krow[d] = mag * normal(rng);
+        vrow[d] = mag * normal(rng);
+      }
+      kv.StoreRows(s, krow.data(), vrow.data());
+      // The error of a value: half a step of its scale, which is at most max|x| / 63.5 for int8,
+      // and at most max|x| / 8 for int4 (the clamp of +8 steps to 7).
+      float amax = 0.0f;
+      for (int32_t d = 0; d < hd; ++d) amax = std::max(amax, std::fabs(krow[d]));
+      const float bound = (quant == KvQuant::kInt8 ? amax / 127 : amax / 8) * 1.01f;
+      for (int32_t d = 0; d < hd; ++d) ASSERT_NEAR(kv.KAt(s, d), krow[d], bound) << s << "," << d;
+    }
+    std::vector<double> ref_out(out.size()), ref_score(slots, 0.0);
+    for (int32_t i = 0; i < c.num_q; ++i) {
+      const int32_t n = c.num_old + i + 1;
+      for (int32_t g = 0; g < G; ++g) {
+        const float* qg = &q[(int64_t(i) * G + g) * hd];
+        std::vector<double> p(n);
+        double mx = -1e300, sum = 0;
+        for (int32_t s = 0; s < n; ++s) {
+          double dot = 0;
+          for (int32_t d = 0; d < hd; ++d) dot += double(qg[d]) * kv.KAt(s, d);
+          p[s] = dot / std::sqrt(double(hd));
+          mx = std::max(mx, p[s]);
+        }
+        for (double& v : p) sum += (v = std::exp(v - mx));
+        for (int32_t s = 0; s < n; ++s) {
+          p[s] /= sum;
+          ref_score[s] += p[s];
+          for (int32_t d = 0; d < hd; ++d) {
+            ref_out[(int64_t(i) * G + g) * hd + d] += p[s] * kv.VAt(s, d);
+          }
+        }
+      }
+    }
+    for (Isa isa : heavykv::testing::IsasToTest()) {
+      SCOPED_TRACE(IsaName(isa));
+      std::vector<float> score(pool_pages * bs, 0.5f);
+      kv.score = score.data();
+      AttentionArgs a;
+      a.kv = kv;
+      a.num_old = c.num_old;
+      a.num_q = c.num_q;
+      a.group = G;
+      a.q = q.data();
+      a.q_stride = int64_t(G) * hd;
+      a.out = out.data();
+      a.out_stride = int64_t(G) * hd;
+      a.channel.kind = SlotChannel::kAccumulated;
+      std::vector<float> scratch(AttentionScratchFloats(slots, G, c.num_q));
+      PagedAttentionWith(isa, a, scratch.data());
+      double err = 0, norm = 0;
+      for (size_t i = 0; i < out.size(); ++i) {
+        err += (out[i] - ref_out[i]) * (out[i] - ref_out[i]);
+        norm += ref_out[i] * ref_out[i];
+      }
+      EXPECT_LT(std::sqrt(err / norm), 4e-6);
+      for (int32_t s = 0; s < slots; ++s) {
+        EXPECT_NEAR(kv.Score(s), 0.5 + ref_score[s], 4e-6 * (1 + ref_score[s])) << "slot " << s;
+      }
+    }
   }
 }
 

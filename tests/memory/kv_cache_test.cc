@@ -237,8 +237,22 @@ class Driver {
             return testing::AssertionFailure()
                    << "layer " << l << " head " << h << " holds position " << pos << " twice";
           }
+          // Quantized rows hold what quantizing the written row gives (exactly: the same
+          // arithmetic), so a row moved without its scale shows.
+          std::vector<float> want_k(sh.head_dim), want_v(sh.head_dim);
           for (int32_t d = 0; d < sh.head_dim; ++d) {
-            if (v.KAt(slot, d) != KValue(l, h, pos, d) || v.VAt(slot, d) != VValue(l, h, pos, d)) {
+            want_k[d] = KValue(l, h, pos, d);
+            want_v[d] = VValue(l, h, pos, d);
+          }
+          if (sh.quant != KvQuant::kNone) {
+            std::vector<uint8_t> data(sh.head_dim), scale(2 * sh.head_dim);
+            for (std::vector<float>* row : {&want_k, &want_v}) {
+              QuantizeKvRow(sh.quant, row->data(), sh.head_dim, data.data(), scale.data());
+              DequantizeKvRow(sh.quant, data.data(), scale.data(), sh.head_dim, row->data());
+            }
+          }
+          for (int32_t d = 0; d < sh.head_dim; ++d) {
+            if (v.KAt(slot, d) != want_k[d] || v.VAt(slot, d) != want_v[d]) {
               return testing::AssertionFailure()
                      << "layer " << l << " head " << h << " slot " << slot << " has pos " << pos
                      << " but K[" << d << "]=" << v.KAt(slot, d) << " V[" << d
@@ -302,13 +316,20 @@ class KvCacheSimulationTest : public testing::TestWithParam<SimCase> {};
 TEST_P(KvCacheSimulationTest, MatchesReferenceAfterEveryStep) {
   // fp32 and bf16 K/V (rows move with their tokens), one table for all layers (the CUDA layout)
   // and one per layer (the host layout).
-  for (int32_t variant = 0; variant < 4; ++variant) {
+  // Variants 4 and 5: int8 and int4 rows (quantized with their scales; host layout).
+  for (int32_t variant = 0; variant < 6; ++variant) {
   const int32_t element_bytes = variant % 2 == 0 ? 4 : 2;
-  SCOPED_TRACE(element_bytes == 2 ? "bf16 K/V" : "fp32 K/V");
+  const KvQuant quant =
+      variant == 4 ? KvQuant::kInt8 : variant == 5 ? KvQuant::kInt4 : KvQuant::kNone;
+  SCOPED_TRACE(quant == KvQuant::kInt8   ? "int8 K/V"
+               : quant == KvQuant::kInt4 ? "int4 K/V"
+               : element_bytes == 2      ? "bf16 K/V"
+                                         : "fp32 K/V");
   SCOPED_TRACE(variant >= 2 ? "a table per layer" : "one table");
   const SimCase& c = GetParam();
   KvShape shape = TinyShape();
   shape.element_bytes = element_bytes;
+  shape.quant = quant;
   shape.table_per_layer = variant >= 2;
   constexpr int32_t kLength = 90;
   constexpr int32_t kMaxChunk = 7;
@@ -667,6 +688,19 @@ TEST(KvCacheTest, PageSizeAccounting) {
   KvShape half = s;
   half.element_bytes = 2;  // bf16 K/V: half the K/V bytes, the same metadata
   EXPECT_EQ(half.PageBytes(), 128 * 2 + 16 * 8);
+  // int8: a row of 4 bytes and a 1-byte scale; int4: 2 bytes and one fp16 scale (a group of 4).
+  KvShape int8 = s, int4 = s;
+  int8.quant = KvQuant::kInt8;
+  int4.quant = KvQuant::kInt4;
+  EXPECT_EQ(int8.SlotKvBytes(), 2 * (4 + 1));
+  EXPECT_EQ(int4.SlotKvBytes(), 2 * (2 + 2));
+  EXPECT_EQ(int8.PageBytes(), 16 * 10 + 16 * 8);
+  EXPECT_EQ(int4.PageBytes(), 16 * 8 + 16 * 8);
+  KvShape odd = int4;
+  odd.head_dim = 5;  // int4 packs element pairs
+  EXPECT_EQ(KvCache::Create(odd, 4).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(KvCache::Create(int8, 4, KvStorage::kExternal).status().code(),
+            absl::StatusCode::kUnimplemented);
   EXPECT_EQ(KvCache::PagesForBytes(s, 640 * 10), 10);
   EXPECT_EQ(KvCache::PagesForBytes(s, 640 * 10 + 639), 10);
   EXPECT_EQ(KvCache::PagesForBytes(s, 1), 1);

@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "engine/model/make_model.h"
 #include "engine/runner/model_runner.h"
 #include "engine/serving/scheduler.h"
@@ -246,7 +248,7 @@ TEST(PlanCommandTest, CudaKeepsBf16KvAndNeedsAPoolSize) {
   ASSERT_EQ(code, 0) << out;
   // 12 layers x 12 kv heads x (2 x 64 x 2 B + 8 B).
   EXPECT_NE(out.find("\"bytes_per_token\":38016,"), std::string::npos) << out;
-  EXPECT_NE(out.find("\"element_bytes\":2,"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"kv_dtype\":\"bf16\","), std::string::npos) << out;
   Heavykv("plan --shape stories110M --device cuda", &code);  // serve sizes it from the GPU
   EXPECT_EQ(code, 2);
 }
@@ -261,7 +263,7 @@ TEST(PlanCommandTest, Bf16KvOnTheCpuHalvesTheBytesPerToken) {
   out = Heavykv("plan --shape stories110M --kv-dtype bf16 --kv-pool-mb 4096 --json", &code);
   ASSERT_EQ(code, 0) << out;
   EXPECT_NE(out.find("\"bytes_per_token\":38016,"), std::string::npos) << out;
-  EXPECT_NE(out.find("\"element_bytes\":2,"), std::string::npos) << out;
+  EXPECT_NE(out.find("\"kv_dtype\":\"bf16\","), std::string::npos) << out;
   out = Heavykv("plan --shape stories110M --kv-dtype fp32 --device cuda --kv-pool-mb 64", &code,
                 true);
   EXPECT_EQ(code, 2);
@@ -269,6 +271,7 @@ TEST(PlanCommandTest, Bf16KvOnTheCpuHalvesTheBytesPerToken) {
   out = Heavykv("plan --shape stories110M --kv-dtype fp8 --kv-pool-mb 64", &code, true);
   EXPECT_EQ(code, 2);
   EXPECT_NE(out.find("unknown KV dtype"), std::string::npos) << out;
+  EXPECT_NE(out.find("auto, fp32, bf16, int8 or int4"), std::string::npos) << out;
   for (const char* cmd : {"run", "eval --text x", "serve"}) {
     out = Heavykv(std::string(cmd) + " --model " + testing::ModelPath() + " --weight-dtype fp8",
                   &code, true);
@@ -287,6 +290,33 @@ TEST(PlanCommandTest, RejectsAMissingShapeAndBadBudgets) {
   EXPECT_EQ(code, 2);
   Heavykv("plan --shape stories15M --max-len 4096", &code);  // over the context length
   EXPECT_EQ(code, 2);
+}
+
+// --kv-dtype int8 / int4 (issue 29): plan counts the real bytes of a quantized slot, scales and
+// metadata included. stories110M (head_dim 64): int8 rows of 64 B + a 1 B scale, int4 rows of
+// 32 B + two 2 B scales, beside bf16's 128 B; the pool holds >= 1.9x and >= 3.2x bf16's tokens.
+TEST(PlanCommandTest, QuantizedKvCountsItsRealBytes) {
+  auto plan = [](const std::string& dtype) {
+    int code = 0;
+    const std::string out = Heavykv(
+        "plan --shape stories110M --kv-dtype " + dtype + " --kv-pool-mb 4096 --json", &code);
+    EXPECT_EQ(code, 0) << out;
+    return nlohmann::json::parse(out);
+  };
+  const nlohmann::json bf16 = plan("bf16"), int8 = plan("int8"), int4 = plan("int4");
+  // 12 layers x 12 kv heads x (2 x (64 + 1) + 8) and x (2 x (32 + 4) + 8).
+  EXPECT_EQ(int8["bytes_per_token"].get<int64_t>(), 144 * 138);
+  EXPECT_EQ(int4["bytes_per_token"].get<int64_t>(), 144 * 80);
+  EXPECT_EQ(int8["kv_dtype"], "int8");
+  EXPECT_EQ(int4["kv_dtype"], "int4");
+  const double full_bf16 = bf16["rows"][0]["sequences"].get<double>();
+  EXPECT_GE(int8["rows"][0]["sequences"].get<double>(), 1.9 * full_bf16);
+  EXPECT_GE(int4["rows"][0]["sequences"].get<double>(), 3.2 * full_bf16);
+  int code = 0;
+  const std::string out = Heavykv(
+      "plan --shape stories110M --kv-dtype int8 --device cuda --kv-pool-mb 64", &code, true);
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("CPU backend only"), std::string::npos) << out;
 }
 
 }  // namespace
