@@ -200,20 +200,57 @@ void BM_GemmDecodeShapes(benchmark::State& state, bool packed, cpu::WeightType w
       state.iterations() * m * (DecodeFlopsPerToken(c, 0)), benchmark::Counter::kIsRate);
 }
 
+// The K/V storage a benchmark attends: fp32, bf16 (--kv-dtype bf16), int8 or int4 rows.
+enum class BenchKv { kFp32, kBf16, kInt8, kInt4 };
+KvQuant QuantOf(BenchKv kv) {
+  return kv == BenchKv::kInt8 ? KvQuant::kInt8 : kv == BenchKv::kInt4 ? KvQuant::kInt4
+                                                                      : KvQuant::kNone;
+}
+// Bytes of one K or V row of `hd` elements, scales included.
+int64_t RowBytes(BenchKv kv, int32_t hd) {
+  if (kv == BenchKv::kFp32) return int64_t(hd) * 4;
+  if (kv == BenchKv::kBf16) return int64_t(hd) * 2;
+  return KvQuantDataBytes(QuantOf(kv), hd) + KvQuantScaleBytes(QuantOf(kv), hd);
+}
+const char* KvSuffix(BenchKv kv) {
+  return kv == BenchKv::kBf16 ? "/bf16kv" : kv == BenchKv::kInt8 ? "/int8kv"
+                                          : kv == BenchKv::kInt4 ? "/int4kv" : "";
+}
+
 // Decode attention alone: `tasks` (sequence, kv head)s with a group of `group` query heads of
-// `hd` dims each, `context` fp32 or bf16 K/V slots each, over every core as the runner schedules
-// them, through `isa`'s path (nullopt: PagedAttention's best), with or without the H2O score
-// add; the page table in order or shuffled as a pool hands pages out. Bytes: the K and V rows
-// read.
+// `hd` dims each, `context` K/V slots each in `kv`'s storage, over every core as the runner
+// schedules them, through `isa`'s path (nullopt: PagedAttention's best), with or without the H2O
+// score add; the page table in order or shuffled as a pool hands pages out. Bytes: the K and V
+// rows read (with their scales).
 void RunAttention(benchmark::State& state, int32_t tasks, int32_t group, int32_t hd,
-                  int32_t context, bool bf16, bool scores, std::optional<cpu::Isa> isa,
+                  int32_t context, BenchKv kv_kind, bool scores, std::optional<cpu::Isa> isa,
                   bool shuffled, int32_t num_q = 1) {
   constexpr int32_t kBs = 16;
+  const bool bf16 = kv_kind == BenchKv::kBf16;
+  const KvQuant quant = QuantOf(kv_kind);
   const int32_t pages_per_task = (context + num_q + kBs - 1) / kBs;  // the new tokens' included
   const int64_t page_elems = int64_t(kBs) * hd, pages = int64_t(tasks) * pages_per_task;
   AlignedVector<float> k32, v32;
   AlignedVector<uint16_t> k16, v16;
-  if (bf16) {
+  // Quantized pages as KvCache lays them out: [K data][V data][K scales][V scales].
+  const int32_t qrow = quant != KvQuant::kNone ? KvQuantDataBytes(quant, hd) : 0;
+  const int32_t qscale = quant != KvQuant::kNone ? KvQuantScaleBytes(quant, hd) : 0;
+  const int64_t qpage = 2 * int64_t(kBs) * (qrow + qscale);
+  AlignedVector<uint8_t> kvq;
+  if (quant != KvQuant::kNone) {
+    kvq = AlignedVector<uint8_t>(pages * qpage, 0);
+    std::vector<float> row(hd);
+    std::mt19937 rng(5);
+    std::normal_distribution<float> normal(0.0f, 0.5f);
+    for (int64_t p = 0; p < pages; ++p) {
+      uint8_t* base = kvq.data() + p * qpage;
+      for (int32_t r = 0; r < 2 * kBs; ++r) {  // K rows, then V rows
+        for (float& x : row) x = normal(rng);
+        QuantizeKvRow(quant, row.data(), hd, base + int64_t(r) * qrow,
+                      base + 2 * int64_t(kBs) * qrow + int64_t(r) * qscale);
+      }
+    }
+  } else if (bf16) {
     k16 = AlignedVector<uint16_t>(pages * page_elems, 0x3c00);
     v16 = AlignedVector<uint16_t>(pages * page_elems, 0x3c00);
   } else {
@@ -236,11 +273,22 @@ void RunAttention(benchmark::State& state, int32_t tasks, int32_t group, int32_t
         a.kv.num_slots = context + num_q;
         a.kv.block_size = kBs;
         a.kv.head_dim = hd;
-        a.kv.k = bf16 ? nullptr : k32.data();
-        a.kv.v = bf16 ? nullptr : v32.data();
-        a.kv.k16 = bf16 ? k16.data() : nullptr;
-        a.kv.v16 = bf16 ? v16.data() : nullptr;
-        a.kv.page_stride = page_elems;
+        if (quant != KvQuant::kNone) {
+          a.kv.quant = quant;
+          a.kv.row_bytes = qrow;
+          a.kv.scale_bytes = qscale;
+          a.kv.kq = kvq.data();
+          a.kv.vq = kvq.data() + int64_t(kBs) * qrow;
+          a.kv.ksc = kvq.data() + 2 * int64_t(kBs) * qrow;
+          a.kv.vsc = a.kv.ksc + int64_t(kBs) * qscale;
+          a.kv.page_stride = qpage;
+        } else {
+          a.kv.k = bf16 ? nullptr : k32.data();
+          a.kv.v = bf16 ? nullptr : v32.data();
+          a.kv.k16 = bf16 ? k16.data() : nullptr;
+          a.kv.v16 = bf16 ? v16.data() : nullptr;
+          a.kv.page_stride = page_elems;
+        }
         a.kv.pos = pos.data();
         a.kv.score = score.data();
         a.kv.meta_page_stride = kBs;
@@ -266,8 +314,12 @@ void RunAttention(benchmark::State& state, int32_t tasks, int32_t group, int32_t
     benchmark::DoNotOptimize(out.data());
   }
   if (num_q == 1) {
-    state.SetBytesProcessed(state.iterations() * int64_t(tasks) * (context + 1) * hd * 2 *
-                            (bf16 ? 2 : 4));
+    state.SetBytesProcessed(state.iterations() * int64_t(tasks) * (context + 1) * 2 *
+                            RowBytes(kv_kind, hd));
+    // Tokens of context attended per second, per (sequence, kv head): what a decode step's
+    // attention costs at this context.
+    state.counters["ctx_tokens_per_second"] = benchmark::Counter(
+        double(state.iterations()) * tasks * (context + 1), benchmark::Counter::kIsRate);
   } else {
     state.counters["queries"] =  // query tokens of one sequence (tasks are its kv heads)
         benchmark::Counter(double(state.iterations()) * num_q, benchmark::Counter::kIsRate);
@@ -277,16 +329,16 @@ void RunAttention(benchmark::State& state, int32_t tasks, int32_t group, int32_t
 // Through one ISA's path: 768 (sequence, kv head)s at the stories110M head (64 dims, group 1;
 // one layer of a batch of 64, 200 MB at context 512 in fp32, so it streams from memory as in a
 // step).
-void BM_Attention(benchmark::State& state, cpu::Isa isa, int32_t context, bool bf16,
+void BM_Attention(benchmark::State& state, cpu::Isa isa, int32_t context, BenchKv kv,
                   bool scores) {
-  RunAttention(state, 768, 1, 64, context, bf16, scores, isa, /*shuffled=*/false);
+  RunAttention(state, 768, 1, 64, context, kv, scores, isa, /*shuffled=*/false);
 }
 
 // At long contexts (issue 18): `batch` sequences of one Llama 3 8B layer (8 kv heads, 4 query
 // heads each, head_dim 128), pages shuffled.
-void BM_AttentionLong(benchmark::State& state, int32_t batch, int32_t context, bool bf16,
+void BM_AttentionLong(benchmark::State& state, int32_t batch, int32_t context, BenchKv kv,
                       std::optional<cpu::Isa> isa) {
-  RunAttention(state, batch * 8, 4, 128, context, bf16, /*scores=*/false, isa,
+  RunAttention(state, batch * 8, 4, 128, context, kv, /*scores=*/false, isa,
                /*shuffled=*/true);
 }
 
@@ -416,7 +468,7 @@ void BM_SplitAttention(benchmark::State& state, int32_t context) {
 // counter: query tokens/s.
 void BM_AttentionPrefill(benchmark::State& state, int32_t context, int32_t num_q,
                          std::optional<cpu::Isa> isa) {
-  RunAttention(state, 8, 4, 64, context, /*bf16=*/false, /*scores=*/true, isa, /*shuffled=*/true,
+  RunAttention(state, 8, 4, 64, context, BenchKv::kFp32, /*scores=*/true, isa, /*shuffled=*/true,
                num_q);
 }
 
@@ -536,8 +588,9 @@ void BM_EvictPageVsToken(benchmark::State& state, int32_t batch) {
 // How many sequences of 1024 tokens one fixed pool holds at once, with real forward passes of
 // a small model: sequences are admitted one after another and each fed its 1024 tokens in
 // chunks of 16, all staying resident, until the pool refuses the next chunk. The pool has the
-// bytes of 640 fp32 pages: 640 pages of fp32 K/V, or 1280 of bf16 (kv_element_bytes 2).
-void BM_Capacity(benchmark::State& state, std::string policy, int32_t kv_element_bytes) {
+// bytes of 640 fp32 pages (of one layer, pos and score included): 640 pages of fp32 K/V, or as
+// many bf16, int8 or int4 pages as those bytes make (KvCache::PagesForBytes).
+void BM_Capacity(benchmark::State& state, std::string policy, BenchKv kv) {
   ModelConfig c;
   c.dim = 64;
   c.hidden_dim = 128;
@@ -547,16 +600,20 @@ void BM_Capacity(benchmark::State& state, std::string policy, int32_t kv_element
   c.vocab_size = 256;
   c.seq_len = 1024;
   static const Model* model = new Model(SmallModel(c, "capacity-small.bin", 5));
-  // Exactly 10 full-cache fp32 sequences of 1024 tokens (pages of one layer); the same K/V
-  // bytes in bf16 pages.
-  const int32_t kPages = 640 * 4 / kv_element_bytes * model->config.num_layers;
+  // Exactly 10 full-cache fp32 sequences of 1024 tokens (pages of one layer); the same bytes of
+  // pages of the other storages.
+  const KvShape fp32_shape = KvShapeFor(model->config, 16);
+  const int64_t pool_bytes = int64_t(640) * model->config.num_layers * fp32_shape.PageBytes();
   constexpr int32_t kLen = 1024, kChunk = 16;
   const int32_t budget = policy == "full" ? kUnboundedBudget : kLen / 5;  // 20%
   int64_t resident = 0;
+  int32_t pages = 0;
   for (auto _ : state) {
-    KvShape shape = KvShapeFor(model->config, 16);
-    shape.element_bytes = kv_element_bytes;
-    auto cache = *KvCache::Create(shape, kPages);
+    KvShape shape = fp32_shape;
+    shape.element_bytes = kv == BenchKv::kBf16 ? 2 : 4;
+    shape.quant = QuantOf(kv);
+    pages = KvCache::PagesForBytes(shape, pool_bytes);
+    auto cache = *KvCache::Create(shape, pages);
     ModelRunner runner(*model, cache.get());
     auto pol = *MakePolicy(policy);
     std::vector<std::unique_ptr<SequenceKv>> seqs;
@@ -583,19 +640,20 @@ void BM_Capacity(benchmark::State& state, std::string policy, int32_t kv_element
     for (auto& s : seqs) cache->Release(*s);
   }
   state.counters["sequences"] = double(resident);
-  state.counters["pool_pages"] = kPages;
+  state.counters["pool_pages"] = pages;
 }
 
 void Register() {  // NOLINT: one list, in report order
   // Long-context decode attention, GQA 8:1 (issue 18): compare bytes_per_second with
   // bandwidth/read.
+  // int8 and int4 K/V (issue 29) at 16k and 32k.
   for (int32_t batch : {1, 8}) {
     for (int32_t context : {1024, 4096, 8192, 16384, 32768}) {
-      for (bool bf16 : {false, true}) {
-        benchmark::RegisterBenchmark(absl::StrCat("attention/gqa8/b", batch, "/ctx", context,
-                                                  bf16 ? "/bf16kv" : "")
-                                         .c_str(),
-                                     BM_AttentionLong, batch, context, bf16, std::nullopt)
+      for (BenchKv kv : {BenchKv::kFp32, BenchKv::kBf16, BenchKv::kInt8, BenchKv::kInt4}) {
+        if (QuantOf(kv) != KvQuant::kNone && context < 16384) continue;
+        benchmark::RegisterBenchmark(
+            absl::StrCat("attention/gqa8/b", batch, "/ctx", context, KvSuffix(kv)).c_str(),
+            BM_AttentionLong, batch, context, kv, std::nullopt)
             ->MinTime(0.5)
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond);
@@ -641,19 +699,19 @@ void Register() {  // NOLINT: one list, in report order
     if (isa != cpu::Isa::kAvx2 || cpu::BestIsa() == cpu::Isa::kAvx2) continue;
     for (int32_t context : {4096, 32768}) {
       benchmark::RegisterBenchmark(absl::StrCat("attention/gqa8/b1/ctx", context, "/avx2").c_str(),
-                                   BM_AttentionLong, 1, context, false, isa)
+                                   BM_AttentionLong, 1, context, BenchKv::kFp32, isa)
           ->MinTime(0.5)
           ->UseRealTime()
           ->Unit(benchmark::kMillisecond);
     }
   }
   for (cpu::Isa isa : cpu::SupportedIsas()) {  // the others are not listed on this CPU
-    for (bool bf16 : {false, true}) {
+    for (BenchKv kv : {BenchKv::kFp32, BenchKv::kBf16, BenchKv::kInt8, BenchKv::kInt4}) {
       for (bool scores : {false, true}) {
         benchmark::RegisterBenchmark(
-            absl::StrCat("attention/ctx512/", cpu::IsaName(isa), bf16 ? "/bf16kv" : "",
+            absl::StrCat("attention/ctx512/", cpu::IsaName(isa), KvSuffix(kv),
                          scores ? "/scores" : "").c_str(),
-            BM_Attention, isa, 512, bf16, scores)
+            BM_Attention, isa, 512, kv, scores)
             ->MinTime(0.5)
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond);
@@ -775,25 +833,24 @@ void Register() {  // NOLINT: one list, in report order
       ->Unit(benchmark::kMillisecond);
   for (const char* p : {"h2o:layers=pyramid", "h2o:layers=squeeze"}) {
     benchmark::RegisterBenchmark(absl::StrCat("capacity/len1024/", p).c_str(), BM_Capacity,
-                                 std::string(p), 4)
+                                 std::string(p), BenchKv::kFp32)
         ->Iterations(1)
         ->Unit(benchmark::kMillisecond);
   }
   for (const char* p : {"tova", "scissorhands", "knorm", "snapkv"}) {
     benchmark::RegisterBenchmark(absl::StrCat("capacity/len1024/", p).c_str(), BM_Capacity,
-                                 std::string(p), 4)
+                                 std::string(p), BenchKv::kFp32)
         ->Iterations(1)
         ->Unit(benchmark::kMillisecond);
   }
   benchmark::RegisterBenchmark("capacity/len1024/h2o:granularity=page", BM_Capacity,
-                               std::string("h2o:granularity=page"), 4)
+                               std::string("h2o:granularity=page"), BenchKv::kFp32)
       ->Iterations(1)
       ->Unit(benchmark::kMillisecond);
-  for (int32_t kv_bytes : {4, 2}) {
+  for (BenchKv kv : {BenchKv::kFp32, BenchKv::kBf16, BenchKv::kInt8, BenchKv::kInt4}) {
     for (const char* p : {"full", "h2o"}) {
-      benchmark::RegisterBenchmark(
-          absl::StrCat("capacity/len1024/", p, kv_bytes == 2 ? "/bf16kv" : "").c_str(),
-          BM_Capacity, std::string(p), kv_bytes)
+      benchmark::RegisterBenchmark(absl::StrCat("capacity/len1024/", p, KvSuffix(kv)).c_str(),
+                                   BM_Capacity, std::string(p), kv)
           ->Iterations(1)
           ->Unit(benchmark::kMillisecond);
     }

@@ -12,7 +12,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "bench/bench_fixtures.h"
+#include "engine/runner/step_runner.h"
 #include "engine/serving/engine.h"
+#include "memory/kv_cache.h"
 
 namespace heavykv::bench {
 namespace {
@@ -27,12 +29,25 @@ double Quantile(std::vector<double> v, double q) {
   return v[std::min(v.size() - 1, static_cast<size_t>(q * (v.size() - 1) + 0.5))];
 }
 
-// bf16: --weight-dtype bf16 --kv-dtype bf16, on a pool of the same bytes (twice the pages).
-void BM_Serve(benchmark::State& state, std::string policy, bool bf16) {
+// bf16: --weight-dtype bf16; kv_dtype: --kv-dtype, on a pool of the same bytes as kPoolPages
+// fp32 pages (pos and score included).
+void BM_Serve(benchmark::State& state, std::string policy, bool bf16, std::string kv_dtype) {
   for (auto _ : state) {
     EngineOptions o;
-    o.num_pages = bf16 ? 2 * kPoolPages : kPoolPages;
-    if (bf16) o.kv_dtype = "bf16";
+    {
+      state.PauseTiming();
+      absl::StatusOr<Model> probe = LoadModel(Stories110MPath(), cpu::WeightType::kFp32);
+      state.ResumeTiming();
+      if (!probe.ok()) {
+        state.SkipWithError(std::string(probe.status().message()).c_str());
+        return;
+      }
+      const KvShape fp32 = KvShapeForDevice(Device::kCpu, probe->config, 16, KvDtype::kFp32);
+      const KvShape shape =
+          KvShapeForDevice(Device::kCpu, probe->config, 16, *ParseKvDtype(kv_dtype));
+      o.num_pages = KvCache::PagesForBytes(shape, int64_t(kPoolPages) * fp32.PageBytes());
+    }
+    o.kv_dtype = kv_dtype;
     o.max_running = kRequests;
     o.max_waiting = kRequests;
     o.max_step_tokens = 512;
@@ -91,7 +106,7 @@ void BM_Serve(benchmark::State& state, std::string policy, bool bf16) {
     state.counters["ttft_p50"] = Quantile(ttft, 0.5);
     state.counters["ttft_p99"] = Quantile(ttft, 0.99);
     state.counters["preemptions"] = double((*engine)->Stats().preemptions);
-    state.counters["pool_pages"] = kPoolPages;
+    state.counters["pool_pages"] = o.num_pages;
     lock.unlock();
     (*engine)->Shutdown(absl::Seconds(1));
   }
@@ -104,11 +119,20 @@ void RegisterServe() {
     for (const char* p : {"full", "h2o"}) {
       benchmark::RegisterBenchmark(
           absl::StrCat("serve/64x512+512/", p, bf16 ? "/bf16" : "").c_str(), BM_Serve,
-          std::string(p), bf16)
+          std::string(p), bf16, std::string(bf16 ? "bf16" : "fp32"))
           ->Iterations(1)
           ->UseRealTime()
           ->Unit(benchmark::kSecond);
     }
+  }
+  // Issue 29: h2o 20% with int8 and int4 K/V beside bf16 K/V, bf16 weights, the same pool bytes:
+  // compare max_running (the concurrent sequences).
+  for (const char* kv : {"int8", "int4"}) {
+    benchmark::RegisterBenchmark(absl::StrCat("serve/64x512+512/h2o/bf16w/", kv, "kv").c_str(),
+                                 BM_Serve, std::string("h2o"), true, std::string(kv))
+        ->Iterations(1)
+        ->UseRealTime()
+        ->Unit(benchmark::kSecond);
   }
 }
 

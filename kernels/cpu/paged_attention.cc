@@ -400,19 +400,31 @@ __attribute__((target("avx512f,f16c"))) inline void AccumulatePage(RowOf row, in
   }
 }
 
-// A page's bf16 V rows serving several (query, head) pairs are widened to fp32 once (exact),
-// where the page has at most this many rows (16 KiB of fp32 at head_dim 128), not once per pair.
-// Quantized rows are not: they are converted in registers for each pair.
+// A page's bf16 or quantized V rows serving several (query, head) pairs are widened to fp32 once,
+// where the page has at most this many rows (16 KiB of fp32 at head_dim 128), not once per pair:
+// 16 KiB in L1 as the page streams in, never a copy of the context. Exact for bf16 and for int8
+// (times a power of two); int4's group scale is applied as the direct loads apply it, so a pair
+// gets bit for bit what it gets reading the rows directly.
 inline constexpr int32_t kMaxWidenedRows = 32;
 
-// wide[r][16 * C] = rows [0, rows) of the bf16 page, as fp32.
-template <int C>
-__attribute__((target("avx512f"))) inline void WidenRows(const PagedKvHead& kv, bool is_k,
-                                                         int32_t page, int32_t rows,
-                                                         float* wide) {
+// wide[16 * C] = one row as fp32, its int8 scale applied.
+template <typename F, int C>
+__attribute__((target("avx512f,f16c"), always_inline)) inline void WidenRow(typename F::Row row,
+                                                                           float* wide) {
+  const __m512 scale = _mm512_set1_ps(F::RowScale(row));
+  for (int c = 0; c < C; ++c) {
+    const __m512 x = LoadRow16<F>(row, c);
+    _mm512_store_ps(wide + c * 16, F::kRowScale ? _mm512_mul_ps(x, scale) : x);
+  }
+}
+
+// wide[r][16 * C] = rows [0, rows) of a V page, as fp32.
+template <typename F, int C>
+__attribute__((target("avx512f,f16c"))) inline void WidenRows(const PagedKvHead& kv,
+                                                              int32_t page, int32_t rows,
+                                                              float* wide) {
   for (int32_t r = 0; r < rows; ++r) {
-    const uint16_t* v = internal::Bf16Kv::PageRow(kv, is_k, page, r);
-    for (int c = 0; c < C; ++c) _mm512_store_ps(wide + (r * C + c) * 16, Load16(v, c));
+    WidenRow<F, C>(F::PageRow(kv, false, page, r), wide + int64_t(r) * 16 * C);
   }
 }
 
@@ -442,16 +454,16 @@ __attribute__((target("avx512f,f16c"))) void WeightedSumsOfV(const AttentionArgs
   // order as WeightedSumOfV, so the result is bit for bit the same.
   alignas(64) float acc[kMaxTilePairs * 2 * 16 * C];
   std::fill(acc, acc + int64_t(G) * 2 * 16 * C, 0.0f);
-  constexpr bool kBf16 = std::is_same_v<F, internal::Bf16Kv>;
-  alignas(64) float wide[kBf16 ? kMaxWidenedRows * 16 * C : 1];
+  constexpr bool kWiden = !std::is_same_v<F, internal::FloatKv>;
+  alignas(64) float wide[kWiden ? kMaxWidenedRows * 16 * C : 1];
   for (int32_t s0 = 0; s0 < n; s0 += bs) {
     PrefetchRows<F>(kv, false, s0 + kPrefetchSlots, bs, n);
     const int32_t page = kv.pages[s0 / bs];
     const int32_t rows = std::min(bs, n - s0);
     if (add_scores) AddReceived(kv, page, s0, rows, probs, n, G);
-    if constexpr (kBf16) {
+    if constexpr (kWiden) {
       if (rows <= kMaxWidenedRows) {
-        WidenRows<C>(kv, false, page, rows, wide);
+        WidenRows<F, C>(kv, page, rows, wide);
         AccumulatePage<internal::FloatKv, C>(BufferRows{wide, 16 * C}, s0, rows, probs, n, G,
                                              acc);
         continue;
@@ -491,8 +503,9 @@ __attribute__((target("avx512f,f16c"))) void AttendTileAvx512(const AttentionArg
     probs[i] = i == 0 ? scratch : probs[i - 1] + int64_t(G) * n[i - 1];
   }
   // Logits, 16 slots at a time (a block of 16 may span pages when block_size < 16).
-  // bf16 rows serving several pairs are widened once into `wide` (exact), not once per pair.
-  constexpr bool kWiden = std::is_same_v<F, internal::Bf16Kv>;
+  // bf16 and quantized rows serving several pairs are widened once into `wide`, not once per
+  // pair (kMaxWidenedRows says why the result is the same).
+  constexpr bool kWiden = !std::is_same_v<F, internal::FloatKv>;
   const bool widen = kWiden && nq * G > 1;
   alignas(64) float wide[kWiden ? 16 * hd : 1];
   for (int32_t s0 = 0; s0 < n_end; s0 += 16) {
@@ -503,9 +516,7 @@ __attribute__((target("avx512f,f16c"))) void AttendTileAvx512(const AttentionArg
     const float* kw[16];
     if constexpr (kWiden) {
       if (widen) {
-        for (int32_t r = 0; r <= last; ++r) {
-          for (int c = 0; c < C; ++c) _mm512_store_ps(wide + r * hd + c * 16, Load16(k[r], c));
-        }
+        for (int32_t r = 0; r <= last; ++r) WidenRow<F, C>(k[r], wide + r * hd);
         for (int32_t r = 0; r < 16; ++r) kw[r] = wide + std::min(r, last) * hd;
       }
     }
@@ -544,7 +555,7 @@ __attribute__((target("avx512f,f16c"))) void AttendTileAvx512(const AttentionArg
     bool widened = false;
     if constexpr (kWiden) {
       widened = page_rows <= kMaxWidenedRows;
-      if (widened) WidenRows<C>(kv, false, page, page_rows, vwide);
+      if (widened) WidenRows<F, C>(kv, page, page_rows, vwide);
     }
     for (int32_t i = 0; i < nq; ++i) {
       const int32_t rows = std::min(bs, n[i] - s0);

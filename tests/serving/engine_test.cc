@@ -160,6 +160,55 @@ TEST_F(EngineTest, Bf16KvServesAndUnknownDtypeIsRejected) {
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// --kv-dtype int8 / int4 (issue 29): every policy (page granularity and layer budgets included)
+// runs on quantized pages at once, past its budget, and gives every page back; a sink stream
+// runs past the 512-token context (re-rotating its quantized pinned keys); GetCacheStats names
+// the dtype and its real bytes per token.
+TEST_F(EngineTest, QuantizedKvServesEveryPolicy) {
+  for (const char* dtype : {"int8", "int4"}) {
+    SCOPED_TRACE(dtype);
+    EngineOptions o;
+    o.num_pages = 256 * kLayers;
+    o.threads = 1;
+    o.kv_dtype = dtype;
+    o.max_new_tokens_limit = 1024;  // the sink stream runs past the context
+    auto engine = Engine::Create(
+        *LoadModel(testing::ModelPath()),
+        std::make_shared<Tokenizer>(*Tokenizer::Load(testing::TokenizerPath(), 512)), o);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    const std::string policies[] = {"full", "h2o", "window", "sink", "tova", "scissorhands",
+                                    "knorm", "snapkv:window=8:kernel=3", "h2o:granularity=page",
+                                    "h2o:layers=pyramid", "h2o:layers=squeeze"};
+    std::vector<std::unique_ptr<Collector>> cs;
+    for (const std::string& p : policies) {
+      GenerationRequest r = Greedy("Once upon a time", 96);
+      r.ignore_eos = true;
+      r.policy = p;
+      r.budget_tokens = 24;
+      cs.push_back(std::make_unique<Collector>());
+      ASSERT_TRUE((*engine)->Submit(r, cs.back()->Callback()).ok()) << p;
+    }
+    GenerationRequest stream = Greedy("Once upon a time", 600);  // past the context of 512
+    stream.ignore_eos = true;
+    stream.policy = "sink";
+    stream.budget_tokens = 64;
+    cs.push_back(std::make_unique<Collector>());
+    ASSERT_TRUE((*engine)->Submit(stream, cs.back()->Callback()).ok());
+    for (size_t i = 0; i < cs.size(); ++i) {
+      cs[i]->Wait();
+      EXPECT_TRUE(cs[i]->last.status.ok()) << i << ": " << cs[i]->last.status;
+      EXPECT_EQ(cs[i]->tokens.size(), i + 1 < cs.size() ? 96u : 600u) << i;
+      EXPECT_FALSE(cs[i]->text.empty()) << i;
+    }
+    const CacheStats st = (*engine)->Stats();
+    EXPECT_EQ(st.pages_used, 0);
+    EXPECT_EQ(st.kv_dtype, dtype);
+    // 5 layers x 4 kv heads x (2 x (8 + scale) + 8): int8 a 1-byte scale, int4 4 bytes of data
+    // and one fp16 scale (a group of 8).
+    EXPECT_EQ(st.bytes_per_token, std::string(dtype) == "int8" ? 20 * 26 : 20 * 20);
+  }
+}
+
 TEST_F(EngineTest, ConcurrentStreamsEachEqualTheirSequentialRun) {
   auto engine = Make(256, 64, 256, 128);
   const std::vector<std::string> prompts = {"Once upon a time", "Lily had a red ball",
