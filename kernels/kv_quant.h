@@ -9,7 +9,9 @@
 //         fp16 scale d at scale + 2 * k, d = m / -8 with m the element of largest magnitude (as
 //         ggml's Q4_0): x ~ (nibble - 8) * d.
 // Row data and scales live apart (the page keeps its rows aligned; memory/kv_cache.h places
-// them), so a row is (data, scale) pointers.
+// them), so a row is (data, scale) pointers. The cache stores H x rather than x where head_dim
+// is a power of two (KvRotates, HadamardRotate; PagedKvHead applies it): these functions code
+// whatever row they are given.
 #pragma once
 
 #include <algorithm>
@@ -25,9 +27,10 @@ enum class KvQuant : uint8_t { kNone, kInt8, kInt4 };
 
 // Elements per int4 scale group.
 inline int32_t Int4Group(int32_t head_dim) { return head_dim % 32 == 0 ? 32 : head_dim; }
-// Whether rows of head_dim elements can take the format (int4 needs an even head_dim).
+// Whether rows of head_dim elements can take the format: at most 1024 (the rotation's buffer),
+// and even for int4.
 inline bool KvQuantTakes(KvQuant q, int32_t head_dim) {
-  return head_dim > 0 && (q != KvQuant::kInt4 || head_dim % 2 == 0);
+  return head_dim > 0 && head_dim <= 1024 && (q != KvQuant::kInt4 || head_dim % 2 == 0);
 }
 // Bytes of one row's data and of its scales.
 inline int32_t KvQuantDataBytes(KvQuant q, int32_t head_dim) {
@@ -99,6 +102,29 @@ inline float DequantKvElem(KvQuant q, const uint8_t* data, const uint8_t* scale,
   const uint8_t byte = data[k * half + (j % half)];
   const int32_t nib = j < half ? (byte & 0x0F) : (byte >> 4);
   return float(nib - 8) * Fp16ToFloat(h);
+}
+
+// Whether rows of head_dim elements are stored rotated (a power of two: the Walsh-Hadamard
+// transform below; docs/ARCHITECTURE.md "The KV pool" says why).
+inline bool KvRotates(KvQuant q, int32_t head_dim) {
+  return q != KvQuant::kNone && head_dim >= 2 && (head_dim & (head_dim - 1)) == 0;
+}
+
+// x = H x for the orthonormal Walsh-Hadamard matrix H of order n (a power of two): H = H^T =
+// H^-1, so rotating twice gives x back (to float rounding) and dot products are kept,
+// (H q) . (H k) = q . k. n log2 n additions and n multiplications.
+inline void HadamardRotate(float* x, int32_t n) {
+  for (int32_t h = 1; h < n; h *= 2) {
+    for (int32_t i = 0; i < n; i += 2 * h) {
+      for (int32_t j = i; j < i + h; ++j) {
+        const float a = x[j], b = x[j + h];
+        x[j] = a + b;
+        x[j + h] = a - b;
+      }
+    }
+  }
+  const float norm = 1.0f / std::sqrt(static_cast<float>(n));
+  for (int32_t i = 0; i < n; ++i) x[i] *= norm;
 }
 
 // out[head_dim] = the row's values.

@@ -77,8 +77,8 @@ struct PagedKvHead {
   // Writes slot s's K and V rows from fp32, in the storage's element type.
   void StoreRows(int32_t s, const float* k_row, const float* v_row) const {
     if (quantized()) {
-      QuantizeKvRow(quant, k_row, head_dim, kq + QRowOffset(s), ksc + QScaleOffset(s));
-      QuantizeKvRow(quant, v_row, head_dim, vq + QRowOffset(s), vsc + QScaleOffset(s));
+      QuantizeRow(k_row, kq + QRowOffset(s), ksc + QScaleOffset(s));
+      QuantizeRow(v_row, vq + QRowOffset(s), vsc + QScaleOffset(s));
     } else if (bf16()) {
       uint16_t* kd = KRow16(s);
       uint16_t* vd = VRow16(s);
@@ -94,7 +94,7 @@ struct PagedKvHead {
   // Writes slot s's K row only (the re-rotation of pinned keys).
   void StoreK(int32_t s, const float* k_row) const {
     if (quantized()) {
-      QuantizeKvRow(quant, k_row, head_dim, kq + QRowOffset(s), ksc + QScaleOffset(s));
+      QuantizeRow(k_row, kq + QRowOffset(s), ksc + QScaleOffset(s));
     } else if (bf16()) {
       uint16_t* kd = KRow16(s);
       for (int32_t d = 0; d < head_dim; ++d) kd[d] = FloatToBf16(k_row[d]);
@@ -104,16 +104,44 @@ struct PagedKvHead {
   }
   // Element d of slot s's K (V) row as fp32, whatever the storage.
   float KAt(int32_t s, int32_t d) const {
-    if (quantized()) {
-      return DequantKvElem(quant, kq + QRowOffset(s), ksc + QScaleOffset(s), head_dim, d);
-    }
+    if (quantized()) return DequantizedElem(kq + QRowOffset(s), ksc + QScaleOffset(s), d);
     return bf16() ? Bf16ToFloat(KRow16(s)[d]) : KRow(s)[d];
   }
   float VAt(int32_t s, int32_t d) const {
-    if (quantized()) {
-      return DequantKvElem(quant, vq + QRowOffset(s), vsc + QScaleOffset(s), head_dim, d);
-    }
+    if (quantized()) return DequantizedElem(vq + QRowOffset(s), vsc + QScaleOffset(s), d);
     return bf16() ? Bf16ToFloat(VRow16(s)[d]) : VRow(s)[d];
+  }
+  // Whether quantized rows are stored rotated (KvRotates): attention then runs on H q and
+  // rotates its output back (PagedAttention does both).
+  bool rotated() const { return quantized() && KvRotates(quant, head_dim); }
+  // Quantizes x[head_dim] into one row (rotated first where rotated()).
+  void QuantizeRow(const float* x, uint8_t* data, uint8_t* scale) const {
+    if (!rotated()) {
+      QuantizeKvRow(quant, x, head_dim, data, scale);
+      return;
+    }
+    thread_local float buf[1024];
+    std::memcpy(buf, x, sizeof(float) * head_dim);
+    HadamardRotate(buf, head_dim);
+    QuantizeKvRow(quant, buf, head_dim, data, scale);
+  }
+  // Element d of a quantized row in the tokens' own basis (a whole row is dequantized and
+  // rotated back where rotated(): for tests and the re-rotation of pinned keys, not kernels).
+  float DequantizedElem(const uint8_t* data, const uint8_t* scale, int32_t d) const {
+    if (!rotated()) return DequantKvElem(quant, data, scale, head_dim, d);
+    thread_local float buf[1024];
+    DequantizeKvRow(quant, data, scale, head_dim, buf);
+    HadamardRotate(buf, head_dim);
+    return buf[d];
+  }
+  // out[head_dim] = slot s's K row as fp32, whatever the storage.
+  void LoadK(int32_t s, float* out) const {
+    if (quantized()) {
+      DequantizeKvRow(quant, kq + QRowOffset(s), ksc + QScaleOffset(s), head_dim, out);
+      if (rotated()) HadamardRotate(out, head_dim);
+      return;
+    }
+    for (int32_t d = 0; d < head_dim; ++d) out[d] = KAt(s, d);
   }
   // Copies slot `from`'s K and V rows (and their scales) over slot `to`'s.
   void MoveRows(int32_t to, int32_t from) const {

@@ -46,8 +46,9 @@ absl::StatusOr<std::unique_ptr<KvCache>> KvCache::Create(const KvShape& shape,
       return absl::UnimplementedError("quantized K/V pages need host storage (the CPU backend)");
     }
     if (!KvQuantTakes(shape.quant, shape.head_dim)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("int4 K/V needs an even head_dim, got ", shape.head_dim));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "quantized K/V needs a head_dim of at most 1024 (and even for int4), got ",
+          shape.head_dim));
     }
   } else if (shape.element_bytes != 2 && shape.element_bytes != 4) {
     return absl::InvalidArgumentError(

@@ -40,7 +40,7 @@ void RotateKey(const PagedKvHead& kv, int32_t slot, int32_t delta, const cpu::Ro
   const int32_t hd = kv.head_dim;
   thread_local std::vector<float> row;
   row.resize(hd);
-  for (int32_t d = 0; d < hd; ++d) row[d] = kv.KAt(slot, d);
+  kv.LoadK(slot, row.data());
   cpu::Rope(row.data(), 1, hd, hd, &delta, rope);
   kv.StoreK(slot, row.data());  // rounded to bf16, or quantized again
 }

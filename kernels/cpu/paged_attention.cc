@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <type_traits>
 #include <vector>
 
@@ -618,9 +619,41 @@ void UpdateChannel(const AttentionArgs& a, int32_t qi, const float* probs) {
   }
 }
 
+void AttendInStoredBasis(Isa isa, const AttentionArgs& args, float* scratch);
+
 }  // namespace
 
 void PagedAttentionWith(Isa isa, const AttentionArgs& args, float* scratch) {
+  if (!args.kv.rotated()) {
+    AttendInStoredBasis(isa, args, scratch);
+    return;
+  }
+  // Rows stored rotated (PagedKvHead::rotated): attend with H q, whose dot products with the
+  // stored H k are q . k, then rotate the output, sum_s p_s H v_s = H sum_s p_s v_s, back.
+  const int32_t hd = args.kv.head_dim, G = args.group;
+  thread_local std::vector<float> q;
+  q.resize(size_t(args.num_q) * G * hd);
+  for (int32_t i = 0; i < args.num_q; ++i) {
+    for (int32_t g = 0; g < G; ++g) {
+      float* row = q.data() + (int64_t(i) * G + g) * hd;
+      std::memcpy(row, args.q + i * args.q_stride + int64_t(g) * hd, sizeof(float) * hd);
+      HadamardRotate(row, hd);
+    }
+  }
+  AttentionArgs a = args;
+  a.q = q.data();
+  a.q_stride = int64_t(G) * hd;
+  AttendInStoredBasis(isa, a, scratch);
+  for (int32_t i = 0; i < args.num_q; ++i) {
+    for (int32_t g = 0; g < G; ++g) {
+      HadamardRotate(args.out + i * args.out_stride + int64_t(g) * hd, hd);
+    }
+  }
+}
+
+namespace {
+
+void AttendInStoredBasis(Isa isa, const AttentionArgs& args, float* scratch) {
   // A path that cannot take this head_dim hands over to the next narrower one.
   // int4 rows take the SIMD paths when their groups are 32 elements.
   const bool int4_odd = args.kv.quant == KvQuant::kInt4 && args.kv.head_dim % 32 != 0;
@@ -664,6 +697,8 @@ void PagedAttentionWith(Isa isa, const AttentionArgs& args, float* scratch) {
     UpdateChannel(args, qi, scratch);
   }
 }
+
+}  // namespace
 
 void PagedAttention(const AttentionArgs& args, float* scratch) {
   PagedAttentionWith(BestIsa(), args, scratch);

@@ -246,9 +246,12 @@ class Driver {
           }
           if (sh.quant != KvQuant::kNone) {
             std::vector<uint8_t> data(sh.head_dim), scale(2 * sh.head_dim);
+            const bool rotates = KvRotates(sh.quant, sh.head_dim);  // stored as H x
             for (std::vector<float>* row : {&want_k, &want_v}) {
+              if (rotates) HadamardRotate(row->data(), sh.head_dim);
               QuantizeKvRow(sh.quant, row->data(), sh.head_dim, data.data(), scale.data());
               DequantizeKvRow(sh.quant, data.data(), scale.data(), sh.head_dim, row->data());
+              if (rotates) HadamardRotate(row->data(), sh.head_dim);
             }
           }
           for (int32_t d = 0; d < sh.head_dim; ++d) {
