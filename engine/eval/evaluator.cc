@@ -15,8 +15,9 @@
 namespace heavykv {
 
 std::string EvalResult::ToString() const {
-  return absl::StrFormat("%s budget %d (%s): ppl %.6f top1 %.6f over %d windows of %d, %d tokens",
-                         policy, budget_tokens, budget, ppl, top1, windows, window, tokens);
+  return absl::StrFormat(
+      "%s budget %d (%s, %s K/V): ppl %.6f top1 %.6f over %d windows of %d, %d tokens", policy,
+      budget_tokens, budget, kv_dtype, ppl, top1, windows, window, tokens);
 }
 
 absl::StatusOr<KvShape> EvalKvShape(const ModelConfig& config, const EvalSetup& setup) {
@@ -111,6 +112,7 @@ absl::StatusOr<std::vector<EvalResult>> Evaluate(const Model& model,
     const EvalConfig& cfg = options.configs[i];
     EvalResult& r = results[i];
     r.policy = cfg.policy;
+    r.kv_dtype = KvElementName(shape);
     const bool full = cfg.policy == "full";
     r.budget = full ? "full" : cfg.budget.ToString();
     r.budget_tokens = full ? W : std::min(W, cfg.budget.Resolve(W));

@@ -45,6 +45,7 @@ struct EvalOptions : EvalSetup {
 
 struct EvalResult {
   std::string policy;
+  std::string kv_dtype;       // the cached K/V's element type (KvElementName): fp32, bf16, ...
   std::string budget;         // as given ("full" for the full cache); eval --json "budget_spec"
   int32_t budget_tokens = 0;  // resolved against W; eval --json "budget"
   int32_t window = 0;

@@ -3,8 +3,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <map>
 #include <fstream>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "absl/strings/numbers.h"
@@ -43,30 +44,34 @@ absl::Status WriteChart(const std::string& path, const std::vector<PlotSeries>& 
 }
 
 // Perplexity against budget: one line per policy (a point per budget), the full cache as a
-// dashed reference line across the budgets.
+// dashed reference line across the budgets; with several K/V types (the precision axis), a line
+// per (policy, type), each named with its type, and a dashed full line per type.
 absl::Status WritePlot(const std::string& path, const std::vector<EvalResult>& results,
                        const std::string& model_path) {
   std::vector<PlotSeries> series;
   std::map<std::string, size_t> index;
-  std::optional<double> full;
+  std::vector<std::pair<std::string, double>> full;  // per K/V type
+  std::set<std::string> types;
+  for (const EvalResult& r : results) types.insert(r.kv_dtype);
+  auto name = [&](const EvalResult& r) {
+    return types.size() > 1 ? absl::StrCat(r.policy, " ", r.kv_dtype) : r.policy;
+  };
   double lo = INFINITY, hi = -INFINITY;
   int32_t window = 0;
   for (const EvalResult& r : results) {
     window = r.window;
     if (r.policy == "full") {
-      full = r.ppl;
+      full.emplace_back(name(r), r.ppl);
       continue;
     }
-    auto [it, added] = index.try_emplace(r.policy, series.size());
-    if (added) series.push_back({r.policy, {}, false});
+    auto [it, added] = index.try_emplace(name(r), series.size());
+    if (added) series.push_back({name(r), {}, false});
     series[it->second].points.push_back({double(r.budget_tokens), r.ppl});
     lo = std::min(lo, double(r.budget_tokens));
     hi = std::max(hi, double(r.budget_tokens));
   }
-  if (full) {
-    if (!std::isfinite(lo)) lo = hi = window;
-    series.push_back({"full", {{lo, *full}, {hi, *full}}, true});
-  }
+  if (!std::isfinite(lo)) lo = hi = window;
+  for (const auto& [line, ppl] : full) series.push_back({line, {{lo, ppl}, {hi, ppl}}, true});
   PlotOptions o;
   o.title = absl::StrCat("Perplexity against KV budget: ",
                          std::filesystem::path(model_path).filename().string());
@@ -203,6 +208,21 @@ int EvalCommand(int argc, char** argv) {
   }
   absl::StatusOr<Device> device = ParseDevice(device_name);
   if (!device.ok()) return Fail(device.status());
+  // The precision axis: --kv-dtype may list several types (fp32,int8,int4); perplexity is
+  // evaluated for each, the configurations over each pool.
+  std::vector<KvDtype> kv_dtypes;
+  for (const std::string& name : SplitList(dtypes.kv_name)) {
+    absl::StatusOr<KvDtype> k = ResolveKvDtype(*device, name);
+    if (!k.ok()) return Fail(k.status());
+    kv_dtypes.push_back(*k);
+  }
+  if (kv_dtypes.size() > 1) {
+    if (task != "ppl" || stream_tokens > 0) {
+      return Fail(absl::InvalidArgumentError(
+          "a list of --kv-dtype is for --task ppl over windows (not --stream-tokens or passkey)"));
+    }
+    dtypes.kv_name = SplitList(dtypes.kv_name).front();
+  }
   if (absl::Status s = dtypes.Resolve(*device); !s.ok()) return Fail(s);
   if (absl::Status s = CheckDevice(*device); !s.ok()) return Fail(s);
   SetThreads(threads);
@@ -289,20 +309,26 @@ int EvalCommand(int argc, char** argv) {
     }
     return 0;
   }
-  absl::StatusOr<std::vector<EvalResult>> results = Evaluate(*model, stream, opt);
-  if (!results.ok()) return Fail(results.status());
+  absl::StatusOr<std::vector<EvalResult>> results = std::vector<EvalResult>{};
+  for (KvDtype kv : kv_dtypes.empty() ? std::vector<KvDtype>{dtypes.kv} : kv_dtypes) {
+    opt.kv_dtype = kv;
+    absl::StatusOr<std::vector<EvalResult>> part = Evaluate(*model, stream, opt);
+    if (!part.ok()) return Fail(part.status());
+    results->insert(results->end(), part->begin(), part->end());
+  }
 
   std::FILE* table = json ? stderr : stdout;
   int width = 8;  // the policy column: as wide as the longest spec ("snapkv:window=16")
   for (const EvalResult& r : *results) width = std::max(width, static_cast<int>(r.policy.size()));
-  std::fprintf(table, "%-*s %8s %8s %8s %8s %10s %8s\n", width, "policy", "budget", "tokens",
-               "window", "windows", "ppl", "top1");
+  std::fprintf(table, "%-*s %6s %8s %8s %8s %8s %10s %8s\n", width, "policy", "kv", "budget",
+               "tokens", "window", "windows", "ppl", "top1");
   for (const EvalResult& r : *results) {
-    std::fprintf(table, "%-*s %8d %8lld %8d %8d %10.4f %8.4f\n", width, r.policy.c_str(),
-                 r.budget_tokens, static_cast<long long>(r.tokens), r.window, r.windows, r.ppl,
-                 r.top1);
+    std::fprintf(table, "%-*s %6s %8d %8lld %8d %8d %10.4f %8.4f\n", width, r.policy.c_str(),
+                 r.kv_dtype.c_str(), r.budget_tokens, static_cast<long long>(r.tokens), r.window,
+                 r.windows, r.ppl, r.top1);
     if (json) {
       PrintJsonLine({{"policy", r.policy},
+                     {"kv_dtype", r.kv_dtype},
                      {"budget", r.budget_tokens},
                      {"budget_spec", r.budget},
                      {"window", r.window},

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "tests/test_util.h"
 
 namespace heavykv::cli {
@@ -130,6 +131,42 @@ TEST(SvgPlotTest, EvalWritesThePlot) {
       " 2>&1", &code);
   EXPECT_NE(code, 0) << bad;
   EXPECT_NE(bad.find("--plot"), std::string::npos) << bad;
+}
+
+// The precision axis (issue 29): --kv-dtype fp32,int8,int4 evaluates every configuration over
+// each K/V type: a line per (policy, type) and a dashed full line per type; the JSON rows name
+// their type. A list is refused where only one type can run (passkey).
+TEST(SvgPlotTest, EvalPlotsThePrecisionAxis) {
+  testing::TempDir dir;
+  const std::string plot = dir.File("ppl.svg");
+  const std::string base = std::string(HEAVYKV_BINARY) + " eval --model " +
+                           testing::ModelPath() + " --tokenizer " + testing::TokenizerPath() +
+                           " --text " + testing::SourcePath("tests/data/eval_stories.txt") +
+                           " --window 128 --max-windows 2 --threads 1";
+  const std::string output = testing::RunCapture(
+      base + " --policy full,h2o --kv-budget 32,64 --kv-dtype fp32,int8,int4 --json --plot " +
+      plot + " 2>/dev/null");
+  std::ifstream in(plot);
+  ASSERT_TRUE(in.good()) << output;
+  std::stringstream svg;
+  svg << in.rdbuf();
+  const std::string text = svg.str();
+  for (const char* name : {"h2o fp32", "h2o int8", "h2o int4", "full fp32", "full int8",
+                           "full int4"}) {
+    EXPECT_NE(text.find(absl::StrCat("data-name=\"", name, "\"")), std::string::npos) << name;
+  }
+  EXPECT_EQ(Polylines(text).size(), 6u);
+  for (const char* type : {"fp32", "int8", "int4"}) {
+    EXPECT_NE(output.find(absl::StrCat("\"kv_dtype\":\"", type, "\"")), std::string::npos)
+        << output;
+  }
+  int code = 0;
+  const std::string bad = testing::RunCapture(
+      std::string(HEAVYKV_BINARY) + " eval --task passkey --model " + testing::ModelPath() +
+          " --tokenizer " + testing::TokenizerPath() + " --kv-dtype fp32,int8 2>&1",
+      &code);
+  EXPECT_NE(code, 0) << bad;
+  EXPECT_NE(bad.find("a list of --kv-dtype"), std::string::npos) << bad;
 }
 
 }  // namespace
