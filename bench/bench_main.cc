@@ -214,6 +214,35 @@ int main(int argc, char** argv) {
         v, ">= 4.5", v >= 4.5);
   }
 
+  // KV precision (issue 29): int8 and int4 K/V against bf16, side by side.
+  for (const char* kv : {"int8", "int4"}) {
+    for (const char* ctx : {"16384", "32768"}) {
+      const std::string r = absl::StrCat("attention/gqa8/b1/ctx", ctx, "/", kv, "kv-vs-bf16kv");
+      if (!has(r)) continue;
+      const double v = F[r].counters["ratio"];
+      const bool int8 = std::string(kv) == "int8";
+      add(absl::StrCat("decode attention ctx ", ctx, " ", kv, " K/V / bf16 (GQA 4, hd 128)"),
+          "tokens/s ratio, interleaved", v, int8 ? ">= 1.6" : "(info)", int8 ? v >= 1.6 : true);
+    }
+  }
+  for (const char* kv : {"int8", "int4"}) {
+    const std::string q = absl::StrCat("capacity/len1024/h2o/", kv, "kv");
+    if (!has(q) || !has("capacity/len1024/h2o/bf16kv")) continue;
+    const double v =
+        F[q].counters["sequences"] / F["capacity/len1024/h2o/bf16kv"].counters["sequences"];
+    add(absl::StrCat("capacity h2o 20% ", kv, " K/V / h2o 20% bf16 (same pool bytes, hd 16)"),
+        "resident sequences ratio", v, "(info)", true);
+  }
+  for (const char* kv : {"int8", "int4"}) {
+    const std::string q = absl::StrCat("serve/64x512+512/h2o/bf16w/", kv, "kv");
+    if (!has(q) || !has("serve/64x512+512/h2o/bf16")) continue;
+    const double v =
+        F[q].counters["max_running"] / F["serve/64x512+512/h2o/bf16"].counters["max_running"];
+    const bool int8 = std::string(kv) == "int8";
+    add(absl::StrCat("serve 64x(512+512) h2o 20% ", kv, " K/V / bf16 K/V (same pool bytes)"),
+        "concurrent sequences ratio", v, int8 ? ">= 1.8" : "(info)", int8 ? v >= 1.8 : true);
+  }
+
   // The CUDA targets (issue 5), from counters the cuda/ benchmarks compute in their own run.
   const std::string att = "cuda/attention/decode/b64/ctx4096/q32kv8/hd128/";
   for (const char* kernel : {"mma", "stream", "two-pass"}) {

@@ -220,49 +220,54 @@ const char* KvSuffix(BenchKv kv) {
 // Decode attention alone: `tasks` (sequence, kv head)s with a group of `group` query heads of
 // `hd` dims each, `context` K/V slots each in `kv`'s storage, over every core as the runner
 // schedules them, through `isa`'s path (nullopt: PagedAttention's best), with or without the H2O
-// score add; the page table in order or shuffled as a pool hands pages out. Bytes: the K and V
-// rows read (with their scales).
-void RunAttention(benchmark::State& state, int32_t tasks, int32_t group, int32_t hd,
-                  int32_t context, BenchKv kv_kind, bool scores, std::optional<cpu::Isa> isa,
-                  bool shuffled, int32_t num_q = 1) {
-  constexpr int32_t kBs = 16;
-  const bool bf16 = kv_kind == BenchKv::kBf16;
-  const KvQuant quant = QuantOf(kv_kind);
-  const int32_t pages_per_task = (context + num_q + kBs - 1) / kBs;  // the new tokens' included
-  const int64_t page_elems = int64_t(kBs) * hd, pages = int64_t(tasks) * pages_per_task;
-  AlignedVector<float> k32, v32;
-  AlignedVector<uint16_t> k16, v16;
-  // Quantized pages as KvCache lays them out: [K data][V data][K scales][V scales].
-  const int32_t qrow = quant != KvQuant::kNone ? KvQuantDataBytes(quant, hd) : 0;
-  const int32_t qscale = quant != KvQuant::kNone ? KvQuantScaleBytes(quant, hd) : 0;
-  const int64_t qpage = 2 * int64_t(kBs) * (qrow + qscale);
-  AlignedVector<uint8_t> kvq;
-  if (quant != KvQuant::kNone) {
-    kvq = AlignedVector<uint8_t>(pages * qpage, 0);
-    std::vector<float> row(hd);
-    std::mt19937 rng(5);
-    std::normal_distribution<float> normal(0.0f, 0.5f);
-    for (int64_t p = 0; p < pages; ++p) {
-      uint8_t* base = kvq.data() + p * qpage;
-      for (int32_t r = 0; r < 2 * kBs; ++r) {  // K rows, then V rows
-        for (float& x : row) x = normal(rng);
-        QuantizeKvRow(quant, row.data(), hd, base + int64_t(r) * qrow,
-                      base + 2 * int64_t(kBs) * qrow + int64_t(r) * qscale);
+// score add; the page table in order or shuffled as a pool hands pages out. Run() attends once.
+struct AttentionWorkload {
+  AttentionWorkload(int32_t tasks, int32_t group, int32_t hd, int32_t context, BenchKv kv_kind,
+                    bool scores, std::optional<cpu::Isa> isa, bool shuffled, int32_t num_q)
+      : tasks(tasks), group(group), hd(hd), context(context), kv_kind(kv_kind), scores(scores),
+        isa(isa), num_q(num_q) {
+    const bool bf16 = kv_kind == BenchKv::kBf16;
+    const KvQuant quant = QuantOf(kv_kind);
+    pages_per_task = (context + num_q + kBs - 1) / kBs;  // the new tokens' included
+    page_elems = int64_t(kBs) * hd;
+    const int64_t pages = int64_t(tasks) * pages_per_task;
+    // Quantized pages as KvCache lays them out: [K data][V data][K scales][V scales].
+    qrow = quant != KvQuant::kNone ? KvQuantDataBytes(quant, hd) : 0;
+    qscale = quant != KvQuant::kNone ? KvQuantScaleBytes(quant, hd) : 0;
+    qpage = 2 * int64_t(kBs) * (qrow + qscale);
+    if (quant != KvQuant::kNone) {
+      kvq = AlignedVector<uint8_t>(pages * qpage, 0);
+      std::vector<float> row(hd);
+      std::mt19937 rng(5);
+      std::normal_distribution<float> normal(0.0f, 0.5f);
+      for (int64_t p = 0; p < pages; ++p) {
+        uint8_t* base = kvq.data() + p * qpage;
+        for (int32_t r = 0; r < 2 * kBs; ++r) {  // K rows, then V rows
+          for (float& x : row) x = normal(rng);
+          QuantizeKvRow(quant, row.data(), hd, base + int64_t(r) * qrow,
+                        base + 2 * int64_t(kBs) * qrow + int64_t(r) * qscale);
+        }
       }
+    } else if (bf16) {
+      k16 = AlignedVector<uint16_t>(pages * page_elems, 0x3c00);
+      v16 = AlignedVector<uint16_t>(pages * page_elems, 0x3c00);
+    } else {
+      k32 = AlignedVector<float>(pages * page_elems, 0.01f);
+      v32 = AlignedVector<float>(pages * page_elems, 0.01f);
     }
-  } else if (bf16) {
-    k16 = AlignedVector<uint16_t>(pages * page_elems, 0x3c00);
-    v16 = AlignedVector<uint16_t>(pages * page_elems, 0x3c00);
-  } else {
-    k32 = AlignedVector<float>(pages * page_elems, 0.01f);
-    v32 = AlignedVector<float>(pages * page_elems, 0.01f);
+    table.resize(pages);
+    pos.resize(pages * kBs);
+    std::iota(table.begin(), table.end(), 0);
+    if (shuffled) std::shuffle(table.begin(), table.end(), std::mt19937(7));
+    const int64_t q_floats = int64_t(tasks) * num_q * group * hd;
+    score.assign(pages * kBs, 0.0f);
+    q.assign(q_floats, 0.02f);
+    out.resize(q_floats);
   }
-  std::vector<int32_t> table(pages), pos(pages * kBs);
-  std::iota(table.begin(), table.end(), 0);
-  if (shuffled) std::shuffle(table.begin(), table.end(), std::mt19937(7));
-  const int64_t q_floats = int64_t(tasks) * num_q * group * hd;
-  std::vector<float> score(pages * kBs, 0.0f), q(q_floats, 0.02f), out(q_floats);
-  auto run = [&] {
+
+  void Run() {
+    const bool bf16 = kv_kind == BenchKv::kBf16;
+    const KvQuant quant = QuantOf(kv_kind);
 #pragma omp parallel
     {
       std::vector<float> scratch(cpu::AttentionScratchFloats(context + num_q, group, num_q));
@@ -307,11 +312,32 @@ void RunAttention(benchmark::State& state, int32_t tasks, int32_t group, int32_t
         }
       }
     }
-  };
-  run();
+  }
+
+  static constexpr int32_t kBs = 16;
+  int32_t tasks, group, hd, context;
+  BenchKv kv_kind;
+  bool scores;
+  std::optional<cpu::Isa> isa;
+  int32_t num_q;
+  int32_t pages_per_task = 0, qrow = 0, qscale = 0;
+  int64_t page_elems = 0, qpage = 0;
+  AlignedVector<float> k32, v32;
+  AlignedVector<uint16_t> k16, v16;
+  AlignedVector<uint8_t> kvq;
+  std::vector<int32_t> table, pos;
+  std::vector<float> score, q, out;
+};
+
+// The workload timed. Bytes: the K and V rows read (with their scales).
+void RunAttention(benchmark::State& state, int32_t tasks, int32_t group, int32_t hd,
+                  int32_t context, BenchKv kv_kind, bool scores, std::optional<cpu::Isa> isa,
+                  bool shuffled, int32_t num_q = 1) {
+  AttentionWorkload w(tasks, group, hd, context, kv_kind, scores, isa, shuffled, num_q);
+  w.Run();
   for (auto _ : state) {
-    run();
-    benchmark::DoNotOptimize(out.data());
+    w.Run();
+    benchmark::DoNotOptimize(w.out.data());
   }
   if (num_q == 1) {
     state.SetBytesProcessed(state.iterations() * int64_t(tasks) * (context + 1) * 2 *
@@ -374,6 +400,17 @@ void InterleavedRatio(benchmark::State& state, const std::function<void()>& a,
   state.counters["ratio_of_sums"] = sum_a / sum_b;
   state.counters[a_ms] = 1e3 * sum_a / n;
   state.counters[b_ms] = 1e3 * sum_b / n;
+}
+
+// Issue 29: batch-1 decode attention at a long context (one Llama 3 8B layer: 8 kv heads, GQA
+// 4, head_dim 128, pages shuffled) over `kv` K/V against bf16 K/V, timed interleaved
+// (InterleavedRatio): ratio = bf16's time over kv's = kv's tokens/s over bf16's.
+void BM_AttentionKvVsBf16(benchmark::State& state, int32_t context, BenchKv kv) {
+  AttentionWorkload bf16(8, 4, 128, context, BenchKv::kBf16, false, std::nullopt, true, 1);
+  AttentionWorkload other(8, 4, 128, context, kv, false, std::nullopt, true, 1);
+  bf16.Run();
+  other.Run();
+  InterleavedRatio(state, [&] { bf16.Run(); }, [&] { other.Run(); }, "bf16_ms", "kv_ms");
 }
 
 // A line "<key>: <n> kB" of /proc/self/status, in MB (-1 when missing).
@@ -658,6 +695,16 @@ void Register() {  // NOLINT: one list, in report order
             ->UseRealTime()
             ->Unit(benchmark::kMillisecond);
       }
+    }
+  }
+  for (int32_t context : {16384, 32768}) {
+    for (BenchKv kv : {BenchKv::kInt8, BenchKv::kInt4}) {
+      benchmark::RegisterBenchmark(
+          absl::StrCat("attention/gqa8/b1/ctx", context, KvSuffix(kv), "-vs-bf16kv").c_str(),
+          BM_AttentionKvVsBf16, context, kv)
+          ->MinTime(2.0)
+          ->UseRealTime()
+          ->Unit(benchmark::kMillisecond);
     }
   }
   benchmark::RegisterBenchmark("bandwidth/memcpy", BM_MemcpyBandwidth)->MinTime(0.5)->UseRealTime();

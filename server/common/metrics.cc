@@ -32,6 +32,9 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   kv_cache_usage_ratio_ = Gauge(r, "kv_cache_usage_ratio", "KV pages used / pages total (0..1)");
   kv_pages_total_ = Gauge(r, "kv_pages_total", "KV pool size in pages");
   kv_pages_used_ = Gauge(r, "kv_pages_used", "KV pages held by sequences");
+  kv_bytes_per_token_ = Gauge(r, "kv_bytes_per_token",
+                              "Pool bytes one token takes in every layer and kv head: K/V in the "
+                              "pool's --kv-dtype (with the scales of int8/int4), pos and score");
   requests_running_ = Gauge(r, "requests_running", "Sequences in the running batch");
   requests_waiting_ = Gauge(r, "requests_waiting", "Requests queued or preempted");
   preemptions_total_ =
@@ -103,6 +106,7 @@ std::vector<prometheus::MetricFamily> Metrics::Collect() const {
     const CacheStats s = source();
     kv_pages_total_->Set(s.pages_total);
     kv_pages_used_->Set(s.pages_used);
+    kv_bytes_per_token_->Set(double(s.bytes_per_token));
     kv_cache_usage_ratio_->Set(s.pages_total > 0 ? double(s.pages_used) / s.pages_total : 0);
     requests_running_->Set(s.sequences_running);
     requests_waiting_->Set(s.sequences_waiting);

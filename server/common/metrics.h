@@ -61,6 +61,7 @@ class Metrics final : public EngineObserver, public prometheus::Collectable {
   prometheus::Gauge* kv_cache_usage_ratio_;
   prometheus::Gauge* kv_pages_total_;
   prometheus::Gauge* kv_pages_used_;
+  prometheus::Gauge* kv_bytes_per_token_;
   prometheus::Gauge* requests_running_;
   prometheus::Gauge* requests_waiting_;
   prometheus::Counter* preemptions_total_;

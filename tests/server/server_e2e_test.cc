@@ -293,6 +293,9 @@ TEST_F(ServerE2eTest, MetricsAgreeWithCacheStats) {
   v1::CacheStats stats = slow_->Stats();
   EXPECT_EQ(metrics["heavykv_kv_pages_total"], stats.pages_total());
   EXPECT_EQ(metrics["heavykv_kv_pages_used"], stats.pages_used());
+  EXPECT_EQ(metrics["heavykv_kv_bytes_per_token"], stats.bytes_per_token());
+  EXPECT_EQ(stats.kv_dtype(), "fp32");
+  EXPECT_GT(stats.bytes_per_token(), 0);
   EXPECT_EQ(stats.pages_used(), 2 * 4);  // ceil(32 / 16) between steps, for each of 4 layers
   EXPECT_EQ(metrics["heavykv_requests_running"], 1);
   EXPECT_EQ(stats.sequences_running(), 1);
