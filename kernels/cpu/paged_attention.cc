@@ -26,47 +26,15 @@ using internal::PrefetchRows;
 // inner loops are written for the auto-vectoriser; `omp simd` lets it reorder the float sums.
 #define HEAVYKV_MULTIVERSION __attribute__((target_clones("avx512f", "avx2", "default")))
 
-// The K (or V) storage of a head as elements of T: float for fp32, uint16_t for bf16.
-template <typename T>
-inline const T* Base(const PagedKvHead& kv, bool is_k) {
-  if constexpr (std::is_same_v<T, float>) {
-    return is_k ? kv.k : kv.v;
-  } else {
-    return is_k ? kv.k16 : kv.v16;
-  }
-}
-
 // Element d of a K/V row, as fp32.
 inline float Elem(const float* row, int32_t d) { return row[d]; }
 inline float Elem(const uint16_t* row, int32_t d) { return Bf16ToFloat(row[d]); }
 
-// T: the element type of the K/V rows (float, or uint16_t holding bf16).
-template <typename T>
-__attribute__((always_inline)) inline void AttendOneQueryBody(const AttentionArgs& a, int32_t qi,
-                                                              float* probs) {
-  const PagedKvHead& kv = a.kv;
-  const int32_t hd = kv.head_dim, bs = kv.block_size, G = a.group;
-  const int32_t n = a.num_old + qi + 1;  // visible slots
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
-  const float* q = a.q + qi * a.q_stride;
-
-  // logits: probs[g * n + s] = q_g . k_s / sqrt(hd), walking the block table page by page so
-  // that each page's K rows are read once for the whole group.
-  for (int32_t s0 = 0; s0 < n; s0 += bs) {
-    const T* kpage = Base<T>(kv, true) + kv.pages[s0 / bs] * kv.page_stride;
-    const int32_t rows = std::min(bs, n - s0);
-    for (int32_t r = 0; r < rows; ++r) {
-      const T* k = kpage + int64_t(r) * hd;
-      for (int32_t g = 0; g < G; ++g) {
-        const float* qg = q + int64_t(g) * hd;
-        float dot = 0.0f;
-#pragma omp simd reduction(+ : dot)
-        for (int32_t d = 0; d < hd; ++d) dot += qg[d] * Elem(k, d);
-        probs[int64_t(g) * n + s0 + r] = dot * scale;
-      }
-    }
-  }
-  for (int32_t g = 0; g < G; ++g) {
+// probs[g][0..n) = softmax of each of the group's rows of logits; for a part of a split context
+// left unnormalised, exp(l - max), with part_stats[2g], [2g + 1] = the max and the sum.
+__attribute__((always_inline)) inline void SoftmaxRowsPortable(const AttentionArgs& a,
+                                                               float* probs, int32_t n) {
+  for (int32_t g = 0; g < a.group; ++g) {
     float* p = probs + int64_t(g) * n;
     float mx = p[0];
     for (int32_t s = 1; s < n; ++s) mx = std::max(mx, p[s]);
@@ -83,13 +51,42 @@ __attribute__((always_inline)) inline void AttendOneQueryBody(const AttentionArg
     const float inv = 1.0f / sum;
     for (int32_t s = 0; s < n; ++s) p[s] *= inv;
   }
+}
+
+// T: the element type of the K/V rows (float, or uint16_t holding bf16).
+template <typename T>
+__attribute__((always_inline)) inline void AttendOneQueryBody(const AttentionArgs& a, int32_t qi,
+                                                              float* probs) {
+  const PagedKvHead& kv = a.kv;
+  const int32_t hd = kv.head_dim, bs = kv.block_size, G = a.group;
+  const int32_t n = a.num_old + qi + 1;  // visible slots
+  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  const float* q = a.q + qi * a.q_stride;
+
+  // logits: probs[g * n + s] = q_g . k_s / sqrt(hd), walking the block table page by page so
+  // that each page's K rows are read once for the whole group.
+  for (int32_t s0 = 0; s0 < n; s0 += bs) {
+    const T* kpage = internal::PlainKv<T>::Base(kv, true) + kv.pages[s0 / bs] * kv.page_stride;
+    const int32_t rows = std::min(bs, n - s0);
+    for (int32_t r = 0; r < rows; ++r) {
+      const T* k = kpage + int64_t(r) * hd;
+      for (int32_t g = 0; g < G; ++g) {
+        const float* qg = q + int64_t(g) * hd;
+        float dot = 0.0f;
+#pragma omp simd reduction(+ : dot)
+        for (int32_t d = 0; d < hd; ++d) dot += qg[d] * Elem(k, d);
+        probs[int64_t(g) * n + s0 + r] = dot * scale;
+      }
+    }
+  }
+  SoftmaxRowsPortable(a, probs, n);
   // out_g = sum_s p_g[s] * v_s, again page by page; the same pass adds each slot's probability,
   // summed over the group, to its H2O score.
   float* out = a.out + qi * a.out_stride;
   std::fill(out, out + int64_t(G) * hd, 0.0f);
   for (int32_t s0 = 0; s0 < n; s0 += bs) {
     const int32_t page = kv.pages[s0 / bs];
-    const T* vpage = Base<T>(kv, false) + page * kv.page_stride;
+    const T* vpage = internal::PlainKv<T>::Base(kv, false) + page * kv.page_stride;
     float* score = internal::FusesScoreAdd(a, qi) ? kv.score + page * kv.meta_page_stride : nullptr;
     const int32_t rows = std::min(bs, n - s0);
     for (int32_t r = 0; r < rows; ++r) {
@@ -128,23 +125,7 @@ void AttendOneQueryQuant(const AttentionArgs& a, int32_t qi, float* probs) {
       probs[int64_t(g) * n + s] = dot * scale;
     }
   }
-  for (int32_t g = 0; g < G; ++g) {
-    float* p = probs + int64_t(g) * n;
-    float mx = p[0];
-    for (int32_t s = 1; s < n; ++s) mx = std::max(mx, p[s]);
-    float sum = 0.0f;
-    for (int32_t s = 0; s < n; ++s) {
-      p[s] = expf(p[s] - mx);
-      sum += p[s];
-    }
-    if (a.part_stats != nullptr) {
-      a.part_stats[2 * g] = mx;
-      a.part_stats[2 * g + 1] = sum;
-      continue;
-    }
-    const float inv = 1.0f / sum;
-    for (int32_t s = 0; s < n; ++s) p[s] *= inv;
-  }
+  SoftmaxRowsPortable(a, probs, n);
   float* out = a.out + qi * a.out_stride;
   std::fill(out, out + int64_t(G) * hd, 0.0f);
   const bool add = internal::FusesScoreAdd(a, qi);

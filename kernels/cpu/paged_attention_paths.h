@@ -14,32 +14,30 @@ namespace heavykv::cpu::internal {
 // pointer. Quantized rows (kernels/kv_quant.h): data and scale pointers; int8's power-of-two
 // scale is the row's (applied to the finished q.k, or to the probability that weighs the V row),
 // int4's per-group scales are applied to each converted chunk by the loads.
-struct FloatKv {
-  using Row = const float*;
+// T: float (fp32 rows at kv.k / kv.v) or uint16_t (bf16 rows at kv.k16 / kv.v16).
+template <typename T>
+struct PlainKv {
+  using Row = const T*;
   static constexpr bool kRowScale = false;
+  static const T* Base(const PagedKvHead& kv, bool is_k) {
+    if constexpr (std::is_same_v<T, float>) {
+      return is_k ? kv.k : kv.v;
+    } else {
+      return is_k ? kv.k16 : kv.v16;
+    }
+  }
   static Row At(const PagedKvHead& kv, bool is_k, int32_t s) {
-    return (is_k ? kv.k : kv.v) + kv.RowOffset(s);
+    return Base(kv, is_k) + kv.RowOffset(s);
   }
   static Row PageRow(const PagedKvHead& kv, bool is_k, int32_t page, int32_t r) {
-    return (is_k ? kv.k : kv.v) + page * kv.page_stride + int64_t(r) * kv.head_dim;
+    return Base(kv, is_k) + page * kv.page_stride + int64_t(r) * kv.head_dim;
   }
   static float RowScale(Row) { return 1.0f; }
   static const void* Data(Row row) { return row; }
-  static int64_t RowBytes(const PagedKvHead& kv) { return int64_t(kv.head_dim) * 4; }
+  static int64_t RowBytes(const PagedKvHead& kv) { return int64_t(kv.head_dim) * sizeof(T); }
 };
-struct Bf16Kv {
-  using Row = const uint16_t*;
-  static constexpr bool kRowScale = false;
-  static Row At(const PagedKvHead& kv, bool is_k, int32_t s) {
-    return (is_k ? kv.k16 : kv.v16) + kv.RowOffset(s);
-  }
-  static Row PageRow(const PagedKvHead& kv, bool is_k, int32_t page, int32_t r) {
-    return (is_k ? kv.k16 : kv.v16) + page * kv.page_stride + int64_t(r) * kv.head_dim;
-  }
-  static float RowScale(Row) { return 1.0f; }
-  static const void* Data(Row row) { return row; }
-  static int64_t RowBytes(const PagedKvHead& kv) { return int64_t(kv.head_dim) * 2; }
-};
+using FloatKv = PlainKv<float>;
+using Bf16Kv = PlainKv<uint16_t>;
 struct QuantRow {
   const uint8_t* data;
   const uint8_t* scale;

@@ -23,50 +23,14 @@ struct Case {
 
 class PagedAttentionTest : public ::testing::TestWithParam<Case> {};
 
-TEST_P(PagedAttentionTest, MatchesDirectAttention) {
-  for (bool bf16 : {false, true}) {
-  SCOPED_TRACE(bf16 ? "bf16 K/V" : "fp32 K/V");
-  const Case c = GetParam();
-  const int32_t hd = c.head_dim, G = c.group, bs = c.block_size;
-  const int32_t slots = c.num_old + c.num_q;
-  const int32_t num_pages = (slots + bs - 1) / bs;
-  std::mt19937 rng(hd * 131 + G * 17 + bs + slots);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  // Pages in a shuffled order inside a larger pool, one (K, V) head per page.
-  const int32_t pool_pages = 2 * num_pages + 3;
-  std::vector<int32_t> pages(pool_pages);
-  for (int32_t i = 0; i < pool_pages; ++i) pages[i] = i;
-  std::shuffle(pages.begin(), pages.end(), rng);
-  pages.resize(num_pages);
-  const int64_t page_stride = 2 * int64_t(bs) * hd;
-  std::vector<float> pool(pool_pages * page_stride);
-  for (float& v : pool) v = 2.0f * normal(rng);  // sharp enough that softmax is not flat
-  std::vector<int32_t> pos(pool_pages * bs, 0);
-  std::vector<float> q(c.num_q * G * hd), out(c.num_q * G * hd);
-  for (float& v : q) v = normal(rng);
-
-  PagedKvHead kv;
-  kv.pages = pages.data();
-  kv.num_slots = slots;
-  kv.block_size = bs;
-  kv.head_dim = hd;
-  std::vector<uint16_t> pool16(pool.size());
-  for (size_t i = 0; i < pool.size(); ++i) pool16[i] = FloatToBf16(pool[i]);
-  if (bf16) {
-    kv.k16 = pool16.data();
-    kv.v16 = pool16.data() + int64_t(bs) * hd;
-    // Rounding changed the values: a bf16 element is an fp32 with the low 16 bits zero.
-    ASSERT_NE(kv.KAt(0, 0), pool[pages[0] * page_stride]);
-  } else {
-    kv.k = pool.data();
-    kv.v = pool.data() + int64_t(bs) * hd;
-  }
-  kv.page_stride = page_stride;
-  kv.pos = pos.data();
-  kv.meta_page_stride = bs;
-
-  // The reference, in double.
-  std::vector<double> ref_out(out.size()), ref_score(slots, 0.0);
+// Attends `kv` (its slots [0, num_old + num_q)) with the queries q ([num_q][group][head_dim]) on
+// every path the CPU runs, and compares the output and the H2O score each slot receives with a
+// direct softmax attention in double over the values the view holds (KAt/VAt), to `tol`.
+void ExpectEveryPathMatchesDirectAttention(PagedKvHead kv, const Case& c,
+                                           const std::vector<float>& q, int64_t score_entries,
+                                           double tol) {
+  const int32_t hd = c.head_dim, G = c.group, slots = c.num_old + c.num_q;
+  std::vector<double> ref_out(q.size()), ref_score(slots, 0.0);
   for (int32_t i = 0; i < c.num_q; ++i) {
     const int32_t n = c.num_old + i + 1;
     for (int32_t g = 0; g < G; ++g) {
@@ -89,10 +53,10 @@ TEST_P(PagedAttentionTest, MatchesDirectAttention) {
       }
     }
   }
-
+  std::vector<float> out(q.size());
   for (Isa isa : heavykv::testing::IsasToTest()) {
     SCOPED_TRACE(IsaName(isa));
-    std::vector<float> score(pool_pages * bs, 0.5f);  // scores add to what a slot already has
+    std::vector<float> score(score_entries, 0.5f);  // scores add to what a slot already has
     kv.score = score.data();
     AttentionArgs a;
     a.kv = kv;
@@ -111,11 +75,56 @@ TEST_P(PagedAttentionTest, MatchesDirectAttention) {
       err += (out[i] - ref_out[i]) * (out[i] - ref_out[i]);
       norm += ref_out[i] * ref_out[i];
     }
-    EXPECT_LT(std::sqrt(err / norm), 2e-6);
+    EXPECT_LT(std::sqrt(err / norm), tol);
     for (int32_t s = 0; s < slots; ++s) {
-      EXPECT_NEAR(kv.Score(s), 0.5 + ref_score[s], 2e-6 * (1 + ref_score[s])) << "slot " << s;
+      EXPECT_NEAR(kv.Score(s), 0.5 + ref_score[s], tol * (1 + ref_score[s])) << "slot " << s;
     }
   }
+}
+
+TEST_P(PagedAttentionTest, MatchesDirectAttention) {
+  for (bool bf16 : {false, true}) {
+  SCOPED_TRACE(bf16 ? "bf16 K/V" : "fp32 K/V");
+  const Case c = GetParam();
+  const int32_t hd = c.head_dim, G = c.group, bs = c.block_size;
+  const int32_t slots = c.num_old + c.num_q;
+  const int32_t num_pages = (slots + bs - 1) / bs;
+  std::mt19937 rng(hd * 131 + G * 17 + bs + slots);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  // Pages in a shuffled order inside a larger pool, one (K, V) head per page.
+  const int32_t pool_pages = 2 * num_pages + 3;
+  std::vector<int32_t> pages(pool_pages);
+  for (int32_t i = 0; i < pool_pages; ++i) pages[i] = i;
+  std::shuffle(pages.begin(), pages.end(), rng);
+  pages.resize(num_pages);
+  const int64_t page_stride = 2 * int64_t(bs) * hd;
+  std::vector<float> pool(pool_pages * page_stride);
+  for (float& v : pool) v = 2.0f * normal(rng);  // sharp enough that softmax is not flat
+  std::vector<int32_t> pos(pool_pages * bs, 0);
+  std::vector<float> q(c.num_q * G * hd);
+  for (float& v : q) v = normal(rng);
+
+  PagedKvHead kv;
+  kv.pages = pages.data();
+  kv.num_slots = slots;
+  kv.block_size = bs;
+  kv.head_dim = hd;
+  std::vector<uint16_t> pool16(pool.size());
+  for (size_t i = 0; i < pool.size(); ++i) pool16[i] = FloatToBf16(pool[i]);
+  if (bf16) {
+    kv.k16 = pool16.data();
+    kv.v16 = pool16.data() + int64_t(bs) * hd;
+    // Rounding changed the values: a bf16 element is an fp32 with the low 16 bits zero.
+    ASSERT_NE(kv.KAt(0, 0), pool[pages[0] * page_stride]);
+  } else {
+    kv.k = pool.data();
+    kv.v = pool.data() + int64_t(bs) * hd;
+  }
+  kv.page_stride = page_stride;
+  kv.pos = pos.data();
+  kv.meta_page_stride = bs;
+
+  ExpectEveryPathMatchesDirectAttention(kv, c, q, int64_t(pool_pages) * bs, 2e-6);
   }
 }
 
@@ -141,7 +150,7 @@ TEST_P(PagedAttentionTest, QuantizedRowsMatchDirectAttentionOverTheirValues) {
     const int64_t page_stride = 2 * int64_t(bs) * (rb + sb);
     std::vector<uint8_t> pool(pool_pages * page_stride, 0xEE);
     std::vector<int32_t> pos(pool_pages * bs, 0);
-    std::vector<float> q(c.num_q * G * hd), out(c.num_q * G * hd);
+    std::vector<float> q(c.num_q * G * hd);
     for (float& v : q) v = normal(rng);
     PagedKvHead kv;
     kv.pages = pages.data();
@@ -179,55 +188,7 @@ TEST_P(PagedAttentionTest, QuantizedRowsMatchDirectAttentionOverTheirValues) {
       for (int32_t d = 0; d < hd; ++d) err2 += std::pow(double(kv.KAt(s, d)) - krow[d], 2);
       ASSERT_LE(std::sqrt(err2), bound * std::sqrt(double(hd)) + 1e-6) << "slot " << s;
     }
-    std::vector<double> ref_out(out.size()), ref_score(slots, 0.0);
-    for (int32_t i = 0; i < c.num_q; ++i) {
-      const int32_t n = c.num_old + i + 1;
-      for (int32_t g = 0; g < G; ++g) {
-        const float* qg = &q[(int64_t(i) * G + g) * hd];
-        std::vector<double> p(n);
-        double mx = -1e300, sum = 0;
-        for (int32_t s = 0; s < n; ++s) {
-          double dot = 0;
-          for (int32_t d = 0; d < hd; ++d) dot += double(qg[d]) * kv.KAt(s, d);
-          p[s] = dot / std::sqrt(double(hd));
-          mx = std::max(mx, p[s]);
-        }
-        for (double& v : p) sum += (v = std::exp(v - mx));
-        for (int32_t s = 0; s < n; ++s) {
-          p[s] /= sum;
-          ref_score[s] += p[s];
-          for (int32_t d = 0; d < hd; ++d) {
-            ref_out[(int64_t(i) * G + g) * hd + d] += p[s] * kv.VAt(s, d);
-          }
-        }
-      }
-    }
-    for (Isa isa : heavykv::testing::IsasToTest()) {
-      SCOPED_TRACE(IsaName(isa));
-      std::vector<float> score(pool_pages * bs, 0.5f);
-      kv.score = score.data();
-      AttentionArgs a;
-      a.kv = kv;
-      a.num_old = c.num_old;
-      a.num_q = c.num_q;
-      a.group = G;
-      a.q = q.data();
-      a.q_stride = int64_t(G) * hd;
-      a.out = out.data();
-      a.out_stride = int64_t(G) * hd;
-      a.channel.kind = SlotChannel::kAccumulated;
-      std::vector<float> scratch(AttentionScratchFloats(slots, G, c.num_q));
-      PagedAttentionWith(isa, a, scratch.data());
-      double err = 0, norm = 0;
-      for (size_t i = 0; i < out.size(); ++i) {
-        err += (out[i] - ref_out[i]) * (out[i] - ref_out[i]);
-        norm += ref_out[i] * ref_out[i];
-      }
-      EXPECT_LT(std::sqrt(err / norm), 4e-6);
-      for (int32_t s = 0; s < slots; ++s) {
-        EXPECT_NEAR(kv.Score(s), 0.5 + ref_score[s], 4e-6 * (1 + ref_score[s])) << "slot " << s;
-      }
-    }
+    ExpectEveryPathMatchesDirectAttention(kv, c, q, int64_t(pool_pages) * bs, 4e-6);
   }
 }
 
