@@ -80,7 +80,21 @@ absl::StatusOr<int32_t> PoolPages(const KvShape& shape, int64_t kv_pages, int64_
     return absl::InvalidArgumentError(
         absl::StrCat("--kv-pages ", kv_pages, " is too large (at most ", INT32_MAX, ")"));
   }
-  if (kv_pages > 0) return static_cast<int32_t>(kv_pages);
+  // A pool that cannot give every table (every layer, on the CPU) one page runs no sequence:
+  // refused at start with the numbers, as the K/V type sets the page's bytes.
+  auto too_small = [&](int64_t pages, const std::string& flag) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, " holds ", pages, " pages of ", shape.PageBytes(), " bytes (", shape.block_size,
+        " slots of ", KvElementName(shape), " K/V, ",
+        shape.table_per_layer ? "one layer" : "every layer", "); one sequence needs at least ",
+        shape.NumTables(), " (a page per block table)"));
+  };
+  if (kv_pages > 0) {
+    if (kv_pages < shape.NumTables()) {
+      return too_small(kv_pages, absl::StrCat("--kv-pages ", kv_pages));
+    }
+    return static_cast<int32_t>(kv_pages);
+  }
   if (kv_pool_mb > 0) {
     // 2^30 MiB (1 PiB) keeps the shift below from overflowing.
     if (kv_pool_mb > (int64_t(1) << 30) || (kv_pool_mb << 20) / shape.PageBytes() > INT32_MAX) {
@@ -88,7 +102,11 @@ absl::StatusOr<int32_t> PoolPages(const KvShape& shape, int64_t kv_pages, int64_
                                                      " is too large for a pool of at most ",
                                                      INT32_MAX, " pages"));
     }
-    return KvCache::PagesForBytes(shape, kv_pool_mb << 20);
+    const int64_t pages = (kv_pool_mb << 20) / shape.PageBytes();
+    if (pages < shape.NumTables()) {
+      return too_small(pages, absl::StrCat("--kv-pool-mb ", kv_pool_mb));
+    }
+    return static_cast<int32_t>(pages);
   }
   return default_pages;
 }

@@ -317,6 +317,18 @@ TEST(PlanCommandTest, QuantizedKvCountsItsRealBytes) {
       "plan --shape stories110M --kv-dtype int8 --device cuda --kv-pool-mb 64", &code, true);
   EXPECT_EQ(code, 2);
   EXPECT_NE(out.find("CPU backend only"), std::string::npos) << out;
+  // A pool too small for its K/V type is refused with the numbers: 1 MiB holds 10 fp32 pages of
+  // stories110M's one layer (99840 bytes), fewer than its 12 layers; 39 of int8.
+  std::string small = Heavykv("plan --shape stories110M --kv-pool-mb 1", &code, true);
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(small.find("--kv-pool-mb 1 holds 10 pages of 99840 bytes"), std::string::npos)
+      << small;
+  EXPECT_NE(small.find("needs at least 12"), std::string::npos) << small;
+  small = Heavykv("plan --shape stories110M --kv-pool-mb 1 --kv-dtype int8 --json", &code);
+  EXPECT_EQ(code, 0) << small;
+  EXPECT_EQ(nlohmann::json::parse(small)["pages"], 39);
+  Heavykv("plan --shape stories110M --kv-pages 11", &code, true);
+  EXPECT_EQ(code, 2);
 }
 
 }  // namespace
