@@ -66,8 +66,10 @@ inline void QuantizeKvRow(KvQuant q, const float* x, int32_t head_dim, uint8_t* 
     *scale = static_cast<uint8_t>(k + 127);
     const float inv = std::ldexp(1.0f, -k);
     for (int32_t d = 0; d < head_dim; ++d) {
-      const float v = std::nearbyint(x[d] * inv);
-      data[d] = static_cast<uint8_t>(static_cast<int8_t>(std::clamp(v, -127.0f, 127.0f)));
+      // fmin/fmax, not clamp: a NaN (a broken activation) becomes a bound, never an undefined
+      // float-to-int conversion.
+      const float v = std::fmax(-127.0f, std::fmin(127.0f, std::nearbyint(x[d] * inv)));
+      data[d] = static_cast<uint8_t>(static_cast<int8_t>(v));
     }
     return;
   }
@@ -85,7 +87,8 @@ inline void QuantizeKvRow(KvQuant q, const float* x, int32_t head_dim, uint8_t* 
     uint8_t* out = data + k * half;
     for (int32_t j = 0; j < half; ++j) {
       const auto nib = [&](float v) {
-        return static_cast<uint8_t>(std::clamp(std::nearbyint(v * inv) + 8.0f, 0.0f, 15.0f));
+        const float q = std::nearbyint(v * inv) + 8.0f;
+        return static_cast<uint8_t>(std::fmax(0.0f, std::fmin(15.0f, q)));
       };
       out[j] = static_cast<uint8_t>(nib(xg[j]) | (nib(xg[j + half]) << 4));
     }

@@ -92,6 +92,14 @@ TEST(KvQuantTest, ZeroRowsStayZeroAndOddHeadDimsAreRefusedForInt4) {
     DequantizeKvRow(q, data.data(), scale.data(), 32, y.data());
     for (float v : y) EXPECT_EQ(v, 0.0f);
   }
+  // A non-finite value (a broken activation) quantizes to a bound, not to undefined behaviour.
+  std::vector<float> bad(32, 1.0f);
+  bad[3] = std::nanf("");
+  bad[4] = INFINITY;
+  for (KvQuant q : {KvQuant::kInt8, KvQuant::kInt4}) {
+    QuantizeKvRow(q, bad.data(), 32, data.data(), scale.data());
+    DequantizeKvRow(q, data.data(), scale.data(), 32, y.data());
+  }
   EXPECT_TRUE(KvQuantTakes(KvQuant::kInt8, 5));
   EXPECT_FALSE(KvQuantTakes(KvQuant::kInt4, 5));
   EXPECT_TRUE(KvQuantTakes(KvQuant::kInt4, 6));
