@@ -6,8 +6,9 @@
 //   int4: groups of g = Int4Group(head_dim) elements (32, or head_dim when it is not a multiple of
 //         32; head_dim even). Group k: g / 2 data bytes at data + k * g / 2, byte j holding element
 //         j in its low nibble and element j + g / 2 in its high one, each as q + 8 in [0, 15]; an
-//         fp16 scale d at scale + 2 * k, d = m / -8 with m the element of largest magnitude (as
-//         ggml's Q4_0): x ~ (nibble - 8) * d.
+//         fp16 scale d at scale + 2 * k, d = m / -t with m the element of largest magnitude and t
+//         in [6, 10] by halves, the one with the least squared error (ggml's Q4_0 takes t = 8):
+//         x ~ (nibble - 8) * d.
 // Row data and scales live apart (the page keeps its rows aligned; memory/kv_cache.h places
 // them), so a row is (data, scale) pointers. The cache stores H x rather than x where head_dim
 // is a power of two (KvRotates, HadamardRotate; PagedKvHead applies it): these functions code
@@ -80,7 +81,24 @@ inline void QuantizeKvRow(KvQuant q, const float* x, int32_t head_dim, uint8_t* 
     for (int32_t j = 0; j < g; ++j) {
       if (std::fabs(xg[j]) > std::fabs(m)) m = xg[j];
     }
-    const float d = m / -8.0f;
+    // The scale with the least squared error among m / -t, t in [6, 10] by halves (m / -8 maps m
+    // to -8 exactly, as Q4_0; a smaller step rounds the rest finer at the price of clipping), each
+    // taken after its rounding to fp16, as it is read back.
+    float d = 0.0f, best = INFINITY;
+    for (float t = 6.0f; t <= 10.0f; t += 0.5f) {
+      const float cand = Fp16ToFloat(FloatToFp16(m / -t));
+      if (cand == 0.0f || !std::isfinite(cand)) continue;
+      const float ic = 1.0f / cand;
+      float err = 0.0f;
+      for (int32_t j = 0; j < g; ++j) {
+        const float q = std::fmax(-8.0f, std::fmin(7.0f, std::nearbyint(xg[j] * ic)));
+        err += (q * cand - xg[j]) * (q * cand - xg[j]);
+      }
+      if (err < best) {
+        best = err;
+        d = cand;
+      }
+    }
     const uint16_t h = FloatToFp16(d);
     std::memcpy(scale + 2 * k, &h, sizeof(h));
     const float inv = d != 0.0f ? 1.0f / d : 0.0f;
