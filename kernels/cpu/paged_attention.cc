@@ -1,12 +1,14 @@
 #include "kernels/cpu/paged_attention.h"
 
 #include "kernels/cpu/paged_attention_paths.h"
+#include "kernels/cpu/quant_dot.h"
 
 #include <immintrin.h>
 
 // GCC 12 warns that the AVX-512 shuffle intrinsics read an uninitialised value: its own
 // _mm512_undefined_ps() placeholder (GCC bug 105593), not ours.
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC diagnostic ignored "-Wuninitialized"
 
 #include <algorithm>
 #include <cmath>
@@ -252,6 +254,54 @@ __attribute__((target("avx512f,f16c"), always_inline)) inline void Logits16(
   _mm512_mask_storeu_ps(out, mask, _mm512_mul_ps(sums, scale));
 }
 
+// int8 rows with AVX512-VNNI (head_dim a multiple of 64): q.k as integer dot products. The
+// query (one head) is quantized to int8 once per call, q ~ sq * q8 (sq = max|q| / 127, as
+// llama.cpp's q8_0 cache quantizes its activations); vpdpbusd multiplies unsigned by signed
+// bytes, so the keys enter as k + 128 (a xor of the sign bit) and 128 * sum(q8) is taken off
+// after. The integer sums are exact (each lane < 2^24 before the exact Sum16x16), so the only
+// rounding is q's. probs[s0 + r] = sq * 2^e_r * (q8 . k8_r) * scale for r < rows.
+struct QuantizedQuery {
+  alignas(64) int8_t q8[128];
+  float sq = 0.0f;
+  int32_t sum = 0;  // sum of q8
+};
+inline void QuantizeQuery(const float* q, int32_t hd, QuantizedQuery* out) {
+  float amax = 0.0f;
+  for (int32_t d = 0; d < hd; ++d) amax = std::max(amax, std::fabs(q[d]));
+  out->sq = amax / 127.0f;
+  const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+  out->sum = 0;
+  for (int32_t d = 0; d < hd; ++d) {
+    const float v = std::fmax(-127.0f, std::fmin(127.0f, std::nearbyint(q[d] * inv)));
+    out->q8[d] = static_cast<int8_t>(v);
+    out->sum += out->q8[d];
+  }
+}
+template <int C>
+__attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void LogitsVnni16(
+    const QuantizedQuery& q, const internal::QuantRow (&k)[16], int32_t rows, __m512 scale,
+    float* out) {
+  constexpr int kChunks = C / 4;  // 64 bytes each
+  __m512i qv[kChunks];
+  for (int c = 0; c < kChunks; ++c) qv[c] = _mm512_load_si512(q.q8 + c * 64);
+  const __m512i sign = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512 acc[16];
+  for (int32_t r = 0; r < 16; ++r) {
+    __m512i sum = _mm512_setzero_si512();
+    for (int c = 0; c < kChunks; ++c) {
+      const __m512i kb = _mm512_xor_si512(_mm512_loadu_si512(k[r].data + c * 64), sign);
+      sum = _mm512_dpbusd_epi32(sum, kb, qv[c]);
+    }
+    acc[r] = _mm512_cvtepi32_ps(sum);
+  }
+  alignas(64) float rs[16];
+  for (int32_t r = 0; r < 16; ++r) rs[r] = E8m0ToFloat(*k[r].scale);
+  const __m512 dots = _mm512_sub_ps(Sum16x16(acc), _mm512_set1_ps(128.0f * float(q.sum)));
+  const __m512 f = _mm512_mul_ps(_mm512_load_ps(rs), _mm512_mul_ps(_mm512_set1_ps(q.sq), scale));
+  const __mmask16 mask = rows >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << rows) - 1);
+  _mm512_mask_storeu_ps(out, mask, _mm512_mul_ps(dots, f));
+}
+
 // p[0..n) = softmax(p[0..n)), with the vector exp; with `stats`, p = exp(p - max) unnormalised
 // and stats[0], stats[1] = the max and the sum (a part of a split context).
 __attribute__((target("avx512f"))) inline void SoftmaxRow(float* p, int32_t n, float* stats) {
@@ -488,8 +538,22 @@ __attribute__((target("avx512f,f16c"))) void AttendTileAvx512(const AttentionArg
   // bf16 and quantized rows serving several pairs are widened once into `wide`, not once per
   // pair (kMaxWidenedRows says why the result is the same).
   constexpr bool kWiden = !std::is_same_v<F, internal::FloatKv>;
-  const bool widen = kWiden && nq * G > 1;
+  // int8 rows on a CPU with AVX512-VNNI: integer q.k (LogitsVnni16), no widening of K.
+  constexpr bool kInt8 = std::is_same_v<F, internal::Int8Kv>;
+  static const bool has_vnni = internal::HasAvx512Vnni();
+  const bool vnni = kInt8 && C % 4 == 0 && has_vnni;
+  const bool widen = kWiden && nq * G > 1 && !vnni;
   alignas(64) float wide[kWiden ? 16 * hd : 1];
+  QuantizedQuery qq[kInt8 ? kMaxTilePairs : 1];
+  if constexpr (kInt8 && C % 4 == 0) {
+    if (vnni) {
+      for (int32_t i = 0; i < nq; ++i) {
+        for (int32_t g = 0; g < G && i * G + g < kMaxTilePairs; ++g) {
+          QuantizeQuery(a.q + (q0 + i) * a.q_stride + int64_t(g) * hd, hd, &qq[i * G + g]);
+        }
+      }
+    }
+  }
   for (int32_t s0 = 0; s0 < n_end; s0 += 16) {
     PrefetchRows<F>(kv, true, s0 + kPrefetchSlots, 16, n_end);
     const int32_t last = std::min(16, n_end - s0) - 1;
@@ -507,6 +571,12 @@ __attribute__((target("avx512f,f16c"))) void AttendTileAvx512(const AttentionArg
       const float* q = a.q + (q0 + i) * a.q_stride;
       for (int32_t g = 0; g < G; ++g) {
         float* out = probs[i] + int64_t(g) * n[i] + s0;
+        if constexpr (kInt8 && C % 4 == 0) {
+          if (vnni && i * G + g < kMaxTilePairs) {
+            LogitsVnni16<C>(qq[i * G + g], k, n[i] - s0, scale, out);
+            continue;
+          }
+        }
         if (widen) {
           Logits16<internal::FloatKv, C>(q + int64_t(g) * hd, kw, n[i] - s0, scale, out);
         } else {

@@ -3,6 +3,7 @@
 // smaller than the 8- and 16-slot vector blocks, scattered page ids, and the H2O score each slot receives; with fp32 and
 // with bf16 K/V storage (the reference then reads the same bf16-rounded values).
 #include "kernels/cpu/paged_attention.h"
+#include "kernels/cpu/quant_dot.h"
 
 #include <gtest/gtest.h>
 
@@ -23,18 +24,45 @@ struct Case {
 
 class PagedAttentionTest : public ::testing::TestWithParam<Case> {};
 
+// Whether `isa`'s path takes q.k of int8 rows as integer dot products (AVX512-VNNI): the query
+// is then rounded to int8 (max|q| / 127 steps, in the basis the rows are stored in).
+bool RoundsQueryToInt8(Isa isa, const PagedKvHead& kv) {
+  return isa == Isa::kAvx512 && internal::HasAvx512Vnni() && kv.quant == KvQuant::kInt8 &&
+         kv.head_dim % 64 == 0 && kv.head_dim <= 128;
+}
+
+// q as that path sees it: rotated where the rows are, rounded to int8 steps, rotated back.
+std::vector<float> RoundedQuery(const PagedKvHead& kv, std::vector<float> q) {
+  const int32_t hd = kv.head_dim;
+  for (size_t r = 0; r < q.size() / hd; ++r) {
+    float* row = &q[r * hd];
+    if (kv.rotated()) HadamardRotate(row, hd);
+    float amax = 0.0f;
+    for (int32_t d = 0; d < hd; ++d) amax = std::max(amax, std::fabs(row[d]));
+    const float inv = amax > 0.0f ? 127.0f / amax : 0.0f;
+    for (int32_t d = 0; d < hd; ++d) row[d] = std::nearbyint(row[d] * inv) * (amax / 127.0f);
+    if (kv.rotated()) HadamardRotate(row, hd);
+  }
+  return q;
+}
+
 // Attends `kv` (its slots [0, num_old + num_q)) with the queries q ([num_q][group][head_dim]) on
 // every path the CPU runs, and compares the output and the H2O score each slot receives with a
-// direct softmax attention in double over the values the view holds (KAt/VAt), to `tol`.
+// direct softmax attention in double over the values the view holds (KAt/VAt), to `tol` (the
+// query rounded as the path rounds it, RoundsQueryToInt8).
 void ExpectEveryPathMatchesDirectAttention(PagedKvHead kv, const Case& c,
-                                           const std::vector<float>& q, int64_t score_entries,
+                                           const std::vector<float>& q_in, int64_t score_entries,
                                            double tol) {
+  for (Isa isa : heavykv::testing::IsasToTest()) {
+  SCOPED_TRACE(IsaName(isa));
+  const std::vector<float>& q = q_in;
+  const std::vector<float> q_ref = RoundsQueryToInt8(isa, kv) ? RoundedQuery(kv, q_in) : q_in;
   const int32_t hd = c.head_dim, G = c.group, slots = c.num_old + c.num_q;
   std::vector<double> ref_out(q.size()), ref_score(slots, 0.0);
   for (int32_t i = 0; i < c.num_q; ++i) {
     const int32_t n = c.num_old + i + 1;
     for (int32_t g = 0; g < G; ++g) {
-      const float* qg = &q[(int64_t(i) * G + g) * hd];
+      const float* qg = &q_ref[(int64_t(i) * G + g) * hd];
       std::vector<double> p(n);
       double mx = -1e300, sum = 0;
       for (int32_t s = 0; s < n; ++s) {
@@ -54,8 +82,7 @@ void ExpectEveryPathMatchesDirectAttention(PagedKvHead kv, const Case& c,
     }
   }
   std::vector<float> out(q.size());
-  for (Isa isa : heavykv::testing::IsasToTest()) {
-    SCOPED_TRACE(IsaName(isa));
+  {
     std::vector<float> score(score_entries, 0.5f);  // scores add to what a slot already has
     kv.score = score.data();
     AttentionArgs a;
@@ -79,6 +106,7 @@ void ExpectEveryPathMatchesDirectAttention(PagedKvHead kv, const Case& c,
     for (int32_t s = 0; s < slots; ++s) {
       EXPECT_NEAR(kv.Score(s), 0.5 + ref_score[s], tol * (1 + ref_score[s])) << "slot " << s;
     }
+  }
   }
 }
 
