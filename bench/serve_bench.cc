@@ -33,24 +33,6 @@ double Quantile(std::vector<double> v, double q) {
 // fp32 pages (pos and score included).
 void BM_Serve(benchmark::State& state, std::string policy, bool bf16, std::string kv_dtype) {
   for (auto _ : state) {
-    EngineOptions o;
-    {
-      state.PauseTiming();
-      absl::StatusOr<Model> probe = LoadModel(Stories110MPath(), cpu::WeightType::kFp32);
-      state.ResumeTiming();
-      if (!probe.ok()) {
-        state.SkipWithError(std::string(probe.status().message()).c_str());
-        return;
-      }
-      const KvShape fp32 = KvShapeForDevice(Device::kCpu, probe->config, 16, KvDtype::kFp32);
-      const KvShape shape =
-          KvShapeForDevice(Device::kCpu, probe->config, 16, *ParseKvDtype(kv_dtype));
-      o.num_pages = KvCache::PagesForBytes(shape, int64_t(kPoolPages) * fp32.PageBytes());
-    }
-    o.kv_dtype = kv_dtype;
-    o.max_running = kRequests;
-    o.max_waiting = kRequests;
-    o.max_step_tokens = 512;
     state.PauseTiming();
     absl::StatusOr<Model> model = LoadModel(  // the Engine owns its Model
         Stories110MPath(), bf16 ? cpu::WeightType::kBf16 : cpu::WeightType::kFp32);
@@ -59,6 +41,15 @@ void BM_Serve(benchmark::State& state, std::string policy, bool bf16, std::strin
       state.SkipWithError(std::string(model.status().message()).c_str());
       return;
     }
+    EngineOptions o;
+    const KvShape fp32 = KvShapeForDevice(Device::kCpu, model->config, 16, KvDtype::kFp32);
+    const KvShape shape =
+        KvShapeForDevice(Device::kCpu, model->config, 16, *ParseKvDtype(kv_dtype));
+    o.num_pages = KvCache::PagesForBytes(shape, int64_t(kPoolPages) * fp32.PageBytes());
+    o.kv_dtype = kv_dtype;
+    o.max_running = kRequests;
+    o.max_waiting = kRequests;
+    o.max_step_tokens = 512;
     auto engine = Engine::Create(*std::move(model), nullptr, o);
     if (!engine.ok()) {
       state.SkipWithError(std::string(engine.status().message()).c_str());

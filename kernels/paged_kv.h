@@ -76,30 +76,20 @@ struct PagedKvHead {
   }
   // Writes slot s's K and V rows from fp32, in the storage's element type.
   void StoreRows(int32_t s, const float* k_row, const float* v_row) const {
-    if (quantized()) {
-      QuantizeRow(k_row, kq + QRowOffset(s), ksc + QScaleOffset(s));
-      QuantizeRow(v_row, vq + QRowOffset(s), vsc + QScaleOffset(s));
-    } else if (bf16()) {
-      uint16_t* kd = KRow16(s);
-      uint16_t* vd = VRow16(s);
-      for (int32_t d = 0; d < head_dim; ++d) {
-        kd[d] = FloatToBf16(k_row[d]);
-        vd[d] = FloatToBf16(v_row[d]);
-      }
-    } else {
-      std::memcpy(KRow(s), k_row, sizeof(float) * head_dim);
-      std::memcpy(VRow(s), v_row, sizeof(float) * head_dim);
-    }
+    StoreRow(true, s, k_row);
+    StoreRow(false, s, v_row);
   }
   // Writes slot s's K row only (the re-rotation of pinned keys).
-  void StoreK(int32_t s, const float* k_row) const {
+  void StoreK(int32_t s, const float* k_row) const { StoreRow(true, s, k_row); }
+  // Writes slot s's K (is_k) or V row from fp32: copied, rounded to bf16, or quantized.
+  void StoreRow(bool is_k, int32_t s, const float* row) const {
     if (quantized()) {
-      QuantizeRow(k_row, kq + QRowOffset(s), ksc + QScaleOffset(s));
+      QuantizeRow(row, (is_k ? kq : vq) + QRowOffset(s), (is_k ? ksc : vsc) + QScaleOffset(s));
     } else if (bf16()) {
-      uint16_t* kd = KRow16(s);
-      for (int32_t d = 0; d < head_dim; ++d) kd[d] = FloatToBf16(k_row[d]);
+      uint16_t* dst = is_k ? KRow16(s) : VRow16(s);
+      for (int32_t d = 0; d < head_dim; ++d) dst[d] = FloatToBf16(row[d]);
     } else {
-      std::memcpy(KRow(s), k_row, sizeof(float) * head_dim);
+      std::memcpy(is_k ? KRow(s) : VRow(s), row, sizeof(float) * head_dim);
     }
   }
   // Element d of slot s's K (V) row as fp32, whatever the storage.

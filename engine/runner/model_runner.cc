@@ -1,13 +1,11 @@
 #include "engine/runner/model_runner.h"
 
 #include <algorithm>
-#include <cstring>
 #include <vector>
 
 #include <omp.h>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/bf16.h"
 #include "kernels/cpu/ops.h"
 #include "kernels/cpu/paged_attention.h"
 

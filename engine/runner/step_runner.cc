@@ -109,7 +109,7 @@ absl::Status CheckKvDtype(Device device, KvDtype dtype) {
   }
   if (device == Device::kCuda && (dtype == KvDtype::kInt8 || dtype == KvDtype::kInt4)) {
     return absl::UnimplementedError(absl::StrCat(
-        "--kv-dtype ", dtype == KvDtype::kInt8 ? "int8" : "int4",
+        "--kv-dtype ", KvDtypeName(device, dtype),
         " with --device cuda: quantized K/V pages run on the CPU backend only (use auto or bf16 "
         "on cuda)"));
   }

@@ -74,6 +74,8 @@ class EngineImpl final : public Engine {
                                                  PrefillChunk(options), options.full_overcommit,
                                                  options.fair_share}),
         validator_(model_.config, tokenizer_.get(), options_, &scheduler_) {
+    stats_.kv_dtype = KvElementName(cache_->shape());  // fixed with the pool
+    stats_.bytes_per_token = KvBytesPerPoolToken(cache_->shape());
     PublishStats();  // the pool's size is known before the first request
     thread_ = std::thread([this] { Loop(); });
     prep_thread_ = std::thread([this] { PrepareLoop(); });
@@ -599,8 +601,6 @@ void EngineImpl::PublishStats() {
   stats_.sequences_running = scheduler_.num_running();
   stats_.tokens_evicted = tokens_evicted_;
   stats_.preemptions = preemptions_;
-  stats_.kv_dtype = KvElementName(cache_->shape());
-  stats_.bytes_per_token = KvBytesPerPoolToken(cache_->shape());
 }
 
 }  // namespace

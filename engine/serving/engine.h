@@ -165,7 +165,7 @@ struct CacheStats {
   int32_t sequences_waiting = 0;
   int64_t tokens_evicted = 0;
   int64_t preemptions = 0;
-  std::string kv_dtype;         // KvDtypeName: fp32, bf16, int8 or int4
+  std::string kv_dtype;         // KvElementName of the pool: fp32, bf16, int8 or int4
   int64_t bytes_per_token = 0;  // KvBytesPerPoolToken of the pool's shape
 };
 

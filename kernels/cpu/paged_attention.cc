@@ -295,7 +295,7 @@ __attribute__((target("avx512f,avx512bw,avx512vnni"), noinline)) void LogitsVnni
     acc[r] = _mm512_cvtepi32_ps(sum);
   }
   alignas(64) float rs[16];
-  for (int32_t r = 0; r < 16; ++r) rs[r] = E8m0ToFloat(*k[r].scale);
+  for (int32_t r = 0; r < 16; ++r) rs[r] = internal::Int8Kv::RowScale(k[r]);
   const __m512 dots = _mm512_sub_ps(Sum16x16(acc), _mm512_set1_ps(128.0f * float(q.sum)));
   const __m512 f = _mm512_mul_ps(_mm512_load_ps(rs), _mm512_mul_ps(_mm512_set1_ps(q.sq), scale));
   const __mmask16 mask = rows >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << rows) - 1);
@@ -380,7 +380,7 @@ struct PageRows {
   int32_t page;
   typename F::Row operator()(int32_t r) const { return F::PageRow(*kv, false, page, r); }
 };
-// Rows of fp32 in a buffer (bf16 rows widened once for several pairs).
+// Rows of fp32 in a buffer (bf16 or quantized rows widened once for several pairs).
 struct BufferRows {
   const float* base;
   int32_t stride;
@@ -544,6 +544,8 @@ __attribute__((target("avx512f,f16c"))) void AttendTileAvx512(const AttentionArg
   const bool vnni = kInt8 && C % 4 == 0 && has_vnni;
   const bool widen = kWiden && nq * G > 1 && !vnni;
   alignas(64) float wide[kWiden ? 16 * hd : 1];
+  // A query per pair, rounded once for the whole walk; a group over kMaxTilePairs heads (nq is 1
+  // then) rounds its first kMaxTilePairs and reads the rest's keys as Logits16 does.
   QuantizedQuery qq[kInt8 ? kMaxTilePairs : 1];
   if constexpr (kInt8 && C % 4 == 0) {
     if (vnni) {

@@ -165,9 +165,10 @@ __attribute__((target("avx2,fma"))) inline void AddReceived(const PagedKvHead& k
 // kScores the same walk adds to each slot's H2O score the probability it received from all G
 // heads of the group (probs: [G][n]), while that page's V rows stream in.
 template <typename F, int C, bool kScores>
-__attribute__((target("avx2,fma,f16c"))) void WeightedSumOfV(const PagedKvHead& kv, const float* p,
-                                                       int32_t n, int32_t col0, float* out,
-                                                       const float* probs, int32_t G) {
+__attribute__((target("avx2,fma,f16c"))) void WeightedSumOfV(const PagedKvHead& kv,
+                                                            const float* p, int32_t n,
+                                                            int32_t col0, float* out,
+                                                            const float* probs, int32_t G) {
   __m256 even[C], odd[C];
   for (int c = 0; c < C; ++c) even[c] = odd[c] = _mm256_setzero_ps();
   const int32_t bs = kv.block_size;
@@ -191,12 +192,9 @@ __attribute__((target("avx2,fma,f16c"))) void WeightedSumOfV(const PagedKvHead& 
 // `acc` between pages and take the FMAs of WeightedSumOfV in the same order, so the result is
 // bit for bit what the pair gets alone.
 template <typename F, int C>
-__attribute__((target("avx2,fma,f16c"))) void WeightedSumsOfPairs(const PagedKvHead& kv,
-                                                            const float* const* probs,
-                                                            const int32_t* n, int32_t nq,
-                                                            int32_t G, int32_t col0, float* out,
-                                                            int64_t out_stride,
-                                                            const bool* add) {
+__attribute__((target("avx2,fma,f16c"))) void WeightedSumsOfPairs(
+    const PagedKvHead& kv, const float* const* probs, const int32_t* n, int32_t nq, int32_t G,
+    int32_t col0, float* out, int64_t out_stride, const bool* add) {
   alignas(32) float acc[kMaxTilePairs * 2 * 8 * C];
   std::fill(acc, acc + int64_t(nq) * G * 2 * 8 * C, 0.0f);
   const int32_t bs = kv.block_size, hd = kv.head_dim, n_end = n[nq - 1];
@@ -238,10 +236,9 @@ __attribute__((target("avx2,fma,f16c"))) void WeightedSumsOfPairs(const PagedKvH
 
 // One head's p.v over columns [col0, col0 + 8 * chunks), chunks in 1..8.
 template <typename F, bool kScores>
-__attribute__((target("avx2,fma,f16c"))) void WeightedSumBlock(int chunks, const PagedKvHead& kv,
-                                                         const float* p, int32_t n, int32_t col0,
-                                                         float* out, const float* probs,
-                                                         int32_t G) {
+__attribute__((target("avx2,fma,f16c"))) void WeightedSumBlock(
+    int chunks, const PagedKvHead& kv, const float* p, int32_t n, int32_t col0, float* out,
+    const float* probs, int32_t G) {
   switch (chunks) {
     case 1: WeightedSumOfV<F, 1, kScores>(kv, p, n, col0, out, probs, G); break;
     case 2: WeightedSumOfV<F, 2, kScores>(kv, p, n, col0, out, probs, G); break;
@@ -308,7 +305,7 @@ __attribute__((target("avx2,fma"))) void SoftmaxRow(float* p, int32_t n, float* 
 // another, n_i = num_old + q0 + i + 1.
 template <typename F>
 __attribute__((target("avx2,fma,f16c"))) void AttendTile(const AttentionArgs& a, int32_t q0,
-                                                    int32_t nq, float* scratch) {
+                                                         int32_t nq, float* scratch) {
   const PagedKvHead& kv = a.kv;
   const int32_t hd = kv.head_dim, G = a.group;
   const int32_t chunks = hd / 8;

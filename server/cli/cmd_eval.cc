@@ -309,20 +309,20 @@ int EvalCommand(int argc, char** argv) {
     }
     return 0;
   }
-  absl::StatusOr<std::vector<EvalResult>> results = std::vector<EvalResult>{};
-  for (KvDtype kv : kv_dtypes.empty() ? std::vector<KvDtype>{dtypes.kv} : kv_dtypes) {
+  std::vector<EvalResult> results;
+  for (KvDtype kv : kv_dtypes) {  // one or more: dtypes.Resolve refused an empty list
     opt.kv_dtype = kv;
     absl::StatusOr<std::vector<EvalResult>> part = Evaluate(*model, stream, opt);
     if (!part.ok()) return Fail(part.status());
-    results->insert(results->end(), part->begin(), part->end());
+    results.insert(results.end(), part->begin(), part->end());
   }
 
   std::FILE* table = json ? stderr : stdout;
   int width = 8;  // the policy column: as wide as the longest spec ("snapkv:window=16")
-  for (const EvalResult& r : *results) width = std::max(width, static_cast<int>(r.policy.size()));
+  for (const EvalResult& r : results) width = std::max(width, static_cast<int>(r.policy.size()));
   std::fprintf(table, "%-*s %6s %8s %8s %8s %8s %10s %8s\n", width, "policy", "kv", "budget",
                "tokens", "window", "windows", "ppl", "top1");
-  for (const EvalResult& r : *results) {
+  for (const EvalResult& r : results) {
     std::fprintf(table, "%-*s %6s %8d %8lld %8d %8d %10.4f %8.4f\n", width, r.policy.c_str(),
                  r.kv_dtype.c_str(), r.budget_tokens, static_cast<long long>(r.tokens), r.window,
                  r.windows, r.ppl, r.top1);
@@ -339,7 +339,7 @@ int EvalCommand(int argc, char** argv) {
     }
   }
   if (!plot_path.empty()) {
-    if (absl::Status s = WritePlot(plot_path, *results, model_path); !s.ok()) return Fail(s);
+    if (absl::Status s = WritePlot(plot_path, results, model_path); !s.ok()) return Fail(s);
     std::fprintf(stderr, "wrote %s\n", plot_path.c_str());
   }
   return 0;

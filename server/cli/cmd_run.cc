@@ -97,12 +97,13 @@ absl::StatusOr<int32_t> PoolPages(const KvShape& shape, int64_t kv_pages, int64_
   }
   if (kv_pool_mb > 0) {
     // 2^30 MiB (1 PiB) keeps the shift below from overflowing.
-    if (kv_pool_mb > (int64_t(1) << 30) || (kv_pool_mb << 20) / shape.PageBytes() > INT32_MAX) {
+    const int64_t pages =
+        kv_pool_mb > (int64_t(1) << 30) ? INT64_MAX : (kv_pool_mb << 20) / shape.PageBytes();
+    if (pages > INT32_MAX) {
       return absl::InvalidArgumentError(absl::StrCat("--kv-pool-mb ", kv_pool_mb,
                                                      " is too large for a pool of at most ",
                                                      INT32_MAX, " pages"));
     }
-    const int64_t pages = (kv_pool_mb << 20) / shape.PageBytes();
     if (pages < shape.NumTables()) {
       return too_small(pages, absl::StrCat("--kv-pool-mb ", kv_pool_mb));
     }

@@ -24,6 +24,15 @@ struct Case {
 
 class PagedAttentionTest : public ::testing::TestWithParam<Case> {};
 
+// A block table of `num_pages` distinct ids drawn in shuffled order from a pool of `pool_pages`.
+std::vector<int32_t> ShuffledPageTable(int32_t num_pages, int32_t pool_pages, std::mt19937& rng) {
+  std::vector<int32_t> pages(pool_pages);
+  std::iota(pages.begin(), pages.end(), 0);
+  std::shuffle(pages.begin(), pages.end(), rng);
+  pages.resize(num_pages);
+  return pages;
+}
+
 // Whether `isa`'s path takes q.k of int8 rows as integer dot products (AVX512-VNNI): the query
 // is then rounded to int8 (max|q| / 127 steps, in the basis the rows are stored in).
 bool RoundsQueryToInt8(Isa isa, const PagedKvHead& kv) {
@@ -121,10 +130,7 @@ TEST_P(PagedAttentionTest, MatchesDirectAttention) {
   std::normal_distribution<float> normal(0.0f, 1.0f);
   // Pages in a shuffled order inside a larger pool, one (K, V) head per page.
   const int32_t pool_pages = 2 * num_pages + 3;
-  std::vector<int32_t> pages(pool_pages);
-  for (int32_t i = 0; i < pool_pages; ++i) pages[i] = i;
-  std::shuffle(pages.begin(), pages.end(), rng);
-  pages.resize(num_pages);
+  const std::vector<int32_t> pages = ShuffledPageTable(num_pages, pool_pages, rng);
   const int64_t page_stride = 2 * int64_t(bs) * hd;
   std::vector<float> pool(pool_pages * page_stride);
   for (float& v : pool) v = 2.0f * normal(rng);  // sharp enough that softmax is not flat
@@ -170,10 +176,7 @@ TEST_P(PagedAttentionTest, QuantizedRowsMatchDirectAttentionOverTheirValues) {
     std::mt19937 rng(hd * 71 + G * 13 + bs + slots);
     std::normal_distribution<float> normal(0.0f, 1.0f);
     const int32_t pool_pages = 2 * num_pages + 3;
-    std::vector<int32_t> pages(pool_pages);
-    std::iota(pages.begin(), pages.end(), 0);
-    std::shuffle(pages.begin(), pages.end(), rng);
-    pages.resize(num_pages);
+    const std::vector<int32_t> pages = ShuffledPageTable(num_pages, pool_pages, rng);
     const int32_t rb = KvQuantDataBytes(quant, hd), sb = KvQuantScaleBytes(quant, hd);
     const int64_t page_stride = 2 * int64_t(bs) * (rb + sb);
     std::vector<uint8_t> pool(pool_pages * page_stride, 0xEE);
