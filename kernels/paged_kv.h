@@ -124,15 +124,18 @@ struct PagedKvHead {
     HadamardRotate(buf, head_dim);
     return buf[d];
   }
-  // out[head_dim] = slot s's K row as fp32, whatever the storage.
-  void LoadK(int32_t s, float* out) const {
+  // out[head_dim] = slot s's K (is_k) or V row as fp32 in the tokens' own basis, whatever the
+  // storage.
+  void LoadRow(bool is_k, int32_t s, float* out) const {
     if (quantized()) {
-      DequantizeKvRow(quant, kq + QRowOffset(s), ksc + QScaleOffset(s), head_dim, out);
+      DequantizeKvRow(quant, (is_k ? kq : vq) + QRowOffset(s), (is_k ? ksc : vsc) + QScaleOffset(s),
+                      head_dim, out);
       if (rotated()) HadamardRotate(out, head_dim);
       return;
     }
-    for (int32_t d = 0; d < head_dim; ++d) out[d] = KAt(s, d);
+    for (int32_t d = 0; d < head_dim; ++d) out[d] = is_k ? KAt(s, d) : VAt(s, d);
   }
+  void LoadK(int32_t s, float* out) const { LoadRow(true, s, out); }
   // Copies slot `from`'s K and V rows (and their scales) over slot `to`'s.
   void MoveRows(int32_t to, int32_t from) const {
     if (quantized()) {

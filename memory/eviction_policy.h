@@ -35,6 +35,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "kernels/cpu/isa.h"
+#include "kernels/kv_quant.h"
 #include "kernels/slot_channel.h"
 #include "memory/layer_budgets.h"
 
@@ -87,9 +88,20 @@ class EvictionPolicy {
   bool page_granularity() const { return granularity_ == EvictGranularity::kPage; }
   // How the budget is split across layers (memory/layer_budgets.h).
   LayerBudgets layer_budgets() const { return layer_budgets_; }
+  // MiKV (demote=int8|int4): the tokens this policy evicts are kept in a demoted store of
+  // quantized rows instead of dropped (KvCache, docs/ARCHITECTURE.md "MiKV"); kNone: dropped.
+  KvQuant demote() const { return demote_; }
+  // Tokens per (layer, kv head) the demoted store holds at most (demote_budget=); 0: as many
+  // as the sequence's budget. Past it, the lowest-ranked of the demoted and the step's victims
+  // go, as tokens are evicted without demote.
+  int32_t demote_budget() const { return demote_budget_; }
   // Set by MakePolicy before the policy is shared.
   void set_granularity(EvictGranularity g) { granularity_ = g; }
   void set_layer_budgets(LayerBudgets rule) { layer_budgets_ = rule; }
+  void set_demote(KvQuant quant, int32_t budget) {
+    demote_ = quant;
+    demote_budget_ = budget;
+  }
   // The base name ("snapkv"), without parameters.
   virtual absl::string_view name() const = 0;
   // What the kernels must write in each slot's channel for this policy.
@@ -103,6 +115,7 @@ class EvictionPolicy {
   std::optional<VictimRule> GpuRule(int32_t budget) const {
     const SlotChannel kind = channel().kind;
     if (!rule_is_exact() || page_granularity() || layer_budgets_ != LayerBudgets::kUniform ||
+        demote_ != KvQuant::kNone ||
         (kind != SlotChannel::kNone && kind != SlotChannel::kAccumulated)) {
       return std::nullopt;
     }
@@ -148,6 +161,8 @@ class EvictionPolicy {
  private:
   EvictGranularity granularity_ = EvictGranularity::kToken;
   LayerBudgets layer_budgets_ = LayerBudgets::kUniform;
+  KvQuant demote_ = KvQuant::kNone;
+  int32_t demote_budget_ = 0;
 };
 
 // Appends the step.num_evict victims of `rule` (see VictimRule).

@@ -9,6 +9,17 @@
 
 namespace heavykv {
 
+namespace {
+
+// Bytes of one demoted slot of one kv head: K and V rows of `quant` with scales, pos and score.
+int64_t DemotedSlotBytes(const KvShape& shape, KvQuant quant) {
+  return 2 * int64_t(KvQuantDataBytes(quant, shape.head_dim) +
+                     KvQuantScaleBytes(quant, shape.head_dim)) +
+         int64_t(sizeof(int32_t) + sizeof(float));
+}
+
+}  // namespace
+
 int64_t KvShape::SlotKvBytes() const {
   if (quant == KvQuant::kNone) return 2 * int64_t(head_dim) * element_bytes;
   return 2 * int64_t(KvQuantDataBytes(quant, head_dim) + KvQuantScaleBytes(quant, head_dim));
@@ -22,6 +33,17 @@ const char* KvElementName(const KvShape& shape) {
 
 int64_t KvShape::PageBytes() const {
   return PageKvBytes() + PageMetaEntries() * int64_t(sizeof(int32_t) + sizeof(float));
+}
+
+int32_t DemotedBlockSize(const KvShape& shape, KvQuant quant) {
+  if (quant == KvQuant::kNone || !shape.table_per_layer || !KvQuantTakes(quant, shape.head_dim)) {
+    return 0;
+  }
+  const int64_t page = shape.PageKvBytes();
+  if (page % 4 != 0) return 0;  // pos and score are addressed in 4-byte units
+  const int64_t rows = page / (int64_t(shape.num_kv_heads) * DemotedSlotBytes(shape, quant));
+  const int64_t bd = rows / 4 * 4;
+  return bd > shape.block_size ? static_cast<int32_t>(bd) : 0;
 }
 
 int32_t KvCache::PagesForBytes(const KvShape& shape, int64_t bytes) {
@@ -91,7 +113,17 @@ int64_t PeakPages(const KvShape& shape, const EvictionPolicy* policy, int32_t bu
     const int64_t bound = (tables * (budget + extra) + tables * (bs - 1)) / bs;
     return std::min(tables * pages(max_total), bound);
   }
-  if (rule == LayerBudgets::kUniform) return tables * pages(budget + extra);
+  if (rule == LayerBudgets::kUniform) {
+    int64_t demoted = 0;  // MiKV (uniform layers only): the demoted store at its budget
+    const int32_t bd = DemotedBlockSize(shape, policy->demote());
+    if (bd > 0) {
+      const int64_t held = std::min<int64_t>(
+          int64_t(max_total) - budget,
+          policy->demote_budget() > 0 ? policy->demote_budget() : budget);
+      demoted = tables * ((held + bd - 1) / bd);
+    }
+    return tables * pages(budget + extra) + demoted;
+  }
   int64_t sum = 0;
   for (int32_t b : LayerBudgetsBeforeRun(rule, budget, shape.num_layers)) sum += pages(b + extra);
   return sum;
@@ -101,11 +133,25 @@ int64_t KvCache::TablePages(const KvTable& table, int32_t num_new) const {
   return (int64_t(table.num_slots) + num_new + shape_.block_size - 1) / shape_.block_size;
 }
 
+int32_t KvCache::DemotedAfterStep(const SequenceKv& seq, int32_t layer, int32_t held) const {
+  const int32_t evicted = held - KeptAfterStep(seq, layer, held, shape_.block_size);
+  return static_cast<int32_t>(
+      std::min<int64_t>(seq.DemoteBudget(), int64_t(seq.DemotedSlots(layer)) + evicted));
+}
+
 int32_t KvCache::PagesNeeded(const SequenceKv& seq, int32_t num_new) const {
   int64_t need = 0;
   for (int32_t t = 0; t < shape_.NumTables(); ++t) {
     const KvTable& table = seq.Table(t);
     need += std::max<int64_t>(0, TablePages(table, num_new) - int64_t(table.pages.size()));
+  }
+  const int32_t bd = seq.DemoteBudget() > 0 ? DemotedBlockSize(shape_, seq.policy->demote()) : 0;
+  if (bd > 0) {  // MiKV: the demoted store takes the step's victims
+    for (int32_t l = 0; l < shape_.num_layers; ++l) {
+      const int64_t have = seq.demoted.empty() ? 0 : int64_t(seq.demoted[l].pages.size());
+      const int64_t slots = DemotedAfterStep(seq, l, seq.Slots(l) + num_new);
+      need += std::max<int64_t>(0, (slots + bd - 1) / bd - have);
+    }
   }
   return static_cast<int32_t>(need);
 }
@@ -124,6 +170,21 @@ int32_t KvCache::MaxNewTokens(const SequenceKv& seq, int64_t pages, int32_t limi
   return lo;
 }
 
+absl::Status KvCache::CheckDemote(const EvictionPolicy* policy) const {
+  if (policy == nullptr || policy->demote() == KvQuant::kNone) return absl::OkStatus();
+  const char* name = policy->demote() == KvQuant::kInt8 ? "int8" : "int4";
+  if (storage_ != KvStorage::kHost || !shape_.table_per_layer) {
+    return absl::UnimplementedError(
+        absl::StrCat("demote=", name, " needs the CPU layout (a block table per layer)"));
+  }
+  if (DemotedBlockSize(shape_, policy->demote()) == 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "demote=", name, " stores no more tokens per page than the pool's ",
+        KvElementName(shape_), " pages (--kv-dtype); choose a narrower demote type"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status KvCache::Reserve(SequenceKv& seq, int32_t num_new) {
   if (seq.tables.empty()) {
     const LayerBudgets rule =
@@ -137,6 +198,7 @@ absl::Status KvCache::Reserve(SequenceKv& seq, int32_t num_new) {
     if (rule == LayerBudgets::kPyramid) {
       seq.layer_budgets = LayerBudgetsBeforeRun(rule, seq.budget, shape_.num_layers);
     }
+    if (absl::Status s = CheckDemote(seq.policy); !s.ok()) return s;
   }
   const int32_t need = PagesNeeded(seq, num_new);
   if (need > alloc_.num_pages_free()) {
@@ -144,6 +206,16 @@ absl::Status KvCache::Reserve(SequenceKv& seq, int32_t num_new) {
                                                      " free pages, sequence needs ", need));
   }
   seq.tables.resize(shape_.NumTables());
+  if (seq.DemoteBudget() > 0) {  // MiKV: room for the step's victims in the demoted store
+    seq.demoted.resize(shape_.num_layers);
+    const int32_t bd = DemotedBlockSize(shape_, seq.policy->demote());
+    for (int32_t l = 0; l < shape_.num_layers; ++l) {
+      KvTable& table = seq.demoted[l];
+      const size_t pages =
+          static_cast<size_t>((DemotedAfterStep(seq, l, seq.Slots(l) + num_new) + bd - 1) / bd);
+      while (table.pages.size() < pages) table.pages.push_back(*alloc_.Allocate());
+    }
+  }
   for (KvTable& table : seq.tables) {
     const size_t pages = static_cast<size_t>(TablePages(table, num_new));
     while (table.pages.size() < pages) table.pages.push_back(*alloc_.Allocate());
@@ -187,6 +259,75 @@ PagedKvHead KvCache::View(const SequenceKv& seq, int32_t layer, int32_t kv_head,
   v.pos = pos_.data() + lh * bs;
   v.score = score_.data() + lh * bs;
   return v;
+}
+
+PagedKvHead KvCache::DemotedView(const SequenceKv& seq, int32_t layer, int32_t kv_head) {
+  CheckHostStorage("DemotedView");
+  const KvQuant quant = seq.policy->demote();
+  const int32_t bd = DemotedBlockSize(shape_, quant);
+  PagedKvHead v;
+  v.pages = seq.demoted[layer].pages.data();
+  v.num_slots = seq.demoted[layer].num_slots;
+  v.block_size = bd;
+  v.head_dim = shape_.head_dim;
+  v.quant = quant;
+  v.row_bytes = KvQuantDataBytes(quant, shape_.head_dim);
+  v.scale_bytes = KvQuantScaleBytes(quant, shape_.head_dim);
+  v.page_stride = shape_.PageKvBytes();
+  // The head's block of the page: [K data][V data][K scales][V scales][pos][score].
+  uint8_t* block = reinterpret_cast<uint8_t*>(kv_.data()) +
+                   int64_t(kv_head) * bd * DemotedSlotBytes(shape_, quant);
+  v.kq = block;
+  v.vq = block + int64_t(bd) * v.row_bytes;
+  v.ksc = block + 2 * int64_t(bd) * v.row_bytes;
+  v.vsc = v.ksc + int64_t(bd) * v.scale_bytes;
+  v.pos = reinterpret_cast<int32_t*>(v.vsc + int64_t(bd) * v.scale_bytes);
+  v.score = reinterpret_cast<float*>(v.pos + bd);
+  v.meta_page_stride = shape_.PageKvBytes() / 4;
+  return v;
+}
+
+void KvCache::Demote(const SequenceKv& seq, int32_t layer, int32_t kv_head, const PagedKvHead& h,
+                     std::span<const int32_t> victims) {
+  const PagedKvHead d = DemotedView(seq, layer, kv_head);
+  const int32_t have = d.num_slots, incoming = static_cast<int32_t>(victims.size());
+  const int32_t after =
+      static_cast<int32_t>(std::min<int64_t>(seq.DemoteBudget(), int64_t(have) + incoming));
+  // Past the budget, the lowest-ranked of the store and the victims together go (lowest channel
+  // first, ties the older position: the order of the importance policies). Candidate c < have
+  // is demoted slot c, else victim c - have.
+  thread_local std::vector<int32_t> order;
+  thread_local std::vector<uint8_t> dropped;
+  const int32_t drop = have + incoming - after;
+  dropped.assign(have + incoming, 0);
+  if (drop > 0) {
+    auto score = [&](int32_t c) { return c < have ? d.Score(c) : h.Score(victims[c - have]); };
+    auto pos = [&](int32_t c) { return c < have ? d.Pos(c) : h.Pos(victims[c - have]); };
+    order.resize(have + incoming);
+    for (int32_t c = 0; c < have + incoming; ++c) order[c] = c;
+    std::nth_element(order.begin(), order.begin() + (drop - 1), order.end(),
+                     [&](int32_t a, int32_t b) {
+                       const float sa = score(a), sb = score(b);
+                       return sa != sb ? sa < sb : pos(a) < pos(b);
+                     });
+    for (int32_t i = 0; i < drop; ++i) dropped[order[i]] = 1;
+  }
+  // Kept victims fill the slots of dropped demoted tokens first, then append.
+  thread_local std::vector<float> k, v;
+  k.resize(shape_.head_dim);
+  v.resize(shape_.head_dim);
+  int32_t hole = 0, next = have;
+  for (int32_t i = 0; i < incoming; ++i) {
+    if (dropped[have + i]) continue;
+    while (hole < have && !dropped[hole]) ++hole;
+    const int32_t to = hole < have ? hole++ : next++;
+    const int32_t from = victims[i];
+    h.LoadRow(true, from, k.data());
+    h.LoadRow(false, from, v.data());
+    d.StoreRows(to, k.data(), v.data());
+    d.Pos(to) = h.Pos(from);
+    d.Score(to) = h.Score(from);
+  }
 }
 
 void KvCache::EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, int32_t held,
@@ -242,6 +383,7 @@ void KvCache::EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, i
                  std::string(seq.policy->name()).c_str(), victims.size(), num_evict);
     std::abort();
   }
+  if (!seq.demoted.empty()) Demote(seq, layer, kv_head, h, victims);  // MiKV
   // Survivors beyond `keep` move into the holes left by victims below it.
   size_t above = std::lower_bound(victims.begin(), victims.end(), keep) - victims.begin();
   int32_t mover = keep;
@@ -256,6 +398,13 @@ void KvCache::EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, i
 }
 
 void KvCache::CommitStep(SequenceKv& seq, int32_t num_new) {
+  if (!seq.demoted.empty()) {  // before the main tables shrink: it counts their victims
+    const int32_t bd = DemotedBlockSize(shape_, seq.policy->demote());
+    for (int32_t l = 0; l < shape_.num_layers; ++l) {
+      seq.demoted[l].num_slots = DemotedAfterStep(seq, l, seq.Slots(l) + num_new);
+      FreeUnusedPages(seq.demoted[l], bd, alloc_);
+    }
+  }
   for (size_t t = 0; t < seq.tables.size(); ++t) {
     KvTable& table = seq.tables[t];
     const int32_t held = table.num_slots + num_new;
@@ -273,6 +422,9 @@ void KvCache::ShrinkTable(SequenceKv& seq, KvTable& table, int32_t kept, int64_t
 
 void KvCache::Unreserve(SequenceKv& seq) {
   for (KvTable& table : seq.tables) FreeUnusedPages(table, shape_.block_size, alloc_);
+  for (KvTable& table : seq.demoted) {
+    FreeUnusedPages(table, DemotedBlockSize(shape_, seq.policy->demote()), alloc_);
+  }
 }
 
 void KvCache::Truncate(SequenceKv& seq, int32_t num_slots) {
@@ -298,7 +450,11 @@ void KvCache::Release(SequenceKv& seq) {
   for (KvTable& table : seq.tables) {
     for (int32_t p : table.pages) alloc_.Free(p);
   }
+  for (KvTable& table : seq.demoted) {
+    for (int32_t p : table.pages) alloc_.Free(p);
+  }
   seq.tables.clear();
+  seq.demoted.clear();
   seq.layer_budgets.clear();  // squeeze measures again; Reserve sets pyramid's again
   seq.layers_measured = false;
   seq.layer_similarity.clear();

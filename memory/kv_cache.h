@@ -85,6 +85,14 @@ inline int64_t KvBytesPerPoolToken(const KvShape& shape) {
   return shape.PageBytes() * shape.NumTables() / shape.block_size;
 }
 
+// MiKV (a policy's demote=, docs/ARCHITECTURE.md "MiKV: the demoted store"): slots per page of
+// a sequence's demoted store, whose pages come from the same pool as its other pages. A demoted
+// page uses a pool page's K/V bytes (host layout: one layer) for every kv head of its layer:
+// [K data][V data][K scales][V scales][pos][score], DemotedBlockSize rows each, rows of `quant`
+// (kernels/kv_quant.h). A multiple of 4; 0 when such a page would hold no more tokens than a
+// page of the pool's own type (block_size), or the shape has no table per layer.
+int32_t DemotedBlockSize(const KvShape& shape, KvQuant quant);
+
 // One block table and the tokens on it.
 struct KvTable {
   std::vector<int32_t> pages;  // slot s is on pages[s / block_size]
@@ -112,6 +120,9 @@ struct SequenceKv {
   // Endless streaming: positions the pinned prefix's keys are rotated past their own (0 until
   // the sequence first runs past the model's context; see engine/runner/model_runner.cc).
   int32_t pinned_shift = 0;
+  // MiKV (policy->demote() set): per layer, the demoted store's table (DemotedBlockSize slots a
+  // page; every kv head of the layer holds num_slots demoted tokens); empty otherwise.
+  std::vector<KvTable> demoted;
 
   // The table layer `layer` uses (an empty one before the first Reserve).
   const KvTable& Table(int32_t layer) const {
@@ -123,11 +134,21 @@ struct SequenceKv {
   int32_t LayerBudget(int32_t layer) const {
     return layer_budgets.empty() ? budget : layer_budgets[layer];
   }
-  // Pages held, all tables together.
+  // Pages held, all tables together (the demoted store's included).
   int64_t NumPages() const {
     int64_t n = 0;
     for (const KvTable& t : tables) n += static_cast<int64_t>(t.pages.size());
+    for (const KvTable& t : demoted) n += static_cast<int64_t>(t.pages.size());
     return n;
+  }
+  // Demoted tokens of layer `layer` (per kv head).
+  int32_t DemotedSlots(int32_t layer) const {
+    return demoted.empty() ? 0 : demoted[layer].num_slots;
+  }
+  // The most demoted tokens a (layer, kv head) keeps: the policy's demote_budget, else budget.
+  int32_t DemoteBudget() const {
+    if (policy == nullptr || policy->demote() == KvQuant::kNone) return 0;
+    return policy->demote_budget() > 0 ? policy->demote_budget() : budget;
   }
   // Tokens held per (layer, kv head), the mean over layers (rounded down).
   int32_t MeanSlots() const {
@@ -165,7 +186,8 @@ inline int64_t PeakDecodeSlots(const EvictionPolicy* policy, int32_t budget, int
 
 // The most pages a sequence of at most `max_total` tokens under `policy` (null: full) and
 // `budget` holds between and during its decode steps, all tables together: per table
-// ceil(min(max_total, PeakDecodeSlots(b_l)) / block_size), summed. For squeeze, whose layer
+// ceil(min(max_total, PeakDecodeSlots(b_l)) / block_size), summed; with demote=, per layer
+// ceil(min(max_total - budget, demote budget) / DemotedBlockSize) more. For squeeze, whose layer
 // budgets are only known once it has filled its budget, the largest that sum can be for any budgets
 // summing to L x budget (and what the uniform steps before hold is below it).
 int64_t PeakPages(const KvShape& shape, const EvictionPolicy* policy, int32_t budget,
@@ -196,6 +218,10 @@ class KvCache {
   const PageAllocator& allocator() const { return alloc_; }
   KvStorage storage() const { return storage_; }
 
+  // OK when this pool can hold `policy`'s demoted store (MiKV; null or no demote= is OK):
+  // INVALID_ARGUMENT when its type is no narrower than the pool's (DemotedBlockSize 0),
+  // UNIMPLEMENTED without the host layout. Reserve checks it on a sequence's first step.
+  absl::Status CheckDemote(const EvictionPolicy* policy) const;
   // Ensures every table of seq has slots for `num_new` more tokens (Slots(l) + num_new).
   // All-or-nothing: on RESOURCE_EXHAUSTED nothing was allocated. The first Reserve of a sequence
   // sizes its tables and sets its layer budgets where they are known before it runs
@@ -208,12 +234,16 @@ class KvCache {
 
   // View of (layer, kv_head) over `num_slots` slots (may exceed seq.Slots(layer) during a step).
   PagedKvHead View(const SequenceKv& seq, int32_t layer, int32_t kv_head, int32_t num_slots);
+  // View of the demoted store of (layer, kv_head) (MiKV) over its seq.DemotedSlots(layer) slots:
+  // quantized rows of policy->demote(), DemotedBlockSize slots a page.
+  PagedKvHead DemotedView(const SequenceKv& seq, int32_t layer, int32_t kv_head);
 
   // After attention of a step in which (layer, kv_head) holds `held` tokens (the newest at
   // `newest_pos`, `num_new` of them appended by the step): when KeptAfterStep (with the layer's
   // budget) is below held, asks the policy for the held - kept victims (whole pages at page
-  // granularity) and compacts the survivors into slots [0, kept). Thread-safe across distinct
-  // (seq, layer, head).
+  // granularity) and compacts the survivors into slots [0, kept). With demote= (MiKV) the
+  // victims go to the demoted store first (the lowest-ranked of it and them dropped past its
+  // budget, into the pages Reserve took). Thread-safe across distinct (seq, layer, head).
   void EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, int32_t held,
                  int32_t newest_pos, int32_t num_new = 1);
 
@@ -253,6 +283,13 @@ class KvCache {
   // A step's (or SetLayerBudgets') end for one table: it keeps `kept` tokens, `evicted` more
   // are counted (summed over the table's layers), and the pages past its last slot go back.
   void ShrinkTable(SequenceKv& seq, KvTable& table, int32_t kept, int64_t evicted);
+  // Demoted tokens layer `layer` holds after a step in which it held `held` (<= the demote
+  // budget: the store takes the step's victims up to it).
+  int32_t DemotedAfterStep(const SequenceKv& seq, int32_t layer, int32_t held) const;
+  // Moves the step's victims (slots of h, sorted) of (layer, kv_head) into its demoted store
+  // (EvictHead, before compaction overwrites them).
+  void Demote(const SequenceKv& seq, int32_t layer, int32_t kv_head, const PagedKvHead& h,
+              std::span<const int32_t> victims);
   void CheckHostStorage(const char* what) const;
 
   KvShape shape_;

@@ -154,6 +154,9 @@ class SnapKvPolicy final : public EvictionPolicy {
   bool decode_h2o_;
 };
 
+// A budget at which every importance policy's rule is its own (tested for demote=).
+constexpr int32_t kDemoteRuleProbe = 64;
+
 absl::Status Invalid(absl::string_view spec, absl::string_view why) {
   return absl::InvalidArgumentError(absl::StrCat("KV policy \"", spec, "\": ", why));
 }
@@ -270,15 +273,36 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakePolicy(absl::string_view spe
   // in order.
   std::vector<absl::string_view> params;
   bool granularity_set = false, layers_set = false;
+  KvQuant demote = KvQuant::kNone;
+  int32_t demote_budget = 0;
+  bool demote_set = false, demote_budget_set = false;
   for (size_t i = 1; i < parts.size(); ++i) {
     const bool g_key = absl::StartsWith(parts[i], "granularity=");
     const bool l_key = absl::StartsWith(parts[i], "layers=");
-    if ((!g_key && !l_key) || name == "full") {
+    const bool d_key = absl::StartsWith(parts[i], "demote=");
+    const bool db_key = absl::StartsWith(parts[i], "demote_budget=");
+    if ((!g_key && !l_key && !d_key && !db_key) || name == "full") {
       params.push_back(parts[i]);
       continue;
     }
     const absl::string_view value = parts[i].substr(parts[i].find('=') + 1);
-    if (g_key) {
+    if (d_key) {
+      if (demote_set) return Invalid(spec, "demote is given twice");
+      demote_set = true;
+      if (value == "int8") {
+        demote = KvQuant::kInt8;
+      } else if (value == "int4") {
+        demote = KvQuant::kInt4;
+      } else {
+        return Invalid(spec, absl::StrCat("demote must be int8 or int4, got \"", value, "\""));
+      }
+    } else if (db_key) {
+      if (demote_budget_set) return Invalid(spec, "demote_budget is given twice");
+      demote_budget_set = true;
+      if (!absl::SimpleAtoi(value, &demote_budget) || demote_budget < 1) {
+        return Invalid(spec, "demote_budget must be an integer >= 1 (tokens per layer and head)");
+      }
+    } else if (g_key) {
       absl::StatusOr<EvictGranularity> g = ParseEvictGranularity(value);
       if (!g.ok()) return Invalid(spec, g.status().message());
       if (granularity_set) return Invalid(spec, "granularity is given twice");
@@ -298,6 +322,17 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakePolicy(absl::string_view spe
     (*policy)->set_granularity(granularity);
     (*policy)->set_layer_budgets(layers);
   }
+  if (!policy.ok() || (!demote_set && !demote_budget_set)) return policy;
+  // MiKV: the importance policies (an order by channel) at token granularity, uniform layers.
+  if (*policy == nullptr || (*policy)->Rule(kDemoteRuleProbe).kind != VictimRule::kLowestChannel) {
+    return Invalid(spec, "demote needs an importance policy (h2o, tova, scissorhands, knorm, "
+                         "snapkv with decode=h2o)");
+  }
+  if (!demote_set) return Invalid(spec, "demote_budget needs demote=int8 or demote=int4");
+  if (granularity != EvictGranularity::kToken || layers != LayerBudgets::kUniform) {
+    return Invalid(spec, "demote is not built for granularity=page or non-uniform layers");
+  }
+  (*policy)->set_demote(demote, demote_budget);
   return policy;
 }
 

@@ -19,6 +19,11 @@ absl::Status CheckGpuPolicy(const EvictionPolicy* policy) {
         "page eviction granularity has no CUDA implementation; use granularity=token or "
         "--device cpu");
   }
+  if (policy->demote() != KvQuant::kNone) {
+    return absl::UnimplementedError(
+        "demote= (MiKV's low-precision store of evicted tokens) has no CUDA implementation; "
+        "use --device cpu");
+  }
   if (policy->layer_budgets() != LayerBudgets::kUniform) {
     return absl::UnimplementedError(absl::StrCat(
         LayerBudgetsName(policy->layer_budgets()),

@@ -119,7 +119,9 @@ absl::StatusOr<std::vector<EvalResult>> Evaluate(const Model& model,
     r.window = W;
     r.windows = windows;
     r.tokens = int64_t(windows) * (W - 1);
-    pages += int64_t(windows) * EvalPeakPages(shape, policies[i].get(), r.budget_tokens);
+    const int64_t peak = EvalPeakPages(shape, policies[i].get(), r.budget_tokens);
+    r.kv_bytes = peak * shape.PageBytes();
+    pages += int64_t(windows) * peak;
   }
   absl::StatusOr<EvalBackend> backend =
       MakeEvalBackend(model, options.device, shape, pages, "windows");

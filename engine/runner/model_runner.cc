@@ -173,7 +173,11 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
   const bool parallel_attention = num_tasks > 1 && attention_work > (int64_t(1) << 16);
   // Split-K serves steps of one token per sequence, with enough work to fork threads for.
   bool split_allowed = split_attention_ && attention_work > (int64_t(1) << 16);
-  for (const SequenceStep& st : steps) split_allowed = split_allowed && st.tokens.size() == 1;
+  for (const SequenceStep& st : steps) {
+    // Not with a demoted store (MiKV): its attention is two parts already.
+    const bool demotes = st.kv->policy != nullptr && st.kv->policy->demote() != KvQuant::kNone;
+    split_allowed = split_allowed && st.tokens.size() == 1 && !demotes;
+  }
   SplitPlan split;
   cpu::RopeParams rope;
   rope.head_dim = hd;
@@ -252,6 +256,18 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
     if (evicts || scores) kv.PrefetchMeta(evicts, scores);
     return a;
   };
+  // A task's attention: over its cache, and over its demoted store too where it has one (MiKV).
+  auto attend = [&](int32_t l, int64_t task, const cpu::AttentionArgs& a) {
+    thread_local std::vector<float> scratch;
+    scratch.resize(cpu::AttentionScratchFloats(a.kv.num_slots, G, a.num_q));
+    const SequenceKv& kv = *steps[task / n_kv].kv;
+    if (kv.DemotedSlots(l) > 0) {
+      const PagedKvHead demoted = cache_->DemotedView(kv, l, static_cast<int32_t>(task % n_kv));
+      cpu::PagedAttentionWithDemoted(a, demoted, scratch.data());
+    } else {
+      cpu::PagedAttention(a, scratch.data());
+    }
+  };
   auto evict = [&](int32_t l, int64_t task, const cpu::AttentionArgs& a) {
     const SequenceStep& st = steps[task / n_kv];
     const int32_t n = static_cast<int32_t>(st.tokens.size());
@@ -316,9 +332,7 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
         for (int64_t task = 0; task < num_tasks; ++task) {
           prepare_heads(w, task);
           const cpu::AttentionArgs a = prepare(l, task);
-          thread_local std::vector<float> scratch;
-          scratch.resize(cpu::AttentionScratchFloats(a.kv.num_slots, G, a.num_q));
-          cpu::PagedAttention(a, scratch.data());
+          attend(l, task, a);
           evict(l, task, a);
         }
         w.wo.MultiplyTeam(att_.data(), x_.data(), T, dim, /*accumulate=*/true);
@@ -386,9 +400,7 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
 #pragma omp parallel for schedule(dynamic, 1) if (parallel_attention)
         for (int64_t task = 0; task < num_tasks; ++task) {
           const cpu::AttentionArgs a = prepare(l, task);
-          thread_local std::vector<float> scratch;
-          scratch.resize(cpu::AttentionScratchFloats(a.kv.num_slots, G, a.num_q));
-          cpu::PagedAttention(a, scratch.data());
+          attend(l, task, a);
           evict(l, task, a);
         }
       }

@@ -70,6 +70,10 @@ class ModelRunner : public StepRunner {
   // Steps that ran on the team path since construction.
   int64_t team_steps() const { return team_steps_; }
   KvCache& cache() override { return *cache_; }
+  // The pool must hold a demote= store (KvCache::CheckDemote); every other policy runs here.
+  absl::Status SupportsPolicy(const EvictionPolicy* policy) const override {
+    return cache_->CheckDemote(policy);
+  }
 
  private:
   const Model& model_;

@@ -30,8 +30,10 @@ absl::Status CheckPolicySpec(const std::string& spec, absl::string_view what) {
   }
   return Invalid(absl::StrCat(
       "invalid parameters in ", what, " \"", EscapedPrefix(spec),
-      "\": snapkv takes :window=N:kernel=N (odd):decode=h2o|window, scissorhands :history=N, "
-      "the others none"));
+      "\": snapkv takes :window=N:kernel=N (odd):decode=h2o|window, scissorhands :history=N; "
+      "every policy but full :granularity=token|page and :layers=uniform|pyramid|squeeze; "
+      "h2o, tova, scissorhands, knorm and snapkv (token granularity, uniform layers) "
+      ":demote=int8|int4 and :demote_budget=N"));
 }
 
 }  // namespace

@@ -652,24 +652,36 @@ void AttendTileAvx512(const AttentionArgs& a, int32_t q0, int32_t nq, float* scr
 
 // After query qi's probabilities are final (probs: [G][n], n = num_old + qi + 1), folds what each
 // slot received into its channel, for the kinds the p.v pass does not fuse.
-void UpdateChannel(const AttentionArgs& a, int32_t qi, const float* probs) {
-  const SlotChannel kind = a.channel.kind;
-  if (kind != SlotChannel::kLast && kind != SlotChannel::kAboveMeanCount) return;
-  const PagedKvHead& kv = a.kv;
-  const int32_t n = a.num_old + qi + 1, bs = kv.block_size, G = a.group;
-  // Each head's probabilities sum to 1, so the mean of what a slot receives is G / n.
-  const float mean = static_cast<float>(G) / static_cast<float>(n);
-  const float decay = a.channel.decay;
+// Folds what each of kv's first n slots received (probs: [G][n], final) into its channel:
+// `add` adds it (kAccumulated, kObservationWindow), else as `kind` says (kLast, kAboveMeanCount,
+// against `mean`, the mean of what a slot receives).
+void FoldReceived(const PagedKvHead& kv, int32_t n, int32_t G, const float* probs,
+                  const ChannelSpec& channel, bool add, float mean) {
+  const SlotChannel kind = channel.kind;
+  const int32_t bs = kv.block_size;
   for (int32_t s0 = 0; s0 < n; s0 += bs) {
     float* ch = kv.score + kv.pages[s0 / bs] * kv.meta_page_stride;
     const int32_t rows = std::min(bs, n - s0);
     for (int32_t r = 0; r < rows; ++r) {
       float received = probs[s0 + r];
       for (int32_t g = 1; g < G; ++g) received += probs[int64_t(g) * n + s0 + r];
-      ch[r] = kind == SlotChannel::kLast ? received
-                                         : ch[r] * decay + (received > mean ? 1.0f : 0.0f);
+      if (add) {
+        ch[r] += received;
+      } else {
+        ch[r] = kind == SlotChannel::kLast ? received
+                                           : ch[r] * channel.decay + (received > mean ? 1.0f : 0.0f);
+      }
     }
   }
+}
+
+void UpdateChannel(const AttentionArgs& a, int32_t qi, const float* probs) {
+  const SlotChannel kind = a.channel.kind;
+  if (kind != SlotChannel::kLast && kind != SlotChannel::kAboveMeanCount) return;
+  const int32_t n = a.num_old + qi + 1;
+  // Each head's probabilities sum to 1, so the mean of what a slot receives is G / n.
+  FoldReceived(a.kv, n, a.group, probs, a.channel, false,
+               static_cast<float>(a.group) / static_cast<float>(n));
 }
 
 void AttendInStoredBasis(Isa isa, const AttentionArgs& args, float* scratch);
@@ -755,6 +767,61 @@ void AttendInStoredBasis(Isa isa, const AttentionArgs& args, float* scratch) {
 
 void PagedAttention(const AttentionArgs& args, float* scratch) {
   PagedAttentionWith(BestIsa(), args, scratch);
+}
+
+void PagedAttentionWithDemoted(const AttentionArgs& args, const PagedKvHead& demoted,
+                               float* scratch, Isa isa) {
+  const int32_t nd = demoted.num_slots;
+  if (nd == 0) {
+    PagedAttentionWith(isa, args, scratch);
+    return;
+  }
+  const int32_t G = args.group, hd = args.kv.head_dim;
+  thread_local std::vector<float> dprobs, out, stats;
+  dprobs.resize(int64_t(G) * nd);
+  out.resize(2 * int64_t(G) * hd);
+  stats.resize(4 * int64_t(G));
+  for (int32_t qi = 0; qi < args.num_q; ++qi) {
+    // Part 0: the cache up to this query (causal); part 1: the demoted store (all older).
+    AttentionArgs m = args;
+    m.kv.num_slots = args.num_old + qi + 1;
+    m.num_old = m.kv.num_slots - 1;
+    m.num_q = 1;
+    m.q = args.q + qi * args.q_stride;
+    m.q_stride = 0;
+    m.out = out.data();
+    m.out_stride = 0;
+    m.part_stats = stats.data();
+    m.channel = ChannelSpec{};
+    AttentionArgs d = m;
+    d.kv = demoted;
+    d.num_old = nd - 1;
+    d.out = out.data() + int64_t(G) * hd;
+    d.part_stats = stats.data() + 2 * G;
+    PagedAttentionWith(isa, m, scratch);
+    PagedAttentionWith(isa, d, dprobs.data());
+    const int32_t n = m.kv.num_slots;
+    for (int32_t g = 0; g < G; ++g) {  // as CombineAttentionParts, for two parts
+      const float m0 = stats[2 * g], m1 = stats[2 * G + 2 * g];
+      const float mx = std::max(m0, m1);
+      const float e0 = std::exp(m0 - mx), e1 = std::exp(m1 - mx);
+      const float z = e0 * stats[2 * g + 1] + e1 * stats[2 * G + 2 * g + 1];
+      const float w0 = e0 / z, w1 = e1 / z;
+      const float* o0 = out.data() + int64_t(g) * hd;
+      const float* o1 = out.data() + int64_t(G + g) * hd;
+      float* o = args.out + qi * args.out_stride + int64_t(g) * hd;
+      for (int32_t c = 0; c < hd; ++c) o[c] = w0 * o0[c] + w1 * o1[c];
+      for (int32_t s = 0; s < n; ++s) scratch[int64_t(g) * n + s] *= w0;
+      for (int32_t s = 0; s < nd; ++s) dprobs[int64_t(g) * nd + s] *= w1;
+    }
+    const SlotChannel kind = args.channel.kind;
+    if (kind == SlotChannel::kNone) continue;
+    const bool add = internal::FusesScoreAdd(args, qi);
+    if (!add && kind != SlotChannel::kLast && kind != SlotChannel::kAboveMeanCount) continue;
+    const float mean = static_cast<float>(G) / static_cast<float>(n + nd);
+    FoldReceived(args.kv, n, G, scratch, args.channel, add, mean);
+    FoldReceived(demoted, nd, G, dprobs.data(), args.channel, add, mean);
+  }
 }
 
 AttentionArgs PartArgs(const AttentionArgs& a, const int32_t* bounds, int32_t j, float* part_out,

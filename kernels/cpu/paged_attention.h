@@ -66,6 +66,17 @@ void CombineAttentionParts(const AttentionArgs& a, const int32_t* bounds, int32_
                            const float* part_out, const float* part_stats,
                            const float* const* part_probs, float* probs);
 
+// MiKV: attention over a head's cache and its demoted store (`demoted`: quantized rows of the
+// tokens its policy evicted, all older than the step's queries, which every query sees) as one
+// softmax. Each query attends the two as the two parts of a split context (PartArgs' arithmetic:
+// unnormalised sums and statistics, combined as CombineAttentionParts does); what each slot
+// received goes into its own store's channel as args.channel says, with the mean over both
+// stores for kAboveMeanCount. A query at a time (no prefill tiles). With no demoted slots,
+// PagedAttention. scratch: AttentionScratchFloats(args.kv.num_slots, group, num_q) floats.
+// Runs `isa`'s paths (the CPU must support it).
+void PagedAttentionWithDemoted(const AttentionArgs& args, const PagedKvHead& demoted,
+                               float* scratch, Isa isa = BestIsa());
+
 // Runs attention for one (sequence, kv head). `scratch` has AttentionScratchFloats() floats.
 // Runs the path of BestIsa() that takes this head_dim: AVX-512 (head_dim a multiple of 16 up to
 // 128), AVX2 + FMA (paged_attention_avx2.cc; a multiple of 8), else the portable loops.

@@ -320,12 +320,13 @@ int EvalCommand(int argc, char** argv) {
   std::FILE* table = json ? stderr : stdout;
   int width = 8;  // the policy column: as wide as the longest spec ("snapkv:window=16")
   for (const EvalResult& r : results) width = std::max(width, static_cast<int>(r.policy.size()));
-  std::fprintf(table, "%-*s %6s %8s %8s %8s %8s %10s %8s\n", width, "policy", "kv", "budget",
-               "tokens", "window", "windows", "ppl", "top1");
+  std::fprintf(table, "%-*s %6s %8s %8s %8s %8s %10s %8s %9s\n", width, "policy", "kv",
+               "budget", "tokens", "window", "windows", "ppl", "top1", "kv_KiB");
   for (const EvalResult& r : results) {
-    std::fprintf(table, "%-*s %6s %8d %8lld %8d %8d %10.4f %8.4f\n", width, r.policy.c_str(),
-                 r.kv_dtype.c_str(), r.budget_tokens, static_cast<long long>(r.tokens), r.window,
-                 r.windows, r.ppl, r.top1);
+    std::fprintf(table, "%-*s %6s %8d %8lld %8d %8d %10.4f %8.4f %9.1f\n", width,
+                 r.policy.c_str(), r.kv_dtype.c_str(), r.budget_tokens,
+                 static_cast<long long>(r.tokens), r.window, r.windows, r.ppl, r.top1,
+                 double(r.kv_bytes) / 1024.0);
     if (json) {
       PrintJsonLine({{"policy", r.policy},
                      {"kv_dtype", r.kv_dtype},
@@ -335,7 +336,8 @@ int EvalCommand(int argc, char** argv) {
                      {"windows", r.windows},
                      {"tokens", r.tokens},
                      {"ppl", Rounded(r.ppl, 6)},
-                     {"top1", Rounded(r.top1, 6)}});
+                     {"top1", Rounded(r.top1, 6)},
+                     {"kv_bytes", r.kv_bytes}});
     }
   }
   if (!plot_path.empty()) {

@@ -118,6 +118,10 @@ TEST(EvictionRuleTest, RuleParametersMatchThePolicies) {
     EXPECT_EQ(CheckGpuPolicy(p.get()).code(), absl::StatusCode::kUnimplemented) << name;
     EXPECT_NE(CheckGpuPolicy(p.get()).message().find(p->name()), std::string::npos);
   }
+  // MiKV's demoted store is CPU only: refused naming the option.
+  auto demoting = *MakePolicy("h2o:demote=int4");
+  EXPECT_EQ(EvictRuleFor(demoting.get(), 10).status().code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(CheckGpuPolicy(demoting.get()).message().find("demote="), std::string::npos);
   EXPECT_TRUE(CheckGpuPolicy(nullptr).ok());
   EXPECT_TRUE(CheckGpuPolicy(h2o_default.get()).ok());
 }

@@ -149,6 +149,24 @@ TEST_F(EvalTest, Int8KvStaysWithinOnePercentOfFp32) {
   EXPECT_EQ(Evaluate(*model_, stream_, opt).status().code(), absl::StatusCode::kUnimplemented);
 }
 
+// MiKV (issue 29's target): h2o at 20% of the window keeping its evicted tokens as int4 (or int8)
+// in a demoted store predicts strictly better than h2o at 20% dropping them, and its peak pool
+// bytes count the store's pages.
+TEST_F(EvalTest, DemotingEvictedTokensBeatsDroppingThem) {
+  EvalOptions opt = FourWindows({{"h2o", "102"}, {"h2o:demote=int4", "102"},
+                                 {"h2o:demote=int8", "102"},
+                                 {"h2o:demote=int4:demote_budget=51", "102"}});
+  absl::StatusOr<std::vector<EvalResult>> r = Evaluate(*model_, stream_, opt);
+  ASSERT_TRUE(r.ok()) << r.status();
+  const EvalResult& h2o = (*r)[0];
+  for (size_t i = 1; i < r->size(); ++i) {
+    SCOPED_TRACE((*r)[i].ToString());
+    EXPECT_LT((*r)[i].ppl, h2o.ppl) << h2o.ToString();
+    EXPECT_GT((*r)[i].kv_bytes, h2o.kv_bytes);
+  }
+  EXPECT_LT((*r)[3].kv_bytes, (*r)[1].kv_bytes);  // a smaller store, fewer pages
+}
+
 TEST_F(EvalTest, OneWindowEqualsADirectTeacherForcedLoop) {
   // Evaluate batches every (configuration, window) sequence; a plain single-sequence loop over
   // the first window, scoring each prediction itself, must give the same perplexity.

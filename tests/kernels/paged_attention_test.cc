@@ -425,6 +425,115 @@ TEST(PagedAttentionSplitTest, CombinedPartsEqualTheWholeContext) {
   }
 }
 
+// MiKV: attention over a head's cache and its demoted store (quantized rows on pages of their own
+// block size, scattered) equals one softmax over both, in double, with the values each view
+// holds; every query of a chunk sees the whole store; each store's channel gets what its slots
+// received (kAccumulated and kLast; kAboveMeanCount against the mean over both).
+TEST(PagedAttentionDemotedTest, EqualsOneSoftmaxOverBothStores) {
+  constexpr int32_t kHd = 32, kOld = 45, kQ = 3, kDemoted = 30, kDbs = 12;
+  for (KvQuant quant : {KvQuant::kInt8, KvQuant::kInt4}) {
+    for (int32_t G : {1, 2}) {
+      RandomHead head(kOld + kQ, 8, kHd, G, kQ, 7 * G + int(quant));
+      std::mt19937 rng(11 + G);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      // The demoted store: pages of kDbs slots, [K data][V data][K sc][V sc][pos][score] each.
+      const int32_t d_pages = (kDemoted + kDbs - 1) / kDbs, pool_pages = d_pages + 4;
+      const std::vector<int32_t> pages = ShuffledPageTable(d_pages, pool_pages, rng);
+      const int32_t rb = KvQuantDataBytes(quant, kHd), sb = KvQuantScaleBytes(quant, kHd);
+      const int64_t stride = int64_t(kDbs) * (2 * (rb + sb) + 8);
+      std::vector<uint8_t> pool(pool_pages * stride + 64, 0xEE);
+      uint8_t* base = pool.data() + (64 - reinterpret_cast<uintptr_t>(pool.data()) % 64) % 64;
+      PagedKvHead d;
+      d.pages = pages.data();
+      d.num_slots = kDemoted;
+      d.block_size = kDbs;
+      d.head_dim = kHd;
+      d.quant = quant;
+      d.row_bytes = rb;
+      d.scale_bytes = sb;
+      d.kq = base;
+      d.vq = base + kDbs * rb;
+      d.ksc = base + 2 * kDbs * rb;
+      d.vsc = d.ksc + kDbs * sb;
+      d.page_stride = stride;
+      d.pos = reinterpret_cast<int32_t*>(d.vsc + kDbs * sb);
+      d.score = reinterpret_cast<float*>(d.pos + kDbs);
+      d.meta_page_stride = stride / 4;
+      std::vector<float> krow(kHd), vrow(kHd);
+      for (int32_t s = 0; s < kDemoted; ++s) {
+        for (int32_t i = 0; i < kHd; ++i) {
+          krow[i] = 2.0f * normal(rng);
+          vrow[i] = normal(rng);
+        }
+        d.StoreRows(s, krow.data(), vrow.data());
+      }
+      for (ChannelSpec ch : {ChannelSpec{SlotChannel::kAccumulated},
+                             ChannelSpec{SlotChannel::kLast},
+                             ChannelSpec{SlotChannel::kAboveMeanCount, 0.5f}}) {
+        for (Isa isa : heavykv::testing::IsasToTest()) {
+          SCOPED_TRACE(::testing::Message()
+                       << (quant == KvQuant::kInt8 ? "int8" : "int4") << ", group " << G
+                       << ", channel " << int(ch.kind) << ", " << IsaName(isa));
+          AttentionArgs a = head.Args(false);
+          a.num_old = kOld;
+          a.num_q = kQ;
+          a.channel = ch;
+          std::vector<float> out(head.q.size()), score(head.num_pages * 8, 0.5f);
+          a.out = out.data();
+          a.kv.score = score.data();
+          for (int32_t s = 0; s < kDemoted; ++s) d.Score(s) = 0.5f;
+          std::vector<float> scratch(AttentionScratchFloats(kOld + kQ, G, kQ));
+          PagedAttentionWithDemoted(a, d, scratch.data(), isa);
+          // The reference: query i sees demoted slots [0, kDemoted) and cache slots [0, kOld + i].
+          std::vector<double> ref_main(kOld + kQ, 0.5), ref_dem(kDemoted, 0.5);
+          for (int32_t i = 0; i < kQ; ++i) {
+            const int32_t n = kOld + i + 1;
+            std::vector<double> recv(n + kDemoted, 0.0);
+            for (int32_t g = 0; g < G; ++g) {
+              const float* q = &head.q[(int64_t(i) * G + g) * kHd];
+              std::vector<double> l(n + kDemoted);
+              double mx = -1e300, sum = 0;
+              for (int32_t s = 0; s < n + kDemoted; ++s) {
+                double dot = 0;
+                for (int32_t c = 0; c < kHd; ++c) {
+                  dot += double(q[c]) * (s < n ? a.kv.KAt(s, c) : d.KAt(s - n, c));
+                }
+                l[s] = dot / std::sqrt(double(kHd));
+                mx = std::max(mx, l[s]);
+              }
+              for (double& v : l) sum += (v = std::exp(v - mx));
+              for (int32_t c = 0; c < kHd; ++c) {
+                double o = 0;
+                for (int32_t s = 0; s < n + kDemoted; ++s) {
+                  o += l[s] / sum * (s < n ? a.kv.VAt(s, c) : d.VAt(s - n, c));
+                }
+                ASSERT_NEAR(out[(int64_t(i) * G + g) * kHd + c], o, 2e-5 * (1 + std::abs(o)))
+                    << "query " << i << " head " << g << " column " << c;
+              }
+              for (int32_t s = 0; s < n + kDemoted; ++s) recv[s] += l[s] / sum;
+            }
+            const double mean = double(G) / (n + kDemoted);
+            for (int32_t s = 0; s < n + kDemoted; ++s) {
+              double& r = s < n ? ref_main[s] : ref_dem[s - n];
+              if (ch.kind == SlotChannel::kAccumulated) r += recv[s];
+              if (ch.kind == SlotChannel::kLast) r = recv[s];
+              if (ch.kind == SlotChannel::kAboveMeanCount) {
+                r = r * ch.decay + (recv[s] > mean ? 1.0 : 0.0);
+              }
+            }
+          }
+          for (int32_t s = 0; s < kOld + kQ; ++s) {
+            ASSERT_NEAR(a.kv.Score(s), ref_main[s], 2e-5 * (1 + ref_main[s])) << "slot " << s;
+          }
+          for (int32_t s = 0; s < kDemoted; ++s) {
+            ASSERT_NEAR(d.Score(s), ref_dem[s], 2e-5 * (1 + ref_dem[s])) << "demoted " << s;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(PagedAttentionTileTest, ScratchHoldsOneTile) {
   EXPECT_EQ(AttentionTileQueries(1), 16);
   EXPECT_EQ(AttentionTileQueries(4), 4);

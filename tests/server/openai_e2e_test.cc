@@ -243,6 +243,8 @@ TEST_F(OpenAiE2eTest, BadRequestsGetErrorObjectsAndTheServerStaysUp) {
     ExpectError(post({{"prompt", "x"}, {"max_tokens", -5}}), 400, "invalid_request_error",
                 "max_tokens");
     ExpectError(post({{"prompt", "x"}, {"kv_policy", "lru"}}), 400, "invalid_request_error");
+    ExpectError(post({{"prompt", "x"}, {"kv_policy", "h2o:demote=fp8"}}), 400,
+                "invalid_request_error");
     ExpectError(post({{"prompt", {1, 512}}}), 400, "invalid_request_error");  // outside vocab
     ExpectError(post({{"prompt", ""}}), 400, "invalid_request_error");
     ExpectError(post({{"prompt", "x"}, {"max_tokens", 100000}}), 400, "invalid_request_error");

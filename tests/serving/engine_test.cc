@@ -200,6 +200,24 @@ TEST_F(EngineTest, QuantizedKvServesEveryPolicy) {
       EXPECT_EQ(cs[i]->tokens.size(), i + 1 < cs.size() ? 96u : 600u) << i;
       EXPECT_FALSE(cs[i]->text.empty()) << i;
     }
+    // A demoted store no narrower than the pool's pages saves nothing: refused before it runs
+    // (on this head_dim of 8 an int4 slot with its pos and score takes 20 bytes, an int8 one
+    // 18): at Submit for token ids, as a "rejected" last delta for a text prompt.
+    GenerationRequest demote = Greedy("Once upon a time", 8);
+    demote.policy = "h2o:demote=int4";
+    demote.budget_tokens = 24;
+    Collector refused;
+    ASSERT_TRUE((*engine)->Submit(demote, refused.Callback()).ok());
+    refused.Wait();
+    EXPECT_EQ(refused.last.finish_reason, "rejected");
+    EXPECT_EQ(refused.last.status.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(refused.last.status.message().find("narrower"), std::string::npos)
+        << refused.last.status;
+    demote.prompt.reset();
+    demote.prompt_token_ids = {1, 403, 407};
+    const absl::StatusOr<std::shared_ptr<RequestHandle>> no =
+        (*engine)->Submit(demote, refused.Callback());
+    EXPECT_EQ(no.status().code(), absl::StatusCode::kInvalidArgument) << no.status();
     const CacheStats st = (*engine)->Stats();
     EXPECT_EQ(st.pages_used, 0);
     EXPECT_EQ(st.kv_dtype, dtype);
@@ -216,7 +234,8 @@ TEST_F(EngineTest, ConcurrentStreamsEachEqualTheirSequentialRun) {
                                             "One day", "A little bird"};
   const std::string policies[] = {"full",  "h2o",          "window", "sink",
                                   "tova",  "scissorhands", "knorm",  "snapkv:window=8:kernel=3",
-                                  "h2o:granularity=page", "window:granularity=page"};
+                                  "h2o:granularity=page", "window:granularity=page",
+                                  "h2o:demote=int4", "tova:demote=int8:demote_budget=10"};
   constexpr int kNumPolicies = sizeof(policies) / sizeof(policies[0]);
   std::vector<std::unique_ptr<Collector>> cs;
   std::vector<std::string> expect;
@@ -273,6 +292,11 @@ TEST_F(EngineTest, PolicySpecsAndTheirMetricLabel) {
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(bad.status().message().find("snapkv:kernel=4"), std::string::npos) << bad.status();
+  r.policy = "h2o:demote=int2";
+  bad = engine->Submit(r, c.Callback());
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(bad.status().message().find("demote=int8|int4"), std::string::npos) << bad.status();
   r.policy = "lru";
   bad = engine->Submit(r, c.Callback());
   ASSERT_FALSE(bad.ok());

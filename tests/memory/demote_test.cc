@@ -1,0 +1,294 @@
+// MiKV (a policy's demote=int8|int4): the tokens an importance policy evicts move to a demoted
+// store of quantized rows in the same pool. Driven as the model runner drives the cache, one
+// sequence at a time, checked after every step against a plain reference of what each
+// (layer, kv head) holds in its cache and in its store; the rows in the store must be exactly
+// the quantization of the evicted token's rows, its score the token's; pages must all come back,
+// and PeakPages must cover what the sequence held. Also the spec's checks.
+#include <algorithm>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "gtest/gtest.h"
+#include "kernels/kv_quant.h"
+#include "kernels/paged_kv.h"
+#include "memory/eviction_policy.h"
+#include "memory/kv_cache.h"
+
+namespace heavykv {
+namespace {
+
+KvShape Shape(KvQuant pool_quant = KvQuant::kNone, int32_t head_dim = 16) {
+  KvShape s;
+  s.num_layers = 2;
+  s.num_kv_heads = 2;
+  s.head_dim = head_dim;
+  s.block_size = 8;
+  s.quant = pool_quant;
+  s.table_per_layer = true;
+  return s;
+}
+
+float RowValue(bool is_k, int32_t layer, int32_t head, int32_t pos, int32_t d) {
+  const float x = std::sin(0.37f * float(pos) + 1.3f * float(d) + 0.7f * float(layer * 3 + head));
+  return (is_k ? 2.0f : -1.0f) * x * (1.0f + float(pos % 5));
+}
+
+// Scripted attention mass for a token at a step (small integers: exact sums and many ties).
+float Received(uint32_t salt, int32_t step, int32_t layer, int32_t head, int32_t pos) {
+  uint32_t x = salt * 0x9e3779b9u ^ uint32_t(step) * 73856093u ^ uint32_t(pos) * 19349663u ^
+               uint32_t(layer * 8 + head + 1) * 83492791u;
+  x ^= x >> 13;
+  x *= 0x5bd1e995u;
+  x ^= x >> 15;
+  return float(x % 4);
+}
+
+struct Tok {
+  int32_t pos;
+  float score;
+};
+
+// The reference's order of the importance policies: lowest score first, ties the older token.
+bool Below(const Tok& a, const Tok& b) {
+  return a.score != b.score ? a.score < b.score : a.pos < b.pos;
+}
+
+// One (layer, head) of the reference: h2o over the cache, then the demoted store.
+struct RefHead {
+  std::vector<Tok> cache, store;
+  void Step(int32_t budget, int32_t protect, int32_t newest, int32_t store_budget) {
+    if (int32_t(cache.size()) <= budget) return;
+    const int32_t evict = int32_t(cache.size()) - budget;
+    std::vector<Tok> candidates;
+    for (const Tok& t : cache) {
+      if (t.pos <= newest - protect) candidates.push_back(t);
+    }
+    std::sort(candidates.begin(), candidates.end(), Below);
+    candidates.resize(evict);
+    for (const Tok& v : candidates) {
+      cache.erase(std::find_if(cache.begin(), cache.end(),
+                               [&](const Tok& t) { return t.pos == v.pos; }));
+      store.push_back(v);
+    }
+    std::sort(store.begin(), store.end(), Below);
+    if (int32_t(store.size()) > store_budget) {
+      store.erase(store.begin(), store.end() - store_budget);
+    }
+  }
+};
+
+struct Case {
+  KvQuant demote;
+  KvQuant pool;
+  int32_t budget;
+  int32_t store_budget;  // 0: the budget
+  bool chunked;
+  int32_t head_dim = 16;
+};
+
+// The row a demoted store holds for x: quantized (in the rotated basis where it rotates) and
+// read back, as PagedKvHead::LoadRow returns it.
+std::vector<float> Requantized(KvQuant q, std::vector<float> x) {
+  const int32_t hd = static_cast<int32_t>(x.size());
+  if (KvRotates(q, hd)) HadamardRotate(x.data(), hd);
+  std::vector<uint8_t> data(KvQuantDataBytes(q, hd)), scale(KvQuantScaleBytes(q, hd));
+  QuantizeKvRow(q, x.data(), hd, data.data(), scale.data());
+  DequantizeKvRow(q, data.data(), scale.data(), hd, x.data());
+  if (KvRotates(q, hd)) HadamardRotate(x.data(), hd);
+  return x;
+}
+
+void RunCase(const Case& c) {
+  const KvShape shape = Shape(c.pool, c.head_dim);
+  const char* dname = c.demote == KvQuant::kInt8 ? "int8" : "int4";
+  std::string spec = std::string("h2o:demote=") + dname;
+  if (c.store_budget > 0) spec += ":demote_budget=" + std::to_string(c.store_budget);
+  absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy = MakePolicy(spec, 0.5);
+  ASSERT_TRUE(policy.ok()) << policy.status();
+  constexpr int32_t kLength = 80, kMaxChunk = 6;
+  const int32_t store_budget = c.store_budget > 0 ? c.store_budget : c.budget;
+  const int32_t bd = DemotedBlockSize(shape, c.demote);
+  ASSERT_GT(bd, shape.block_size);
+  // PeakPages (what admission counts) plus a chunk's pages per table for prefill's overshoot.
+  const int64_t peak = PeakPages(shape, policy->get(), c.budget, kLength);
+  const int32_t num_pages = static_cast<int32_t>(
+      peak + shape.num_layers * ((kMaxChunk + shape.block_size - 1) / shape.block_size +
+                                 (kMaxChunk + bd - 1) / bd));
+  absl::StatusOr<std::unique_ptr<KvCache>> made = KvCache::Create(shape, num_pages);
+  ASSERT_TRUE(made.ok()) << made.status();
+  KvCache& cache = **made;
+  for (uint32_t salt : {1u, 2u}) {
+    SCOPED_TRACE(::testing::Message() << "salt " << salt);
+    SequenceKv kv;
+    kv.policy = policy->get();
+    kv.budget = c.budget;
+    std::vector<RefHead> ref(shape.num_layers * shape.num_kv_heads);
+    std::mt19937 rng(salt);
+    int32_t next = 0, step = 0, most_demoted = 0;
+    std::vector<float> k(shape.head_dim), v(shape.head_dim);
+    while (next < kLength) {
+      int32_t n = c.chunked ? 1 + int32_t(rng() % kMaxChunk) : 1;
+      n = std::min(n, kLength - next);
+      ASSERT_TRUE(cache.Reserve(kv, n).ok()) << "step " << step;
+      for (int32_t l = 0; l < shape.num_layers; ++l) {
+        const int32_t old = kv.Slots(l);
+        for (int32_t h = 0; h < shape.num_kv_heads; ++h) {
+          RefHead& r = ref[l * shape.num_kv_heads + h];
+          PagedKvHead view = cache.View(kv, l, h, old + n);
+          for (int32_t i = 0; i < n; ++i) {
+            for (int32_t d = 0; d < shape.head_dim; ++d) {
+              k[d] = RowValue(true, l, h, next + i, d);
+              v[d] = RowValue(false, l, h, next + i, d);
+            }
+            view.StoreRows(old + i, k.data(), v.data());
+            view.Pos(old + i) = next + i;
+            view.Score(old + i) = 0.0f;
+            r.cache.push_back({next + i, 0.0f});
+          }
+          // "Attention": every token held, in the cache or the store, receives scripted mass.
+          for (int32_t s = 0; s < old + n; ++s) view.Score(s) += Received(salt, step, l, h, view.Pos(s));
+          for (Tok& t : r.cache) t.score += Received(salt, step, l, h, t.pos);
+          if (kv.DemotedSlots(l) > 0) {
+            PagedKvHead d = cache.DemotedView(kv, l, h);
+            for (int32_t s = 0; s < d.num_slots; ++s) d.Score(s) += Received(salt, step, l, h, d.Pos(s));
+          }
+          for (Tok& t : r.store) t.score += Received(salt, step, l, h, t.pos);
+          cache.EvictHead(kv, l, h, old + n, next + n - 1, n);
+          r.Step(c.budget, c.budget / 2, next + n - 1, store_budget);
+        }
+      }
+      cache.CommitStep(kv, n);
+      next += n;
+      ++step;
+      // The cache and the store of every (layer, head) hold what the reference holds.
+      for (int32_t l = 0; l < shape.num_layers; ++l) {
+        for (int32_t h = 0; h < shape.num_kv_heads; ++h) {
+          const RefHead& r = ref[l * shape.num_kv_heads + h];
+          SCOPED_TRACE(::testing::Message() << "step " << step << " layer " << l << " head " << h);
+          ASSERT_EQ(kv.Slots(l), int32_t(r.cache.size()));
+          ASSERT_EQ(kv.DemotedSlots(l), int32_t(r.store.size()));
+          most_demoted = std::max(most_demoted, kv.DemotedSlots(l));
+          std::vector<std::pair<int32_t, float>> got, want;
+          PagedKvHead view = cache.View(kv, l, h, kv.Slots(l));
+          for (int32_t s = 0; s < kv.Slots(l); ++s) got.push_back({view.Pos(s), view.Score(s)});
+          for (const Tok& t : r.cache) want.push_back({t.pos, t.score});
+          std::sort(got.begin(), got.end());
+          std::sort(want.begin(), want.end());
+          ASSERT_EQ(got, want) << "cache";
+          got.clear();
+          want.clear();
+          if (kv.DemotedSlots(l) == 0) continue;
+          PagedKvHead d = cache.DemotedView(kv, l, h);
+          ASSERT_EQ(d.block_size, bd);
+          for (int32_t s = 0; s < d.num_slots; ++s) {
+            got.push_back({d.Pos(s), d.Score(s)});
+            // Its rows: the token's own, quantized once from what the cache held.
+            for (int32_t d2 = 0; d2 < shape.head_dim; ++d2) {
+              k[d2] = RowValue(true, l, h, d.Pos(s), d2);
+              v[d2] = RowValue(false, l, h, d.Pos(s), d2);
+            }
+            if (c.pool != KvQuant::kNone) {  // the cache's own rounding first
+              k = Requantized(c.pool, k);
+              v = Requantized(c.pool, v);
+            }
+            const std::vector<float> kq = Requantized(c.demote, k), vq = Requantized(c.demote, v);
+            std::vector<float> krow(shape.head_dim), vrow(shape.head_dim);
+            d.LoadRow(true, s, krow.data());
+            d.LoadRow(false, s, vrow.data());
+            for (int32_t d2 = 0; d2 < shape.head_dim; ++d2) {
+              ASSERT_NEAR(krow[d2], kq[d2], 1e-5f * (1 + std::abs(kq[d2]))) << "slot " << s;
+              ASSERT_NEAR(vrow[d2], vq[d2], 1e-5f * (1 + std::abs(vq[d2]))) << "slot " << s;
+            }
+          }
+          for (const Tok& t : r.store) want.push_back({t.pos, t.score});
+          std::sort(got.begin(), got.end());
+          std::sort(want.begin(), want.end());
+          ASSERT_EQ(got, want) << "store";
+        }
+      }
+      ASSERT_LE(kv.NumPages(), num_pages);
+    }
+    // The store filled up to its budget (or took every evicted token).
+    EXPECT_EQ(most_demoted, std::min(store_budget, kLength - c.budget));
+    if (!c.chunked) {
+      EXPECT_LE(kv.peak_pages, peak);
+    }
+    cache.Release(kv);
+    EXPECT_EQ(cache.allocator().num_pages_used(), 0);
+    EXPECT_TRUE(cache.allocator().CheckInvariants());
+  }
+}
+
+TEST(DemoteTest, StoreHoldsTheEvictedTokensQuantizedAndRanked) {
+  for (KvQuant demote : {KvQuant::kInt8, KvQuant::kInt4}) {
+    for (bool chunked : {false, true}) {
+      for (int32_t budget : {10, 24}) {
+        for (int32_t store_budget : {0, 7, 40}) {
+          SCOPED_TRACE(::testing::Message()
+                       << (demote == KvQuant::kInt8 ? "int8" : "int4") << " budget " << budget
+                       << " store " << store_budget << (chunked ? " chunked" : " decode"));
+          RunCase({demote, KvQuant::kNone, budget, store_budget, chunked});
+        }
+      }
+    }
+  }
+  // A pool of int8 pages demoting to int4 (head_dim 64: 12 int4 slots where a page has 8).
+  RunCase({KvQuant::kInt4, KvQuant::kInt8, 12, 0, true, 64});
+}
+
+TEST(DemoteTest, DemotedPagesHoldMoreTokensThanThePoolsOwn) {
+  KvShape s = Shape();  // fp32, head_dim 16, pages of 8
+  // A page of 8 x 2 heads x 128 B of K/V = 2048 B; an int4 slot takes 2 x (8 + 2) + 8 = 28 B.
+  EXPECT_EQ(DemotedBlockSize(s, KvQuant::kInt4), 36);
+  EXPECT_EQ(DemotedBlockSize(s, KvQuant::kInt8), 24);  // 2 x (16 + 1) + 8 = 42 B
+  s.quant = KvQuant::kInt8;
+  EXPECT_EQ(DemotedBlockSize(s, KvQuant::kInt8), 0);  // no gain over the pool's own rows
+  s.quant = KvQuant::kNone;
+  s.table_per_layer = false;  // the CUDA layout
+  EXPECT_EQ(DemotedBlockSize(s, KvQuant::kInt4), 0);
+}
+
+TEST(DemoteTest, APoolAsNarrowAsTheStoreIsRefusedWithTheReason) {
+  absl::StatusOr<std::unique_ptr<KvCache>> cache = KvCache::Create(Shape(KvQuant::kInt4), 16);
+  ASSERT_TRUE(cache.ok());
+  absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy = MakePolicy("h2o:demote=int4");
+  ASSERT_TRUE(policy.ok());
+  SequenceKv kv;
+  kv.policy = policy->get();
+  kv.budget = 8;
+  EXPECT_EQ((*cache)->CheckDemote(kv.policy).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*cache)->CheckDemote(MakePolicy("h2o")->get()).ok());
+  const absl::Status s = (*cache)->Reserve(kv, 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("int4"), std::string::npos) << s;
+  EXPECT_EQ((*cache)->allocator().num_pages_used(), 0);
+}
+
+TEST(DemoteTest, SpecChecks) {
+  for (const char* ok : {"h2o:demote=int4", "h2o:demote=int8:demote_budget=64", "tova:demote=int4",
+                         "scissorhands:demote=int8", "knorm:demote=int4", "snapkv:demote=int4"}) {
+    absl::StatusOr<std::unique_ptr<EvictionPolicy>> p = MakePolicy(ok);
+    ASSERT_TRUE(p.ok()) << ok << ": " << p.status();
+    EXPECT_NE((*p)->demote(), KvQuant::kNone) << ok;
+    EXPECT_FALSE((*p)->GpuRule(16).has_value()) << ok;  // the CUDA backend refuses it
+  }
+  EXPECT_EQ((*MakePolicy("h2o:demote=int8:demote_budget=64"))->demote_budget(), 64);
+  for (const char* bad : {"h2o:demote=int2", "h2o:demote=fp8", "window:demote=int4",
+                          "sink:demote=int8", "full:demote=int4", "h2o:demote_budget=5",
+                          "h2o:demote=int4:demote_budget=0", "h2o:demote=int4:demote=int8",
+                          "h2o:demote=int4:granularity=page", "h2o:demote=int4:layers=pyramid",
+                          "snapkv:decode=window:demote=int4"}) {
+    absl::StatusOr<std::unique_ptr<EvictionPolicy>> p = MakePolicy(bad);
+    EXPECT_EQ(p.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  EXPECT_NE(MakePolicy("h2o:demote=int2").status().message().find("int8 or int4"),
+            std::string::npos);
+}
+
+}  // namespace
+}  // namespace heavykv
