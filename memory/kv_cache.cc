@@ -11,8 +11,8 @@ namespace heavykv {
 
 namespace {
 
-// Bytes of one demoted slot of one kv head: K and V rows of `quant` with scales, pos and score.
-int64_t DemotedSlotBytes(const KvShape& shape, KvQuant quant) {
+// Bytes of one packed slot of one kv head: K and V rows of `quant` with scales, pos and score.
+int64_t PackedSlotBytes(const KvShape& shape, KvQuant quant) {
   return 2 * int64_t(KvQuantDataBytes(quant, shape.head_dim) +
                      KvQuantScaleBytes(quant, shape.head_dim)) +
          int64_t(sizeof(int32_t) + sizeof(float));
@@ -35,13 +35,13 @@ int64_t KvShape::PageBytes() const {
   return PageKvBytes() + PageMetaEntries() * int64_t(sizeof(int32_t) + sizeof(float));
 }
 
-int32_t DemotedBlockSize(const KvShape& shape, KvQuant quant) {
+int32_t PackedBlockSize(const KvShape& shape, KvQuant quant) {
   if (quant == KvQuant::kNone || !shape.table_per_layer || !KvQuantTakes(quant, shape.head_dim)) {
     return 0;
   }
   const int64_t page = shape.PageKvBytes();
   if (page % 4 != 0) return 0;  // pos and score are addressed in 4-byte units
-  const int64_t rows = page / (int64_t(shape.num_kv_heads) * DemotedSlotBytes(shape, quant));
+  const int64_t rows = page / (int64_t(shape.num_kv_heads) * PackedSlotBytes(shape, quant));
   const int64_t bd = rows / 4 * 4;
   return bd > shape.block_size ? static_cast<int32_t>(bd) : 0;
 }
@@ -100,11 +100,12 @@ void KvCache::CheckHostStorage(const char* what) const {
 }
 
 int64_t PeakPages(const KvShape& shape, const EvictionPolicy* policy, int32_t budget,
-                  int32_t max_total) {
-  const int64_t bs = shape.block_size, tables = shape.NumTables();
+                  int32_t max_total, KvQuant quant) {
+  const int32_t packed = quant != KvQuant::kNone ? PackedBlockSize(shape, quant) : 0;
+  const int64_t bs = packed > 0 ? packed : shape.block_size, tables = shape.NumTables();
   auto pages = [&](int64_t slots) { return (std::min<int64_t>(slots, max_total) + bs - 1) / bs; };
   if (policy == nullptr || budget >= max_total) return tables * pages(max_total);
-  const int64_t extra = PeakDecodeSlots(policy, budget, shape.block_size) - budget;
+  const int64_t extra = PeakDecodeSlots(policy, budget, static_cast<int32_t>(bs)) - budget;
   const LayerBudgets rule =
       shape.table_per_layer ? policy->layer_budgets() : LayerBudgets::kUniform;
   if (rule == LayerBudgets::kSqueeze) {
@@ -115,7 +116,7 @@ int64_t PeakPages(const KvShape& shape, const EvictionPolicy* policy, int32_t bu
   }
   if (rule == LayerBudgets::kUniform) {
     int64_t demoted = 0;  // MiKV (uniform layers only): the demoted store at its budget
-    const int32_t bd = DemotedBlockSize(shape, policy->demote());
+    const int32_t bd = PackedBlockSize(shape, policy->demote());
     if (bd > 0) {
       const int64_t held = std::min<int64_t>(
           int64_t(max_total) - budget,
@@ -129,23 +130,30 @@ int64_t PeakPages(const KvShape& shape, const EvictionPolicy* policy, int32_t bu
   return sum;
 }
 
-int64_t KvCache::TablePages(const KvTable& table, int32_t num_new) const {
-  return (int64_t(table.num_slots) + num_new + shape_.block_size - 1) / shape_.block_size;
+int64_t KvCache::TablePages(const KvTable& table, int32_t num_new, int32_t block_size) {
+  return (int64_t(table.num_slots) + num_new + block_size - 1) / block_size;
+}
+
+int32_t KvCache::BlockSize(const SequenceKv& seq) const {
+  if (seq.quant == KvQuant::kNone) return shape_.block_size;
+  const int32_t packed = PackedBlockSize(shape_, seq.quant);
+  return packed > 0 ? packed : shape_.block_size;  // CheckFormat refuses the latter
 }
 
 int32_t KvCache::DemotedAfterStep(const SequenceKv& seq, int32_t layer, int32_t held) const {
-  const int32_t evicted = held - KeptAfterStep(seq, layer, held, shape_.block_size);
+  const int32_t evicted = held - KeptAfterStep(seq, layer, held, BlockSize(seq));
   return static_cast<int32_t>(
       std::min<int64_t>(seq.DemoteBudget(), int64_t(seq.DemotedSlots(layer)) + evicted));
 }
 
 int32_t KvCache::PagesNeeded(const SequenceKv& seq, int32_t num_new) const {
   int64_t need = 0;
+  const int32_t bs = BlockSize(seq);
   for (int32_t t = 0; t < shape_.NumTables(); ++t) {
     const KvTable& table = seq.Table(t);
-    need += std::max<int64_t>(0, TablePages(table, num_new) - int64_t(table.pages.size()));
+    need += std::max<int64_t>(0, TablePages(table, num_new, bs) - int64_t(table.pages.size()));
   }
-  const int32_t bd = seq.DemoteBudget() > 0 ? DemotedBlockSize(shape_, seq.policy->demote()) : 0;
+  const int32_t bd = seq.DemoteBudget() > 0 ? PackedBlockSize(shape_, seq.policy->demote()) : 0;
   if (bd > 0) {  // MiKV: the demoted store takes the step's victims
     for (int32_t l = 0; l < shape_.num_layers; ++l) {
       const int64_t have = seq.demoted.empty() ? 0 : int64_t(seq.demoted[l].pages.size());
@@ -170,17 +178,29 @@ int32_t KvCache::MaxNewTokens(const SequenceKv& seq, int64_t pages, int32_t limi
   return lo;
 }
 
-absl::Status KvCache::CheckDemote(const EvictionPolicy* policy) const {
-  if (policy == nullptr || policy->demote() == KvQuant::kNone) return absl::OkStatus();
-  const char* name = policy->demote() == KvQuant::kInt8 ? "int8" : "int4";
+absl::Status KvCache::CheckFormat(const EvictionPolicy* policy, KvQuant quant) const {
+  const KvQuant demote = policy != nullptr ? policy->demote() : KvQuant::kNone;
+  if (quant == KvQuant::kNone && demote == KvQuant::kNone) return absl::OkStatus();
   if (storage_ != KvStorage::kHost || !shape_.table_per_layer) {
-    return absl::UnimplementedError(
-        absl::StrCat("demote=", name, " needs the CPU layout (a block table per layer)"));
+    return absl::UnimplementedError(absl::StrCat(
+        quant != KvQuant::kNone ? "a request's own kv_dtype" : "demote=",
+        " needs the CPU layout (a block table per layer)"));
   }
-  if (DemotedBlockSize(shape_, policy->demote()) == 0) {
+  auto name = [](KvQuant q) { return q == KvQuant::kInt8 ? "int8" : "int4"; };
+  const int32_t rows = quant != KvQuant::kNone ? PackedBlockSize(shape_, quant) : 0;
+  if (quant != KvQuant::kNone && rows == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "demote=", name, " stores no more tokens per page than the pool's ",
-        KvElementName(shape_), " pages (--kv-dtype); choose a narrower demote type"));
+        "kv_dtype ", name(quant), " stores no more tokens per page than the pool's ",
+        KvElementName(shape_), " pages; ask for a narrower type or the pool's own"));
+  }
+  if (demote != KvQuant::kNone) {
+    const int32_t demoted = PackedBlockSize(shape_, demote);
+    if (demoted == 0 || (rows > 0 && demoted <= rows)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "demote=", name(demote), " stores no more tokens per page than the sequence's ",
+          quant != KvQuant::kNone ? name(quant) : KvElementName(shape_),
+          " pages; choose a narrower demote type"));
+    }
   }
   return absl::OkStatus();
 }
@@ -198,7 +218,7 @@ absl::Status KvCache::Reserve(SequenceKv& seq, int32_t num_new) {
     if (rule == LayerBudgets::kPyramid) {
       seq.layer_budgets = LayerBudgetsBeforeRun(rule, seq.budget, shape_.num_layers);
     }
-    if (absl::Status s = CheckDemote(seq.policy); !s.ok()) return s;
+    if (absl::Status s = CheckFormat(seq.policy, seq.quant); !s.ok()) return s;
   }
   const int32_t need = PagesNeeded(seq, num_new);
   if (need > alloc_.num_pages_free()) {
@@ -208,7 +228,7 @@ absl::Status KvCache::Reserve(SequenceKv& seq, int32_t num_new) {
   seq.tables.resize(shape_.NumTables());
   if (seq.DemoteBudget() > 0) {  // MiKV: room for the step's victims in the demoted store
     seq.demoted.resize(shape_.num_layers);
-    const int32_t bd = DemotedBlockSize(shape_, seq.policy->demote());
+    const int32_t bd = PackedBlockSize(shape_, seq.policy->demote());
     for (int32_t l = 0; l < shape_.num_layers; ++l) {
       KvTable& table = seq.demoted[l];
       const size_t pages =
@@ -216,8 +236,9 @@ absl::Status KvCache::Reserve(SequenceKv& seq, int32_t num_new) {
       while (table.pages.size() < pages) table.pages.push_back(*alloc_.Allocate());
     }
   }
+  const int32_t bs = BlockSize(seq);
   for (KvTable& table : seq.tables) {
-    const size_t pages = static_cast<size_t>(TablePages(table, num_new));
+    const size_t pages = static_cast<size_t>(TablePages(table, num_new, bs));
     while (table.pages.size() < pages) table.pages.push_back(*alloc_.Allocate());
   }
   seq.peak_pages = static_cast<int32_t>(std::max<int64_t>(seq.peak_pages, seq.NumPages()));
@@ -227,6 +248,9 @@ absl::Status KvCache::Reserve(SequenceKv& seq, int32_t num_new) {
 PagedKvHead KvCache::View(const SequenceKv& seq, int32_t layer, int32_t kv_head,
                           int32_t num_slots) {
   CheckHostStorage("View");
+  if (seq.quant != KvQuant::kNone) {
+    return PackedView(seq.Table(layer), seq.quant, kv_head, num_slots);
+  }
   const int64_t bs = shape_.block_size, hd = shape_.head_dim;
   // The (layer, head)'s rows within a page: the page holds only this layer with a table per
   // layer, else every layer.
@@ -261,13 +285,12 @@ PagedKvHead KvCache::View(const SequenceKv& seq, int32_t layer, int32_t kv_head,
   return v;
 }
 
-PagedKvHead KvCache::DemotedView(const SequenceKv& seq, int32_t layer, int32_t kv_head) {
-  CheckHostStorage("DemotedView");
-  const KvQuant quant = seq.policy->demote();
-  const int32_t bd = DemotedBlockSize(shape_, quant);
+PagedKvHead KvCache::PackedView(const KvTable& table, KvQuant quant, int32_t kv_head,
+                                int32_t num_slots) {
+  const int32_t bd = PackedBlockSize(shape_, quant);
   PagedKvHead v;
-  v.pages = seq.demoted[layer].pages.data();
-  v.num_slots = seq.demoted[layer].num_slots;
+  v.pages = table.pages.data();
+  v.num_slots = num_slots;
   v.block_size = bd;
   v.head_dim = shape_.head_dim;
   v.quant = quant;
@@ -276,7 +299,7 @@ PagedKvHead KvCache::DemotedView(const SequenceKv& seq, int32_t layer, int32_t k
   v.page_stride = shape_.PageKvBytes();
   // The head's block of the page: [K data][V data][K scales][V scales][pos][score].
   uint8_t* block = reinterpret_cast<uint8_t*>(kv_.data()) +
-                   int64_t(kv_head) * bd * DemotedSlotBytes(shape_, quant);
+                   int64_t(kv_head) * bd * PackedSlotBytes(shape_, quant);
   v.kq = block;
   v.vq = block + int64_t(bd) * v.row_bytes;
   v.ksc = block + 2 * int64_t(bd) * v.row_bytes;
@@ -285,6 +308,12 @@ PagedKvHead KvCache::DemotedView(const SequenceKv& seq, int32_t layer, int32_t k
   v.score = reinterpret_cast<float*>(v.pos + bd);
   v.meta_page_stride = shape_.PageKvBytes() / 4;
   return v;
+}
+
+PagedKvHead KvCache::DemotedView(const SequenceKv& seq, int32_t layer, int32_t kv_head) {
+  CheckHostStorage("DemotedView");
+  const KvTable& table = seq.demoted[layer];
+  return PackedView(table, seq.policy->demote(), kv_head, table.num_slots);
 }
 
 void KvCache::Demote(const SequenceKv& seq, int32_t layer, int32_t kv_head, const PagedKvHead& h,
@@ -332,7 +361,8 @@ void KvCache::Demote(const SequenceKv& seq, int32_t layer, int32_t kv_head, cons
 
 void KvCache::EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, int32_t held,
                         int32_t newest_pos, int32_t num_new) {
-  const int32_t keep = KeptAfterStep(seq, layer, held, shape_.block_size);
+  const int32_t bs = BlockSize(seq);
+  const int32_t keep = KeptAfterStep(seq, layer, held, bs);
   if (keep == held) return;
   CheckHostStorage("EvictHead");
   const int32_t num_evict = held - keep;
@@ -345,7 +375,6 @@ void KvCache::EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, i
   const bool scores = seq.policy->needs_scores();
   pos.resize(held);
   if (scores) score.resize(held);
-  const int32_t bs = shape_.block_size;
   for (int32_t s0 = 0; s0 < held; s0 += bs) {
     const int64_t meta = int64_t(h.pages[s0 / bs]) * h.meta_page_stride;
     const int32_t rows = std::min(bs, held - s0);
@@ -399,7 +428,7 @@ void KvCache::EvictHead(const SequenceKv& seq, int32_t layer, int32_t kv_head, i
 
 void KvCache::CommitStep(SequenceKv& seq, int32_t num_new) {
   if (!seq.demoted.empty()) {  // before the main tables shrink: it counts their victims
-    const int32_t bd = DemotedBlockSize(shape_, seq.policy->demote());
+    const int32_t bd = PackedBlockSize(shape_, seq.policy->demote());
     for (int32_t l = 0; l < shape_.num_layers; ++l) {
       seq.demoted[l].num_slots = DemotedAfterStep(seq, l, seq.Slots(l) + num_new);
       FreeUnusedPages(seq.demoted[l], bd, alloc_);
@@ -408,7 +437,7 @@ void KvCache::CommitStep(SequenceKv& seq, int32_t num_new) {
   for (size_t t = 0; t < seq.tables.size(); ++t) {
     KvTable& table = seq.tables[t];
     const int32_t held = table.num_slots + num_new;
-    const int32_t kept = KeptAfterStep(seq, static_cast<int32_t>(t), held, shape_.block_size);
+    const int32_t kept = KeptAfterStep(seq, static_cast<int32_t>(t), held, BlockSize(seq));
     ShrinkTable(seq, table, kept, int64_t(held - kept) * shape_.LayersPerPage());
   }
 }
@@ -417,13 +446,13 @@ void KvCache::ShrinkTable(SequenceKv& seq, KvTable& table, int32_t kept, int64_t
   seq.layer_tokens_evicted += evicted;
   seq.tokens_evicted = seq.layer_tokens_evicted / shape_.num_layers;
   table.num_slots = kept;
-  FreeUnusedPages(table, shape_.block_size, alloc_);
+  FreeUnusedPages(table, BlockSize(seq), alloc_);
 }
 
 void KvCache::Unreserve(SequenceKv& seq) {
-  for (KvTable& table : seq.tables) FreeUnusedPages(table, shape_.block_size, alloc_);
+  for (KvTable& table : seq.tables) FreeUnusedPages(table, BlockSize(seq), alloc_);
   for (KvTable& table : seq.demoted) {
-    FreeUnusedPages(table, DemotedBlockSize(shape_, seq.policy->demote()), alloc_);
+    FreeUnusedPages(table, PackedBlockSize(shape_, seq.policy->demote()), alloc_);
   }
 }
 
@@ -434,7 +463,7 @@ void KvCache::Truncate(SequenceKv& seq, int32_t num_slots) {
       std::abort();
     }
     table.num_slots = num_slots;
-    FreeUnusedPages(table, shape_.block_size, alloc_);
+    FreeUnusedPages(table, BlockSize(seq), alloc_);
   }
 }
 
@@ -497,7 +526,7 @@ void KvCache::SetLayerBudgets(SequenceKv& seq, std::vector<int32_t> budgets, int
   for (int32_t l = 0; l < shape_.num_layers; ++l) {
     KvTable& table = seq.tables[l];
     const int32_t held = table.num_slots;
-    const int32_t kept = KeptAfterStep(seq, l, held, shape_.block_size);
+    const int32_t kept = KeptAfterStep(seq, l, held, BlockSize(seq));
     if (kept == held) continue;
     for (int32_t h = 0; h < shape_.num_kv_heads; ++h) {
       EvictHead(seq, l, h, held, newest_pos, /*num_new=*/0);

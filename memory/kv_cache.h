@@ -85,13 +85,14 @@ inline int64_t KvBytesPerPoolToken(const KvShape& shape) {
   return shape.PageBytes() * shape.NumTables() / shape.block_size;
 }
 
-// MiKV (a policy's demote=, docs/ARCHITECTURE.md "MiKV: the demoted store"): slots per page of
-// a sequence's demoted store, whose pages come from the same pool as its other pages. A demoted
-// page uses a pool page's K/V bytes (host layout: one layer) for every kv head of its layer:
-// [K data][V data][K scales][V scales][pos][score], DemotedBlockSize rows each, rows of `quant`
-// (kernels/kv_quant.h). A multiple of 4; 0 when such a page would hold no more tokens than a
-// page of the pool's own type (block_size), or the shape has no table per layer.
-int32_t DemotedBlockSize(const KvShape& shape, KvQuant quant);
+// Slots of a packed page: a pool page's K/V bytes (host layout: one layer) holding, for every
+// kv head of its layer, [K data][V data][K scales][V scales][pos][score] of PackedBlockSize rows
+// of `quant` (kernels/kv_quant.h). Pages of a format other than the pool's own, in the same pool
+// (docs/ARCHITECTURE.md "Packed pages"): MiKV's demoted store (a policy's demote=) and a
+// request's own kv_dtype (SequenceKv::quant). A multiple of 4; 0 when such a page would hold no
+// more tokens than a page of the pool's own type (block_size), or the shape has no table per
+// layer.
+int32_t PackedBlockSize(const KvShape& shape, KvQuant quant);
 
 // One block table and the tokens on it.
 struct KvTable {
@@ -120,8 +121,13 @@ struct SequenceKv {
   // Endless streaming: positions the pinned prefix's keys are rotated past their own (0 until
   // the sequence first runs past the model's context; see engine/runner/model_runner.cc).
   int32_t pinned_shift = 0;
-  // MiKV (policy->demote() set): per layer, the demoted store's table (DemotedBlockSize slots a
-  // page; every kv head of the layer holds num_slots demoted tokens); empty otherwise.
+  // The sequence's own K/V row type (a request's kv_dtype narrower than the pool's): its tables
+  // are packed pages of PackedBlockSize(quant) slots (KvCache::BlockSize). kNone: the pool's.
+  // Set before the first Reserve.
+  KvQuant quant = KvQuant::kNone;
+  // MiKV (policy->demote() set): per layer, the demoted store's table (packed pages of
+  // PackedBlockSize(policy->demote()) slots; every kv head of the layer holds num_slots demoted
+  // tokens); empty otherwise.
   std::vector<KvTable> demoted;
 
   // The table layer `layer` uses (an empty one before the first Reserve).
@@ -187,11 +193,12 @@ inline int64_t PeakDecodeSlots(const EvictionPolicy* policy, int32_t budget, int
 // The most pages a sequence of at most `max_total` tokens under `policy` (null: full) and
 // `budget` holds between and during its decode steps, all tables together: per table
 // ceil(min(max_total, PeakDecodeSlots(b_l)) / block_size), summed; with demote=, per layer
-// ceil(min(max_total - budget, demote budget) / DemotedBlockSize) more. For squeeze, whose layer
+// ceil(min(max_total - budget, demote budget) / PackedBlockSize) more; with a sequence's own
+// row type `quant`, its tables' slots a page are PackedBlockSize(quant). For squeeze, whose layer
 // budgets are only known once it has filled its budget, the largest that sum can be for any budgets
 // summing to L x budget (and what the uniform steps before hold is below it).
 int64_t PeakPages(const KvShape& shape, const EvictionPolicy* policy, int32_t budget,
-                  int32_t max_total);
+                  int32_t max_total, KvQuant quant = KvQuant::kNone);
 
 // Whether a step of `num_new` tokens of `seq` may run at positions past a context of `seq_len`
 // tokens: its policy pins a prefix and evicts the rest oldest first (window, sink) with uniform
@@ -218,10 +225,14 @@ class KvCache {
   const PageAllocator& allocator() const { return alloc_; }
   KvStorage storage() const { return storage_; }
 
-  // OK when this pool can hold `policy`'s demoted store (MiKV; null or no demote= is OK):
-  // INVALID_ARGUMENT when its type is no narrower than the pool's (DemotedBlockSize 0),
-  // UNIMPLEMENTED without the host layout. Reserve checks it on a sequence's first step.
-  absl::Status CheckDemote(const EvictionPolicy* policy) const;
+  // OK when this pool can hold a sequence of row type `quant` (kNone: the pool's own) under
+  // `policy` (MiKV's demoted store; null or no demote= is OK): INVALID_ARGUMENT when a packed
+  // type is no narrower than the pages it would replace (PackedBlockSize 0, or a store no
+  // narrower than the sequence's rows), UNIMPLEMENTED without the host layout. Reserve checks
+  // it on a sequence's first step.
+  absl::Status CheckFormat(const EvictionPolicy* policy, KvQuant quant = KvQuant::kNone) const;
+  // Slots a page of seq's tables holds: shape().block_size, or PackedBlockSize(seq.quant).
+  int32_t BlockSize(const SequenceKv& seq) const;
   // Ensures every table of seq has slots for `num_new` more tokens (Slots(l) + num_new).
   // All-or-nothing: on RESOURCE_EXHAUSTED nothing was allocated. The first Reserve of a sequence
   // sizes its tables and sets its layer budgets where they are known before it runs
@@ -235,7 +246,7 @@ class KvCache {
   // View of (layer, kv_head) over `num_slots` slots (may exceed seq.Slots(layer) during a step).
   PagedKvHead View(const SequenceKv& seq, int32_t layer, int32_t kv_head, int32_t num_slots);
   // View of the demoted store of (layer, kv_head) (MiKV) over its seq.DemotedSlots(layer) slots:
-  // quantized rows of policy->demote(), DemotedBlockSize slots a page.
+  // quantized rows of policy->demote() on packed pages.
   PagedKvHead DemotedView(const SequenceKv& seq, int32_t layer, int32_t kv_head);
 
   // After attention of a step in which (layer, kv_head) holds `held` tokens (the newest at
@@ -278,8 +289,11 @@ class KvCache {
  private:
   KvCache(const KvShape& shape, int32_t num_pages, KvStorage storage);
   static void FreeUnusedPages(KvTable& table, int32_t block_size, PageAllocator& alloc);
-  // Pages `table` needs to hold `num_new` more tokens.
-  int64_t TablePages(const KvTable& table, int32_t num_new) const;
+  // Pages `table` (of `block_size` slots a page) needs to hold `num_new` more tokens.
+  static int64_t TablePages(const KvTable& table, int32_t num_new, int32_t block_size);
+  // View of `table`'s packed pages (PackedBlockSize(quant) slots each) for `kv_head`.
+  PagedKvHead PackedView(const KvTable& table, KvQuant quant, int32_t kv_head,
+                         int32_t num_slots);
   // A step's (or SetLayerBudgets') end for one table: it keeps `kept` tokens, `evicted` more
   // are counted (summed over the table's layers), and the pages past its last slot go back.
   void ShrinkTable(SequenceKv& seq, KvTable& table, int32_t kept, int64_t evicted);

@@ -556,7 +556,11 @@ absl::Status CudaModelRunner::Synchronize() {
 
 const Model& CudaModelRunner::model() const { return impl_->model; }
 KvCache& CudaModelRunner::cache() { return *impl_->cache; }
-absl::Status CudaModelRunner::SupportsPolicy(const EvictionPolicy* policy) const {
+absl::Status CudaModelRunner::SupportsPolicy(const EvictionPolicy* policy, KvQuant quant) const {
+  if (quant != KvQuant::kNone) {
+    return absl::UnimplementedError(
+        "a request's own kv_dtype (int8, int4) has no CUDA implementation; use --device cpu");
+  }
   return CheckGpuPolicy(policy);
 }
 int64_t CudaModelRunner::WeightBytes() const { return impl_->weight_bytes; }

@@ -44,7 +44,8 @@ class CudaModelRunner final : public StepRunner {
   const Model& model() const override;
   KvCache& cache() override;
   // The policies with a GPU rule (EvictionPolicy::GpuRule): full, window, sink, h2o.
-  absl::Status SupportsPolicy(const EvictionPolicy* policy) const override;
+  absl::Status SupportsPolicy(const EvictionPolicy* policy,
+                              KvQuant quant = KvQuant::kNone) const override;
 
   // Benchmarks: the step of Forward without copying the logits back or waiting for the GPU
   // (Synchronize() waits). Same validation, reservation and Commit.

@@ -70,7 +70,7 @@ struct SplitPlan {
   // Plans layer `layer` of a decode step; false (and nothing planned) where every task would
   // be one part (AttentionParts), or when not `allowed`.
   bool Plan(std::span<const SequenceStep> steps, int32_t layer, int32_t n_kv, int32_t G,
-            int32_t hd, int32_t bs, bool allowed) {
+            int32_t hd, const KvCache& cache, bool allowed) {
     if (!allowed) return false;
     const int64_t tasks = int64_t(steps.size()) * n_kv;
     const int32_t threads = omp_get_max_threads();
@@ -79,7 +79,9 @@ struct SplitPlan {
     items.clear();
     bool any = false;
     for (int64_t t = 0; t < tasks; ++t) {
-      const int32_t slots = steps[t / n_kv].kv->Slots(layer) + 1;  // the new token's included
+      const SequenceKv& kv = *steps[t / n_kv].kv;
+      const int32_t slots = kv.Slots(layer) + 1;  // the new token's included
+      const int32_t bs = cache.BlockSize(kv);     // parts start on page bounds
       const int32_t parts = AttentionParts(tasks, threads, slots);
       any = any || parts > 1;
       first[t] = static_cast<int32_t>(bounds.size());
@@ -371,7 +373,7 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
       }
       cpu::Rope(qkv_.data(), T, qkv_dim, q_dim + kv_dim, pos_.data(), rope);
 
-      if (split.Plan(steps, l, n_kv, G, hd, cache_->shape().block_size, split_allowed)) {
+      if (split.Plan(steps, l, n_kv, G, hd, *cache_, split_allowed)) {
         // Split-K: fewer (sequence, kv head) pairs than threads, so each decode query's context
         // is cut into parts that the threads attend at once, then combined per pair.
         std::vector<cpu::AttentionArgs>& args = split.args;

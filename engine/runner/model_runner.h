@@ -70,9 +70,11 @@ class ModelRunner : public StepRunner {
   // Steps that ran on the team path since construction.
   int64_t team_steps() const { return team_steps_; }
   KvCache& cache() override { return *cache_; }
-  // The pool must hold a demote= store (KvCache::CheckDemote); every other policy runs here.
-  absl::Status SupportsPolicy(const EvictionPolicy* policy) const override {
-    return cache_->CheckDemote(policy);
+  // The pool must hold the row type and a demote= store (KvCache::CheckFormat); every policy
+  // runs here.
+  absl::Status SupportsPolicy(const EvictionPolicy* policy,
+                              KvQuant quant = KvQuant::kNone) const override {
+    return cache_->CheckFormat(policy, quant);
   }
 
  private:

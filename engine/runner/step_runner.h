@@ -50,9 +50,12 @@ class StepRunner {
 
   virtual const Model& model() const = 0;
   virtual KvCache& cache() = 0;
-  // OK when this backend can run `policy` (null: the full cache); UNIMPLEMENTED naming the
-  // policy otherwise, so that callers refuse a request before it joins a batch. Thread-safe.
-  virtual absl::Status SupportsPolicy(const EvictionPolicy* policy) const {
+  // OK when this backend can run `policy` (null: the full cache) with a sequence's own row type
+  // `quant` (SequenceKv::quant; kNone: the pool's); UNIMPLEMENTED naming the policy or the type
+  // (INVALID_ARGUMENT for a type that saves nothing here) otherwise, so that callers refuse a
+  // request before it joins a batch. Thread-safe.
+  virtual absl::Status SupportsPolicy(const EvictionPolicy* policy,
+                                      KvQuant quant = KvQuant::kNone) const {
     return absl::OkStatus();
   }
 };

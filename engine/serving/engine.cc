@@ -244,7 +244,7 @@ class EngineImpl final : public Engine {
   void Admit(std::unique_ptr<Request> r);
   // Refuses a policy the runner's backend cannot apply (the CUDA runner: no GPU rule).
   absl::Status CheckBackendPolicy(const ResolvedRequest& p) const {
-    return runner_->SupportsPolicy(p.kv_policy.get());
+    return runner_->SupportsPolicy(p.kv_policy.get(), p.kv_quant);
   }
   // Sends the final delta (`last` carries the final token, if any), releases the pages.
   void Finish(Request& r, const std::string& reason, GenerationDelta last = {},
@@ -310,6 +310,7 @@ void EngineImpl::Admit(std::unique_ptr<Request> r) {
   q.seq.max_total = q.seq.num_prompt + p.max_new_tokens;
   q.seq.arrival = p.arrival;
   q.seq.client = p.client;
+  q.seq.kv.quant = p.kv_quant;
   if (p.kv_policy != nullptr) {  // null for full
     q.seq.kv.policy = p.kv_policy.get();
     q.seq.kv.budget = p.budget_tokens;
@@ -334,6 +335,7 @@ void EngineImpl::Finish(Request& r, const std::string& reason, GenerationDelta d
   d.usage.peak_pages = r.seq.kv.peak_pages;
   d.usage.policy = r.params.policy;
   d.usage.kv_budget_tokens = r.params.policy == "full" ? 0 : r.params.budget_tokens;
+  d.usage.kv_dtype = r.params.kv_dtype;
   const absl::Time now = absl::Now();
   const absl::Time started = r.admitted == absl::InfinitePast() ? now : r.admitted;
   d.timings.queue_seconds = Seconds(started - r.params.arrival);

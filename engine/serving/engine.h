@@ -108,6 +108,9 @@ struct GenerationRequest {
   std::optional<int32_t> budget_tokens;
   std::optional<double> budget_fraction;
   std::optional<double> recent_fraction;
+  // The K/V row type: "auto" (or unset) the pool's, its own name, or "int8" / "int4" where
+  // narrower than the pool's pages (SequenceKv::quant); others INVALID_ARGUMENT.
+  std::optional<std::string> kv_dtype;
   bool logprobs = false;
   // With logprobs: also the top_logprobs most likely tokens at each step (0 to
   // kMaxTopLogprobs), as OpenAI's top_logprobs.
@@ -123,6 +126,7 @@ struct GenerationUsage {
   int32_t peak_pages = 0;
   std::string policy;              // as resolved: the request's or the server default
   int32_t kv_budget_tokens = 0;    // resolved budget per (layer, kv head); 0 for "full"
+  std::string kv_dtype;            // the K/V row type it ran with (fp32, bf16, int8, int4)
 };
 
 struct GenerationTimings {

@@ -36,6 +36,7 @@ absl::StatusOr<GenerateResult> Generate(StepRunner& runner, std::span<const int3
   SequenceKv kv;
   kv.policy = options.policy;
   kv.budget = options.policy != nullptr ? options.budget : kUnboundedBudget;
+  kv.quant = options.kv_quant;
   // Past the context only where the runner can (window and sink with a budget under it).
   const bool endless = StreamsPastContext(kv, 1, c.seq_len);
   if (options.steps < static_cast<int32_t>(prompt.size()) ||

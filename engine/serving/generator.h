@@ -23,6 +23,7 @@ struct GenerateOptions {
   SamplingParams sampling;
   const EvictionPolicy* policy = nullptr;  // null: full cache
   int32_t budget = kUnboundedBudget;       // tokens kept per (layer, kv head)
+  KvQuant kv_quant = KvQuant::kNone;       // the sequence's own row type (SequenceKv::quant)
   int32_t prefill_chunk = 256;             // prompt tokens per forward step
   // Ends the generation at its end-of-generation tokens; null: at the model's BOS or EOS (run.c).
   const TextTokenizer* tokenizer = nullptr;

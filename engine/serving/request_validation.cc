@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "engine/runner/step_runner.h"
 #include "engine/tokenizer/text_stream.h"
 #include "memory/kv_cache.h"
 #include "memory/eviction_policy.h"
@@ -196,6 +197,13 @@ absl::Status RequestValidator::Precheck(const GenerationRequest& q) const {
   if (q.policy.has_value()) {
     if (absl::Status s = CheckPolicySpec(*q.policy, "KV policy"); !s.ok()) return s;
   }
+  if (q.kv_dtype.has_value()) {
+    absl::StatusOr<KvDtype> dtype = ParseKvDtype(*q.kv_dtype);
+    if (!dtype.ok()) {
+      return Invalid(absl::StrCat("kv_dtype \"", EscapedPrefix(*q.kv_dtype),
+                                  "\" is not one of: ", kKvDtypeNames));
+    }
+  }
   if (q.recent_fraction && !(*q.recent_fraction > 0 && *q.recent_fraction <= 1)) {
     return Invalid("kv.recent_fraction must be in (0, 1]");
   }
@@ -330,6 +338,22 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
   if (!policy.ok()) return policy.status();
   r.kv_policy = *std::move(policy);
   const EvictionPolicy* kv_policy = r.kv_policy.get();
+  // The row type: the pool's, or one narrower than its pages (packed pages, CheckFormat).
+  const std::string pool_dtype = KvElementName(scheduler_->cache().shape());
+  r.kv_dtype = pool_dtype;
+  if (q.kv_dtype.has_value()) {
+    const KvDtype dtype = *ParseKvDtype(*q.kv_dtype);  // Precheck parsed it
+    const std::string name = dtype == KvDtype::kAuto ? pool_dtype : *q.kv_dtype;
+    if (name != pool_dtype) {
+      if (dtype != KvDtype::kInt8 && dtype != KvDtype::kInt4) {
+        return Invalid(absl::StrCat("kv_dtype ", name, ": this server's K/V pages are ",
+                                    pool_dtype, "; a request may ask for auto, ", pool_dtype,
+                                    " or a narrower int8 or int4"));
+      }
+      r.kv_quant = dtype == KvDtype::kInt8 ? KvQuant::kInt8 : KvQuant::kInt4;
+      r.kv_dtype = name;
+    }
+  }
   if (total > config_.seq_len) {
     // Past the context only as an endless stream (window, sink; StreamsPastContext). The prompt
     // is within the context, so only decode steps (one token) run past it.
@@ -360,7 +384,7 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
 
   // A request that could not fit in the whole pool even alone would wait forever.
   int32_t need = 0, have = 0;
-  if (!scheduler_->Fits(max_total, kv_policy, r.budget_tokens, &need, &have)) {
+  if (!scheduler_->Fits(max_total, kv_policy, r.budget_tokens, &need, &have, r.kv_quant)) {
     return Invalid(absl::StrCat("this request needs ", need,
                                 " KV pages; the pool can give one "
                                 "request ",

@@ -58,6 +58,10 @@ struct ResolvedRequest {
   // none), built once here and shared by the engine's checks and the sequence; null for full.
   std::shared_ptr<const EvictionPolicy> kv_policy;
   int32_t budget_tokens = 0;  // resolved against prompt + max_new_tokens; unused for "full"
+  // The request's own K/V row type (kv_dtype int8/int4 narrower than the pool's); kNone: the
+  // pool's. kv_dtype: the type's name either way.
+  KvQuant kv_quant = KvQuant::kNone;
+  std::string kv_dtype;
   double recent_fraction = 0.5;
   bool logprobs = false;
   int32_t top_logprobs = 0;

@@ -31,7 +31,7 @@ int32_t Scheduler::PagesClamped(int64_t pages) {
 
 int32_t Scheduler::WorstCasePages(const Sequence& seq) const {
   return PagesClamped(PeakPages(cache_->shape(), seq.bounded() ? seq.kv.policy : nullptr,
-                                seq.kv.budget, seq.max_total));
+                                seq.kv.budget, seq.max_total, seq.kv.quant));
 }
 
 int32_t Scheduler::ScratchPages() const {
@@ -39,10 +39,11 @@ int32_t Scheduler::ScratchPages() const {
 }
 
 bool Scheduler::Fits(int32_t max_total, const EvictionPolicy* policy, int32_t budget,
-                     int32_t* need, int32_t* have) const {
+                     int32_t* need, int32_t* have, KvQuant quant) const {
   const int32_t total = cache_->allocator().num_pages_total();
   const bool bounded = policy != nullptr && budget < max_total;
-  *need = PagesClamped(PeakPages(cache_->shape(), bounded ? policy : nullptr, budget, max_total));
+  *need = PagesClamped(
+      PeakPages(cache_->shape(), bounded ? policy : nullptr, budget, max_total, quant));
   // A bounded sequence runs beside the whole scratch reserve, which is held back only while
   // bounded sequences run.
   *have = bounded ? std::max(0, total - ScratchPages()) : total;

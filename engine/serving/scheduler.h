@@ -99,6 +99,7 @@ class Scheduler {
  public:
   // `cache` is read for page counts; Schedule() releases the pages of preempted sequences.
   Scheduler(KvCache* cache, const SchedulerConfig& config);
+  const KvCache& cache() const { return *cache_; }
 
   void Enqueue(Sequence* seq);  // joins the waiting queue (FCFS)
   // Forgets a finished or cancelled sequence, waiting or running. Its pages must already have
@@ -113,10 +114,11 @@ class Scheduler {
   // Pages kept aside for prefill chunks of bounded sequences above their budget:
   // (ceil(max_step_tokens / block_size) + 4) per table.
   int32_t ScratchPages() const;
-  // Whether a sequence of `max_total` tokens under `policy` (null: full) and `budget` could ever
-  // run in this pool alone; *need gets the pages it needs, *have the pages it could get.
+  // Whether a sequence of `max_total` tokens under `policy` (null: full) and `budget` (with its
+  // own row type `quant`, SequenceKv::quant) could ever run in this pool alone; *need gets the
+  // pages it needs, *have the pages it could get.
   bool Fits(int32_t max_total, const EvictionPolicy* policy, int32_t budget, int32_t* need,
-            int32_t* have) const;
+            int32_t* have, KvQuant quant = KvQuant::kNone) const;
 
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }

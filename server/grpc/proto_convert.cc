@@ -23,6 +23,7 @@ void CopyGenerationFields(const Request& q, GenerationRequest* out) {
   if (kv.budget_case() == v1::KvParams::kBudgetTokens) r.budget_tokens = kv.budget_tokens();
   if (kv.budget_case() == v1::KvParams::kBudgetFraction) r.budget_fraction = kv.budget_fraction();
   if (kv.has_recent_fraction()) r.recent_fraction = kv.recent_fraction();
+  if (kv.has_dtype()) r.kv_dtype = kv.dtype();
   r.logprobs = q.logprobs();
   r.top_logprobs = q.top_logprobs();
   if (q.has_skip_special_tokens()) r.skip_special_tokens = q.skip_special_tokens();
@@ -102,6 +103,7 @@ void AppendDelta(const GenerationDelta& d, v1::GenerateResponse* out) {
   u->set_peak_pages(d.usage.peak_pages);
   u->set_policy(d.usage.policy);
   u->set_kv_budget_tokens(d.usage.kv_budget_tokens);
+  u->set_kv_dtype(d.usage.kv_dtype);
   v1::Timings* t = out->mutable_timings();
   t->set_queue_seconds(d.timings.queue_seconds);
   t->set_time_to_first_token_seconds(d.timings.time_to_first_token_seconds);

@@ -296,6 +296,7 @@ absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_vie
   }
 
   if (auto v = f.String("kv_policy")) r.policy = *v;
+  if (auto v = f.String("kv_dtype")) r.kv_dtype = *v;
   if (auto v = f.Number("kv_budget")) {  // as --kv-budget: (0, 1] a fraction, above a token count
     if (!(*v > 0) || !std::isfinite(*v)) {
       f.Fail("kv_budget", "must be a fraction in (0, 1] or a whole number of tokens > 1");
@@ -364,6 +365,7 @@ nlohmann::json UsageJson(const GenerationUsage& u) {
           {"total_tokens", u.prompt_tokens + u.completion_tokens},
           {"kv",
            {{"policy", u.policy},
+            {"dtype", u.kv_dtype},
             {"budget_tokens", u.kv_budget_tokens},
             {"tokens_kept", u.kv_tokens_kept},
             {"tokens_evicted", u.kv_tokens_evicted},

@@ -211,8 +211,19 @@ TEST_F(OpenAiE2eTest, StreamWithUsageEndsWithTheUsageChunkThenDone) {
   EXPECT_EQ(usage["choices"], json::array());
   EXPECT_EQ(usage["usage"]["completion_tokens"], 12);
   EXPECT_EQ(usage["usage"]["kv"]["policy"], "h2o");
+  EXPECT_EQ(usage["usage"]["kv"]["dtype"], "fp32");
   EXPECT_EQ(usage["usage"]["kv"]["budget_tokens"], 8);
   EXPECT_EQ(usage["usage"]["kv"]["tokens_kept"], 8);
+  // kv_dtype per request: int4 rows on packed pages of the same pool.
+  json int4 = request;
+  int4["kv_dtype"] = "int4";
+  int4["stream"] = false;
+  int4.erase("stream_options");
+  const HttpResponse r = Post(fast_->http_port(), "/v1/completions", int4);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  EXPECT_EQ(j["usage"]["kv"]["dtype"], "int4");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 12);
 }
 
 // An error object with `status` and `type` (and `param` when given).
@@ -245,6 +256,7 @@ TEST_F(OpenAiE2eTest, BadRequestsGetErrorObjectsAndTheServerStaysUp) {
     ExpectError(post({{"prompt", "x"}, {"kv_policy", "lru"}}), 400, "invalid_request_error");
     ExpectError(post({{"prompt", "x"}, {"kv_policy", "h2o:demote=fp8"}}), 400,
                 "invalid_request_error");
+    ExpectError(post({{"prompt", "x"}, {"kv_dtype", "fp8"}}), 400, "invalid_request_error");
     ExpectError(post({{"prompt", {1, 512}}}), 400, "invalid_request_error");  // outside vocab
     ExpectError(post({{"prompt", ""}}), 400, "invalid_request_error");
     ExpectError(post({{"prompt", "x"}, {"max_tokens", 100000}}), 400, "invalid_request_error");

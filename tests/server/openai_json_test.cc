@@ -301,6 +301,7 @@ TEST(OpenAiJsonTest, ResponseShapes) {
   last.usage.completion_tokens = 4;
   last.usage.policy = "h2o";
   last.usage.kv_budget_tokens = 32;
+  last.usage.kv_dtype = "int8";
   last.usage.kv_tokens_kept = 7;
   last.usage.kv_tokens_evicted = 0;
   last.usage.peak_pages = 1;
@@ -309,7 +310,8 @@ TEST(OpenAiJsonTest, ResponseShapes) {
       "id":"cmpl-1","object":"text_completion","created":1700000000,"model":"tiny",
       "choices":[{"index":0,"text":"abc","logprobs":null,"finish_reason":"stop"}],
       "usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,
-               "kv":{"policy":"h2o","budget_tokens":32,"tokens_kept":7,"tokens_evicted":0,
+               "kv":{"policy":"h2o","dtype":"int8","budget_tokens":32,"tokens_kept":7,
+                     "tokens_evicted":0,
                      "peak_pages":1}}})"));
   const ResponseMeta chat{ApiKind::kChat, "chatcmpl-2", 5, "tiny"};
   last.finish_reason = "length";

@@ -248,6 +248,22 @@ TEST_F(ServerE2eTest, UsageReportsTheResolvedPolicyAndBudget) {
   ASSERT_TRUE(fraction.status.ok()) << fraction.status.error_message();
   const int32_t length = fraction.last.usage().prompt_tokens() + 40;
   EXPECT_EQ(fraction.last.usage().kv_budget_tokens(), length / 2) << "length " << length;
+  EXPECT_EQ(fraction.last.usage().kv_dtype(), "fp32");  // the pool's
+  // A request's own K/V type (narrower than the pool's fp32 pages) and MiKV's demoted store.
+  req.mutable_kv()->set_dtype("int8");
+  req.mutable_kv()->set_policy("h2o:demote=int4");
+  Streamed int8 = Generate(fast_->stub(), req);
+  ASSERT_TRUE(int8.status.ok()) << int8.status.error_message();
+  EXPECT_EQ(int8.last.usage().kv_dtype(), "int8");
+  EXPECT_EQ(int8.last.usage().completion_tokens(), 40);
+  req.mutable_kv()->set_dtype("bf16");  // wider than nothing here, but not the pool's own
+  Streamed bf16 = Generate(fast_->stub(), req);
+  EXPECT_EQ(bf16.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  req.mutable_kv()->set_dtype("int3");
+  Streamed bad = Generate(fast_->stub(), req);
+  EXPECT_EQ(bad.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_NE(bad.status.error_message().find("auto, fp32, bf16, int8 or int4"), std::string::npos)
+      << bad.status.error_message();
 }
 
 TEST_F(ServerE2eTest, FullQueueIsResourceExhausted) {

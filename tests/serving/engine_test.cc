@@ -87,7 +87,7 @@ class EngineTest : public ::testing::Test {
   }
   // What `heavykv run` prints for the same greedy request (without its final newline).
   static std::string Alone(const std::string& prompt, int32_t max_new, const std::string& policy,
-                           int32_t budget) {
+                           int32_t budget, KvQuant quant = KvQuant::kNone) {
     Model m = *LoadModel(testing::ModelPath());
     Tokenizer tok = *Tokenizer::Load(testing::TokenizerPath(), 512);
     auto cache = *KvCache::Create(KvShapeFor(m.config, 16), 64 * kLayers);
@@ -99,6 +99,7 @@ class EngineTest : public ::testing::Test {
     opt.sampling.temperature = 0;
     opt.policy = policy == "full" ? nullptr : p.get();
     opt.budget = budget;
+    opt.kv_quant = quant;
     std::string text;
     int32_t n = 0;
     auto r = Generate(runner, ids, opt, [&](int32_t prev, int32_t t) {
@@ -225,6 +226,66 @@ TEST_F(EngineTest, QuantizedKvServesEveryPolicy) {
     // and one fp16 scale (a group of 8).
     EXPECT_EQ(st.bytes_per_token, std::string(dtype) == "int8" ? 20 * 26 : 20 * 20);
   }
+}
+
+// kv_dtype per request (issue 29): on one fp32 pool, requests asking for int8 and int4 rows run
+// on packed pages beside fp32 ones, each generating what it generates alone with that type;
+// usage names the type; pages all come back; a type that saves nothing is refused.
+TEST_F(EngineTest, RequestsChooseTheirOwnKvDtype) {
+  auto engine = Make(256, 64, 256, 128);
+  const std::vector<std::string> prompts = {"Once upon a time", "Lily had a red ball",
+                                            "The cat sat"};
+  struct Ask {
+    const char* dtype;
+    KvQuant quant;
+    const char* policy;
+  };
+  const Ask asks[] = {{"int8", KvQuant::kInt8, "full"},  {"int4", KvQuant::kInt4, "h2o"},
+                      {"auto", KvQuant::kNone, "h2o"},   {"int8", KvQuant::kInt8, "h2o:demote=int4"},
+                      {"int4", KvQuant::kInt4, "window"}, {"fp32", KvQuant::kNone, "sink"},
+                      {"int8", KvQuant::kInt8, "snapkv:window=8:kernel=3"}};
+  std::vector<std::unique_ptr<Collector>> cs;
+  std::vector<std::string> expect;
+  int i = 0;
+  for (const Ask& a : asks) {
+    const std::string& p = prompts[i % prompts.size()];
+    GenerationRequest r = Greedy(p, 60 + 5 * i);
+    r.kv_dtype = a.dtype;
+    r.policy = a.policy;
+    const bool full = std::string(a.policy) == "full";
+    if (!full) r.budget_tokens = 24;
+    cs.push_back(std::make_unique<Collector>());
+    ASSERT_TRUE(engine->Submit(r, cs.back()->Callback()).ok()) << a.dtype << " " << a.policy;
+    expect.push_back(Alone(p, 60 + 5 * i, a.policy, full ? kUnboundedBudget : 24, a.quant));
+    ++i;
+  }
+  for (size_t k = 0; k < cs.size(); ++k) {
+    cs[k]->Wait();
+    EXPECT_EQ(cs[k]->text, expect[k]) << "request " << k;
+    const std::string want = asks[k].quant == KvQuant::kInt8   ? "int8"
+                             : asks[k].quant == KvQuant::kInt4 ? "int4"
+                                                               : "fp32";
+    EXPECT_EQ(cs[k]->last.usage.kv_dtype, want) << "request " << k;
+  }
+  // The packed types are not fp32 under another name.
+  EXPECT_NE(expect[1], Alone(prompts[1], 65, "h2o", 24));
+  EXPECT_EQ(engine->Stats().pages_used, 0);
+  GenerationRequest bad = Greedy("x", 4);
+  bad.prompt.reset();
+  bad.prompt_token_ids = {1, 403, 407};
+  for (const char* dtype : {"fp16", "bf16"}) {  // unknown; not the pool's and not narrower
+    bad.kv_dtype = dtype;
+    Collector c;
+    EXPECT_EQ(engine->Submit(bad, c.Callback()).status().code(),
+              absl::StatusCode::kInvalidArgument) << dtype;
+  }
+  bad.kv_dtype = "int8";
+  bad.policy = "h2o:demote=int8";  // a store as wide as the rows
+  bad.budget_tokens = 2;
+  Collector c;
+  const auto refused = engine->Submit(bad, c.Callback());
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(refused.status().message().find("narrower"), std::string::npos) << refused.status();
 }
 
 TEST_F(EngineTest, ConcurrentStreamsEachEqualTheirSequentialRun) {

@@ -1,9 +1,11 @@
+// Packed pages (memory/kv_cache.h PackedBlockSize): pages of another row type in the same pool.
 // MiKV (a policy's demote=int8|int4): the tokens an importance policy evicts move to a demoted
-// store of quantized rows in the same pool. Driven as the model runner drives the cache, one
-// sequence at a time, checked after every step against a plain reference of what each
-// (layer, kv head) holds in its cache and in its store; the rows in the store must be exactly
-// the quantization of the evicted token's rows, its score the token's; pages must all come back,
-// and PeakPages must cover what the sequence held. Also the spec's checks.
+// store of quantized rows; a request's own kv_dtype (SequenceKv::quant): its cache rows are
+// int8 or int4 on packed pages. Driven as the model runner drives the cache, one sequence at a
+// time, checked after every step against a plain reference of what each (layer, kv head) holds
+// in its cache and in its store: positions and scores, and rows exactly the quantization of the
+// token's own (the store's requantized from what the cache held); pages must all come back, and
+// PeakPages must cover what the sequence held. Also the spec's checks.
 #include <algorithm>
 #include <cstdint>
 #include <memory>
@@ -89,6 +91,7 @@ struct Case {
   int32_t store_budget;  // 0: the budget
   bool chunked;
   int32_t head_dim = 16;
+  KvQuant seq = KvQuant::kNone;  // the sequence's own row type (a request's kv_dtype)
 };
 
 // The row a demoted store holds for x: quantized (in the rotated basis where it rotates) and
@@ -103,22 +106,34 @@ std::vector<float> Requantized(KvQuant q, std::vector<float> x) {
   return x;
 }
 
+// A token's K (is_k) or V row as the cache holds it: the sequence's own type, else the pool's.
+std::vector<float> CacheRow(const Case& c, bool is_k, int32_t layer, int32_t head, int32_t pos) {
+  std::vector<float> x(c.head_dim);
+  for (int32_t d = 0; d < c.head_dim; ++d) x[d] = RowValue(is_k, layer, head, pos, d);
+  const KvQuant q = c.seq != KvQuant::kNone ? c.seq : c.pool;
+  return q != KvQuant::kNone ? Requantized(q, x) : x;
+}
+
 void RunCase(const Case& c) {
   const KvShape shape = Shape(c.pool, c.head_dim);
-  const char* dname = c.demote == KvQuant::kInt8 ? "int8" : "int4";
-  std::string spec = std::string("h2o:demote=") + dname;
-  if (c.store_budget > 0) spec += ":demote_budget=" + std::to_string(c.store_budget);
+  std::string spec = "h2o";
+  if (c.demote != KvQuant::kNone) {
+    spec += c.demote == KvQuant::kInt8 ? ":demote=int8" : ":demote=int4";
+    if (c.store_budget > 0) spec += ":demote_budget=" + std::to_string(c.store_budget);
+  }
   absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy = MakePolicy(spec, 0.5);
   ASSERT_TRUE(policy.ok()) << policy.status();
   constexpr int32_t kLength = 80, kMaxChunk = 6;
-  const int32_t store_budget = c.store_budget > 0 ? c.store_budget : c.budget;
-  const int32_t bd = DemotedBlockSize(shape, c.demote);
-  ASSERT_GT(bd, shape.block_size);
+  const int32_t store_budget =
+      c.demote == KvQuant::kNone ? 0 : c.store_budget > 0 ? c.store_budget : c.budget;
+  const int32_t bd = c.demote != KvQuant::kNone ? PackedBlockSize(shape, c.demote) : 1;
+  ASSERT_GT(bd, c.demote != KvQuant::kNone ? shape.block_size : 0);
+  const int32_t bs = c.seq != KvQuant::kNone ? PackedBlockSize(shape, c.seq) : shape.block_size;
+  ASSERT_GT(bs, 0);
   // PeakPages (what admission counts) plus a chunk's pages per table for prefill's overshoot.
-  const int64_t peak = PeakPages(shape, policy->get(), c.budget, kLength);
+  const int64_t peak = PeakPages(shape, policy->get(), c.budget, kLength, c.seq);
   const int32_t num_pages = static_cast<int32_t>(
-      peak + shape.num_layers * ((kMaxChunk + shape.block_size - 1) / shape.block_size +
-                                 (kMaxChunk + bd - 1) / bd));
+      peak + shape.num_layers * ((kMaxChunk + bs - 1) / bs + (kMaxChunk + bd - 1) / bd));
   absl::StatusOr<std::unique_ptr<KvCache>> made = KvCache::Create(shape, num_pages);
   ASSERT_TRUE(made.ok()) << made.status();
   KvCache& cache = **made;
@@ -127,6 +142,7 @@ void RunCase(const Case& c) {
     SequenceKv kv;
     kv.policy = policy->get();
     kv.budget = c.budget;
+    kv.quant = c.seq;
     std::vector<RefHead> ref(shape.num_layers * shape.num_kv_heads);
     std::mt19937 rng(salt);
     int32_t next = 0, step = 0, most_demoted = 0;
@@ -175,7 +191,20 @@ void RunCase(const Case& c) {
           most_demoted = std::max(most_demoted, kv.DemotedSlots(l));
           std::vector<std::pair<int32_t, float>> got, want;
           PagedKvHead view = cache.View(kv, l, h, kv.Slots(l));
-          for (int32_t s = 0; s < kv.Slots(l); ++s) got.push_back({view.Pos(s), view.Score(s)});
+          ASSERT_EQ(view.block_size, bs);
+          for (int32_t s = 0; s < kv.Slots(l); ++s) {
+            got.push_back({view.Pos(s), view.Score(s)});
+            // Its rows: the token's own, in the cache's (or the sequence's own) type.
+            const std::vector<float> kc = CacheRow(c, true, l, h, view.Pos(s));
+            const std::vector<float> vc = CacheRow(c, false, l, h, view.Pos(s));
+            std::vector<float> krow(shape.head_dim), vrow(shape.head_dim);
+            view.LoadRow(true, s, krow.data());
+            view.LoadRow(false, s, vrow.data());
+            for (int32_t d2 = 0; d2 < shape.head_dim; ++d2) {
+              ASSERT_NEAR(krow[d2], kc[d2], 1e-5f * (1 + std::abs(kc[d2]))) << "slot " << s;
+              ASSERT_NEAR(vrow[d2], vc[d2], 1e-5f * (1 + std::abs(vc[d2]))) << "slot " << s;
+            }
+          }
           for (const Tok& t : r.cache) want.push_back({t.pos, t.score});
           std::sort(got.begin(), got.end());
           std::sort(want.begin(), want.end());
@@ -188,15 +217,9 @@ void RunCase(const Case& c) {
           for (int32_t s = 0; s < d.num_slots; ++s) {
             got.push_back({d.Pos(s), d.Score(s)});
             // Its rows: the token's own, quantized once from what the cache held.
-            for (int32_t d2 = 0; d2 < shape.head_dim; ++d2) {
-              k[d2] = RowValue(true, l, h, d.Pos(s), d2);
-              v[d2] = RowValue(false, l, h, d.Pos(s), d2);
-            }
-            if (c.pool != KvQuant::kNone) {  // the cache's own rounding first
-              k = Requantized(c.pool, k);
-              v = Requantized(c.pool, v);
-            }
-            const std::vector<float> kq = Requantized(c.demote, k), vq = Requantized(c.demote, v);
+            const std::vector<float> kq = Requantized(c.demote, CacheRow(c, true, l, h, d.Pos(s)));
+            const std::vector<float> vq =
+                Requantized(c.demote, CacheRow(c, false, l, h, d.Pos(s)));
             std::vector<float> krow(shape.head_dim), vrow(shape.head_dim);
             d.LoadRow(true, s, krow.data());
             d.LoadRow(false, s, vrow.data());
@@ -218,13 +241,14 @@ void RunCase(const Case& c) {
     if (!c.chunked) {
       EXPECT_LE(kv.peak_pages, peak);
     }
+    if (c.demote == KvQuant::kNone) EXPECT_TRUE(kv.demoted.empty());
     cache.Release(kv);
     EXPECT_EQ(cache.allocator().num_pages_used(), 0);
     EXPECT_TRUE(cache.allocator().CheckInvariants());
   }
 }
 
-TEST(DemoteTest, StoreHoldsTheEvictedTokensQuantizedAndRanked) {
+TEST(PackedPagesTest, StoreHoldsTheEvictedTokensQuantizedAndRanked) {
   for (KvQuant demote : {KvQuant::kInt8, KvQuant::kInt4}) {
     for (bool chunked : {false, true}) {
       for (int32_t budget : {10, 24}) {
@@ -241,19 +265,41 @@ TEST(DemoteTest, StoreHoldsTheEvictedTokensQuantizedAndRanked) {
   RunCase({KvQuant::kInt4, KvQuant::kInt8, 12, 0, true, 64});
 }
 
-TEST(DemoteTest, DemotedPagesHoldMoreTokensThanThePoolsOwn) {
-  KvShape s = Shape();  // fp32, head_dim 16, pages of 8
-  // A page of 8 x 2 heads x 128 B of K/V = 2048 B; an int4 slot takes 2 x (8 + 2) + 8 = 28 B.
-  EXPECT_EQ(DemotedBlockSize(s, KvQuant::kInt4), 36);
-  EXPECT_EQ(DemotedBlockSize(s, KvQuant::kInt8), 24);  // 2 x (16 + 1) + 8 = 42 B
-  s.quant = KvQuant::kInt8;
-  EXPECT_EQ(DemotedBlockSize(s, KvQuant::kInt8), 0);  // no gain over the pool's own rows
-  s.quant = KvQuant::kNone;
-  s.table_per_layer = false;  // the CUDA layout
-  EXPECT_EQ(DemotedBlockSize(s, KvQuant::kInt4), 0);
+// A request's own row type (SequenceKv::quant): int8 or int4 rows on packed pages of an fp32
+// pool (24 and 36 slots where its own pages have 8), alone and with a demoted store of int4.
+TEST(PackedPagesTest, ASequencesOwnRowTypeUsesPackedPages) {
+  for (KvQuant seq : {KvQuant::kInt8, KvQuant::kInt4}) {
+    for (bool chunked : {false, true}) {
+      SCOPED_TRACE(::testing::Message() << (seq == KvQuant::kInt8 ? "int8" : "int4")
+                                        << (chunked ? " chunked" : " decode"));
+      RunCase({KvQuant::kNone, KvQuant::kNone, 10, 0, chunked, 16, seq});
+      RunCase({KvQuant::kNone, KvQuant::kNone, 30, 0, chunked, 16, seq});
+    }
+  }
+  RunCase({KvQuant::kInt4, KvQuant::kNone, 10, 0, true, 64, KvQuant::kInt8});
+  // Capacity: an int4 sequence of 80 tokens holds ceil(80 / 36) pages a layer, not 80 / 8.
+  const KvShape shape = Shape();
+  EXPECT_EQ(PeakPages(shape, nullptr, kUnboundedBudget, 80, KvQuant::kInt4), 2 * 3);
+  EXPECT_EQ(PeakPages(shape, nullptr, kUnboundedBudget, 80), 2 * 10);
+  absl::StatusOr<std::unique_ptr<KvCache>> cache = KvCache::Create(Shape(KvQuant::kInt8), 16);
+  ASSERT_TRUE(cache.ok());
+  EXPECT_EQ((*cache)->CheckFormat(nullptr, KvQuant::kInt8).code(),
+            absl::StatusCode::kInvalidArgument);  // as wide as the pool's own rows
 }
 
-TEST(DemoteTest, APoolAsNarrowAsTheStoreIsRefusedWithTheReason) {
+TEST(PackedPagesTest, DemotedPagesHoldMoreTokensThanThePoolsOwn) {
+  KvShape s = Shape();  // fp32, head_dim 16, pages of 8
+  // A page of 8 x 2 heads x 128 B of K/V = 2048 B; an int4 slot takes 2 x (8 + 2) + 8 = 28 B.
+  EXPECT_EQ(PackedBlockSize(s, KvQuant::kInt4), 36);
+  EXPECT_EQ(PackedBlockSize(s, KvQuant::kInt8), 24);  // 2 x (16 + 1) + 8 = 42 B
+  s.quant = KvQuant::kInt8;
+  EXPECT_EQ(PackedBlockSize(s, KvQuant::kInt8), 0);  // no gain over the pool's own rows
+  s.quant = KvQuant::kNone;
+  s.table_per_layer = false;  // the CUDA layout
+  EXPECT_EQ(PackedBlockSize(s, KvQuant::kInt4), 0);
+}
+
+TEST(PackedPagesTest, APoolAsNarrowAsTheStoreIsRefusedWithTheReason) {
   absl::StatusOr<std::unique_ptr<KvCache>> cache = KvCache::Create(Shape(KvQuant::kInt4), 16);
   ASSERT_TRUE(cache.ok());
   absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy = MakePolicy("h2o:demote=int4");
@@ -261,15 +307,15 @@ TEST(DemoteTest, APoolAsNarrowAsTheStoreIsRefusedWithTheReason) {
   SequenceKv kv;
   kv.policy = policy->get();
   kv.budget = 8;
-  EXPECT_EQ((*cache)->CheckDemote(kv.policy).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE((*cache)->CheckDemote(MakePolicy("h2o")->get()).ok());
+  EXPECT_EQ((*cache)->CheckFormat(kv.policy).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE((*cache)->CheckFormat(MakePolicy("h2o")->get()).ok());
   const absl::Status s = (*cache)->Reserve(kv, 4);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_NE(s.message().find("int4"), std::string::npos) << s;
   EXPECT_EQ((*cache)->allocator().num_pages_used(), 0);
 }
 
-TEST(DemoteTest, SpecChecks) {
+TEST(PackedPagesTest, SpecChecks) {
   for (const char* ok : {"h2o:demote=int4", "h2o:demote=int8:demote_budget=64", "tova:demote=int4",
                          "scissorhands:demote=int8", "knorm:demote=int4", "snapkv:demote=int4"}) {
     absl::StatusOr<std::unique_ptr<EvictionPolicy>> p = MakePolicy(ok);
