@@ -626,8 +626,9 @@ void BM_EvictPageVsToken(benchmark::State& state, int32_t batch) {
 // a small model: sequences are admitted one after another and each fed its 1024 tokens in
 // chunks of 16, all staying resident, until the pool refuses the next chunk. The pool has the
 // bytes of 640 fp32 pages (of one layer, pos and score included): 640 pages of fp32 K/V, or as
-// many bf16, int8 or int4 pages as those bytes make (KvCache::PagesForBytes).
-void BM_Capacity(benchmark::State& state, std::string policy, BenchKv kv) {
+// many bf16, int8 or int4 pages as those bytes make (KvCache::PagesForBytes). `request`: every
+// sequence's own row type (a request's kv_dtype: packed pages of the pool, SequenceKv::quant).
+void BM_Capacity(benchmark::State& state, std::string policy, BenchKv kv, KvQuant request) {
   ModelConfig c;
   c.dim = 64;
   c.hidden_dim = 128;
@@ -661,6 +662,7 @@ void BM_Capacity(benchmark::State& state, std::string policy, BenchKv kv) {
       auto kv = std::make_unique<SequenceKv>();
       kv->policy = policy == "full" ? nullptr : pol.get();
       kv->budget = budget;
+      kv->quant = request;
       for (int32_t pos = 0; pos < kLen && !full_pool; pos += kChunk) {
         SequenceStep step{kv.get(), std::span<const int32_t>(tokens).subspan(pos, kChunk), pos,
                           false};
@@ -880,27 +882,45 @@ void Register() {  // NOLINT: one list, in report order
       ->Unit(benchmark::kMillisecond);
   for (const char* p : {"h2o:layers=pyramid", "h2o:layers=squeeze"}) {
     benchmark::RegisterBenchmark(absl::StrCat("capacity/len1024/", p).c_str(), BM_Capacity,
-                                 std::string(p), BenchKv::kFp32)
+                                 std::string(p), BenchKv::kFp32, KvQuant::kNone)
         ->Iterations(1)
         ->Unit(benchmark::kMillisecond);
   }
   for (const char* p : {"tova", "scissorhands", "knorm", "snapkv"}) {
     benchmark::RegisterBenchmark(absl::StrCat("capacity/len1024/", p).c_str(), BM_Capacity,
-                                 std::string(p), BenchKv::kFp32)
+                                 std::string(p), BenchKv::kFp32, KvQuant::kNone)
         ->Iterations(1)
         ->Unit(benchmark::kMillisecond);
   }
   benchmark::RegisterBenchmark("capacity/len1024/h2o:granularity=page", BM_Capacity,
-                               std::string("h2o:granularity=page"), BenchKv::kFp32)
+                               std::string("h2o:granularity=page"), BenchKv::kFp32,
+                               KvQuant::kNone)
       ->Iterations(1)
       ->Unit(benchmark::kMillisecond);
   for (BenchKv kv : {BenchKv::kFp32, BenchKv::kBf16, BenchKv::kInt8, BenchKv::kInt4}) {
     for (const char* p : {"full", "h2o"}) {
       benchmark::RegisterBenchmark(absl::StrCat("capacity/len1024/", p, KvSuffix(kv)).c_str(),
-                                   BM_Capacity, std::string(p), kv)
+                                   BM_Capacity, std::string(p), kv, KvQuant::kNone)
           ->Iterations(1)
           ->Unit(benchmark::kMillisecond);
     }
+  }
+  // Issue 29: MiKV's demoted store (its pages cost capacity), and requests asking for int8/int4
+  // rows on a bf16 pool (packed pages) beside the pools of those types above.
+  for (const char* p : {"h2o:demote=int4", "h2o:demote=int4:demote_budget=102"}) {
+    benchmark::RegisterBenchmark(absl::StrCat("capacity/len1024/", p, "/bf16kv").c_str(),
+                                 BM_Capacity, std::string(p), BenchKv::kBf16, KvQuant::kNone)
+        ->Iterations(1)
+        ->Unit(benchmark::kMillisecond);
+  }
+  for (KvQuant q : {KvQuant::kInt8, KvQuant::kInt4}) {
+    benchmark::RegisterBenchmark(
+        absl::StrCat("capacity/len1024/h2o/bf16kv/", q == KvQuant::kInt8 ? "int8" : "int4",
+                     "-per-request")
+            .c_str(),
+        BM_Capacity, std::string("h2o"), BenchKv::kBf16, q)
+        ->Iterations(1)
+        ->Unit(benchmark::kMillisecond);
   }
 }
 

@@ -30,8 +30,9 @@ double Quantile(std::vector<double> v, double q) {
 }
 
 // bf16: --weight-dtype bf16; kv_dtype: --kv-dtype, on a pool of the same bytes as kPoolPages
-// fp32 pages (pos and score included).
-void BM_Serve(benchmark::State& state, std::string policy, bool bf16, std::string kv_dtype) {
+// fp32 pages (pos and score included); request_dtype: every request's own kv_dtype.
+void BM_Serve(benchmark::State& state, std::string policy, bool bf16, std::string kv_dtype,
+              std::string request_dtype) {
   for (auto _ : state) {
     state.PauseTiming();
     absl::StatusOr<Model> model = LoadModel(  // the Engine owns its Model
@@ -67,6 +68,7 @@ void BM_Serve(benchmark::State& state, std::string policy, bool bf16, std::strin
       for (int j = 0; j < kPrompt - 1; ++j) r.prompt_token_ids.push_back(3 + (i * 131 + j * 7) % 31000);
       r.max_new_tokens = kNew;
       r.ignore_eos = true;  // random weights: every request generates all its tokens
+      if (!request_dtype.empty()) r.kv_dtype = request_dtype;
       r.temperature = 0.0f;
       if (policy != "full") {
         r.policy = policy;
@@ -110,7 +112,7 @@ void RegisterServe() {
     for (const char* p : {"full", "h2o"}) {
       benchmark::RegisterBenchmark(
           absl::StrCat("serve/64x512+512/", p, bf16 ? "/bf16" : "").c_str(), BM_Serve,
-          std::string(p), bf16, std::string(bf16 ? "bf16" : "fp32"))
+          std::string(p), bf16, std::string(bf16 ? "bf16" : "fp32"), std::string())
           ->Iterations(1)
           ->UseRealTime()
           ->Unit(benchmark::kSecond);
@@ -120,11 +122,24 @@ void RegisterServe() {
   // compare max_running (the concurrent sequences).
   for (const char* kv : {"int8", "int4"}) {
     benchmark::RegisterBenchmark(absl::StrCat("serve/64x512+512/h2o/bf16w/", kv, "kv").c_str(),
-                                 BM_Serve, std::string("h2o"), true, std::string(kv))
+                                 BM_Serve, std::string("h2o"), true, std::string(kv),
+                                 std::string())
         ->Iterations(1)
         ->UseRealTime()
         ->Unit(benchmark::kSecond);
   }
+  // MiKV's demoted store on the bf16 pool, and requests asking for int8 rows there.
+  benchmark::RegisterBenchmark("serve/64x512+512/h2o:demote=int4/bf16", BM_Serve,
+                               std::string("h2o:demote=int4"), true, std::string("bf16"),
+                               std::string())
+      ->Iterations(1)
+      ->UseRealTime()
+      ->Unit(benchmark::kSecond);
+  benchmark::RegisterBenchmark("serve/64x512+512/h2o/bf16/int8-per-request", BM_Serve,
+                               std::string("h2o"), true, std::string("bf16"), std::string("int8"))
+      ->Iterations(1)
+      ->UseRealTime()
+      ->Unit(benchmark::kSecond);
 }
 
 }  // namespace heavykv::bench
