@@ -32,10 +32,11 @@ using internal::PrefetchRows;
 inline float Elem(const float* row, int32_t d) { return row[d]; }
 inline float Elem(const uint16_t* row, int32_t d) { return Bf16ToFloat(row[d]); }
 
-// probs[g][0..n) = softmax of each of the group's rows of logits; for a part of a split context
-// left unnormalised, exp(l - max), with part_stats[2g], [2g + 1] = the max and the sum.
+// probs[g][0..n) = softmax of each of the group's rows of logits of query qi; for a part of a
+// split context left unnormalised, exp(l - max), with the max and the sum in part_stats.
 __attribute__((always_inline)) inline void SoftmaxRowsPortable(const AttentionArgs& a,
-                                                               float* probs, int32_t n) {
+                                                               int32_t qi, float* probs,
+                                                               int32_t n) {
   for (int32_t g = 0; g < a.group; ++g) {
     float* p = probs + int64_t(g) * n;
     float mx = p[0];
@@ -46,8 +47,9 @@ __attribute__((always_inline)) inline void SoftmaxRowsPortable(const AttentionAr
       sum += p[s];
     }
     if (a.part_stats != nullptr) {  // a part of a split context: left unnormalised
-      a.part_stats[2 * g] = mx;
-      a.part_stats[2 * g + 1] = sum;
+      float* stats = a.part_stats + (int64_t(qi) * a.group + g) * 2;
+      stats[0] = mx;
+      stats[1] = sum;
       continue;
     }
     const float inv = 1.0f / sum;
@@ -81,7 +83,7 @@ __attribute__((always_inline)) inline void AttendOneQueryBody(const AttentionArg
       }
     }
   }
-  SoftmaxRowsPortable(a, probs, n);
+  SoftmaxRowsPortable(a, qi, probs, n);
   // out_g = sum_s p_g[s] * v_s, again page by page; the same pass adds each slot's probability,
   // summed over the group, to its H2O score.
   float* out = a.out + qi * a.out_stride;
@@ -127,7 +129,7 @@ void AttendOneQueryQuant(const AttentionArgs& a, int32_t qi, float* probs) {
       probs[int64_t(g) * n + s] = dot * scale;
     }
   }
-  SoftmaxRowsPortable(a, probs, n);
+  SoftmaxRowsPortable(a, qi, probs, n);
   float* out = a.out + qi * a.out_stride;
   std::fill(out, out + int64_t(G) * hd, 0.0f);
   const bool add = internal::FusesScoreAdd(a, qi);
@@ -589,7 +591,8 @@ __attribute__((target("avx512f,f16c"))) void AttendTileAvx512(const AttentionArg
   }
   for (int32_t i = 0; i < nq; ++i) {
     for (int32_t g = 0; g < G; ++g) {
-      float* stats = a.part_stats != nullptr ? a.part_stats + 2 * g : nullptr;  // nq is 1 then
+      float* stats =
+          a.part_stats != nullptr ? a.part_stats + (int64_t(q0 + i) * G + g) * 2 : nullptr;
       SoftmaxRow(probs[i] + int64_t(g) * n[i], n[i], stats);
     }
   }
@@ -751,15 +754,22 @@ void AttendInStoredBasis(Isa isa, const AttentionArgs& args, float* scratch) {
     }
     return;
   }
+  // A query at a time, its probabilities where a tile's would be (the layout every path leaves:
+  // PagedAttentionWithDemoted reads it).
+  const int32_t tile = AttentionTileQueries(args.group);
+  int64_t offset = 0;
   for (int32_t qi = 0; qi < args.num_q; ++qi) {
+    if (qi % tile == 0) offset = 0;
+    float* probs = scratch + offset;
     if (args.kv.quantized()) {
-      AttendOneQueryQuant(args, qi, scratch);
+      AttendOneQueryQuant(args, qi, probs);
     } else if (args.kv.bf16()) {
-      AttendOneQueryBf16(args, qi, scratch);
+      AttendOneQueryBf16(args, qi, probs);
     } else {
-      AttendOneQuery(args, qi, scratch);
+      AttendOneQuery(args, qi, probs);
     }
-    UpdateChannel(args, qi, scratch);
+    UpdateChannel(args, qi, probs);
+    offset += int64_t(args.group) * (args.num_old + qi + 1);
   }
 }
 
@@ -777,50 +787,69 @@ void PagedAttentionWithDemoted(const AttentionArgs& args, const PagedKvHead& dem
     return;
   }
   const int32_t G = args.group, hd = args.kv.head_dim;
-  thread_local std::vector<float> dprobs, out, stats;
-  dprobs.resize(int64_t(G) * nd);
-  out.resize(2 * int64_t(G) * hd);
-  stats.resize(4 * int64_t(G));
-  for (int32_t qi = 0; qi < args.num_q; ++qi) {
-    // Part 0: the cache up to this query (causal); part 1: the demoted store (all older).
-    AttentionArgs m = args;
-    m.kv.num_slots = args.num_old + qi + 1;
-    m.num_old = m.kv.num_slots - 1;
-    m.num_q = 1;
-    m.q = args.q + qi * args.q_stride;
-    m.q_stride = 0;
+  const int32_t tile = AttentionTileQueries(G);
+  // Per tile of queries: the cache part (one walk for the tile, as PagedAttention's tiles) and
+  // the demoted part (every query of the tile sees the whole store: its nq x G rows attend as
+  // one group of one query), each unnormalised with its statistics, then combined per query.
+  thread_local std::vector<float> q, dprobs, out, stats;
+  q.resize(int64_t(tile) * G * hd);
+  dprobs.resize(int64_t(tile) * G * nd);
+  out.resize(2 * int64_t(tile) * G * hd);
+  stats.resize(4 * int64_t(tile) * G);
+  for (int32_t q0 = 0; q0 < args.num_q; q0 += tile) {
+    const int32_t nq = std::min(tile, args.num_q - q0);
+    AttentionArgs m = args;  // slots [0, num_old + q0 + i] for query i of the tile
+    m.kv.num_slots = args.num_old + q0 + nq;
+    m.num_old = args.num_old + q0;
+    m.num_q = nq;
+    m.q = args.q + q0 * args.q_stride;
     m.out = out.data();
-    m.out_stride = 0;
+    m.out_stride = int64_t(G) * hd;
     m.part_stats = stats.data();
     m.channel = ChannelSpec{};
+    for (int32_t i = 0; i < nq; ++i) {
+      std::memcpy(q.data() + int64_t(i) * G * hd, m.q + i * args.q_stride,
+                  sizeof(float) * G * hd);
+    }
     AttentionArgs d = m;
     d.kv = demoted;
     d.num_old = nd - 1;
-    d.out = out.data() + int64_t(G) * hd;
-    d.part_stats = stats.data() + 2 * G;
+    d.num_q = 1;
+    d.group = nq * G;
+    d.q = q.data();
+    d.q_stride = 0;
+    d.out = out.data() + int64_t(tile) * G * hd;
+    d.out_stride = 0;
+    d.part_stats = stats.data() + 2 * int64_t(tile) * G;
     PagedAttentionWith(isa, m, scratch);
     PagedAttentionWith(isa, d, dprobs.data());
-    const int32_t n = m.kv.num_slots;
-    for (int32_t g = 0; g < G; ++g) {  // as CombineAttentionParts, for two parts
-      const float m0 = stats[2 * g], m1 = stats[2 * G + 2 * g];
-      const float mx = std::max(m0, m1);
-      const float e0 = std::exp(m0 - mx), e1 = std::exp(m1 - mx);
-      const float z = e0 * stats[2 * g + 1] + e1 * stats[2 * G + 2 * g + 1];
-      const float w0 = e0 / z, w1 = e1 / z;
-      const float* o0 = out.data() + int64_t(g) * hd;
-      const float* o1 = out.data() + int64_t(G + g) * hd;
-      float* o = args.out + qi * args.out_stride + int64_t(g) * hd;
-      for (int32_t c = 0; c < hd; ++c) o[c] = w0 * o0[c] + w1 * o1[c];
-      for (int32_t s = 0; s < n; ++s) scratch[int64_t(g) * n + s] *= w0;
-      for (int32_t s = 0; s < nd; ++s) dprobs[int64_t(g) * nd + s] *= w1;
+    float* probs = scratch;  // query i's [G][n_i], one after another
+    for (int32_t i = 0; i < nq; ++i) {
+      const int32_t qi = q0 + i, n = args.num_old + qi + 1;
+      float* dp = dprobs.data() + int64_t(i) * G * nd;
+      for (int32_t g = 0; g < G; ++g) {  // as CombineAttentionParts, for two parts
+        const int64_t r = int64_t(i) * G + g;
+        const float m0 = stats[2 * r], m1 = stats[2 * (int64_t(tile) * G + r)];
+        const float mx = std::max(m0, m1);
+        const float e0 = std::exp(m0 - mx), e1 = std::exp(m1 - mx);
+        const float z = e0 * stats[2 * r + 1] + e1 * stats[2 * (int64_t(tile) * G + r) + 1];
+        const float w0 = e0 / z, w1 = e1 / z;
+        const float* o0 = out.data() + r * hd;
+        const float* o1 = out.data() + (int64_t(tile) * G + r) * hd;
+        float* o = args.out + qi * args.out_stride + int64_t(g) * hd;
+        for (int32_t c = 0; c < hd; ++c) o[c] = w0 * o0[c] + w1 * o1[c];
+        for (int32_t s = 0; s < n; ++s) probs[int64_t(g) * n + s] *= w0;
+        for (int32_t s = 0; s < nd; ++s) dp[int64_t(g) * nd + s] *= w1;
+      }
+      const SlotChannel kind = args.channel.kind;
+      const bool add = internal::FusesScoreAdd(args, qi);
+      if (add || kind == SlotChannel::kLast || kind == SlotChannel::kAboveMeanCount) {
+        const float mean = static_cast<float>(G) / static_cast<float>(n + nd);
+        FoldReceived(args.kv, n, G, probs, args.channel, add, mean);
+        FoldReceived(demoted, nd, G, dp, args.channel, add, mean);
+      }
+      probs += int64_t(G) * n;
     }
-    const SlotChannel kind = args.channel.kind;
-    if (kind == SlotChannel::kNone) continue;
-    const bool add = internal::FusesScoreAdd(args, qi);
-    if (!add && kind != SlotChannel::kLast && kind != SlotChannel::kAboveMeanCount) continue;
-    const float mean = static_cast<float>(G) / static_cast<float>(n + nd);
-    FoldReceived(args.kv, n, G, scratch, args.channel, add, mean);
-    FoldReceived(demoted, nd, G, dprobs.data(), args.channel, add, mean);
   }
 }
 

@@ -29,10 +29,10 @@ struct AttentionArgs {
   // (and kObservationWindow within its window) is fused into the p.v pass; the others are one
   // pass over the probabilities per query.
   ChannelSpec channel;
-  // One part of a split context (CombineAttentionParts), for a single query: when set, the
-  // softmax is left unnormalised, e_s = exp(l_s - m), in the scratch ([group][num_slots]); out
-  // gets sum_s e_s v_s per head; part_stats[2g] and [2g + 1] get head g's m and sum_s e_s. The
-  // channel must be kNone (the combine writes it).
+  // One part of a split context (CombineAttentionParts, PagedAttentionWithDemoted): when set,
+  // the softmax is left unnormalised, e_s = exp(l_s - m), in the scratch (as the probabilities
+  // are); out gets sum_s e_s v_s per (query, head); part_stats[(i * group + g) * 2] and [.. + 1]
+  // get query i, head g's m and sum_s e_s. The channel must be kNone (the combine writes it).
   float* part_stats = nullptr;
 };
 
@@ -68,16 +68,19 @@ void CombineAttentionParts(const AttentionArgs& a, const int32_t* bounds, int32_
 
 // MiKV: attention over a head's cache and its demoted store (`demoted`: quantized rows of the
 // tokens its policy evicted, all older than the step's queries, which every query sees) as one
-// softmax. Each query attends the two as the two parts of a split context (PartArgs' arithmetic:
-// unnormalised sums and statistics, combined as CombineAttentionParts does); what each slot
-// received goes into its own store's channel as args.channel says, with the mean over both
-// stores for kAboveMeanCount. A query at a time (no prefill tiles). With no demoted slots,
-// PagedAttention. scratch: AttentionScratchFloats(args.kv.num_slots, group, num_q) floats.
+// softmax. A tile of queries attends the two as the two parts of a split context (part_stats:
+// unnormalised sums and statistics, combined per query as CombineAttentionParts does): the
+// cache in one walk for the tile, the store as one group of the tile's query heads; what each
+// slot received goes into its own store's channel as args.channel says, with the mean over both
+// stores for kAboveMeanCount. With no demoted slots, PagedAttention. scratch: AttentionScratchFloats(args.kv.num_slots, group, num_q) floats.
 // Runs `isa`'s paths (the CPU must support it).
 void PagedAttentionWithDemoted(const AttentionArgs& args, const PagedKvHead& demoted,
                                float* scratch, Isa isa = BestIsa());
 
-// Runs attention for one (sequence, kv head). `scratch` has AttentionScratchFloats() floats.
+// Runs attention for one (sequence, kv head). `scratch` has AttentionScratchFloats() floats; on
+// return it holds the last tile's probabilities (queries [q0, num_q), q0 the last multiple of
+// AttentionTileQueries(group)): query q0 + i's [group][num_old + q0 + i + 1] one after another,
+// on every path.
 // Runs the path of BestIsa() that takes this head_dim: AVX-512 (head_dim a multiple of 16 up to
 // 128), AVX2 + FMA (paged_attention_avx2.cc; a multiple of 8), else the portable loops.
 void PagedAttention(const AttentionArgs& args, float* scratch);

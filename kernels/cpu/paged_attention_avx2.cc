@@ -352,7 +352,8 @@ __attribute__((target("avx2,fma,f16c"))) void AttendTile(const AttentionArgs& a,
   }
   for (int32_t i = 0; i < nq; ++i) {
     for (int32_t g = 0; g < G; ++g) {
-      float* stats = a.part_stats != nullptr ? a.part_stats + 2 * g : nullptr;  // nq is 1 then
+      float* stats =
+          a.part_stats != nullptr ? a.part_stats + (int64_t(q0 + i) * G + g) * 2 : nullptr;
       SoftmaxRow(probs[i] + int64_t(g) * n[i], n[i], stats);
     }
   }

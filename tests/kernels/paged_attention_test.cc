@@ -430,7 +430,7 @@ TEST(PagedAttentionSplitTest, CombinedPartsEqualTheWholeContext) {
 // holds; every query of a chunk sees the whole store; each store's channel gets what its slots
 // received (kAccumulated and kLast; kAboveMeanCount against the mean over both).
 TEST(PagedAttentionDemotedTest, EqualsOneSoftmaxOverBothStores) {
-  constexpr int32_t kHd = 32, kOld = 45, kQ = 3, kDemoted = 30, kDbs = 12;
+  constexpr int32_t kHd = 32, kOld = 45, kQ = 19, kDemoted = 30, kDbs = 12;
   for (KvQuant quant : {KvQuant::kInt8, KvQuant::kInt4}) {
     for (int32_t G : {1, 2}) {
       RandomHead head(kOld + kQ, 8, kHd, G, kQ, 7 * G + int(quant));
