@@ -33,6 +33,26 @@ std::vector<int32_t> ShuffledPageTable(int32_t num_pages, int32_t pool_pages, st
   return pages;
 }
 
+// A view of `slots` quantized rows on `pages` of `bs` rows, each page `stride` bytes from
+// `base` and starting [K data][V data][K scales][V scales]; pos and score are the caller's.
+PagedKvHead QuantHead(KvQuant quant, int32_t hd, int32_t bs, const int32_t* pages, int32_t slots,
+                      uint8_t* base, int64_t stride) {
+  PagedKvHead kv;
+  kv.pages = pages;
+  kv.num_slots = slots;
+  kv.block_size = bs;
+  kv.head_dim = hd;
+  kv.quant = quant;
+  kv.row_bytes = KvQuantDataBytes(quant, hd);
+  kv.scale_bytes = KvQuantScaleBytes(quant, hd);
+  kv.kq = base;
+  kv.vq = base + int64_t(bs) * kv.row_bytes;
+  kv.ksc = base + 2 * int64_t(bs) * kv.row_bytes;
+  kv.vsc = kv.ksc + int64_t(bs) * kv.scale_bytes;
+  kv.page_stride = stride;
+  return kv;
+}
+
 // Whether `isa`'s path takes q.k of int8 rows as integer dot products (AVX512-VNNI): the query
 // is then rounded to int8 (max|q| / 127 steps, in the basis the rows are stored in).
 bool RoundsQueryToInt8(Isa isa, const PagedKvHead& kv) {
@@ -183,19 +203,7 @@ TEST_P(PagedAttentionTest, QuantizedRowsMatchDirectAttentionOverTheirValues) {
     std::vector<int32_t> pos(pool_pages * bs, 0);
     std::vector<float> q(c.num_q * G * hd);
     for (float& v : q) v = normal(rng);
-    PagedKvHead kv;
-    kv.pages = pages.data();
-    kv.num_slots = slots;
-    kv.block_size = bs;
-    kv.head_dim = hd;
-    kv.quant = quant;
-    kv.row_bytes = rb;
-    kv.scale_bytes = sb;
-    kv.kq = pool.data();
-    kv.vq = pool.data() + int64_t(bs) * rb;
-    kv.ksc = pool.data() + 2 * int64_t(bs) * rb;
-    kv.vsc = kv.ksc + int64_t(bs) * sb;
-    kv.page_stride = page_stride;
+    PagedKvHead kv = QuantHead(quant, hd, bs, pages.data(), slots, pool.data(), page_stride);
     kv.pos = pos.data();
     kv.meta_page_stride = bs;
     std::vector<float> krow(hd), vrow(hd);
@@ -443,19 +451,7 @@ TEST(PagedAttentionDemotedTest, EqualsOneSoftmaxOverBothStores) {
       const int64_t stride = int64_t(kDbs) * (2 * (rb + sb) + 8);
       std::vector<uint8_t> pool(pool_pages * stride + 64, 0xEE);
       uint8_t* base = pool.data() + (64 - reinterpret_cast<uintptr_t>(pool.data()) % 64) % 64;
-      PagedKvHead d;
-      d.pages = pages.data();
-      d.num_slots = kDemoted;
-      d.block_size = kDbs;
-      d.head_dim = kHd;
-      d.quant = quant;
-      d.row_bytes = rb;
-      d.scale_bytes = sb;
-      d.kq = base;
-      d.vq = base + kDbs * rb;
-      d.ksc = base + 2 * kDbs * rb;
-      d.vsc = d.ksc + kDbs * sb;
-      d.page_stride = stride;
+      PagedKvHead d = QuantHead(quant, kHd, kDbs, pages.data(), kDemoted, base, stride);
       d.pos = reinterpret_cast<int32_t*>(d.vsc + kDbs * sb);
       d.score = reinterpret_cast<float*>(d.pos + kDbs);
       d.meta_page_stride = stride / 4;

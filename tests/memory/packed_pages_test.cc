@@ -8,6 +8,7 @@
 // PeakPages must cover what the sequence held. Also the spec's checks.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <random>
 #include <string>
@@ -114,6 +115,28 @@ std::vector<float> CacheRow(const Case& c, bool is_k, int32_t layer, int32_t hea
   return q != KvQuant::kNone ? Requantized(q, x) : x;
 }
 
+// `view` holds exactly the tokens `want` (positions and scores), each with the rows row(is_k,
+// pos) (to float rounding).
+void ExpectHolds(const PagedKvHead& view, const std::vector<Tok>& want_toks,
+                 const std::function<std::vector<float>(bool, int32_t)>& row) {
+  std::vector<std::pair<int32_t, float>> got, want;
+  std::vector<float> k(view.head_dim), v(view.head_dim);
+  for (int32_t s = 0; s < view.num_slots; ++s) {
+    got.push_back({view.Pos(s), view.Score(s)});
+    const std::vector<float> kw = row(true, view.Pos(s)), vw = row(false, view.Pos(s));
+    view.LoadRow(true, s, k.data());
+    view.LoadRow(false, s, v.data());
+    for (int32_t d = 0; d < view.head_dim; ++d) {
+      ASSERT_NEAR(k[d], kw[d], 1e-5f * (1 + std::abs(kw[d]))) << "slot " << s;
+      ASSERT_NEAR(v[d], vw[d], 1e-5f * (1 + std::abs(vw[d]))) << "slot " << s;
+    }
+  }
+  for (const Tok& t : want_toks) want.push_back({t.pos, t.score});
+  std::sort(got.begin(), got.end());
+  std::sort(want.begin(), want.end());
+  ASSERT_EQ(got, want);
+}
+
 void RunCase(const Case& c) {
   const KvShape shape = Shape(c.pool, c.head_dim);
   std::string spec = "h2o";
@@ -189,49 +212,19 @@ void RunCase(const Case& c) {
           ASSERT_EQ(kv.Slots(l), int32_t(r.cache.size()));
           ASSERT_EQ(kv.DemotedSlots(l), int32_t(r.store.size()));
           most_demoted = std::max(most_demoted, kv.DemotedSlots(l));
-          std::vector<std::pair<int32_t, float>> got, want;
           PagedKvHead view = cache.View(kv, l, h, kv.Slots(l));
           ASSERT_EQ(view.block_size, bs);
-          for (int32_t s = 0; s < kv.Slots(l); ++s) {
-            got.push_back({view.Pos(s), view.Score(s)});
-            // Its rows: the token's own, in the cache's (or the sequence's own) type.
-            const std::vector<float> kc = CacheRow(c, true, l, h, view.Pos(s));
-            const std::vector<float> vc = CacheRow(c, false, l, h, view.Pos(s));
-            std::vector<float> krow(shape.head_dim), vrow(shape.head_dim);
-            view.LoadRow(true, s, krow.data());
-            view.LoadRow(false, s, vrow.data());
-            for (int32_t d2 = 0; d2 < shape.head_dim; ++d2) {
-              ASSERT_NEAR(krow[d2], kc[d2], 1e-5f * (1 + std::abs(kc[d2]))) << "slot " << s;
-              ASSERT_NEAR(vrow[d2], vc[d2], 1e-5f * (1 + std::abs(vc[d2]))) << "slot " << s;
-            }
-          }
-          for (const Tok& t : r.cache) want.push_back({t.pos, t.score});
-          std::sort(got.begin(), got.end());
-          std::sort(want.begin(), want.end());
-          ASSERT_EQ(got, want) << "cache";
-          got.clear();
-          want.clear();
+          // The cache's rows: the token's own, in the cache's (or the sequence's own) type.
+          ExpectHolds(view, r.cache, [&](bool is_k, int32_t pos) {
+            return CacheRow(c, is_k, l, h, pos);
+          });
           if (kv.DemotedSlots(l) == 0) continue;
           PagedKvHead d = cache.DemotedView(kv, l, h);
           ASSERT_EQ(d.block_size, bd);
-          for (int32_t s = 0; s < d.num_slots; ++s) {
-            got.push_back({d.Pos(s), d.Score(s)});
-            // Its rows: the token's own, quantized once from what the cache held.
-            const std::vector<float> kq = Requantized(c.demote, CacheRow(c, true, l, h, d.Pos(s)));
-            const std::vector<float> vq =
-                Requantized(c.demote, CacheRow(c, false, l, h, d.Pos(s)));
-            std::vector<float> krow(shape.head_dim), vrow(shape.head_dim);
-            d.LoadRow(true, s, krow.data());
-            d.LoadRow(false, s, vrow.data());
-            for (int32_t d2 = 0; d2 < shape.head_dim; ++d2) {
-              ASSERT_NEAR(krow[d2], kq[d2], 1e-5f * (1 + std::abs(kq[d2]))) << "slot " << s;
-              ASSERT_NEAR(vrow[d2], vq[d2], 1e-5f * (1 + std::abs(vq[d2]))) << "slot " << s;
-            }
-          }
-          for (const Tok& t : r.store) want.push_back({t.pos, t.score});
-          std::sort(got.begin(), got.end());
-          std::sort(want.begin(), want.end());
-          ASSERT_EQ(got, want) << "store";
+          // The store's: the token's own, quantized once from what the cache held.
+          ExpectHolds(d, r.store, [&](bool is_k, int32_t pos) {
+            return Requantized(c.demote, CacheRow(c, is_k, l, h, pos));
+          });
         }
       }
       ASSERT_LE(kv.NumPages(), num_pages);
@@ -241,7 +234,9 @@ void RunCase(const Case& c) {
     if (!c.chunked) {
       EXPECT_LE(kv.peak_pages, peak);
     }
-    if (c.demote == KvQuant::kNone) EXPECT_TRUE(kv.demoted.empty());
+    if (c.demote == KvQuant::kNone) {
+      EXPECT_TRUE(kv.demoted.empty());
+    }
     cache.Release(kv);
     EXPECT_EQ(cache.allocator().num_pages_used(), 0);
     EXPECT_TRUE(cache.allocator().CheckInvariants());
