@@ -1,6 +1,7 @@
 #include "engine/serving/capacity_plan.h"
 
 #include <algorithm>
+#include <string>
 
 #include "absl/strings/str_cat.h"
 
@@ -12,15 +13,21 @@ int64_t CeilDiv(int64_t a, int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
 int32_t PagesPerSequence(const KvShape& shape, int32_t max_len, int32_t tokens_kept,
-                         EvictGranularity granularity, LayerBudgets layers) {
+                         EvictGranularity granularity, LayerBudgets layers, KvQuant demote,
+                         KvQuant request_quant) {
   // Scheduler::WorstCasePages: a bounded sequence's layer holds its budget + 1 slots while a
   // decode token is in flight, before it evicts back to the budget (budget + block_size at page
   // granularity: PeakDecodeSlots), never more than the sequence's length; PeakPages sums that
-  // over the tables. The policy matters only through its granularity and layer budgets.
+  // over the tables. The policy matters only through its granularity, layer budgets and demoted
+  // store (h2o stands for every importance policy: their pages are the same).
+  const std::string spec = demote == KvQuant::kNone ? "window"
+                           : demote == KvQuant::kInt8 ? "h2o:demote=int8"
+                                                      : "h2o:demote=int4";
   absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy =
-      MakePolicy("window", 0.5, granularity, layers);
+      MakePolicy(spec, 0.5, granularity, layers);
+  if (!policy.ok()) return INT32_MAX;  // PlanCapacity refuses such input first
   const int64_t pages = PeakPages(shape, tokens_kept < max_len ? policy->get() : nullptr,
-                                  tokens_kept, max_len);
+                                  tokens_kept, max_len, request_quant);
   return static_cast<int32_t>(std::min<int64_t>(pages, INT32_MAX));
 }
 
@@ -42,6 +49,28 @@ absl::StatusOr<CapacityPlan> PlanCapacity(const CapacityPlanInput& in,
                          {"max running", in.max_running}}) {
     if (v <= 0) return absl::InvalidArgumentError(absl::StrCat(name, " must be positive"));
   }
+  if (in.demote != KvQuant::kNone) {
+    absl::StatusOr<std::unique_ptr<EvictionPolicy>> p =
+        MakePolicy(in.demote == KvQuant::kInt8 ? "h2o:demote=int8" : "h2o:demote=int4", 0.5,
+                   in.granularity, in.layers);
+    if (!p.ok()) return p.status();
+  }
+  auto name = [](KvQuant q) { return q == KvQuant::kInt8 ? "int8" : "int4"; };
+  const int32_t rows = in.request_quant != KvQuant::kNone ? PackedBlockSize(s, in.request_quant)
+                                                          : s.block_size;
+  if (rows == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("requests' kv_dtype ", name(in.request_quant),
+                     " stores no more tokens per page than the pool's ", KvElementName(s),
+                     " pages (or the pool has no table per layer)"));
+  }
+  if (in.demote != KvQuant::kNone && PackedBlockSize(s, in.demote) <= rows) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("demote ", name(in.demote), " stores no more tokens per page than the ",
+                     in.request_quant != KvQuant::kNone ? name(in.request_quant)
+                                                        : KvElementName(s),
+                     " pages of the sequences"));
+  }
   CapacityPlan plan;
   plan.page_bytes = s.PageBytes();
   plan.bytes_per_token = KvBytesPerPoolToken(s);
@@ -54,8 +83,8 @@ absl::StatusOr<CapacityPlan> PlanCapacity(const CapacityPlanInput& in,
     row.budget = b;
     row.tokens_kept = std::min(b.Resolve(in.max_len), in.max_len);
     row.bounded = row.tokens_kept < in.max_len;
-    row.pages_per_sequence =
-        PagesPerSequence(s, in.max_len, row.tokens_kept, in.granularity, in.layers);
+    row.pages_per_sequence = PagesPerSequence(s, in.max_len, row.tokens_kept, in.granularity,
+                                              in.layers, in.demote, in.request_quant);
     // The reserve is held back only while bounded sequences run (Scheduler::Fits).
     row.reserve_pages = row.bounded ? PrefillReservePages(s, in.max_step_tokens) : 0;
     row.sequences = std::max<int64_t>(0, in.num_pages - row.reserve_pages) / row.pages_per_sequence;

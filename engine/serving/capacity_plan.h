@@ -41,6 +41,11 @@ struct CapacityPlanInput {
   int32_t max_running = 64;       // SchedulerConfig::max_running
   EvictGranularity granularity = EvictGranularity::kToken;  // serve's --evict-granularity
   LayerBudgets layers = LayerBudgets::kUniform;              // serve's --layer-budgets
+  // Issue 29: the bounded rows' policy keeps its evicted tokens in a demoted store of this type
+  // (a policy's demote=, its default budget: as many as it keeps), and every sequence's own row
+  // type (a request's kv_dtype; packed pages). kNone: neither.
+  KvQuant demote = KvQuant::kNone;
+  KvQuant request_quant = KvQuant::kNone;
 };
 
 struct CapacityRow {
@@ -61,14 +66,18 @@ struct CapacityPlan {
   std::vector<CapacityRow> rows;  // the full cache first, then one per budget, in order
 };
 
-// Pages of one sequence of `max_len` tokens whose heads keep `tokens_kept` (>= max_len: full).
+// Pages of one sequence of `max_len` tokens whose heads keep `tokens_kept` (>= max_len: full),
+// with a demoted store of `demote` and rows of `request_quant` (CapacityPlanInput).
 int32_t PagesPerSequence(const KvShape& shape, int32_t max_len, int32_t tokens_kept,
                          EvictGranularity granularity = EvictGranularity::kToken,
-                         LayerBudgets layers = LayerBudgets::kUniform);
+                         LayerBudgets layers = LayerBudgets::kUniform,
+                         KvQuant demote = KvQuant::kNone,
+                         KvQuant request_quant = KvQuant::kNone);
 // The scheduler's prefill reserve for bounded sequences.
 int32_t PrefillReservePages(const KvShape& shape, int32_t max_step_tokens);
 
-// INVALID_ARGUMENT for a shape, pool, length or limit that is not positive.
+// INVALID_ARGUMENT for a shape, pool, length or limit that is not positive, or a demote or
+// request type the pool's pages cannot hold more compactly (KvCache::CheckFormat's rule).
 absl::StatusOr<CapacityPlan> PlanCapacity(const CapacityPlanInput& in,
                                           const std::vector<KvBudget>& budgets);
 

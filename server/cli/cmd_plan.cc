@@ -34,6 +34,7 @@ std::string BudgetText(const CapacityRow& row, size_t index) {
 
 int PlanCommand(int argc, char** argv) {
   std::string model_path, shape_name, budgets = "0.1,0.2,0.5", device_name = "cpu";
+  std::string demote, request_dtype;
   DtypeFlags dtypes;
   int64_t layers = 0, kv_heads = 0, head_dim = 0, seq_len = 0, block_size = 16;
   int64_t kv_pages = 0, kv_pool_mb = 0, max_len = 0, max_step_tokens = 512, max_running = 64;
@@ -62,6 +63,12 @@ int PlanCommand(int argc, char** argv) {
   flags.Int("max-step-tokens", &max_step_tokens, "as serve's --max-step-tokens");
   flags.Int("max-running", &max_running, "as serve's --max-running");
   policy_defaults.Register(flags);
+  flags.String("demote", &demote,
+               "int8 or int4: the bounded rows' policy keeps its evicted tokens in a demoted store "
+               "of that type (demote=, MiKV; its default budget); empty: dropped");
+  flags.String("request-kv-dtype", &request_dtype,
+               "int8 or int4: every request asks for its own K/V type (kv_dtype, packed pages of "
+               "the pool); empty: the pool's");
   flags.Bool("json", &json, "print one JSON object instead of the table");
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
   if (!flags.positional().empty()) {
@@ -124,6 +131,15 @@ int PlanCommand(int argc, char** argv) {
   if (absl::Status s = policy_defaults.Resolve(); !s.ok()) return Fail(s);
   in.granularity = policy_defaults.granularity;
   in.layers = policy_defaults.layers;
+  for (auto [flag, text, dst] : {std::tuple{"demote", &demote, &in.demote},
+                                 {"request-kv-dtype", &request_dtype, &in.request_quant}}) {
+    if (text->empty()) continue;
+    if (*text != "int8" && *text != "int4") {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--", flag, " must be int8 or int4, got \"", *text, "\"")));
+    }
+    *dst = *text == "int8" ? KvQuant::kInt8 : KvQuant::kInt4;
+  }
   // serve's default pool: --max-running contexts of the model's full length.
   const int64_t default_pages =
       max_running * in.shape.NumTables() * ((seq_len_v + block_size - 1) / block_size);
@@ -163,6 +179,8 @@ int PlanCommand(int argc, char** argv) {
                    {"kv_heads", kv_heads_v},
                    {"head_dim", head_dim_v},
                    {"kv_dtype", KvElementName(in.shape)},
+                   {"demote", demote},
+                   {"request_kv_dtype", request_dtype},
                    {"slot_kv_bytes", in.shape.SlotKvBytes()},
                    {"block_size", in.shape.block_size},
                    {"max_len", in.max_len},
@@ -186,6 +204,15 @@ int PlanCommand(int argc, char** argv) {
   std::printf("page of %d tokens of %s %lld bytes; pool %d pages = %.1f MiB\n",
               in.shape.block_size, in.shape.table_per_layer ? "one layer" : "every layer",
               static_cast<long long>(plan->page_bytes), plan->num_pages, pool_mib);
+  if (in.request_quant != KvQuant::kNone) {
+    std::printf("requests ask for %s rows: packed pages of %d tokens (--request-kv-dtype)\n",
+                request_dtype.c_str(), PackedBlockSize(in.shape, in.request_quant));
+  }
+  if (in.demote != KvQuant::kNone) {
+    std::printf("bounded rows keep their evicted tokens as %s, as many as they keep (--demote): "
+                "packed pages of %d tokens\n",
+                demote.c_str(), PackedBlockSize(in.shape, in.demote));
+  }
   std::printf("bounded sequences share a prefill reserve of %d pages (--max-step-tokens %d)\n\n",
               reserve, in.max_step_tokens);
   const std::string mib_header = absl::StrCat("MiB for ", in.max_running);

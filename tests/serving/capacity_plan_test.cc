@@ -331,5 +331,45 @@ TEST(PlanCommandTest, QuantizedKvCountsItsRealBytes) {
   EXPECT_EQ(code, 2);
 }
 
+// Issue 29: requests asking for int8/int4 rows on a bf16 pool (packed pages: 28 and 48 tokens a
+// page of 16), and a demoted store (h2o's evicted tokens as int4, as many as it keeps), counted
+// as the scheduler counts them (PeakPages).
+TEST(PlanCommandTest, RequestTypesAndDemotedStoresCountTheirPages) {
+  auto plan = [](const std::string& flags) {
+    int code = 0;
+    const std::string out = Heavykv(
+        "plan --shape stories110M --kv-dtype bf16 --kv-pool-mb 4096 --kv-budget 0.2 --json " +
+            flags,
+        &code);
+    EXPECT_EQ(code, 0) << out;
+    return nlohmann::json::parse(out);
+  };
+  const nlohmann::json bf16 = plan(""), int8 = plan("--request-kv-dtype int8"),
+                       int4 = plan("--request-kv-dtype int4"), demote = plan("--demote int4");
+  // 12 tables x ceil(1024 / 16) = 768 pages for a full bf16 sequence; ceil(1024 / 28) = 37 and
+  // ceil(1024 / 48) = 22 per table packed.
+  EXPECT_EQ(bf16["rows"][0]["pages_per_sequence"], 12 * 64);
+  EXPECT_EQ(int8["rows"][0]["pages_per_sequence"], 12 * 37);
+  EXPECT_EQ(int4["rows"][0]["pages_per_sequence"], 12 * 22);
+  EXPECT_EQ(int8["request_kv_dtype"], "int8");
+  // h2o 20% keeps 204: 13 pages a table (205 slots); its store of 204 int4 tokens 5 more.
+  EXPECT_EQ(bf16["rows"][1]["pages_per_sequence"], 12 * 13);
+  EXPECT_EQ(demote["rows"][1]["pages_per_sequence"], 12 * (13 + 5));
+  EXPECT_EQ(demote["rows"][0]["pages_per_sequence"], 12 * 64);  // full: nothing demoted
+  EXPECT_GE(int8["rows"][1]["sequences"].get<double>(),
+            1.6 * bf16["rows"][1]["sequences"].get<double>());
+  int code = 0;
+  std::string out = Heavykv("plan --shape stories110M --kv-dtype int8 --request-kv-dtype int8",
+                            &code, true);
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("no more tokens per page"), std::string::npos) << out;
+  out = Heavykv("plan --shape stories110M --demote int2", &code, true);
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("int8 or int4"), std::string::npos) << out;
+  out = Heavykv("plan --shape stories110M --demote int4 --evict-granularity page", &code, true);
+  EXPECT_EQ(code, 2);
+  EXPECT_NE(out.find("demote"), std::string::npos) << out;
+}
+
 }  // namespace
 }  // namespace heavykv
