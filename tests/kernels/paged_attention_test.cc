@@ -438,7 +438,10 @@ TEST(PagedAttentionSplitTest, CombinedPartsEqualTheWholeContext) {
 // holds; every query of a chunk sees the whole store; each store's channel gets what its slots
 // received (kAccumulated and kLast; kAboveMeanCount against the mean over both).
 TEST(PagedAttentionDemotedTest, EqualsOneSoftmaxOverBothStores) {
-  constexpr int32_t kHd = 32, kOld = 45, kQ = 19, kDemoted = 30, kDbs = 12;
+  constexpr int32_t kHd = 32, kOld = 45, kQ = 19, kDemoted = 70;
+  // Pages of 12 (a 16-slot block spans two) and of 48 (more than the 32 rows a V page is
+  // widened at): what packed pages hold.
+  for (int32_t kDbs : {12, 48}) {
   for (KvQuant quant : {KvQuant::kInt8, KvQuant::kInt4}) {
     for (int32_t G : {1, 2}) {
       RandomHead head(kOld + kQ, 8, kHd, G, kQ, 7 * G + int(quant));
@@ -468,6 +471,7 @@ TEST(PagedAttentionDemotedTest, EqualsOneSoftmaxOverBothStores) {
                              ChannelSpec{SlotChannel::kAboveMeanCount, 0.5f}}) {
         for (Isa isa : heavykv::testing::IsasToTest()) {
           SCOPED_TRACE(::testing::Message()
+                       << "pages of " << kDbs << ", "
                        << (quant == KvQuant::kInt8 ? "int8" : "int4") << ", group " << G
                        << ", channel " << int(ch.kind) << ", " << IsaName(isa));
           AttentionArgs a = head.Args(false);
@@ -529,6 +533,7 @@ TEST(PagedAttentionDemotedTest, EqualsOneSoftmaxOverBothStores) {
     }
   }
 }
+}
 
 TEST(PagedAttentionTileTest, ScratchHoldsOneTile) {
   EXPECT_EQ(AttentionTileQueries(1), 16);
@@ -551,7 +556,9 @@ INSTANTIATE_TEST_SUITE_P(
                     Case{64, 2, 16, 0, 33},    // a prefill chunk from an empty cache
                     Case{48, 1, 16, 30, 1},    // stories15M's head: AVX2, not AVX-512
                     Case{256, 2, 16, 20, 2},   // over 64 columns: the AVX2 p.v in two blocks
-                    Case{24, 1, 2, 9, 3}));    // 3 vectors (odd/even accumulators), pages of 2
+                    Case{24, 1, 2, 9, 3},      // 3 vectors (odd/even accumulators), pages of 2
+                    Case{64, 4, 28, 100, 3},   // packed int8 pages of a bf16 pool (28 slots)
+                    Case{64, 1, 48, 120, 1}));  // packed int4 pages (48: V not widened)
 
 }  // namespace
 }  // namespace heavykv::cpu
