@@ -532,7 +532,7 @@ TEST(PagedAttentionDemotedTest, EqualsOneSoftmaxOverBothStores) {
       }
     }
   }
-}
+  }
 }
 
 TEST(PagedAttentionTileTest, ScratchHoldsOneTile) {
