@@ -600,6 +600,15 @@ void EngineImpl::PublishStats() {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.pages_total = cache_->allocator().num_pages_total();
   stats_.pages_used = cache_->allocator().num_pages_used();
+  // Of those, the packed ones (issue 29): demoted stores, and requests' own K/V types.
+  stats_.pages_demoted = stats_.pages_packed = 0;
+  for (const auto& [id, r] : live_) {
+    const SequenceKv& kv = r->seq.kv;
+    for (const KvTable& t : kv.demoted) stats_.pages_demoted += int32_t(t.pages.size());
+    if (kv.quant != KvQuant::kNone) {
+      for (const KvTable& t : kv.tables) stats_.pages_packed += int32_t(t.pages.size());
+    }
+  }
   stats_.sequences_running = scheduler_.num_running();
   stats_.tokens_evicted = tokens_evicted_;
   stats_.preemptions = preemptions_;

@@ -171,6 +171,10 @@ struct CacheStats {
   int64_t preemptions = 0;
   std::string kv_dtype;         // KvElementName of the pool: fp32, bf16, int8 or int4
   int64_t bytes_per_token = 0;  // KvBytesPerPoolToken of the pool's shape
+  // Of pages_used, the packed pages (docs/ARCHITECTURE.md "Packed pages") of demoted stores
+  // (policies with demote=) and of requests with their own kv_dtype.
+  int32_t pages_demoted = 0;
+  int32_t pages_packed = 0;
 };
 
 struct ModelInfo {

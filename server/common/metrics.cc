@@ -35,6 +35,10 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   kv_bytes_per_token_ = Gauge(r, "kv_bytes_per_token",
                               "Pool bytes one token takes in every layer and kv head: K/V in the "
                               "pool's --kv-dtype (with the scales of int8/int4), pos and score");
+  kv_pages_demoted_ = Gauge(r, "kv_pages_demoted",
+                            "KV pages of demoted stores (MiKV, policies with demote=)");
+  kv_pages_packed_ = Gauge(r, "kv_pages_packed",
+                           "KV pages of requests with their own kv_dtype (int8/int4 packed)");
   requests_running_ = Gauge(r, "requests_running", "Sequences in the running batch");
   requests_waiting_ = Gauge(r, "requests_waiting", "Requests queued or preempted");
   preemptions_total_ =
@@ -107,6 +111,8 @@ std::vector<prometheus::MetricFamily> Metrics::Collect() const {
     kv_pages_total_->Set(s.pages_total);
     kv_pages_used_->Set(s.pages_used);
     kv_bytes_per_token_->Set(double(s.bytes_per_token));
+    kv_pages_demoted_->Set(s.pages_demoted);
+    kv_pages_packed_->Set(s.pages_packed);
     kv_cache_usage_ratio_->Set(s.pages_total > 0 ? double(s.pages_used) / s.pages_total : 0);
     requests_running_->Set(s.sequences_running);
     requests_waiting_->Set(s.sequences_waiting);

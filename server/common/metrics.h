@@ -62,6 +62,8 @@ class Metrics final : public EngineObserver, public prometheus::Collectable {
   prometheus::Gauge* kv_pages_total_;
   prometheus::Gauge* kv_pages_used_;
   prometheus::Gauge* kv_bytes_per_token_;
+  prometheus::Gauge* kv_pages_demoted_;
+  prometheus::Gauge* kv_pages_packed_;
   prometheus::Gauge* requests_running_;
   prometheus::Gauge* requests_waiting_;
   prometheus::Counter* preemptions_total_;

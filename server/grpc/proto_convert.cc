@@ -136,6 +136,8 @@ void ToProto(const CacheStats& s, v1::CacheStats* out) {
   out->set_preemptions(s.preemptions);
   out->set_kv_dtype(s.kv_dtype);
   out->set_bytes_per_token(s.bytes_per_token);
+  out->set_pages_demoted(s.pages_demoted);
+  out->set_pages_packed(s.pages_packed);
 }
 
 }  // namespace heavykv::server

@@ -310,6 +310,11 @@ TEST_F(ServerE2eTest, MetricsAgreeWithCacheStats) {
   EXPECT_EQ(metrics["heavykv_kv_pages_total"], stats.pages_total());
   EXPECT_EQ(metrics["heavykv_kv_pages_used"], stats.pages_used());
   EXPECT_EQ(metrics["heavykv_kv_bytes_per_token"], stats.bytes_per_token());
+  // No demoted store nor request type of its own here: the gauges exist and say 0.
+  ASSERT_EQ(metrics.count("heavykv_kv_pages_demoted"), 1u);
+  ASSERT_EQ(metrics.count("heavykv_kv_pages_packed"), 1u);
+  EXPECT_EQ(metrics["heavykv_kv_pages_demoted"], stats.pages_demoted());
+  EXPECT_EQ(stats.pages_packed(), 0);
   EXPECT_EQ(stats.kv_dtype(), "fp32");
   EXPECT_GT(stats.bytes_per_token(), 0);
   EXPECT_EQ(stats.pages_used(), 2 * 4);  // ceil(32 / 16) between steps, for each of 4 layers

@@ -288,6 +288,49 @@ TEST_F(EngineTest, RequestsChooseTheirOwnKvDtype) {
   EXPECT_NE(refused.status().message().find("narrower"), std::string::npos) << refused.status();
 }
 
+// GetCacheStats and the metrics count the packed pages: a request with its own int8 rows and an
+// int4 demoted store, observed from its own stream (the snapshot published after the step
+// before each token: deterministic, read on the engine thread), then nothing once it is done.
+TEST_F(EngineTest, StatsCountDemotedAndPackedPages) {
+  auto engine = Make(64);
+  GenerationRequest r = Greedy("Once upon a time", 120);
+  r.ignore_eos = true;
+  r.policy = "h2o:demote=int4:demote_budget=60";
+  r.budget_tokens = 24;
+  r.kv_dtype = "int8";
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  int tokens = 0;
+  CacheStats late;
+  Engine* e = engine.get();
+  ASSERT_TRUE(engine
+                  ->Submit(r,
+                           [&](const GenerationDelta& d) {
+                             std::lock_guard<std::mutex> lock(mu);
+                             tokens += static_cast<int>(d.token_ids.size());
+                             if (tokens == 100) late = e->Stats();
+                             if (d.finished) {
+                               done = true;
+                               cv.notify_all();
+                             }
+                           })
+                  .ok());
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(60), [&] { return done; }));
+  }
+  // Over 100 tokens in: 24 kept in int8 pages of 36 slots, the store full at 60 in int4 pages
+  // of 48: one packed page and two demoted pages a layer, five layers.
+  EXPECT_EQ(late.pages_packed, 5 * 1);
+  EXPECT_EQ(late.pages_demoted, 5 * 2);
+  EXPECT_GE(late.pages_used, late.pages_packed + late.pages_demoted);
+  const CacheStats after = engine->Stats();
+  EXPECT_EQ(after.pages_used, 0);
+  EXPECT_EQ(after.pages_packed, 0);
+  EXPECT_EQ(after.pages_demoted, 0);
+}
+
 TEST_F(EngineTest, ConcurrentStreamsEachEqualTheirSequentialRun) {
   auto engine = Make(256, 64, 256, 128);
   const std::vector<std::string> prompts = {"Once upon a time", "Lily had a red ball",
