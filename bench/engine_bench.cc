@@ -915,8 +915,7 @@ void Register() {  // NOLINT: one list, in report order
   }
   for (KvQuant q : {KvQuant::kInt8, KvQuant::kInt4}) {
     benchmark::RegisterBenchmark(
-        absl::StrCat("capacity/len1024/h2o/bf16kv/", q == KvQuant::kInt8 ? "int8" : "int4",
-                     "-per-request")
+        absl::StrCat("capacity/len1024/h2o/bf16kv/", KvQuantName(q), "-per-request")
             .c_str(),
         BM_Capacity, std::string("h2o"), BenchKv::kBf16, q)
         ->Iterations(1)

@@ -19,12 +19,24 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <string_view>
 
 #include "kernels/bf16.h"
 
 namespace heavykv {
 
 enum class KvQuant : uint8_t { kNone, kInt8, kInt4 };
+
+// "int8", "int4" ("none" for kNone): the names users write (--kv-dtype, kv_dtype, demote=).
+inline const char* KvQuantName(KvQuant q) {
+  return q == KvQuant::kInt8 ? "int8" : q == KvQuant::kInt4 ? "int4" : "none";
+}
+// The format named "int8" or "int4" into *q; false for any other text.
+inline bool ParseKvQuant(std::string_view text, KvQuant* q) {
+  if (text != "int8" && text != "int4") return false;
+  *q = text == "int8" ? KvQuant::kInt8 : KvQuant::kInt4;
+  return true;
+}
 
 // Elements per int4 scale group.
 inline int32_t Int4Group(int32_t head_dim) { return head_dim % 32 == 0 ? 32 : head_dim; }

@@ -26,8 +26,7 @@ int64_t KvShape::SlotKvBytes() const {
 }
 
 const char* KvElementName(const KvShape& shape) {
-  if (shape.quant == KvQuant::kInt8) return "int8";
-  if (shape.quant == KvQuant::kInt4) return "int4";
+  if (shape.quant != KvQuant::kNone) return KvQuantName(shape.quant);
   return shape.element_bytes == 2 ? "bf16" : "fp32";
 }
 
@@ -178,31 +177,39 @@ int32_t KvCache::MaxNewTokens(const SequenceKv& seq, int64_t pages, int32_t limi
   return lo;
 }
 
-absl::Status KvCache::CheckFormat(const EvictionPolicy* policy, KvQuant quant) const {
-  const KvQuant demote = policy != nullptr ? policy->demote() : KvQuant::kNone;
+absl::Status CheckPackedFormats(const KvShape& shape, KvQuant demote, KvQuant quant) {
   if (quant == KvQuant::kNone && demote == KvQuant::kNone) return absl::OkStatus();
-  if (storage_ != KvStorage::kHost || !shape_.table_per_layer) {
+  if (!shape.table_per_layer) {
     return absl::UnimplementedError(absl::StrCat(
         quant != KvQuant::kNone ? "a request's own kv_dtype" : "demote=",
         " needs the CPU layout (a block table per layer)"));
   }
-  auto name = [](KvQuant q) { return q == KvQuant::kInt8 ? "int8" : "int4"; };
-  const int32_t rows = quant != KvQuant::kNone ? PackedBlockSize(shape_, quant) : 0;
+  const int32_t rows = quant != KvQuant::kNone ? PackedBlockSize(shape, quant) : 0;
   if (quant != KvQuant::kNone && rows == 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "kv_dtype ", name(quant), " stores no more tokens per page than the pool's ",
-        KvElementName(shape_), " pages; ask for a narrower type or the pool's own"));
+        "kv_dtype ", KvQuantName(quant), " stores no more tokens per page than the pool's ",
+        KvElementName(shape), " pages; ask for a narrower type or the pool's own"));
   }
   if (demote != KvQuant::kNone) {
-    const int32_t demoted = PackedBlockSize(shape_, demote);
+    const int32_t demoted = PackedBlockSize(shape, demote);
     if (demoted == 0 || (rows > 0 && demoted <= rows)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "demote=", name(demote), " stores no more tokens per page than the sequence's ",
-          quant != KvQuant::kNone ? name(quant) : KvElementName(shape_),
+          "demote=", KvQuantName(demote), " stores no more tokens per page than the sequence's ",
+          quant != KvQuant::kNone ? KvQuantName(quant) : KvElementName(shape),
           " pages; choose a narrower demote type"));
     }
   }
   return absl::OkStatus();
+}
+
+absl::Status KvCache::CheckFormat(const EvictionPolicy* policy, KvQuant quant) const {
+  const KvQuant demote = policy != nullptr ? policy->demote() : KvQuant::kNone;
+  if (storage_ != KvStorage::kHost && (quant != KvQuant::kNone || demote != KvQuant::kNone)) {
+    return absl::UnimplementedError(absl::StrCat(
+        quant != KvQuant::kNone ? "a request's own kv_dtype" : "demote=",
+        " needs the CPU layout (a block table per layer)"));
+  }
+  return CheckPackedFormats(shape_, demote, quant);
 }
 
 absl::Status KvCache::Reserve(SequenceKv& seq, int32_t num_new) {

@@ -94,6 +94,12 @@ inline int64_t KvBytesPerPoolToken(const KvShape& shape) {
 // layer.
 int32_t PackedBlockSize(const KvShape& shape, KvQuant quant);
 
+// OK when `shape`'s pool can hold a sequence of row type `quant` (kNone: the pool's own) with a
+// demoted store of `demote` (kNone: none): INVALID_ARGUMENT when a packed type is no narrower
+// than the pages it would replace (PackedBlockSize 0, or a store no narrower than the
+// sequence's rows), UNIMPLEMENTED without a table per layer. KvCache::CheckFormat and `plan`.
+absl::Status CheckPackedFormats(const KvShape& shape, KvQuant demote, KvQuant quant);
+
 // One block table and the tokens on it.
 struct KvTable {
   std::vector<int32_t> pages;  // slot s is on pages[s / block_size]
@@ -225,11 +231,9 @@ class KvCache {
   const PageAllocator& allocator() const { return alloc_; }
   KvStorage storage() const { return storage_; }
 
-  // OK when this pool can hold a sequence of row type `quant` (kNone: the pool's own) under
-  // `policy` (MiKV's demoted store; null or no demote= is OK): INVALID_ARGUMENT when a packed
-  // type is no narrower than the pages it would replace (PackedBlockSize 0, or a store no
-  // narrower than the sequence's rows), UNIMPLEMENTED without the host layout. Reserve checks
-  // it on a sequence's first step.
+  // CheckPackedFormats for this pool, `quant` and `policy`'s demote= (null or none: none), and
+  // UNIMPLEMENTED for either on external (device) storage. Reserve checks it on a sequence's
+  // first step.
   absl::Status CheckFormat(const EvictionPolicy* policy, KvQuant quant = KvQuant::kNone) const;
   // Slots a page of seq's tables holds: shape().block_size, or PackedBlockSize(seq.quant).
   int32_t BlockSize(const SequenceKv& seq) const;

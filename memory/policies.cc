@@ -2,6 +2,7 @@
 // spec. Every policy but snapkv is a channel and a VictimRule; snapkv adds its prefill selection.
 #include <algorithm>
 #include <cmath>
+#include <string_view>
 #include <utility>
 
 #include "absl/strings/numbers.h"
@@ -289,11 +290,7 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakePolicy(absl::string_view spe
     if (d_key) {
       if (demote_set) return Invalid(spec, "demote is given twice");
       demote_set = true;
-      if (value == "int8") {
-        demote = KvQuant::kInt8;
-      } else if (value == "int4") {
-        demote = KvQuant::kInt4;
-      } else {
+      if (!ParseKvQuant(std::string_view(value.data(), value.size()), &demote)) {
         return Invalid(spec, absl::StrCat("demote must be int8 or int4, got \"", value, "\""));
       }
     } else if (db_key) {

@@ -20,9 +20,8 @@ int32_t PagesPerSequence(const KvShape& shape, int32_t max_len, int32_t tokens_k
   // granularity: PeakDecodeSlots), never more than the sequence's length; PeakPages sums that
   // over the tables. The policy matters only through its granularity, layer budgets and demoted
   // store (h2o stands for every importance policy: their pages are the same).
-  const std::string spec = demote == KvQuant::kNone ? "window"
-                           : demote == KvQuant::kInt8 ? "h2o:demote=int8"
-                                                      : "h2o:demote=int4";
+  const std::string spec =
+      demote == KvQuant::kNone ? "window" : absl::StrCat("h2o:demote=", KvQuantName(demote));
   absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy =
       MakePolicy(spec, 0.5, granularity, layers);
   if (!policy.ok()) return INT32_MAX;  // PlanCapacity refuses such input first
@@ -49,28 +48,13 @@ absl::StatusOr<CapacityPlan> PlanCapacity(const CapacityPlanInput& in,
                          {"max running", in.max_running}}) {
     if (v <= 0) return absl::InvalidArgumentError(absl::StrCat(name, " must be positive"));
   }
-  if (in.demote != KvQuant::kNone) {
+  if (in.demote != KvQuant::kNone) {  // demote= with the server's granularity and layers
     absl::StatusOr<std::unique_ptr<EvictionPolicy>> p =
-        MakePolicy(in.demote == KvQuant::kInt8 ? "h2o:demote=int8" : "h2o:demote=int4", 0.5,
-                   in.granularity, in.layers);
+        MakePolicy(absl::StrCat("h2o:demote=", KvQuantName(in.demote)), 0.5, in.granularity,
+                   in.layers);
     if (!p.ok()) return p.status();
   }
-  auto name = [](KvQuant q) { return q == KvQuant::kInt8 ? "int8" : "int4"; };
-  const int32_t rows = in.request_quant != KvQuant::kNone ? PackedBlockSize(s, in.request_quant)
-                                                          : s.block_size;
-  if (rows == 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("requests' kv_dtype ", name(in.request_quant),
-                     " stores no more tokens per page than the pool's ", KvElementName(s),
-                     " pages (or the pool has no table per layer)"));
-  }
-  if (in.demote != KvQuant::kNone && PackedBlockSize(s, in.demote) <= rows) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("demote ", name(in.demote), " stores no more tokens per page than the ",
-                     in.request_quant != KvQuant::kNone ? name(in.request_quant)
-                                                        : KvElementName(s),
-                     " pages of the sequences"));
-  }
+  if (absl::Status st = CheckPackedFormats(s, in.demote, in.request_quant); !st.ok()) return st;
   CapacityPlan plan;
   plan.page_bytes = s.PageBytes();
   plan.bytes_per_token = KvBytesPerPoolToken(s);

@@ -77,7 +77,7 @@ int32_t PagesPerSequence(const KvShape& shape, int32_t max_len, int32_t tokens_k
 int32_t PrefillReservePages(const KvShape& shape, int32_t max_step_tokens);
 
 // INVALID_ARGUMENT for a shape, pool, length or limit that is not positive, or a demote or
-// request type the pool's pages cannot hold more compactly (KvCache::CheckFormat's rule).
+// request type the pool's pages cannot hold more compactly (CheckPackedFormats).
 absl::StatusOr<CapacityPlan> PlanCapacity(const CapacityPlanInput& in,
                                           const std::vector<KvBudget>& budgets);
 

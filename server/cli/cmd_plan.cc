@@ -133,12 +133,10 @@ int PlanCommand(int argc, char** argv) {
   in.layers = policy_defaults.layers;
   for (auto [flag, text, dst] : {std::tuple{"demote", &demote, &in.demote},
                                  {"request-kv-dtype", &request_dtype, &in.request_quant}}) {
-    if (text->empty()) continue;
-    if (*text != "int8" && *text != "int4") {
+    if (!text->empty() && !ParseKvQuant(*text, dst)) {
       return Fail(absl::InvalidArgumentError(
           absl::StrCat("--", flag, " must be int8 or int4, got \"", *text, "\"")));
     }
-    *dst = *text == "int8" ? KvQuant::kInt8 : KvQuant::kInt4;
   }
   // serve's default pool: --max-running contexts of the model's full length.
   const int64_t default_pages =

@@ -472,7 +472,7 @@ TEST(PagedAttentionDemotedTest, EqualsOneSoftmaxOverBothStores) {
         for (Isa isa : heavykv::testing::IsasToTest()) {
           SCOPED_TRACE(::testing::Message()
                        << "pages of " << kDbs << ", "
-                       << (quant == KvQuant::kInt8 ? "int8" : "int4") << ", group " << G
+                       << KvQuantName(quant) << ", group " << G
                        << ", channel " << int(ch.kind) << ", " << IsaName(isa));
           AttentionArgs a = head.Args(false);
           a.num_old = kOld;

@@ -141,7 +141,7 @@ void RunCase(const Case& c) {
   const KvShape shape = Shape(c.pool, c.head_dim);
   std::string spec = "h2o";
   if (c.demote != KvQuant::kNone) {
-    spec += c.demote == KvQuant::kInt8 ? ":demote=int8" : ":demote=int4";
+    spec += std::string(":demote=") + KvQuantName(c.demote);
     if (c.store_budget > 0) spec += ":demote_budget=" + std::to_string(c.store_budget);
   }
   absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy = MakePolicy(spec, 0.5);
@@ -249,7 +249,7 @@ TEST(PackedPagesTest, StoreHoldsTheEvictedTokensQuantizedAndRanked) {
       for (int32_t budget : {10, 24}) {
         for (int32_t store_budget : {0, 7, 40}) {
           SCOPED_TRACE(::testing::Message()
-                       << (demote == KvQuant::kInt8 ? "int8" : "int4") << " budget " << budget
+                       << KvQuantName(demote) << " budget " << budget
                        << " store " << store_budget << (chunked ? " chunked" : " decode"));
           RunCase({demote, KvQuant::kNone, budget, store_budget, chunked});
         }
@@ -265,7 +265,7 @@ TEST(PackedPagesTest, StoreHoldsTheEvictedTokensQuantizedAndRanked) {
 TEST(PackedPagesTest, ASequencesOwnRowTypeUsesPackedPages) {
   for (KvQuant seq : {KvQuant::kInt8, KvQuant::kInt4}) {
     for (bool chunked : {false, true}) {
-      SCOPED_TRACE(::testing::Message() << (seq == KvQuant::kInt8 ? "int8" : "int4")
+      SCOPED_TRACE(::testing::Message() << KvQuantName(seq)
                                         << (chunked ? " chunked" : " decode"));
       RunCase({KvQuant::kNone, KvQuant::kNone, 10, 0, chunked, 16, seq});
       RunCase({KvQuant::kNone, KvQuant::kNone, 30, 0, chunked, 16, seq});
