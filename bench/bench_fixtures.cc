@@ -5,6 +5,8 @@
 #include <filesystem>
 #include <random>
 
+#include "engine/gguf/gguf_weight_mix.h"
+#include "engine/model/make_gguf_model.h"
 #include "engine/model/make_model.h"
 
 namespace heavykv::bench {
@@ -31,6 +33,21 @@ std::string BenchFilePath(const std::string& file) {
 
 std::string GgufBenchModelPath(const std::string& shape, const std::string& mix) {
   return BenchFilePath(shape + "-" + mix + ".gguf");
+}
+
+std::string Llama1bFile(const std::string& mix) {
+  const std::string path = GgufBenchModelPath("llama3.2-1b", mix);
+  if (std::filesystem::exists(path)) return path;
+  RandomGgufOptions o;
+  o.config = *NamedShape("llama3.2-1b");
+  absl::StatusOr<GgufWeightMix> w = ParseGgufWeightMix(mix);
+  if (!w.ok()) Die(w.status());
+  o.weights = *w;
+  std::fprintf(stderr, "bench: writing %s\n", path.c_str());
+  absl::StatusOr<ModelConfig> c = WriteRandomGgufModel(o, path + ".tmp");
+  if (!c.ok()) Die(c.status());
+  std::filesystem::rename(path + ".tmp", path);
+  return path;
 }
 
 const std::string& Stories110MPath() {

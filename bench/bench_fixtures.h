@@ -20,6 +20,9 @@ void SetScratchDir(const std::string& dir);
 // <scratch dir>/<shape>-<mix>.gguf (the directory is created): where the GGUF benchmarks keep
 // their random model, and where scripts/bench-llamacpp.sh writes the same file for llama.cpp.
 std::string GgufBenchModelPath(const std::string& shape, const std::string& mix);
+// The random llama3.2-1b-shape GGUF file of weight mix `mix` (q4_k_m, q8_0, f32, ...) at
+// GgufBenchModelPath, written on first use; exits on failure.
+std::string Llama1bFile(const std::string& mix);
 // <scratch dir>/<file> (the directory is created), for any other file a benchmark writes once.
 std::string BenchFilePath(const std::string& file);
 // Prints the status and exits 1: a fixture that cannot be made ends the run.

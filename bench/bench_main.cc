@@ -22,6 +22,7 @@
 namespace heavykv::bench {
 void RegisterAll();
 void RegisterServe();
+void RegisterPrefixCache();
 void RegisterTokenizer();
 void RegisterQuant();
 void RegisterGguf();
@@ -83,6 +84,7 @@ int main(int argc, char** argv) {
   heavykv::bench::RegisterTokenizer();
   heavykv::bench::RegisterQuant();
   heavykv::bench::RegisterGguf();
+  heavykv::bench::RegisterPrefixCache();
   CollectingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
 
@@ -285,6 +287,17 @@ int main(int argc, char** argv) {
         "pool of the same bytes", b["max_running"] / f["max_running"], "(info)", true);
     add(absl::StrCat("serving, ", p, " bf16 w+K/V / full fp32: tokens/s"),
         "pool of the same bytes", b["tokens_per_second"] / f["tokens_per_second"], "(info)", true);
+  }
+  // Prefix caching (issue 30), both engines in the same run.
+  if (has("prefix/llama3.2-1b/q4_k_m/ttft2000")) {
+    const double v = F["prefix/llama3.2-1b/q4_k_m/ttft2000"].counters["ttft_ratio"];
+    add("prefix cache: TTFT with a cached 2000-token prefix / cold (Q4_K_M 1B)", "time ratio", v,
+        "<= 0.15", v <= 0.15);
+  }
+  if (has("prefix/llama3.2-1b/q4_k_m/chat8")) {
+    auto& c = F["prefix/llama3.2-1b/q4_k_m/chat8"].counters;
+    add("prefix cache: 8-turn chat tokens/s, on / off (Q4_K_M 1B)", "tokens/s ratio",
+        c["ratio"], ">= 3", c["ratio"] >= 3 && c["same_tokens"] == 1);
   }
   // GGUF models against llama.cpp on the same file (issue 14 section 5): --peer_json is what
   // scripts/bench-llamacpp.sh measured with llama.cpp's own tools just before this run.

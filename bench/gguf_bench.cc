@@ -33,24 +33,12 @@ namespace {
 
 const char* const kMixes[] = {"q4_k_m", "q8_0"};
 
-// The model file and the loaded model of `mix`, made on first use.
+// The loaded model of `mix` (its file: Llama1bFile), made on first use.
 const Model& Llama1b(const std::string& mix) {
   static std::map<std::string, std::unique_ptr<Model>> models;
   std::unique_ptr<Model>& m = models[mix];
   if (m != nullptr) return *m;
-  const std::string path = GgufBenchModelPath("llama3.2-1b", mix);
-  if (!std::filesystem::exists(path)) {
-    RandomGgufOptions o;
-    o.config = *NamedShape("llama3.2-1b");
-    absl::StatusOr<GgufWeightMix> w = ParseGgufWeightMix(mix);
-    if (!w.ok()) Die(w.status());
-    o.weights = *w;
-    std::fprintf(stderr, "bench: writing %s\n", path.c_str());
-    absl::StatusOr<ModelConfig> c = WriteRandomGgufModel(o, path + ".tmp");
-    if (!c.ok()) Die(c.status());
-    std::filesystem::rename(path + ".tmp", path);
-  }
-  absl::StatusOr<Model> loaded = LoadModel(path);
+  absl::StatusOr<Model> loaded = LoadModel(Llama1bFile(mix));
   if (!loaded.ok()) Die(loaded.status());
   m = std::make_unique<Model>(*std::move(loaded));
   return *m;

@@ -212,25 +212,29 @@ absl::Status KvCache::CheckFormat(const EvictionPolicy* policy, KvQuant quant) c
   return CheckPackedFormats(shape_, demote, quant);
 }
 
+absl::Status KvCache::InitTables(SequenceKv& seq) const {
+  const LayerBudgets rule =
+      seq.policy != nullptr ? seq.policy->layer_budgets() : LayerBudgets::kUniform;
+  if (rule != LayerBudgets::kUniform && !shape_.table_per_layer) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        LayerBudgetsName(rule), " layer budgets need a block table per layer (the CPU layout)"));
+  }
+  seq.layer_budgets.clear();
+  seq.layers_measured = false;
+  if (rule == LayerBudgets::kPyramid) {
+    seq.layer_budgets = LayerBudgetsBeforeRun(rule, seq.budget, shape_.num_layers);
+  }
+  return CheckFormat(seq.policy, seq.quant);
+}
+
 absl::Status KvCache::Reserve(SequenceKv& seq, int32_t num_new) {
   if (seq.tables.empty()) {
-    const LayerBudgets rule =
-        seq.policy != nullptr ? seq.policy->layer_budgets() : LayerBudgets::kUniform;
-    if (rule != LayerBudgets::kUniform && !shape_.table_per_layer) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          LayerBudgetsName(rule), " layer budgets need a block table per layer (the CPU layout)"));
-    }
-    seq.layer_budgets.clear();
-    seq.layers_measured = false;
-    if (rule == LayerBudgets::kPyramid) {
-      seq.layer_budgets = LayerBudgetsBeforeRun(rule, seq.budget, shape_.num_layers);
-    }
-    if (absl::Status s = CheckFormat(seq.policy, seq.quant); !s.ok()) return s;
+    if (absl::Status s = InitTables(seq); !s.ok()) return s;
   }
   const int32_t need = PagesNeeded(seq, num_new);
-  if (need > alloc_.num_pages_free()) {
-    return absl::ResourceExhaustedError(absl::StrCat("KV pool has ", alloc_.num_pages_free(),
-                                                     " free pages, sequence needs ", need));
+  if (need > AvailablePages()) {
+    return absl::ResourceExhaustedError(absl::StrCat("KV pool has ", AvailablePages(),
+                                                     " available pages, sequence needs ", need));
   }
   seq.tables.resize(shape_.NumTables());
   if (seq.DemoteBudget() > 0) {  // MiKV: room for the step's victims in the demoted store
@@ -240,13 +244,13 @@ absl::Status KvCache::Reserve(SequenceKv& seq, int32_t num_new) {
       KvTable& table = seq.demoted[l];
       const size_t pages =
           static_cast<size_t>((DemotedAfterStep(seq, l, seq.Slots(l) + num_new) + bd - 1) / bd);
-      while (table.pages.size() < pages) table.pages.push_back(*alloc_.Allocate());
+      while (table.pages.size() < pages) table.pages.push_back(MustTakePage());
     }
   }
   const int32_t bs = BlockSize(seq);
   for (KvTable& table : seq.tables) {
     const size_t pages = static_cast<size_t>(TablePages(table, num_new, bs));
-    while (table.pages.size() < pages) table.pages.push_back(*alloc_.Allocate());
+    while (table.pages.size() < pages) table.pages.push_back(MustTakePage());
   }
   seq.peak_pages = static_cast<int32_t>(std::max<int64_t>(seq.peak_pages, seq.NumPages()));
   return absl::OkStatus();
@@ -464,6 +468,8 @@ void KvCache::Unreserve(SequenceKv& seq) {
 }
 
 void KvCache::Truncate(SequenceKv& seq, int32_t num_slots) {
+  // The registered chain may no longer be this sequence's tokens past num_slots.
+  if (num_slots < int64_t(seq.prefix_blocks) * shape_.block_size) seq.prefix_closed = true;
   for (KvTable& table : seq.tables) {
     if (num_slots < 0 || num_slots > table.num_slots) {
       std::fprintf(stderr, "KvCache::Truncate to %d slots of %d\n", num_slots, table.num_slots);
@@ -496,6 +502,10 @@ void KvCache::Release(SequenceKv& seq) {
   seq.layer_similarity.clear();
   seq.similarity_tokens = 0;
   seq.pinned_shift = 0;  // the rotated keys are gone
+  seq.prefix_blocks = 0;  // its copies stay cached; it registers (or finds) them again
+  seq.prefix_entry = -1;
+  seq.prefix_closed = false;
+  seq.prefix_grid = true;
 }
 
 void KvCache::AddLayerSimilarity(SequenceKv& seq, std::span<const double> sums, int32_t tokens,
@@ -540,6 +550,252 @@ void KvCache::SetLayerBudgets(SequenceKv& seq, std::vector<int32_t> budgets, int
     }
     ShrinkTable(seq, table, kept, held - kept);
   }
+}
+
+}  // namespace heavykv
+
+namespace heavykv {
+namespace {
+
+bool SameChannel(const ChannelSpec& a, const ChannelSpec& b) {
+  return a.kind == b.kind && a.decay == b.decay && a.window == b.window;
+}
+
+const PrefixSnapshot* FindSnapshot(const PrefixEntry& e, const ChannelSpec& spec) {
+  for (const PrefixSnapshot& s : e.snapshots) {
+    if (SameChannel(s.spec, spec)) return &s;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+absl::Status KvCache::EnablePrefixCache(const PrefixCacheOptions& options) {
+  if (storage_ != KvStorage::kHost || !shape_.table_per_layer) {
+    return absl::FailedPreconditionError(
+        "prefix caching needs the CPU layout (host pages, a block table per layer)");
+  }
+  if (options.chunk_grid <= 0) {
+    return absl::InvalidArgumentError("the prefix cache's chunk grid must be positive");
+  }
+  prefix_options_ = options;
+  if (prefix_options_.snapshot_bytes_limit <= 0) {
+    prefix_options_.snapshot_bytes_limit =
+        shape_.PageBytes() * int64_t(alloc_.num_pages_total()) / 8;
+  }
+  prefix_ = std::make_unique<PrefixCache>();
+  return absl::OkStatus();
+}
+
+int32_t KvCache::CachedPages() const {
+  return prefix_ != nullptr ? static_cast<int32_t>(prefix_->num_pages()) : 0;
+}
+
+int32_t KvCache::AvailablePages() const { return alloc_.num_pages_free() + CachedPages(); }
+
+std::optional<int32_t> KvCache::TakePage() {
+  while (alloc_.num_pages_free() == 0) {
+    const int32_t victim = prefix_ != nullptr ? prefix_->Victim() : -1;
+    if (victim < 0) return std::nullopt;
+    std::vector<int32_t> pages = prefix_->Remove(victim);
+    for (int32_t p : pages) alloc_.Free(p);
+    prefix_stats_.reclaimed_pages += static_cast<int64_t>(pages.size());
+  }
+  return *alloc_.Allocate();
+}
+
+int32_t KvCache::MustTakePage() {
+  std::optional<int32_t> page = TakePage();
+  if (!page.has_value()) {
+    std::fprintf(stderr, "KvCache: no page left after the availability check\n");
+    std::abort();
+  }
+  return *page;
+}
+
+void KvCache::CopyPage(int32_t from, int32_t to) {
+  const int64_t kv = shape_.PageKvBytes(), meta = shape_.PageMetaEntries();
+  uint8_t* base = reinterpret_cast<uint8_t*>(kv_.data());
+  std::memcpy(base + to * kv, base + from * kv, static_cast<size_t>(kv));
+  std::memcpy(pos_.data() + to * meta, pos_.data() + from * meta, sizeof(int32_t) * meta);
+  std::memcpy(score_.data() + to * meta, score_.data() + from * meta, sizeof(float) * meta);
+}
+
+PrefixHit KvCache::FindPrefix(const SequenceKv& seq, std::span<const int32_t> prompt) const {
+  PrefixHit hit;
+  if (prefix_ == nullptr || !seq.prefix_enabled || seq.quant != KvQuant::kNone ||
+      !seq.tables.empty()) {
+    return hit;
+  }
+  const int32_t bs = shape_.block_size;
+  // Never the last prompt token: one must run to give the logits of the first new token.
+  int64_t limit = static_cast<int64_t>(prompt.size()) - 1;
+  ChannelSpec channel;
+  if (seq.policy != nullptr) {
+    // Below the first eviction: every layer still holds all it was given.
+    const LayerBudgets rule = seq.policy->layer_budgets();
+    if (rule == LayerBudgets::kSqueeze) return hit;  // it measures its layers on every token
+    int64_t budget = seq.budget;
+    if (rule != LayerBudgets::kUniform) {
+      for (int32_t b : LayerBudgetsBeforeRun(rule, seq.budget, shape_.num_layers)) {
+        budget = std::min<int64_t>(budget, b);
+      }
+    }
+    limit = std::min(limit, budget);
+    channel = seq.policy->channel();
+  }
+  std::vector<int32_t> chain;
+  uint64_t h = seq.prefix_root;
+  int32_t parent = -1;
+  for (int64_t k = 0; (k + 1) * bs <= limit; ++k) {
+    const std::span<const int32_t> block = prompt.subspan(static_cast<size_t>(k * bs), bs);
+    h = PrefixCache::Next(h, block);
+    const int32_t id = prefix_->Find(h, parent, block);
+    if (id < 0) break;
+    chain.push_back(id);
+    parent = id;
+  }
+  if (channel.kind != SlotChannel::kNone) {  // up to the last block with this channel's values
+    while (!chain.empty() && FindSnapshot(prefix_->entry(chain.back()), channel) == nullptr) {
+      chain.pop_back();
+    }
+  }
+  hit.tokens = static_cast<int32_t>(chain.size()) * bs;
+  hit.pages = static_cast<int64_t>(chain.size()) * shape_.NumTables();
+  hit.entries = std::move(chain);
+  return hit;
+}
+
+int64_t KvCache::AttachPrefix(SequenceKv& seq, const PrefixHit& hit) {
+  if (prefix_ == nullptr || !seq.prefix_enabled) return 0;
+  ++prefix_stats_.lookups;
+  if (hit.tokens == 0 || !seq.tables.empty() || !InitTables(seq).ok()) return 0;
+  for (int32_t id : hit.entries) prefix_->Pin(id);
+  seq.tables.resize(shape_.NumTables());
+  for (size_t t = 0; t < seq.tables.size(); ++t) {
+    KvTable& table = seq.tables[t];
+    for (int32_t id : hit.entries) {
+      const int32_t page = MustTakePage();
+      CopyPage(prefix_->entry(id).pages[t], page);
+      table.pages.push_back(page);
+    }
+    table.num_slots = hit.tokens;
+  }
+  const ChannelSpec channel = seq.policy != nullptr ? seq.policy->channel() : ChannelSpec();
+  if (channel.kind != SlotChannel::kNone) {
+    // The channel as the producer's prefill left it at hit.tokens (the copies carry the
+    // producer's values of a later moment, or of another channel).
+    const PrefixSnapshot* snap = FindSnapshot(prefix_->entry(hit.entries.back()), channel);
+    const int64_t P = hit.tokens;
+    for (int32_t l = 0; l < shape_.num_layers; ++l) {
+      for (int32_t h = 0; h < shape_.num_kv_heads; ++h) {
+        const PagedKvHead v = View(seq, l, h, hit.tokens);
+        const float* src = snap->scores.data() + (int64_t(l) * shape_.num_kv_heads + h) * P;
+        for (int32_t s = 0; s < hit.tokens; ++s) v.Score(s) = src[s];
+      }
+    }
+  }
+  for (int32_t id : hit.entries) {
+    prefix_->Unpin(id);
+    prefix_->Touch(id);
+  }
+  seq.prefix_blocks = static_cast<int32_t>(hit.entries.size());
+  seq.prefix_entry = hit.entries.back();
+  seq.prefix_hash = prefix_->entry(seq.prefix_entry).hash;
+  seq.prefix_grid = hit.tokens % prefix_options_.chunk_grid == 0;
+  seq.prefix_closed = false;
+  seq.peak_pages = static_cast<int32_t>(std::max<int64_t>(seq.peak_pages, seq.NumPages()));
+  ++prefix_stats_.hits;
+  prefix_stats_.hit_tokens += hit.tokens;
+  return hit.pages;
+}
+
+void KvCache::RegisterPrefix(SequenceKv& seq, std::span<const int32_t> prompt,
+                             int32_t computed) {
+  if (prefix_ == nullptr || !seq.prefix_enabled || seq.prefix_closed ||
+      seq.quant != KvQuant::kNone || seq.tables.empty()) {
+    return;
+  }
+  const int32_t bs = shape_.block_size;
+  const int64_t prompt_len = static_cast<int64_t>(prompt.size());
+  if (computed > prompt_len && int64_t(seq.prefix_blocks) * bs + bs > prompt_len) return;
+  for (const KvTable& t : seq.tables) {
+    if (t.num_slots != computed) {  // it evicted: slot s no longer holds position s
+      seq.prefix_closed = true;
+      return;
+    }
+  }
+  if (seq.prefix_blocks == 0) {
+    seq.prefix_hash = seq.prefix_root;
+    seq.prefix_entry = -1;
+  } else if (!prefix_->Holds(seq.prefix_entry, seq.prefix_hash)) {
+    seq.prefix_closed = true;  // its chain's tail was reclaimed meanwhile
+    return;
+  }
+  const int64_t blocks = std::min<int64_t>(computed, prompt_len) / bs;
+  while (seq.prefix_blocks < blocks) {
+    const int64_t k = seq.prefix_blocks;
+    const std::span<const int32_t> block = prompt.subspan(static_cast<size_t>(k * bs), bs);
+    const uint64_t h = PrefixCache::Next(seq.prefix_hash, block);
+    int32_t id = prefix_->Find(h, seq.prefix_entry, block);
+    if (id >= 0) {
+      prefix_->Touch(id);
+    } else {
+      // Copies of the sequence's pages; its parent must survive the reclaim that makes room.
+      if (seq.prefix_entry >= 0) prefix_->Pin(seq.prefix_entry);
+      std::vector<int32_t> pages;
+      for (size_t t = 0; t < seq.tables.size(); ++t) {
+        std::optional<int32_t> page = TakePage();
+        if (!page.has_value()) break;
+        pages.push_back(*page);
+      }
+      if (seq.prefix_entry >= 0) prefix_->Unpin(seq.prefix_entry);
+      std::optional<int32_t> inserted;
+      if (pages.size() == seq.tables.size()) {
+        for (size_t t = 0; t < pages.size(); ++t) CopyPage(seq.tables[t].pages[k], pages[t]);
+        inserted = prefix_->Insert(h, seq.prefix_entry, block, pages);
+      }
+      if (!inserted.has_value()) {  // no room, or the key is another block's
+        for (int32_t p : pages) alloc_.Free(p);
+        seq.prefix_closed = true;
+        return;
+      }
+      id = *inserted;
+      ++prefix_stats_.registered_blocks;
+    }
+    seq.prefix_entry = id;
+    seq.prefix_hash = h;
+    ++seq.prefix_blocks;
+  }
+  if (computed % prefix_options_.chunk_grid != 0) {
+    seq.prefix_grid = false;
+    return;
+  }
+  // A snapshot of the channel here: every chunk so far ended on the grid, so a consumer that
+  // starts at `computed` and chunks on the grid from there sees what a cold run sees.
+  const ChannelSpec channel = seq.policy != nullptr ? seq.policy->channel() : ChannelSpec();
+  if (!seq.prefix_grid || channel.kind == SlotChannel::kNone || computed % bs != 0 ||
+      computed > prompt_len || int64_t(seq.prefix_blocks) * bs != computed) {
+    return;
+  }
+  const PrefixEntry& e = prefix_->entry(seq.prefix_entry);
+  const int64_t n = int64_t(shape_.num_layers) * shape_.num_kv_heads * computed;
+  if (FindSnapshot(e, channel) != nullptr ||
+      prefix_->snapshot_bytes() + n * int64_t(sizeof(float)) >
+          prefix_options_.snapshot_bytes_limit) {
+    return;
+  }
+  PrefixSnapshot snap;
+  snap.spec = channel;
+  snap.scores.resize(static_cast<size_t>(n));
+  for (int32_t l = 0; l < shape_.num_layers; ++l) {
+    for (int32_t h = 0; h < shape_.num_kv_heads; ++h) {
+      const PagedKvHead v = View(seq, l, h, computed);
+      float* dst = snap.scores.data() + (int64_t(l) * shape_.num_kv_heads + h) * computed;
+      for (int32_t s = 0; s < computed; ++s) dst[s] = v.Score(s);
+    }
+  }
+  prefix_->AddSnapshot(seq.prefix_entry, std::move(snap));
 }
 
 }  // namespace heavykv

@@ -43,6 +43,7 @@
 #include "memory/eviction_policy.h"
 #include "memory/layer_budgets.h"
 #include "memory/page_allocator.h"
+#include "memory/prefix_cache.h"
 
 namespace heavykv {
 
@@ -135,6 +136,18 @@ struct SequenceKv {
   // PackedBlockSize(policy->demote()) slots; every kv head of the layer holds num_slots demoted
   // tokens); empty otherwise.
   std::vector<KvTable> demoted;
+  // Prefix caching (docs/ARCHITECTURE.md "Prefix caching"; KvCache::FindPrefix, AttachPrefix,
+  // RegisterPrefix). Set by the engine before admission: whether the sequence takes part, and
+  // its tenant's chain root (PrefixCache::Root).
+  bool prefix_enabled = false;
+  uint64_t prefix_root = 0;
+  // Registration so far (reset by Release): blocks [0, prefix_blocks) of its prompt are the
+  // chain ending at entry prefix_entry, keyed prefix_hash.
+  int32_t prefix_blocks = 0;
+  int32_t prefix_entry = -1;
+  uint64_t prefix_hash = 0;
+  bool prefix_closed = false;  // it evicted, or registering failed: it registers no more
+  bool prefix_grid = true;     // every prefill chunk so far ended on the chunk grid
 
   // The table layer `layer` uses (an empty one before the first Reserve).
   const KvTable& Table(int32_t layer) const {
@@ -220,6 +233,31 @@ inline bool StreamsPastContext(const SequenceKv& seq, int64_t num_new, int32_t s
 // Where the K/V, pos and score arrays live (see Ownership above).
 enum class KvStorage { kHost, kExternal };
 
+// Prefix caching's settings (KvCache::EnablePrefixCache).
+struct PrefixCacheOptions {
+  // The prefill chunk grid (the scheduler's prefill_chunk): score snapshots are taken only at
+  // chunk ends on multiples of it, after chunks that all ended on it.
+  int32_t chunk_grid = 256;
+  // Most bytes of score snapshots held (host memory beside the pool); 0: an eighth of the pool.
+  int64_t snapshot_bytes_limit = 0;
+};
+
+// A lookup's result (KvCache::FindPrefix): the first `tokens` prompt tokens are cached, in the
+// chain `entries` (one per block), whose pages number `pages`.
+struct PrefixHit {
+  int32_t tokens = 0;
+  std::vector<int32_t> entries;
+  int64_t pages = 0;
+};
+
+struct PrefixStats {
+  int64_t lookups = 0;          // admissions of sequences that take part
+  int64_t hits = 0;             // of those, the ones that reused at least one block
+  int64_t hit_tokens = 0;       // prompt tokens reused, summed
+  int64_t registered_blocks = 0;
+  int64_t reclaimed_pages = 0;  // cached pages given back to the pool for other uses
+};
+
 class KvCache {
  public:
   static absl::StatusOr<std::unique_ptr<KvCache>> Create(const KvShape& shape, int32_t num_pages,
@@ -235,6 +273,35 @@ class KvCache {
   // UNIMPLEMENTED for either on external (device) storage. Reserve checks it on a sequence's
   // first step.
   absl::Status CheckFormat(const EvictionPolicy* policy, KvQuant quant = KvQuant::kNone) const;
+  // Prefix caching (docs/ARCHITECTURE.md "Prefix caching"). Off until enabled; needs host
+  // storage with a table per layer (FAILED_PRECONDITION otherwise). Cached pages come from the
+  // pool and go back to it, least recently used first, whenever an allocation finds no free
+  // page: they count as available (AvailablePages), never as owed to anyone.
+  absl::Status EnablePrefixCache(const PrefixCacheOptions& options);
+  bool prefix_cache_enabled() const { return prefix_ != nullptr; }
+  // Free pages plus the cached pages an allocation may reclaim.
+  int32_t AvailablePages() const;
+  // Pages held by the prefix cache (none of them by a sequence).
+  int32_t CachedPages() const;
+  const PrefixStats& prefix_stats() const { return prefix_stats_; }
+  const PrefixCache* prefix_cache() const { return prefix_.get(); }
+  // The longest cached prefix a sequence about to be admitted (no tables yet, prefix_enabled,
+  // its pool's row type, not squeeze) may take of `prompt`: whole blocks, never the last prompt
+  // token, at most its smallest layer budget when it has a policy (below its first eviction),
+  // and for a policy with a channel only up to a block carrying a snapshot of that channel.
+  // No side effects.
+  PrefixHit FindPrefix(const SequenceKv& seq, std::span<const int32_t> prompt) const;
+  // Counts a lookup and gives `seq` private copies of the hit's pages (every table then holds
+  // hit.tokens slots) with the snapshot's channel values; returns the pages taken. The caller
+  // made room: AvailablePages() - hit.pages >= the copies. `hit` must come from FindPrefix on
+  // the unchanged cache; an empty hit only counts the lookup.
+  int64_t AttachPrefix(SequenceKv& seq, const PrefixHit& hit);
+  // After a step that left seq with `computed` tokens: registers copies of the prompt blocks
+  // completed within [0, computed) (never past `prompt`), while the sequence has evicted
+  // nothing, and a snapshot of its channel when `computed` is on the chunk grid. Pages for the
+  // copies may reclaim older entries; when there are none, it stops registering.
+  void RegisterPrefix(SequenceKv& seq, std::span<const int32_t> prompt, int32_t computed);
+
   // Slots a page of seq's tables holds: shape().block_size, or PackedBlockSize(seq.quant).
   int32_t BlockSize(const SequenceKv& seq) const;
   // Ensures every table of seq has slots for `num_new` more tokens (Slots(l) + num_new).
@@ -309,6 +376,15 @@ class KvCache {
   void Demote(const SequenceKv& seq, int32_t layer, int32_t kv_head, const PagedKvHead& h,
               std::span<const int32_t> victims);
   void CheckHostStorage(const char* what) const;
+  // The first Reserve's set-up of a sequence with no tables (layer budgets, format check).
+  absl::Status InitTables(SequenceKv& seq) const;
+  // A free page, reclaiming cached pages when the free list is empty; nullopt when neither has
+  // one.
+  std::optional<int32_t> TakePage();
+  // TakePage where the caller checked that a page is available (a broken invariant otherwise).
+  int32_t MustTakePage();
+  // Copies a host page (K/V, pos, score) onto another.
+  void CopyPage(int32_t from, int32_t to);
 
   KvShape shape_;
   KvStorage storage_;
@@ -319,6 +395,9 @@ class KvCache {
   // (layer, head) are exactly one cache line.
   AlignedVector<int32_t> pos_;  // [num_pages][LayersPerPage][num_kv_heads][block_size]
   AlignedVector<float> score_;  // [num_pages][LayersPerPage][num_kv_heads][block_size]
+  std::unique_ptr<PrefixCache> prefix_;  // null: prefix caching off
+  PrefixCacheOptions prefix_options_;
+  PrefixStats prefix_stats_;
 };
 
 }  // namespace heavykv

@@ -40,6 +40,7 @@ struct Request {
   absl::Time first_token = absl::InfinitePast();
   absl::Time last_token = absl::InfinitePast();
   int32_t completion = 0;
+  int32_t cached_tokens = 0;  // of its prompt, from the prefix cache at its first admission
   bool waiting = true;  // counted in the engine's waiting count
   bool done = false;    // its final delta was sent; dropped from live_ at the end of the step
 };
@@ -311,6 +312,9 @@ void EngineImpl::Admit(std::unique_ptr<Request> r) {
   q.seq.arrival = p.arrival;
   q.seq.client = p.client;
   q.seq.kv.quant = p.kv_quant;
+  q.seq.kv.prefix_enabled = cache_->prefix_cache_enabled();
+  q.seq.kv.prefix_root =
+      PrefixCache::Root(options_.prefix_cache_share_tenants ? std::string() : p.tenant);
   if (p.kv_policy != nullptr) {  // null for full
     q.seq.kv.policy = p.kv_policy.get();
     q.seq.kv.budget = p.budget_tokens;
@@ -336,6 +340,7 @@ void EngineImpl::Finish(Request& r, const std::string& reason, GenerationDelta d
   d.usage.policy = r.params.policy;
   d.usage.kv_budget_tokens = r.params.policy == "full" ? 0 : r.params.budget_tokens;
   d.usage.kv_dtype = r.params.kv_dtype;
+  d.usage.cached_tokens = r.cached_tokens;
   const absl::Time now = absl::Now();
   const absl::Time started = r.admitted == absl::InfinitePast() ? now : r.admitted;
   d.timings.queue_seconds = Seconds(started - r.params.arrival);
@@ -545,6 +550,7 @@ void EngineImpl::Loop() {
       Request& r = *live_[s->id];
       if (r.admitted == absl::InfinitePast()) {
         r.admitted = absl::Now();
+        r.cached_tokens = s->num_computed;  // the scheduler attached its cached prefix
         if (options_.observer) {
           options_.observer->OnQueued(Seconds(r.admitted - r.params.arrival));
           options_.observer->OnPromptTokens(s->num_prompt);
@@ -586,6 +592,11 @@ void EngineImpl::Loop() {
         options_.observer->OnEvicted(std::string(r.params.kv_policy->name()), evicted);
       }
       c.seq->num_computed += c.count;
+      // Prompt blocks finished by this step become reusable (never those of a step that
+      // failed, or of a chunk a cancelled request did not finish).
+      cache_->RegisterPrefix(c.seq->kv,
+                             std::span<const int32_t>(c.seq->tokens).first(c.seq->num_prompt),
+                             c.seq->num_computed);
       if (!c.samples) continue;
       const float* lrow = logits->data() + i * V;
       row.assign(lrow, lrow + V);
@@ -599,7 +610,13 @@ void EngineImpl::Loop() {
 void EngineImpl::PublishStats() {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.pages_total = cache_->allocator().num_pages_total();
-  stats_.pages_used = cache_->allocator().num_pages_used();
+  stats_.cached_pages = cache_->CachedPages();
+  stats_.pages_used = cache_->allocator().num_pages_used() - stats_.cached_pages;
+  const PrefixStats& prefix = cache_->prefix_stats();
+  stats_.prefix_lookups = prefix.lookups;
+  stats_.prefix_hits = prefix.hits;
+  stats_.prefix_hit_tokens = prefix.hit_tokens;
+  stats_.prefix_reclaimed_pages = prefix.reclaimed_pages;
   // Of those, the packed ones (issue 29): demoted stores, and requests' own K/V types.
   stats_.pages_demoted = stats_.pages_packed = 0;
   for (const auto& [id, r] : live_) {
@@ -633,6 +650,13 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(Model model,
       *device, KvShapeForDevice(*device, model.config, options.block_size, *kv_dtype),
       options.num_pages);
   if (!cache.ok()) return cache.status();
+  // Prefix caching needs the host layout; on a GPU it is off (docs/ARCHITECTURE.md).
+  if (options.prefix_cache && (*cache)->storage() == KvStorage::kHost &&
+      (*cache)->shape().table_per_layer) {
+    PrefixCacheOptions prefix;
+    prefix.chunk_grid = PrefillChunk(options);
+    if (absl::Status s = (*cache)->EnablePrefixCache(prefix); !s.ok()) return s;
+  }
   auto held = std::make_unique<Model>(std::move(model));
   absl::StatusOr<std::unique_ptr<StepRunner>> runner =
       MakeStepRunner(*device, *held, cache->get());

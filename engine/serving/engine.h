@@ -70,6 +70,12 @@ struct EngineOptions {
   int threads = 0;  // 0: every core
   std::string device = "cpu";  // cpu or cuda: where the forward passes and the KV pool live
   std::string kv_dtype = "auto";  // kKvDtypeNames: the cached K/V (see KvDtype)
+  // Automatic prefix caching (docs/ARCHITECTURE.md "Prefix caching"; the CPU backend): prompt
+  // blocks stay in the pool after their request and later prompts that start with them skip
+  // their prefill. `prefix_cache_share_tenants`: requests of different tenants (API keys) may
+  // reuse each other's prefixes.
+  bool prefix_cache = true;
+  bool prefix_cache_share_tenants = false;
   // What renders chat requests (GenerationRequest::messages): the model's
   // tokenizer.chat_template or `serve --chat-template`. Null: chat requests fail with
   // FAILED_PRECONDITION.
@@ -85,6 +91,10 @@ struct GenerationRequest {
   // Who sent it (a connection, an API key): the scheduler shares the batch fairly between
   // clients when one floods it. Empty: one anonymous client.
   std::string client;
+  // Whose cached prompt prefixes it may reuse (docs/ARCHITECTURE.md "Prefix caching"): the
+  // fronts set the API key's hash when keys are on; empty: the one shared tenant. At most
+  // kMaxClientKeyBytes.
+  std::string tenant;
   std::optional<std::string> prompt;          // text, encoded with the tokenizer's add_bos
   // A chat, used when prompt is unset and this is: rendered with EngineOptions::chat_template
   // (bos_token, eos_token, add_generation_prompt) on the tokenizer thread, then encoded with
@@ -127,6 +137,9 @@ struct GenerationUsage {
   std::string policy;              // as resolved: the request's or the server default
   int32_t kv_budget_tokens = 0;    // resolved budget per (layer, kv head); 0 for "full"
   std::string kv_dtype;            // the K/V row type it ran with (fp32, bf16, int8, int4)
+  // Prompt tokens taken from the prefix cache instead of computed (OpenAI's
+  // prompt_tokens_details.cached_tokens), at its first admission.
+  int32_t cached_tokens = 0;
 };
 
 struct GenerationTimings {
@@ -175,6 +188,13 @@ struct CacheStats {
   // (policies with demote=) and of requests with their own kv_dtype.
   int32_t pages_demoted = 0;
   int32_t pages_packed = 0;
+  // Prefix caching: pages the cache holds (not in pages_used; reclaimed when the pool needs
+  // them), and its counters since start (KvCache's PrefixStats).
+  int32_t cached_pages = 0;
+  int64_t prefix_lookups = 0;
+  int64_t prefix_hits = 0;
+  int64_t prefix_hit_tokens = 0;
+  int64_t prefix_reclaimed_pages = 0;
 };
 
 struct ModelInfo {

@@ -132,6 +132,7 @@ absl::Status RequestValidator::Precheck(const GenerationRequest& q) const {
                                 kMaxRequestIdBytes, " are accepted"));
   }
   if (q.client.size() > kMaxClientKeyBytes) return Invalid("the client key is too long");
+  if (q.tenant.size() > kMaxClientKeyBytes) return Invalid("the tenant key is too long");
   if (q.prompt.has_value()) {
     if (q.prompt->empty()) return Invalid("the prompt is empty: send some text");
     if (absl::Status s = CheckText(*q.prompt, "prompt"); !s.ok()) return s;
@@ -295,6 +296,7 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
   r.arrival = absl::Now();
   r.request_id = q.request_id;
   r.client = q.client;
+  r.tenant = q.tenant;
   r.prompt = std::move(prompt);
   const int32_t n = static_cast<int32_t>(r.prompt.size());
   if (n > max_prompt_tokens()) {

@@ -47,6 +47,7 @@ std::string EscapedPrefix(std::string_view s, size_t max_bytes = 32);
 struct ResolvedRequest {
   std::string request_id;
   std::string client;           // who sent it, for fair scheduling (GenerationRequest::client)
+  std::string tenant;           // whose cached prefixes it may reuse (GenerationRequest::tenant)
   std::vector<int32_t> prompt;  // token ids, BOS first
   int32_t max_new_tokens = 0;
   SamplingParams sampling;

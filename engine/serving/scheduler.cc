@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <span>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -120,13 +121,20 @@ StepPlan Scheduler::Schedule() {
   StepPlan plan;
   PreemptForFairness(plan);
   int32_t tokens_left = config_.max_step_tokens;
-  int32_t free = cache_->allocator().num_pages_free();  // not yet promised to this step
+  // Not yet promised to this step; cached prefix pages count, an allocation reclaims them.
+  int32_t free = cache_->AvailablePages();
   int32_t owed = TotalOwed();                           // still owed to bounded sequences
   // The scratch reserve exists only while bounded sequences run.
   const bool any_bounded =
       std::any_of(running_.begin(), running_.end(), [](Sequence* s) { return s->bounded(); });
   int32_t scratch = any_bounded ? std::min(ScratchPages(), std::max(0, free - owed)) : 0;
   const int32_t max_chunk = std::max(1, config_.prefill_chunk);
+  // Prompt chunks end on a fixed grid (multiples of prefill_chunk from position 0) whatever the
+  // load, so that a sequence resuming from a cached prefix and a cold run share their chunk
+  // ends, and with them their evictions (docs/ARCHITECTURE.md "Prefix caching").
+  auto chunk = [&](const Sequence* s) {
+    return std::min({s->pending(), max_chunk - s->num_computed % max_chunk, tokens_left});
+  };
 
   // Plans `count` tokens of a bounded sequence, shortened to what its owed pages plus the
   // scratch allow; false when not even one token fits (it waits for the next step).
@@ -147,7 +155,7 @@ StepPlan Scheduler::Schedule() {
   // 1. Running sequences, oldest first: a decode token, or the next chunk of their prompt.
   for (size_t i = 0; i < running_.size() && tokens_left > 0;) {
     Sequence* s = running_[i];
-    const int32_t count = std::min({s->pending(), max_chunk, tokens_left});
+    const int32_t count = chunk(s);
     if (s->bounded()) {
       plan_bounded(s, count);
       ++i;
@@ -182,20 +190,31 @@ StepPlan Scheduler::Schedule() {
          static_cast<int32_t>(running_.size()) < config_.max_running) {
     const size_t next = NextToAdmit();
     Sequence* w = waiting_[next];
-    const int32_t count = std::min({w->pending(), max_chunk, tokens_left});
+    // A cached prefix of its prompt: private copies of its pages, taken at admission. The
+    // cached pages it copies count in `free` but cannot be reclaimed for the copies.
+    PrefixHit hit =
+        cache_->FindPrefix(w->kv, std::span<const int32_t>(w->tokens).first(w->num_prompt));
     if (w->bounded()) {
       const int32_t worst = WorstCasePages(*w);
       // Room for its worst case beside what is owed, with the whole reserve still free.
+      if (hit.tokens > 0 && worst + ScratchPages() > free - owed - hit.pages) hit = PrefixHit();
       if (worst + ScratchPages() > free - owed) break;
       waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(next));
       running_.push_back(w);
       plan.admitted.push_back(w);
-      owed += worst;
+      free -= static_cast<int32_t>(cache_->AttachPrefix(w->kv, hit));
+      w->num_computed = hit.tokens;
+      owed += Owed(*w);
       scratch = std::min(ScratchPages(), free - owed);
-      if (!plan_bounded(w, count)) continue;  // admitted; its first chunk waits for scratch
+      if (!plan_bounded(w, chunk(w))) continue;  // admitted; its first chunk waits for scratch
     } else {
-      const int32_t need = cache_->PagesNeeded(w->kv, count);
-      if (need > free - owed - scratch) break;
+      auto need_with = [&](const PrefixHit& h) {  // the copies and the first chunk
+        const int32_t n = std::min({w->pending() - h.tokens,
+                                    max_chunk - h.tokens % max_chunk, tokens_left});
+        return cache_->PagesNeeded(w->kv, h.tokens + n);
+      };
+      if (hit.tokens > 0 && need_with(hit) > free - owed - scratch - hit.pages) hit = PrefixHit();
+      if (need_with(hit) > free - owed - scratch) break;
       // Pages promised: every running sequence's worst case (owed ones included), the scratch
       // reserve while bounded sequences run, and this one's growth.
       int64_t promised = WorstCasePages(*w);
@@ -210,6 +229,10 @@ StepPlan Scheduler::Schedule() {
       waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(next));
       running_.push_back(w);
       plan.admitted.push_back(w);
+      free -= static_cast<int32_t>(cache_->AttachPrefix(w->kv, hit));
+      w->num_computed = hit.tokens;
+      const int32_t count = chunk(w);
+      const int32_t need = cache_->PagesNeeded(w->kv, count);
       plan.chunks.push_back({w, w->num_computed, count, count == w->pending(), need});
       free -= need;
       tokens_left -= count;

@@ -117,6 +117,7 @@ int ServeCommand(int argc, char** argv) {
   server::ServerTls tls;
   std::string api_key_file;
   bool reflection = false;
+  bool no_prefix_cache = false, prefix_cache_share_tenants = false;
   FlagSet flags("serve", "heavykv serve --model FILE [--tokenizer FILE] [flags]");
   flags.String("model", &model_path, "llama2.c checkpoint or GGUF file (required)");
   flags.String("tokenizer", &tokenizer_path,
@@ -184,6 +185,12 @@ int ServeCommand(int argc, char** argv) {
   flags.String("api-key-file", &api_key_file,
                "file of API keys, one a line (# comments); every Generation call must send "
                "`authorization: Bearer KEY`; SIGHUP reloads it");
+  flags.Bool("no-prefix-cache", &no_prefix_cache,
+             "turn automatic prefix caching off (on by default on the CPU: prompt blocks stay "
+             "in the KV pool and later prompts that start with them skip their prefill)");
+  flags.Bool("prefix-cache-share-tenants", &prefix_cache_share_tenants,
+             "with --api-key-file, let requests of different API keys reuse each other's "
+             "cached prompt prefixes (default: each key sees only its own)");
   flags.Bool("reflection", &reflection, "serve gRPC server reflection (not with --api-key-file)");
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
   if (model_path.empty()) return Fail(absl::InvalidArgumentError("--model is required"));
@@ -289,6 +296,8 @@ int ServeCommand(int argc, char** argv) {
   options.threads = static_cast<int>(threads);
   options.device = device_name;
   options.kv_dtype = dtypes.kv_name;
+  options.prefix_cache = !no_prefix_cache;
+  options.prefix_cache_share_tenants = prefix_cache_share_tenants;
   options.chat_template = *chat_template;
   const std::string tokenizer_name =
       *tok == nullptr ? "none (token ids only)"

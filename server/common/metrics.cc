@@ -39,6 +39,22 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                             "KV pages of demoted stores (MiKV, policies with demote=)");
   kv_pages_packed_ = Gauge(r, "kv_pages_packed",
                            "KV pages of requests with their own kv_dtype (int8/int4 packed)");
+  prefix_cache_cached_pages_ =
+      Gauge(r, "prefix_cache_cached_pages",
+            "KV pages held by cached prompt prefixes (reclaimed when the pool needs them)");
+  prefix_cache_lookups_total_ = &CounterFamily(r, "prefix_cache_lookups_total",
+                                               "Admissions that looked up a cached prefix")
+                                     ->Add({});
+  prefix_cache_hits_total_ =
+      &CounterFamily(r, "prefix_cache_hits_total", "Admissions that reused a cached prefix")
+           ->Add({});
+  prefix_cache_hit_tokens_total_ = &CounterFamily(r, "prefix_cache_hit_tokens_total",
+                                                  "Prompt tokens reused from the prefix cache")
+                                        ->Add({});
+  prefix_cache_reclaimed_pages_total_ =
+      &CounterFamily(r, "prefix_cache_reclaimed_pages_total",
+                     "Cached prefix pages given back to the pool for running sequences")
+           ->Add({});
   requests_running_ = Gauge(r, "requests_running", "Sequences in the running batch");
   requests_waiting_ = Gauge(r, "requests_waiting", "Requests queued or preempted");
   preemptions_total_ =
@@ -113,6 +129,15 @@ std::vector<prometheus::MetricFamily> Metrics::Collect() const {
     kv_bytes_per_token_->Set(double(s.bytes_per_token));
     kv_pages_demoted_->Set(s.pages_demoted);
     kv_pages_packed_->Set(s.pages_packed);
+    prefix_cache_cached_pages_->Set(s.cached_pages);
+    // The engine keeps the totals; a counter moves by what they grew since the last scrape.
+    const auto follow = [](prometheus::Counter* c, int64_t total) {
+      if (double(total) > c->Value()) c->Increment(double(total) - c->Value());
+    };
+    follow(prefix_cache_lookups_total_, s.prefix_lookups);
+    follow(prefix_cache_hits_total_, s.prefix_hits);
+    follow(prefix_cache_hit_tokens_total_, s.prefix_hit_tokens);
+    follow(prefix_cache_reclaimed_pages_total_, s.prefix_reclaimed_pages);
     kv_cache_usage_ratio_->Set(s.pages_total > 0 ? double(s.pages_used) / s.pages_total : 0);
     requests_running_->Set(s.sequences_running);
     requests_waiting_->Set(s.sequences_waiting);

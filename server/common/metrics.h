@@ -64,6 +64,12 @@ class Metrics final : public EngineObserver, public prometheus::Collectable {
   prometheus::Gauge* kv_bytes_per_token_;
   prometheus::Gauge* kv_pages_demoted_;
   prometheus::Gauge* kv_pages_packed_;
+  // Prefix caching (from the engine's CacheStats; the counters follow its totals).
+  prometheus::Gauge* prefix_cache_cached_pages_;
+  prometheus::Counter* prefix_cache_lookups_total_;
+  prometheus::Counter* prefix_cache_hits_total_;
+  prometheus::Counter* prefix_cache_hit_tokens_total_;
+  prometheus::Counter* prefix_cache_reclaimed_pages_total_;
   prometheus::Gauge* requests_running_;
   prometheus::Gauge* requests_waiting_;
   prometheus::Counter* preemptions_total_;

@@ -222,6 +222,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::StartGenerati
   if (r.ok()) {
     r->request_id = id;
     r->client = ClientOf(*context);
+    if (authenticate_) r->tenant = r->client;  // cached prefixes stay with their API key
     if (context->deadline() != std::chrono::system_clock::time_point::max()) {
       r->deadline = absl::FromChrono(context->deadline());
     }

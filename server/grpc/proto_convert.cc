@@ -104,6 +104,7 @@ void AppendDelta(const GenerationDelta& d, v1::GenerateResponse* out) {
   u->set_policy(d.usage.policy);
   u->set_kv_budget_tokens(d.usage.kv_budget_tokens);
   u->set_kv_dtype(d.usage.kv_dtype);
+  u->set_cached_tokens(d.usage.cached_tokens);
   v1::Timings* t = out->mutable_timings();
   t->set_queue_seconds(d.timings.queue_seconds);
   t->set_time_to_first_token_seconds(d.timings.time_to_first_token_seconds);
@@ -138,6 +139,11 @@ void ToProto(const CacheStats& s, v1::CacheStats* out) {
   out->set_bytes_per_token(s.bytes_per_token);
   out->set_pages_demoted(s.pages_demoted);
   out->set_pages_packed(s.pages_packed);
+  out->set_cached_pages(s.cached_pages);
+  out->set_prefix_lookups(s.prefix_lookups);
+  out->set_prefix_hits(s.prefix_hits);
+  out->set_prefix_hit_tokens(s.prefix_hit_tokens);
+  out->set_prefix_reclaimed_pages(s.prefix_reclaimed_pages);
 }
 
 }  // namespace heavykv::server

@@ -204,6 +204,8 @@ class OpenAiFront {
                       absl::ToUnixSeconds(absl::Now()), options_.model_name};
     q->generation.request_id = meta.id;
     q->generation.client = ClientOf(req);
+    // Cached prompt prefixes stay with their API key (ClientOf names it when keys are on).
+    if (options_.api_keys != nullptr) q->generation.tenant = q->generation.client;
 
     auto stream = std::make_shared<Stream>();
     Running& run = stream->run;

@@ -363,6 +363,7 @@ nlohmann::json UsageJson(const GenerationUsage& u) {
   return {{"prompt_tokens", u.prompt_tokens},
           {"completion_tokens", u.completion_tokens},
           {"total_tokens", u.prompt_tokens + u.completion_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", u.cached_tokens}}},
           {"kv",
            {{"policy", u.policy},
             {"dtype", u.kv_dtype},

@@ -46,6 +46,9 @@ REQUIRED_PANELS = [
     ("inter-token latency quantiles", lambda e: len(re.findall(
         r"histogram_quantile\(0\.\d+, [^\n]*heavykv_inter_token_latency_seconds_bucket", e)) >= 2),
     ("generated tokens per second", lambda e: "rate(heavykv_generation_tokens_total" in e),
+    ("prefix cache hit ratio", lambda e: "heavykv_prefix_cache_hits_total" in e and
+     "heavykv_prefix_cache_lookups_total" in e),
+    ("prefix cache pages", lambda e: "heavykv_prefix_cache_cached_pages" in e),
 ]
 
 

@@ -305,11 +305,13 @@ TEST(OpenAiJsonTest, ResponseShapes) {
   last.usage.kv_tokens_kept = 7;
   last.usage.kv_tokens_evicted = 0;
   last.usage.peak_pages = 1;
+  last.usage.cached_tokens = 2;
   const ResponseMeta completion{ApiKind::kCompletion, "cmpl-1", 1700000000, "tiny"};
   EXPECT_EQ(ResponseJson(completion, "abc", last), json::parse(R"({
       "id":"cmpl-1","object":"text_completion","created":1700000000,"model":"tiny",
       "choices":[{"index":0,"text":"abc","logprobs":null,"finish_reason":"stop"}],
       "usage":{"prompt_tokens":3,"completion_tokens":4,"total_tokens":7,
+               "prompt_tokens_details":{"cached_tokens":2},
                "kv":{"policy":"h2o","dtype":"int8","budget_tokens":32,"tokens_kept":7,
                      "tokens_evicted":0,
                      "peak_pages":1}}})"));

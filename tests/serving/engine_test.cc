@@ -65,8 +65,11 @@ struct Collector {
 class EngineTest : public ::testing::Test {
  protected:
   std::unique_ptr<Engine> Make(int32_t pages, int32_t max_running = 64, int32_t max_waiting = 256,
-                               int32_t max_step_tokens = 512, double overcommit = 1.0) {
+                               int32_t max_step_tokens = 512, double overcommit = 1.0,
+                               bool prefix_cache = true, bool share_tenants = false) {
     EngineOptions o;
+    o.prefix_cache = prefix_cache;
+    o.prefix_cache_share_tenants = share_tenants;
     o.full_overcommit = overcommit;
     o.num_pages = pages * kLayers;  // `pages` of every layer
     o.max_running = max_running;
@@ -734,6 +737,145 @@ TEST_F(EngineTest, SinkAndWindowRequestsStreamPastTheContext) {
     auto s = engine->Submit(r, c.Callback());
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << policy;
     EXPECT_NE(std::string(s.status().message()).find("context"), std::string::npos);
+  }
+}
+
+// A few hundred tokens of the bundled model's kind of story: a long shared prompt prefix.
+std::string LongStory() {
+  std::ifstream in(testing::SourcePath("tests/data/eval_stories.txt"));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str().substr(0, 900);
+}
+
+// Runs `r` on `engine` alone and returns what it streamed.
+GenerationDelta RunOne(Engine& engine, const GenerationRequest& r, std::vector<int32_t>* tokens) {
+  Collector c;
+  EXPECT_TRUE(engine.Submit(r, c.Callback()).ok());
+  c.Wait();
+  *tokens = c.tokens;
+  return c.last;
+}
+
+// Prefix caching may only save work: with it on, a request whose prompt starts with an earlier
+// one's gets exactly the tokens it gets with it off, for every policy, with budgets below the
+// prompt (so they evict during its prefill and decode), and reports the prompt tokens it
+// reused: whole blocks below its first eviction, at a chunk-grid point for the policies whose
+// channel the attention writes (snapshots), none for squeeze (it measures its layers on every
+// token).
+TEST_F(EngineTest, PrefixCacheGivesEveryPolicyTheTokensOfAColdRun) {
+  const std::string story = LongStory();
+  for (const char* policy :
+       {"full", "window", "sink", "h2o", "tova", "scissorhands", "knorm", "snapkv",
+        "h2o:demote=int8", "tova:granularity=page", "h2o:layers=pyramid", "h2o:layers=squeeze"}) {
+    SCOPED_TRACE(policy);
+    // max_step_tokens 64: prompt chunks (and snapshots) on a grid of 64 tokens.
+    auto warm = Make(64, 64, 256, 64), cold = Make(64, 64, 256, 64, 1.0, false);
+    GenerationRequest first = Greedy(story + " Timmy went to the park.", 4);
+    GenerationRequest second = Greedy(story + " Lily saw a big red ball.", 40);
+    const std::string p = policy;
+    for (GenerationRequest* r : {&first, &second}) {
+      r->policy = policy;
+      r->budget_tokens = 150;
+      r->ignore_eos = true;
+    }
+    std::vector<int32_t> ignored, want, got;
+    RunOne(*warm, first, &ignored);
+    const GenerationDelta hit = RunOne(*warm, second, &got);
+    const GenerationDelta miss = RunOne(*cold, second, &want);
+    EXPECT_GT(hit.usage.prompt_tokens, 250);
+    EXPECT_EQ(got, want);
+    EXPECT_EQ(hit.usage.kv_tokens_evicted, miss.usage.kv_tokens_evicted);
+    EXPECT_EQ(miss.usage.cached_tokens, 0);
+    if (p == "full") {
+      EXPECT_GT(hit.usage.cached_tokens, 200);
+    } else if (p == "h2o:layers=squeeze" || p == "h2o:layers=pyramid") {
+      // Squeeze measures its layers on every token; pyramid's last layer (budget / 20) evicts
+      // within the first chunk, so nothing is registered, and it could reuse nothing.
+      EXPECT_EQ(hit.usage.cached_tokens, 0);
+    } else {
+      // The first request evicted after its chunk [128, 192), so it registered [0, 128).
+      EXPECT_EQ(hit.usage.cached_tokens, 128);
+    }
+    EXPECT_EQ(warm->Stats().pages_used, 0);
+    if (hit.usage.cached_tokens > 0) EXPECT_GT(warm->Stats().cached_pages, 0);
+    EXPECT_EQ(cold->Stats().cached_pages, 0);
+  }
+}
+
+// What the cache holds and reuses is reported, its pages go back to the pool when a request
+// needs them (before anything is preempted), and a request cancelled mid-prefill leaves only
+// finished blocks behind: a later request over them still gets a cold run's tokens.
+TEST_F(EngineTest, PrefixCacheReportsReclaimsAndSurvivesCancellation) {
+  const std::string story = LongStory();
+  auto engine = Make(40, 64, 256, 64);  // 40 pages a layer: 640 tokens
+  auto cold = Make(40, 64, 256, 64, 1.0, false);
+  std::vector<int32_t> got, want;
+  GenerationRequest r = Greedy(story, 8);
+  RunOne(*engine, r, &got);
+  CacheStats s = engine->Stats();
+  EXPECT_EQ(s.pages_used, 0);
+  EXPECT_GT(s.cached_pages, 10 * kLayers);
+  EXPECT_EQ(s.prefix_lookups, 1);
+  EXPECT_EQ(s.prefix_hits, 0);
+  const GenerationDelta again = RunOne(*engine, r, &got);
+  RunOne(*cold, r, &want);
+  EXPECT_EQ(got, want);
+  EXPECT_GT(again.usage.cached_tokens, 200);
+  s = engine->Stats();
+  EXPECT_EQ(s.prefix_hits, 1);
+  EXPECT_EQ(s.prefix_hit_tokens, again.usage.cached_tokens);
+
+  // A full-cache request of 500 tokens needs 32 of the 40 pages a layer: cached pages are
+  // reclaimed for it, and nothing is preempted.
+  GenerationRequest big = Greedy("Once upon a time", 496);
+  big.ignore_eos = true;
+  const GenerationDelta done = RunOne(*engine, big, &got);
+  EXPECT_EQ(done.finish_reason, "length");
+  s = engine->Stats();
+  EXPECT_GT(s.prefix_reclaimed_pages, 0);
+  EXPECT_EQ(s.preemptions, 0);
+  EXPECT_EQ(s.pages_used, 0);
+
+  // Cancelled while its prompt is being computed (chunks of 64 tokens a step).
+  GenerationRequest other = Greedy(story + " Then a cat came.", 8);
+  for (int32_t attempt = 0; attempt < 3; ++attempt) {
+    Collector c;
+    auto handle = engine->Submit(other, c.Callback());
+    ASSERT_TRUE(handle.ok());
+    (*handle)->Cancel();
+    c.Wait();
+  }
+  const GenerationDelta after = RunOne(*engine, other, &got);
+  RunOne(*cold, other, &want);
+  EXPECT_EQ(got, want);
+  EXPECT_EQ(after.finish_reason, "length");
+  EXPECT_EQ(engine->Stats().pages_used, 0);
+}
+
+// With API keys on, the fronts name the key as the tenant: one tenant's cached prompt is never
+// another's hit, so the other computes every prompt token, exactly the work (and so the time)
+// of a cold run; `prefix_cache_share_tenants` lets them share.
+TEST_F(EngineTest, PrefixCacheKeepsTenantsApart) {
+  const std::string story = LongStory();
+  for (bool share : {false, true}) {
+    SCOPED_TRACE(share ? "shared" : "isolated");
+    auto engine = Make(64, 64, 256, 512, 1.0, true, share);
+    GenerationRequest a = Greedy(story, 4), b = Greedy(story, 4);
+    a.tenant = a.client = "key:1";
+    b.tenant = b.client = "key:2";
+    std::vector<int32_t> ta, tb;
+    RunOne(*engine, a, &ta);
+    const GenerationDelta other = RunOne(*engine, b, &tb);
+    EXPECT_EQ(ta, tb);
+    if (share) {
+      EXPECT_GT(other.usage.cached_tokens, 0);
+    } else {
+      EXPECT_EQ(other.usage.cached_tokens, 0);
+      EXPECT_EQ(engine->Stats().prefix_hit_tokens, 0);
+      // Its own tenant hits.
+      EXPECT_GT(RunOne(*engine, a, &ta).usage.cached_tokens, 0);
+    }
   }
 }
 
