@@ -16,12 +16,19 @@
 # against `heavykv run` decoding 64 tokens, each with its wall and CPU time and the VM's steal
 # time, and prints the ratio of the medians (default mixes: q4_k_m q8_0 q6_k q5_k_m q4_0).
 #
-# usage: scripts/bench-llamacpp.sh [--decode-b1] LLAMA_CPP_BIN_DIR [BENCH_DIR] [MIX...]
+# With --prefix-ttft first, it measures prefix caching only (issue 30; scripts/bench_prefix_ttft.py):
+# llama-server (its prompt cache: a slot reuses the prefix its last prompt shares) and
+# `heavykv serve` (its OpenAI HTTP API, prefix cache on) on the same file, one request after
+# another over HTTP, PREFIX_ROUNDS rounds (default 3), each round a new 2,000-token prefix:
+# the time to a 1-token answer of prefix + suffix B after prefix + suffix A, and cold.
+#
+# usage: scripts/bench-llamacpp.sh [--decode-b1|--prefix-ttft] LLAMA_CPP_BIN_DIR [BENCH_DIR] [MIX...]
 #   LLAMA_CPP_BIN_DIR: llama.cpp's build/bin (../shared/tools/setup-llamacpp.sh builds it)
 #   BENCH_DIR: default /tmp/heavykv-bench; HEAVYKV_BUILD: heavykv's build dir (default build)
 set -euo pipefail
-DECODE_B1=0
+DECODE_B1=0 PREFIX_TTFT=0
 if [ "${1:-}" = --decode-b1 ]; then DECODE_B1=1; shift; fi
+if [ "${1:-}" = --prefix-ttft ]; then PREFIX_TTFT=1; shift; fi
 LLAMA=${1:?usage: scripts/bench-llamacpp.sh LLAMA_CPP_BIN_DIR [BENCH_DIR] [MIX...]}
 DIR=${2:-/tmp/heavykv-bench}
 shift $(( $# >= 2 ? 2 : 1 ))
@@ -42,6 +49,12 @@ if ((DECODE_B1)); then
   for mix in "${MIXES[@]}"; do make_model "$mix"; done
   exec python3 "$(dirname "$0")/bench_decode_b1.py" "$LLAMA" "$HK" "$DIR" "${DECODE_ROUNDS:-5}" \
     $THREADS "${MIXES[@]}"
+fi
+if ((PREFIX_TTFT)); then
+  [ ${#MIXES[@]} -eq 0 ] && MIXES=(q4_k_m)
+  for mix in "${MIXES[@]}"; do make_model "$mix"; done
+  exec python3 "$(dirname "$0")/bench_prefix_ttft.py" "$LLAMA" "$HK" "$DIR" \
+    "${PREFIX_ROUNDS:-3}" $THREADS "${MIXES[@]}"
 fi
 [ ${#MIXES[@]} -eq 0 ] && MIXES=(q4_k_m q8_0)
 now() { date +%s.%N; }

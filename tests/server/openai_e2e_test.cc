@@ -154,6 +154,29 @@ ServerProcess* OpenAiE2eTest::slow_ = nullptr;
 ServerProcess* OpenAiE2eTest::keyed_ = nullptr;
 ServerProcess* OpenAiE2eTest::chat_ = nullptr;
 
+// Prefix caching through both fronts (one tenant without API keys): a prompt gRPC sent is a
+// cached prefix for HTTP, which gets the same text and reports the reused prompt tokens as
+// OpenAI's usage.prompt_tokens_details.cached_tokens; gRPC reports its own in Usage.
+TEST_F(OpenAiE2eTest, APromptSentOverGrpcIsACachedPrefixForHttp) {
+  std::string prompt;
+  for (int i = 0; i < 3; ++i) prompt += "Once upon a time, there was a girl named Mia. ";
+  const Streamed grpc = Generate(fast_->stub(), Greedy(prompt, 20));
+  ASSERT_TRUE(grpc.status.ok()) << grpc.status.error_message();
+  EXPECT_GT(grpc.last.usage().prompt_tokens(), 33);  // at least two whole blocks before the last
+  const json request = {{"prompt", prompt}, {"max_tokens", 20}, {"temperature", 0}};
+  const HttpResponse r = Post(fast_->http_port(), "/v1/completions", request);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  EXPECT_EQ(j["choices"][0]["text"], grpc.text);
+  const int cached = j["usage"]["prompt_tokens_details"]["cached_tokens"].get<int>();
+  EXPECT_GT(cached, 0);
+  EXPECT_EQ(cached % 16, 0);  // whole blocks
+  EXPECT_LT(cached, grpc.last.usage().prompt_tokens());
+  const Streamed again = Generate(fast_->stub(), Greedy(prompt, 20));
+  EXPECT_EQ(again.last.usage().cached_tokens(), cached);
+  EXPECT_EQ(again.text, grpc.text);
+}
+
 TEST_F(OpenAiE2eTest, CompletionTextEqualsGrpcGenerate) {
   const Streamed grpc = Generate(fast_->stub(), Greedy("Once upon a time", 40));
   ASSERT_TRUE(grpc.status.ok()) << grpc.status.error_message();
