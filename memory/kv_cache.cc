@@ -470,6 +470,10 @@ void KvCache::Unreserve(SequenceKv& seq) {
 void KvCache::Truncate(SequenceKv& seq, int32_t num_slots) {
   // The registered chain may no longer be this sequence's tokens past num_slots.
   if (num_slots < int64_t(seq.prefix_blocks) * shape_.block_size) seq.prefix_closed = true;
+  if (num_slots < int64_t(seq.shared.size()) * shape_.block_size) {
+    std::fprintf(stderr, "KvCache::Truncate into the %zu shared prefix pages\n", seq.shared.size());
+    std::abort();
+  }
   for (KvTable& table : seq.tables) {
     if (num_slots < 0 || num_slots > table.num_slots) {
       std::fprintf(stderr, "KvCache::Truncate to %d slots of %d\n", num_slots, table.num_slots);
@@ -489,9 +493,11 @@ void KvCache::FreeUnusedPages(KvTable& table, int32_t block_size, PageAllocator&
 }
 
 void KvCache::Release(SequenceKv& seq) {
-  for (KvTable& table : seq.tables) {
-    for (int32_t p : table.pages) alloc_.Free(p);
+  for (KvTable& table : seq.tables) {  // the shared pages at its head are the cache's
+    for (size_t i = seq.shared.size(); i < table.pages.size(); ++i) alloc_.Free(table.pages[i]);
   }
+  for (int32_t id : seq.shared) prefix_->Unpin(id);
+  seq.shared.clear();
   for (KvTable& table : seq.demoted) {
     for (int32_t p : table.pages) alloc_.Free(p);
   }
@@ -591,7 +597,13 @@ int32_t KvCache::CachedPages() const {
   return prefix_ != nullptr ? static_cast<int32_t>(prefix_->num_pages()) : 0;
 }
 
-int32_t KvCache::AvailablePages() const { return alloc_.num_pages_free() + CachedPages(); }
+int32_t KvCache::SharedCachedPages() const {
+  return prefix_ != nullptr ? static_cast<int32_t>(prefix_->pinned_pages()) : 0;
+}
+
+int32_t KvCache::AvailablePages() const {
+  return alloc_.num_pages_free() + CachedPages() - SharedCachedPages();
+}
 
 std::optional<int32_t> KvCache::TakePage() {
   while (alloc_.num_pages_free() == 0) {
@@ -662,6 +674,11 @@ PrefixHit KvCache::FindPrefix(const SequenceKv& seq, std::span<const int32_t> pr
   }
   hit.tokens = static_cast<int32_t>(chain.size()) * bs;
   hit.pages = static_cast<int64_t>(chain.size()) * shape_.NumTables();
+  // The full cache never writes into a slot it did not append, so it may read the cached pages.
+  hit.shares = seq.policy == nullptr;
+  for (int32_t id : chain) {
+    if (prefix_->entry(id).pins == 0) hit.new_pins += shape_.NumTables();
+  }
   hit.entries = std::move(chain);
   return hit;
 }
@@ -670,17 +687,24 @@ int64_t KvCache::AttachPrefix(SequenceKv& seq, const PrefixHit& hit) {
   if (prefix_ == nullptr || !seq.prefix_enabled) return 0;
   ++prefix_stats_.lookups;
   if (hit.tokens == 0 || !seq.tables.empty() || !InitTables(seq).ok()) return 0;
+  const int64_t available = AvailablePages();
   for (int32_t id : hit.entries) prefix_->Pin(id);
   seq.tables.resize(shape_.NumTables());
   for (size_t t = 0; t < seq.tables.size(); ++t) {
     KvTable& table = seq.tables[t];
     for (int32_t id : hit.entries) {
+      const int32_t cached = prefix_->entry(id).pages[t];
+      if (hit.shares) {
+        table.pages.push_back(cached);
+        continue;
+      }
       const int32_t page = MustTakePage();
-      CopyPage(prefix_->entry(id).pages[t], page);
+      CopyPage(cached, page);
       table.pages.push_back(page);
     }
     table.num_slots = hit.tokens;
   }
+  if (hit.shares) seq.shared = hit.entries;  // pinned until Release
   const ChannelSpec channel = seq.policy != nullptr ? seq.policy->channel() : ChannelSpec();
   if (channel.kind != SlotChannel::kNone) {
     // The channel as the producer's prefill left it at hit.tokens (the copies carry the
@@ -696,7 +720,7 @@ int64_t KvCache::AttachPrefix(SequenceKv& seq, const PrefixHit& hit) {
     }
   }
   for (int32_t id : hit.entries) {
-    prefix_->Unpin(id);
+    if (!hit.shares) prefix_->Unpin(id);
     prefix_->Touch(id);
   }
   seq.prefix_blocks = static_cast<int32_t>(hit.entries.size());
@@ -707,7 +731,7 @@ int64_t KvCache::AttachPrefix(SequenceKv& seq, const PrefixHit& hit) {
   seq.peak_pages = static_cast<int32_t>(std::max<int64_t>(seq.peak_pages, seq.NumPages()));
   ++prefix_stats_.hits;
   prefix_stats_.hit_tokens += hit.tokens;
-  return hit.pages;
+  return available - AvailablePages();
 }
 
 void KvCache::RegisterPrefix(SequenceKv& seq, std::span<const int32_t> prompt,

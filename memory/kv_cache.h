@@ -148,6 +148,10 @@ struct SequenceKv {
   uint64_t prefix_hash = 0;
   bool prefix_closed = false;  // it evicted, or registering failed: it registers no more
   bool prefix_grid = true;     // every prefill chunk so far ended on the chunk grid
+  // A full-cache sequence's hit (it never writes into a slot it did not append): the prefix
+  // cache's entries whose pages are the first shared.size() pages of each of its tables, read
+  // only and pinned while it holds them (KvCache::Release unpins them and frees the rest).
+  std::vector<int32_t> shared;
 
   // The table layer `layer` uses (an empty one before the first Reserve).
   const KvTable& Table(int32_t layer) const {
@@ -174,6 +178,10 @@ struct SequenceKv {
   int32_t DemoteBudget() const {
     if (policy == nullptr || policy->demote() == KvQuant::kNone) return 0;
     return policy->demote_budget() > 0 ? policy->demote_budget() : budget;
+  }
+  // Of NumPages(), the pages the prefix cache shares with it (not its own).
+  int64_t SharedPages() const {
+    return static_cast<int64_t>(shared.size()) * static_cast<int64_t>(tables.size());
   }
   // Tokens held per (layer, kv head), the mean over layers (rounded down).
   int32_t MeanSlots() const {
@@ -248,6 +256,10 @@ struct PrefixHit {
   int32_t tokens = 0;
   std::vector<int32_t> entries;
   int64_t pages = 0;
+  // A full-cache consumer shares the entries' pages instead of copying them (SequenceKv::shared);
+  // new_pins of them are not pinned yet, i.e. stop being reclaimable when it takes them.
+  bool shares = false;
+  int64_t new_pins = 0;
 };
 
 struct PrefixStats {
@@ -279,10 +291,12 @@ class KvCache {
   // page: they count as available (AvailablePages), never as owed to anyone.
   absl::Status EnablePrefixCache(const PrefixCacheOptions& options);
   bool prefix_cache_enabled() const { return prefix_ != nullptr; }
-  // Free pages plus the cached pages an allocation may reclaim.
+  // Free pages plus the cached pages an allocation may reclaim (those no sequence shares).
   int32_t AvailablePages() const;
-  // Pages held by the prefix cache (none of them by a sequence).
+  // Pages held by the prefix cache (a sequence's only as shared, read-only pages).
   int32_t CachedPages() const;
+  // Of CachedPages(), those full-cache sequences share (not reclaimable while they run).
+  int32_t SharedCachedPages() const;
   const PrefixStats& prefix_stats() const { return prefix_stats_; }
   const PrefixCache* prefix_cache() const { return prefix_.get(); }
   // The longest cached prefix a sequence about to be admitted (no tables yet, prefix_enabled,
@@ -291,9 +305,11 @@ class KvCache {
   // and for a policy with a channel only up to a block carrying a snapshot of that channel.
   // No side effects.
   PrefixHit FindPrefix(const SequenceKv& seq, std::span<const int32_t> prompt) const;
-  // Counts a lookup and gives `seq` private copies of the hit's pages (every table then holds
-  // hit.tokens slots) with the snapshot's channel values; returns the pages taken. The caller
-  // made room: AvailablePages() - hit.pages >= the copies. `hit` must come from FindPrefix on
+  // Counts a lookup and gives `seq` the hit's pages (every table then holds hit.tokens slots):
+  // with hit.shares (a full-cache sequence) the cached pages themselves, pinned until Release;
+  // else private copies with the snapshot's channel values. Returns the pages it took from
+  // AvailablePages(): the copies, or the newly pinned pages (hit.new_pins). The caller made
+  // room: for copies AvailablePages() - hit.pages >= them. `hit` must come from FindPrefix on
   // the unchanged cache; an empty hit only counts the lookup.
   int64_t AttachPrefix(SequenceKv& seq, const PrefixHit& hit);
   // After a step that left seq with `computed` tokens: registers copies of the prompt blocks

@@ -93,13 +93,14 @@ void PrefixCache::Touch(int32_t id) {
 
 void PrefixCache::Pin(int32_t id) {
   Unlist(id);
-  ++entries_[static_cast<size_t>(id)].pins;
+  PrefixEntry& e = entries_[static_cast<size_t>(id)];
+  if (e.pins++ == 0) pinned_pages_ += static_cast<int64_t>(e.pages.size());
 }
 
 void PrefixCache::Unpin(int32_t id) {
   PrefixEntry& e = entries_[static_cast<size_t>(id)];
   if (e.pins <= 0) Broken("unpinned more often than pinned", id);
-  --e.pins;
+  if (--e.pins == 0) pinned_pages_ -= static_cast<int64_t>(e.pages.size());
   List(id);
 }
 
@@ -132,12 +133,13 @@ void PrefixCache::AddSnapshot(int32_t id, PrefixSnapshot snapshot) {
 
 bool PrefixCache::CheckInvariants() const {
   std::vector<int32_t> children(entries_.size(), 0);
-  int64_t pages = 0, bytes = 0, live = 0;
+  int64_t pages = 0, bytes = 0, live = 0, pinned = 0;
   for (size_t i = 0; i < entries_.size(); ++i) {
     const PrefixEntry& e = entries_[i];
     if (!e.live) continue;
     ++live;
     pages += static_cast<int64_t>(e.pages.size());
+    if (e.pins > 0) pinned += static_cast<int64_t>(e.pages.size());
     for (const PrefixSnapshot& s : e.snapshots) bytes += int64_t(s.scores.size() * sizeof(float));
     if (e.parent >= 0) {
       if (!entries_[static_cast<size_t>(e.parent)].live) return false;
@@ -152,6 +154,7 @@ bool PrefixCache::CheckInvariants() const {
     if (entries_[i].live && entries_[i].children != children[i]) return false;
   }
   return live == num_entries() && pages == num_pages_ && bytes == snapshot_bytes_ &&
+         pinned == pinned_pages_ &&
          static_cast<int64_t>(leaves_.size()) <= live;
 }
 

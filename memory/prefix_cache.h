@@ -41,7 +41,9 @@ struct PrefixEntry {
   std::vector<int32_t> pages;       // pool pages, one per layer table
   std::vector<PrefixSnapshot> snapshots;
   int32_t children = 0;             // entries whose parent this is
-  int32_t pins = 0;                 // > 0: in use by a KvCache call; not reclaimable
+  // > 0: in use (a KvCache call copying it, or sequences whose tables share its pages); not
+  // reclaimable.
+  int32_t pins = 0;
   uint64_t tick = 0;                // last use, for LRU
   bool live = false;
 };
@@ -67,6 +69,7 @@ class PrefixCache {
   }
   // Marks an entry used now (LRU).
   void Touch(int32_t id);
+  // Pins nest (a count); an entry with pins is never a Victim.
   void Pin(int32_t id);
   void Unpin(int32_t id);
   // The least recently used reclaimable leaf, or -1.
@@ -79,6 +82,8 @@ class PrefixCache {
   const PrefixEntry& entry(int32_t id) const { return entries_[static_cast<size_t>(id)]; }
   int64_t num_entries() const { return static_cast<int64_t>(by_hash_.size()); }
   int64_t num_pages() const { return num_pages_; }
+  // Pages of pinned entries (not reclaimable).
+  int64_t pinned_pages() const { return pinned_pages_; }
   int64_t snapshot_bytes() const { return snapshot_bytes_; }
 
   // Verifies the structure (children counts, the leaf set, page totals) in O(entries); tests.
@@ -95,6 +100,7 @@ class PrefixCache {
   std::set<std::pair<uint64_t, int32_t>> leaves_;  // (tick, id) of the reclaimable entries
   uint64_t clock_ = 0;
   int64_t num_pages_ = 0;
+  int64_t pinned_pages_ = 0;
   int64_t snapshot_bytes_ = 0;
 };
 

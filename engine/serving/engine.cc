@@ -611,7 +611,9 @@ void EngineImpl::PublishStats() {
   std::lock_guard<std::mutex> lock(mu_);
   stats_.pages_total = cache_->allocator().num_pages_total();
   stats_.cached_pages = cache_->CachedPages();
-  stats_.pages_used = cache_->allocator().num_pages_used() - stats_.cached_pages;
+  // Pages sequences hold: their own, and cached prefix pages they share (counted once).
+  stats_.pages_used = cache_->allocator().num_pages_used() - stats_.cached_pages +
+                      cache_->SharedCachedPages();
   const PrefixStats& prefix = cache_->prefix_stats();
   stats_.prefix_lookups = prefix.lookups;
   stats_.prefix_hits = prefix.hits;

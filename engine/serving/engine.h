@@ -188,8 +188,9 @@ struct CacheStats {
   // (policies with demote=) and of requests with their own kv_dtype.
   int32_t pages_demoted = 0;
   int32_t pages_packed = 0;
-  // Prefix caching: pages the cache holds (not in pages_used; reclaimed when the pool needs
-  // them), and its counters since start (KvCache's PrefixStats).
+  // Prefix caching: pages the cache holds (reclaimed when the pool needs them; those that
+  // running full-cache sequences share read-only are also in pages_used, once), and its
+  // counters since start (KvCache's PrefixStats).
   int32_t cached_pages = 0;
   int64_t prefix_lookups = 0;
   int64_t prefix_hits = 0;

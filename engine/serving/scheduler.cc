@@ -31,8 +31,11 @@ int32_t Scheduler::PagesClamped(int64_t pages) {
 }
 
 int32_t Scheduler::WorstCasePages(const Sequence& seq) const {
+  // Pages it shares with the prefix cache are not its own (KvCache::SharedCachedPages counts
+  // them once for all the sequences that share them).
   return PagesClamped(PeakPages(cache_->shape(), seq.bounded() ? seq.kv.policy : nullptr,
-                                seq.kv.budget, seq.max_total, seq.kv.quant));
+                                seq.kv.budget, seq.max_total, seq.kv.quant) -
+                      seq.kv.SharedPages());
 }
 
 int32_t Scheduler::ScratchPages() const {
@@ -168,8 +171,9 @@ StepPlan Scheduler::Schedule() {
     while (need > free - owed) {
       Sequence* victim = running_.back();  // the newest; not planned yet (we go oldest first)
       owed -= Owed(*victim);
-      free += static_cast<int32_t>(victim->kv.NumPages());
-      Preempt(victim, plan);
+      const int32_t before = cache_->AvailablePages();  // its own pages, and shared ones
+      Preempt(victim, plan);                              // no one else shares
+      free += cache_->AvailablePages() - before;
       if (victim == s) {
         self_preempted = true;
         break;
@@ -208,16 +212,21 @@ StepPlan Scheduler::Schedule() {
       scratch = std::min(ScratchPages(), free - owed);
       if (!plan_bounded(w, chunk(w))) continue;  // admitted; its first chunk waits for scratch
     } else {
-      auto need_with = [&](const PrefixHit& h) {  // the copies and the first chunk
+      // Its first chunk's pages and the hit's: copies (their sources cannot be reclaimed for
+      // them), or, shared, the cached pages it pins that were reclaimable.
+      auto need_with = [&](const PrefixHit& h) -> int64_t {
         const int32_t n = std::min({w->pending() - h.tokens,
                                     max_chunk - h.tokens % max_chunk, tokens_left});
-        return cache_->PagesNeeded(w->kv, h.tokens + n);
+        const int64_t need = cache_->PagesNeeded(w->kv, h.tokens + n);
+        return h.shares ? need - h.pages + h.new_pins : need + h.pages;
       };
-      if (hit.tokens > 0 && need_with(hit) > free - owed - scratch - hit.pages) hit = PrefixHit();
+      if (hit.tokens > 0 && need_with(hit) > free - owed - scratch) hit = PrefixHit();
       if (need_with(hit) > free - owed - scratch) break;
       // Pages promised: every running sequence's worst case (owed ones included), the scratch
-      // reserve while bounded sequences run, and this one's growth.
-      int64_t promised = WorstCasePages(*w);
+      // reserve while bounded sequences run, this one's growth, and the shared prefix pages
+      // once.
+      int64_t promised = WorstCasePages(*w) + cache_->SharedCachedPages();
+      if (hit.shares) promised += hit.new_pins - hit.pages;
       bool bounded_running = false;
       for (const Sequence* s : running_) {
         promised += WorstCasePages(*s);

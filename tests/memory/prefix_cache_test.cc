@@ -136,7 +136,7 @@ class KvPrefixTest : public ::testing::Test {
     }
   }
 
-  void ExpectSameState(SequenceKv& a, SequenceKv& b, int32_t slots) {
+  void ExpectSameState(SequenceKv& a, SequenceKv& b, int32_t slots, bool scores = true) {
     for (int32_t l = 0; l < kLayers; ++l) {
       ASSERT_EQ(a.Slots(l), slots);
       ASSERT_EQ(b.Slots(l), slots);
@@ -144,7 +144,7 @@ class KvPrefixTest : public ::testing::Test {
         PagedKvHead va = cache_->View(a, l, h, slots), vb = cache_->View(b, l, h, slots);
         for (int32_t s = 0; s < slots; ++s) {
           ASSERT_EQ(va.Pos(s), vb.Pos(s)) << "layer " << l << " head " << h << " slot " << s;
-          ASSERT_EQ(va.Score(s), vb.Score(s)) << "layer " << l << " head " << h << " slot " << s;
+          if (scores) ASSERT_EQ(va.Score(s), vb.Score(s)) << "layer " << l << " head " << h;
           for (int32_t d = 0; d < kDim; ++d) {
             ASSERT_EQ(va.KRow(s)[d], vb.KRow(s)[d]);
             ASSERT_EQ(va.VRow(s)[d], vb.VRow(s)[d]);
@@ -205,6 +205,60 @@ TEST_F(KvPrefixTest, AHitResumesWithTheRowsAndChannelOfAColdRun) {
   other.prefix_root = PrefixCache::Root("key:2");
   EXPECT_EQ(cache_->FindPrefix(other, longer).tokens, 0);
   for (SequenceKv* s : {&warm, &cold, &cold16}) cache_->Release(*s);
+}
+
+// The full cache never writes into a slot it did not append: its hits share the cached pages
+// (pinned while it holds them, not reclaimable, counted once however many share them) and its
+// Release frees only its own pages after them.
+TEST_F(KvPrefixTest, FullCacheSequencesShareTheCachedPages) {
+  const std::vector<int32_t> prompt = Prompt(20);
+  SequenceKv producer = Seq(nullptr, kUnboundedBudget);
+  Prefill(producer, prompt);
+  cache_->Release(producer);
+  const int32_t cached = cache_->CachedPages(), available = cache_->AvailablePages();
+  EXPECT_EQ(cached, 5 * kLayers);
+  SequenceKv a = Seq(nullptr, kUnboundedBudget), b = Seq(nullptr, kUnboundedBudget);
+  const PrefixHit hit = cache_->FindPrefix(a, prompt);
+  ASSERT_TRUE(hit.shares);
+  EXPECT_EQ(hit.tokens, 16);
+  EXPECT_EQ(hit.new_pins, 4 * kLayers);
+  EXPECT_EQ(cache_->AttachPrefix(a, hit), 4 * kLayers);  // pinned: no longer reclaimable
+  for (int32_t l = 0; l < kLayers; ++l) {
+    for (int32_t k = 0; k < 4; ++k) {
+      EXPECT_EQ(a.tables[l].pages[k], cache_->prefix_cache()->entry(hit.entries[k]).pages[l]);
+    }
+  }
+  const PrefixHit again = cache_->FindPrefix(b, prompt);
+  EXPECT_EQ(again.new_pins, 0);
+  EXPECT_EQ(cache_->AttachPrefix(b, again), 0);  // already pinned: costs nothing more
+  EXPECT_EQ(cache_->AvailablePages(), available - 4 * kLayers);
+  EXPECT_EQ(cache_->SharedCachedPages(), 4 * kLayers);
+  EXPECT_EQ(cache_->CachedPages(), cached);
+  // Both go on from 16 into pages of their own; the shared rows are a cold run's.
+  Prefill(a, prompt, 16);
+  Prefill(b, prompt, 16);
+  SequenceKv cold = Seq(nullptr, kUnboundedBudget);
+  cold.prefix_enabled = false;
+  Prefill(cold, prompt);
+  ExpectSameState(a, cold, 20, /*scores=*/false);
+  EXPECT_EQ(a.tables[0].pages.size(), 5u);
+  EXPECT_NE(a.tables[0].pages[4], b.tables[0].pages[4]);
+  // Nothing can reclaim the shared pages: a sequence needing all the rest fails instead.
+  SequenceKv big = Seq(nullptr, kUnboundedBudget);
+  big.prefix_enabled = false;
+  const int32_t rest = cache_->AvailablePages();
+  EXPECT_EQ(cache_->Reserve(big, kBs * (rest / kLayers + 1)).code(),
+            absl::StatusCode::kResourceExhausted);
+  ASSERT_TRUE(cache_->Reserve(big, kBs * (rest / kLayers)).ok());
+  EXPECT_EQ(cache_->SharedCachedPages(), 4 * kLayers);
+  cache_->Release(big);
+  cache_->Release(a);
+  EXPECT_EQ(cache_->SharedCachedPages(), 4 * kLayers);  // b still holds them
+  cache_->Release(b);
+  cache_->Release(cold);
+  EXPECT_EQ(cache_->SharedCachedPages(), 0);
+  EXPECT_EQ(cache_->allocator().num_pages_used(), cache_->CachedPages());
+  EXPECT_TRUE(cache_->prefix_cache()->CheckInvariants());
 }
 
 TEST_F(KvPrefixTest, RegistrationStopsAtTheFirstEvictionAndAtWhatWasComputed) {

@@ -18,6 +18,7 @@
 #include <memory>
 #include <random>
 #include <set>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -61,6 +62,8 @@ struct RunStats {
   int32_t max_running = 0;
   int64_t finished = 0;
   int64_t chunks = 0;
+  int64_t prefix_hits = 0;      // admissions that took a cached prefix
+  int64_t reclaimed_pages = 0;  // cached pages an allocation took back
 };
 
 // A pool, a scheduler over it, and the sequences it serves (owned here, as the engine owns them).
@@ -68,21 +71,30 @@ class Harness {
  public:
   // Bounded sequences use the window policy at `granularity` with `layers` budgets; with layer
   // budgets other than uniform the pool has 3 layers, a table each.
+  // With `prefix_tokens` >= 0 the pool caches prompt prefixes (docs/ARCHITECTURE.md "Prefix
+  // caching"), the chunks register their blocks as the engine does, and every prompt's first
+  // prefix_tokens tokens are the same (the rest are the sequence's own).
   Harness(int32_t num_pages, const SchedulerConfig& config,
           EvictGranularity granularity = EvictGranularity::kToken,
-          LayerBudgets layers = LayerBudgets::kUniform, uint32_t seed = 1)
-      : cache_(*KvCache::Create(LayerShape(layers), num_pages)),
+          LayerBudgets layers = LayerBudgets::kUniform, uint32_t seed = 1,
+          int32_t prefix_tokens = -1)
+      : cache_(*KvCache::Create(LayerShape(layers, prefix_tokens >= 0), num_pages)),
         window_(*MakePolicy("window", 0.5, granularity, layers)),
         config_(config),
         sched_(cache_.get(), config),
-        rng_(seed) {}
-
-  static KvShape LayerShape(LayerBudgets layers) {
-    KvShape s = TinyShape();
-    if (layers != LayerBudgets::kUniform) {
-      s.num_layers = 3;
-      s.table_per_layer = true;
+        rng_(seed),
+        prefix_tokens_(prefix_tokens) {
+    if (prefix_tokens >= 0) {
+      PrefixCacheOptions o;
+      o.chunk_grid = config.prefill_chunk;
+      EXPECT_TRUE(cache_->EnablePrefixCache(o).ok());
     }
+  }
+
+  static KvShape LayerShape(LayerBudgets layers, bool prefix = false) {
+    KvShape s = TinyShape();
+    if (layers != LayerBudgets::kUniform) s.num_layers = 3;
+    s.table_per_layer = layers != LayerBudgets::kUniform || prefix;
     return s;
   }
 
@@ -92,6 +104,11 @@ class Harness {
     auto s = std::make_unique<Sequence>();
     s->id = static_cast<int64_t>(seqs_.size()) + 1;
     s->tokens.assign(prompt, kToken);
+    if (prefix_tokens_ >= 0) {
+      for (int32_t i = prefix_tokens_; i < prompt; ++i) s->tokens[i] = 1000 + int32_t(s->id);
+      s->kv.prefix_enabled = true;
+      s->kv.prefix_root = PrefixCache::Root("");
+    }
     s->num_prompt = prompt;
     s->max_total = max_total;
     if (budget > 0) {
@@ -169,9 +186,17 @@ class Harness {
       })) << "a preemption with only bounded sequences running";
     }
     const std::set<Sequence*> preempted(plan.preempted.begin(), plan.preempted.end());
+    const std::set<Sequence*> readmitted(plan.admitted.begin(), plan.admitted.end());
     for (Sequence* v : plan.preempted) {
       // Released, to be recomputed from its first token (unless readmitted this very step, when
-      // its first chunk is already planned from 0).
+      // its first chunk is already planned from 0, or from the cached prefix it took then:
+      // whole blocks of its prompt).
+      if (readmitted.count(v) && v->num_computed > 0) {
+        EXPECT_EQ(v->num_computed % kBlock, 0);
+        EXPECT_LT(v->num_computed, v->num_prompt);
+        EXPECT_EQ(v->kv.Slots(0), v->num_computed);
+        continue;
+      }
       EXPECT_EQ(v->num_computed, 0);
       EXPECT_TRUE(v->kv.tables.empty());
       EXPECT_EQ(v->kv.NumPages(), 0);
@@ -267,6 +292,8 @@ class Harness {
         SetRandomLayerBudgets(s);
       }
       s.num_computed += c.count;
+      cache_->RegisterPrefix(s.kv, std::span<const int32_t>(s.tokens).first(s.num_prompt),
+                             s.num_computed);
       ++stats_.chunks;
       if (!c.samples) continue;
       s.tokens.push_back(kToken);
@@ -287,9 +314,9 @@ class Harness {
   }
 
   void CheckBetweenSteps() {
-    int32_t held = 0;
+    int32_t held = 0;  // the sequences' own pages; shared ones are the prefix cache's
     for (Sequence* s : sched_.running()) {
-      held += static_cast<int32_t>(s->kv.NumPages());
+      held += static_cast<int32_t>(s->kv.NumPages() - s->kv.SharedPages());
       for (int32_t l = 0; l < cache_->shape().num_layers && !s->kv.tables.empty(); ++l) {
         EXPECT_EQ(static_cast<int32_t>(s->kv.Table(l).pages.size()),
                   CeilDiv(s->kv.Slots(l), kBlock));
@@ -308,7 +335,11 @@ class Harness {
       EXPECT_TRUE(s->kv.tables.empty()) << "a waiting sequence holds pages";
       EXPECT_EQ(s->num_computed, 0);
     }
-    EXPECT_EQ(cache_->allocator().num_pages_used(), held) << "pages leaked";
+    EXPECT_EQ(cache_->allocator().num_pages_used(), held + cache_->CachedPages())
+        << "pages leaked";
+    if (cache_->prefix_cache() != nullptr) {
+      EXPECT_TRUE(cache_->prefix_cache()->CheckInvariants());
+    }
   }
 
   std::unique_ptr<KvCache> cache_;
@@ -318,6 +349,7 @@ class Harness {
   std::vector<std::unique_ptr<Sequence>> seqs_;
   RunStats stats_;
   std::mt19937 rng_;
+  int32_t prefix_tokens_ = -1;
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -628,6 +660,31 @@ TEST(SchedulerTest, BoundedSequencesRunManyAtOnceWithoutPreemption) {
   EXPECT_LT(bounded.stats().steps, full.stats().steps);
 }
 
+// Full-cache sequences share a cached prompt prefix's pages (read only) instead of each holding
+// a copy: admission counts those pages once, so several times more of them run at once. 40
+// pages; a 32-token prompt + 4 new = 9 pages each: 4 at once without the cache; with it, 7 of
+// their pages are the shared prefix (28 tokens, never the last prompt token), 2 their own.
+TEST(SchedulerTest, SharedPrefixPagesLetMoreFullSequencesRun) {
+  const SchedulerConfig cfg = Config(/*max_step_tokens=*/64, 64, /*prefill_chunk=*/32);
+  Harness plain(40, cfg), cached(40, cfg, EvictGranularity::kToken, LayerBudgets::kUniform, 1,
+                                 /*prefix_tokens=*/32);
+  cached.Enqueue(32, 36);  // sends the prompt first
+  ASSERT_TRUE(cached.RunToCompletion(100));
+  EXPECT_EQ(cached.cache().CachedPages(), 8);  // its 8 whole prompt blocks
+  for (int i = 0; i < 12; ++i) {
+    plain.Enqueue(32, 36);
+    cached.Enqueue(32, 36);
+  }
+  ASSERT_TRUE(plain.RunToCompletion(10000));
+  ASSERT_TRUE(cached.RunToCompletion(10000));
+  EXPECT_EQ(plain.stats().max_running, 4);
+  EXPECT_GE(cached.stats().max_running, 12);
+  EXPECT_EQ(cached.stats().preemptions, 0);
+  EXPECT_EQ(cached.cache().prefix_stats().hits, 12);
+  EXPECT_EQ(cached.cache().prefix_stats().hit_tokens, 12 * 28);
+  EXPECT_EQ(cached.cache().SharedCachedPages(), 0);
+}
+
 // Regression (fixed in 6d8f40c): a full-cache sequence that needed pages preempted victims while
 // still keeping the scratch reserve computed at the start of the step, even after the last
 // bounded sequence was gone, and then preempted itself although the pool had room for it. Here
@@ -704,14 +761,14 @@ Workload RandomWorkload(std::mt19937& rng, double bounded_fraction) {
 // Runs one random workload: sequences arrive over time; only those Fits() accepts are submitted.
 RunStats RunRandom(uint32_t seed, double bounded_fraction, int64_t* total_steps,
                    EvictGranularity granularity = EvictGranularity::kToken,
-                   LayerBudgets layers = LayerBudgets::kUniform) {
+                   LayerBudgets layers = LayerBudgets::kUniform, bool prefix = false) {
   std::mt19937 rng(seed);
   auto uni = [&](int32_t lo, int32_t hi) {
     return std::uniform_int_distribution<int32_t>(lo, hi)(rng);
   };
   const Workload w = RandomWorkload(rng, bounded_fraction);
   Harness h(w.pages * Harness::LayerShape(layers).NumTables(), w.config, granularity, layers,
-            seed);
+            seed, prefix ? uni(0, 40) : -1);
   const int32_t wanted = uni(1, 24);
   struct Arrival {
     int64_t step;
@@ -753,29 +810,36 @@ RunStats RunRandom(uint32_t seed, double bounded_fraction, int64_t* total_steps,
     }
   }
   *total_steps += h.stats().steps;
+  RunStats out = h.stats();
+  out.prefix_hits = h.cache().prefix_stats().hits;
+  out.reclaimed_pages = h.cache().prefix_stats().reclaimed_pages;
   EXPECT_EQ(h.stats().finished, num)
       << "seed " << seed << ": not all sequences finished in " << kMaxSteps
       << " steps (starvation or livelock); pages " << w.pages << ", step tokens "
       << w.config.max_step_tokens << ", max running " << w.config.max_running << ", chunk "
       << w.config.prefill_chunk << ", overcommit " << w.config.full_overcommit;
-  EXPECT_EQ(h.cache().allocator().num_pages_used(), 0) << "seed " << seed;
+  EXPECT_EQ(h.cache().allocator().num_pages_used(), h.cache().CachedPages()) << "seed " << seed;
+  EXPECT_EQ(h.cache().SharedCachedPages(), 0) << "seed " << seed;
   if (bounded_fraction == 1.0) {
     EXPECT_EQ(h.stats().preemptions, 0) << "seed " << seed;
   }
   if (bounded_fraction == 0.0 && w.config.full_overcommit == 1.0) {
     EXPECT_EQ(h.stats().preemptions, 0) << "seed " << seed << ": overcommit 1 preempted";
   }
-  return h.stats();
+  return out;
 }
 
 // Runs the seeds [first, last] (until a failure) and returns their steps and preemptions in all.
 RunStats RunSeeds(uint32_t first, uint32_t last, double bounded_fraction,
                   EvictGranularity granularity = EvictGranularity::kToken,
-                  LayerBudgets layers = LayerBudgets::kUniform) {
+                  LayerBudgets layers = LayerBudgets::kUniform, bool prefix = false) {
   RunStats all;
   for (uint32_t seed = first; seed <= last && !::testing::Test::HasFailure(); ++seed) {
-    const RunStats r = RunRandom(seed, bounded_fraction, &all.steps, granularity, layers);
+    const RunStats r =
+        RunRandom(seed, bounded_fraction, &all.steps, granularity, layers, prefix);
     all.preemptions += r.preemptions;
+    all.prefix_hits += r.prefix_hits;
+    all.reclaimed_pages += r.reclaimed_pages;
   }
   return all;
 }
@@ -784,6 +848,26 @@ TEST(SchedulerRandomTest, FullCacheOnly) {
   const RunStats r = RunSeeds(1, 300, 0.0);
   EXPECT_GT(r.steps, 2000);
   EXPECT_GT(r.preemptions, 0) << "the workloads never exercised preemption";
+}
+
+// Prefix caching under the same workloads: prompts share a random number of first tokens; hits
+// are copies (window) or shared pages (full), cached pages count as available and are reclaimed
+// by any allocation, and still every plan's pages are there, nothing is preempted at overcommit
+// 1 among full sequences, and nothing leaks (the cache's pages aside).
+TEST(SchedulerRandomTest, FullCacheOnlyWithPrefixCache) {
+  const RunStats r =
+      RunSeeds(6001, 6200, 0.0, EvictGranularity::kToken, LayerBudgets::kUniform, true);
+  EXPECT_GT(r.steps, 1000);
+  EXPECT_GT(r.prefix_hits, 100) << "the workloads never shared a prefix";
+  EXPECT_GT(r.reclaimed_pages, 0) << "the workloads never reclaimed a cached page";
+}
+
+TEST(SchedulerRandomTest, MixedWithPrefixCache) {
+  const RunStats r =
+      RunSeeds(7001, 7200, 0.5, EvictGranularity::kToken, LayerBudgets::kUniform, true);
+  EXPECT_GT(r.steps, 1000);
+  EXPECT_GT(r.prefix_hits, 100);
+  EXPECT_GT(r.reclaimed_pages, 0);
 }
 
 TEST(SchedulerRandomTest, BoundedOnly) { EXPECT_GT(RunSeeds(1001, 1300, 1.0).steps, 2000); }
