@@ -31,8 +31,10 @@ double Quantile(std::vector<double> v, double q) {
 
 // bf16: --weight-dtype bf16; kv_dtype: --kv-dtype, on a pool of the same bytes as kPoolPages
 // fp32 pages (pos and score included); request_dtype: every request's own kv_dtype.
+// prefix_cache: EngineOptions::prefix_cache (the prompts share no block, so it only costs: the
+// registration's copies).
 void BM_Serve(benchmark::State& state, std::string policy, bool bf16, std::string kv_dtype,
-              std::string request_dtype) {
+              std::string request_dtype, bool prefix_cache) {
   for (auto _ : state) {
     state.PauseTiming();
     absl::StatusOr<Model> model = LoadModel(  // the Engine owns its Model
@@ -48,6 +50,7 @@ void BM_Serve(benchmark::State& state, std::string policy, bool bf16, std::strin
         KvShapeForDevice(Device::kCpu, model->config, 16, *ParseKvDtype(kv_dtype));
     o.num_pages = KvCache::PagesForBytes(shape, int64_t(kPoolPages) * fp32.PageBytes());
     o.kv_dtype = kv_dtype;
+    o.prefix_cache = prefix_cache;
     o.max_running = kRequests;
     o.max_waiting = kRequests;
     o.max_step_tokens = 512;
@@ -112,18 +115,25 @@ void RegisterServe() {
     for (const char* p : {"full", "h2o"}) {
       benchmark::RegisterBenchmark(
           absl::StrCat("serve/64x512+512/", p, bf16 ? "/bf16" : "").c_str(), BM_Serve,
-          std::string(p), bf16, std::string(bf16 ? "bf16" : "fp32"), std::string())
+          std::string(p), bf16, std::string(bf16 ? "bf16" : "fp32"), std::string(), true)
           ->Iterations(1)
           ->UseRealTime()
           ->Unit(benchmark::kSecond);
     }
   }
+  // Issue 30: what the prefix cache costs when no prompt shares a block with another.
+  benchmark::RegisterBenchmark("serve/64x512+512/full/no-prefix-cache", BM_Serve,
+                               std::string("full"), false, std::string("fp32"), std::string(),
+                               false)
+      ->Iterations(1)
+      ->UseRealTime()
+      ->Unit(benchmark::kSecond);
   // Issue 29: h2o 20% with int8 and int4 K/V beside bf16 K/V, bf16 weights, the same pool bytes:
   // compare max_running (the concurrent sequences).
   for (const char* kv : {"int8", "int4"}) {
     benchmark::RegisterBenchmark(absl::StrCat("serve/64x512+512/h2o/bf16w/", kv, "kv").c_str(),
                                  BM_Serve, std::string("h2o"), true, std::string(kv),
-                                 std::string())
+                                 std::string(), true)
         ->Iterations(1)
         ->UseRealTime()
         ->Unit(benchmark::kSecond);
@@ -131,12 +141,13 @@ void RegisterServe() {
   // MiKV's demoted store on the bf16 pool, and requests asking for int8 rows there.
   benchmark::RegisterBenchmark("serve/64x512+512/h2o:demote=int4/bf16", BM_Serve,
                                std::string("h2o:demote=int4"), true, std::string("bf16"),
-                               std::string())
+                               std::string(), true)
       ->Iterations(1)
       ->UseRealTime()
       ->Unit(benchmark::kSecond);
   benchmark::RegisterBenchmark("serve/64x512+512/h2o/bf16/int8-per-request", BM_Serve,
-                               std::string("h2o"), true, std::string("bf16"), std::string("int8"))
+                               std::string("h2o"), true, std::string("bf16"), std::string("int8"),
+                               true)
       ->Iterations(1)
       ->UseRealTime()
       ->Unit(benchmark::kSecond);
