@@ -171,8 +171,9 @@ StepPlan Scheduler::Schedule() {
     while (need > free - owed) {
       Sequence* victim = running_.back();  // the newest; not planned yet (we go oldest first)
       owed -= Owed(*victim);
-      const int32_t before = cache_->AvailablePages();  // its own pages, and shared ones
-      Preempt(victim, plan);                              // no one else shares
+      // What its release makes available: its own pages, and shared pages no one else holds.
+      const int32_t before = cache_->AvailablePages();
+      Preempt(victim, plan);
       free += cache_->AvailablePages() - before;
       if (victim == s) {
         self_preempted = true;
@@ -194,8 +195,9 @@ StepPlan Scheduler::Schedule() {
          static_cast<int32_t>(running_.size()) < config_.max_running) {
     const size_t next = NextToAdmit();
     Sequence* w = waiting_[next];
-    // A cached prefix of its prompt: private copies of its pages, taken at admission. The
-    // cached pages it copies count in `free` but cannot be reclaimed for the copies.
+    // A cached prefix of its prompt, taken at admission (KvCache::AttachPrefix): the cached
+    // pages themselves for a full-cache sequence (shared), else private copies, whose sources
+    // count in `free` but cannot be reclaimed for them.
     PrefixHit hit =
         cache_->FindPrefix(w->kv, std::span<const int32_t>(w->tokens).first(w->num_prompt));
     if (w->bounded()) {
