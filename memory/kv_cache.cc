@@ -203,13 +203,10 @@ absl::Status CheckPackedFormats(const KvShape& shape, KvQuant demote, KvQuant qu
 }
 
 absl::Status KvCache::CheckFormat(const EvictionPolicy* policy, KvQuant quant) const {
-  const KvQuant demote = policy != nullptr ? policy->demote() : KvQuant::kNone;
-  if (storage_ != KvStorage::kHost && (quant != KvQuant::kNone || demote != KvQuant::kNone)) {
-    return absl::UnimplementedError(absl::StrCat(
-        quant != KvQuant::kNone ? "a request's own kv_dtype" : "demote=",
-        " needs the CPU layout (a block table per layer)"));
-  }
-  return CheckPackedFormats(shape_, demote, quant);
+  // Device pages have no packed form: to CheckPackedFormats they are the other layout.
+  KvShape shape = shape_;
+  shape.table_per_layer = shape_.table_per_layer && storage_ == KvStorage::kHost;
+  return CheckPackedFormats(shape, policy != nullptr ? policy->demote() : KvQuant::kNone, quant);
 }
 
 absl::Status KvCache::InitTables(SequenceKv& seq) const {
@@ -558,9 +555,6 @@ void KvCache::SetLayerBudgets(SequenceKv& seq, std::vector<int32_t> budgets, int
   }
 }
 
-}  // namespace heavykv
-
-namespace heavykv {
 namespace {
 
 bool SameChannel(const ChannelSpec& a, const ChannelSpec& b) {
@@ -577,7 +571,7 @@ const PrefixSnapshot* FindSnapshot(const PrefixEntry& e, const ChannelSpec& spec
 }  // namespace
 
 absl::Status KvCache::EnablePrefixCache(const PrefixCacheOptions& options) {
-  if (storage_ != KvStorage::kHost || !shape_.table_per_layer) {
+  if (!SupportsPrefixCache()) {
     return absl::FailedPreconditionError(
         "prefix caching needs the CPU layout (host pages, a block table per layer)");
   }

@@ -290,6 +290,9 @@ class KvCache {
   // pool and go back to it, least recently used first, whenever an allocation finds no free
   // page: they count as available (AvailablePages), never as owed to anyone.
   absl::Status EnablePrefixCache(const PrefixCacheOptions& options);
+  bool SupportsPrefixCache() const {
+    return storage_ == KvStorage::kHost && shape_.table_per_layer;
+  }
   bool prefix_cache_enabled() const { return prefix_ != nullptr; }
   // Free pages plus the cached pages an allocation may reclaim (those no sequence shares).
   int32_t AvailablePages() const;

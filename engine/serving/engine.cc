@@ -594,9 +594,7 @@ void EngineImpl::Loop() {
       c.seq->num_computed += c.count;
       // Prompt blocks finished by this step become reusable (never those of a step that
       // failed, or of a chunk a cancelled request did not finish).
-      cache_->RegisterPrefix(c.seq->kv,
-                             std::span<const int32_t>(c.seq->tokens).first(c.seq->num_prompt),
-                             c.seq->num_computed);
+      cache_->RegisterPrefix(c.seq->kv, c.seq->prompt(), c.seq->num_computed);
       if (!c.samples) continue;
       const float* lrow = logits->data() + i * V;
       row.assign(lrow, lrow + V);
@@ -653,8 +651,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(Model model,
       options.num_pages);
   if (!cache.ok()) return cache.status();
   // Prefix caching needs the host layout; on a GPU it is off (docs/ARCHITECTURE.md).
-  if (options.prefix_cache && (*cache)->storage() == KvStorage::kHost &&
-      (*cache)->shape().table_per_layer) {
+  if (options.prefix_cache && (*cache)->SupportsPrefixCache()) {
     PrefixCacheOptions prefix;
     prefix.chunk_grid = PrefillChunk(options);
     if (absl::Status s = (*cache)->EnablePrefixCache(prefix); !s.ok()) return s;

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <span>
 #include <string_view>
 #include <unordered_map>
 #include <unordered_set>
@@ -135,9 +134,11 @@ StepPlan Scheduler::Schedule() {
   // Prompt chunks end on a fixed grid (multiples of prefill_chunk from position 0) whatever the
   // load, so that a sequence resuming from a cached prefix and a cold run share their chunk
   // ends, and with them their evictions (docs/ARCHITECTURE.md "Prefix caching").
-  auto chunk = [&](const Sequence* s) {
-    return std::min({s->pending(), max_chunk - s->num_computed % max_chunk, tokens_left});
+  auto chunk_from = [&](const Sequence* s, int32_t from) {
+    return std::min({static_cast<int32_t>(s->tokens.size()) - from, max_chunk - from % max_chunk,
+                     tokens_left});
   };
+  auto chunk = [&](const Sequence* s) { return chunk_from(s, s->num_computed); };
 
   // Plans `count` tokens of a bounded sequence, shortened to what its owed pages plus the
   // scratch allow; false when not even one token fits (it waits for the next step).
@@ -198,8 +199,7 @@ StepPlan Scheduler::Schedule() {
     // A cached prefix of its prompt, taken at admission (KvCache::AttachPrefix): the cached
     // pages themselves for a full-cache sequence (shared), else private copies, whose sources
     // count in `free` but cannot be reclaimed for them.
-    PrefixHit hit =
-        cache_->FindPrefix(w->kv, std::span<const int32_t>(w->tokens).first(w->num_prompt));
+    PrefixHit hit = cache_->FindPrefix(w->kv, w->prompt());
     if (w->bounded()) {
       const int32_t worst = WorstCasePages(*w);
       // Room for its worst case beside what is owed, with the whole reserve still free.
@@ -217,9 +217,7 @@ StepPlan Scheduler::Schedule() {
       // Its first chunk's pages and the hit's: copies (their sources cannot be reclaimed for
       // them), or, shared, the cached pages it pins that were reclaimable.
       auto need_with = [&](const PrefixHit& h) -> int64_t {
-        const int32_t n = std::min({w->pending() - h.tokens,
-                                    max_chunk - h.tokens % max_chunk, tokens_left});
-        const int64_t need = cache_->PagesNeeded(w->kv, h.tokens + n);
+        const int64_t need = cache_->PagesNeeded(w->kv, h.tokens + chunk_from(w, h.tokens));
         return h.shares ? need - h.pages + h.new_pins : need + h.pages;
       };
       if (hit.tokens > 0 && need_with(hit) > free - owed - scratch) hit = PrefixHit();

@@ -31,6 +31,7 @@
 
 #include <cstdint>
 #include <deque>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,9 @@ struct Sequence {
   // Bounded by its budget: its pages never exceed WorstCasePages().
   bool bounded() const { return kv.policy != nullptr && kv.budget < max_total; }
   int32_t pending() const { return static_cast<int32_t>(tokens.size()) - num_computed; }
+  std::span<const int32_t> prompt() const {
+    return std::span<const int32_t>(tokens).first(static_cast<size_t>(num_prompt));
+  }
 };
 
 struct SchedulerConfig {

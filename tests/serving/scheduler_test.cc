@@ -18,7 +18,6 @@
 #include <memory>
 #include <random>
 #include <set>
-#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -292,8 +291,7 @@ class Harness {
         SetRandomLayerBudgets(s);
       }
       s.num_computed += c.count;
-      cache_->RegisterPrefix(s.kv, std::span<const int32_t>(s.tokens).first(s.num_prompt),
-                             s.num_computed);
+      cache_->RegisterPrefix(s.kv, s.prompt(), s.num_computed);
       ++stats_.chunks;
       if (!c.samples) continue;
       s.tokens.push_back(kToken);
