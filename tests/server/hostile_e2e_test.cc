@@ -70,7 +70,13 @@ TEST_F(HostileClientTest, OversizedPromptsAreRefusedBeforeTokenizing) {
   for (int i = 0; i < 16; ++i) {
     clients.emplace_back([&, i] {
       auto stub = server_->NewClient();
-      got[i] = Generate(*stub, Greedy(std::string(1 << 20, 'a'), 8), 30s).status;
+      // Sixteen new connections at once (under ASan, on 2 cores) may see a connect attempt fail
+      // before the server accepts it; a client waits for its channel to be ready, as here, so
+      // that what the test checks is the server's answer, not the connect race.
+      grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + 30s);
+      context.set_wait_for_ready(true);
+      got[i] = ReadStream(*stub->Generate(&context, Greedy(std::string(1 << 20, 'a'), 8))).status;
     });
   }
   for (std::thread& t : clients) t.join();
