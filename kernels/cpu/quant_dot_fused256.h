@@ -123,25 +123,32 @@ struct DecodeQ8_0_256 {
   }
 };
 // Q4_0: half h holds blocks 4h..4h+3 (18 bytes each); lane l is the low (even l) or high
-// nibbles of word k of block 4h + l / 2's 16 bytes of levels.
+// nibbles of word k of block 4h + l / 2's 16 bytes of levels. Loaded as blocks (0, 2) and (1, 3)
+// side by side, word k of each 128-bit half is broadcast within its half (an in-lane shuffle) and
+// the two blended: lanes 0-1 / 4-5 from the first, 2-3 / 6-7 from the second; no cross-lane
+// permute.
 struct DecodeQ4_0_256 {
   static constexpr int64_t kBytes = 8 * 18;
   static constexpr bool kSigned = false;
+  template <int k>
+  static __m256i Chunk(__m256i even, __m256i odd, __m256i sh, __m256i low) {
+    constexpr int kWord = _MM_SHUFFLE(k, k, k, k);
+    const __m256i v = _mm256_blend_epi32(_mm256_shuffle_epi32(even, kWord),
+                                         _mm256_shuffle_epi32(odd, kWord), 0xCC);
+    return _mm256_and_si256(_mm256_srlv_epi32(v, sh), low);
+  }
   void operator()(const uint8_t* blk, int h, VI u[4], VF* ws, VF* wm) const {
     const uint8_t* b = blk + 4 * 18 * h;
     *ws = FourScalesTwice(b, 18);
     *wm = Mul(*ws, Set1F(8.0f));
     auto levels = [&](int i) { return reinterpret_cast<const __m128i*>(b + 18 * i + 2); };
-    const __m256i y0 = _mm256_loadu2_m128i(levels(1), levels(0));
-    const __m256i y1 = _mm256_loadu2_m128i(levels(3), levels(2));
+    const __m256i even = _mm256_loadu2_m128i(levels(2), levels(0));
+    const __m256i odd = _mm256_loadu2_m128i(levels(3), levels(1));
     const __m256i sh = _mm256_setr_epi32(0, 4, 0, 4, 0, 4, 0, 4), low = _mm256_set1_epi8(0xF);
-    for (int k = 0; k < 4; ++k) {
-      const __m256i idx =
-          _mm256_add_epi32(_mm256_setr_epi32(0, 0, 4, 4, 0, 0, 4, 4), _mm256_set1_epi32(k));
-      const __m256i v = _mm256_blend_epi32(_mm256_permutevar8x32_epi32(y0, idx),
-                                           _mm256_permutevar8x32_epi32(y1, idx), 0xF0);
-      u[k] = _mm256_and_si256(_mm256_srlv_epi32(v, sh), low);
-    }
+    u[0] = Chunk<0>(even, odd, sh, low);
+    u[1] = Chunk<1>(even, odd, sh, low);
+    u[2] = Chunk<2>(even, odd, sh, low);
+    u[3] = Chunk<3>(even, odd, sh, low);
   }
 };
 
