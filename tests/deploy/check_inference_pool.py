@@ -155,8 +155,9 @@ def check_epp_config(cfg, flags, ctx, errors):
     if errors.check(engine is not None, "core-metrics-extractor: defaultEngine must be one of "
                     "its engineConfigs (else unlabelled heavykv pods are read as vLLM)"):
         for key in ("queuedRequestsSpec", "runningRequestsSpec", "kvUsageSpec"):
-            errors.check(str(engine.get(key, "")).startswith("heavykv_"),
-                         f"core-metrics-extractor {key} {engine.get(key)!r} is not a heavykv metric")
+            spec = engine.get(key, "")
+            errors.check(str(spec).startswith("heavykv_"),
+                         f"core-metrics-extractor {key} {spec!r} is not a heavykv metric")
         for key in ("loraSpec", "cacheInfoSpec"):
             errors.check(not engine.get(key), f"core-metrics-extractor {key} must be empty: "
                          "heavykv has no LoRA adapters and no cache_config_info gauge, and v1.5.0 "
@@ -203,9 +204,10 @@ def check(docs, ctx, errors):
     errors.check(eflags.get("pool-group", POOL_GROUP) == POOL_GROUP,
                  f"the picker's --pool-group is not {POOL_GROUP}")
     metrics = port_of(flags.get("metrics-address", ":0"))
-    errors.check(eflags.get("model-server-metrics-port") == str(metrics),
-                 f"the picker's --model-server-metrics-port {eflags.get('model-server-metrics-port')}"
-                 f" is not heavykv's --metrics-address port {metrics}: it would scrape the "
+    scraped = eflags.get("model-server-metrics-port")
+    errors.check(scraped == str(metrics),
+                 f"the picker's --model-server-metrics-port {scraped} is not heavykv's "
+                 f"--metrics-address port {metrics}: it would scrape the "
                  "pool's target port, where heavykv serves no /metrics")
     for f in sorted(REFUSED_FLAGS & set(eflags)):
         errors.add(f"the picker's --{f}: v1.5.0 refuses it at start-up; name metrics in the "
@@ -232,8 +234,8 @@ def check(docs, ctx, errors):
             vol = next((v for v in epp["spec"]["template"]["spec"].get("volumes", [])
                         if v["name"] == m["name"]), {})
             cm = named(docs, "ConfigMap", vol.get("configMap", {}).get("name"))
-    if errors.check(cm is not None and key in cm.get("data", {}),
-                    f"--config-file {eflags.get('config-file')} is not a key of a mounted ConfigMap"):
+    if errors.check(cm is not None and key in cm.get("data", {}), f"--config-file "
+                    f"{eflags.get('config-file')} is not a key of a mounted ConfigMap"):
         check_epp_config(yaml.safe_load(cm["data"][key]), flags, ctx, errors)
 
     # RBAC.
