@@ -185,7 +185,7 @@ def main():
             errors.add(str(e))
             continue
         validate(rendered[overlay], schemas, errors)
-        print(f"overlays/{overlay}: {len(rendered[overlay])} objects validated")
+        print(f"overlays/{overlay}: {len(rendered[overlay])} objects checked")
     for overlay in ("cpu", "gpu", "inference-pool"):
         errors.context = ""
         errors.check(overlay in rendered, f"overlays/{overlay} was not rendered")
