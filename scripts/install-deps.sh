@@ -17,6 +17,7 @@ BUILD_PKGS=(
   python3 python3-grpcio python3-protobuf
   python3-jinja2            # reference renderer for the chat-template tests (tests/chat/)
   python3-yaml prometheus   # deploy checks: YAML parsing, promtool
+  python3-jsonschema        # deploy checks: the rendered manifests against deploy/schemas
   openssl                   # tests/server/security_e2e_test.cc makes its CA and certificates
   clang libclang-rt-14-dev libomp-dev  # sanitizer + libFuzzer build (scripts/test-sanitizers.sh)
 )

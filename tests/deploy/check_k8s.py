@@ -31,7 +31,6 @@ import copy
 import json
 import os
 import re
-import subprocess
 
 import yaml
 
@@ -39,14 +38,6 @@ import deploy_lib as lib
 
 OVERLAYS = ("cpu", "gpu")
 GRPC_STATUS_PORT_FIELDS = ("readinessProbe", "livenessProbe", "startupProbe")
-
-
-def render(kubectl, overlay):
-    r = subprocess.run([kubectl, "kustomize", lib.path("deploy", "k8s", "overlays", overlay)],
-                       capture_output=True, text=True)
-    if r.returncode != 0:
-        raise RuntimeError(f"kubectl kustomize overlays/{overlay} failed:\n{r.stderr}")
-    return [d for d in yaml.safe_load_all(r.stdout) if d]
 
 
 def one(docs, kind, errors):
@@ -389,7 +380,7 @@ def main():
     for overlay in OVERLAYS:
         errors.context = f"overlays/{overlay}"
         try:
-            docs = render(args.kubectl, overlay)
+            docs = lib.render(args.kubectl, overlay)
         except RuntimeError as e:
             errors.add(str(e))
             continue

@@ -16,6 +16,8 @@ import sys
 import threading
 import time
 
+import yaml
+
 ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
@@ -45,6 +47,23 @@ class Errors:
                 print(f"  - {e}", file=sys.stderr)
             sys.exit(1)
         print(f"{name}: OK")
+
+
+def overlays():
+    """The kustomize overlays under deploy/k8s/overlays, by directory name."""
+    root = path("deploy", "k8s", "overlays")
+    return sorted(d for d in os.listdir(root)
+                  if os.path.exists(os.path.join(root, d, "kustomization.yaml")))
+
+
+def render(kubectl, overlay):
+    """The objects `kubectl kustomize deploy/k8s/overlays/OVERLAY` renders; RuntimeError if it
+    fails."""
+    r = subprocess.run([kubectl, "kustomize", path("deploy", "k8s", "overlays", overlay)],
+                       capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"kubectl kustomize overlays/{overlay} failed:\n{r.stderr}")
+    return [d for d in yaml.safe_load_all(r.stdout) if d]
 
 
 def require_tool(tool, what):

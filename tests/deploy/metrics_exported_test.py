@@ -1,7 +1,12 @@
 #!/usr/bin/env python3
 """Scrapes a running `heavykv serve` and proves that every metric the Grafana dashboard, the
-alert rules and the prometheus-adapter rules use is exported, with the labels they group and
-filter by.
+alert rules, the prometheus-adapter rules and the inference-pool overlay's endpoint picker use is
+exported, with the labels they group and filter by.
+
+The picker (deploy/k8s/overlays/inference-pool) reads metric specs, `name` or
+`name{label=value}`, from its config's engineConfigs and, in older versions, from --*-metric
+flags: every one it names must be in the scrape, and the KV usage it reads must be a fraction
+(0..1), since the picker scores 1 - usage.
 
 The metric names are read from the files themselves (every heavykv_* name in the dashboard's
 PromQL targets and variables, the PrometheusRule's expressions and the adapter's queries), not
@@ -44,6 +49,45 @@ def expressions():
         for r in yaml.safe_load(f)["rules"]["custom"]:
             out.append((f"adapter rule {r['name']['as']}", r["seriesQuery"]))
     return out
+
+
+def picker_metric_specs():
+    """(source, spec) for every metric the endpoint picker is configured to read: the specs of
+    its config's engineConfigs, and the value of any --*-metric flag in its args."""
+    overlay = lib.path("deploy", "k8s", "overlays", "inference-pool")
+    out = []
+    with open(f"{overlay}/epp-config.yaml") as f:
+        cfg = yaml.safe_load(f)
+    for p in cfg["plugins"]:
+        for engine in (p.get("parameters") or {}).get("engineConfigs", []):
+            for key, spec in engine.items():
+                if key.endswith("Spec") and spec:
+                    out.append((f"picker engine {engine['name']} {key}", spec))
+    with open(f"{overlay}/epp-deployment.yaml") as f:
+        dep = yaml.safe_load(f)
+    for c in dep["spec"]["template"]["spec"]["containers"]:
+        for name, value in lib.split_flags(c.get("args", [])):
+            if name.endswith("-metric") and value:
+                out.append((f"picker flag --{name}", value.strip('"')))
+    return out
+
+
+def picker_missing(specs, exported):
+    """What the picker's specs name that the scrape lacks: one message each."""
+    problems = []
+    for source, spec in specs:
+        m = re.fullmatch(r"([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^}]*)\})?", spec.strip())
+        if not m:
+            problems.append(f"{source}: cannot read the metric spec {spec!r}")
+            continue
+        name = m.group(1)
+        if name not in exported:
+            problems.append(f"{source} reads {name}, which the server does not export")
+            continue
+        for label in re.findall(r"([a-zA-Z_]\w*)\s*=", m.group(2) or ""):
+            if label not in exported[name]:
+                problems.append(f"{source} filters {name} by label {label}, which it lacks")
+    return problems
 
 
 def labels_used(expr):
@@ -103,16 +147,30 @@ def main():
         errors.check(gen.returncode == 0, f"heavykv generate failed: {gen.stderr}")
         with urllib.request.urlopen(f"http://127.0.0.1:{server.metrics_port}/metrics",
                                     timeout=10) as r:
-            exported = parse_exposition(r.read().decode())
+            text = r.read().decode()
+            exported = parse_exposition(text)
     errors.check(exported.get("heavykv_kv_tokens_evicted_total") == {"policy"},
                  "the h2o request evicted nothing: evictions by policy cannot be checked")
     for p in missing(exprs, exported):
         errors.add(p)
+    specs = picker_metric_specs()
+    errors.check(len(specs) >= 3, f"only {len(specs)} metric specs found in the picker's config "
+                 "(queue, running, KV usage)")
+    for p in picker_missing(specs, exported):
+        errors.add(p)
+    usage = re.findall(r"^heavykv_kv_cache_usage_ratio(?:\{[^}]*\})? (\S+)$", text, re.M)
+    errors.check(len(usage) == 1 and 0 <= float(usage[0]) <= 1,
+                 f"heavykv_kv_cache_usage_ratio {usage} is not one fraction in [0, 1]")
     # Self-test: a name that is not exported and a label that is not there are reported.
     bogus = [("self-test", "rate(heavykv_definitely_not_exported_total[5m])"),
              ("self-test", "sum by (policy) (heavykv_requests_waiting)")]
     errors.check(len(missing(bogus, exported)) == 2, "the self-test's bogus uses were not reported")
-    print(f"{len(names)} metric names, {len(exprs)} expressions checked against the scrape")
+    bogus = [("self-test", "vllm:num_requests_waiting"),
+             ("self-test", "heavykv_requests_waiting{policy=h2o}")]
+    errors.check(len(picker_missing(bogus, exported)) == 2,
+                 "the self-test's bogus picker specs were not reported")
+    print(f"{len(names)} metric names, {len(exprs)} expressions and {len(specs)} picker metric "
+          "specs checked against the scrape")
     errors.exit("metrics_exported_test")
 
 
