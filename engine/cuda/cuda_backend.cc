@@ -16,14 +16,18 @@ HEAVYKV_CUDA_EXPORT void HeavykvCudaCheckDevice(absl::Status* out) {
   *out = heavykv::CheckCudaDevice();
 }
 
-HEAVYKV_CUDA_EXPORT void HeavykvCudaDefaultKvPages(const heavykv::Model* model,
-                                                   const heavykv::KvShape* shape,
-                                                   absl::StatusOr<int32_t>* out) {
-  *out = heavykv::CudaDefaultKvPages(*model, *shape);
+// V2: with the StepRunnerOptions (a module of the old signature is refused by name, not called
+// with the wrong arguments).
+HEAVYKV_CUDA_EXPORT void HeavykvCudaDefaultKvPagesV2(const heavykv::Model* model,
+                                                     const heavykv::KvShape* shape,
+                                                     const heavykv::StepRunnerOptions* options,
+                                                     absl::StatusOr<int32_t>* out) {
+  *out = heavykv::CudaDefaultKvPages(*model, *shape, *options);
 }
 
-HEAVYKV_CUDA_EXPORT void HeavykvCudaMakeRunner(
+HEAVYKV_CUDA_EXPORT void HeavykvCudaMakeRunnerV2(
     const heavykv::Model* model, heavykv::KvCache* cache,
+    const heavykv::StepRunnerOptions* options,
     absl::StatusOr<std::unique_ptr<heavykv::StepRunner>>* out) {
-  *out = heavykv::MakeCudaModelRunner(*model, cache);
+  *out = heavykv::MakeCudaModelRunner(*model, cache, *options);
 }

@@ -5,10 +5,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <variant>
 
 #include "absl/strings/str_cat.h"
 #include "engine/cuda/device_step.h"
+#include "engine/cuda/gpu_weight_plan.h"
 #include "engine/cuda/step_layout.h"
 #include "kernels/cuda/device_kv.cuh"
 #include "kernels/cuda/embedding.cuh"
@@ -16,6 +19,8 @@
 #include "kernels/cuda/gemm.cuh"
 #include "kernels/cuda/kv_append.cuh"
 #include "kernels/cuda/paged_attention.cuh"
+#include "kernels/cuda/quant_dequant.cuh"
+#include "kernels/cuda/quant_gemv.cuh"
 #include "kernels/cuda/qkv_bias_norm.cuh"
 #include "kernels/cuda/rms_norm.cuh"
 #include "kernels/cuda/rope.cuh"
@@ -30,6 +35,12 @@ using cuda::bf16;
 constexpr size_t kWorkspaceBytes = size_t(32) << 20;  // cuBLASLt
 constexpr int64_t kAlign = 256;
 constexpr int64_t kMinReserveBytes = int64_t(1) << 30;
+// --gpu-weights quantized: steps of at most this many tokens multiply quantized parts with
+// QuantGemv (tiles of cuda::kQuantGemvTile); larger ones dequantize slabs of rows into a bf16
+// scratch of at most kQuantScratchBytes and call the cuBLASLt GEMM. A guess until measured on a
+// GPU; HEAVYKV_CUDA_QUANT_GEMV_MAX overrides it.
+constexpr int64_t kQuantGemvMaxTokens = 32;
+constexpr int64_t kQuantScratchBytes = int64_t(64) << 20;
 
 absl::Status CudaStatus(cudaError_t e, const char* what) {
   if (e == cudaSuccess) return absl::OkStatus();
@@ -118,9 +129,16 @@ class HostBuffer {
 
 int64_t AlignUp(int64_t v) { return (v + kAlign - 1) / kAlign * kAlign; }
 
-struct MatrixRef {
-  const cpu::PackedMatrix* m;
-  int64_t offset;  // bytes into the weight allocation
+// One matrix on the device: blocks of its rows, each bf16 (row-major) or kept in a GGUF block
+// format (GpuWeightPlan says which).
+struct DevicePart {
+  int64_t row0 = 0, rows = 0;
+  const bf16* bf16_rows = nullptr;   // [rows][cols] when bf16
+  cuda::QuantMatrixView quant;       // else the blocks
+};
+struct DeviceMatrix {
+  std::vector<DevicePart> parts;
+  int64_t rows = 0, cols = 0;
 };
 
 }  // namespace
@@ -137,17 +155,18 @@ struct CudaModelRunner::Impl {
   // Weights: one allocation, each tensor 256-byte aligned.
   DeviceBuffer weights, workspace;
   struct Layer {
-    bf16 *wqkv, *wo, *w13, *w2;
+    DeviceMatrix wqkv, wo, w13, w2;
     float *rms_att, *rms_ffn;
     float* bqkv;            // [qkv_dim] or null (no attention bias)
     float *q_norm, *k_norm;  // [head_dim] each, or null (no q/k norm)
   };
   std::vector<Layer> layers;
-  bf16* classifier = nullptr;
-  bf16* embedding = nullptr;
+  DeviceMatrix classifier, embedding;
   float* rms_final = nullptr;
   DeviceBuffer rope_freq;  // [head_dim / 2] cuda::RopeInvFreq of the model's theta and factors
-  int64_t weight_bytes = 0;  // what a decode step reads
+  GpuWeightPlan weight_plan;
+  int64_t quant_gemv_max = kQuantGemvMaxTokens;
+  DeviceBuffer quant_scratch;  // bf16 slabs of quantized rows for steps of many tokens
 
   // The pool.
   DeviceBuffer pool_kv, pool_pos, pool_score;
@@ -159,7 +178,8 @@ struct CudaModelRunner::Impl {
   StepLayout layout;
   std::vector<EvictRule> rules;
 
-  Impl(const Model& m, KvCache* c) : model(m), cache(c) {}
+  Impl(const Model& m, KvCache* c, const StepRunnerOptions& o) : model(m), cache(c), options(o) {}
+  const StepRunnerOptions options;
   ~Impl() {
     if (stream != nullptr) cudaStreamSynchronize(stream);
     if (lt != nullptr) cuda::DestroyGemmHandle(lt);
@@ -169,6 +189,10 @@ struct CudaModelRunner::Impl {
 
   absl::Status Init();
   absl::Status UploadWeights();
+  // y[m][ldy] (+)= x[m][w.cols] W^T, part by part into its block of output columns.
+  absl::Status Multiply(const DeviceMatrix& w, const bf16* x, float* y, int64_t m, int64_t ldy,
+                        bool accumulate, const char* what);
+  absl::Status EmbedTokens(const int32_t* tokens, float* out, int64_t T);
   absl::Status Prepare(std::span<const SequenceStep> steps, int64_t T, int64_t rows);
   absl::Status Enqueue();
   absl::Status Run(std::span<const SequenceStep> steps, bool copy_logits);
@@ -188,28 +212,21 @@ absl::Status CheckCudaDevice() {
 
 bool HasCudaDevice() { return CheckCudaDevice().ok(); }
 
-int64_t CudaWeightBytes(const Model& model) {
-  const ModelConfig& c = model.config;
-  int64_t params = 0;
-  for (const LayerWeights& w : model.layers) {
-    params += w.wqkv.rows() * w.wqkv.cols() + w.wo.rows() * w.wo.cols() +
-              w.w13.rows() * w.w13.cols() + w.w2.rows() * w.w2.cols();
-  }
-  params += int64_t(c.vocab_size) * c.dim;               // classifier
-  if (!c.shared_classifier) params += int64_t(c.vocab_size) * c.dim;  // embedding table
-  int64_t floats = (2 * int64_t(c.num_layers) + 1) * c.dim;  // norms
-  for (const LayerWeights& w : model.layers) {
-    floats += int64_t(w.bqkv.size() + w.q_norm.size() + w.k_norm.size());
-  }
-  return params * int64_t(sizeof(bf16)) + floats * int64_t(sizeof(float));
+absl::StatusOr<int64_t> CudaWeightBytes(const Model& model, const StepRunnerOptions& options) {
+  absl::StatusOr<GpuWeightPlan> plan = PlanGpuWeights(model, options.gpu_weights);
+  if (!plan.ok()) return plan.status();
+  return plan->total_bytes;
 }
 
-absl::StatusOr<int32_t> CudaDefaultKvPages(const Model& model, const KvShape& shape) {
+absl::StatusOr<int32_t> CudaDefaultKvPages(const Model& model, const KvShape& shape,
+                                           const StepRunnerOptions& options) {
   HEAVYKV_RETURN_IF_ERROR(CheckCudaDevice());
+  absl::StatusOr<int64_t> weight_bytes = CudaWeightBytes(model, options);
+  if (!weight_bytes.ok()) return weight_bytes.status();
   size_t free_bytes = 0, total_bytes = 0;
   HEAVYKV_CUDA_RETURN(cudaMemGetInfo(&free_bytes, &total_bytes));
   const int64_t reserve = std::max<int64_t>(kMinReserveBytes, int64_t(total_bytes) / 10);
-  const int64_t weights = CudaWeightBytes(model);
+  const int64_t weights = *weight_bytes;
   const int64_t left = int64_t(free_bytes) - weights - reserve;
   if (left < shape.PageBytes()) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -238,6 +255,13 @@ absl::Status CudaModelRunner::Impl::Init() {
         "the CUDA kernels take head_dim a multiple of 8 up to ", cuda::kAttentionMaxHeadDim,
         " and at most ", cuda::kAttentionMaxGroup, " query heads per kv head; this model has ",
         hd, " and ", c.group_size(), "; use --device cpu"));
+  }
+  // Refusals of the weight plan (a block format without a kernel) come before any device work.
+  absl::StatusOr<GpuWeightPlan> p = PlanGpuWeights(model, options.gpu_weights);
+  if (!p.ok()) return p.status();
+  weight_plan = *std::move(p);
+  if (const char* v = std::getenv("HEAVYKV_CUDA_QUANT_GEMV_MAX"); v != nullptr && *v) {
+    quant_gemv_max = std::max<int64_t>(0, std::atoll(v));
   }
   HEAVYKV_RETURN_IF_ERROR(CheckCudaDevice());
   int device = 0;
@@ -278,95 +302,125 @@ absl::Status CudaModelRunner::Impl::Init() {
 }
 
 absl::Status CudaModelRunner::Impl::UploadWeights() {
-  const ModelConfig& c = model.config;
-  // Lay out every tensor first, then upload each through one host staging buffer.
-  int64_t off = 0;
-  auto place = [&](int64_t bytes) {
-    const int64_t o = off;
-    off = AlignUp(off + bytes);
-    return o;
-  };
-  struct Slot {
-    const cpu::Linear* matrix = nullptr;        // or
-    const float* floats = nullptr;              // fp32 vector / row-major table
-    int64_t rows = 0, cols = 0;                 // elements = rows * cols
-    bool to_bf16 = true;
-    int64_t offset = 0;
-  };
-  std::vector<Slot> slots;
-  auto add_matrix = [&](const cpu::Linear& m) {
-    slots.push_back({&m, nullptr, m.rows(), m.cols(), true, place(m.rows() * m.cols() * 2)});
-    return slots.back().offset;
-  };
-  auto add_floats = [&](const float* p, int64_t rows, int64_t cols, bool to_bf16) {
-    slots.push_back({nullptr, p, rows, cols, to_bf16,
-                     place(rows * cols * (to_bf16 ? 2 : int64_t(sizeof(float))))});
-    return slots.back().offset;
-  };
-  struct Offsets {
-    int64_t wqkv, wo, w13, w2, rms_att, rms_ffn;
-    int64_t bqkv = -1, q_norm = -1, k_norm = -1;  // -1: the model has none
-  };
-  std::vector<Offsets> lo;
-  for (const LayerWeights& w : model.layers) {
-    Offsets o;
-    o.wqkv = add_matrix(w.wqkv);
-    o.wo = add_matrix(w.wo);
-    o.w13 = add_matrix(w.w13);
-    o.w2 = add_matrix(w.w2);
-    o.rms_att = add_floats(w.rms_att.data(), 1, c.dim, false);
-    o.rms_ffn = add_floats(w.rms_ffn.data(), 1, c.dim, false);
-    if (!w.bqkv.empty()) o.bqkv = add_floats(w.bqkv.data(), 1, c.qkv_dim(), false);
-    if (!w.q_norm.empty()) {
-      o.q_norm = add_floats(w.q_norm.data(), 1, c.head_dim(), false);
-      o.k_norm = add_floats(w.k_norm.data(), 1, c.head_dim(), false);
-    }
-    lo.push_back(o);
-  }
-  const int64_t cls = add_matrix(model.classifier);
-  const int64_t emb =
-      c.shared_classifier || model.embedding.empty() ? cls : add_matrix(model.embedding);
-  const int64_t fin = add_floats(model.rms_final.data(), 1, c.dim, false);
-  HEAVYKV_RETURN_IF_ERROR(weights.Reserve(off, stream));
+  // The plan (GpuWeightPlan, made in Init) placed every tensor; upload each through host staging.
+  HEAVYKV_RETURN_IF_ERROR(weights.Reserve(std::max<int64_t>(weight_plan.total_bytes, kAlign), stream));
   char* base = weights.as<char>();
-
   std::vector<float> rowmajor;
   std::vector<bf16> half;
-  for (const Slot& sl : slots) {
-    const int64_t n = sl.rows * sl.cols;
-    const float* src = sl.floats;
-    if (sl.matrix != nullptr) {
-      rowmajor.resize(n);
-      sl.matrix->ToRowMajor(rowmajor.data());
-      src = rowmajor.data();
+  auto upload_part = [&](const GpuPart& p) -> absl::Status {
+    if (p.quantized()) {  // the file's blocks, byte for byte
+      const auto& q = std::get<cpu::QuantMatrix>(p.linear->parts()[p.part_index]);
+      HEAVYKV_CUDA_RETURN(cudaMemcpy(base + p.offset, q.row(0), q.bytes(), cudaMemcpyHostToDevice));
+      return absl::OkStatus();
     }
-    if (sl.to_bf16) {
-      half.resize(n);
-      for (int64_t i = 0; i < n; ++i) half[i] = __float2bfloat16_rn(src[i]);
-      HEAVYKV_CUDA_RETURN(cudaMemcpy(base + sl.offset, half.data(), n * 2, cudaMemcpyHostToDevice));
+    const int64_t n = p.rows * p.cols;
+    rowmajor.resize(n);
+    if (p.part_index < 0) {
+      p.linear->ToRowMajor(rowmajor.data());
+    } else if (const auto* pm = std::get_if<cpu::PackedMatrix>(&p.linear->parts()[p.part_index])) {
+      pm->ToRowMajor(rowmajor.data());
     } else {
-      HEAVYKV_CUDA_RETURN(
-          cudaMemcpy(base + sl.offset, src, n * sizeof(float), cudaMemcpyHostToDevice));
+      const auto& q = std::get<cpu::QuantMatrix>(p.linear->parts()[p.part_index]);
+      for (int64_t r = 0; r < p.rows; ++r) q.DequantizeRowTo(r, rowmajor.data() + r * p.cols);
+    }
+    half.resize(n);
+    for (int64_t i = 0; i < n; ++i) half[i] = __float2bfloat16_rn(rowmajor[i]);
+    HEAVYKV_CUDA_RETURN(cudaMemcpy(base + p.offset, half.data(), n * 2, cudaMemcpyHostToDevice));
+    return absl::OkStatus();
+  };
+  auto matrix = [&](const GpuMatrixPlan& mp, DeviceMatrix* out, bool upload) -> absl::Status {
+    out->rows = mp.rows;
+    out->cols = mp.cols;
+    out->parts.clear();
+    for (const GpuPart& p : mp.parts) {
+      if (upload) HEAVYKV_RETURN_IF_ERROR(upload_part(p));
+      DevicePart d;
+      d.row0 = p.row0;
+      d.rows = p.rows;
+      if (p.quantized()) {
+        d.quant.data = reinterpret_cast<const uint8_t*>(base + p.offset);
+        d.quant.type = static_cast<cuda::QuantBlockType>(p.format);
+        d.quant.rows = p.rows;
+        d.quant.cols = p.cols;
+        d.quant.row_bytes = p.row_bytes;
+      } else {
+        d.bf16_rows = reinterpret_cast<const bf16*>(base + p.offset);
+      }
+      out->parts.push_back(d);
+    }
+    return absl::OkStatus();
+  };
+  auto floats = [&](const GpuFloats& f) -> absl::StatusOr<float*> {
+    if (f.offset < 0) return nullptr;
+    HEAVYKV_CUDA_RETURN(cudaMemcpy(base + f.offset, f.data, f.count * sizeof(float),
+                                   cudaMemcpyHostToDevice));
+    return reinterpret_cast<float*>(base + f.offset);
+  };
+  layers.clear();
+  for (const GpuLayerPlan& o : weight_plan.layers) {
+    Layer l;
+    HEAVYKV_RETURN_IF_ERROR(matrix(o.wqkv, &l.wqkv, true));
+    HEAVYKV_RETURN_IF_ERROR(matrix(o.wo, &l.wo, true));
+    HEAVYKV_RETURN_IF_ERROR(matrix(o.w13, &l.w13, true));
+    HEAVYKV_RETURN_IF_ERROR(matrix(o.w2, &l.w2, true));
+    float* const* slots[] = {&l.rms_att, &l.rms_ffn, &l.bqkv, &l.q_norm, &l.k_norm};
+    const GpuFloats* fs[] = {&o.rms_att, &o.rms_ffn, &o.bqkv, &o.q_norm, &o.k_norm};
+    for (int i = 0; i < 5; ++i) {
+      absl::StatusOr<float*> f = floats(*fs[i]);
+      if (!f.ok()) return f.status();
+      *const_cast<float**>(slots[i]) = *f;
+    }
+    layers.push_back(std::move(l));
+  }
+  HEAVYKV_RETURN_IF_ERROR(matrix(weight_plan.classifier, &classifier, true));
+  HEAVYKV_RETURN_IF_ERROR(matrix(weight_plan.embedding, &embedding, !weight_plan.embedding_is_classifier));
+  absl::StatusOr<float*> fin = floats(weight_plan.rms_final);
+  if (!fin.ok()) return fin.status();
+  rms_final = *fin;
+  return absl::OkStatus();
+}
+
+absl::Status CudaModelRunner::Impl::Multiply(const DeviceMatrix& w, const bf16* x, float* y,
+                                             int64_t m, int64_t ldy, bool accumulate,
+                                             const char* what) {
+  const int64_t k = w.cols;
+  void* ws = workspace.as<void>();
+  for (const DevicePart& p : w.parts) {
+    float* yp = y + p.row0;
+    if (p.bf16_rows != nullptr) {
+      HEAVYKV_RETURN_IF_ERROR(LtStatus(cuda::GemmBf16(lt, ws, kWorkspaceBytes, x, p.bf16_rows, yp,
+                                                      m, p.rows, k, ldy, accumulate, stream),
+                                       what));
+    } else if (m <= quant_gemv_max) {
+      for (int64_t t0 = 0; t0 < m; t0 += cuda::kQuantGemvTile) {
+        const int64_t mt = std::min<int64_t>(cuda::kQuantGemvTile, m - t0);
+        HEAVYKV_CUDA_RETURN(
+            cuda::QuantGemv(p.quant, x + t0 * k, yp + t0 * ldy, mt, ldy, accumulate, stream));
+      }
+    } else {
+      // Slabs of rows dequantized to bf16 (Prepare sized the scratch), then tensor cores.
+      const int64_t slab = std::max<int64_t>(
+          64, quant_scratch.bytes() / (k * int64_t(sizeof(bf16))) / 64 * 64);
+      bf16* scratch = quant_scratch.as<bf16>();
+      for (int64_t r0 = 0; r0 < p.rows; r0 += slab) {
+        const int64_t n = std::min(slab, p.rows - r0);
+        HEAVYKV_CUDA_RETURN(cuda::DequantizeBf16(p.quant, r0, n, scratch, stream));
+        HEAVYKV_RETURN_IF_ERROR(LtStatus(cuda::GemmBf16(lt, ws, kWorkspaceBytes, x, scratch,
+                                                        yp + r0, m, n, k, ldy, accumulate, stream),
+                                         what));
+      }
     }
   }
-  auto floats_at = [&](int64_t o) {
-    return o < 0 ? nullptr : reinterpret_cast<float*>(base + o);
-  };
-  for (const Offsets& o : lo) {
-    layers.push_back({reinterpret_cast<bf16*>(base + o.wqkv), reinterpret_cast<bf16*>(base + o.wo),
-                      reinterpret_cast<bf16*>(base + o.w13), reinterpret_cast<bf16*>(base + o.w2),
-                      floats_at(o.rms_att), floats_at(o.rms_ffn), floats_at(o.bqkv),
-                      floats_at(o.q_norm), floats_at(o.k_norm)});
+  return absl::OkStatus();
+}
+
+absl::Status CudaModelRunner::Impl::EmbedTokens(const int32_t* tokens, float* out, int64_t T) {
+  const DevicePart& p = embedding.parts.front();  // the plan gives the table one part
+  if (p.bf16_rows != nullptr) {
+    HEAVYKV_CUDA_RETURN(cuda::Embedding(p.bf16_rows, tokens, out, T, embedding.cols, stream));
+  } else {
+    HEAVYKV_CUDA_RETURN(cuda::QuantEmbedding(p.quant, tokens, out, T, stream));
   }
-  classifier = reinterpret_cast<bf16*>(base + cls);
-  embedding = reinterpret_cast<bf16*>(base + emb);
-  rms_final = reinterpret_cast<float*>(base + fin);
-  weight_bytes = 0;
-  for (const LayerWeights& w : model.layers) {
-    weight_bytes += (w.wqkv.rows() * w.wqkv.cols() + w.wo.rows() * w.wo.cols() +
-                     w.w13.rows() * w.w13.cols() + w.w2.rows() * w.w2.cols()) * 2;
-  }
-  weight_bytes += model.classifier.rows() * model.classifier.cols() * 2;
   return absl::OkStatus();
 }
 
@@ -388,6 +442,23 @@ absl::Status CudaModelRunner::Impl::Prepare(std::span<const SequenceStep> steps,
   HEAVYKV_RETURN_IF_ERROR(hb.Reserve(f(T * 2 * hid), stream));
   HEAVYKV_RETURN_IF_ERROR(hb2.Reserve(h(T * hid), stream));
   HEAVYKV_RETURN_IF_ERROR(logits.Reserve(f(rows * c.vocab_size), stream));
+  if (weight_plan.mode == GpuWeights::kQuantized && T > quant_gemv_max) {
+    // The largest slab any quantized part needs: all its rows, or kQuantScratchBytes' worth (at
+    // least 64 rows) of its widest.
+    int64_t want = 0;
+    auto need = [&](const DeviceMatrix& w) {
+      for (const DevicePart& p : w.parts) {
+        if (p.bf16_rows != nullptr) continue;
+        const int64_t row = w.cols * int64_t(sizeof(bf16));
+        want = std::max(want, std::min(p.rows * row, std::max(kQuantScratchBytes, 64 * row)));
+      }
+    };
+    for (const Layer& l : layers) {
+      for (const DeviceMatrix* w : {&l.wqkv, &l.wo, &l.w13, &l.w2}) need(*w);
+    }
+    need(classifier);
+    HEAVYKV_RETURN_IF_ERROR(quant_scratch.Reserve(want, stream));
+  }
   HEAVYKV_RETURN_IF_ERROR(part_out.Reserve(f(std::max<int64_t>(1, plan.part_out_floats)), stream));
   HEAVYKV_RETURN_IF_ERROR(part_ml.Reserve(f(std::max<int64_t>(1, plan.part_ml_floats)), stream));
   HEAVYKV_RETURN_IF_ERROR(part_e.Reserve(f(std::max<int64_t>(1, plan.part_e_floats)), stream));
@@ -428,14 +499,11 @@ absl::Status CudaModelRunner::Impl::Enqueue() {
   bf16* atth = att.as<bf16>();
   float* hbf = hb.as<float>();
   bf16* hb2h = hb2.as<bf16>();
-  void* ws = workspace.as<void>();
-  HEAVYKV_CUDA_RETURN(cuda::Embedding(embedding, d_meta + layout.tokens, xf, T, dim, stream));
+  HEAVYKV_RETURN_IF_ERROR(EmbedTokens(d_meta + layout.tokens, xf, T));
   for (int32_t l = 0; l < c.num_layers; ++l) {
     const Layer& w = layers[l];
     HEAVYKV_CUDA_RETURN(cuda::RmsNorm(xf, w.rms_att, xbh, T, dim, eps, nullptr, stream));
-    HEAVYKV_RETURN_IF_ERROR(LtStatus(cuda::GemmBf16(lt, ws, kWorkspaceBytes, xbh, w.wqkv, qkvf, T,
-                                                    qkv_dim, dim, qkv_dim, false, stream),
-                                     "qkv GEMM"));
+    HEAVYKV_RETURN_IF_ERROR(Multiply(w.wqkv, xbh, qkvf, T, qkv_dim, false, "qkv GEMM"));
     if (w.bqkv != nullptr || w.q_norm != nullptr) {  // Qwen2's biases, Qwen3's q/k norms
       HEAVYKV_CUDA_RETURN(cuda::QkvBiasNorm(qkvf, T, qkv_dim, w.bqkv, w.q_norm, w.k_norm,
                                             c.num_heads, c.num_kv_heads, c.head_dim(), eps,
@@ -460,22 +528,15 @@ absl::Status CudaModelRunner::Impl::Enqueue() {
       HEAVYKV_CUDA_RETURN(
           cuda::EvictLayer(pool, step, l, layout.max_held, error.as<int32_t>(), stream));
     }
-    HEAVYKV_RETURN_IF_ERROR(LtStatus(cuda::GemmBf16(lt, ws, kWorkspaceBytes, atth, w.wo, xf, T,
-                                                    dim, q_dim, dim, true, stream),
-                                     "output projection GEMM"));
+    HEAVYKV_RETURN_IF_ERROR(Multiply(w.wo, atth, xf, T, dim, true, "output projection GEMM"));
     HEAVYKV_CUDA_RETURN(cuda::RmsNorm(xf, w.rms_ffn, xbh, T, dim, eps, nullptr, stream));
-    HEAVYKV_RETURN_IF_ERROR(LtStatus(cuda::GemmBf16(lt, ws, kWorkspaceBytes, xbh, w.w13, hbf, T,
-                                                    2 * hid, dim, 2 * hid, false, stream),
-                                     "gate/up GEMM"));
+    HEAVYKV_RETURN_IF_ERROR(Multiply(w.w13, xbh, hbf, T, 2 * hid, false, "gate/up GEMM"));
     HEAVYKV_CUDA_RETURN(cuda::SwiGlu(hbf, hb2h, T, hid, stream));
-    HEAVYKV_RETURN_IF_ERROR(LtStatus(cuda::GemmBf16(lt, ws, kWorkspaceBytes, hb2h, w.w2, xf, T,
-                                                    dim, hid, dim, true, stream),
-                                     "down projection GEMM"));
+    HEAVYKV_RETURN_IF_ERROR(Multiply(w.w2, hb2h, xf, T, dim, true, "down projection GEMM"));
   }
   HEAVYKV_CUDA_RETURN(
       cuda::RmsNorm(xf, rms_final, xbh, rows, dim, eps, d_meta + layout.logit_rows, stream));
-  return LtStatus(cuda::GemmBf16(lt, ws, kWorkspaceBytes, xbh, classifier, logits.as<float>(),
-                                 rows, c.vocab_size, dim, c.vocab_size, false, stream),
+  return Multiply(classifier, xbh, logits.as<float>(), rows, c.vocab_size, false,
                   "classifier GEMM");
 }
 
@@ -532,9 +593,9 @@ absl::Status CudaModelRunner::Impl::Run(std::span<const SequenceStep> steps, boo
 CudaModelRunner::CudaModelRunner(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 CudaModelRunner::~CudaModelRunner() = default;
 
-absl::StatusOr<std::unique_ptr<CudaModelRunner>> CudaModelRunner::Create(const Model& model,
-                                                                         KvCache* cache) {
-  auto impl = std::make_unique<Impl>(model, cache);
+absl::StatusOr<std::unique_ptr<CudaModelRunner>> CudaModelRunner::Create(
+    const Model& model, KvCache* cache, const StepRunnerOptions& options) {
+  auto impl = std::make_unique<Impl>(model, cache, options);
   HEAVYKV_RETURN_IF_ERROR(impl->Init());
   return std::unique_ptr<CudaModelRunner>(new CudaModelRunner(std::move(impl)));
 }
@@ -563,14 +624,19 @@ absl::Status CudaModelRunner::SupportsPolicy(const EvictionPolicy* policy, KvQua
   }
   return CheckGpuPolicy(policy);
 }
-int64_t CudaModelRunner::WeightBytes() const { return impl_->weight_bytes; }
+int64_t CudaModelRunner::WeightBytes() const { return impl_->weight_plan.step_bytes; }
+
+std::vector<std::pair<std::string, int64_t>> CudaModelRunner::DeviceWeightBytes() const {
+  return impl_->weight_plan.bytes_by_format;
+}
 
 int64_t CudaModelRunner::DeviceBytes() const {
   const Impl& m = *impl_;
   int64_t total = 0;
   for (const DeviceBuffer* b : {&m.weights, &m.workspace, &m.pool_kv, &m.pool_pos, &m.pool_score,
                                 &m.x, &m.xb, &m.qkv, &m.att, &m.hb, &m.hb2, &m.logits,
-                                &m.part_out, &m.part_ml, &m.part_e, &m.meta, &m.error}) {
+                                &m.part_out, &m.part_ml, &m.part_e, &m.meta, &m.error,
+                                &m.quant_scratch}) {
     total += b->bytes();
   }
   return total;
@@ -612,8 +678,10 @@ absl::Status CudaModelRunner::ReadSlots(const SequenceKv& seq, int32_t layer, in
 }
 
 absl::StatusOr<std::unique_ptr<StepRunner>> MakeCudaModelRunner(const Model& model,
-                                                                KvCache* cache) {
-  absl::StatusOr<std::unique_ptr<CudaModelRunner>> r = CudaModelRunner::Create(model, cache);
+                                                                KvCache* cache,
+                                                                const StepRunnerOptions& options) {
+  absl::StatusOr<std::unique_ptr<CudaModelRunner>> r =
+      CudaModelRunner::Create(model, cache, options);
   if (!r.ok()) return r.status();
   return std::unique_ptr<StepRunner>(*std::move(r));
 }

@@ -4,9 +4,10 @@
 // Memory ownership:
 //  - The KvCache (created with KvStorage::kExternal) owns the page ids, block tables and slot
 //    counts, on the host, exactly as on the CPU: Reserve before a step, Commit after it.
-//  - This runner owns everything in GPU memory: the bf16 weights (uploaded once from the Model:
-//    each matrix read back row-major with Linear::ToRowMajor, quantized GGUF parts dequantized,
-//    then rounded to bf16; norms, q/k/v biases, q/k norm weights and the rope table in fp32),
+//  - This runner owns everything in GPU memory: the weights (uploaded once from the Model, laid
+//    out by GpuWeightPlan: by default each matrix read back row-major with Linear::ToRowMajor,
+//    quantized GGUF parts dequantized, then rounded to bf16; with --gpu-weights quantized the
+//    Q4_0/Q8_0/Q4_K/Q5_K/Q6_K parts keep the file's blocks; norms, q/k/v biases, q/k norm weights and the rope table in fp32),
 //    the K/V pool ([pages][layers][kv_heads][2][block_size][head_dim] bf16, the CPU's
 //    layout), the per-slot pos (int32) and score (fp32) arrays, activations and scratch.
 //  - Per step the host uploads one int32 buffer (block tables as indptr + page ids, counts,
@@ -24,6 +25,8 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -36,8 +39,11 @@ class CudaModelRunner final : public StepRunner {
   // FAILED_PRECONDITION without a device; RESOURCE_EXHAUSTED when the weights or the pool do
   // not fit; INVALID_ARGUMENT for a shape the kernels do not take (head_dim a multiple of 8 up
   // to 256, at most 8 query heads per kv head) or a cache not created for CUDA.
-  static absl::StatusOr<std::unique_ptr<CudaModelRunner>> Create(const Model& model,
-                                                                 KvCache* cache);
+  // options.gpu_weights kQuantized (COMPILED, NEVER RUN ON A GPU; issue 32) keeps the Q4_0,
+  // Q8_0, Q4_K, Q5_K and Q6_K parts as the file's blocks (GpuWeightPlan, gpu_weight_plan.h) and
+  // refuses other block formats with INVALID_ARGUMENT before touching the device.
+  static absl::StatusOr<std::unique_ptr<CudaModelRunner>> Create(
+      const Model& model, KvCache* cache, const StepRunnerOptions& options = {});
   ~CudaModelRunner() override;
 
   absl::StatusOr<std::span<const float>> Forward(std::span<const SequenceStep> steps) override;
@@ -57,8 +63,11 @@ class CudaModelRunner final : public StepRunner {
   // Tests: positions and scores of slots [0, seq.num_slots) of (layer, kv_head).
   absl::Status ReadSlots(const SequenceKv& seq, int32_t layer, int32_t kv_head,
                          std::vector<int32_t>* pos, std::vector<float>* score);
-  // Bytes of bf16 weights a decode step reads (every matrix once, the classifier once).
+  // Bytes of weights a decode step reads on the device (every matrix once, the classifier once),
+  // in the formats they are held in (bf16, or the file's blocks under kQuantized).
   int64_t WeightBytes() const;
+  // The weight allocation's bytes per format ("q4_K", "q6_K", "bf16", "f32").
+  std::vector<std::pair<std::string, int64_t>> DeviceWeightBytes() const override;
   // Bytes of GPU memory this runner holds (weights, pool, activations, scratch).
   int64_t DeviceBytes() const;
 
@@ -73,11 +82,13 @@ class CudaModelRunner final : public StepRunner {
 absl::Status CheckCudaDevice();
 // Tells tests whether to skip: true when CheckCudaDevice() is OK.
 bool HasCudaDevice();
-// Bytes of bf16 weights of `model` on the GPU.
-int64_t CudaWeightBytes(const Model& model);
+// Bytes of the weight allocation of `model` on the GPU under `options` (GpuWeightPlan's
+// total_bytes); the plan's INVALID_ARGUMENT when it refuses the model.
+absl::StatusOr<int64_t> CudaWeightBytes(const Model& model, const StepRunnerOptions& options = {});
 // The default pool: (free GPU memory - weights - max(1 GiB, 10% of total)) / page bytes.
-absl::StatusOr<int32_t> CudaDefaultKvPages(const Model& model, const KvShape& shape);
-absl::StatusOr<std::unique_ptr<StepRunner>> MakeCudaModelRunner(const Model& model,
-                                                                KvCache* cache);
+absl::StatusOr<int32_t> CudaDefaultKvPages(const Model& model, const KvShape& shape,
+                                           const StepRunnerOptions& options = {});
+absl::StatusOr<std::unique_ptr<StepRunner>> MakeCudaModelRunner(
+    const Model& model, KvCache* cache, const StepRunnerOptions& options = {});
 
 }  // namespace heavykv

@@ -18,9 +18,10 @@ namespace {
 // The CUDA backend module (engine/cuda/cuda_backend.cc), loaded once, on first use.
 struct CudaBackend {
   void (*check)(absl::Status*) = nullptr;
-  void (*default_pages)(const Model*, const KvShape*, absl::StatusOr<int32_t>*) = nullptr;
-  void (*make_runner)(const Model*, KvCache*, absl::StatusOr<std::unique_ptr<StepRunner>>*) =
-      nullptr;
+  void (*default_pages)(const Model*, const KvShape*, const StepRunnerOptions*,
+                        absl::StatusOr<int32_t>*) = nullptr;
+  void (*make_runner)(const Model*, KvCache*, const StepRunnerOptions*,
+                      absl::StatusOr<std::unique_ptr<StepRunner>>*) = nullptr;
   std::string error;  // why it could not be loaded
 };
 
@@ -43,8 +44,8 @@ const CudaBackend& Cuda() {
     if (so == nullptr) return;
     b.check = reinterpret_cast<decltype(b.check)>(dlsym(so, "HeavykvCudaCheckDevice"));
     b.default_pages =
-        reinterpret_cast<decltype(b.default_pages)>(dlsym(so, "HeavykvCudaDefaultKvPages"));
-    b.make_runner = reinterpret_cast<decltype(b.make_runner)>(dlsym(so, "HeavykvCudaMakeRunner"));
+        reinterpret_cast<decltype(b.default_pages)>(dlsym(so, "HeavykvCudaDefaultKvPagesV2"));
+    b.make_runner = reinterpret_cast<decltype(b.make_runner)>(dlsym(so, "HeavykvCudaMakeRunnerV2"));
     if (b.check == nullptr || b.default_pages == nullptr || b.make_runner == nullptr) {
       b.check = nullptr;
       b.error = "the CUDA backend module lacks its entry points";
@@ -89,6 +90,26 @@ absl::Status CheckDevice(Device device) {
       "--device cuda: this heavykv was built without CUDA (configure with -DHEAVYKV_CUDA=ON on a "
       "machine with the CUDA toolkit), use --device cpu");
 #endif
+}
+
+absl::StatusOr<GpuWeights> ParseGpuWeights(absl::string_view name) {
+  if (name == "bf16") return GpuWeights::kBf16;
+  if (name == "quantized") return GpuWeights::kQuantized;
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown --gpu-weights \"", name, "\"; choose ", kGpuWeightsNames));
+}
+
+absl::string_view GpuWeightsName(GpuWeights weights) {
+  return weights == GpuWeights::kQuantized ? "quantized" : "bf16";
+}
+
+absl::Status CheckGpuWeights(Device device, GpuWeights weights) {
+  if (device == Device::kCpu && weights == GpuWeights::kQuantized) {
+    return absl::InvalidArgumentError(
+        "--gpu-weights quantized is for --device cuda (the CPU always keeps a GGUF file's "
+        "quantized matrices as its blocks)");
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<KvDtype> ParseKvDtype(absl::string_view name) {
@@ -147,14 +168,16 @@ KvShape KvShapeForDevice(Device device, const ModelConfig& config, int32_t block
   return s;
 }
 
-absl::StatusOr<int32_t> DefaultKvPages(Device device, const Model& model, const KvShape& shape) {
+absl::StatusOr<int32_t> DefaultKvPages(Device device, const Model& model, const KvShape& shape,
+                                       const StepRunnerOptions& options) {
   if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+  if (absl::Status s = CheckGpuWeights(device, options.gpu_weights); !s.ok()) return s;
   if (device == Device::kCpu) {
     return absl::UnimplementedError("the CPU pool is sized by its caller");
   }
 #if defined(HEAVYKV_HAS_CUDA)
   absl::StatusOr<int32_t> pages;
-  Cuda().default_pages(&model, &shape, &pages);
+  Cuda().default_pages(&model, &shape, &options, &pages);
   return pages;
 #else
   return absl::InternalError("unreachable");
@@ -169,8 +192,10 @@ absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(Device device, const KvSh
 }
 
 absl::StatusOr<std::unique_ptr<StepRunner>> MakeStepRunner(Device device, const Model& model,
-                                                           KvCache* cache) {
+                                                           KvCache* cache,
+                                                           const StepRunnerOptions& options) {
   if (absl::Status s = CheckDevice(device); !s.ok()) return s;
+  if (absl::Status s = CheckGpuWeights(device, options.gpu_weights); !s.ok()) return s;
   const bool external = cache->storage() == KvStorage::kExternal;
   if (external != (device == Device::kCuda)) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -182,7 +207,7 @@ absl::StatusOr<std::unique_ptr<StepRunner>> MakeStepRunner(Device device, const 
   // limit.
 #if defined(HEAVYKV_HAS_CUDA)
   absl::StatusOr<std::unique_ptr<StepRunner>> runner;
-  Cuda().make_runner(&model, cache, &runner);
+  Cuda().make_runner(&model, cache, &options, &runner);
   return runner;
 #else
   return absl::InternalError("unreachable");

@@ -19,6 +19,8 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
@@ -58,6 +60,9 @@ class StepRunner {
                                       KvQuant quant = KvQuant::kNone) const {
     return absl::OkStatus();
   }
+  // Bytes of weights this runner holds in device memory, per format ("q4_K", "bf16", "f32"...),
+  // in the order first met; empty for a backend that reads the Model's own (the CPU).
+  virtual std::vector<std::pair<std::string, int64_t>> DeviceWeightBytes() const { return {}; }
 };
 
 // Checks a step plan against the model: tokens present, ids in the vocabulary, positions within
@@ -124,20 +129,44 @@ absl::StatusOr<KvDtype> ResolveKvDtype(Device device, absl::string_view name);
 // The name of the type actually used on `device` ("fp32", "bf16", "int8" or "int4").
 absl::string_view KvDtypeName(Device device, KvDtype dtype);
 
+// How the CUDA backend holds the weight matrices (--gpu-weights): kBf16 (the default) uploads
+// every matrix as bf16, quantized GGUF parts dequantized; kQuantized keeps Q4_0, Q8_0, Q4_K,
+// Q5_K and Q6_K parts as the file's blocks and multiplies them with kernels/cuda/quant_gemv.cuh
+// (docs/ARCHITECTURE.md, "Quantized weights on the GPU"). kQuantized is COMPILED BUT HAS NEVER
+// RUN ON A GPU (issue 32): it stays opt-in until scripts/gpu-check.sh has passed with it.
+enum class GpuWeights { kBf16, kQuantized };
+inline constexpr const char* kGpuWeightsNames = "bf16 or quantized";
+// "bf16" or "quantized"; INVALID_ARGUMENT naming them otherwise.
+absl::StatusOr<GpuWeights> ParseGpuWeights(absl::string_view name);
+absl::string_view GpuWeightsName(GpuWeights weights);
+// INVALID_ARGUMENT for kQuantized on the CPU (whose quantized matrices are always kept as the
+// file's blocks: the flag is for --device cuda).
+absl::Status CheckGpuWeights(Device device, GpuWeights weights);
+
+// What a caller may choose about a runner beyond the model and the cache.
+struct StepRunnerOptions {
+  GpuWeights gpu_weights = GpuWeights::kBf16;  // CUDA only (CheckGpuWeights)
+};
+
 // The KV shape of `config` on `device` with K/V elements of `dtype`.
 KvShape KvShapeForDevice(Device device, const ModelConfig& config, int32_t block_size,
                          KvDtype dtype = KvDtype::kAuto);
 // Pool size when no flag gives one. CUDA: free GPU memory minus the bf16 weights minus a reserve
 // of max(1 GiB, 10% of the GPU's memory) for activations, scratch and cuBLAS, in pages.
 // CPU: UNIMPLEMENTED (the CPU callers size the pool from their workload).
-absl::StatusOr<int32_t> DefaultKvPages(Device device, const Model& model, const KvShape& shape);
+// The weights' bytes follow options.gpu_weights.
+absl::StatusOr<int32_t> DefaultKvPages(Device device, const Model& model, const KvShape& shape,
+                                       const StepRunnerOptions& options = {});
 // The cache a runner on `device` needs: host storage on the CPU, external (device) storage on
 // CUDA.
 absl::StatusOr<std::unique_ptr<KvCache>> CreateKvCache(Device device, const KvShape& shape,
                                                        int32_t num_pages);
 // The runner of `device` over `model` and `cache` (both must outlive it; the cache must come
 // from CreateKvCache for the same device).
+// INVALID_ARGUMENT for options the device cannot take (CheckGpuWeights), or (CUDA, kQuantized)
+// a matrix in a block format without a CUDA kernel, naming it.
 absl::StatusOr<std::unique_ptr<StepRunner>> MakeStepRunner(Device device, const Model& model,
-                                                           KvCache* cache);
+                                                           KvCache* cache,
+                                                           const StepRunnerOptions& options = {});
 
 }  // namespace heavykv

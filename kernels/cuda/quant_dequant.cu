@@ -1,5 +1,7 @@
 #include "kernels/cuda/quant_dequant.cuh"
 
+#include "kernels/cuda/quant_decode.cuh"
+
 namespace heavykv::cuda {
 namespace {
 

@@ -1,5 +1,7 @@
 #include "kernels/cuda/quant_gemv.cuh"
 
+#include "kernels/cuda/quant_decode.cuh"
+
 namespace heavykv::cuda {
 namespace {
 
