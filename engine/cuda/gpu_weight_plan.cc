@@ -3,7 +3,6 @@
 #include <variant>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 
 namespace heavykv {
 namespace {
@@ -176,15 +175,6 @@ absl::StatusOr<GpuWeightPlan> PlanGpuWeights(const Model& model, GpuWeights mode
     plan.step_bytes += o.wqkv.bytes() + o.wo.bytes() + o.w13.bytes() + o.w2.bytes();
   }
   return plan;
-}
-
-std::string FormatBytesByFormat(const std::vector<std::pair<std::string, int64_t>>& by_format) {
-  std::string out;
-  for (const auto& [name, bytes] : by_format) {
-    absl::StrAppend(&out, out.empty() ? "" : ", ", name, " ",
-                    absl::StrFormat("%.1f MiB", double(bytes) / (1 << 20)));
-  }
-  return out;
 }
 
 }  // namespace heavykv

@@ -85,7 +85,4 @@ absl::StatusOr<GpuWeightPlan> PlanGpuWeights(const Model& model, GpuWeights mode
 // Whether the CUDA kernels take blocks of `type` as they are (Q4_0, Q8_0, Q4_K, Q5_K, Q6_K).
 bool HasGpuQuantKernel(cpu::QuantType type);
 
-// "q4_K 612.3 MiB, q6_K 98.1 MiB, f32 0.3 MiB" (for logs and the run command's stats).
-std::string FormatBytesByFormat(const std::vector<std::pair<std::string, int64_t>>& by_format);
-
 }  // namespace heavykv

@@ -52,7 +52,7 @@ absl::StatusOr<std::vector<std::unique_ptr<EvictionPolicy>>> MakeConfigPolicies(
 
 absl::StatusOr<EvalBackend> MakeEvalBackend(const Model& model, Device device,
                                             const KvShape& shape, int64_t pages,
-                                            absl::string_view what) {
+                                            absl::string_view what, GpuWeights gpu_weights) {
   if (pages > INT32_MAX) {
     return absl::InvalidArgumentError(absl::StrCat("too many ", what, " for one KV pool"));
   }
@@ -61,7 +61,7 @@ absl::StatusOr<EvalBackend> MakeEvalBackend(const Model& model, Device device,
       CreateKvCache(device, shape, static_cast<int32_t>(pages));
   if (!cache.ok()) return cache.status();
   b.cache = *std::move(cache);
-  absl::StatusOr<std::unique_ptr<StepRunner>> runner = MakeStepRunner(device, model, b.cache.get());
+  absl::StatusOr<std::unique_ptr<StepRunner>> runner = MakeStepRunner(device, model, b.cache.get(), {.gpu_weights = gpu_weights});
   if (!runner.ok()) return runner.status();
   b.runner = *std::move(runner);
   return b;
@@ -124,7 +124,7 @@ absl::StatusOr<std::vector<EvalResult>> Evaluate(const Model& model,
     pages += int64_t(windows) * peak;
   }
   absl::StatusOr<EvalBackend> backend =
-      MakeEvalBackend(model, options.device, shape, pages, "windows");
+      MakeEvalBackend(model, options.device, shape, pages, "windows", options.gpu_weights);
   if (!backend.ok()) return backend.status();
   StepRunner& runner = *backend->runner;
 
@@ -206,7 +206,7 @@ absl::StatusOr<std::vector<StreamEvalResult>> EvaluateStream(const Model& model,
     pages += EvalPeakPages(shape, policies[i].get(), r.budget_tokens);
   }
   absl::StatusOr<EvalBackend> backend =
-      MakeEvalBackend(model, options.device, shape, pages, "policies");
+      MakeEvalBackend(model, options.device, shape, pages, "policies", options.gpu_weights);
   if (!backend.ok()) return backend.status();
   StepRunner& runner = *backend->runner;
 

@@ -36,6 +36,7 @@ struct EvalSetup {
   int32_t block_size = 16;
   Device device = Device::kCpu;  // where the forward passes run
   KvDtype kv_dtype = KvDtype::kAuto;  // the cached K/V's element type
+  GpuWeights gpu_weights = GpuWeights::kBf16;  // --gpu-weights (CUDA only)
 };
 
 struct EvalOptions : EvalSetup {
@@ -69,7 +70,8 @@ struct EvalBackend {
 };
 absl::StatusOr<EvalBackend> MakeEvalBackend(const Model& model, Device device,
                                             const KvShape& shape, int64_t pages,
-                                            absl::string_view what);
+                                            absl::string_view what,
+                                            GpuWeights gpu_weights = GpuWeights::kBf16);
 
 // The KV page shape of `setup` for `config` (INVALID_ARGUMENT for a K/V dtype its device cannot
 // hold).

@@ -130,7 +130,7 @@ absl::StatusOr<std::vector<PasskeyResult>> RunPasskey(const Model& model,
   const int32_t pages = shape.NumTables() *
                         ((steps + options.prefill_chunk + shape.block_size - 1) / shape.block_size);
   absl::StatusOr<EvalBackend> backend =
-      MakeEvalBackend(model, options.device, shape, pages, "tokens");
+      MakeEvalBackend(model, options.device, shape, pages, "tokens", options.gpu_weights);
   if (!backend.ok()) return backend.status();
 
   absl::StatusOr<std::vector<std::unique_ptr<EvictionPolicy>>> policies =

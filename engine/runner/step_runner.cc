@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "engine/runner/model_runner.h"
 #if defined(HEAVYKV_HAS_CUDA)
 #include <dlfcn.h>
@@ -110,6 +111,15 @@ absl::Status CheckGpuWeights(Device device, GpuWeights weights) {
         "quantized matrices as its blocks)");
   }
   return absl::OkStatus();
+}
+
+std::string FormatBytesByFormat(const std::vector<std::pair<std::string, int64_t>>& by_format) {
+  std::string out;
+  for (const auto& [name, bytes] : by_format) {
+    absl::StrAppend(&out, out.empty() ? "" : ", ", name, " ",
+                    absl::StrFormat("%.1f MiB", double(bytes) / (1 << 20)));
+  }
+  return out;
 }
 
 absl::StatusOr<KvDtype> ParseKvDtype(absl::string_view name) {

@@ -143,6 +143,9 @@ absl::string_view GpuWeightsName(GpuWeights weights);
 // file's blocks: the flag is for --device cuda).
 absl::Status CheckGpuWeights(Device device, GpuWeights weights);
 
+// "q4_K 612.3 MiB, q6_K 98.1 MiB, f32 0.3 MiB": StepRunner::DeviceWeightBytes for logs.
+std::string FormatBytesByFormat(const std::vector<std::pair<std::string, int64_t>>& by_format);
+
 // What a caller may choose about a runner beyond the model and the cache.
 struct StepRunnerOptions {
   GpuWeights gpu_weights = GpuWeights::kBf16;  // CUDA only (CheckGpuWeights)

@@ -658,7 +658,7 @@ absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(Model model,
   }
   auto held = std::make_unique<Model>(std::move(model));
   absl::StatusOr<std::unique_ptr<StepRunner>> runner =
-      MakeStepRunner(*device, *held, cache->get());
+      MakeStepRunner(*device, *held, cache->get(), {.gpu_weights = options.gpu_weights});
   if (!runner.ok()) return runner.status();
   return std::unique_ptr<Engine>(new EngineImpl(std::move(held), std::move(tokenizer), options,
                                                 *std::move(cache), *std::move(runner)));

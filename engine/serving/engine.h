@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "engine/chat/chat_template.h"
 #include "engine/model/model.h"
+#include "engine/runner/step_runner.h"
 #include "engine/serving/sampler.h"
 #include "engine/tokenizer/text_tokenizer.h"
 #include "memory/eviction_policy.h"
@@ -70,6 +71,7 @@ struct EngineOptions {
   int threads = 0;  // 0: every core
   std::string device = "cpu";  // cpu or cuda: where the forward passes and the KV pool live
   std::string kv_dtype = "auto";  // kKvDtypeNames: the cached K/V (see KvDtype)
+  GpuWeights gpu_weights = GpuWeights::kBf16;  // --gpu-weights (CUDA only)
   // Automatic prefix caching (docs/ARCHITECTURE.md "Prefix caching"; the CPU backend): prompt
   // blocks stay in the pool after their request and later prompts that start with them skip
   // their prefill. `prefix_cache_share_tenants`: requests of different tenants (API keys) may

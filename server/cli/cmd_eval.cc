@@ -238,6 +238,7 @@ int EvalCommand(int argc, char** argv) {
   opt.block_size = static_cast<int32_t>(block_size);
   opt.device = *device;
   opt.kv_dtype = dtypes.kv;
+  opt.gpu_weights = dtypes.gpu_weights;
   if (absl::Status s = policy_defaults.Resolve(); !s.ok()) return Fail(s);
   std::vector<std::string> budget_list = SplitList(budgets);
   if (budget_list.empty()) return Fail(absl::InvalidArgumentError("--kv-budget is empty"));

@@ -226,7 +226,7 @@ int RunCommand(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<KvCache>> cache = CreateKvCache(*device, shape, *pages);
   if (!cache.ok()) return Fail(cache.status());
   absl::StatusOr<std::unique_ptr<StepRunner>> runner =
-      MakeStepRunner(*device, *model, cache->get());
+      MakeStepRunner(*device, *model, cache->get(), {.gpu_weights = dtypes.gpu_weights});
   if (!runner.ok()) return Fail(runner.status());
 
   std::string text;
@@ -268,11 +268,17 @@ int RunCommand(int argc, char** argv) {
                    {"decode_seconds", Rounded(r->decode_seconds, 6)},
                    {"decode_cpu_seconds", Rounded(r->decode_cpu_seconds, 6)},
                    {"weight_bytes", model->WeightBytes()},
+                   {"device_weights", FormatBytesByFormat((*runner)->DeviceWeightBytes())},
                    {"decode_tokens_per_second", Rounded(tok_s, 2)}});
   } else {
     std::fputc('\n', stdout);
     std::fprintf(stderr, "achieved tok/s: %.1f (policy %s, peak pages %d, evicted %lld)\n", tok_s,
                  policy_name.c_str(), r->peak_pages, static_cast<long long>(r->tokens_evicted));
+    if (const auto w = (*runner)->DeviceWeightBytes(); !w.empty()) {
+      std::fprintf(stderr, "device weights (--gpu-weights %s): %s\n",
+                   std::string(GpuWeightsName(dtypes.gpu_weights)).c_str(),
+                   FormatBytesByFormat(w).c_str());
+    }
   }
   return 0;
 }

@@ -256,7 +256,8 @@ int ServeCommand(int argc, char** argv) {
   int32_t default_pages =
       static_cast<int32_t>(std::min<int64_t>(INT32_MAX, max_running * pages_per_context));
   if (*device == Device::kCuda && kv_pages == 0 && kv_pool_mb == 0) {
-    absl::StatusOr<int32_t> fit = DefaultKvPages(*device, *model, shape);
+    absl::StatusOr<int32_t> fit =
+        DefaultKvPages(*device, *model, shape, {.gpu_weights = dtypes.gpu_weights});
     if (!fit.ok()) return Fail(fit.status());
     default_pages = *fit;
   }
@@ -296,6 +297,7 @@ int ServeCommand(int argc, char** argv) {
   options.threads = static_cast<int>(threads);
   options.device = device_name;
   options.kv_dtype = dtypes.kv_name;
+  options.gpu_weights = dtypes.gpu_weights;
   options.prefix_cache = !no_prefix_cache;
   options.prefix_cache_share_tenants = prefix_cache_share_tenants;
   options.chat_template = *chat_template;
