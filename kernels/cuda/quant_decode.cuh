@@ -6,8 +6,9 @@
 // The unit of work is a chunk: 8 consecutive elements of one block (a block of 32 has 4 chunks, a
 // K-quant super-block of 256 has 32). DecodeChunk<T>(block, c, v) writes elements 8c..8c+7 of
 // the block into v[8], in fp32, with the reference dequantizers' arithmetic (d * q, or
-// d * scale * q - dmin * min), so results equal cpu::DequantizeRow's up to fp32 rounding of the
-// products (the same operations in the same order: bit-equal where the compiler does not fuse).
+// d * scale * q - dmin * min), so results equal cpu::DequantizeRow's bit for bit: the same fp32
+// operations in the same order, and the K-quants' multiply-subtract written with __fmul_rn /
+// __fsub_rn so that nvcc does not fuse it into an FMA (the portable CPU code is not fused).
 //
 // Q4_K and Q5_K quants are read 8 bytes at a time (their blocks are 16-byte aligned); Q4_0, Q8_0
 // and Q6_K blocks are only 2-byte aligned and are read with 16-bit loads.
@@ -96,7 +97,7 @@ __device__ __forceinline__ void DecodeChunk<QuantBlockType::kQ4_K>(const uint8_t
   const uint2 q = Load8Bytes8(b + 16 + 32 * (j >> 1) + l0);
   const int shift = 4 * (j & 1);
 #pragma unroll
-  for (int i = 0; i < 8; ++i) v[i] = d * float((ByteOf(q, i) >> shift) & 0xF) - dm;
+  for (int i = 0; i < 8; ++i) v[i] = __fsub_rn(__fmul_rn(d, float((ByteOf(q, i) >> shift) & 0xF)), dm);
 }
 
 // Q5_K: as Q4_K with qh[32] (bytes 16..47; bit j of qh[l] is the 5th bit of sub-block j's element
@@ -115,7 +116,7 @@ __device__ __forceinline__ void DecodeChunk<QuantBlockType::kQ5_K>(const uint8_t
 #pragma unroll
   for (int i = 0; i < 8; ++i) {
     const int qi = ((ByteOf(q, i) >> shift) & 0xF) | (((ByteOf(h, i) >> j) & 1) << 4);
-    v[i] = d * float(qi) - dm;
+    v[i] = __fsub_rn(__fmul_rn(d, float(qi)), dm);
   }
 }
 
