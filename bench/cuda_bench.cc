@@ -15,6 +15,20 @@
 //                                       cudaProfilerStart/Stop (ncu --profile-from-start off)
 //   cuda/capacity/len4096/h2o20-vs-full sequences of 4096 tokens resident in one pool, real
 //                                       GPU forward passes: ratio (>= 4.5)
+//   cuda/quant_gemv/llama3.2-1b/bM/FORMAT
+//                                       the QuantGemv launches of one decode step at the
+//                                       llama3.2-1b shape (16 layers' wqkv, wo, w13, w2 and the
+//                                       128256-row classifier), batch M, weights in FORMAT
+//                                       (q4_K+q6_K: Q4_K matrices, Q6_K classifier, as Q4_K_M):
+//                                       weight_bytes (the blocks' real bytes), frac_of_4.8TBps
+//                                       (issue 32: >= 0.70 at b1), frac_of_d2d
+//   cuda/decode/llama3.2-1b-q4_k_m/b1/ctx1024/{bf16,quantized}
+//                                       one engine decode step on a random Q4_K_M llama3.2-1b
+//                                       GGUF (written once, ~0.8 GB), --gpu-weights bf16 vs
+//                                       quantized in the same run: vs_bound on each one's real
+//                                       weight bytes, device_weight_bytes
+// The quant_gemv and q4_k_m decode benchmarks (issue 32) have NEVER RUN: no GPU was lent to the
+// session that wrote them.
 // The llama3-1b checkpoint (5 GB) is written once into $HEAVYKV_BENCH_DIR (default
 // /tmp/heavykv-bench).
 #include <benchmark/benchmark.h>
@@ -31,8 +45,12 @@
 #include "engine/cuda/cuda_model_runner.h"
 #include "engine/cuda/device_step.h"
 #include "engine/cuda/step_layout.h"
+#include "engine/gguf/gguf_weight_mix.h"
+#include "engine/model/make_gguf_model.h"
 #include "engine/model/make_model.h"
+#include "kernels/cpu/quant_types.h"
 #include "kernels/cuda/paged_attention.cuh"
+#include "kernels/cuda/quant_gemv.cuh"
 #include "kernels/cuda/synthetic_kv.cuh"
 
 namespace heavykv::bench {
@@ -208,18 +226,37 @@ const Model* Llama3_1b() {
   return model;
 }
 
-// One decode step of the engine's CUDA runner at batch 64, every sequence at `context` cached
-// tokens (synthetic K/V), rolled back after each step so every step runs at the same context.
-void BM_Decode1b(benchmark::State& state, int32_t batch, int32_t context) {
-  if (SkipWithoutGpu(state)) return;
-  const Model* model = Llama3_1b();
-  if (model == nullptr) return state.SkipWithError("cannot write or load the llama3-1b model");
+// A random llama3.2-1b GGUF in llama-quantize's Q4_K_M mix (make-model's writer), written once
+// into ScratchDir.
+const Model* Llama32_1bQ4KM() {
+  static const Model* model = [] {
+    std::filesystem::create_directories(ScratchDir());
+    const std::string path = ScratchDir() + "/llama3.2-1b-q4_k_m.gguf";
+    absl::StatusOr<Model> m = LoadModel(path);
+    if (!m.ok()) {
+      RandomGgufOptions o;
+      o.config = *NamedShape("llama3.2-1b");
+      o.weights = *ParseGgufWeightMix("q4_k_m");
+      if (!WriteRandomGgufModel(o, path).ok()) return static_cast<Model*>(nullptr);
+      m = LoadModel(path);
+    }
+    return m.ok() ? new Model(*std::move(m)) : nullptr;
+  }();
+  return model;
+}
+
+// One decode step of the engine's CUDA runner at batch `batch`, every sequence at `context`
+// cached tokens (synthetic K/V), rolled back after each step so every step runs at the same
+// context.
+void RunDecode(benchmark::State& state, const Model* model, int32_t batch, int32_t context,
+               const StepRunnerOptions& options) {
+  if (model == nullptr) return state.SkipWithError("cannot write or load the model");
   const ModelConfig& c = model->config;
   const KvShape shape = KvShapeForDevice(Device::kCuda, c, 16);
   const int32_t pages = batch * (context / 16 + 2);
   auto cache = CreateKvCache(Device::kCuda, shape, pages);
   if (!cache.ok()) return state.SkipWithError(std::string(cache.status().message()).c_str());
-  auto runner = CudaModelRunner::Create(*model, cache->get());
+  auto runner = CudaModelRunner::Create(*model, cache->get(), options);
   if (!runner.ok()) return state.SkipWithError(std::string(runner.status().message()).c_str());
   std::vector<SequenceKv> seqs(batch);
   for (int32_t i = 0; i < batch; ++i) {
@@ -264,7 +301,81 @@ void BM_Decode1b(benchmark::State& state, int32_t batch, int32_t context) {
   state.counters["vs_bound"] = seconds / bound;
   state.counters["vs_d2d_bound"] = seconds / ((weights + kv_bytes) / (D2dBandwidth() / 2));
   state.counters["step_with_logits_copy_seconds"] = with_logits;
+  int64_t device_weights = 0;
+  for (const auto& [name, bytes] : (*runner)->DeviceWeightBytes()) device_weights += bytes;
+  state.counters["device_weight_bytes"] = double(device_weights);
   for (SequenceKv& kv : seqs) (*cache)->Release(kv);
+}
+
+void BM_Decode1b(benchmark::State& state, int32_t batch, int32_t context) {
+  if (SkipWithoutGpu(state)) return;
+  RunDecode(state, Llama3_1b(), batch, context, {});
+}
+
+void BM_DecodeQ4KM(benchmark::State& state, int32_t batch, int32_t context, GpuWeights weights) {
+  if (SkipWithoutGpu(state)) return;
+  RunDecode(state, Llama32_1bQ4KM(), batch, context, {.gpu_weights = weights});
+}
+
+// The QuantGemv launches of one decode step at the llama3.2-1b shape, on device memory filled with
+// a constant byte (0x11: every fp16 scale a small normal number; the values do not change the
+// time). Each matrix has its own allocation slice, so nothing is reused from L2 across layers.
+void BM_QuantGemvDecode(benchmark::State& state, cpu::QuantType type, cpu::QuantType cls_type,
+                        int32_t batch) {
+  if (SkipWithoutGpu(state)) return;
+  const ModelConfig c = *NamedShape("llama3.2-1b");
+  struct Mat {
+    int64_t n, k;
+    cpu::QuantType t;
+    int64_t offset;
+  };
+  std::vector<Mat> mats;
+  int64_t bytes = 0, total = 0;
+  auto add = [&](int64_t n, int64_t k, cpu::QuantType t) {
+    mats.push_back({n, k, t, total});
+    bytes += n * cpu::QuantRowBytes(t, k);
+    total += (n * cpu::QuantRowBytes(t, k) + 255) / 256 * 256;
+  };
+  for (int32_t l = 0; l < c.num_layers; ++l) {
+    add(c.qkv_dim(), c.dim, type);
+    add(c.dim, c.q_dim(), type);
+    add(2 * int64_t(c.hidden_dim), c.dim, type);
+    add(c.dim, c.hidden_dim, type);
+  }
+  add(c.vocab_size, c.dim, cls_type);
+  uint8_t* w = nullptr;
+  cuda::bf16* x = nullptr;
+  float* y = nullptr;
+  const int64_t kmax = std::max<int64_t>(c.dim, c.hidden_dim);
+  if (!Check(state, cudaMalloc(&w, total)) ||
+      !Check(state, cudaMalloc(&x, batch * kmax * sizeof(cuda::bf16))) ||
+      !Check(state, cudaMalloc(&y, batch * int64_t(c.vocab_size) * sizeof(float))) ||
+      !Check(state, cudaMemset(w, 0x11, total)) ||
+      !Check(state, cudaMemset(x, 0x3c, batch * kmax * sizeof(cuda::bf16)))) {
+    return;
+  }
+  auto step = [&] {
+    for (const Mat& m : mats) {
+      const cuda::QuantMatrixView v{w + m.offset, static_cast<cuda::QuantBlockType>(m.t), m.n,
+                                    m.k, cpu::QuantRowBytes(m.t, m.k)};
+      cuda::QuantGemv(v, x, y, batch, m.n, false, nullptr);
+    }
+  };
+  double seconds = 0;
+  for (auto _ : state) {
+    seconds = TimeGpu(step, 10);
+    state.SetIterationTime(seconds);
+  }
+  if (!Check(state, cudaGetLastError())) return;
+  const double bw = double(bytes) / seconds;
+  state.counters["weight_bytes"] = double(bytes);
+  state.counters["weight_bytes_per_second"] = bw;
+  state.counters["frac_of_4.8TBps"] = bw / kHbmBytesPerSecond;
+  state.counters["frac_of_d2d"] = bw / D2dBandwidth();
+  state.counters["launches"] = double(mats.size());
+  for (void* p : {static_cast<void*>(w), static_cast<void*>(x), static_cast<void*>(y)}) {
+    cudaFree(p);
+  }
 }
 
 // Sequences of 4096 tokens fed in chunks of 256 through real GPU forward passes of a small model,
@@ -353,6 +464,34 @@ const bool registered = [] {
       ->Iterations(20)
       ->UseManualTime()
       ->Unit(benchmark::kMillisecond);
+  using cpu::QuantType;
+  struct Fmt {
+    const char* name;
+    QuantType matrices, classifier;
+  };
+  for (const Fmt& f : {Fmt{"q4_K+q6_K", QuantType::kQ4_K, QuantType::kQ6_K},
+                       Fmt{"q4_0", QuantType::kQ4_0, QuantType::kQ4_0},
+                       Fmt{"q8_0", QuantType::kQ8_0, QuantType::kQ8_0},
+                       Fmt{"q5_K+q6_K", QuantType::kQ5_K, QuantType::kQ6_K},
+                       Fmt{"q6_K", QuantType::kQ6_K, QuantType::kQ6_K}}) {
+    for (int32_t batch : {1, 8}) {
+      if (batch == 8 && f.matrices != QuantType::kQ4_K) continue;
+      benchmark::RegisterBenchmark(
+          absl::StrCat("cuda/quant_gemv/llama3.2-1b/b", batch, "/", f.name).c_str(),
+          BM_QuantGemvDecode, f.matrices, f.classifier, batch)
+          ->Iterations(3)
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond);
+    }
+  }
+  for (GpuWeights weights : {GpuWeights::kBf16, GpuWeights::kQuantized}) {
+    benchmark::RegisterBenchmark(
+        absl::StrCat("cuda/decode/llama3.2-1b-q4_k_m/b1/ctx1024/", GpuWeightsName(weights)).c_str(),
+        BM_DecodeQ4KM, 1, 1024, weights)
+        ->Iterations(20)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+  }
   benchmark::RegisterBenchmark("cuda/capacity/len4096/h2o20-vs-full", BM_Capacity)
       ->Iterations(1)
       ->UseManualTime()
