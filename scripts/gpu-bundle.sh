@@ -2,7 +2,7 @@
 # Builds the CUDA binaries here (build-gpu/, Release, HEAVYKV_CUDA=ON) and packs what
 # scripts/gpu-check.sh --prebuilt needs on a GPU machine that has the CUDA toolkit's libraries but
 # no network and none of our Debian packages:
-#   DEST/bin         heavykv, heavykv_bench and the three cuda_* test binaries, stripped
+#   DEST/bin         heavykv, heavykv_bench and the five cuda_* test binaries, stripped
 #   DEST/lib         libheavykv_cuda.so and every shared library they load that is neither the C
 #                    runtime (libc, libm, ld-linux, libstdc++, libgcc_s) nor CUDA's (libcuda,
 #                    libcudart, libcublas*): gRPC, protobuf, abseil, OpenBLAS, ...
@@ -25,7 +25,8 @@ DEST=${1:?usage: scripts/gpu-bundle.sh DEST [TARBALL]}
 TARBALL=${2:-}
 cd "$(dirname "$0")/.."
 ROOT=$(pwd)
-TARGETS=(heavykv heavykv_bench cuda_kernels_test cuda_cuda_model_runner_test cuda_eviction_rule_test)
+TARGETS=(heavykv heavykv_bench cuda_kernels_test cuda_cuda_model_runner_test cuda_eviction_rule_test
+  cuda_quant_gemv_test cuda_gpu_weight_plan_test)
 cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHEAVYKV_CUDA=ON \
   -DCMAKE_CUDA_ARCHITECTURES="${HEAVYKV_CUDA_ARCHS:-90-real}" > /dev/null
 cmake --build build-gpu -j "${HEAVYKV_JOBS:-2}" --target heavykv_cuda "${TARGETS[@]}"

@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # On a machine with an NVIDIA GPU (an H200 for the targets of docs/BENCHMARKS.md), in one run of
-# well under 7 minutes: runs the CUDA tests, the cuda/ benchmarks and a greedy generation on the
-# GPU, and writes the results into OUTDIR (8 files, so that a tool returning at most 8 brings all):
+# typically 3 to 5 minutes (each phase has its own timeout): runs the CUDA tests, the cuda/
+# benchmarks and greedy generations on the GPU, and writes the results into OUTDIR (8 files, so that a tool returning at most 8 brings all):
 #   gpu.txt          nvidia-smi, the GPU's name/driver/clocks (read only: nothing is changed), the
 #                    CUDA libraries the loader finds, and ldd of each binary
-#   checks.log       the three CUDA test binaries' output, compute-sanitizer's memcheck of the tests
-#                    that failed (where it is installed), then the generation's stderr
+#   checks.log       the five CUDA test binaries' output (quant_gemv and gpu_weight_plan: issue 32's
+#                    quantized weights, never run on a GPU before), compute-sanitizer's memcheck of
+#                    the tests that failed (where it is installed), then the generation's stderr
 #   tests-xml.tar    their JUnit XML (cuda_kernels_test.xml, ...)
 #   bench.json, bench-decode.json, bench.log
-#                    heavykv_bench --summary_json of the cuda/ benchmarks (kernels + capacity, then
-#                    the llama3-1b decode steps, which write a 5 GB model first) and the console
+#                    heavykv_bench --summary_json of the cuda/ benchmarks (kernels + capacity + the
+#                    quantized GEMVs of one llama3.2-1b decode step, then the decode steps: llama3-1b,
+#                    which writes a 5 GB model first, and a random Q4_K_M llama3.2-1b GGUF, ~0.8 GB,
+#                    with --gpu-weights bf16 and quantized) and the console
 #   gen-cuda.txt     `heavykv run --device cuda` greedy text of the bundled model (256 tokens),
 #                    compared with the CPU's reference tests/data/stories260K.greedy.txt
 #   summary.txt      what passed, what failed, seconds per phase
@@ -105,7 +108,8 @@ else
   phase deps ok
   if cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release -DHEAVYKV_CUDA=ON > "$OUT/build.log" 2>&1 &&
      cmake --build build-gpu -j "${HEAVYKV_JOBS:-16}" --target heavykv heavykv_cuda heavykv_bench \
-       cuda_kernels_test cuda_cuda_model_runner_test cuda_eviction_rule_test >> "$OUT/build.log" 2>&1; then
+       cuda_kernels_test cuda_cuda_model_runner_test cuda_eviction_rule_test cuda_quant_gemv_test \
+       cuda_gpu_weight_plan_test >> "$OUT/build.log" 2>&1; then
     phase build ok
   else
     phase build "FAILED: see build.log"
@@ -117,7 +121,8 @@ fi
 # The CUDA tests, each binary directly (a bundle has no ctest files); 150 s each at most.
 mkdir -p "$OUT/xml"
 : > "$OUT/checks.log"
-for t in cuda_kernels_test cuda_cuda_model_runner_test cuda_eviction_rule_test; do
+for t in cuda_kernels_test cuda_cuda_model_runner_test cuda_eviction_rule_test \
+  cuda_quant_gemv_test cuda_gpu_weight_plan_test; do
   echo "=== $t" >> "$OUT/checks.log"
   timeout -k 5 150 "$BIN/$t" --gtest_output="xml:$OUT/xml/$t.xml" >> "$OUT/checks.log" 2>&1
   rc=$?
@@ -131,7 +136,7 @@ done
 # A failed or crashed binary: its failed tests (or the one it died in) again under
 # compute-sanitizer's memcheck, 90 s at most, appended to checks.log.
 sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer 2>/dev/null)
-for t in cuda_kernels_test cuda_cuda_model_runner_test; do
+for t in cuda_kernels_test cuda_cuda_model_runner_test cuda_quant_gemv_test; do
   [[ -n "$sanitizer" ]] || break
   s=$(awk -v h="=== $t" '$0 == h {p = 1; next} /^===/ {p = 0} p' "$OUT/checks.log")
   f=$(grep -E '^\[  FAILED  \] [A-Za-z].* \(' <<<"$s" | awk '{print $4}' | paste -sd: -)
@@ -163,8 +168,8 @@ bench() {  # NAME FILTER TIMEOUT
     phase "bench $2" "FAILED or timed out: see bench.log"
   fi
 }
-bench bench '^cuda/(bandwidth|attention|capacity)' 90
-bench bench-decode '^cuda/decode' 150
+bench bench '^cuda/(bandwidth|attention|capacity|quant_gemv)' 150
+bench bench-decode '^cuda/decode' 240
 sed 's/\x1b\[[0-9;]*m//g' "$OUT/bench.log" | grep -E "ERROR OCCURRED" | tr -s ' ' | head -8 |
   tee -a "$OUT/summary.txt"
 
@@ -183,6 +188,28 @@ if timeout -k 5 60 "$BIN/heavykv" run --model models/stories260K.bin --tokenizer
 else
   status=1
   phase generate "FAILED: see checks.log"
+fi
+# --gpu-weights quantized end to end (issue 32): greedy ids of a Q4_K_M fixture on the GPU with the
+# file's blocks on the device, against the CPU's; the summary gives the common prefix (near-ties
+# of a random model may part them late; cuda_model_runner_test holds the bounds).
+echo "=== heavykv run --device cuda --gpu-weights quantized (rl256-q4_k_m.gguf)" >> "$OUT/checks.log"
+q=tests/data/gguf/rl256-q4_k_m.gguf
+qargs=(--model "$q" --prompt "Once upon a time" --temperature 0 --steps 48 --json)
+ids() { grep -o '"token_ids":\[[^]]*\]' | tr -d '"token_ids:[]' | tr ',' ' '; }
+if cpu_ids=$(timeout -k 5 60 "$BIN/heavykv" run "${qargs[@]}" 2>> "$OUT/checks.log" | ids) &&
+   [[ -n "$cpu_ids" ]] &&
+   gpu_ids=$(timeout -k 5 60 "$BIN/heavykv" run "${qargs[@]}" --device cuda --gpu-weights quantized \
+     2>> "$OUT/checks.log" | ids) && [[ -n "$gpu_ids" ]]; then
+  echo "cpu: $cpu_ids" >> "$OUT/checks.log"
+  echo "gpu: $gpu_ids" >> "$OUT/checks.log"
+  read -ra a <<<"$cpu_ids"
+  read -ra b <<<"$gpu_ids"
+  n=0
+  while ((n < ${#a[@]} && n < ${#b[@]})) && [[ "${a[n]}" == "${b[n]}" ]]; do n=$((n + 1)); done
+  phase "generate quantized" "ok; $n of ${#a[@]} ids as the CPU's"
+else
+  status=1
+  phase "generate quantized" "FAILED: see checks.log"
 fi
 phase done "exit $status"
 exit $status
