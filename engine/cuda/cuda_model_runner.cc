@@ -363,12 +363,11 @@ absl::Status CudaModelRunner::Impl::UploadWeights() {
     HEAVYKV_RETURN_IF_ERROR(matrix(o.wo, &l.wo, true));
     HEAVYKV_RETURN_IF_ERROR(matrix(o.w13, &l.w13, true));
     HEAVYKV_RETURN_IF_ERROR(matrix(o.w2, &l.w2, true));
-    float* const* slots[] = {&l.rms_att, &l.rms_ffn, &l.bqkv, &l.q_norm, &l.k_norm};
-    const GpuFloats* fs[] = {&o.rms_att, &o.rms_ffn, &o.bqkv, &o.q_norm, &o.k_norm};
-    for (int i = 0; i < 5; ++i) {
-      absl::StatusOr<float*> f = floats(*fs[i]);
-      if (!f.ok()) return f.status();
-      *const_cast<float**>(slots[i]) = *f;
+    for (auto [slot, f] : {std::pair{&l.rms_att, &o.rms_att}, {&l.rms_ffn, &o.rms_ffn},
+                           {&l.bqkv, &o.bqkv}, {&l.q_norm, &o.q_norm}, {&l.k_norm, &o.k_norm}}) {
+      absl::StatusOr<float*> p = floats(*f);
+      if (!p.ok()) return p.status();
+      *slot = *p;
     }
     layers.push_back(std::move(l));
   }
