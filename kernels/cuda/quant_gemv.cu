@@ -6,6 +6,7 @@ namespace heavykv::cuda {
 namespace {
 
 constexpr int kWarpsPerBlock = 8;
+constexpr int kUnroll = 4;
 
 template <QuantBlockType T, int M>
 static __global__ void __launch_bounds__(kWarpsPerBlock * 32)
@@ -22,22 +23,35 @@ static __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   float acc[M];
 #pragma unroll
   for (int t = 0; t < M; ++t) acc[t] = 0.0f;
-  for (int64_t c = lane; c < chunks; c += 32) {
-    const int64_t blk = c / kChunksPerBlock;
-    float v[8];
-    DecodeChunk<T>(wr + blk * kBlockBytes, int(c - blk * kChunksPerBlock), v);
+  // kUnroll chunks per lane per iteration, decoded before any is used, so that each warp has
+  // kUnroll independent weight loads in flight (a 2048-row matrix gives an SM only ~16 warps).
+  for (int64_t c0 = lane; c0 < chunks; c0 += 32 * kUnroll) {
+    float v[kUnroll][8];
 #pragma unroll
-    for (int t = 0; t < M; ++t) {
-      const uint4 raw = *reinterpret_cast<const uint4*>(x + t * k + c * 8);
-      const __nv_bfloat162* xs = reinterpret_cast<const __nv_bfloat162*>(&raw);
-      float s = acc[t];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        const float2 f = __bfloat1622float2(xs[i]);
-        s = fmaf(v[2 * i], f.x, s);
-        s = fmaf(v[2 * i + 1], f.y, s);
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t c = c0 + 32 * u;
+      if (c < chunks) {
+        const int64_t blk = c / kChunksPerBlock;
+        DecodeChunk<T>(wr + blk * kBlockBytes, int(c - blk * kChunksPerBlock), v[u]);
       }
-      acc[t] = s;
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t c = c0 + 32 * u;
+      if (c >= chunks) break;
+#pragma unroll
+      for (int t = 0; t < M; ++t) {
+        const uint4 raw = *reinterpret_cast<const uint4*>(x + t * k + c * 8);
+        const __nv_bfloat162* xs = reinterpret_cast<const __nv_bfloat162*>(&raw);
+        float s = acc[t];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+          const float2 f = __bfloat1622float2(xs[i]);
+          s = fmaf(v[u][2 * i], f.x, s);
+          s = fmaf(v[u][2 * i + 1], f.y, s);
+        }
+        acc[t] = s;
+      }
     }
   }
 #pragma unroll

@@ -5,10 +5,14 @@
 //   cuda::QuantMatrixView w{device_bytes, QuantBlockType::kQ4_K, n, k, row_bytes};
 //   QuantGemv(w, x, y, m, /*ldy=*/n, /*accumulate=*/false, stream);   // m <= kQuantGemvTile
 //
-// One warp per output row; lane i takes chunks i, i + 32, ... of 8 elements of the row, decodes
-// each from its block (quant_blocks.cuh), multiplies it with the m tokens' bf16 activations in
-// fp32, and the warp reduces by shuffles. Every weight byte is read once per call, the warp's
-// loads of one row contiguous.
+// One warp per output row; lane i takes chunks i, i + 32, ... of 8 elements of the row (four
+// at a time, their loads issued together), decodes each from its block (quant_decode.cuh),
+// multiplies it with the m tokens' bf16 activations in fp32, and the warp reduces by shuffles.
+// Every weight byte is read from memory once per call, the warp's loads of one row contiguous.
+// Known limits, to be measured (never run): one launch per matrix part (no CUDA graph), so a
+// decode step of small matrices pays launch gaps; x is read from L1/L2 per chunk, not staged in
+// shared memory; Q4_K/Q5_K lanes of sub-blocks 2p and 2p + 1 load the same quant bytes (one
+// from L1).
 #pragma once
 
 #include <cuda_runtime.h>
