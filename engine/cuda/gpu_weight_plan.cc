@@ -1,5 +1,6 @@
 #include "engine/cuda/gpu_weight_plan.h"
 
+#include <algorithm>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
@@ -23,7 +24,12 @@ class Planner {
     out->rows = m.rows();
     out->cols = m.cols();
     out->parts.clear();
-    if (plan_->mode == GpuWeights::kBf16 || m.empty()) {
+    // A matrix with no block-format part has nothing to keep: the bf16 path's one part.
+    const bool any_blocks = std::any_of(m.parts().begin(), m.parts().end(), [](const auto& p) {
+      const auto* q = std::get_if<cpu::QuantMatrix>(&p);
+      return q != nullptr && !IsFloatType(q->type());
+    });
+    if (plan_->mode == GpuWeights::kBf16 || !any_blocks) {
       WholeBf16(m, out);
       return absl::OkStatus();
     }

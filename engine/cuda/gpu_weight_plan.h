@@ -9,10 +9,11 @@
 //
 // A matrix (a cpu::Linear) becomes one or more GpuParts, each a block of its rows:
 //  - GpuWeights::kBf16: one part, the whole matrix as row-major bf16 (Linear::ToRowMajor).
-//  - GpuWeights::kQuantized: one part per Linear part. A QuantMatrix of Q4_0, Q8_0, Q4_K, Q5_K or
-//    Q6_K keeps its bytes unchanged (QuantMatrix::bytes(): rows of QuantRowBytes); a float part
-//    (PackedMatrix fp32/bf16, or an F16/F32/BF16 QuantMatrix) becomes row-major bf16; any other
-//    block format (Q5_0) is refused. A part below the first must start at a row that is a multiple
+//  - GpuWeights::kQuantized: a matrix without a block-format part is planned as under kBf16;
+//    otherwise one part per Linear part. A QuantMatrix of Q4_0, Q8_0, Q4_K, Q5_K or Q6_K keeps its
+//    bytes unchanged (QuantMatrix::bytes(): rows of QuantRowBytes); a float part (PackedMatrix
+//    fp32/bf16, or an F16/F32/BF16 QuantMatrix) becomes row-major bf16; any other block format
+//    (Q5_0) is refused. A part below the first must start at a row that is a multiple
 //    of 4 (its output columns are a 16-byte aligned GEMM output).
 // Every part, vector and matrix starts at a multiple of kGpuWeightAlign bytes.
 #pragma once

@@ -168,6 +168,10 @@ TEST(GpuWeightPlanTest, FloatMatricesGoBf16UnderQuantized) {
   absl::StatusOr<GpuWeightPlan> b = PlanGpuWeights(m, GpuWeights::kBf16);
   ASSERT_TRUE(q.ok() && b.ok());
   CheckLayout(*q, m);
+  for (auto [mp, linear] : Matrices(*q, m)) {
+    ASSERT_EQ(mp->parts.size(), 1u);
+    EXPECT_EQ(mp->parts[0].part_index, -1);
+  }
   EXPECT_EQ(q->step_bytes, b->step_bytes);
   EXPECT_EQ(q->bytes_by_format, b->bytes_by_format);
 }
