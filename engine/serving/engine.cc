@@ -207,6 +207,7 @@ class EngineImpl final : public Engine {
     info.max_prompt_bytes = tokenizer_ ? validator_.max_prompt_bytes() : 0;
     info.max_new_tokens_limit =
         options_.max_new_tokens_limit > 0 ? options_.max_new_tokens_limit : c.seq_len;
+    info.device_weight_bytes = runner_->DeviceWeightBytes();
     return info;
   }
 

@@ -19,6 +19,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -215,6 +216,9 @@ struct ModelInfo {
   int32_t max_prompt_tokens = 0;
   int64_t max_prompt_bytes = 0;  // 0: no tokenizer (token ids only)
   int32_t max_new_tokens_limit = 0;
+  // The runner's weights in device memory per format (StepRunner::DeviceWeightBytes; empty on
+  // the CPU). Not in the gRPC ModelInfo message; `serve` logs it at start.
+  std::vector<std::pair<std::string, int64_t>> device_weight_bytes;
 };
 
 class RequestHandle {

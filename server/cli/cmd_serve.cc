@@ -387,6 +387,11 @@ int ServeCommand(int argc, char** argv) {
       device_name, info.pages_total, info.block_size,
       double(info.page_bytes) * info.pages_total / (1 << 20),
       policy, budget, max_running, max_step_tokens, max_waiting);
+  if (!info.device_weight_bytes.empty()) {
+    spdlog::info("weights on {} (--gpu-weights {}): {}", device_name,
+                 std::string(GpuWeightsName(dtypes.gpu_weights)),
+                 FormatBytesByFormat(info.device_weight_bytes));
+  }
   spdlog::info("gRPC security: {}; API keys {}; reflection {}", server::DescribeTls(tls),
                api_key_file.empty() ? std::string("off (no authentication)")
                                     : absl::StrCat("on (", api_keys.size(), " from ",
