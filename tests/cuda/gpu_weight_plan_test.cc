@@ -151,7 +151,8 @@ TEST(GpuWeightPlanTest, QuantizedKeepsTheFileBlocksByteForByte) {
 }
 
 TEST(GpuWeightPlanTest, EveryKernelFormatIsKept) {
-  for (const char* name : {"rl256-q4_0", "rl256-q8_0", "rl256-q5_k_m", "rl256-q6_k"}) {
+  for (const char* name : {"rl256-q4_0", "rl256-q8_0", "rl256-q5_k_m", "rl256-q6_k",
+                           "rq256-q4_k_m", "rq256-q8_0"}) {
     SCOPED_TRACE(name);
     const Model m = Load(std::string("tests/data/gguf/") + name + ".gguf");
     absl::StatusOr<GpuWeightPlan> p = PlanGpuWeights(m, GpuWeights::kQuantized);
