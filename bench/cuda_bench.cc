@@ -22,7 +22,7 @@
 //                                       (q4_K+q6_K: Q4_K matrices, Q6_K classifier, as Q4_K_M):
 //                                       weight_bytes (the blocks' real bytes), frac_of_4.8TBps
 //                                       (issue 32: >= 0.70 at b1), frac_of_d2d
-//   cuda/decode/llama3.2-1b-q4_k_m/b1/ctx1024/{bf16,quantized}
+//   cuda/decode/llama3.2-1b-q4_k_m/b{1,64}/ctx1024/{bf16,quantized}
 //                                       one engine decode step on a random Q4_K_M llama3.2-1b
 //                                       GGUF (written once, ~0.8 GB), --gpu-weights bf16 vs
 //                                       quantized in the same run: vs_bound on each one's real
@@ -484,13 +484,16 @@ const bool registered = [] {
           ->Unit(benchmark::kMicrosecond);
     }
   }
-  for (GpuWeights weights : {GpuWeights::kBf16, GpuWeights::kQuantized}) {
-    benchmark::RegisterBenchmark(
-        absl::StrCat("cuda/decode/llama3.2-1b-q4_k_m/b1/ctx1024/", GpuWeightsName(weights)).c_str(),
-        BM_DecodeQ4KM, 1, 1024, weights)
-        ->Iterations(20)
-        ->UseManualTime()
-        ->Unit(benchmark::kMillisecond);
+  for (int32_t batch : {1, 64}) {  // b64: past kQuantGemvMaxTokens, the bf16-slab path
+    for (GpuWeights weights : {GpuWeights::kBf16, GpuWeights::kQuantized}) {
+      benchmark::RegisterBenchmark(absl::StrCat("cuda/decode/llama3.2-1b-q4_k_m/b", batch,
+                                                "/ctx1024/", GpuWeightsName(weights))
+                                       .c_str(),
+                                   BM_DecodeQ4KM, batch, 1024, weights)
+          ->Iterations(20)
+          ->UseManualTime()
+          ->Unit(benchmark::kMillisecond);
+    }
   }
   benchmark::RegisterBenchmark("cuda/capacity/len4096/h2o20-vs-full", BM_Capacity)
       ->Iterations(1)
