@@ -264,6 +264,29 @@ int main(int argc, char** argv) {
     add("GPU decode llama3-1b b64: step / (weights+KV bytes at 4.8 TB/s)", "time ratio", v,
         "<= 1.5", v <= 1.5);
   }
+  // Quantized weights on the GPU (issue 32; never run when written).
+  for (const char* f : {"q4_K+q6_K", "q4_0", "q8_0", "q5_K+q6_K", "q6_K"}) {
+    const std::string q = absl::StrCat("cuda/quant_gemv/llama3.2-1b/b1/", f);
+    if (!has(q)) continue;
+    const double v = F[q].counters["frac_of_4.8TBps"];
+    const bool target = std::string(f) == "q4_K+q6_K";
+    add(absl::StrCat("GPU quantized GEMVs of a llama3.2-1b decode step (", f, ") / 4.8 TB/s"),
+        "b1, the blocks' real bytes", v, target ? ">= 0.70" : "(info)", !target || v >= 0.70);
+  }
+  for (const char* b : {"b1", "b64"}) {
+    const std::string base = absl::StrCat("cuda/decode/llama3.2-1b-q4_k_m/", b, "/ctx1024/");
+    if (!has(base + "quantized") || !has(base + "bf16")) continue;
+    auto& q = F[base + "quantized"].counters;
+    auto& h = F[base + "bf16"].counters;
+    add(absl::StrCat("GPU decode Q4_K_M 1B ", b, ": --gpu-weights quantized / bf16"), "step time",
+        q["tokens_per_second"] > 0 ? h["tokens_per_second"] / q["tokens_per_second"] : 0,
+        "(info)", true);
+    if (std::string(b) == "b1") {
+      const double m = q["device_weight_bytes"] / q["model_held_bytes"];
+      add("GPU Q4_K_M 1B weights on the device / the model's own bytes", "--gpu-weights quantized",
+          m, "<= 1.1", m <= 1.1);
+    }
+  }
   if (has("cuda/capacity/len4096/h2o20-vs-full")) {
     const double v = F["cuda/capacity/len4096/h2o20-vs-full"].counters["ratio"];
     add("GPU capacity h2o 20% / full (4096-token sequences)", "resident sequences ratio", v,

@@ -304,6 +304,7 @@ void RunDecode(benchmark::State& state, const Model* model, int32_t batch, int32
   int64_t device_weights = 0;
   for (const auto& [name, bytes] : (*runner)->DeviceWeightBytes()) device_weights += bytes;
   state.counters["device_weight_bytes"] = double(device_weights);
+  state.counters["model_held_bytes"] = double(model->HeldBytes());
   for (SequenceKv& kv : seqs) (*cache)->Release(kv);
 }
 
