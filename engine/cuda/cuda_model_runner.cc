@@ -303,7 +303,8 @@ absl::Status CudaModelRunner::Impl::Init() {
 
 absl::Status CudaModelRunner::Impl::UploadWeights() {
   // The plan (GpuWeightPlan, made in Init) placed every tensor; upload each through host staging.
-  HEAVYKV_RETURN_IF_ERROR(weights.Reserve(std::max<int64_t>(weight_plan.total_bytes, kAlign), stream));
+  HEAVYKV_RETURN_IF_ERROR(
+      weights.Reserve(std::max<int64_t>(weight_plan.total_bytes, kAlign), stream));
   char* base = weights.as<char>();
   std::vector<float> rowmajor;
   std::vector<bf16> half;
@@ -372,7 +373,8 @@ absl::Status CudaModelRunner::Impl::UploadWeights() {
     layers.push_back(std::move(l));
   }
   HEAVYKV_RETURN_IF_ERROR(matrix(weight_plan.classifier, &classifier, true));
-  HEAVYKV_RETURN_IF_ERROR(matrix(weight_plan.embedding, &embedding, !weight_plan.embedding_is_classifier));
+  HEAVYKV_RETURN_IF_ERROR(
+      matrix(weight_plan.embedding, &embedding, !weight_plan.embedding_is_classifier));
   absl::StatusOr<float*> fin = floats(weight_plan.rms_final);
   if (!fin.ok()) return fin.status();
   rms_final = *fin;

@@ -7,8 +7,8 @@
 //  - This runner owns everything in GPU memory: the weights (uploaded once from the Model, laid
 //    out by GpuWeightPlan: by default each matrix read back row-major with Linear::ToRowMajor,
 //    quantized GGUF parts dequantized, then rounded to bf16; with --gpu-weights quantized the
-//    Q4_0/Q8_0/Q4_K/Q5_K/Q6_K parts keep the file's blocks; norms, q/k/v biases, q/k norm weights and the rope table in fp32),
-//    the K/V pool ([pages][layers][kv_heads][2][block_size][head_dim] bf16, the CPU's
+//    Q4_0/Q8_0/Q4_K/Q5_K/Q6_K parts keep the file's blocks; norms, q/k/v biases, q/k norm
+//    weights and the rope table in fp32), the K/V pool ([pages][layers][kv_heads][2][block_size][head_dim] bf16, the CPU's
 //    layout), the per-slot pos (int32) and score (fp32) arrays, activations and scratch.
 //  - Per step the host uploads one int32 buffer (block tables as indptr + page ids, counts,
 //    rules, tokens; engine/cuda/step_layout.h) and downloads the logits. Appending K/V,
@@ -18,8 +18,8 @@
 // Runs every model the CPU runner does (engine/runner/model_runner.cc): the llama, qwen2 (q/k/v
 // bias, NEOX rope) and qwen3 (per-head q/k RMSNorm, q_dim != dim) blocks, with the model's rope
 // theta, rope_freqs factors and RMS epsilon.
-// Numerics: bf16 weights, K/V and GEMM inputs; fp32 accumulation, residual stream, norms, biases,
-// RoPE, softmax and scores. Not thread-safe: one thread drives a runner (as with ModelRunner).
+// Numerics: bf16 weights (or the file's blocks, decoded exactly in fp32), K/V and GEMM inputs;
+// fp32 accumulation, residual stream, norms, biases, RoPE, softmax and scores. Not thread-safe: one thread drives a runner (as with ModelRunner).
 #pragma once
 
 #include <cstdint>

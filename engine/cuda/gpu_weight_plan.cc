@@ -41,7 +41,8 @@ class Planner {
       part.part_index = i;
       part.row0 = row0;
       part.cols = m.cols();
-      if (const auto* q = std::get_if<cpu::QuantMatrix>(&p); q != nullptr && !IsFloatType(q->type())) {
+      if (const auto* q = std::get_if<cpu::QuantMatrix>(&p);
+          q != nullptr && !IsFloatType(q->type())) {
         if (!HasGpuQuantKernel(q->type())) {
           return absl::InvalidArgumentError(absl::StrCat(
               "--gpu-weights quantized: ", name, " holds ", cpu::QuantTypeName(q->type()),
@@ -163,8 +164,8 @@ absl::StatusOr<GpuWeightPlan> PlanGpuWeights(const Model& model, GpuWeights mode
     // A table of its own (or a shared classifier of several parts, which the embedding kernels
     // cannot gather from): one quantized part when it is one, else bf16.
     const cpu::Linear& table = shared ? model.classifier : model.embedding;
-    const auto* q = table.parts().size() == 1 ? std::get_if<cpu::QuantMatrix>(&table.parts()[0])
-                                              : nullptr;
+    const auto* q =
+        table.parts().size() == 1 ? std::get_if<cpu::QuantMatrix>(&table.parts()[0]) : nullptr;
     if (mode == GpuWeights::kQuantized && q != nullptr && HasGpuQuantKernel(q->type())) {
       if (absl::Status s = p.Matrix(table, "the token embedding (token_embd)", &plan.embedding);
           !s.ok()) {

@@ -32,8 +32,8 @@ namespace heavykv {
 inline constexpr int64_t kGpuWeightAlign = 256;
 
 struct GpuPart {
-  const cpu::Linear* linear = nullptr;  // the matrix the part belongs to
-  int part_index = -1;                  // its Linear part; -1: the whole matrix (bf16)
+  const cpu::Linear* linear = nullptr;   // the matrix the part belongs to
+  int part_index = -1;                   // its Linear part; -1: the whole matrix (bf16)
   int64_t row0 = 0, rows = 0, cols = 0;  // rows [row0, row0 + rows) of the matrix
   // cpu::QuantType::kBF16: uploaded as row-major bf16; else the block format kept byte for byte.
   cpu::QuantType format = cpu::QuantType::kBF16;
@@ -47,7 +47,7 @@ struct GpuPart {
 struct GpuMatrixPlan {
   std::vector<GpuPart> parts;  // in row order, covering [0, rows)
   int64_t rows = 0, cols = 0;
-  int64_t bytes() const;       // the parts' bytes
+  int64_t bytes() const;  // the parts' bytes
 };
 
 // An fp32 vector copied as is (norm weights, biases).

@@ -61,7 +61,8 @@ absl::StatusOr<EvalBackend> MakeEvalBackend(const Model& model, Device device,
       CreateKvCache(device, shape, static_cast<int32_t>(pages));
   if (!cache.ok()) return cache.status();
   b.cache = *std::move(cache);
-  absl::StatusOr<std::unique_ptr<StepRunner>> runner = MakeStepRunner(device, model, b.cache.get(), {.gpu_weights = gpu_weights});
+  absl::StatusOr<std::unique_ptr<StepRunner>> runner =
+      MakeStepRunner(device, model, b.cache.get(), {.gpu_weights = gpu_weights});
   if (!runner.ok()) return runner.status();
   b.runner = *std::move(runner);
   return b;

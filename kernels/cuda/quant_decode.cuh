@@ -41,7 +41,8 @@ __host__ __device__ __forceinline__ float HalfAt(const uint8_t* p) {  // p 2-byt
 // 8 bytes at a 2-byte aligned address, as two little-endian words.
 __host__ __device__ __forceinline__ uint2 Load8Bytes2(const uint8_t* p) {
   const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
-  return make_uint2(uint32_t(h[0]) | (uint32_t(h[1]) << 16), uint32_t(h[2]) | (uint32_t(h[3]) << 16));
+  return make_uint2(uint32_t(h[0]) | (uint32_t(h[1]) << 16),
+                    uint32_t(h[2]) | (uint32_t(h[3]) << 16));
 }
 // 8 bytes at an 8-byte aligned address.
 __host__ __device__ __forceinline__ uint2 Load8Bytes8(const uint8_t* p) {
@@ -76,29 +77,30 @@ __host__ __device__ __forceinline__ void KScaleMin(const uint8_t* s, int j, int*
 }  // namespace quant_internal
 
 template <QuantBlockType T>
-__host__ __device__ __forceinline__ void DecodeChunk(const uint8_t* __restrict__ b, int c, float v[8]);
+__host__ __device__ __forceinline__ void DecodeChunk(const uint8_t* __restrict__ b, int c,
+                                                     float v[8]);
 
 // Q4_0: d; qs[16]: element e < 16 is the low nibble of qs[e], e >= 16 the high nibble of
 // qs[e - 16]; x = d * (q - 8). Chunk c: qs[8 (c & 1) ..], nibble c >> 1.
 template <>
-__host__ __device__ __forceinline__ void DecodeChunk<QuantBlockType::kQ4_0>(const uint8_t* __restrict__ b,
-                                                                   int c, float v[8]) {
+__host__ __device__ __forceinline__ void DecodeChunk<QuantBlockType::kQ4_0>(
+    const uint8_t* __restrict__ b, int c, float v[8]) {
   using namespace quant_internal;
   const float d = HalfAt(b);
   const uint2 q = Load8Bytes2(b + 2 + 8 * (c & 1));
   const int shift = 4 * (c >> 1);
-HEAVYKV_DECODE_UNROLL
+  HEAVYKV_DECODE_UNROLL
   for (int i = 0; i < 8; ++i) v[i] = float(((ByteOf(q, i) >> shift) & 0xF) - 8) * d;
 }
 
 // Q8_0: d; int8 q[32]; x = q * d.
 template <>
-__host__ __device__ __forceinline__ void DecodeChunk<QuantBlockType::kQ8_0>(const uint8_t* __restrict__ b,
-                                                                   int c, float v[8]) {
+__host__ __device__ __forceinline__ void DecodeChunk<QuantBlockType::kQ8_0>(
+    const uint8_t* __restrict__ b, int c, float v[8]) {
   using namespace quant_internal;
   const float d = HalfAt(b);
   const uint2 q = Load8Bytes2(b + 2 + 8 * c);
-HEAVYKV_DECODE_UNROLL
+  HEAVYKV_DECODE_UNROLL
   for (int i = 0; i < 8; ++i) v[i] = float(int8_t(ByteOf(q, i))) * d;
 }
 
@@ -106,8 +108,8 @@ HEAVYKV_DECODE_UNROLL
 // sub-blocks 2p and 2p + 1 share qs[32p .. 32p + 31] (low, high nibbles).
 // x = d * sc[j] * q - dmin * m[j].
 template <>
-__host__ __device__ __forceinline__ void DecodeChunk<QuantBlockType::kQ4_K>(const uint8_t* __restrict__ b,
-                                                                   int c, float v[8]) {
+__host__ __device__ __forceinline__ void DecodeChunk<QuantBlockType::kQ4_K>(
+    const uint8_t* __restrict__ b, int c, float v[8]) {
   using namespace quant_internal;
   const int j = c >> 2, l0 = 8 * (c & 3);
   int sc, m;
@@ -115,15 +117,15 @@ __host__ __device__ __forceinline__ void DecodeChunk<QuantBlockType::kQ4_K>(cons
   const float d = HalfAt(b) * float(sc), dm = HalfAt(b + 2) * float(m);
   const uint2 q = Load8Bytes8(b + 16 + 32 * (j >> 1) + l0);
   const int shift = 4 * (j & 1);
-HEAVYKV_DECODE_UNROLL
+  HEAVYKV_DECODE_UNROLL
   for (int i = 0; i < 8; ++i) v[i] = MulSub(d, float((ByteOf(q, i) >> shift) & 0xF), dm);
 }
 
 // Q5_K: as Q4_K with qh[32] (bytes 16..47; bit j of qh[l] is the 5th bit of sub-block j's element
 // l) before qs[128] (bytes 48..175).
 template <>
-__host__ __device__ __forceinline__ void DecodeChunk<QuantBlockType::kQ5_K>(const uint8_t* __restrict__ b,
-                                                                   int c, float v[8]) {
+__host__ __device__ __forceinline__ void DecodeChunk<QuantBlockType::kQ5_K>(
+    const uint8_t* __restrict__ b, int c, float v[8]) {
   using namespace quant_internal;
   const int j = c >> 2, l0 = 8 * (c & 3);
   int sc, m;
@@ -132,7 +134,7 @@ __host__ __device__ __forceinline__ void DecodeChunk<QuantBlockType::kQ5_K>(cons
   const uint2 q = Load8Bytes8(b + 48 + 32 * (j >> 1) + l0);
   const uint2 h = Load8Bytes8(b + 16 + l0);
   const int shift = 4 * (j & 1);
-HEAVYKV_DECODE_UNROLL
+  HEAVYKV_DECODE_UNROLL
   for (int i = 0; i < 8; ++i) {
     const int qi = ((ByteOf(q, i) >> shift) & 0xF) | (((ByteOf(h, i) >> j) & 1) << 4);
     v[i] = MulSub(d, float(qi), dm);
@@ -144,8 +146,8 @@ HEAVYKV_DECODE_UNROLL
 // l0 = 8 (c % 4): low 4 bits from ql[32 (qd & 1) + l], nibble qd >> 1; high 2 bits from qh[l] >>
 // 2 qd; scale scales[l / 16 + 2 qd]. x = d * scale * (q - 32).
 template <>
-__host__ __device__ __forceinline__ void DecodeChunk<QuantBlockType::kQ6_K>(const uint8_t* __restrict__ b,
-                                                                   int c, float v[8]) {
+__host__ __device__ __forceinline__ void DecodeChunk<QuantBlockType::kQ6_K>(
+    const uint8_t* __restrict__ b, int c, float v[8]) {
   using namespace quant_internal;
   const int h = c >> 4, qd = (c >> 2) & 3, l0 = 8 * (c & 3);
   const float d = HalfAt(b + 208);
@@ -153,7 +155,7 @@ __host__ __device__ __forceinline__ void DecodeChunk<QuantBlockType::kQ6_K>(cons
   const uint2 ql = Load8Bytes2(b + 64 * h + 32 * (qd & 1) + l0);
   const uint2 qh = Load8Bytes2(b + 128 + 32 * h + l0);
   const int lshift = 4 * (qd >> 1), hshift = 2 * qd;
-HEAVYKV_DECODE_UNROLL
+  HEAVYKV_DECODE_UNROLL
   for (int i = 0; i < 8; ++i) {
     const int qi = ((ByteOf(ql, i) >> lshift) & 0xF) | (((ByteOf(qh, i) >> hshift) & 3) << 4);
     v[i] = ds * float(qi - 32);

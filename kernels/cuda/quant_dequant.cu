@@ -51,8 +51,9 @@ cudaError_t LaunchDequant(const QuantMatrixView& w, int64_t row0, int64_t rows, 
   const int threads = 256;
   const int64_t total = rows * (w.cols / 8);
   const int64_t blocks = (total + threads - 1) / threads;
-  DequantizeBf16Kernel<T><<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), threads, 0,
-                            stream>>>(w.data + row0 * w.row_bytes, w.row_bytes, w.cols, rows, out);
+  DequantizeBf16Kernel<T>
+      <<<static_cast<unsigned>(blocks < 65536 ? blocks : 65536), threads, 0, stream>>>(
+          w.data + row0 * w.row_bytes, w.row_bytes, w.cols, rows, out);
   return cudaGetLastError();
 }
 

@@ -73,10 +73,10 @@ cudaError_t Launch(const QuantMatrixView& w, const bf16* x, float* y, int64_t m,
                    bool accumulate, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>((w.rows + kWarpsPerBlock - 1) / kWarpsPerBlock);
   const dim3 grid(blocks), block(kWarpsPerBlock * 32);
-#define HEAVYKV_QUANT_GEMV_CASE(M)                                                            \
-  case M:                                                                                     \
-    QuantGemvKernel<T, M><<<grid, block, 0, stream>>>(w.data, w.row_bytes, w.rows, w.cols, x, \
-                                                      y, ldy, accumulate);                    \
+#define HEAVYKV_QUANT_GEMV_CASE(M)                                                                \
+  case M:                                                                                         \
+    QuantGemvKernel<T, M>                                                                         \
+        <<<grid, block, 0, stream>>>(w.data, w.row_bytes, w.rows, w.cols, x, y, ldy, accumulate); \
     break;
   switch (m) {
     HEAVYKV_QUANT_GEMV_CASE(1)

@@ -3,13 +3,14 @@
 // these tests pin the layout (offsets aligned, parts covering the rows, quantized parts byte for
 // byte the file's blocks), the bytes per format, the issue-32 memory target (Q4_K_M weights
 // <= 1.1x the file's tensor bytes), and the refusals (q5_0 rows, a CPU device).
+#include "engine/cuda/gpu_weight_plan.h"
+
 #include <gtest/gtest.h>
 
 #include <set>
 #include <variant>
 
 #include "engine/cuda/cuda_model_runner.h"
-#include "engine/cuda/gpu_weight_plan.h"
 #include "engine/gguf/gguf.h"
 #include "engine/runner/step_runner.h"
 #include "kernels/cuda/quant_blocks.cuh"
@@ -61,7 +62,9 @@ void CheckLayout(const GpuWeightPlan& p, const Model& m) {
       EXPECT_EQ(part.row0, row);
       EXPECT_EQ(part.offset % kGpuWeightAlign, 0);
       EXPECT_EQ(part.bytes, part.rows * part.row_bytes);
-      if (!part.quantized()) EXPECT_EQ(part.row_bytes, part.cols * 2);
+      if (!part.quantized()) {
+        EXPECT_EQ(part.row_bytes, part.cols * 2);
+      }
       spans.push_back({part.offset, part.offset + part.bytes});
       matrix_bytes += part.bytes;
       row += part.rows;
@@ -69,7 +72,8 @@ void CheckLayout(const GpuWeightPlan& p, const Model& m) {
     EXPECT_EQ(row, linear->rows());
   }
   if (!p.embedding_is_classifier) {
-    for (const GpuPart& part : p.embedding.parts) spans.push_back({part.offset, part.offset + part.bytes});
+    for (const GpuPart& part : p.embedding.parts)
+      spans.push_back({part.offset, part.offset + part.bytes});
   }
   std::sort(spans.begin(), spans.end());
   for (size_t i = 1; i < spans.size(); ++i) EXPECT_LE(spans[i - 1].second, spans[i].first);
@@ -139,7 +143,8 @@ TEST(GpuWeightPlanTest, QuantizedKeepsTheFileBlocksByteForByte) {
 
   // Issue 32's memory target: <= 1.1x the file's tensor bytes (here exactly them, plus padding
   // to 256-byte boundaries), against ~3.6x for the bf16 upload.
-  absl::StatusOr<GgufFile> f = GgufFile::Open(testing::SourcePath("tests/data/gguf/rl256-q4_k_m.gguf"));
+  absl::StatusOr<GgufFile> f =
+      GgufFile::Open(testing::SourcePath("tests/data/gguf/rl256-q4_k_m.gguf"));
   ASSERT_TRUE(f.ok()) << f.status();
   int64_t file_bytes = 0;
   for (const GgufTensor& t : f->tensors()) file_bytes += int64_t(t.data.size());
@@ -151,8 +156,8 @@ TEST(GpuWeightPlanTest, QuantizedKeepsTheFileBlocksByteForByte) {
 }
 
 TEST(GpuWeightPlanTest, EveryKernelFormatIsKept) {
-  for (const char* name : {"rl256-q4_0", "rl256-q8_0", "rl256-q5_k_m", "rl256-q6_k",
-                           "rq256-q4_k_m", "rq256-q8_0"}) {
+  for (const char* name :
+       {"rl256-q4_0", "rl256-q8_0", "rl256-q5_k_m", "rl256-q6_k", "rq256-q4_k_m", "rq256-q8_0"}) {
     SCOPED_TRACE(name);
     const Model m = Load(std::string("tests/data/gguf/") + name + ".gguf");
     absl::StatusOr<GpuWeightPlan> p = PlanGpuWeights(m, GpuWeights::kQuantized);
@@ -191,8 +196,8 @@ TEST(GpuWeightPlanTest, BlockFormatsWithoutAKernelAreRefused) {
   // The bf16 path still takes it.
   EXPECT_TRUE(PlanGpuWeights(m, GpuWeights::kBf16).ok());
   EXPECT_FALSE(HasGpuQuantKernel(QuantType::kQ5_0));
-  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ5_K,
-                      QuantType::kQ6_K}) {
+  for (QuantType t :
+       {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K}) {
     EXPECT_TRUE(HasGpuQuantKernel(t)) << cpu::QuantTypeName(t);
   }
 }
@@ -232,7 +237,8 @@ TEST(GpuWeightsOptionTest, ParsesAndIsRefusedOffCuda) {
                 .code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(MakeStepRunner(Device::kCpu, m, cache.get()).ok());
-  EXPECT_EQ(FormatBytesByFormat({{"q4_K", 3 << 20}, {"f32", 1 << 19}}), "q4_K 3.0 MiB, f32 0.5 MiB");
+  EXPECT_EQ(FormatBytesByFormat({{"q4_K", 3 << 20}, {"f32", 1 << 19}}),
+            "q4_K 3.0 MiB, f32 0.5 MiB");
 }
 
 }  // namespace

@@ -88,8 +88,8 @@ TEST(QuantDecodeHostTest, Q5_KChunksEqualTheReference) { CheckFormat<QuantBlockT
 TEST(QuantDecodeHostTest, Q6_KChunksEqualTheReference) { CheckFormat<QuantBlockType::kQ6_K>(); }
 
 TEST(QuantDecodeHostTest, BlockGeometryIsTheCpus) {
-  for (QuantType t : {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ5_K,
-                      QuantType::kQ6_K}) {
+  for (QuantType t :
+       {QuantType::kQ4_0, QuantType::kQ8_0, QuantType::kQ4_K, QuantType::kQ5_K, QuantType::kQ6_K}) {
     const auto b = static_cast<QuantBlockType>(t);
     EXPECT_EQ(cuda::QuantBlockElemsOf(b), cpu::QuantBlockElems(t)) << cpu::QuantTypeName(t);
     EXPECT_EQ(cuda::QuantBlockBytesOf(b), cpu::QuantBlockBytes(t)) << cpu::QuantTypeName(t);

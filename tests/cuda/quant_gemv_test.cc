@@ -10,13 +10,14 @@
 // The GPU tests skip without a device; the argument checks run everywhere.
 // AS OF THIS COMMIT THESE KERNELS HAVE NEVER RUN ON A GPU: the device tests are in
 // scripts/gpu-check.sh for the next session that has one.
+#include "kernels/cuda/quant_gemv.cuh"
+
 #include <cstring>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "kernels/cpu/quant_types.h"
 #include "kernels/cuda/quant_dequant.cuh"
-#include "kernels/cuda/quant_gemv.cuh"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace heavykv {
@@ -53,7 +54,8 @@ std::vector<uint8_t> MakeBlocks(QuantType t, int64_t n, int64_t k, uint32_t seed
   std::vector<uint8_t> bytes(n * row_bytes);
   if (!raw) {
     const std::vector<float> w = RandomVector(n * k, seed);
-    for (int64_t r = 0; r < n; ++r) cpu::QuantizeRow(t, w.data() + r * k, bytes.data() + r * row_bytes, k);
+    for (int64_t r = 0; r < n; ++r)
+      cpu::QuantizeRow(t, w.data() + r * k, bytes.data() + r * row_bytes, k);
     return bytes;
   }
   std::mt19937 rng(seed);
@@ -69,10 +71,12 @@ std::vector<uint8_t> MakeBlocks(QuantType t, int64_t n, int64_t k, uint32_t seed
   return bytes;
 }
 
-std::vector<float> Dequantized(QuantType t, const std::vector<uint8_t>& bytes, int64_t n, int64_t k) {
+std::vector<float> Dequantized(QuantType t, const std::vector<uint8_t>& bytes, int64_t n,
+                               int64_t k) {
   std::vector<float> w(n * k);
   const int64_t row_bytes = cpu::QuantRowBytes(t, k);
-  for (int64_t r = 0; r < n; ++r) cpu::DequantizeRow(t, bytes.data() + r * row_bytes, w.data() + r * k, k);
+  for (int64_t r = 0; r < n; ++r)
+    cpu::DequantizeRow(t, bytes.data() + r * row_bytes, w.data() + r * k, k);
   return w;
 }
 
@@ -99,8 +103,8 @@ TEST(CudaQuantGemvTest, MatchesTheReferenceDequantizer) {
         const std::vector<float> y0 = RandomVector(m * ldy, 3);
         for (bool accumulate : {false, true}) {
           DeviceArray<float> dy(y0);
-          HEAVYKV_CUDA_OK(cuda::QuantGemv(View(t, dw.get(), n, k), dx.get(), dy.get(), m, ldy,
-                                          accumulate, 0));
+          HEAVYKV_CUDA_OK(
+              cuda::QuantGemv(View(t, dw.get(), n, k), dx.get(), dy.get(), m, ldy, accumulate, 0));
           const std::vector<float> got = dy.Download();
           std::vector<float> want_rows, got_rows;
           for (int64_t i = 0; i < m; ++i) {
@@ -145,7 +149,8 @@ TEST(CudaQuantGemvTest, SlabsAndEmbeddingRowsMatchTheReferenceDequantizer) {
       DeviceArray<float> out(tokens.size() * k);
       HEAVYKV_CUDA_OK(cuda::QuantEmbedding(v, dt.get(), out.get(), int64_t(tokens.size()), 0));
       std::vector<float> rows_want;
-      for (int32_t tok : tokens) rows_want.insert(rows_want.end(), w.begin() + tok * k, w.begin() + (tok + 1) * k);
+      for (int32_t tok : tokens)
+        rows_want.insert(rows_want.end(), w.begin() + tok * k, w.begin() + (tok + 1) * k);
       EXPECT_EQ(out.Download(), rows_want);
     }
   }
@@ -158,7 +163,8 @@ TEST(CudaQuantGemvTest, BadArgumentsAreRefusedBeforeLaunch) {
   EXPECT_EQ(cuda::QuantGemv(v, nullptr, nullptr, 0, 4, false, 0), cudaErrorInvalidValue);
   EXPECT_EQ(cuda::QuantGemv(v, nullptr, nullptr, cuda::kQuantGemvTile + 1, 4, false, 0),
             cudaErrorInvalidValue);
-  EXPECT_EQ(cuda::QuantGemv(v, nullptr, nullptr, 1, 3, false, 0), cudaErrorInvalidValue);  // ldy < n
+  EXPECT_EQ(cuda::QuantGemv(v, nullptr, nullptr, 1, 3, false, 0),
+            cudaErrorInvalidValue);  // ldy < n
   cuda::QuantMatrixView ragged = v;
   ragged.cols = 100;  // not whole blocks
   EXPECT_EQ(cuda::QuantGemv(ragged, nullptr, nullptr, 1, 4, false, 0), cudaErrorInvalidValue);
