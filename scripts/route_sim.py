@@ -258,14 +258,14 @@ def send(port, prompt, max_tokens, record):
         record["e2e"] = time.monotonic() - start
 
 
-def run_once(args, policy_name, requests, log_dir, run_index):
+def run_once(args, policy_name, requests, log_dir, run_index, seed):
     replicas = [Replica(args, i, log_dir) for i in range(args.replicas)]
     try:
         for r in replicas:
             r.wait_ready()
         scraper = Scraper(replicas, args.scrape_ms / 1000)
         scraper.start()
-        policy = POLICIES[policy_name](args.replicas, args.seed + run_index)
+        policy = POLICIES[policy_name](args.replicas, seed * 1000 + run_index)
         records, threads = [], []
         start = time.monotonic()
         for arrival, kind, prompt, max_tokens in requests:
@@ -324,13 +324,13 @@ def summarize(policy, records, wall, n):
 
 
 def table(results):
-    head = (f"{'run':>3} {'policy':<12} {'per replica':<14} {'long':<9} "
+    head = (f"{'run':>3} {'seed':>4} {'policy':<12} {'per replica':<14} {'long':<9} "
             f"{'TTFT p50':>9} {'TTFT p99':>9} {'short p99':>9} {'E2E p50':>9} {'E2E p99':>9} "
             f"{'tok/s':>7} {'failed':>6}")
     lines = [head, "-" * len(head)]
     for i, r in enumerate(results):
         lines.append(
-            f"{i + 1:>3} {r['policy']:<12} {'/'.join(map(str, r['per_replica'])):<14} "
+            f"{i + 1:>3} {r['seed']:>4} {r['policy']:<12} {'/'.join(map(str, r['per_replica'])):<14} "
             f"{'/'.join(map(str, r['long_per_replica'])):<9} "
             f"{r['ttft_ms']['p50']:>9.1f} {r['ttft_ms']['p99']:>9.1f} "
             f"{r['ttft_short_ms']['p99']:>9.1f} {r['e2e_ms']['p50']:>9.1f} "
@@ -362,7 +362,8 @@ def main(argv=None):
                     help="runs of each policy, alternating (rr, lkv, rr, lkv, ...)")
     ap.add_argument("--requests", type=int, default=200)
     ap.add_argument("--rate", type=float, default=4.0, help="mean arrivals per second (Poisson)")
-    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--seed", type=lambda t: [int(x) for x in t.split(",")], default=[1],
+                    help="workload seed(s), comma-separated: each is one workload, run in turn")
     ap.add_argument("--vocab", type=int, default=512, help="prompt ids are drawn from 3..vocab-1")
     ap.add_argument("--long-share", type=float, default=0.15)
     ap.add_argument("--short-prompt", type=span, default=(32, 256))
@@ -381,27 +382,31 @@ def main(argv=None):
         args.log_dir = tempfile.mkdtemp(prefix="route-sim-")
     os.makedirs(args.log_dir, exist_ok=True)
 
-    requests = workload(args.requests, args.rate, args.seed, args.long_share, args.short_prompt,
-                        args.short_out, args.long_prompt, args.long_out, args.vocab)
-    n_long = sum(1 for r in requests if r[1] == "long")
-    print(f"workload: {len(requests)} requests ({n_long} long) over {requests[-1][0]:.1f} s, "
-          f"{sum(len(r[2]) for r in requests)} prompt + {sum(r[3] for r in requests)} output "
-          f"tokens; {args.replicas} replicas; logs in {args.log_dir}", flush=True)
     results = []
-    for rep in range(args.repeats):
-        for p in policies:
-            r = run_once(args, p, requests, args.log_dir, len(results))
-            results.append(r)
-            print(f"run {len(results)} {p}: TTFT p99 {r['ttft_ms']['p99']} ms, "
-                  f"{r['output_tokens_per_second']} tok/s, {r['requests'] - r['ok']} failed",
-                  flush=True)
+    for seed in args.seed:
+        requests = workload(args.requests, args.rate, seed, args.long_share, args.short_prompt,
+                            args.short_out, args.long_prompt, args.long_out, args.vocab)
+        n_long = sum(1 for r in requests if r[1] == "long")
+        print(f"workload seed {seed}: {len(requests)} requests ({n_long} long) over "
+              f"{requests[-1][0]:.1f} s, {sum(len(r[2]) for r in requests)} prompt + "
+              f"{sum(r[3] for r in requests)} output tokens; {args.replicas} replicas; "
+              f"logs in {args.log_dir}", flush=True)
+        for rep in range(args.repeats):
+            for p in policies:
+                r = run_once(args, p, requests, args.log_dir, len(results), seed)
+                r["seed"] = seed
+                results.append(r)
+                print(f"run {len(results)} {p}: TTFT p99 {r['ttft_ms']['p99']} ms, "
+                      f"{r['output_tokens_per_second']} tok/s, {r['requests'] - r['ok']} failed",
+                      flush=True)
     print()
     print(table(results))
-    for p in policies:
-        mine = [r for r in results if r["policy"] == p]
-        p99 = [r["ttft_ms"]["p99"] for r in mine]
-        print(f"{p:<12} TTFT p99 over {len(mine)} runs: mean {sum(p99) / len(p99):.1f} ms, "
-              f"min {min(p99):.1f}, max {max(p99):.1f}")
+    for seed in args.seed:
+        for p in policies:
+            mine = [r for r in results if r["policy"] == p and r["seed"] == seed]
+            p99 = [r["ttft_ms"]["p99"] for r in mine]
+            print(f"seed {seed} {p:<12} TTFT p99 over {len(mine)} runs: mean "
+                  f"{sum(p99) / len(p99):.1f} ms, min {min(p99):.1f}, max {max(p99):.1f}")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"argv": sys.argv, "results": results}, f, indent=1)
