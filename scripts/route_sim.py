@@ -320,13 +320,14 @@ def summarize(policy, records, wall, n):
         "e2e_ms": {"p50": ms(e2e, 50), "p99": ms(e2e, 99)},
         "completion_tokens": tokens, "seconds": round(wall, 2),
         "output_tokens_per_second": round(tokens / wall, 1) if wall > 0 else 0.0,
+        "ttft_s": [round(v, 4) for v in ttft], "e2e_s": [round(v, 4) for v in e2e],
     }
 
 
 def table(results):
     head = (f"{'run':>3} {'seed':>4} {'policy':<12} {'per replica':<14} {'long':<9} "
             f"{'TTFT p50':>9} {'TTFT p99':>9} {'short p99':>9} {'E2E p50':>9} {'E2E p99':>9} "
-            f"{'tok/s':>7} {'failed':>6}")
+            f"{'tok/s':>7} {'failed':>6}  disturbed")
     lines = [head, "-" * len(head)]
     for i, r in enumerate(results):
         lines.append(
@@ -335,8 +336,48 @@ def table(results):
             f"{r['ttft_ms']['p50']:>9.1f} {r['ttft_ms']['p99']:>9.1f} "
             f"{r['ttft_short_ms']['p99']:>9.1f} {r['e2e_ms']['p50']:>9.1f} "
             f"{r['e2e_ms']['p99']:>9.1f} {r['output_tokens_per_second']:>7.1f} "
-            f"{r['requests'] - r['ok']:>6}")
+            f"{r['requests'] - r['ok']:>6}  {'yes' if r.get('disturbed') else ''}")
     return "\n".join(lines)
+
+
+def pooled(results, policies, seeds):
+    """Per seed and policy, then over everything: percentiles of all its runs' requests at once
+    (a p99 of one run of 300 requests is its 3rd-worst request; pooling the repeats steadies it)."""
+    head = (f"{'seed':>5} {'policy':<12} {'runs':>4} {'TTFT p50':>9} {'TTFT p99':>9} "
+            f"{'E2E p50':>9} {'E2E p99':>9}")
+    lines = ["pooled over the repeats (ms):", head, "-" * len(head)]
+    for seed in list(seeds) + ["all"]:
+        for p in policies:
+            mine = [r for r in results if r["policy"] == p and seed in ("all", r["seed"])]
+            ttft = [v for r in mine for v in r["ttft_s"]]
+            e2e = [v for r in mine for v in r["e2e_s"]]
+            lines.append(f"{seed:>5} {p:<12} {len(mine):>4} {1000 * percentile(ttft, 50):>9.1f} "
+                         f"{1000 * percentile(ttft, 99):>9.1f} {1000 * percentile(e2e, 50):>9.1f} "
+                         f"{1000 * percentile(e2e, 99):>9.1f}")
+    return "\n".join(lines)
+
+
+def wait_quiet(path):
+    while path and os.path.exists(path):
+        time.sleep(5)
+
+
+def run_quiet(args, policy, requests, run_index, seed):
+    """run_once after --quiet-file is gone; "disturbed" says whether it came back meanwhile."""
+    wait_quiet(args.quiet_file)
+    seen, stop = [False], threading.Event()
+
+    def watch():
+        while not stop.wait(1):
+            seen[0] = seen[0] or bool(args.quiet_file and os.path.exists(args.quiet_file))
+
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    r = run_once(args, policy, requests, args.log_dir, run_index, seed)
+    stop.set()
+    watcher.join()
+    r["seed"], r["disturbed"] = seed, seen[0]
+    return r
 
 
 def span(text):
@@ -372,6 +413,9 @@ def main(argv=None):
     ap.add_argument("--long-out", type=span, default=(128, 384))
     ap.add_argument("--scrape-ms", type=float, default=50.0)
     ap.add_argument("--log-dir", default="", help="replica logs (default: a new temp dir)")
+    ap.add_argument("--quiet-file", default="",
+                    help="on a shared machine: wait while this file exists before each run, and "
+                         "mark runs during which it appeared as disturbed")
     ap.add_argument("--json", default="", help="also write the results to this file")
     args = ap.parse_args(argv)
     policies = args.policies.split(",")
@@ -393,20 +437,20 @@ def main(argv=None):
               f"logs in {args.log_dir}", flush=True)
         for rep in range(args.repeats):
             for p in policies:
-                r = run_once(args, p, requests, args.log_dir, len(results), seed)
-                r["seed"] = seed
+                for attempt in range(3):  # a disturbed run is redone, twice at most
+                    r = run_quiet(args, p, requests, len(results), seed)
+                    if not r["disturbed"]:
+                        break
+                    print(f"run {len(results) + 1} {p} disturbed by {args.quiet_file}; "
+                          f"{'again' if attempt < 2 else 'kept'}", flush=True)
                 results.append(r)
                 print(f"run {len(results)} {p}: TTFT p99 {r['ttft_ms']['p99']} ms, "
                       f"{r['output_tokens_per_second']} tok/s, {r['requests'] - r['ok']} failed",
                       flush=True)
     print()
     print(table(results))
-    for seed in args.seed:
-        for p in policies:
-            mine = [r for r in results if r["policy"] == p and r["seed"] == seed]
-            p99 = [r["ttft_ms"]["p99"] for r in mine]
-            print(f"seed {seed} {p:<12} TTFT p99 over {len(mine)} runs: mean "
-                  f"{sum(p99) / len(p99):.1f} ms, min {min(p99):.1f}, max {max(p99):.1f}")
+    print()
+    print(pooled(results, policies, args.seed))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"argv": sys.argv, "results": results}, f, indent=1)
