@@ -145,7 +145,7 @@ def free_port():
 
 
 class Replica:
-    def __init__(self, args, index, log_dir):
+    def __init__(self, args, index, log_dir, run_index):
         self.http_port, self.metrics_port = free_port(), free_port()
         cmd = [args.binary, "serve", "--model", args.model, "--listen", "127.0.0.1:0",
                "--http-address", f"127.0.0.1:{self.http_port}",
@@ -156,7 +156,7 @@ class Replica:
         if args.kv_pool_mb:
             cmd += ["--kv-pool-mb", str(args.kv_pool_mb)]
         self.cmd = cmd
-        self.log = open(os.path.join(log_dir, f"replica-{index}.log"), "w")
+        self.log = open(os.path.join(log_dir, f"run{run_index + 1}-replica{index}.log"), "w")
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT)
 
     def wait_ready(self, timeout=120):
@@ -259,7 +259,7 @@ def send(port, prompt, max_tokens, record):
 
 
 def run_once(args, policy_name, requests, log_dir, run_index, seed):
-    replicas = [Replica(args, i, log_dir) for i in range(args.replicas)]
+    replicas = [Replica(args, i, log_dir, run_index) for i in range(args.replicas)]
     try:
         for r in replicas:
             r.wait_ready()
@@ -343,7 +343,7 @@ def table(results):
 def pooled(results, policies, seeds):
     """Per seed and policy, then over everything: percentiles of all its runs' requests at once
     (a p99 of one run of 300 requests is its 3rd-worst request; pooling the repeats steadies it)."""
-    head = (f"{'seed':>5} {'policy':<12} {'runs':>4} {'TTFT p50':>9} {'TTFT p99':>9} "
+    head = (f"{'seed':>5} {'policy':<12} {'runs':>4} {'TTFT p50':>9} {'TTFT p90':>9} {'TTFT p99':>9} "
             f"{'E2E p50':>9} {'E2E p99':>9}")
     lines = ["pooled over the repeats (ms):", head, "-" * len(head)]
     for seed in list(seeds) + ["all"]:
@@ -352,6 +352,7 @@ def pooled(results, policies, seeds):
             ttft = [v for r in mine for v in r["ttft_s"]]
             e2e = [v for r in mine for v in r["e2e_s"]]
             lines.append(f"{seed:>5} {p:<12} {len(mine):>4} {1000 * percentile(ttft, 50):>9.1f} "
+                         f"{1000 * percentile(ttft, 90):>9.1f} "
                          f"{1000 * percentile(ttft, 99):>9.1f} {1000 * percentile(e2e, 50):>9.1f} "
                          f"{1000 * percentile(e2e, 99):>9.1f}")
     return "\n".join(lines)
