@@ -22,12 +22,14 @@ interactive requests (short prompt, short answer) and document requests (long pr
 answer), arriving as a Poisson process; see workload() and docs/BENCHMARKS.md. Prompts are random
 token ids after BOS and every request sets ignore_eos, so each generates exactly its max_tokens.
 
-Reports, per run and policy: requests per replica, TTFT p50/p99 (all requests, and the
+Reports, per run: requests (and long ones) per replica, TTFT p50/p99 (all requests, and the
 interactive ones alone), end-to-end latency p50/p99, output tokens/s over the run's wall time,
-failures. Exits 1 if any request failed.
+failures; then, per seed and policy and over everything, TTFT p50/p90/p99 and E2E p50/p99 of all
+the repeats' requests pooled. Exits 1 if any request failed. The run in docs/BENCHMARKS.md:
 
-  scripts/route_sim.py --binary build/bin/heavykv --model M --tokenizer T --replicas 2 \\
-      --threads 1 --kv-pool-mb 48 --rate 6 --requests 300 --repeats 2 [--json OUT]
+  scripts/route_sim.py --binary build/bin/heavykv --model /tmp/route-sim/s15m-2k.bin \\
+      --tokenizer models/tok512.bin --replicas 2 --threads 1 --kv-pool-mb 32 --requests 400 \\
+      --rate 5 --seed 1,2,3 --repeats 2 --quiet-file /tmp/bench.lock [--json OUT]
 """
 
 import argparse
@@ -38,6 +40,7 @@ import os
 import random
 import re
 import socket
+import tempfile
 import subprocess
 import sys
 import threading
@@ -423,7 +426,6 @@ def main(argv=None):
     if any(p not in POLICIES for p in policies) or args.replicas < 1 or args.repeats < 1:
         ap.error(f"--policies from {sorted(POLICIES)}; --replicas, --repeats at least 1")
     if not args.log_dir:
-        import tempfile
         args.log_dir = tempfile.mkdtemp(prefix="route-sim-")
     os.makedirs(args.log_dir, exist_ok=True)
 
