@@ -87,7 +87,7 @@ def scores(metrics):
 
 
 def pick(metrics, rng):
-    """Index of the replica with the highest weighted score; ties broken by rng (max-score picker)."""
+    """Index of the replica with the highest weighted score, ties drawn by rng (max-score picker)."""
     s = scores(metrics)
     best = max(s)
     return rng.choice([i for i, v in enumerate(s) if v == best])
@@ -334,7 +334,8 @@ def table(results):
     lines = [head, "-" * len(head)]
     for i, r in enumerate(results):
         lines.append(
-            f"{i + 1:>3} {r['seed']:>4} {r['policy']:<12} {'/'.join(map(str, r['per_replica'])):<14} "
+            f"{i + 1:>3} {r['seed']:>4} {r['policy']:<12} "
+            f"{'/'.join(map(str, r['per_replica'])):<14} "
             f"{'/'.join(map(str, r['long_per_replica'])):<9} "
             f"{r['ttft_ms']['p50']:>9.1f} {r['ttft_ms']['p99']:>9.1f} "
             f"{r['ttft_short_ms']['p99']:>9.1f} {r['e2e_ms']['p50']:>9.1f} "
@@ -346,7 +347,8 @@ def table(results):
 def pooled(results, policies, seeds):
     """Per seed and policy, then over everything: percentiles of all its runs' requests at once
     (a p99 of one run of 300 requests is its 3rd-worst request; pooling the repeats steadies it)."""
-    head = (f"{'seed':>5} {'policy':<12} {'runs':>4} {'TTFT p50':>9} {'TTFT p90':>9} {'TTFT p99':>9} "
+    head = (f"{'seed':>5} {'policy':<12} {'runs':>4} {'TTFT p50':>9} {'TTFT p90':>9} "
+            f"{'TTFT p99':>9} "
             f"{'E2E p50':>9} {'E2E p99':>9}")
     lines = ["pooled over the repeats (ms):", head, "-" * len(head)]
     for seed in list(seeds) + ["all"]:
