@@ -87,7 +87,7 @@ def scores(metrics):
 
 
 def pick(metrics, rng):
-    """Index of the replica with the highest weighted score, ties drawn by rng (max-score picker)."""
+    """Index of the replica with the highest weighted score, ties drawn by rng (max-score)."""
     s = scores(metrics)
     best = max(s)
     return rng.choice([i for i, v in enumerate(s) if v == best])
