@@ -296,8 +296,8 @@ inline float HalfToFloat(const uint8_t* p) {
 // twice: lane g holds block g / 2's (its two groups of 16). The scales sit at even offsets, so a
 // 16-bit word permute of the lines that hold them (two 64-byte loads per 128 bytes of blocks)
 // picks them. A 16-lane gather is microcoded and slow on Zen 4, and eight scalar loads stored to
-// the stack and read back as one vector were 8% slower on Q4_0 (Zen 5: the reload waits on the
-// stores).
+// the stack and read back as one vector cost Q4_0 a tenth of its speed on Zen 5 (the reload
+// waits on the stores).
 template <int64_t kStride>
 inline VF BlockScales(const uint8_t* blk) {
   static_assert(kStride % 2 == 0 && 7 * kStride < 256);
