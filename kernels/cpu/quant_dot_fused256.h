@@ -74,6 +74,26 @@ struct DecodeQ4K256 {
     KHalfNibbles(blk + 16, h, u);
   }
 };
+// Q5_K: Q4_K's scales and nibbles (levels at blk + 48) and a fifth bit per level from the 32
+// bytes of qh at blk + 16: bit sb of qh[i] for input i of sub-block sb. Lane l (sub-block
+// sb = 4h + l / 2, inputs 16 (l % 2) + 4k ..) takes word 4 (l % 2) + k of qh, whose bit sb is moved
+// straight to bit 4 of each byte (left by 4 - sb in half 0, right by sb - 4 in half 1).
+struct DecodeQ5K256 {
+  static constexpr int64_t kBytes = 176;
+  static constexpr bool kSigned = false;
+  void operator()(const uint8_t* blk, int h, VI u[4], VF* ws, VF* wm) const {
+    KHalfScales(blk, h, ws, wm);
+    KHalfNibbles(blk + 48, h, u);
+    const __m256i qh = LoadI(blk + 16), bit4 = _mm256_set1_epi8(0x10);
+    const __m256i by = _mm256_setr_epi32(4, 4, 3, 3, 2, 2, 1, 1);  // 4 - sb in half 0
+    const __m256i back = _mm256_setr_epi32(0, 0, 1, 1, 2, 2, 3, 3);  // sb - 4 in half 1
+    for (int k = 0; k < 4; ++k) {
+      const __m256i v = _mm256_permutevar8x32_epi32(qh, PairIdx(k));
+      const __m256i moved = h == 0 ? _mm256_sllv_epi32(v, by) : _mm256_srlv_epi32(v, back);
+      u[k] = _mm256_or_si256(u[k], _mm256_and_si256(moved, bit4));
+    }
+  }
+};
 // Q6_K: lane l is sub-block 8h + l; its low 4 bits are word 4 (l % 2) + k of ql's 32 bytes
 // 64h + 32 ((l / 2) % 2), shifted by 4 (l / 4); its top 2 bits word 4 (l % 2) + k of qh's 32 bytes
 // 128 + 32h, shifted by 2 (l / 2).
@@ -181,15 +201,17 @@ inline void FusedRowsOneAct256(const FusedRows& f) {
 
 // Dispatches on the ggml type id; false (nothing done) for other types and for nc > 1.
 // (GgmlType's ids, kernels/cpu/ggml_types.h: 2 Q4_0, 8 Q8_0, 12 Q4_K, 13 Q5_K, 14 Q6_K; the
-// header is not included here, as nothing with external linkage may be.) Q5_K has
-// none here: a 256-bit decoder of its fifth bits was slower than the AVX2 unpacker (8.7 against
-// 9.9 GB/s on one Zen 4 core).
+// header is not included here, as nothing with external linkage may be.) Q5_K's decoder moves
+// each fifth bit to bit 4 with one variable shift: 1.32x the AVX2 unpacker on one Zen 5 core
+// (session 16); session 12's, which shifted the bit down, masked it and shifted it up, was slower
+// than the unpacker on Zen 4 (8.7 against 9.9 GB/s). Not measured on Zen 4 since.
 inline bool FusedRowsSimdFor(int type_id, const FusedRows& f) {
   if (f.nc != 1) return false;
   switch (type_id) {
     case 2: FusedRowsOneAct256<DecodeQ4_0_256>(f); return true;
     case 8: FusedRowsOneAct256<DecodeQ8_0_256>(f); return true;
     case 12: FusedRowsOneAct256<DecodeQ4K256>(f); return true;
+    case 13: FusedRowsOneAct256<DecodeQ5K256>(f); return true;
     case 14: FusedRowsOneAct256<DecodeQ6K256>(f); return true;
   }
   return false;
