@@ -20,6 +20,18 @@ using namespace std::chrono_literals;
 using namespace heavykv::e2e;
 using grpc::health::v1::HealthCheckResponse;
 
+// A random model with a 2048-token context, big enough that one thread takes about 1 ms a token
+// even on a fast core (dim 256 ran 2,000 tokens in 0.3-0.9 s on a Zen 5, too fast for the tests
+// below that need a request still running after a second: deadline, drain, connection age).
+std::string SlowModel(const testing::TempDir& dir) {
+  const std::string model = dir.File("slow.bin");
+  RunCapture(Bin() +
+             " make-model --dim 512 --hidden-dim 1536 --layers 4 --heads 8 --kv-heads 4 "
+             "--vocab 512 --seq-len 2048 --out " +
+             model + " 2>&1");
+  return model;
+}
+
 class ServerE2eTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
@@ -27,11 +39,7 @@ class ServerE2eTest : public ::testing::Test {
         new ServerProcess({"--model", testing::ModelPath(), "--tokenizer", testing::TokenizerPath(),
                            "--max-prompt-tokens", "64", "--threads", "1"});
     slow_dir_ = new testing::TempDir();
-    const std::string model = slow_dir_->File("slow.bin");
-    RunCapture(Bin() +
-               " make-model --dim 256 --hidden-dim 768 --layers 4 --heads 8 --kv-heads 4 "
-               "--vocab 512 --seq-len 2048 --out " +
-               model + " 2>&1");
+    const std::string model = SlowModel(*slow_dir_);
     slow_ =
         new ServerProcess({"--model", model, "--tokenizer", testing::TokenizerPath(), "--threads",
                            "1", "--max-running", "1", "--max-waiting", "1", "--kv-pages", "512"});
@@ -345,16 +353,6 @@ TEST_F(ServerE2eTest, BenchReportsEveryRequest) {
   EXPECT_NE(out.find("\"completion_tokens\":128,"), std::string::npos) << out;  // ignore_eos
   EXPECT_NE(out.find("\"max_running\":"), std::string::npos) << out;
   EXPECT_EQ(out.find("\r"), std::string::npos) << "no progress bar without a terminal";
-}
-
-// A random model with a 2048-token context, big enough that one thread takes about 1 ms a token.
-std::string SlowModel(const testing::TempDir& dir) {
-  const std::string model = dir.File("slow.bin");
-  RunCapture(Bin() +
-             " make-model --dim 256 --hidden-dim 768 --layers 4 --heads 8 --kv-heads 4 "
-             "--vocab 512 --seq-len 2048 --out " +
-             model + " 2>&1");
-  return model;
 }
 
 // SIGTERM: health turns NOT_SERVING while running requests get --grace to finish; the rest are
