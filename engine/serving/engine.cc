@@ -22,6 +22,12 @@ namespace {
 
 double Seconds(absl::Duration d) { return absl::ToDoubleSeconds(d); }
 
+// The status of a request's last delta when its deadline, not its client or a shutdown, stopped
+// it (finish reason "cancelled"): the gRPC front ends the call with it.
+absl::Status DeadlineExceeded() {
+  return absl::DeadlineExceededError("the request's deadline passed");
+}
+
 // Prompt tokens of one sequence per step: long prompts are split so decodes keep flowing.
 int32_t PrefillChunk(const EngineOptions& o) { return std::max(1, std::min(256, o.max_step_tokens)); }
 
@@ -422,8 +428,9 @@ void EngineImpl::PrepareLoop() {
     absl::StatusOr<std::vector<int32_t>> ids = validator_.PromptTokens(r.raw, should_stop);
     if (!ids.ok()) {
       const bool stopped = ids.status().code() == absl::StatusCode::kCancelled;
+      const bool expired = stopped && !r.cancelled->load() && !force_cancel_flag_.load();
       FinishUnadmitted(r, stopped ? "cancelled" : "rejected",
-                       stopped ? absl::OkStatus() : ids.status());
+                       !stopped ? ids.status() : expired ? DeadlineExceeded() : absl::OkStatus());
       continue;
     }
     absl::StatusOr<ResolvedRequest> params = validator_.Resolve(r.raw, *std::move(ids));
@@ -530,8 +537,11 @@ void EngineImpl::Loop() {
     const absl::Time now = absl::Now();
     for (auto it = live_.begin(); it != live_.end();) {
       Request& r = *it->second;
-      if (force || r.cancelled->load() || (r.params.deadline && now > *r.params.deadline)) {
-        Finish(r, "cancelled");
+      const bool expired = r.params.deadline && now > *r.params.deadline;
+      if (force || r.cancelled->load() || expired) {
+        GenerationDelta last;
+        if (!force && !r.cancelled->load()) last.status = DeadlineExceeded();
+        Finish(r, "cancelled", std::move(last));
         it = live_.erase(it);
       } else {
         ++it;

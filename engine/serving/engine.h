@@ -173,7 +173,8 @@ struct GenerationDelta {
   // check that needed its prompt's tokens, after Submit had accepted it: `status` says why).
   std::string finish_reason;
   std::string error;             // with finish_reason "error"
-  absl::Status status;           // with "rejected": INVALID_ARGUMENT and what to change
+  absl::Status status;           // with "rejected": INVALID_ARGUMENT and what to change; with
+                                 // "cancelled": DEADLINE_EXCEEDED when the deadline stopped it
   GenerationUsage usage;         // on the last delta
   GenerationTimings timings;     // on the last delta
 };

@@ -3,7 +3,6 @@
 #include <functional>
 #include <memory>
 #include <mutex>
-#include <optional>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -32,7 +31,6 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
         on_rejected_(on_rejected) {}
 
   void Start(Engine* engine, absl::StatusOr<GenerationRequest> request) {
-    if (request.ok()) deadline_ = request->deadline;
     absl::StatusOr<std::shared_ptr<RequestHandle>> handle =
         request.ok() ? engine->Submit(*request, [this](const GenerationDelta& d) { OnDelta(d); })
                      : request.status();
@@ -94,14 +92,11 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
           spdlog::info("request {} rejected: {}", log_id_, d.status.ToString());
           if (on_rejected_ != nullptr && *on_rejected_) (*on_rejected_)(d.status.code());
         } else {
-          // The engine stops a request whose deadline passed as "cancelled"; the call then ends
+          // d.status is OK but for a request its deadline stopped: that call ends
           // DEADLINE_EXCEEDED, as the client's own timer would end it, whichever comes first.
-          const bool expired =
-              d.finish_reason == "cancelled" && deadline_ && absl::Now() > *deadline_;
-          status_ = ToGrpcStatus(
-              d.finish_reason == "error" ? absl::InternalError("generation failed: " + d.error)
-              : expired ? absl::DeadlineExceededError("the request's deadline passed")
-                        : absl::OkStatus());
+          status_ = ToGrpcStatus(d.finish_reason == "error"
+                                     ? absl::InternalError("generation failed: " + d.error)
+                                     : d.status);
           LogFinished(log_id_, d);
         }
       }
@@ -152,7 +147,6 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   grpc::Status status_;
   bool has_pending_ = false, writing_ = false, engine_done_ = false, finish_called_ = false;
   bool cancel_requested_ = false, id_sent_ = false;
-  std::optional<absl::Time> deadline_;  // the call's, when the client set one
 };
 
 // One Tokenize call: the engine's tokenizer thread does the work; a client that cancels stops it.

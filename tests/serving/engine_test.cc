@@ -456,12 +456,14 @@ TEST_F(EngineTest, CancelAndDeadlineReturnPages) {
   (*handle)->Cancel();
   a.Wait();
   EXPECT_EQ(a.last.finish_reason, "cancelled");
+  EXPECT_TRUE(a.last.status.ok()) << a.last.status;  // the client's cancel: nothing to report
   EXPECT_LT(a.tokens.size(), 400u);
   GenerationRequest r = long_one;
   r.deadline = absl::Now() + absl::Milliseconds(5);  // 400 tokens take several times that
   ASSERT_TRUE(engine->Submit(r, b.Callback()).ok());
   b.Wait();
   EXPECT_EQ(b.last.finish_reason, "cancelled");
+  EXPECT_EQ(b.last.status.code(), absl::StatusCode::kDeadlineExceeded) << b.last.status;
   EXPECT_EQ(engine->Stats().pages_used, 0);
   // The engine still serves.
   Collector c;
