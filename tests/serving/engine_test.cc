@@ -800,7 +800,9 @@ TEST_F(EngineTest, PrefixCacheGivesEveryPolicyTheTokensOfAColdRun) {
       EXPECT_EQ(hit.usage.cached_tokens, 128);
     }
     EXPECT_EQ(warm->Stats().pages_used, 0);
-    if (hit.usage.cached_tokens > 0) EXPECT_GT(warm->Stats().cached_pages, 0);
+    if (hit.usage.cached_tokens > 0) {
+      EXPECT_GT(warm->Stats().cached_pages, 0);
+    }
     EXPECT_EQ(cold->Stats().cached_pages, 0);
   }
 }
