@@ -11,6 +11,7 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <type_traits>
 
 namespace heavykv::cuda {
 
@@ -63,6 +64,22 @@ __host__ __device__ constexpr int QuantBlockBytesOf(QuantBlockType t) {
          : t == QuantBlockType::kQ5_K ? 176
          : t == QuantBlockType::kQ6_K ? 210
                                       : 0;
+}
+
+// The launchers' one switch over the five formats: calls f with
+// std::integral_constant<QuantBlockType, T> for t's format T and returns its result, or returns
+// `otherwise` when t is not one of them.
+template <class R, class F>
+R WithBlockType(QuantBlockType t, R otherwise, F&& f) {
+  using T = QuantBlockType;
+  switch (t) {
+    case T::kQ4_0: return f(std::integral_constant<T, T::kQ4_0>{});
+    case T::kQ8_0: return f(std::integral_constant<T, T::kQ8_0>{});
+    case T::kQ4_K: return f(std::integral_constant<T, T::kQ4_K>{});
+    case T::kQ5_K: return f(std::integral_constant<T, T::kQ5_K>{});
+    case T::kQ6_K: return f(std::integral_constant<T, T::kQ6_K>{});
+  }
+  return otherwise;
 }
 
 }  // namespace heavykv::cuda

@@ -74,6 +74,15 @@ __host__ __device__ __forceinline__ void KScaleMin(const uint8_t* s, int j, int*
   }
 }
 
+// Sub-block j's scale d * sc[j] and offset dmin * m[j] of a Q4_K / Q5_K block at b.
+__host__ __device__ __forceinline__ void KSubBlockScale(const uint8_t* b, int j, float* d,
+                                                        float* dm) {
+  int sc, m;
+  KScaleMin(b + 4, j, &sc, &m);
+  *d = HalfAt(b) * float(sc);
+  *dm = HalfAt(b + 2) * float(m);
+}
+
 }  // namespace quant_internal
 
 template <QuantBlockType T>
@@ -112,9 +121,8 @@ __host__ __device__ __forceinline__ void DecodeChunk<QuantBlockType::kQ4_K>(
     const uint8_t* __restrict__ b, int c, float v[8]) {
   using namespace quant_internal;
   const int j = c >> 2, l0 = 8 * (c & 3);
-  int sc, m;
-  KScaleMin(b + 4, j, &sc, &m);
-  const float d = HalfAt(b) * float(sc), dm = HalfAt(b + 2) * float(m);
+  float d, dm;
+  KSubBlockScale(b, j, &d, &dm);
   const uint2 q = Load8Bytes8(b + 16 + 32 * (j >> 1) + l0);
   const int shift = 4 * (j & 1);
   HEAVYKV_DECODE_UNROLL
@@ -128,9 +136,8 @@ __host__ __device__ __forceinline__ void DecodeChunk<QuantBlockType::kQ5_K>(
     const uint8_t* __restrict__ b, int c, float v[8]) {
   using namespace quant_internal;
   const int j = c >> 2, l0 = 8 * (c & 3);
-  int sc, m;
-  KScaleMin(b + 4, j, &sc, &m);
-  const float d = HalfAt(b) * float(sc), dm = HalfAt(b + 2) * float(m);
+  float d, dm;
+  KSubBlockScale(b, j, &d, &dm);
   const uint2 q = Load8Bytes8(b + 48 + 32 * (j >> 1) + l0);
   const uint2 h = Load8Bytes8(b + 16 + l0);
   const int shift = 4 * (j & 1);

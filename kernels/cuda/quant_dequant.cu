@@ -77,38 +77,18 @@ cudaError_t DequantizeBf16(const QuantMatrixView& w, int64_t row0, int64_t rows,
                            cudaStream_t stream) {
   if (!ValidView(w) || row0 < 0 || rows < 0 || row0 + rows > w.rows) return cudaErrorInvalidValue;
   if (rows == 0 || w.cols == 0) return cudaSuccess;
-  switch (w.type) {
-    case QuantBlockType::kQ4_0:
-      return LaunchDequant<QuantBlockType::kQ4_0>(w, row0, rows, out, stream);
-    case QuantBlockType::kQ8_0:
-      return LaunchDequant<QuantBlockType::kQ8_0>(w, row0, rows, out, stream);
-    case QuantBlockType::kQ4_K:
-      return LaunchDequant<QuantBlockType::kQ4_K>(w, row0, rows, out, stream);
-    case QuantBlockType::kQ5_K:
-      return LaunchDequant<QuantBlockType::kQ5_K>(w, row0, rows, out, stream);
-    case QuantBlockType::kQ6_K:
-      return LaunchDequant<QuantBlockType::kQ6_K>(w, row0, rows, out, stream);
-  }
-  return cudaErrorInvalidValue;
+  return WithBlockType(w.type, cudaErrorInvalidValue, [&](auto type) {
+    return LaunchDequant<decltype(type)::value>(w, row0, rows, out, stream);
+  });
 }
 
 cudaError_t QuantEmbedding(const QuantMatrixView& w, const int32_t* tokens, float* out,
                            int64_t num_tokens, cudaStream_t stream) {
   if (!ValidView(w)) return cudaErrorInvalidValue;
   if (num_tokens <= 0 || w.cols == 0) return cudaSuccess;
-  switch (w.type) {
-    case QuantBlockType::kQ4_0:
-      return LaunchEmbedding<QuantBlockType::kQ4_0>(w, tokens, out, num_tokens, stream);
-    case QuantBlockType::kQ8_0:
-      return LaunchEmbedding<QuantBlockType::kQ8_0>(w, tokens, out, num_tokens, stream);
-    case QuantBlockType::kQ4_K:
-      return LaunchEmbedding<QuantBlockType::kQ4_K>(w, tokens, out, num_tokens, stream);
-    case QuantBlockType::kQ5_K:
-      return LaunchEmbedding<QuantBlockType::kQ5_K>(w, tokens, out, num_tokens, stream);
-    case QuantBlockType::kQ6_K:
-      return LaunchEmbedding<QuantBlockType::kQ6_K>(w, tokens, out, num_tokens, stream);
-  }
-  return cudaErrorInvalidValue;
+  return WithBlockType(w.type, cudaErrorInvalidValue, [&](auto type) {
+    return LaunchEmbedding<decltype(type)::value>(w, tokens, out, num_tokens, stream);
+  });
 }
 
 }  // namespace heavykv::cuda

@@ -104,19 +104,9 @@ cudaError_t QuantGemv(const QuantMatrixView& w, const bf16* x, float* y, int64_t
     return cudaErrorInvalidValue;
   }
   if (w.rows <= 0) return cudaSuccess;
-  switch (w.type) {
-    case QuantBlockType::kQ4_0:
-      return Launch<QuantBlockType::kQ4_0>(w, x, y, m, ldy, accumulate, stream);
-    case QuantBlockType::kQ8_0:
-      return Launch<QuantBlockType::kQ8_0>(w, x, y, m, ldy, accumulate, stream);
-    case QuantBlockType::kQ4_K:
-      return Launch<QuantBlockType::kQ4_K>(w, x, y, m, ldy, accumulate, stream);
-    case QuantBlockType::kQ5_K:
-      return Launch<QuantBlockType::kQ5_K>(w, x, y, m, ldy, accumulate, stream);
-    case QuantBlockType::kQ6_K:
-      return Launch<QuantBlockType::kQ6_K>(w, x, y, m, ldy, accumulate, stream);
-  }
-  return cudaErrorInvalidValue;
+  return WithBlockType(w.type, cudaErrorInvalidValue, [&](auto type) {
+    return Launch<decltype(type)::value>(w, x, y, m, ldy, accumulate, stream);
+  });
 }
 
 }  // namespace heavykv::cuda
