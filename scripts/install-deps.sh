@@ -11,6 +11,7 @@ BUILD_PKGS=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev prometheus-cpp-dev libcpp-httplib-dev
+  libboost-dev              # header-only Boost.Beast + Asio: the event-driven HTTP front (server/http/)
   nlohmann-json3-dev        # header-only: heavykv inspect --json
   libpcre2-dev              # BPE pre-tokenizer regular expressions (engine/tokenizer/bpe_pretokenizer.cc)
   libopenblas-dev libgtest-dev libgmock-dev libbenchmark-dev

@@ -112,8 +112,10 @@ int ServeCommand(int argc, char** argv) {
   DtypeFlags dtypes;
   int64_t block_size = 16, kv_pages = 0, kv_pool_mb = 0, max_step_tokens = 512, max_running = 64;
   int64_t max_waiting = 256, max_prompt_tokens = 0, max_new_tokens_limit = 0, threads = 0;
-  int64_t max_prompt_bytes = 0, max_streams_per_connection = 128, http_threads = 64;
+  int64_t max_prompt_bytes = 0, max_streams_per_connection = 128, http_threads = 2;
+  int64_t http_max_connections = 16384, http_max_connections_per_client = 4096;
   double recent_fraction = 0.5, grace = 30, full_overcommit = 1.0, max_connection_age = 0;
+  double http_header_timeout = 10, http_body_timeout = 30, http_idle_timeout = 5;
   server::ServerTls tls;
   std::string api_key_file;
   bool reflection = false;
@@ -131,8 +133,19 @@ int ServeCommand(int argc, char** argv) {
                "OpenAI-compatible HTTP API address host:port (/v1/completions, "
                "/v1/chat/completions, ...); empty = off");
   flags.Int("http-threads", &http_threads,
-            "HTTP requests served at once (each generation holds one until it ends); more wait "
-            "for a free one");
+            "HTTP CPU pool: parsing bodies, /tokenize, formatting stream events (connections and "
+            "streams hold no thread)");
+  flags.Int("http-max-connections", &http_max_connections,
+            "HTTP connections open at once; more get 503 (lowered to fit `ulimit -n`)");
+  flags.Int("http-max-connections-per-client", &http_max_connections_per_client,
+            "HTTP connections open at once from one client address; more get 429");
+  flags.Double("http-header-timeout", &http_header_timeout,
+               "seconds for a request's line and headers to arrive (from connect, or from its "
+               "first byte on a kept-alive connection); then 408");
+  flags.Double("http-body-timeout", &http_body_timeout,
+               "seconds for a request's body to arrive after its headers; then 408");
+  flags.Double("http-idle-timeout", &http_idle_timeout,
+               "seconds a kept-alive HTTP connection may wait for its next request");
   flags.String("served-model-name", &served_model_name,
                "the model's name in the HTTP API (default: the model file's name)");
   flags.Int("block-size", &block_size, "token slots per KV page");
@@ -208,13 +221,24 @@ int ServeCommand(int argc, char** argv) {
                          CheckRange("max-prompt-tokens", max_prompt_tokens, 0, INT32_MAX),
                          CheckRange("max-new-tokens-limit", max_new_tokens_limit, 0, INT32_MAX),
                          CheckRange("threads", threads, 0, 4096),
-                         CheckRange("http-threads", http_threads, 1, 4096)}) {
+                         CheckRange("http-threads", http_threads, 1, 4096),
+                         CheckRange("http-max-connections", http_max_connections, 1, 1 << 20),
+                         CheckRange("http-max-connections-per-client",
+                                    http_max_connections_per_client, 1, 1 << 20)}) {
     if (!s.ok()) return Fail(s);
   }
   if (scheduling != "fair" && scheduling != "fcfs") {
     return Fail(absl::InvalidArgumentError("--scheduling must be fair or fcfs"));
   }
   if (!(grace >= 0)) return Fail(absl::InvalidArgumentError("--grace must be >= 0 seconds"));
+  for (const auto& [name, seconds] : {std::pair{"http-header-timeout", http_header_timeout},
+                                      std::pair{"http-body-timeout", http_body_timeout},
+                                      std::pair{"http-idle-timeout", http_idle_timeout}}) {
+    if (!(seconds > 0 && seconds <= 86400)) {
+      return Fail(absl::InvalidArgumentError(
+          absl::StrCat("--", name, " must be in (0, 86400] seconds")));
+    }
+  }
   if (!(max_connection_age >= 0 && max_connection_age <= 1e6)) {
     return Fail(absl::InvalidArgumentError("--max-connection-age must be in [0, 1e6] seconds"));
   }
@@ -334,6 +358,11 @@ int ServeCommand(int argc, char** argv) {
                                   ? std::filesystem::path(model_path).filename().string()
                                   : served_model_name;
     http_options.threads = static_cast<int>(http_threads);
+    http_options.max_connections = static_cast<int>(http_max_connections);
+    http_options.max_connections_per_client = static_cast<int>(http_max_connections_per_client);
+    http_options.header_timeout = absl::Seconds(http_header_timeout);
+    http_options.body_timeout = absl::Seconds(http_body_timeout);
+    http_options.idle_timeout = absl::Seconds(http_idle_timeout);
     http_options.api_keys = api_key_file.empty() ? nullptr : &api_keys;
     http_options.on_rejected = [m = metrics.get()](absl::StatusCode code) {
       m->OnRejected(absl::StatusCodeToString(code));
@@ -343,6 +372,7 @@ int ServeCommand(int argc, char** argv) {
     if (!http.ok()) return Fail(http.status());
     openai_http = *std::move(http);
     http_bound = WithPort(http_address, openai_http->port());
+    metrics->SetHttpStatsSource([h = openai_http.get()] { return h->Stats(); });
   }
 
   server::GenerationService service(

@@ -55,6 +55,18 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
       &CounterFamily(r, "prefix_cache_reclaimed_pages_total",
                      "Cached prefix pages given back to the pool for running sequences")
            ->Add({});
+  http_open_connections_ =
+      Gauge(r, "http_open_connections", "Connections open on the OpenAI HTTP port");
+  auto* refused = CounterFamily(
+      r, "http_refused_connections_total",
+      "HTTP connections answered 503 (max_connections) or 429 (per_client) and closed, by cap");
+  http_refused_max_connections_ = &refused->Add({{"reason", "max_connections"}});
+  http_refused_per_client_ = &refused->Add({{"reason", "per_client"}});
+  auto* timeouts = CounterFamily(
+      r, "http_timeouts_total",
+      "HTTP connections ended by a deadline: header/body (408), idle (keep-alive), write");
+  const char* phases[4] = {"header", "body", "idle", "write"};
+  for (int i = 0; i < 4; ++i) http_timeouts_[i] = &timeouts->Add({{"phase", phases[i]}});
   requests_running_ = Gauge(r, "requests_running", "Sequences in the running batch");
   requests_waiting_ = Gauge(r, "requests_waiting", "Requests queued or preempted");
   preemptions_total_ =
@@ -95,6 +107,11 @@ void Metrics::SetStatsSource(std::function<CacheStats()> stats) {
   stats_ = std::move(stats);
 }
 
+void Metrics::SetHttpStatsSource(std::function<HttpServerStats()> stats) {
+  std::lock_guard<std::mutex> lock(mu_);
+  http_stats_ = std::move(stats);
+}
+
 void Metrics::OnStep(int32_t iteration_tokens) { iteration_tokens_->Observe(iteration_tokens); }
 void Metrics::OnPromptTokens(int32_t n) { prompt_tokens_total_->Increment(n); }
 void Metrics::OnGenerationTokens(int32_t n) { generation_tokens_total_->Increment(n); }
@@ -118,9 +135,25 @@ void Metrics::OnRejected(const std::string& code) {
 
 std::vector<prometheus::MetricFamily> Metrics::Collect() const {
   std::function<CacheStats()> source;
+  std::function<HttpServerStats()> http_source;
   {
     std::lock_guard<std::mutex> lock(mu_);
     source = stats_;
+    http_source = http_stats_;
+  }
+  // A source keeps the totals; a counter moves by what they grew since the last scrape.
+  const auto follow = [](prometheus::Counter* c, int64_t total) {
+    if (double(total) > c->Value()) c->Increment(double(total) - c->Value());
+  };
+  if (http_source) {
+    const HttpServerStats h = http_source();
+    http_open_connections_->Set(double(h.open_connections));
+    follow(http_refused_max_connections_, h.refused_max_connections);
+    follow(http_refused_per_client_, h.refused_per_client);
+    follow(http_timeouts_[0], h.timeouts_header);
+    follow(http_timeouts_[1], h.timeouts_body);
+    follow(http_timeouts_[2], h.timeouts_idle);
+    follow(http_timeouts_[3], h.timeouts_write);
   }
   if (source) {
     const CacheStats s = source();
@@ -130,10 +163,6 @@ std::vector<prometheus::MetricFamily> Metrics::Collect() const {
     kv_pages_demoted_->Set(s.pages_demoted);
     kv_pages_packed_->Set(s.pages_packed);
     prefix_cache_cached_pages_->Set(s.cached_pages);
-    // The engine keeps the totals; a counter moves by what they grew since the last scrape.
-    const auto follow = [](prometheus::Counter* c, int64_t total) {
-      if (double(total) > c->Value()) c->Increment(double(total) - c->Value());
-    };
     follow(prefix_cache_lookups_total_, s.prefix_lookups);
     follow(prefix_cache_hits_total_, s.prefix_hits);
     follow(prefix_cache_hit_tokens_total_, s.prefix_hit_tokens);

@@ -25,6 +25,7 @@
 #include "prometheus/gauge.h"
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
+#include "server/common/http_stats.h"
 
 namespace heavykv::server {
 
@@ -34,6 +35,8 @@ class Metrics final : public EngineObserver, public prometheus::Collectable {
 
   // Where the gauges come from; call once before the first scrape (thread-safe).
   void SetStatsSource(std::function<CacheStats()> stats);
+  // The OpenAI HTTP front's connections (heavykv_http_*); unset: those series stay 0.
+  void SetHttpStatsSource(std::function<HttpServerStats()> stats);
 
   // EngineObserver (engine thread).
   void OnStep(int32_t iteration_tokens) override;
@@ -57,6 +60,7 @@ class Metrics final : public EngineObserver, public prometheus::Collectable {
   std::shared_ptr<prometheus::Registry> registry_;
   mutable std::mutex mu_;
   std::function<CacheStats()> stats_;  // guarded by mu_
+  std::function<HttpServerStats()> http_stats_;  // guarded by mu_
 
   prometheus::Gauge* kv_cache_usage_ratio_;
   prometheus::Gauge* kv_pages_total_;
@@ -83,6 +87,10 @@ class Metrics final : public EngineObserver, public prometheus::Collectable {
   prometheus::Histogram* e2e_request_latency_seconds_;
   prometheus::Histogram* request_queue_time_seconds_;
   prometheus::Histogram* iteration_tokens_;
+  prometheus::Gauge* http_open_connections_;
+  prometheus::Counter* http_refused_max_connections_;  // {reason="max_connections"}
+  prometheus::Counter* http_refused_per_client_;       // {reason="per_client"}
+  prometheus::Counter* http_timeouts_[4];              // {phase=header|body|idle|write}
 };
 
 }  // namespace heavykv::server

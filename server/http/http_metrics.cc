@@ -10,21 +10,26 @@ namespace heavykv::server {
 absl::StatusOr<std::unique_ptr<HttpServer>> StartMetricsHttp(
     const std::string& address, std::shared_ptr<const Metrics> metrics) {
   HttpServerOptions options;
-  // A scrape needs one worker; 16 let 15 clients that connect and stall (each held for at most
-  // keep_alive_timeout + read_timeout) leave it one. One request per connection: Prometheus
-  // scrapes every few seconds, so keep-alive would only let idle connections hold workers.
-  options.threads = 16;
+  // A scrape is one short request: one CPU thread serves it, and the event loop holds any number
+  // of stalled clients without delaying it. One request per connection: Prometheus scrapes every
+  // few seconds, so keep-alive would only keep idle connections open.
+  options.cpu_threads = 1;
   options.keep_alive_max_requests = 1;
-  options.keep_alive_timeout = absl::Seconds(2);
-  options.read_timeout = absl::Seconds(5);
+  options.header_timeout = absl::Seconds(5);
+  options.body_timeout = absl::Seconds(5);
   options.write_timeout = absl::Seconds(5);
   options.max_head_bytes = 16 << 10;
   options.max_body_bytes = 4 << 10;  // a GET carries none; anything larger is refused (413)
+  options.max_connections = 1024;
+  options.max_connections_per_client = 256;
   HttpServer::Routes routes;
   routes.Add("/metrics", "GET",
-             [metrics = std::move(metrics)](const httplib::Request&, httplib::Response& res) {
-               res.set_content(prometheus::TextSerializer().Serialize(metrics->Collect()),
-                               kMetricsContentType);
+             [metrics = std::move(metrics)](const HttpRequest&,
+                                            std::shared_ptr<HttpExchange> exchange) {
+               HttpResponse res;
+               res.content_type = kMetricsContentType;
+               res.body = prometheus::TextSerializer().Serialize(metrics->Collect());
+               exchange->Respond(std::move(res));
              });
   absl::StatusOr<std::unique_ptr<HttpServer>> server =
       HttpServer::Start(address, std::move(routes), options);

@@ -1,20 +1,33 @@
 #include "server/http/http_server.h"
 
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <poll.h>
-#include <sys/ioctl.h>
-#include <sys/socket.h>
-#include <unistd.h>
+#include <sys/resource.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
 #include <cstring>
+#include <future>
 #include <mutex>
+#include <optional>
 #include <set>
+#include <thread>
+#include <unordered_map>
 
+#include <boost/asio/dispatch.hpp>
+#include <boost/asio/io_context.hpp>
+#include <boost/asio/ip/tcp.hpp>
+#include <boost/asio/post.hpp>
+#include <boost/asio/steady_timer.hpp>
+#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/write.hpp>
+#include <boost/beast/core/flat_buffer.hpp>
+#include <boost/beast/http/error.hpp>
+#include <boost/beast/http/read.hpp>
+#include <boost/beast/http/parser.hpp>
+#include <boost/beast/http/string_body.hpp>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -23,172 +36,48 @@
 namespace heavykv::server {
 namespace {
 
-using Clock = std::chrono::steady_clock;
+namespace asio = boost::asio;
+namespace beast = boost::beast;
+namespace bhttp = boost::beast::http;
+using tcp = asio::ip::tcp;
+using ErrorCode = boost::system::error_code;
 
-// The connection a worker thread is serving (-1: none), for HttpServer::ClientClosed().
-thread_local int t_connection_fd = -1;
+constexpr size_t kMaxDrainBytes = 4 << 20;         // read and dropped before a close, at most
+constexpr auto kMaxDrain = std::chrono::seconds(1);  // and for at most this long
+constexpr int kMaxRefusing = 256;                  // over-cap connections being answered at once
+constexpr auto kAcceptPause = std::chrono::milliseconds(50);  // after accept ran out of fds
+constexpr size_t kWriteSlice = 256 << 10;          // one write's bytes, at most
+constexpr size_t kWatchSlice = 4096;               // one read while a response is in progress
 
-constexpr size_t kMaxDrainBytes = 4 << 20;  // read and dropped after an error, at most
-constexpr auto kMaxDrainTime = std::chrono::seconds(1);
-
-int Millis(Clock::duration d) {
-  const auto ms = std::chrono::ceil<std::chrono::milliseconds>(d).count();
-  return static_cast<int>(std::clamp<int64_t>(ms, 0, INT32_MAX));
-}
-
-Clock::duration ToChrono(absl::Duration d) { return absl::ToChronoMicroseconds(d); }
-
-// Waits until `fd` has `events` or `deadline` passes; false on timeout, error or hang-up.
-bool WaitFor(int fd, short events, Clock::time_point deadline) {
-  for (;;) {
-    pollfd p = {fd, events, 0};
-    const int n = poll(&p, 1, Millis(deadline - Clock::now()));
-    if (n < 0 && errno == EINTR) continue;
-    return n > 0 && (p.revents & events) != 0;
-  }
+std::chrono::steady_clock::duration ToChrono(absl::Duration d) {
+  return absl::ToChronoMicroseconds(std::max(d, absl::Milliseconds(1)));
 }
 
 const char* StatusText(int status) {
   switch (status) {
+    case 100: return "Continue";
+    case 200: return "OK";
+    case 201: return "Created";
+    case 204: return "No Content";
     case 400: return "Bad Request";
+    case 401: return "Unauthorized";
+    case 403: return "Forbidden";
     case 404: return "Not Found";
     case 405: return "Method Not Allowed";
     case 408: return "Request Timeout";
     case 413: return "Payload Too Large";
-    case 414: return "URI Too Long";
-    case 416: return "Range Not Satisfiable";
     case 417: return "Expectation Failed";
+    case 429: return "Too Many Requests";
     case 500: return "Internal Server Error";
-    default: return "Error";
+    case 503: return "Service Unavailable";
+    case 504: return "Gateway Timeout";
+    default: return status < 400 ? "OK" : "Error";
   }
 }
 
-void SocketAddress(int fd, bool peer, std::string& ip, int& port) {
-  sockaddr_storage addr{};
-  socklen_t len = sizeof addr;
-  auto* sa = reinterpret_cast<sockaddr*>(&addr);
-  if ((peer ? getpeername(fd, sa, &len) : getsockname(fd, sa, &len)) != 0) return;
-  char buf[INET6_ADDRSTRLEN] = {};
-  if (addr.ss_family == AF_INET) {
-    const auto* in = reinterpret_cast<sockaddr_in*>(&addr);
-    inet_ntop(AF_INET, &in->sin_addr, buf, sizeof buf);
-    port = ntohs(in->sin_port);
-  } else if (addr.ss_family == AF_INET6) {
-    const auto* in6 = reinterpret_cast<sockaddr_in6*>(&addr);
-    inet_ntop(AF_INET6, &in6->sin6_addr, buf, sizeof buf);
-    port = ntohs(in6->sin6_port);
-  }
-  ip = buf;
-}
-
-// One connection's socket as httplib reads and writes it, with the limits of one request: its
-// bytes (head and body together) and a deadline for all of them. Writes never raise SIGPIPE.
-// It remembers the status line of the response it writes, so the caller can close the
-// connection after an error.
-class BoundedStream final : public httplib::Stream {
- public:
-  BoundedStream(int fd, Clock::duration write_timeout) : fd_(fd), write_timeout_(write_timeout) {}
-
-  // Waits up to `timeout` for a request's first byte; false if none came (or the peer left).
-  bool WaitForRequest(Clock::duration timeout) {
-    return begin_ < end_ || WaitFor(fd_, POLLIN, Clock::now() + timeout);
-  }
-  void StartRequest(Clock::time_point deadline, size_t max_bytes) {
-    deadline_ = deadline;
-    bytes_left_ = max_bytes;
-    status_ = 0;
-  }
-  bool failed() const { return failed_; }
-  int status() const { return status_; }
-  // Bytes the client sent that were not read (yet).
-  bool HasPendingInput() const {
-    int n = 0;
-    return begin_ < end_ || (ioctl(fd_, FIONREAD, &n) == 0 && n > 0);
-  }
-
-  bool is_readable() const override {
-    return begin_ < end_ || (bytes_left_ > 0 && WaitFor(fd_, POLLIN, deadline_));
-  }
-  bool is_writable() const override {
-    return WaitFor(fd_, POLLOUT, Clock::now() + write_timeout_);
-  }
-
-  ssize_t read(char* ptr, size_t size) override {
-    if (bytes_left_ == 0) return Fail();
-    if (begin_ == end_) {
-      if (!WaitFor(fd_, POLLIN, deadline_)) return Fail();
-      ssize_t n;
-      while ((n = recv(fd_, buf_, sizeof buf_, 0)) < 0 && errno == EINTR) {
-      }
-      if (n < 0) return Fail();
-      if (n == 0) return 0;
-      begin_ = 0;
-      end_ = static_cast<size_t>(n);
-    }
-    const size_t k = std::min({size, end_ - begin_, bytes_left_});
-    std::memcpy(ptr, buf_ + begin_, k);
-    begin_ += k;
-    bytes_left_ -= k;
-    return static_cast<ssize_t>(k);
-  }
-
-  ssize_t write(const char* ptr, size_t size) override {
-    // httplib writes the status line and headers in one piece: "HTTP/1.1 404 Not Found\r\n...".
-    if (status_ < 200 && size >= 12 && std::memcmp(ptr, "HTTP/1.", 7) == 0) {
-      int code = 0;
-      if (absl::SimpleAtoi(absl::string_view(ptr + 9, 3), &code)) status_ = code;
-    }
-    if (!is_writable()) return Fail();
-    ssize_t n;
-    while ((n = send(fd_, ptr, size, MSG_NOSIGNAL)) < 0 && errno == EINTR) {
-    }
-    return n < 0 ? Fail() : n;
-  }
-
-  void get_remote_ip_and_port(std::string& ip, int& port) const override {
-    SocketAddress(fd_, /*peer=*/true, ip, port);
-  }
-  void get_local_ip_and_port(std::string& ip, int& port) const override {
-    SocketAddress(fd_, /*peer=*/false, ip, port);
-  }
-  socket_t socket() const override { return fd_; }
-
- private:
-  ssize_t Fail() {
-    failed_ = true;
-    return -1;
-  }
-
-  const int fd_;
-  const Clock::duration write_timeout_;
-  Clock::time_point deadline_;
-  size_t bytes_left_ = 0;
-  int status_ = 0;
-  bool failed_ = false;
-  char buf_[4096];
-  size_t begin_ = 0, end_ = 0;  // unread bytes of buf_
-};
-
-// Reads and drops what the client still sends (up to a limit), so that closing the socket does
-// not reset the connection before the client has read our error response.
-void DrainAndClose(int fd) {
-  shutdown(fd, SHUT_WR);
-  char buf[4096];
-  const auto until = Clock::now() + kMaxDrainTime;
-  for (size_t total = 0; total < kMaxDrainBytes && WaitFor(fd, POLLIN, until);) {
-    const ssize_t n = recv(fd, buf, sizeof buf, 0);
-    if (n <= 0) break;
-    total += static_cast<size_t>(n);
-  }
-}
-
-std::string EscapeRegex(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (std::strchr(".^$|()[]{}*+?\\", c) != nullptr) out += '\\';
-    out += c;
-  }
-  return out;
+bool KnownMethod(std::string_view m) {
+  return m == "GET" || m == "HEAD" || m == "POST" || m == "PUT" || m == "PATCH" ||
+         m == "DELETE" || m == "OPTIONS";
 }
 
 absl::Status ParseAddress(const std::string& address, std::string& host, int& port) {
@@ -210,118 +99,704 @@ absl::Status ParseAddress(const std::string& address, std::string& host, int& po
   return absl::OkStatus();
 }
 
-}  // namespace
+// Lets other threads post to the event loop while it runs, and never after.
+struct LoopLink {
+  std::mutex mu;
+  asio::io_context* io = nullptr;  // guarded by mu; null once the loop has stopped
 
-// httplib's server with our connection loop (process_and_close_socket) and routing rules.
-class HttpServer::Impl final : public httplib::Server {
- public:
-  Impl(Routes routes, const HttpServerOptions& options)
-      : options_(options), routes_(std::move(routes)) {
-    set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
-      return Admit(req, res);
-    });
-    // Every error response gets a short fixed text and ends the connection.
-    set_error_handler([this](const httplib::Request&, httplib::Response& res) {
-      if (!res.body.empty()) return;
-      if (options_.error_body) {
-        options_.error_body(res.status, res);
-      } else {
-        res.set_content(absl::StrCat(res.status, " ", StatusText(res.status), "\n"),
-                        "text/plain; charset=utf-8");
-      }
-    });
-    set_post_routing_handler([](const httplib::Request&, httplib::Response& res) {
-      if (res.status >= 400) {
-        res.headers.erase("Keep-Alive");
-        if (!res.has_header("Connection")) res.set_header("Connection", "close");
-      }
-    });
-    set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {
-      res.status = 500;
-      res.body.clear();
-    });
+  template <typename F>
+  void Post(F&& f) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (io != nullptr) asio::post(*io, std::forward<F>(f));
   }
+  void Close() {
+    std::lock_guard<std::mutex> lock(mu);
+    io = nullptr;
+  }
+};
 
-  const Routes& routes() const { return routes_; }
-  std::atomic<bool> listen_returned{false};
+// The CPU pool, reachable from exchanges until the server stops.
+struct PoolLink {
+  std::mutex mu;
+  std::unique_ptr<asio::thread_pool> pool;  // guarded by mu; null once the server has stopped
 
-  // Shuts every open connection down (their workers then end) and refuses new ones.
-  void CloseConnections() {
-    std::lock_guard<std::mutex> lock(mu_);
-    stopping_ = true;
-    for (int fd : open_) shutdown(fd, SHUT_RDWR);
+  void Post(std::function<void()> work) {
+    std::lock_guard<std::mutex> lock(mu);
+    if (pool != nullptr) asio::post(*pool, std::move(work));
+  }
+  std::unique_ptr<asio::thread_pool> Take() {
+    std::lock_guard<std::mutex> lock(mu);
+    return std::move(pool);
+  }
+};
+
+class Connection;
+
+// What a handler holds: posts its calls to the connection's loop, tagged with the request's
+// sequence number so that a late call never touches a later request's response.
+class Exchange final : public HttpExchange {
+ public:
+  Exchange(std::shared_ptr<LoopLink> link, std::shared_ptr<PoolLink> pool,
+           std::weak_ptr<Connection> conn, uint64_t seq)
+      : link_(std::move(link)), pool_(std::move(pool)), conn_(std::move(conn)), seq_(seq) {}
+
+  void Respond(HttpResponse response) override;
+  void StartStream(HttpResponse head) override;
+  void Write(std::string data) override;
+  void End() override;
+
+  void OnAbort(std::function<void()> on_abort) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!aborted_) {
+        on_abort_ = std::move(on_abort);
+        return;
+      }
+    }
+    if (on_abort) on_abort();
+  }
+  bool aborted() const override { return aborted_.load(); }
+  void Post(std::function<void()> work) override { pool_->Post(std::move(work)); }
+
+  // From the loop: the connection ended before the response was complete.
+  void Abort() {
+    std::function<void()> f;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (aborted_) return;
+      aborted_ = true;
+      f = std::move(on_abort_);
+    }
+    if (f) f();
   }
 
  private:
-  // Decides before the body is read: 413, 404 or 405 here; Unhandled lets httplib read the body
-  // and call the route's handler.
-  HandlerResponse Admit(const httplib::Request& req, httplib::Response& res) const {
-    if (req.has_header("Content-Length")) {
-      uint64_t length = 0;
-      if (!absl::SimpleAtoi(req.get_header_value("Content-Length"), &length)) {
-        res.status = 400;
-        return HandlerResponse::Handled;
-      }
-      if (length > options_.max_body_bytes) {
-        res.status = 413;
-        return HandlerResponse::Handled;
-      }
-    }
-    const auto route = routes_.by_path_.find(req.path);
-    if (route == routes_.by_path_.end()) {
-      res.status = 404;
-      return HandlerResponse::Handled;
-    }
-    const auto& methods = route->second;
-    if (methods.count(req.method) > 0 || (req.method == "HEAD" && methods.count("GET") > 0)) {
-      return HandlerResponse::Unhandled;
-    }
-    std::set<std::string> allow;
-    for (const auto& [method, handler] : methods) allow.insert(method);
-    if (allow.count("GET") > 0) allow.insert("HEAD");
-    res.status = 405;
-    res.set_header("Allow", absl::StrJoin(allow, ", "));
-    return HandlerResponse::Handled;
-  }
+  template <typename F>
+  void OnLoop(F&& f);
 
-  bool process_and_close_socket(socket_t fd) override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      if (stopping_) {
-        close(fd);
-        return false;
-      }
-      open_.insert(fd);
-    }
-    BoundedStream stream(fd, ToChrono(options_.write_timeout));
-    t_connection_fd = fd;
-    bool ok = true;
-    for (int i = 0; i < options_.keep_alive_max_requests; ++i) {
-      if (!stream.WaitForRequest(ToChrono(options_.keep_alive_timeout))) break;
-      stream.StartRequest(Clock::now() + ToChrono(options_.read_timeout),
-                          options_.max_head_bytes + options_.max_body_bytes);
-      bool client_closes = false;
-      const bool last = i + 1 == options_.keep_alive_max_requests;
-      ok = process_request(stream, last, client_closes, nullptr);
-      if (!ok || client_closes || stream.failed() || stream.status() >= 400) break;
-    }
-    t_connection_fd = -1;
-    if (stream.HasPendingInput()) DrainAndClose(fd);
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      open_.erase(fd);
-    }
-    shutdown(fd, SHUT_RDWR);
-    close(fd);
-    return ok;
-  }
-
-  const HttpServerOptions options_;
-  const Routes routes_;
+  const std::shared_ptr<LoopLink> link_;
+  const std::shared_ptr<PoolLink> pool_;
+  const std::weak_ptr<Connection> conn_;
+  const uint64_t seq_;
   std::mutex mu_;
-  bool stopping_ = false;  // guarded by mu_
-  std::set<int> open_;     // connections being served; guarded by mu_
+  std::atomic<bool> aborted_{false};
+  std::function<void()> on_abort_;  // guarded by mu_
 };
+
+}  // namespace
+
+class HttpServer::Impl {
+ public:
+  Impl(Routes routes, const HttpServerOptions& options)
+      : options(options),
+        routes(std::move(routes)),
+        acceptor(io),
+        accept_pause(io),
+        link(std::make_shared<LoopLink>()),
+        pool(std::make_shared<PoolLink>()) {
+    link->io = &io;
+  }
+
+  const HttpServerOptions options;
+  const Routes routes;
+  asio::io_context io{1};
+  tcp::acceptor acceptor;
+  asio::steady_timer accept_pause;
+  std::shared_ptr<LoopLink> link;
+  std::shared_ptr<PoolLink> pool;
+  std::thread io_thread;
+
+  // Loop-thread state.
+  std::unordered_map<Connection*, std::weak_ptr<Connection>> open;
+  std::unordered_map<std::string, int> per_client;
+  int refusing = 0;
+  bool stopping = false;
+
+  // Stats (any thread reads).
+  std::atomic<int64_t> open_count{0}, accepted{0}, refused_total{0}, refused_client{0};
+  std::atomic<int64_t> timeouts_header{0}, timeouts_body{0}, timeouts_idle{0}, timeouts_write{0};
+
+  void Accept();
+  void OnAccepted(tcp::socket socket);
+  // The body of an error response made from its status alone.
+  HttpResponse ErrorResponse(int status) const {
+    HttpResponse res;
+    res.status = status;
+    if (options.error_body) {
+      options.error_body(status, res);
+    } else {
+      res.content_type = "text/plain; charset=utf-8";
+      res.body = absl::StrCat(status, " ", StatusText(status), "\n");
+    }
+    return res;
+  }
+};
+
+namespace {
+
+// One accepted connection: its socket, read buffer, timer and the state of the request being
+// served. Lives on the loop thread only (Exchange posts there).
+class Connection final : public std::enable_shared_from_this<Connection> {
+ public:
+  enum class Mode { kServe, kRefuse };
+
+  Connection(HttpServer::Impl& server, tcp::socket socket, std::string client, int port,
+             Mode mode)
+      : server_(server),
+        socket_(std::move(socket)),
+        timer_(server.io),
+        buffer_(server.options.max_head_bytes + server.options.max_body_bytes + kWatchSlice),
+        client_(std::move(client)),
+        client_port_(port),
+        mode_(mode) {}
+
+  const std::string& client() const { return client_; }
+  Mode mode() const { return mode_; }
+
+  void Start(int refuse_status) {
+    ErrorCode ec;
+    socket_.set_option(tcp::no_delay(true), ec);
+    if (mode_ == Mode::kRefuse) {
+      phase_ = Phase::kHandling;
+      BeginResponse(/*head_only=*/false);
+      close_after_ = true;
+      SendResponse(server_.ErrorResponse(refuse_status));
+      return;
+    }
+    Arm(Phase::kHead, server_.options.header_timeout);
+    ReadHead();
+  }
+
+  // Ends the connection now (Stop(), a failed write, the client gone).
+  void Close() {
+    if (phase_ == Phase::kClosed) return;
+    phase_ = Phase::kClosed;
+    ErrorCode ec;
+    timer_.cancel();
+    socket_.shutdown(tcp::socket::shutdown_both, ec);
+    socket_.close(ec);
+    if (exchange_ != nullptr && !response_complete_) exchange_->Abort();
+    exchange_.reset();
+    Forget();
+  }
+
+  // Exchange calls, on the loop thread.
+  void OnRespond(uint64_t seq, HttpResponse res) {
+    if (!Current(seq) || response_started_) return;
+    SendResponse(std::move(res));
+  }
+  void OnStartStream(uint64_t seq, HttpResponse head) {
+    if (!Current(seq) || response_started_) return;
+    response_started_ = true;
+    status_ = head.status;
+    if (status_ >= 400) close_after_ = true;
+    // HTTP/1.0 has no chunked encoding: the stream's end is the connection's.
+    chunked_ = version_ >= 11;
+    if (!chunked_) close_after_ = true;
+    std::string out = Head(head, std::nullopt);
+    Send(std::move(out));
+  }
+  void OnWrite(uint64_t seq, std::string data) {
+    if (!Current(seq) || !response_started_ || response_complete_ || data.empty() || head_only_)
+      return;
+    if (chunked_) {
+      std::string framed = absl::StrCat(absl::Hex(data.size()), "\r\n");
+      framed += data;
+      framed += "\r\n";
+      Send(std::move(framed));
+    } else {
+      Send(std::move(data));
+    }
+  }
+  void OnEnd(uint64_t seq) {
+    if (!Current(seq) || !response_started_ || response_complete_) return;
+    response_complete_ = true;
+    Send(chunked_ && !head_only_ ? std::string("0\r\n\r\n") : std::string());
+  }
+
+ private:
+  enum class Phase { kHead, kBody, kHandling, kIdle, kClosing, kClosed };
+
+  bool Current(uint64_t seq) const {
+    return phase_ == Phase::kHandling && exchange_ != nullptr && seq == seq_;
+  }
+
+  void Forget() {
+    auto& s = server_;
+    if (mode_ == Mode::kRefuse) {
+      --s.refusing;
+    } else {
+      s.open.erase(this);
+      if (auto it = s.per_client.find(client_); it != s.per_client.end() && --it->second <= 0) {
+        s.per_client.erase(it);
+      }
+      --s.open_count;
+    }
+  }
+
+  // Sets the connection's one deadline; `phase` says what missing it means.
+  void Arm(Phase phase, absl::Duration d) {
+    phase_ = phase;
+    timed_out_ = false;
+    const uint64_t gen = ++timer_gen_;
+    timer_.expires_after(ToChrono(d));
+    timer_.async_wait([self = shared_from_this(), gen](const ErrorCode& ec) {
+      if (!ec && gen == self->timer_gen_) self->OnTimeout();
+    });
+  }
+  void Disarm() {
+    ++timer_gen_;
+    timer_.cancel();
+  }
+
+  void OnTimeout() {
+    switch (phase_) {
+      case Phase::kHead:
+      case Phase::kBody:
+      case Phase::kIdle: {
+        timed_out_ = true;
+        ErrorCode ec;
+        socket_.cancel(ec);  // the pending read ends with operation_aborted
+        return;
+      }
+      case Phase::kHandling:  // a write made no progress
+        ++server_.timeouts_write;
+        Close();
+        return;
+      case Phase::kClosing:
+        Close();
+        return;
+      case Phase::kClosed:
+        return;
+    }
+  }
+
+  void ReadHead() {
+    parser_.emplace();
+    parser_->header_limit(static_cast<uint32_t>(
+        std::min<size_t>(server_.options.max_head_bytes, UINT32_MAX)));
+    parser_->body_limit(server_.options.max_body_bytes);
+    bhttp::async_read_header(socket_, buffer_, *parser_,
+                             [self = shared_from_this()](const ErrorCode& ec, size_t) {
+                               self->OnHead(ec);
+                             });
+  }
+
+  // A read error: a timeout (408), a malformed or oversized request (its status), or the client
+  // gone mid-request (close: nobody to answer).
+  void OnReadError(const ErrorCode& ec, bool body) {
+    if (phase_ == Phase::kClosed) return;
+    if (timed_out_) {
+      ++(body ? server_.timeouts_body : server_.timeouts_header);
+      return Refuse(408);
+    }
+    if (ec == bhttp::error::body_limit) return Refuse(413);
+    const bool parse_error = ec.category() == ErrorCode(bhttp::error::bad_method).category() &&
+                             ec != bhttp::error::end_of_stream &&
+                             ec != bhttp::error::partial_message;
+    if (parse_error) return Refuse(400);
+    Close();
+  }
+
+  void OnHead(const ErrorCode& ec) {
+    if (phase_ == Phase::kClosed) return;
+    if (ec) return OnReadError(ec, /*body=*/false);
+    const auto& req = parser_->get();
+    const std::string method(req.method_string());
+    version_ = req.version();
+    if ((version_ != 10 && version_ != 11) || !KnownMethod(method)) return Refuse(400);
+    head_only_ = method == "HEAD";
+    const std::string target(req.target());
+    const std::string path = target.substr(0, target.find('?'));
+    const auto route = server_.routes.by_path().find(path);
+    if (route == server_.routes.by_path().end()) return Refuse(404);
+    const auto& methods = route->second;
+    auto handler = methods.find(head_only_ ? std::string("GET") : method);
+    if (handler == methods.end()) {
+      std::set<std::string> allow;
+      for (const auto& [m, h] : methods) allow.insert(m);
+      if (allow.count("GET") > 0) allow.insert("HEAD");
+      HttpResponse res = server_.ErrorResponse(405);
+      res.headers.emplace_back("Allow", absl::StrJoin(allow, ", "));
+      return Refuse(std::move(res));
+    }
+    handler_ = &handler->second;
+    const auto expect = req.find(bhttp::field::expect);
+    bool continue_100 = false;
+    if (expect != req.end()) {
+      if (!absl::EqualsIgnoreCase(absl::StripAsciiWhitespace(
+                                      absl::string_view(expect->value().data(),
+                                                        expect->value().size())),
+                                  "100-continue")) {
+        return Refuse(417);
+      }
+      continue_100 = version_ >= 11;
+    }
+    if (parser_->is_done()) return Dispatch();
+    Arm(Phase::kBody, server_.options.body_timeout);
+    if (continue_100 && buffer_.size() == 0) {
+      interim_ = "HTTP/1.1 100 Continue\r\n\r\n";
+      asio::async_write(socket_, asio::buffer(interim_),
+                        [self = shared_from_this()](const ErrorCode& wec, size_t) {
+                          if (self->phase_ == Phase::kClosed) return;
+                          if (wec) return self->Close();
+                          self->ReadBody();
+                        });
+      return;
+    }
+    ReadBody();
+  }
+
+  void ReadBody() {
+    bhttp::async_read(socket_, buffer_, *parser_,
+                      [self = shared_from_this()](const ErrorCode& ec, size_t) {
+                        if (self->phase_ == Phase::kClosed) return;
+                        if (ec) return self->OnReadError(ec, /*body=*/true);
+                        self->Dispatch();
+                      });
+  }
+
+  void BeginResponse(bool head_only) {
+    head_only_ = head_only;
+    response_started_ = false;
+    response_complete_ = false;
+    close_after_ = false;
+    chunked_ = false;
+    status_ = 0;
+  }
+
+  // Hands the request to its handler on the CPU pool and watches the socket meanwhile.
+  void Dispatch() {
+    Disarm();
+    phase_ = Phase::kHandling;
+    ++requests_;
+    auto message = parser_->release();
+    parser_.reset();
+    BeginResponse(head_only_);
+    keep_alive_ = message.keep_alive() &&
+                  requests_ < server_.options.keep_alive_max_requests;
+    auto request = std::make_shared<HttpRequest>();
+    request->method = std::string(message.method_string());
+    request->target = std::string(message.target());
+    request->path = request->target.substr(0, request->target.find('?'));
+    request->version = version_;
+    for (const auto& field : message) {
+      request->headers.emplace_back(std::string(field.name_string()),
+                                    std::string(field.value()));
+    }
+    request->body = std::move(message.body());
+    request->remote_addr = client_;
+    request->remote_port = client_port_;
+    exchange_ = std::make_shared<Exchange>(server_.link, server_.pool, weak_from_this(), ++seq_);
+    server_.pool->Post([handler = handler_, request, exchange = exchange_,
+                      error = server_.ErrorResponse(500)]() mutable {
+      try {
+        (*handler)(*request, exchange);
+      } catch (const std::exception& e) {
+        spdlog::error("HTTP handler of {} threw: {}", request->path, e.what());
+        exchange->Respond(std::move(error));
+      } catch (...) {
+        spdlog::error("HTTP handler of {} threw", request->path);
+        exchange->Respond(std::move(error));
+      }
+    });
+    Watch();
+  }
+
+  // While a response is in progress: reads on (into the buffer, for a pipelined next request)
+  // to see the client go.
+  void Watch() {
+    if (watching_ || phase_ != Phase::kHandling) return;
+    const size_t room = buffer_.max_size() - buffer_.size();
+    if (room == 0) return;  // the buffer is full: writes will tell
+    watching_ = true;
+    socket_.async_read_some(buffer_.prepare(std::min(room, kWatchSlice)),
+                            [self = shared_from_this()](const ErrorCode& ec, size_t n) {
+                              self->OnWatched(ec, n);
+                            });
+  }
+  void OnWatched(const ErrorCode& ec, size_t n) {
+    watching_ = false;
+    buffer_.commit(n);
+    if (phase_ == Phase::kClosed) return;
+    const bool failed = ec && ec != asio::error::operation_aborted;
+    if (phase_ == Phase::kClosing) return failed ? Close() : Drain();
+    if (failed) return Close();  // the client has gone
+    if (next_after_watch_) {
+      next_after_watch_ = false;
+      return NextRequest();
+    }
+    if (!ec) Watch();
+  }
+
+  // The whole (non-streamed) response.
+  void SendResponse(HttpResponse res) {
+    response_started_ = true;
+    response_complete_ = true;
+    status_ = res.status;
+    if (status_ >= 400) close_after_ = true;
+    std::string out = Head(res, res.body.size());
+    if (!head_only_) out += res.body;
+    Send(std::move(out));
+  }
+
+  std::string Head(const HttpResponse& res, std::optional<size_t> length) {
+    if (!keep_alive_) close_after_ = true;
+    std::string out = absl::StrCat("HTTP/1.1 ", res.status, " ", StatusText(res.status), "\r\n");
+    if (!res.content_type.empty()) absl::StrAppend(&out, "Content-Type: ", res.content_type, "\r\n");
+    if (length.has_value()) {
+      absl::StrAppend(&out, "Content-Length: ", *length, "\r\n");
+    } else if (chunked_) {
+      out += "Transfer-Encoding: chunked\r\n";
+    }
+    for (const auto& [name, value] : res.headers) {
+      if (absl::EqualsIgnoreCase(name, "Connection")) continue;
+      absl::StrAppend(&out, name, ": ", value, "\r\n");
+    }
+    if (close_after_) {
+      out += "Connection: close\r\n";
+    } else if (version_ == 10) {
+      out += "Connection: keep-alive\r\n";
+    }
+    out += "\r\n";
+    return out;
+  }
+
+  void Send(std::string bytes) {
+    out_pending_ += bytes;
+    Flush();
+  }
+
+  void Flush() {
+    if (writing_ || phase_ == Phase::kClosed) return;
+    if (out_pending_.empty()) {
+      if (response_complete_ && phase_ == Phase::kHandling) AfterResponse();
+      return;
+    }
+    out_writing_.swap(out_pending_);
+    out_pending_.clear();
+    written_ = 0;
+    WriteSome();
+  }
+
+  void WriteSome() {
+    writing_ = true;
+    if (phase_ == Phase::kHandling) Arm(Phase::kHandling, server_.options.write_timeout);
+    const size_t n = std::min(kWriteSlice, out_writing_.size() - written_);
+    socket_.async_write_some(
+        asio::buffer(out_writing_.data() + written_, n),
+        [self = shared_from_this()](const ErrorCode& ec, size_t n) { self->OnWritten(ec, n); });
+  }
+
+  void OnWritten(const ErrorCode& ec, size_t n) {
+    writing_ = false;
+    if (phase_ == Phase::kClosed) return;
+    if (ec) return Close();  // the client has gone: the exchange is aborted
+    written_ += n;
+    if (written_ < out_writing_.size()) return WriteSome();
+    out_writing_.clear();
+    if (phase_ == Phase::kHandling) Disarm();
+    Flush();
+  }
+
+  // The response is out: the next request, or the end of the connection.
+  void AfterResponse() {
+    exchange_.reset();
+    if (mode_ == Mode::kRefuse || close_after_) return Linger();
+    if (watching_) {
+      next_after_watch_ = true;
+      ErrorCode ec;
+      socket_.cancel(ec);
+      return;
+    }
+    NextRequest();
+  }
+
+  void NextRequest() {
+    if (buffer_.size() > 0) {  // a pipelined request's bytes are here
+      Arm(Phase::kHead, server_.options.header_timeout);
+      return ReadHead();
+    }
+    Arm(Phase::kIdle, server_.options.idle_timeout);
+    socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](const ErrorCode& ec) {
+      if (self->phase_ != Phase::kIdle) return;
+      if (ec || self->timed_out_) {
+        if (self->timed_out_) ++self->server_.timeouts_idle;
+        return self->Close();
+      }
+      self->Arm(Phase::kHead, self->server_.options.header_timeout);
+      self->ReadHead();
+    });
+  }
+
+  // An error response made by the server itself; the connection ends after it.
+  void Refuse(int status) { Refuse(server_.ErrorResponse(status)); }
+  void Refuse(HttpResponse res) {
+    Disarm();
+    phase_ = Phase::kHandling;
+    parser_.reset();
+    BeginResponse(head_only_);
+    keep_alive_ = false;
+    close_after_ = true;
+    exchange_.reset();
+    ++seq_;
+    SendResponse(std::move(res));
+  }
+
+  // Closes the sending side, then reads and drops what the client still sends (at most
+  // kMaxDrainBytes, for at most kMaxDrain), so that the close does not reset the connection
+  // before the client has read the response.
+  void Linger() {
+    ErrorCode ec;
+    socket_.shutdown(tcp::socket::shutdown_send, ec);
+    Arm(Phase::kClosing, absl::FromChrono(kMaxDrain));
+    if (watching_) {  // the watch's end (OnWatched) drains
+      socket_.cancel(ec);
+      return;
+    }
+    Drain();
+  }
+  void Drain() {
+    if (drained_ >= kMaxDrainBytes) return Close();
+    buffer_.clear();
+    socket_.async_read_some(buffer_.prepare(kWatchSlice),
+                            [self = shared_from_this()](const ErrorCode& ec, size_t n) {
+                              if (self->phase_ != Phase::kClosing) return;
+                              if (ec) return self->Close();
+                              self->drained_ += n;
+                              self->Drain();
+                            });
+  }
+
+  HttpServer::Impl& server_;
+  tcp::socket socket_;
+  asio::steady_timer timer_;
+  beast::flat_buffer buffer_;
+  std::optional<bhttp::request_parser<bhttp::string_body>> parser_;
+  const std::string client_;
+  const int client_port_;
+  const Mode mode_;
+
+  Phase phase_ = Phase::kHead;
+  uint64_t timer_gen_ = 0;
+  bool timed_out_ = false;
+  int version_ = 11;
+  int requests_ = 0;
+  bool keep_alive_ = true;
+  const HttpServer::Handler* handler_ = nullptr;
+  uint64_t seq_ = 0;
+  std::shared_ptr<Exchange> exchange_;
+  std::string interim_;  // "100 Continue"
+
+  // The response in progress.
+  bool head_only_ = false;
+  bool response_started_ = false, response_complete_ = false;
+  bool close_after_ = false, chunked_ = false;
+  int status_ = 0;
+  std::string out_pending_, out_writing_;
+  size_t written_ = 0;
+  bool writing_ = false;
+  bool watching_ = false, next_after_watch_ = false;
+  size_t drained_ = 0;
+};
+
+template <typename F>
+void Exchange::OnLoop(F&& f) {
+  link_->Post([conn = conn_, f = std::forward<F>(f)]() mutable {
+    if (std::shared_ptr<Connection> c = conn.lock()) f(*c);
+  });
+}
+
+void Exchange::Respond(HttpResponse response) {
+  OnLoop([seq = seq_, r = std::move(response)](Connection& c) mutable {
+    c.OnRespond(seq, std::move(r));
+  });
+}
+void Exchange::StartStream(HttpResponse head) {
+  OnLoop([seq = seq_, h = std::move(head)](Connection& c) mutable {
+    c.OnStartStream(seq, std::move(h));
+  });
+}
+void Exchange::Write(std::string data) {
+  if (data.empty() || aborted_) return;
+  OnLoop([seq = seq_, d = std::move(data)](Connection& c) mutable { c.OnWrite(seq, std::move(d)); });
+}
+void Exchange::End() {
+  OnLoop([seq = seq_](Connection& c) { c.OnEnd(seq); });
+}
+
+}  // namespace
+
+void HttpServer::Impl::Accept() {
+  acceptor.async_accept([this](const ErrorCode& ec, tcp::socket socket) {
+    if (stopping || !acceptor.is_open()) return;
+    if (ec) {
+      if (ec == asio::error::operation_aborted) return;
+      // Out of descriptors (or buffers): the kernel keeps the connection queued; try again soon
+      // instead of spinning on the error.
+      if (ec == asio::error::no_descriptors || ec == asio::error::no_buffer_space ||
+          ec == asio::error::no_memory || ec.value() == ENFILE) {
+        spdlog::warn("HTTP accept: {}; pausing accepts for 50 ms", ec.message());
+        accept_pause.expires_after(kAcceptPause);
+        accept_pause.async_wait([this](const ErrorCode& wec) {
+          if (!wec && !stopping) Accept();
+        });
+        return;
+      }
+    } else {
+      OnAccepted(std::move(socket));
+    }
+    Accept();
+  });
+}
+
+void HttpServer::Impl::OnAccepted(tcp::socket socket) {
+  ErrorCode ec;
+  const tcp::endpoint peer = socket.remote_endpoint(ec);
+  if (ec) return;  // already gone
+  std::string client = peer.address().to_string();
+  const int port = peer.port();
+  ++accepted;
+  int refuse = 0;
+  if (open_count.load() >= options.max_connections) {
+    refuse = 503;
+    ++refused_total;
+  } else if (per_client[client] >= options.max_connections_per_client) {
+    refuse = 429;
+    ++refused_client;
+  }
+  if (refuse != 0) {
+    if (auto it = per_client.find(client); it != per_client.end() && it->second == 0) {
+      per_client.erase(it);
+    }
+    if (refusing >= kMaxRefusing) return;  // closed unanswered: the socket goes out of scope
+    ++refusing;
+    auto conn = std::make_shared<Connection>(*this, std::move(socket), std::move(client), port,
+                                             Connection::Mode::kRefuse);
+    conn->Start(refuse);
+    return;
+  }
+  ++per_client[client];
+  ++open_count;
+  auto conn = std::make_shared<Connection>(*this, std::move(socket), std::move(client), port,
+                                           Connection::Mode::kServe);
+  open.emplace(conn.get(), conn);
+  conn->Start(0);
+}
+
+std::string HttpRequest::Header(std::string_view name) const {
+  for (const auto& [n, v] : headers) {
+    if (absl::EqualsIgnoreCase(n, absl::string_view(name.data(), name.size()))) return v;
+  }
+  return "";
+}
+
+bool HttpRequest::HasHeader(std::string_view name) const {
+  for (const auto& [n, v] : headers) {
+    if (absl::EqualsIgnoreCase(n, absl::string_view(name.data(), name.size()))) return true;
+  }
+  return false;
+}
 
 HttpServer::Routes& HttpServer::Routes::Add(const std::string& path, const std::string& method,
                                             Handler handler) {
@@ -335,92 +810,119 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   std::string host;
   int port = 0;
   if (absl::Status s = ParseAddress(address, host, port); !s.ok()) return s;
-  if (options.threads < 1 || options.keep_alive_max_requests < 1) {
-    return absl::InvalidArgumentError("HTTP server: threads and requests per connection >= 1");
+  if (options.cpu_threads < 1 || options.keep_alive_max_requests < 1 ||
+      options.max_connections < 1 || options.max_connections_per_client < 1) {
+    return absl::InvalidArgumentError(
+        "HTTP server: threads, requests per connection and connection caps must be >= 1");
   }
-
-  std::unique_ptr<HttpServer> server(new HttpServer());
-  server->impl_ = std::make_unique<Impl>(std::move(routes), options);
-  Impl& impl = *server->impl_;
-  for (const auto& [path, methods] : impl.routes().by_path_) {
-    const std::string pattern = EscapeRegex(path);
+  for (const auto& [path, methods] : routes.by_path()) {
     for (const auto& [method, handler] : methods) {
-      if (method == "GET") {
-        impl.Get(pattern, handler);
-      } else if (method == "POST") {
-        impl.Post(pattern, handler);
-      } else if (method == "PUT") {
-        impl.Put(pattern, handler);
-      } else if (method == "PATCH") {
-        impl.Patch(pattern, handler);
-      } else if (method == "DELETE") {
-        impl.Delete(pattern, handler);
-      } else if (method == "OPTIONS") {
-        impl.Options(pattern, handler);
-      } else {
+      if (method == "HEAD" || !KnownMethod(method)) {
         return absl::InvalidArgumentError(absl::StrCat("HTTP server: no method ", method));
       }
     }
   }
-  // SO_REUSEADDR only: httplib's default SO_REUSEPORT would let a second server bind the port.
-  impl.set_socket_options([](socket_t fd) {
-    const int yes = 1;
-    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
-  const auto seconds = [](absl::Duration d) {
-    return std::max<time_t>(1, absl::ToInt64Seconds(d));
-  };
-  // Stream events are small writes: without TCP_NODELAY, Nagle holds each one until the client
-  // acknowledges the last, and delayed ACKs stall a stream (gRPC sets it too).
-  impl.set_tcp_nodelay(true);
-  impl.set_read_timeout(seconds(options.read_timeout));  // SO_RCVTIMEO, beside our deadlines
-  impl.set_write_timeout(seconds(options.write_timeout));
-  impl.set_keep_alive_max_count(static_cast<size_t>(options.keep_alive_max_requests));
-  impl.set_keep_alive_timeout(seconds(options.keep_alive_timeout));
-  impl.set_payload_max_length(options.max_body_bytes);
-  const size_t threads = static_cast<size_t>(options.threads);
-  impl.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+  HttpServerOptions opts = options;
+  // Each connection is a descriptor: make room for the cap, or lower it to what fits.
+  rlimit lim{};
+  if (getrlimit(RLIMIT_NOFILE, &lim) == 0) {
+    constexpr rlim_t kReserve = 256;  // model files, gRPC, logs, the other server
+    const rlim_t want = static_cast<rlim_t>(opts.max_connections) + kMaxRefusing + kReserve;
+    if (lim.rlim_cur != RLIM_INFINITY && lim.rlim_cur < want) {
+      rlimit raised = lim;
+      raised.rlim_cur = lim.rlim_max == RLIM_INFINITY ? want : std::min(want, lim.rlim_max);
+      if (setrlimit(RLIMIT_NOFILE, &raised) == 0) lim = raised;
+      if (lim.rlim_cur < want) {
+        const int fits = static_cast<int>(std::max<rlim_t>(
+            16, lim.rlim_cur > kReserve + kMaxRefusing ? lim.rlim_cur - kReserve - kMaxRefusing
+                                                        : 16));
+        spdlog::warn(
+            "HTTP server on {}: {} connections need {} file descriptors, the limit is {}; "
+            "holding at most {} (raise `ulimit -n`)",
+            address, opts.max_connections, want, static_cast<uint64_t>(lim.rlim_cur), fits);
+        opts.max_connections = std::min(opts.max_connections, fits);
+      }
+    }
+  }
 
-  errno = 0;
-  const int bound =
-      port == 0 ? impl.bind_to_any_port(host) : (impl.bind_to_port(host, port) ? port : -1);
-  if (bound <= 0) {
-    return absl::UnavailableError(absl::StrCat("cannot listen for HTTP on ", address,
-                                               errno != 0 ? ": " : "",
-                                               errno != 0 ? std::strerror(errno) : ""));
+  std::unique_ptr<HttpServer> server(new HttpServer());
+  server->impl_ = std::make_shared<Impl>(std::move(routes), opts);
+  Impl& impl = *server->impl_;
+  ErrorCode ec;
+  const asio::ip::address ip = asio::ip::make_address(host == "localhost" ? "127.0.0.1" : host, ec);
+  if (ec) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("HTTP address '", address, "': '", host, "' is not an IP address"));
   }
-  server->port_ = bound;
-  server->listener_ = std::thread([&impl, bound] {
-    if (!impl.listen_after_bind()) spdlog::error("HTTP server on port {} stopped accepting", bound);
-    impl.listen_returned = true;
+  const tcp::endpoint endpoint(ip, static_cast<unsigned short>(port));
+  impl.acceptor.open(endpoint.protocol(), ec);
+  // SO_REUSEADDR only (a restart binds at once); never SO_REUSEPORT, which would let a second
+  // server bind the same port.
+  if (!ec) impl.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
+  if (!ec) impl.acceptor.bind(endpoint, ec);
+  if (!ec) impl.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (ec) {
+    return absl::UnavailableError(
+        absl::StrCat("cannot listen for HTTP on ", address, ": ", ec.message()));
+  }
+  server->port_ = impl.acceptor.local_endpoint(ec).port();
+  impl.pool->pool = std::make_unique<asio::thread_pool>(static_cast<size_t>(opts.cpu_threads));
+  impl.Accept();
+  impl.io_thread = std::thread([&impl] {
+    for (;;) {
+      try {
+        impl.io.run();
+        return;
+      } catch (const std::exception& e) {
+        spdlog::error("HTTP event loop: {}", e.what());
+      }
+    }
   });
-  // httplib's stop() does nothing until its accept loop runs: wait for it.
-  while (!impl.is_running() && !impl.listen_returned) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(1));
-  }
   return server;
 }
 
+HttpServerStats HttpServer::Stats() const {
+  HttpServerStats s;
+  if (impl_ == nullptr) return s;
+  s.open_connections = impl_->open_count.load();
+  s.accepted = impl_->accepted.load();
+  s.refused_max_connections = impl_->refused_total.load();
+  s.refused_per_client = impl_->refused_client.load();
+  s.timeouts_header = impl_->timeouts_header.load();
+  s.timeouts_body = impl_->timeouts_body.load();
+  s.timeouts_idle = impl_->timeouts_idle.load();
+  s.timeouts_write = impl_->timeouts_write.load();
+  return s;
+}
+
+void HttpServer::Post(std::function<void()> work) {
+  if (impl_ != nullptr) impl_->pool->Post(std::move(work));
+}
+
 void HttpServer::Stop() {
-  if (stopped_ || impl_ == nullptr) return;
-  stopped_ = true;
-  impl_->stop();              // closes the listening socket: no new connections
-  impl_->CloseConnections();  // wakes every worker blocked on a client
-  if (listener_.joinable()) listener_.join();  // httplib joins its workers before returning
+  if (impl_ == nullptr || !impl_->io_thread.joinable()) return;
+  Impl& impl = *impl_;
+  // On the loop: no new connections, every open one closed (their exchanges aborted).
+  std::promise<void> closed;
+  asio::post(impl.io, [&impl, &closed] {
+    impl.stopping = true;
+    ErrorCode ec;
+    impl.acceptor.close(ec);
+    impl.accept_pause.cancel();
+    std::vector<std::shared_ptr<Connection>> all;
+    for (auto& [raw, weak] : impl.open) {
+      if (auto c = weak.lock()) all.push_back(std::move(c));
+    }
+    for (auto& c : all) c->Close();
+    closed.set_value();
+  });
+  closed.get_future().wait();
+  impl.link->Close();
+  impl.io.stop();
+  impl.io_thread.join();
+  if (std::unique_ptr<asio::thread_pool> pool = impl.pool->Take()) pool->join();
 }
 
 HttpServer::~HttpServer() { Stop(); }
-
-bool HttpServer::ClientClosed() {
-  const int fd = t_connection_fd;
-  if (fd < 0) return false;
-  pollfd p = {fd, POLLIN | POLLRDHUP, 0};
-  if (poll(&p, 1, 0) <= 0) return false;
-  if ((p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL)) != 0) return true;
-  if ((p.revents & POLLIN) == 0) return false;
-  char c;  // readable: bytes of a next request, or the end of the stream
-  const ssize_t n = recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT);
-  return n == 0 || (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
-}
 
 }  // namespace heavykv::server

@@ -1,74 +1,120 @@
-// HttpServer: a small HTTP/1.1 server (Debian's cpp-httplib) for the endpoints heavykv serves
-// beside gRPC, hardened against clients that misbehave or attack:
+// HttpServer: an event-driven HTTP/1.1 server for the endpoints heavykv serves beside gRPC (the
+// OpenAI API, /metrics). One Asio event loop holds every connection (a socket, a buffer and a
+// timer each, no thread); Boost.Beast parses the requests; handlers run on a small CPU pool and
+// answer through an HttpExchange, now or later, from any thread:
 //
 //   HttpServer::Routes routes;
-//   routes.Add("/metrics", "GET", [](const httplib::Request&, httplib::Response& res) {...});
+//   routes.Add("/metrics", "GET", [](const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+//     ex->Respond({.status = 200, .content_type = "text/plain", .body = "..."});
+//   });
 //   absl::StatusOr<std::unique_ptr<HttpServer>> http =
 //       HttpServer::Start("127.0.0.1:0", std::move(routes), HttpServerOptions());
 //   (*http)->port();  // the port bound (a free one for port 0)
 //   (*http)->Stop();  // or destroy it
 //
-// What it guarantees:
-// - Routes match the exact path (the query string is ignored). An unknown path gets 404, a known
-//   path with a method it does not serve 405 with an `Allow` header, a malformed request 400, a
-//   declared body over `max_body_bytes` 413, each with a short fixed body (`error_body`): no
-//   response echoes any part of the request. A route for GET also answers HEAD (headers only).
-// - Bounded work per connection: a request's line, headers and body must all arrive within
-//   `read_timeout` of its first byte and within `max_head_bytes + max_body_bytes` bytes, or the
-//   connection is closed; an idle connection is closed after `keep_alive_timeout`. So a client
-//   holds one of the `threads` workers for at most keep_alive_timeout + read_timeout (+ the
-//   write timeout, + 1 s of draining what it sent after an error), however it behaves, and fewer
-//   than `threads` stuck clients never delay anyone else.
-// - A response of 400 or more ends the connection (the rest of a bad request is never parsed
-//   as the next one).
-// - Stop() (and the destructor) closes the listening socket and every open connection, and
-//   returns when every thread has ended.
+// The contract (routes, limits, deadlines, caps, keep-alive, threading) is docs/ARCHITECTURE.md
+// "The HTTP server".
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "httplib.h"
+#include "server/common/http_stats.h"
 
 namespace heavykv::server {
 
+// One request as a handler sees it (the whole body read).
+struct HttpRequest {
+  std::string method;  // "GET", "POST", ...; a HEAD request reaches the GET route as "HEAD"
+  std::string target;  // as sent: path and query
+  std::string path;    // the target without its query string
+  int version = 11;    // 10 or 11
+  std::vector<std::pair<std::string, std::string>> headers;
+  std::string body;
+  std::string remote_addr;  // the client's IP address
+  int remote_port = 0;
+
+  // The first value of header `name` (case-insensitive), or "".
+  std::string Header(std::string_view name) const;
+  bool HasHeader(std::string_view name) const;
+};
+
+struct HttpResponse {
+  int status = 200;
+  std::string content_type = "application/json";
+  std::vector<std::pair<std::string, std::string>> headers;  // beside Content-Type/-Length
+  std::string body;
+};
+
+// A handler's side of one request. Thread-safe and never blocks; calls from one request must be
+// ordered by the caller. Calls after the connection has gone, or after the response is complete,
+// do nothing.
+class HttpExchange {
+ public:
+  virtual ~HttpExchange() = default;
+  // The whole response.
+  virtual void Respond(HttpResponse response) = 0;
+  // A chunked response: `head`'s status, type and headers now (its body is ignored), then each
+  // Write as one chunk, then End.
+  virtual void StartStream(HttpResponse head) = 0;
+  virtual void Write(std::string data) = 0;
+  virtual void End() = 0;
+  // `on_abort` runs once if the connection ends before the response is complete (the client went
+  // away, a write made no progress for write_timeout, Stop()): on the server's I/O thread, or on
+  // the caller's at once if that has already happened. Set it at most once.
+  virtual void OnAbort(std::function<void()> on_abort) = 0;
+  virtual bool aborted() const = 0;
+  // Runs `work` on the server's CPU pool (never on the caller's thread; nothing once the server
+  // has stopped): for work a response needs later, e.g. formatting a stream's next events.
+  virtual void Post(std::function<void()> work) = 0;
+};
+
 struct HttpServerOptions {
-  int threads = 8;                        // worker threads, each serving one connection at a time
-  absl::Duration read_timeout = absl::Seconds(5);   // a whole request, first byte to last
-  absl::Duration write_timeout = absl::Seconds(5);  // each write of a response
-  int keep_alive_max_requests = 1;        // requests per connection (1: close after each)
-  absl::Duration keep_alive_timeout = absl::Seconds(2);  // wait for a request's first byte
-  size_t max_head_bytes = 16 << 10;       // request line + headers (one header line <= 8 KiB)
+  int cpu_threads = 1;  // the pool that runs handlers and Post()ed work
+  absl::Duration header_timeout = absl::Seconds(10);  // accept (or first byte) to end of head
+  absl::Duration body_timeout = absl::Seconds(30);    // end of head to end of body
+  absl::Duration idle_timeout = absl::Seconds(5);     // keep-alive: between requests
+  absl::Duration write_timeout = absl::Seconds(30);   // a write making no progress
+  int keep_alive_max_requests = 1;                    // per connection (1: close after each)
+  size_t max_head_bytes = 16 << 10;                   // request line + headers
   size_t max_body_bytes = 64 << 10;
-  // The body of the server's own error responses (404, 405, 413, a malformed request 400, a
+  int max_connections = 16384;             // open at once, in all
+  int max_connections_per_client = 4096;   // open at once from one client address
+  // The body of the server's own error responses (400, 404, 405, 408, 413, 417, 429, 503, a
   // handler's exception 500), made from the status alone so that it never echoes the request.
   // Empty: "<status> <reason>\n" as text/plain.
-  std::function<void(int status, httplib::Response& res)> error_body;
+  std::function<void(int status, HttpResponse& res)> error_body;
 };
 
 class HttpServer {
  public:
-  using Handler = std::function<void(const httplib::Request&, httplib::Response&)>;
+  using Handler = std::function<void(const HttpRequest&, std::shared_ptr<HttpExchange>)>;
 
-  // Exact paths to handlers by method ("GET", "POST", ...).
+  // Exact paths to handlers by method ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS").
   class Routes {
    public:
     Routes& Add(const std::string& path, const std::string& method, Handler handler);
+    // path -> method -> handler
+    const std::map<std::string, std::map<std::string, Handler>>& by_path() const {
+      return by_path_;
+    }
 
    private:
-    friend class HttpServer;
     std::map<std::string, std::map<std::string, Handler>> by_path_;
   };
 
-  // Binds `address` ("host:port" or "[v6]:port"; port 0 = any free port) and serves `routes`
-  // from its own threads. INVALID_ARGUMENT for a malformed address, UNAVAILABLE when it cannot be
-  // bound (in use, or not an address of this machine).
+  // Binds `address` ("host:port" or "[v6]:port"; port 0 = any free port) and serves `routes`.
+  // INVALID_ARGUMENT for a malformed address or options, UNAVAILABLE when it cannot be bound
+  // (in use, or not an address of this machine).
   static absl::StatusOr<std::unique_ptr<HttpServer>> Start(const std::string& address,
                                                            Routes routes,
                                                            const HttpServerOptions& options);
@@ -77,22 +123,18 @@ class HttpServer {
   HttpServer& operator=(const HttpServer&) = delete;
 
   int port() const { return port_; }
+  HttpServerStats Stats() const;
+  // Runs `work` on the CPU pool (nothing after Stop()).
+  void Post(std::function<void()> work);
   void Stop();
 
-  // From a handler, or the content provider it set (both run on the connection's worker): true
-  // once the client of the request being served has gone (hung up, reset, shut its sending side
-  // down, or Stop() closed the connection), so that a long response can stop its work. False on
-  // any other thread.
-  static bool ClientClosed();
+  class Impl;
 
  private:
-  class Impl;
   HttpServer() = default;
 
-  std::unique_ptr<Impl> impl_;
-  std::thread listener_;
+  std::shared_ptr<Impl> impl_;
   int port_ = 0;
-  bool stopped_ = false;
 };
 
 }  // namespace heavykv::server

@@ -1,7 +1,5 @@
 #include "server/http/openai_http.h"
 
-#include <chrono>
-#include <condition_variable>
 #include <functional>
 #include <mutex>
 #include <utility>
@@ -17,57 +15,21 @@
 namespace heavykv::server {
 namespace {
 
-// How often a waiting worker looks at its connection.
-constexpr auto kPollSlice = std::chrono::milliseconds(50);
 constexpr char kJson[] = "application/json";
 
-// One request's deltas, queued by the engine's callback and taken by the HTTP worker. Shared by
-// both, so a delta that arrives after the worker has given up touches live memory.
-struct DeltaQueue {
-  std::mutex mu;
-  std::condition_variable cv;
-  std::vector<GenerationDelta> deltas;  // guarded by mu
-};
-
-// A submitted request as the worker sees it.
-struct Running {
-  std::shared_ptr<DeltaQueue> queue = std::make_shared<DeltaQueue>();
-  std::shared_ptr<RequestHandle> handle;
-  bool finished = false;   // the finished delta has been taken
-  bool cancelled = false;  // Cancel() was called (the client went away, or a write failed)
-
-  void Cancel() {
-    if (!cancelled && !finished && handle) handle->Cancel();
-    cancelled = true;
-  }
-
-  // Waits until deltas are queued and takes them all. Before each wait (at least every
-  // kPollSlice, and on every call, however fast tokens come) it checks the connection and
-  // cancels the request once the client has gone; the engine then still sends the finished
-  // delta, which ends the wait.
-  std::vector<GenerationDelta> Take() {
-    std::vector<GenerationDelta> out;
-    for (;;) {
-      if (!cancelled && HttpServer::ClientClosed()) Cancel();
-      std::unique_lock<std::mutex> lock(queue->mu);
-      if (queue->cv.wait_for(lock, kPollSlice, [&] { return !queue->deltas.empty(); })) {
-        out.swap(queue->deltas);
-        break;
-      }
-    }
-    if (out.back().finished) finished = true;
-    return out;
-  }
-};
-
-void SetError(httplib::Response& res, const absl::Status& status) {
+void SendError(HttpExchange& ex, const absl::Status& status,
+               std::vector<std::pair<std::string, std::string>> headers = {}) {
+  HttpResponse res;
   res.status = ToHttpError(status.code()).status;
-  res.set_content(ErrorBody(status), kJson);
+  res.body = ErrorBody(status);
+  res.headers = std::move(headers);
+  ex.Respond(std::move(res));
 }
 
-void SetJson(httplib::Response& res, const nlohmann::json& value) {
-  res.status = 200;
-  res.set_content(JsonText(value), kJson);
+void SendJson(HttpExchange& ex, const nlohmann::json& value) {
+  HttpResponse res;
+  res.body = JsonText(value);
+  ex.Respond(std::move(res));
 }
 
 // The status of a request the engine finished without generating: refused after tokenizing, or
@@ -80,19 +42,16 @@ absl::Status FinishStatus(const GenerationDelta& last) {
   return absl::OkStatus();
 }
 
-// The state of one streamed response, shared by the content provider and its releaser.
+// The SSE events of one streamed response.
 struct Stream {
-  Running run;
   ResponseMeta meta;
   bool include_usage = false;
   LogprobsJson logprobs{ApiKind::kCompletion, false};
-  std::vector<GenerationDelta> pending;  // taken before the stream started
   bool role_sent = false;
   bool done = false;
 
   // The events for `deltas`; sets `done` after the last one and [DONE]. Deltas taken together
-  // go out as one chunk, as gRPC merges queued deltas into one message: a client that reads
-  // slower than tokens come gets fewer, larger chunks instead of a growing backlog.
+  // go out as one event, as gRPC merges queued deltas into one message.
   std::string Events(const std::vector<GenerationDelta>& deltas) {
     std::string out;
     if (meta.kind == ApiKind::kChat && !role_sent) {
@@ -133,6 +92,124 @@ struct Stream {
   }
 };
 
+// One submitted generation. The engine's callback queues its deltas and posts a job to the HTTP
+// server's CPU pool unless one is queued already; the job formats every queued delta and hands the
+// bytes to the exchange, looping until the queue is empty, so one job at a time runs per request
+// and its events go out in order. The engine thread never formats JSON, and no thread waits.
+class Generation final : public std::enable_shared_from_this<Generation> {
+ public:
+  Generation(std::shared_ptr<HttpExchange> exchange, ApiKind kind, bool stream,
+             bool include_usage, bool logprobs, ResponseMeta meta, RejectionObserver on_rejected)
+      : exchange_(std::move(exchange)),
+        kind_(kind),
+        stream_(stream),
+        on_rejected_(std::move(on_rejected)) {
+    sse_.meta = std::move(meta);
+    sse_.include_usage = include_usage;
+    sse_.logprobs = LogprobsJson(kind, logprobs);
+  }
+
+  // The client went away (or the server stops): stop the engine's work.
+  void Cancel() {
+    std::shared_ptr<RequestHandle> handle;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      cancel_ = true;
+      handle = handle_;
+    }
+    if (handle) handle->Cancel();
+  }
+  void SetHandle(std::shared_ptr<RequestHandle> handle) {
+    bool cancel;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      handle_ = handle;
+      cancel = cancel_;
+    }
+    if (cancel) handle->Cancel();
+  }
+
+  // Engine thread: never blocks.
+  void OnDelta(const GenerationDelta& d) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      queued_.push_back(d);
+      if (scheduled_) return;
+      scheduled_ = true;
+    }
+    exchange_->Post([self = shared_from_this()] { self->Run(); });
+  }
+
+ private:
+  void Run() {
+    for (;;) {
+      std::vector<GenerationDelta> batch;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (queued_.empty()) {
+          scheduled_ = false;
+          return;
+        }
+        batch.swap(queued_);
+      }
+      Handle(batch);
+    }
+  }
+
+  void Handle(const std::vector<GenerationDelta>& batch) {
+    if (finished_) return;
+    const bool first = !started_;
+    started_ = true;
+    const GenerationDelta& last = batch.back();
+    // No byte goes out before the first delta, so a refusal after tokenizing keeps its status.
+    if (first && last.finished && last.finish_reason == "rejected") {
+      finished_ = true;
+      spdlog::info("request {} rejected: {}", sse_.meta.id, last.status.ToString());
+      if (on_rejected_) on_rejected_(last.status.code());
+      return SendError(*exchange_, last.status);
+    }
+    if (!stream_) {
+      for (const GenerationDelta& d : batch) {
+        text_ += d.text;
+        sse_.logprobs.Add(d);
+      }
+      if (!last.finished) return;
+      finished_ = true;
+      LogFinished(sse_.meta.id, last);
+      if (absl::Status s = FinishStatus(last); !s.ok()) return SendError(*exchange_, s);
+      return SendJson(*exchange_,
+                      ResponseJson(sse_.meta, text_, last, sse_.logprobs.Take()));
+    }
+    if (first) {
+      HttpResponse head;
+      head.content_type = "text/event-stream";
+      head.headers.emplace_back("Cache-Control", "no-cache");
+      exchange_->StartStream(std::move(head));
+    }
+    exchange_->Write(sse_.Events(batch));
+    if (sse_.done) {
+      finished_ = true;
+      exchange_->End();
+    }
+  }
+
+  const std::shared_ptr<HttpExchange> exchange_;
+  const ApiKind kind_;
+  const bool stream_;
+  const RejectionObserver on_rejected_;
+
+  std::mutex mu_;
+  std::vector<GenerationDelta> queued_;    // guarded by mu_
+  bool scheduled_ = false;                 // a job is queued or running; guarded by mu_
+  std::shared_ptr<RequestHandle> handle_;  // guarded by mu_
+  bool cancel_ = false;                    // guarded by mu_
+
+  // The job's (one at a time).
+  bool started_ = false, finished_ = false;
+  std::string text_;  // non-streamed: the whole text so far
+  Stream sse_;
+};
+
 class OpenAiFront {
  public:
   OpenAiFront(Engine* engine, const OpenAiHttpOptions& options,
@@ -146,10 +223,10 @@ class OpenAiFront {
 
   HttpServer::Routes Routes(std::shared_ptr<OpenAiFront> self) const {
     HttpServer::Routes routes;
-    const auto bind = [self](void (OpenAiFront::*method)(const httplib::Request&,
-                                                         httplib::Response&)) {
-      return [self, method](const httplib::Request& req, httplib::Response& res) {
-        ((*self).*method)(req, res);
+    const auto bind = [self](void (OpenAiFront::*method)(const HttpRequest&,
+                                                         std::shared_ptr<HttpExchange>)) {
+      return [self, method](const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+        ((*self).*method)(req, std::move(ex));
       };
     };
     routes.Add("/v1/completions", "POST", bind(&OpenAiFront::Completions));
@@ -162,42 +239,41 @@ class OpenAiFront {
   }
 
  private:
-  // OK when no key is needed or the request carries a listed one.
-  bool Authorized(const httplib::Request& req, httplib::Response& res) const {
+  // True when no key is needed or the request carries a listed one; else answers 401.
+  bool Authorized(const HttpRequest& req, HttpExchange& ex) const {
     if (options_.api_keys == nullptr) return true;
-    absl::Status s = options_.api_keys->Check(req.get_header_value("Authorization"));
+    absl::Status s = options_.api_keys->Check(req.Header("Authorization"));
     if (s.ok()) return true;
     spdlog::info("HTTP {} refused from {}: {}", req.path, req.remote_addr, std::string(s.message()));
     if (options_.on_rejected) options_.on_rejected(s.code());
-    SetError(res, WithErrorCode(s, "invalid_api_key"));
-    res.set_header("WWW-Authenticate", "Bearer");
+    SendError(ex, WithErrorCode(s, "invalid_api_key"), {{"WWW-Authenticate", "Bearer"}});
     return false;
   }
 
-  std::string ClientOf(const httplib::Request& req) const {
+  std::string ClientOf(const HttpRequest& req) const {
     if (options_.api_keys != nullptr) {
-      return absl::StrCat("key:",
-                          std::hash<std::string>{}(req.get_header_value("Authorization")));
+      return absl::StrCat("key:", std::hash<std::string>{}(req.Header("Authorization")));
     }
     return absl::StrCat("http:", req.remote_addr, ":", req.remote_port);
   }
 
-  void Refused(httplib::Response& res, const absl::Status& s) const {
+  void Refused(HttpExchange& ex, const absl::Status& s) const {
     if (options_.on_rejected) options_.on_rejected(s.code());
-    SetError(res, s);
+    SendError(ex, s);
   }
 
-  void Completions(const httplib::Request& req, httplib::Response& res) {
-    Generate(ApiKind::kCompletion, req, res);
+  void Completions(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+    Generate(ApiKind::kCompletion, req, std::move(ex));
   }
-  void ChatCompletions(const httplib::Request& req, httplib::Response& res) {
-    Generate(ApiKind::kChat, req, res);
+  void ChatCompletions(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+    Generate(ApiKind::kChat, req, std::move(ex));
   }
 
-  void Generate(ApiKind kind, const httplib::Request& req, httplib::Response& res) {
-    if (!Authorized(req, res)) return;
+  // Parses, submits and returns: the Generation answers from the engine's deltas.
+  void Generate(ApiKind kind, const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+    if (!Authorized(req, *ex)) return;
     absl::StatusOr<OpenAiRequest> q = ParseGenerationBody(kind, req.body, served_);
-    if (!q.ok()) return Refused(res, q.status());
+    if (!q.ok()) return Refused(*ex, q.status());
     ResponseMeta meta{kind,
                       absl::StrCat(kind == ApiKind::kChat ? "chatcmpl-" : "cmpl-",
                                    next_id_.fetch_add(1)),
@@ -207,100 +283,54 @@ class OpenAiFront {
     // Cached prompt prefixes stay with their API key (ClientOf names it when keys are on).
     if (options_.api_keys != nullptr) q->generation.tenant = q->generation.client;
 
-    auto stream = std::make_shared<Stream>();
-    Running& run = stream->run;
+    auto generation =
+        std::make_shared<Generation>(ex, kind, q->stream, q->include_usage,
+                                     q->generation.logprobs, std::move(meta), options_.on_rejected);
+    // A client that goes (or a server that stops) before the end cancels the engine's work; the
+    // engine then sends its finished delta, whose events go nowhere.
+    ex->OnAbort([weak = std::weak_ptr<Generation>(generation)] {
+      if (std::shared_ptr<Generation> g = weak.lock()) g->Cancel();
+    });
     absl::StatusOr<std::shared_ptr<RequestHandle>> handle = engine_->Submit(
-        q->generation, [queue = run.queue](const GenerationDelta& d) {
-          std::lock_guard<std::mutex> lock(queue->mu);
-          queue->deltas.push_back(d);
-          queue->cv.notify_all();
-        });
-    if (!handle.ok()) return Refused(res, handle.status());
-    run.handle = *std::move(handle);
-
-    // No byte goes out before the first delta, so a refusal after tokenizing keeps its status.
-    std::vector<GenerationDelta> batch = run.Take();
-    if (run.finished && batch.back().finish_reason == "rejected") {
-      spdlog::info("request {} rejected: {}", meta.id, batch.back().status.ToString());
-      return Refused(res, batch.back().status);
-    }
-    LogprobsJson logprobs(kind, q->generation.logprobs);
-    if (!q->stream) {
-      std::string text;
-      for (;;) {
-        for (const GenerationDelta& d : batch) {
-          text += d.text;
-          logprobs.Add(d);
-        }
-        if (run.finished) break;
-        batch = run.Take();
-      }
-      const GenerationDelta& last = batch.back();
-      LogFinished(meta.id, last);
-      if (absl::Status s = FinishStatus(last); !s.ok()) return SetError(res, s);
-      return SetJson(res, ResponseJson(meta, text, last, logprobs.Take()));
-    }
-
-    stream->meta = std::move(meta);
-    stream->include_usage = q->include_usage;
-    stream->logprobs = std::move(logprobs);
-    stream->pending = std::move(batch);
-    res.status = 200;
-    res.set_header("Cache-Control", "no-cache");
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [stream](size_t, httplib::DataSink& sink) {
-          if (stream->done) {
-            sink.done();
-            return true;
-          }
-          std::vector<GenerationDelta> deltas =
-              stream->pending.empty() ? stream->run.Take() : std::move(stream->pending);
-          stream->pending.clear();
-          const std::string events = stream->Events(deltas);
-          // A client that went away or stopped reading: stop the generation.
-          if (stream->run.cancelled ||
-              (!events.empty() && !sink.write(events.data(), events.size()))) {
-            stream->run.Cancel();
-            return false;
-          }
-          return true;  // an empty write would end the stream: the next call waits instead
-        },
-        [stream](bool) { stream->run.Cancel(); });  // ended early (server stopping): free pages
+        q->generation, [generation](const GenerationDelta& d) { generation->OnDelta(d); });
+    if (!handle.ok()) return Refused(*ex, handle.status());
+    generation->SetHandle(*std::move(handle));
   }
 
-  void Models(const httplib::Request& req, httplib::Response& res) {
-    if (!Authorized(req, res)) return;
-    SetJson(res, ModelsJson(options_.model_name, created_, info_.context_length));
+  void Models(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+    if (!Authorized(req, *ex)) return;
+    SendJson(*ex, ModelsJson(options_.model_name, created_, info_.context_length));
   }
 
-  void Health(const httplib::Request&, httplib::Response& res) {
+  void Health(const HttpRequest&, std::shared_ptr<HttpExchange> ex) {
     if (draining_->load()) {
-      return SetError(res, absl::UnavailableError("the server is draining; retry elsewhere"));
+      return SendError(*ex, absl::UnavailableError("the server is draining; retry elsewhere"));
     }
-    SetJson(res, nlohmann::json::object());
+    SendJson(*ex, nlohmann::json::object());
   }
 
-  void Tokenize(const httplib::Request& req, httplib::Response& res) {
-    if (!Authorized(req, res)) return;
+  void Tokenize(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+    if (!Authorized(req, *ex)) return;
     absl::StatusOr<TokenizeBody> q = ParseTokenizeBody(req.body, served_);
-    if (!q.ok()) return SetError(res, q.status());
+    if (!q.ok()) return SendError(*ex, q.status());
     absl::StatusOr<std::vector<int32_t>> ids =
         q->messages ? engine_->TokenizeChat(*q->messages, q->add_generation_prompt)
                     : engine_->Tokenize(q->prompt, q->add_special_tokens);
-    if (!ids.ok()) return SetError(res, WithParam(ids.status(), q->messages ? "messages" : "prompt"));
-    SetJson(res, {{"count", ids->size()},
-                  {"max_model_len", info_.context_length},
-                  {"tokens", *ids}});
+    if (!ids.ok()) {
+      return SendError(*ex, WithParam(ids.status(), q->messages ? "messages" : "prompt"));
+    }
+    SendJson(*ex, {{"count", ids->size()},
+                   {"max_model_len", info_.context_length},
+                   {"tokens", *ids}});
   }
 
-  void Detokenize(const httplib::Request& req, httplib::Response& res) {
-    if (!Authorized(req, res)) return;
+  void Detokenize(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+    if (!Authorized(req, *ex)) return;
     absl::StatusOr<std::vector<int32_t>> ids = ParseDetokenizeBody(req.body, served_);
-    if (!ids.ok()) return SetError(res, ids.status());
+    if (!ids.ok()) return SendError(*ex, ids.status());
     absl::StatusOr<std::string> text = engine_->Detokenize(*ids, /*skip_special_tokens=*/false);
-    if (!text.ok()) return SetError(res, WithParam(text.status(), "tokens"));
-    SetJson(res, {{"prompt", *text}});
+    if (!text.ok()) return SendError(*ex, WithParam(text.status(), "tokens"));
+    SendJson(*ex, {{"prompt", *text}});
   }
 
   Engine* const engine_;
@@ -320,17 +350,20 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartOpenAiHttp(
   auto front = std::make_shared<OpenAiFront>(engine, options, std::move(draining));
   const ModelInfo info = engine->Info();
   HttpServerOptions http;
-  http.threads = options.threads;
-  http.read_timeout = absl::Seconds(10);
+  http.cpu_threads = options.threads;
+  http.header_timeout = options.header_timeout;
+  http.body_timeout = options.body_timeout;
+  http.idle_timeout = options.idle_timeout;
   http.write_timeout = absl::Seconds(30);
   http.keep_alive_max_requests = 100;
-  http.keep_alive_timeout = absl::Seconds(5);
+  http.max_connections = options.max_connections;
+  http.max_connections_per_client = options.max_connections_per_client;
   http.max_head_bytes = 16 << 10;
   // A prompt at the engine's limits, JSON-escaped (at most 6 bytes a byte) or as token ids (at
   // most 11 digits and a comma each), plus room for the other fields and a chat's structure.
   http.max_body_bytes = size_t(64 << 10) + 6 * size_t(info.max_prompt_bytes) +
                         12 * size_t(info.max_prompt_tokens);
-  http.error_body = [limit = http.max_body_bytes](int status, httplib::Response& res) {
+  http.error_body = [limit = http.max_body_bytes](int status, HttpResponse& res) {
     absl::Status s;
     switch (status) {
       case 404:
@@ -346,13 +379,32 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartOpenAiHttp(
             absl::StrCat("the request body is over ", limit, " bytes, more than any prompt "
                          "this server takes"));
         break;
+      case 408:
+        s = absl::DeadlineExceededError(
+            "the request did not arrive in time (see --http-header-timeout, "
+            "--http-body-timeout)");
+        break;
+      case 417:
+        s = absl::InvalidArgumentError("the only expectation this server meets is 100-continue");
+        break;
+      case 429:
+        s = absl::ResourceExhaustedError(
+            "too many connections from this address (--http-max-connections-per-client); "
+            "reuse connections or retry later");
+        break;
+      case 503:
+        s = absl::UnavailableError(
+            "the server holds as many connections as it takes (--http-max-connections); "
+            "retry later");
+        break;
       case 500:
         s = absl::InternalError("the request failed inside the server");
         break;
       default:
         s = absl::InvalidArgumentError("malformed HTTP request");
     }
-    res.set_content(ErrorBody(s), kJson);
+    res.content_type = kJson;
+    res.body = ErrorBody(s);
   };
   absl::StatusOr<std::unique_ptr<HttpServer>> server =
       HttpServer::Start(options.address, front->Routes(front), http);

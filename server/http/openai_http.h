@@ -8,9 +8,10 @@
 //                                                                      draining);
 //   ... on SIGTERM: *draining = true; engine->Shutdown(grace); (*http)->Stop();
 //
-// Each request holds one worker thread until its response is written: the engine's callbacks
-// only queue deltas (they never block); the worker waits on that queue and cancels the engine
-// request once its client has gone. The engine must outlive the server.
+// No thread waits for a generation: a handler submits and returns, the engine's callback queues
+// deltas and posts a formatting job to the server's CPU pool, and a client that goes cancels the
+// engine request (docs/ARCHITECTURE.md "OpenAI HTTP API", "Threading"). The engine must outlive
+// the server.
 #pragma once
 
 #include <atomic>
@@ -18,6 +19,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "engine/serving/engine.h"
 #include "server/common/auth.h"
 #include "server/common/rejection_observer.h"
@@ -28,7 +30,12 @@ namespace heavykv::server {
 struct OpenAiHttpOptions {
   std::string address = "0.0.0.0:8000";
   std::string model_name;  // what /v1/models lists and `model` must be (when sent)
-  int threads = 64;        // HTTP requests served at once (each holds a worker)
+  int threads = 2;         // the CPU pool: parsing, tokenize endpoints, formatting events
+  absl::Duration header_timeout = absl::Seconds(10);
+  absl::Duration body_timeout = absl::Seconds(30);
+  absl::Duration idle_timeout = absl::Seconds(5);
+  int max_connections = 16384;
+  int max_connections_per_client = 4096;
   const ApiKeyStore* api_keys = nullptr;  // not owned; null: no key is asked for
   RejectionObserver on_rejected;          // every refused generation request's code; may be empty
 };

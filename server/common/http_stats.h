@@ -1,0 +1,18 @@
+// What an HTTP server has done so far (server/http/http_server.h HttpServer::Stats()), in
+// server/common so that Metrics can export it without depending on server/http.
+#pragma once
+
+#include <cstdint>
+
+namespace heavykv::server {
+
+struct HttpServerStats {
+  int64_t open_connections = 0;
+  // Counters (only grow).
+  int64_t accepted = 0;
+  int64_t refused_max_connections = 0;  // 503: over max_connections
+  int64_t refused_per_client = 0;       // 429: over max_connections_per_client
+  int64_t timeouts_header = 0, timeouts_body = 0, timeouts_idle = 0, timeouts_write = 0;
+};
+
+}  // namespace heavykv::server
