@@ -8,7 +8,8 @@ cd "$(dirname "$0")/../.."
 HEAVYKV="${1:-build-asan/bin/heavykv}"
 OUT=tests/fuzz/corpus
 rm -rf "$OUT"
-for t in model_loader tokenizer bpe_tokenizer request_validation proto_convert gguf chat_template; do
+for t in model_loader tokenizer bpe_tokenizer request_validation proto_convert gguf chat_template \
+  http_request; do
   mkdir -p "$OUT/${t}_fuzzer"
 done
 # gguf_fuzzer: written from the GGUF specification by its own script.
@@ -141,4 +142,32 @@ extra = {
 }
 for name, data in extra.items():
     open(os.path.join(out, name), "wb").write(data)
+PY
+
+# http_request_fuzzer: two cut bytes (where the client's writes are split), then the bytes sent:
+# keep-alive and pipelined requests, a chunked and a 100-continue body, a stream, HEAD, HTTP/1.0,
+# and broken ones (a bad Content-Length, both length headers, a bad chunk size, half a head).
+python3 - "$OUT/http_request_fuzzer" <<'PY'
+import os, sys
+out = sys.argv[1]
+seeds = {
+    "get": b"GET /hello?x HTTP/1.1\r\nHost: a\r\n\r\n",
+    "pipelined": b"GET /hello HTTP/1.1\r\nHost: a\r\n\r\nPOST /echo HTTP/1.1\r\nHost: a\r\n"
+                 b"Content-Length: 3\r\nX-Header: h\r\n\r\nabcHEAD /hello HTTP/1.1\r\n\r\n",
+    "chunked": b"POST /echo HTTP/1.1\r\nHost: a\r\nTransfer-Encoding: chunked\r\n\r\n"
+               b"3\r\nabc\r\n0\r\n\r\n",
+    "continue": b"POST /echo HTTP/1.1\r\nHost: a\r\nExpect: 100-continue\r\n"
+                b"Content-Length: 2\r\n\r\nhi",
+    "stream": b"POST /stream HTTP/1.1\r\nHost: a\r\nContent-Length: 0\r\n\r\n"
+              b"GET /hello HTTP/1.1\r\n\r\n",
+    "http10": b"GET /hello HTTP/1.0\r\nConnection: keep-alive\r\n\r\nGET /hello HTTP/1.0\r\n\r\n",
+    "bad_length": b"POST /echo HTTP/1.1\r\nContent-Length: -1\r\n\r\n",
+    "both_lengths": b"POST /echo HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n"
+                    b"3\r\nabc\r\n0\r\n\r\n",
+    "bad_chunk": b"POST /echo HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\nabc\r\n",
+    "half_head": b"GET /hello HTTP/1.1\r\nHo",
+    "wrong_method": b"DELETE /hello HTTP/1.1\r\n\r\nGET /nowhere HTTP/1.1\r\n\r\n",
+}
+for i, (name, data) in enumerate(sorted(seeds.items())):
+    open(os.path.join(out, name), "wb").write(bytes([i * 7 % 256, i * 13 % 256]) + data)
 PY
