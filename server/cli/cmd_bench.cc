@@ -9,6 +9,11 @@
 // --http URL sends the measured requests to the OpenAI HTTP API instead (POST /v1/completions,
 // streamed; server/client/bench_http.h), the same prompts and fields, so that the HTTP front can be
 // compared with gRPC; --server still answers GetModelInfo and the GetCacheStats polls.
+// --slow-connections N (with --http) holds N idle connections to the HTTP front meanwhile (half a
+// request header each, or nothing: --slow-kind; as --slow-sources clients), replacing each one
+// the server closes, while a probe (another client) asks GET /v1/models every
+// --probe-interval-ms; --server-pid P samples the server's RSS and threads before, during and
+// after (server/client/front_load.h). N = 0 runs the probe alone, the figure of an idle front.
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,6 +32,7 @@
 #include "server/cli/commands.h"
 #include "server/client/bench_http.h"
 #include "server/client/client_request.h"
+#include "server/client/front_load.h"
 #include "server/flags/cli_flags.h"
 
 namespace heavykv::cli {
@@ -127,6 +133,8 @@ int BenchCommand(int argc, char** argv) {
   int64_t flood_streams = 0, flood_max_tokens = 512;
   bool json = false;
   std::string http_url;
+  FrontLoadOptions front;
+  int64_t slow_connections = -1, slow_sources = 1, probe_interval_ms = 100, server_pid = 0;
   RequestFlags rf;
   rf.ignore_eos = true;
   FlagSet flags("bench",
@@ -144,8 +152,39 @@ int BenchCommand(int argc, char** argv) {
   flags.String("http", &http_url,
                "send the measured requests to this OpenAI HTTP API (http://host:port) instead "
                "of gRPC; --server still gives the model info and cache stats");
+  flags.Int("slow-connections", &slow_connections,
+            "with --http: idle connections held open to its server meanwhile, each replaced when "
+            "the server closes it, and a probe of GET /v1/models; 0 = the probe alone, -1 = "
+            "neither");
+  flags.String("slow-kind", &front.slow_kind,
+               "what each slow connection sends: half-header (half a POST's header) or silent");
+  flags.Int("slow-sources", &slow_sources,
+            "clients the slow connections come from: K > 1 binds them to 127.0.0.2..127.0.0.(K+1) "
+            "and the probe to 127.0.0.1 (loopback servers only)");
+  flags.Int("probe-interval-ms", &probe_interval_ms,
+            "with --slow-connections: a probe opens a connection and asks GET /v1/models this "
+            "often (timeout 30 s); 0 = no probe");
+  flags.Int("server-pid", &server_pid,
+            "the server's process id: its RSS and threads before, at the peak and 1 s after");
   AddRequestFlags(flags, &rf);
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
+  if (slow_connections >= 0 && http_url.empty()) {
+    return Fail(absl::InvalidArgumentError("--slow-connections needs --http URL (its target)"));
+  }
+  if (slow_connections < -1 || slow_connections > 1000000 || slow_sources < 1 ||
+      slow_sources > 250 || probe_interval_ms < 0 || probe_interval_ms > 3600000 ||
+      server_pid < 0 || server_pid > INT32_MAX) {
+    return Fail(absl::InvalidArgumentError(
+        "--slow-connections must be in [0, 1000000], --slow-sources in [1, 250], "
+        "--probe-interval-ms in [0, 3600000], --server-pid a process id"));
+  }
+  front.http_url = http_url;
+  front.slow_connections = static_cast<int>(slow_connections);
+  front.slow_sources = static_cast<int>(slow_sources);
+  front.probe_interval_ms = static_cast<int>(probe_interval_ms);
+  front.api_key = conn.api_key;
+  front.server_pid = static_cast<pid_t>(server_pid);
+  front.other_sockets = static_cast<int>(std::min<int64_t>(concurrency, requests)) + 16;
   if (concurrency < 1 || requests < 1 || prompt_tokens < 1 || flood_streams < 0 ||
       flood_max_tokens < 1) {
     return Fail(absl::InvalidArgumentError(
@@ -194,6 +233,12 @@ int BenchCommand(int argc, char** argv) {
   std::atomic<int64_t> next = 0, done = 0;
   std::atomic<bool> finished = false;
 
+  std::unique_ptr<FrontLoad> front_load;  // the HTTP front's slow connections and probe
+  if (front.slow_connections >= 0 || front.server_pid > 0) {
+    absl::StatusOr<std::unique_ptr<FrontLoad>> started = FrontLoad::Start(front);
+    if (!started.ok()) return Fail(started.status());
+    front_load = *std::move(started);
+  }
   // The flood: F streams on another connection, each sending one request after another until
   // the measured client is done, then cancelled.
   std::unique_ptr<v1::Generation::Stub> flood_stub;
@@ -291,6 +336,7 @@ int BenchCommand(int argc, char** argv) {
   }
   for (std::thread& t : flooders) t.join();
   poller.join();
+  if (front_load != nullptr) front_load->Finish();
 
   std::sort(results.ttft.begin(), results.ttft.end());
   std::sort(results.itl.begin(), results.itl.end());
@@ -312,22 +358,24 @@ int BenchCommand(int argc, char** argv) {
                                     {"p90", Rounded(ms(v, 90), 3)},
                                     {"p99", Rounded(ms(v, 99), 3)}};
     };
-    PrintJsonLine({{"requests", requests},
-                   {"ok", results.ok},
-                   {"failed", failed},
-                   {"errors", std::move(errors)},
-                   {"concurrency", concurrency},
-                   {"prompt_tokens", results.prompt_tokens},
-                   {"completion_tokens", results.completion_tokens},
-                   {"seconds", Rounded(wall, 4)},
-                   {"output_tokens_per_second", Rounded(tok_s, 2)},
-                   {"requests_per_second", Rounded(req_s, 3)},
-                   {"ttft_ms", percentiles(results.ttft)},
-                   {"itl_ms", percentiles(results.itl)},
-                   {"e2e_ms", percentiles(results.e2e)},
-                   {"max_running", max_running.load()},
-                   {"flood_streams", flood_streams},
-                   {"api", http_url.empty() ? "grpc" : "http"}});
+    nlohmann::ordered_json out = {{"requests", requests},
+                                  {"ok", results.ok},
+                                  {"failed", failed},
+                                  {"errors", std::move(errors)},
+                                  {"concurrency", concurrency},
+                                  {"prompt_tokens", results.prompt_tokens},
+                                  {"completion_tokens", results.completion_tokens},
+                                  {"seconds", Rounded(wall, 4)},
+                                  {"output_tokens_per_second", Rounded(tok_s, 2)},
+                                  {"requests_per_second", Rounded(req_s, 3)},
+                                  {"ttft_ms", percentiles(results.ttft)},
+                                  {"itl_ms", percentiles(results.itl)},
+                                  {"e2e_ms", percentiles(results.e2e)},
+                                  {"max_running", max_running.load()},
+                                  {"flood_streams", flood_streams},
+                                  {"api", http_url.empty() ? "grpc" : "http"}};
+    if (front_load != nullptr) out.update(front_load->Json());
+    PrintJsonLine(out);
   } else {
     std::printf("requests        %lld ok, %lld failed%s%s\n", static_cast<long long>(results.ok),
                 static_cast<long long>(failed), failed ? ": " : "",
@@ -351,8 +399,9 @@ int BenchCommand(int argc, char** argv) {
       std::printf("flood           %lld streams of another client meanwhile\n",
                   static_cast<long long>(flood_streams));
     }
+    if (front_load != nullptr) std::fputs(front_load->Table().c_str(), stdout);
   }
-  return failed > 0 ? 1 : 0;
+  return failed > 0 || (front_load != nullptr && front_load->probes_failed()) ? 1 : 0;
 }
 
 }  // namespace heavykv::cli

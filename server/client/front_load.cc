@@ -1,0 +1,212 @@
+#include "server/client/front_load.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "server/flags/cli_flags.h"
+
+namespace heavykv::cli {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+
+constexpr auto kRampTimeout = 60s;
+const char* const kClosedBy[] = {"408", "429", "503", "other", "none"};
+
+// Nearest-rank percentile of sorted values; 0 for none.
+double Percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * sorted.size()));
+  return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
+}
+
+double Mb(int64_t kb) { return static_cast<double>(kb) / 1024.0; }
+
+nlohmann::ordered_json SampleJson(const ProcessSample& s) {
+  return {{"rss_mb", Rounded(Mb(s.rss_kb), 1)},
+          {"hwm_mb", Rounded(Mb(s.hwm_kb), 1)},
+          {"threads", s.threads}};
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<FrontLoad>> FrontLoad::Start(const FrontLoadOptions& o) {
+  std::unique_ptr<FrontLoad> load(new FrontLoad(o));
+  if (o.server_pid > 0) {
+    absl::StatusOr<ProcessSample> before = SampleProcess(o.server_pid);
+    if (!before.ok()) return before.status();
+    load->before_ = *before;
+    load->peak_ = std::make_unique<ProcessPeak>(o.server_pid);
+  }
+  if (o.slow_connections < 0) return load;
+
+  if (o.slow_kind != "half-header" && o.slow_kind != "silent") {
+    return absl::InvalidArgumentError("--slow-kind must be half-header or silent");
+  }
+  if (o.slow_sources < 1 || o.slow_sources > 250 || o.probe_interval_ms < 0) {
+    return absl::InvalidArgumentError(
+        "--slow-sources must be in [1, 250], --probe-interval-ms at least 0");
+  }
+  absl::StatusOr<TcpTarget> target = ResolveHttpUrl(o.http_url);
+  if (!target.ok()) return target.status();
+  SlowFloodOptions flood;
+  flood.target = *target;
+  flood.connections = o.slow_connections;
+  flood.kind = o.slow_kind == "silent" ? SlowKind::kSilent : SlowKind::kHalfHeader;
+  HttpProbeOptions probe;
+  probe.target = *target;
+  probe.interval = std::chrono::milliseconds(o.probe_interval_ms);
+  probe.api_key = o.api_key;
+  if (o.slow_sources > 1) {
+    if (!target->ipv4_loopback) {
+      return absl::InvalidArgumentError(absl::StrCat("--slow-sources ", o.slow_sources,
+                                                     " binds to 127.0.0.x: the --http server ",
+                                                     o.http_url, " must be on IPv4 loopback"));
+    }
+    for (int i = 0; i < o.slow_sources; ++i)
+      flood.sources.push_back(absl::StrCat("127.0.0.", 2 + i));
+    probe.source = "127.0.0.1";
+  }
+  const int64_t files = RaiseFileLimit();
+  const int64_t needed = int64_t{o.slow_connections} + o.other_sockets + 256;
+  if (needed > files) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--slow-connections ", o.slow_connections, " needs about ", needed,
+        " open files; the limit is ", files, " (raise the hard limit, ulimit -Hn, or flood less)"));
+  }
+
+  if (o.slow_connections > 0) {
+    const Clock::time_point ramp = Clock::now();
+    load->flood_ = std::make_unique<SlowFlood>(std::move(flood));
+    if (absl::Status s = load->flood_->Start(); !s.ok()) return s;
+    load->flood_->WaitOpen(o.slow_connections,
+                           std::chrono::duration_cast<std::chrono::milliseconds>(kRampTimeout));
+    load->ramp_seconds_ = std::chrono::duration<double>(Clock::now() - ramp).count();
+    load->flood_->StartMeasuring();
+  }
+  if (o.probe_interval_ms > 0) {
+    load->probe_ = std::make_unique<HttpProbe>(std::move(probe));
+    if (absl::Status s = load->probe_->Start(); !s.ok()) return s;
+  }
+  return load;
+}
+
+FrontLoad::~FrontLoad() { Finish(); }
+
+void FrontLoad::Finish() {
+  if (finished_) return;
+  finished_ = true;
+  if (probe_ != nullptr) probe_stats_ = probe_->Stop();
+  if (flood_ != nullptr) flood_stats_ = flood_->Stop();
+  if (peak_ != nullptr) {
+    std::this_thread::sleep_for(1s);  // time for the server to see the closes and end threads
+    peak_sample_ = peak_->Stop();
+    if (absl::StatusOr<ProcessSample> after = SampleProcess(options_.server_pid); after.ok()) {
+      after_ = *after;
+    }
+  }
+  std::sort(probe_stats_.latency.begin(), probe_stats_.latency.end());
+}
+
+nlohmann::ordered_json FrontLoad::Json() const {
+  nlohmann::ordered_json out = nlohmann::ordered_json::object();
+  if (flood_ != nullptr) {
+    nlohmann::ordered_json closed_by = nlohmann::ordered_json::object();
+    for (const char* k : kClosedBy) {
+      const auto it = flood_stats_.closed_by.find(k);
+      closed_by[k] = it == flood_stats_.closed_by.end() ? 0 : it->second;
+    }
+    out["slow_flood"] = {{"connections", options_.slow_connections},
+                         {"kind", options_.slow_kind},
+                         {"sources", options_.slow_sources},
+                         {"ramp_seconds", Rounded(ramp_seconds_, 3)},
+                         {"open_min", flood_stats_.open_min},
+                         {"open_mean", Rounded(flood_stats_.open_mean, 1)},
+                         {"reconnects", flood_stats_.reconnects},
+                         {"connect_failures", flood_stats_.connect_failures},
+                         {"closed_by", std::move(closed_by)}};
+  }
+  if (probe_ != nullptr) {
+    const std::vector<double>& v = probe_stats_.latency;
+    out["probe"] = {{"interval_ms", options_.probe_interval_ms},
+                    {"sent", probe_stats_.sent},
+                    {"ok", probe_stats_.ok},
+                    {"failed", probe_stats_.sent - probe_stats_.ok},
+                    {"failures", probe_stats_.failures},
+                    {"latency_ms",
+                     {{"p50", Rounded(1000 * Percentile(v, 50), 3)},
+                      {"p99", Rounded(1000 * Percentile(v, 99), 3)},
+                      {"max", Rounded(1000 * (v.empty() ? 0 : v.back()), 3)}}}};
+  }
+  if (before_) {
+    nlohmann::ordered_json server = {{"pid", options_.server_pid},
+                                     {"before", SampleJson(*before_)}};
+    if (peak_sample_) server["peak"] = SampleJson(*peak_sample_);
+    if (after_) {
+      server["after"] = SampleJson(*after_);
+      server["rss_growth_mb"] = Rounded(Mb(after_->rss_kb - before_->rss_kb), 1);
+      server["threads_left"] = after_->threads - before_->threads;
+    }
+    out["server"] = std::move(server);
+  }
+  return out;
+}
+
+std::string FrontLoad::Table() const {
+  std::string out;
+  if (flood_ != nullptr) {
+    const SlowFloodStats& f = flood_stats_;
+    std::vector<std::string> closed;
+    for (const char* k : kClosedBy) {
+      const auto it = f.closed_by.find(k);
+      closed.push_back(absl::StrCat(k, " ", it == f.closed_by.end() ? 0 : it->second));
+    }
+    absl::StrAppendFormat(&out,
+                          "slow flood      %d %s connections from %d source%s: open min %d, "
+                          "mean %.1f (ramp %.2f s)\n",
+                          options_.slow_connections, options_.slow_kind, options_.slow_sources,
+                          options_.slow_sources == 1 ? "" : "s", f.open_min, f.open_mean,
+                          ramp_seconds_);
+    absl::StrAppendFormat(&out,
+                          "                %d reconnects, %d connect failures; closed by the "
+                          "server after: %s\n",
+                          f.reconnects, f.connect_failures, absl::StrJoin(closed, ", "));
+  }
+  if (probe_ != nullptr) {
+    const HttpProbeStats& p = probe_stats_;
+    std::vector<std::string> why;
+    for (const auto& [k, n] : p.failures) why.push_back(absl::StrCat(k, " ", n));
+    absl::StrAppendFormat(
+        &out, "probe           GET /v1/models every %d ms: %d sent, %d ok, %d failed%s%s\n",
+        options_.probe_interval_ms, p.sent, p.ok, p.sent - p.ok, why.empty() ? "" : ": ",
+        absl::StrJoin(why, ", "));
+    absl::StrAppendFormat(&out, "probe ms        p50 %8.2f  p99 %8.2f  max %8.2f\n",
+                          1000 * Percentile(p.latency, 50), 1000 * Percentile(p.latency, 99),
+                          1000 * (p.latency.empty() ? 0 : p.latency.back()));
+  }
+  if (before_) {
+    const auto line = [&](const char* name, const std::optional<ProcessSample>& s) {
+      if (!s) return;
+      absl::StrAppendFormat(&out, "server %-8s RSS %8.1f MB  VmHWM %8.1f MB  threads %5d\n", name,
+                            Mb(s->rss_kb), Mb(s->hwm_kb), s->threads);
+    };
+    line("before", before_);
+    line("peak", peak_sample_);
+    line("after", after_);
+    if (after_) {
+      absl::StrAppendFormat(&out, "server change   RSS %+.1f MB, threads %+d (pid %d)\n",
+                            Mb(after_->rss_kb - before_->rss_kb),
+                            after_->threads - before_->threads, options_.server_pid);
+    }
+  }
+  return out;
+}
+
+}  // namespace heavykv::cli
