@@ -201,6 +201,7 @@ class ServerProcess {
   std::string address() const { return "127.0.0.1:" + std::to_string(port_); }
   int metrics_port() const { return metrics_port_; }
   int http_port() const { return http_port_; }  // the OpenAI HTTP API; 0 when off
+  pid_t pid() const { return pid_; }            // -1 once it has exited (and been waited for)
   std::string log() const { return ReadFile(log_); }
   v1::Generation::Stub& stub() { return *stub_; }
   // A stub on a connection of its own (a separate client, as the server sees it): gRPC would
