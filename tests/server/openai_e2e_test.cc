@@ -401,6 +401,42 @@ TEST_F(OpenAiE2eTest, BenchOverHttpReportsEveryRequest) {
   EXPECT_NE(refused.find("\"errors\":{\"http_400\":8}"), std::string::npos) << refused;
 }
 
+// `heavykv bench --slow-connections` holds idle connections from other source addresses, probes
+// GET /v1/models and samples the server process; none of it shows without the flags.
+TEST_F(OpenAiE2eTest, BenchHoldsSlowConnectionsAndProbes) {
+  const std::string base = Bin() + " bench --server " + fast_->address() +
+                           " --http http://127.0.0.1:" + std::to_string(fast_->http_port()) +
+                           " --concurrency 2 --requests 4 --prompt-tokens 8 --max-tokens 8 --json";
+  const json out = json::parse(RunCapture(base + " --slow-connections 6 --slow-kind silent " +
+                                          "--slow-sources 2 --probe-interval-ms 50 --server-pid " +
+                                          std::to_string(fast_->pid())),
+                               nullptr, false);
+  ASSERT_TRUE(out.is_object()) << out;
+  EXPECT_EQ(out["ok"], 4) << out;
+  const json& flood = out["slow_flood"];
+  EXPECT_EQ(flood["connections"], 6) << out;
+  EXPECT_EQ(flood["sources"], 2) << out;
+  EXPECT_EQ(flood["open_min"], 6) << out;  // no front drops a silent connection within 1 s
+  EXPECT_EQ(flood["closed_by"].size(), 5u) << out;
+  const json& probe = out["probe"];
+  EXPECT_GE(probe["sent"], 1) << out;
+  EXPECT_EQ(probe["ok"], probe["sent"]) << out;
+  EXPECT_GT(probe["latency_ms"]["max"], 0) << out;
+  const json& server = out["server"];
+  EXPECT_EQ(server["pid"], fast_->pid()) << out;
+  EXPECT_GT(server["before"]["rss_mb"], 0) << out;
+  EXPECT_GT(server["after"]["threads"], 0) << out;
+
+  const std::string plain = RunCapture(base);
+  EXPECT_NE(plain.find("\"ok\":4,"), std::string::npos) << plain;
+  for (const char* key : {"slow_flood", "probe", "server"}) {
+    EXPECT_EQ(plain.find(key), std::string::npos) << key << ": " << plain;
+  }
+  EXPECT_NE(RunCapture(Bin() + " bench --server " + fast_->address() + " --slow-connections 1 2>&1")
+                .find("--slow-connections needs --http"),
+            std::string::npos);
+}
+
 // A long streamed completion on its own connection, read until its first event: the socket
 // (the caller closes it), -1 on failure.
 int StartLongStream(int port) {
