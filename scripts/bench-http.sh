@@ -2,7 +2,7 @@
 # The OpenAI HTTP front under connection load (issue 33): `heavykv serve` on the bundled model
 # (loopback ports of its own choosing), loaded by `heavykv bench` (its --slow-connections flood,
 # GET /v1/models probe and --server-pid sampling; server/client/front_load.h), in three parts:
-#   (a) idle front: probe latency and the TTFT of --concurrency 1 --requests 50 over HTTP;
+#   (a) idle front: probe latency and the TTFT of 1000 greedy completions one at a time over HTTP;
 #   (b) the same while SLOW half-header connections from 8 source addresses (127.0.0.2..9, so
 #       that a per-client cap does not refuse them) are held open;
 #   (c) STREAMS concurrent SSE streams over HTTP against as many gRPC streams (3 x STREAMS
@@ -97,9 +97,10 @@ if has_flag http-max-connections-per-client; then
   caps+=(--http-max-connections-per-client $((SLOW / 8 + 4096)))
 fi
 start_server front "${caps[@]}"
-run_bench a-idle --http "$HTTP" --concurrency 1 --requests 50 --slow-connections 0
-run_bench b-slow --http "$HTTP" --concurrency 1 --requests 50 --slow-connections "$SLOW" \
-  --slow-kind half-header --slow-sources 8
+# Greedy completions one at a time, long enough for ~250 probes 20 ms apart.
+one=(--http "$HTTP" --concurrency 1 --requests 1000 --temperature 0 --probe-interval-ms 20)
+run_bench a-idle "${one[@]}" --slow-connections 0
+run_bench b-slow "${one[@]}" --slow-connections "$SLOW" --slow-kind half-header --slow-sources 8
 stop_server
 
 # (c): STREAMS sequences of 64 tokens (20 pages of 16 tokens over 5 layers) admitted at once.

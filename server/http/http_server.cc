@@ -1,5 +1,6 @@
 #include "server/http/http_server.h"
 
+#include <pthread.h>
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -18,7 +19,7 @@
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
-#include <boost/asio/thread_pool.hpp>
+#include <boost/asio/executor_work_guard.hpp>
 #include <boost/asio/write.hpp>
 #include <boost/beast/core/flat_buffer.hpp>
 #include <boost/beast/http/error.hpp>
@@ -115,19 +116,39 @@ struct LoopLink {
   }
 };
 
-// The CPU pool, reachable from exchanges until the server stops.
-struct PoolLink {
-  std::mutex mu;
-  std::unique_ptr<asio::thread_pool> pool;  // guarded by mu; null once the server has stopped
-
+// The CPU pool (threads named "heavykv-http-cpu"), reachable from exchanges until the server
+// stops.
+class PoolLink {
+ public:
+  void Start(int threads) {
+    for (int i = 0; i < threads; ++i) {
+      threads_.emplace_back([this] {
+        pthread_setname_np(pthread_self(), "heavykv-http-cp");  // 15 characters at most
+        io_.run();
+      });
+    }
+  }
   void Post(std::function<void()> work) {
-    std::lock_guard<std::mutex> lock(mu);
-    if (pool != nullptr) asio::post(*pool, std::move(work));
+    std::lock_guard<std::mutex> lock(mu_);
+    if (open_) asio::post(io_, std::move(work));
   }
-  std::unique_ptr<asio::thread_pool> Take() {
-    std::lock_guard<std::mutex> lock(mu);
-    return std::move(pool);
+  // No more work is taken; the work queued runs, then the threads end.
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      open_ = false;
+    }
+    guard_.reset();
+    for (std::thread& t : threads_) t.join();
+    threads_.clear();
   }
+
+ private:
+  asio::io_context io_;
+  asio::executor_work_guard<asio::io_context::executor_type> guard_{io_.get_executor()};
+  std::vector<std::thread> threads_;
+  std::mutex mu_;
+  bool open_ = true;  // guarded by mu_
 };
 
 class Connection;
@@ -866,9 +887,10 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
         absl::StrCat("cannot listen for HTTP on ", address, ": ", ec.message()));
   }
   server->port_ = impl.acceptor.local_endpoint(ec).port();
-  impl.pool->pool = std::make_unique<asio::thread_pool>(static_cast<size_t>(opts.cpu_threads));
+  impl.pool->Start(opts.cpu_threads);
   impl.Accept();
   impl.io_thread = std::thread([&impl] {
+    pthread_setname_np(pthread_self(), "heavykv-http-io");
     for (;;) {
       try {
         impl.io.run();
@@ -920,7 +942,7 @@ void HttpServer::Stop() {
   impl.link->Close();
   impl.io.stop();
   impl.io_thread.join();
-  if (std::unique_ptr<asio::thread_pool> pool = impl.pool->Take()) pool->join();
+  impl.pool->Stop();
 }
 
 HttpServer::~HttpServer() { Stop(); }
