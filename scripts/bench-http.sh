@@ -153,5 +153,7 @@ for name, title in names:
         b, pk, a = s["before"], s["peak"], s["after"]
         print(f"  server     RSS MB {b['rss_mb']} -> peak {pk['rss_mb']} -> after {a['rss_mb']} "
               f"(growth {s['rss_growth_mb']}; target <= 100); threads {b['threads']} -> peak "
-              f"{pk['threads']} -> after {a['threads']} (left {s['threads_left']}; target 0)")
+              f"{pk['threads']} -> after {a['threads']} (left {s['threads_left']}; target 0; "
+              f"of them the HTTP front's {b.get('http_threads')} -> {pk.get('http_threads')} -> "
+              f"{a.get('http_threads')})")
 EOF

@@ -32,7 +32,8 @@ double Mb(int64_t kb) { return static_cast<double>(kb) / 1024.0; }
 nlohmann::ordered_json SampleJson(const ProcessSample& s) {
   return {{"rss_mb", Rounded(Mb(s.rss_kb), 1)},
           {"hwm_mb", Rounded(Mb(s.hwm_kb), 1)},
-          {"threads", s.threads}};
+          {"threads", s.threads},
+          {"http_threads", s.http_threads}};
 }
 
 }  // namespace

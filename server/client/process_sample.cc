@@ -34,6 +34,9 @@ absl::StatusOr<ProcessSample> SampleProcess(pid_t pid) {
   for (std::filesystem::directory_iterator it(dir + "/task", ec), end; !ec && it != end;
        it.increment(ec)) {
     ++s.threads;
+    std::ifstream comm(it->path() / "comm");
+    std::string name;
+    if (std::getline(comm, name) && name.rfind("heavykv-http", 0) == 0) ++s.http_threads;
   }
   if (ec || s.threads == 0) {
     return absl::NotFoundError(absl::StrCat("cannot list ", dir, "/task: ", ec.message()));
@@ -48,6 +51,7 @@ ProcessPeak::ProcessPeak(pid_t pid) : pid_(pid) {
         peak_.rss_kb = std::max(peak_.rss_kb, s->rss_kb);
         peak_.hwm_kb = std::max(peak_.hwm_kb, s->hwm_kb);
         peak_.threads = std::max(peak_.threads, s->threads);
+        peak_.http_threads = std::max(peak_.http_threads, s->http_threads);
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(100));
     }

@@ -22,6 +22,7 @@ struct ProcessSample {
   int64_t rss_kb = 0;   // VmRSS
   int64_t hwm_kb = 0;   // VmHWM: the most RSS the process has ever had
   int64_t threads = 0;  // entries of /proc/PID/task
+  int64_t http_threads = 0;  // of those, named heavykv-http-* (the HTTP front's loop and pool)
 };
 
 // NOT_FOUND when the process does not exist or has exited (or /proc cannot be read).
