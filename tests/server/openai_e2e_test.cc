@@ -249,6 +249,70 @@ TEST_F(OpenAiE2eTest, StreamWithUsageEndsWithTheUsageChunkThenDone) {
   EXPECT_EQ(j["usage"]["completion_tokens"], 12);
 }
 
+// The text of a completions SSE body (every chunk's choices[0].text).
+std::string SseText(const std::string& body) {
+  std::string text;
+  for (const json& e : SseEvents(body)) {
+    if (!e["choices"].empty()) text += e["choices"][0]["text"].get<std::string>();
+  }
+  return text;
+}
+
+// The event-driven front (issue 33) keeps a connection across a stream: a streamed and a plain
+// completion sent in one write on one connection (pipelined) are answered in order, the stream
+// chunked and complete, the second after it; an HTTP/1.0 client (no chunked encoding) gets the
+// stream as the body up to the close. All three carry the same greedy text.
+TEST_F(OpenAiE2eTest, PipelinedRequestsAndHttp10StreamsGetWholeAnswers) {
+  json request = {{"prompt", "Once upon a time"}, {"max_tokens", 10}, {"temperature", 0},
+                  {"stream", true}};
+  const std::string streamed = request.dump();
+  request["stream"] = false;
+  const std::string plain = request.dump();
+  const auto post = [](const std::string& version, const std::string& body,
+                       const std::string& extra) {
+    return "POST /v1/completions " + version + "\r\nHost: 127.0.0.1\r\n" + extra +
+           "Content-Type: application/json\r\nContent-Length: " + std::to_string(body.size()) +
+           "\r\n\r\n" + body;
+  };
+  const std::string raw =
+      HttpExchange(fast_->http_port(), post("HTTP/1.1", streamed, "") +
+                                           post("HTTP/1.1", plain, "Connection: close\r\n"),
+                   60s);
+  // First response: chunked SSE; the second starts where its last chunk ends.
+  const size_t head_end = raw.find("\r\n\r\n");
+  ASSERT_NE(head_end, std::string::npos) << raw;
+  EXPECT_EQ(raw.substr(0, 12), "HTTP/1.1 200");
+  EXPECT_NE(raw.substr(0, head_end).find("Transfer-Encoding: chunked"), std::string::npos);
+  EXPECT_EQ(raw.substr(0, head_end).find("Connection: close"), std::string::npos);
+  std::string sse;
+  size_t at = head_end + 4;
+  for (;;) {
+    const size_t eol = raw.find("\r\n", at);
+    ASSERT_NE(eol, std::string::npos) << raw;
+    const size_t n = std::stoul(raw.substr(at, eol - at), nullptr, 16);
+    at = eol + 2;
+    if (n == 0) {
+      at += 2;
+      break;
+    }
+    sse += raw.substr(at, n);
+    at += n + 2;
+  }
+  const std::string second = raw.substr(at);
+  ASSERT_EQ(second.substr(0, 12), "HTTP/1.1 200") << second;
+  const std::string text =
+      json::parse(second.substr(second.find("\r\n\r\n") + 4))["choices"][0]["text"];
+  EXPECT_FALSE(text.empty());
+  EXPECT_EQ(SseText(sse), text);
+
+  const std::string old = HttpExchange(fast_->http_port(), post("HTTP/1.0", streamed, ""), 60s);
+  const size_t old_end = old.find("\r\n\r\n");
+  ASSERT_NE(old_end, std::string::npos) << old;
+  EXPECT_EQ(old.substr(0, old_end).find("Transfer-Encoding"), std::string::npos);
+  EXPECT_NE(old.substr(0, old_end).find("Connection: close"), std::string::npos);
+  EXPECT_EQ(SseText(old.substr(old_end + 4)), text);
+}
+
 // An error object with `status` and `type` (and `param` when given).
 void ExpectError(const HttpResponse& r, int status, const std::string& type,
                  const json& param = json()) {
