@@ -257,10 +257,14 @@ TEST_F(LongPromptTest, StreamsPerConnectionAreCapped) {
   EXPECT_EQ(s.WaitIdle().pages_used(), 0);
 }
 
-TEST(ServeFlagsTest, PoolsThatCannotFitAndAnEmptyQueueAreStartUpErrors) {
+// (The HTTP flags are checked before the HTTP front starts: --http-address '' does not skip them.)
+TEST(ServeFlagsTest, PoolsThatCannotFitAndOutOfRangeLimitsAreStartUpErrors) {
   testing::TempDir dir;
-  for (const std::string flags : {"--kv-pool-mb 100000000", "--kv-pages 2000000000",
-                                  "--kv-pool-mb 99999999999999", "--max-waiting 0"}) {
+  for (const std::string flags :
+       {"--kv-pool-mb 100000000", "--kv-pages 2000000000", "--kv-pool-mb 99999999999999",
+        "--max-waiting 0", "--http-max-connections 0", "--http-max-connections-per-client -1",
+        "--http-header-timeout 0", "--http-body-timeout -5", "--http-idle-timeout nan",
+        "--http-threads 0"}) {
     const std::string code = RunCapture(Bin() + " serve --model " + testing::ModelPath() +
                                         " --listen 127.0.0.1:0 --metrics-address '' --http-address '' " + flags +
                                         " > " + dir.File("out") + " 2>&1; echo $?");
