@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <cstring>
 #include <future>
 #include <mutex>
 #include <optional>
@@ -14,7 +13,6 @@
 #include <thread>
 #include <unordered_map>
 
-#include <boost/asio/dispatch.hpp>
 #include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
@@ -76,6 +74,11 @@ const char* StatusText(int status) {
   }
 }
 
+// A request target's path: the target without its query string.
+std::string PathOf(std::string_view target) {
+  return std::string(target.substr(0, target.find('?')));
+}
+
 bool KnownMethod(std::string_view m) {
   return m == "GET" || m == "HEAD" || m == "POST" || m == "PUT" || m == "PATCH" ||
          m == "DELETE" || m == "OPTIONS";
@@ -116,7 +119,7 @@ struct LoopLink {
   }
 };
 
-// The CPU pool (threads named "heavykv-http-cpu"), reachable from exchanges until the server
+// The CPU pool (threads named "heavykv-http-cp"), reachable from exchanges until the server
 // stops.
 class PoolLink {
  public:
@@ -271,9 +274,6 @@ class Connection final : public std::enable_shared_from_this<Connection> {
         client_port_(port),
         mode_(mode) {}
 
-  const std::string& client() const { return client_; }
-  Mode mode() const { return mode_; }
-
   void Start(int refuse_status) {
     ErrorCode ec;
     socket_.set_option(tcp::no_delay(true), ec);
@@ -309,8 +309,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   void OnStartStream(uint64_t seq, HttpResponse head) {
     if (!Current(seq) || response_started_) return;
     response_started_ = true;
-    status_ = head.status;
-    if (status_ >= 400) close_after_ = true;
+    if (head.status >= 400) close_after_ = true;
     // HTTP/1.0 has no chunked encoding: the stream's end is the connection's.
     chunked_ = version_ >= 11;
     if (!chunked_) close_after_ = true;
@@ -427,9 +426,8 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     version_ = req.version();
     if ((version_ != 10 && version_ != 11) || !KnownMethod(method)) return Refuse(400);
     head_only_ = method == "HEAD";
-    const std::string target(req.target());
-    const std::string path = target.substr(0, target.find('?'));
-    const auto route = server_.routes.by_path().find(path);
+    const auto route =
+        server_.routes.by_path().find(PathOf({req.target().data(), req.target().size()}));
     if (route == server_.routes.by_path().end()) return Refuse(404);
     const auto& methods = route->second;
     auto handler = methods.find(head_only_ ? std::string("GET") : method);
@@ -483,7 +481,6 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     response_complete_ = false;
     close_after_ = false;
     chunked_ = false;
-    status_ = 0;
   }
 
   // Hands the request to its handler on the CPU pool and watches the socket meanwhile.
@@ -499,7 +496,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     auto request = std::make_shared<HttpRequest>();
     request->method = std::string(message.method_string());
     request->target = std::string(message.target());
-    request->path = request->target.substr(0, request->target.find('?'));
+    request->path = PathOf(request->target);
     request->version = version_;
     for (const auto& field : message) {
       request->headers.emplace_back(std::string(field.name_string()),
@@ -509,16 +506,16 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     request->remote_addr = client_;
     request->remote_port = client_port_;
     exchange_ = std::make_shared<Exchange>(server_.link, server_.pool, weak_from_this(), ++seq_);
-    server_.pool->Post([handler = handler_, request, exchange = exchange_,
-                      error = server_.ErrorResponse(500)]() mutable {
+    // The pool's work ends (Stop) before the server does, so `server` outlives the job.
+    server_.pool->Post([handler = handler_, request, exchange = exchange_, server = &server_] {
       try {
         (*handler)(*request, exchange);
       } catch (const std::exception& e) {
         spdlog::error("HTTP handler of {} threw: {}", request->path, e.what());
-        exchange->Respond(std::move(error));
+        exchange->Respond(server->ErrorResponse(500));
       } catch (...) {
         spdlog::error("HTTP handler of {} threw", request->path);
-        exchange->Respond(std::move(error));
+        exchange->Respond(server->ErrorResponse(500));
       }
     });
     Watch();
@@ -554,8 +551,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   void SendResponse(HttpResponse res) {
     response_started_ = true;
     response_complete_ = true;
-    status_ = res.status;
-    if (status_ >= 400) close_after_ = true;
+    if (res.status >= 400) close_after_ = true;
     std::string out = Head(res, res.body.size());
     if (!head_only_) out += res.body;
     Send(std::move(out));
@@ -713,7 +709,6 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   bool head_only_ = false;
   bool response_started_ = false, response_complete_ = false;
   bool close_after_ = false, chunked_ = false;
-  int status_ = 0;
   std::string out_pending_, out_writing_;
   size_t written_ = 0;
   bool writing_ = false;
@@ -778,18 +773,17 @@ void HttpServer::Impl::OnAccepted(tcp::socket socket) {
   std::string client = peer.address().to_string();
   const int port = peer.port();
   ++accepted;
+  const auto from_client = per_client.find(client);
   int refuse = 0;
   if (open_count.load() >= options.max_connections) {
     refuse = 503;
     ++refused_total;
-  } else if (per_client[client] >= options.max_connections_per_client) {
+  } else if (from_client != per_client.end() &&
+             from_client->second >= options.max_connections_per_client) {
     refuse = 429;
     ++refused_client;
   }
   if (refuse != 0) {
-    if (auto it = per_client.find(client); it != per_client.end() && it->second == 0) {
-      per_client.erase(it);
-    }
     if (refusing >= kMaxRefusing) return;  // closed unanswered: the socket goes out of scope
     ++refusing;
     auto conn = std::make_shared<Connection>(*this, std::move(socket), std::move(client), port,
@@ -810,13 +804,6 @@ std::string HttpRequest::Header(std::string_view name) const {
     if (absl::EqualsIgnoreCase(n, absl::string_view(name.data(), name.size()))) return v;
   }
   return "";
-}
-
-bool HttpRequest::HasHeader(std::string_view name) const {
-  for (const auto& [n, v] : headers) {
-    if (absl::EqualsIgnoreCase(n, absl::string_view(name.data(), name.size()))) return true;
-  }
-  return false;
 }
 
 HttpServer::Routes& HttpServer::Routes::Add(const std::string& path, const std::string& method,
@@ -915,10 +902,6 @@ HttpServerStats HttpServer::Stats() const {
   s.timeouts_idle = impl_->timeouts_idle.load();
   s.timeouts_write = impl_->timeouts_write.load();
   return s;
-}
-
-void HttpServer::Post(std::function<void()> work) {
-  if (impl_ != nullptr) impl_->pool->Post(std::move(work));
 }
 
 void HttpServer::Stop() {

@@ -45,7 +45,6 @@ struct HttpRequest {
 
   // The first value of header `name` (case-insensitive), or "".
   std::string Header(std::string_view name) const;
-  bool HasHeader(std::string_view name) const;
 };
 
 struct HttpResponse {
@@ -124,8 +123,6 @@ class HttpServer {
 
   int port() const { return port_; }
   HttpServerStats Stats() const;
-  // Runs `work` on the CPU pool (nothing after Stop()).
-  void Post(std::function<void()> work);
   void Stop();
 
   class Impl;

@@ -26,6 +26,13 @@ void SendError(HttpExchange& ex, const absl::Status& status,
   ex.Respond(std::move(res));
 }
 
+// A request refused before it ran: counted by `on_rejected` (may be empty), then its error.
+void SendRefusal(HttpExchange& ex, const absl::Status& status,
+                 const RejectionObserver& on_rejected) {
+  if (on_rejected) on_rejected(status.code());
+  SendError(ex, status);
+}
+
 void SendJson(HttpExchange& ex, const nlohmann::json& value) {
   HttpResponse res;
   res.body = JsonText(value);
@@ -98,15 +105,14 @@ struct Stream {
 // and its events go out in order. The engine thread never formats JSON, and no thread waits.
 class Generation final : public std::enable_shared_from_this<Generation> {
  public:
-  Generation(std::shared_ptr<HttpExchange> exchange, ApiKind kind, bool stream,
-             bool include_usage, bool logprobs, ResponseMeta meta, RejectionObserver on_rejected)
+  Generation(std::shared_ptr<HttpExchange> exchange, bool stream, bool include_usage,
+             bool logprobs, ResponseMeta meta, RejectionObserver on_rejected)
       : exchange_(std::move(exchange)),
-        kind_(kind),
         stream_(stream),
         on_rejected_(std::move(on_rejected)) {
     sse_.meta = std::move(meta);
     sse_.include_usage = include_usage;
-    sse_.logprobs = LogprobsJson(kind, logprobs);
+    sse_.logprobs = LogprobsJson(sse_.meta.kind, logprobs);
   }
 
   // The client went away (or the server stops): stop the engine's work.
@@ -165,8 +171,7 @@ class Generation final : public std::enable_shared_from_this<Generation> {
     if (first && last.finished && last.finish_reason == "rejected") {
       finished_ = true;
       spdlog::info("request {} rejected: {}", sse_.meta.id, last.status.ToString());
-      if (on_rejected_) on_rejected_(last.status.code());
-      return SendError(*exchange_, last.status);
+      return SendRefusal(*exchange_, last.status, on_rejected_);
     }
     if (!stream_) {
       for (const GenerationDelta& d : batch) {
@@ -194,7 +199,6 @@ class Generation final : public std::enable_shared_from_this<Generation> {
   }
 
   const std::shared_ptr<HttpExchange> exchange_;
-  const ApiKind kind_;
   const bool stream_;
   const RejectionObserver on_rejected_;
 
@@ -258,8 +262,7 @@ class OpenAiFront {
   }
 
   void Refused(HttpExchange& ex, const absl::Status& s) const {
-    if (options_.on_rejected) options_.on_rejected(s.code());
-    SendError(ex, s);
+    SendRefusal(ex, s, options_.on_rejected);
   }
 
   void Completions(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
@@ -284,8 +287,8 @@ class OpenAiFront {
     if (options_.api_keys != nullptr) q->generation.tenant = q->generation.client;
 
     auto generation =
-        std::make_shared<Generation>(ex, kind, q->stream, q->include_usage,
-                                     q->generation.logprobs, std::move(meta), options_.on_rejected);
+        std::make_shared<Generation>(ex, q->stream, q->include_usage, q->generation.logprobs,
+                                     std::move(meta), options_.on_rejected);
     // A client that goes (or a server that stops) before the end cancels the engine's work; the
     // engine then sends its finished delta, whose events go nowhere.
     ex->OnAbort([weak = std::weak_ptr<Generation>(generation)] {
