@@ -19,7 +19,6 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -42,13 +41,6 @@ using Clock = std::chrono::steady_clock;
 
 double SecondsSince(Clock::time_point t0, Clock::time_point t1) {
   return std::chrono::duration<double>(t1 - t0).count();
-}
-
-// Nearest-rank percentile of sorted values; 0 for none.
-double Percentile(const std::vector<double>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * sorted.size()));
-  return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
 }
 
 struct Results {

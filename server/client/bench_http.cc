@@ -1,6 +1,8 @@
 #include "server/client/bench_http.h"
 
+#include <algorithm>
 #include <chrono>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
@@ -15,6 +17,12 @@ double SecondsSince(Clock::time_point t0, Clock::time_point t1) {
 }
 
 }  // namespace
+
+double Percentile(const std::vector<double>& sorted, double p) {
+  if (sorted.empty()) return 0;
+  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * sorted.size()));
+  return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
+}
 
 std::string CompletionBody(const v1::GenerateRequest& q) {
   nlohmann::json body = {{"stream", true}, {"stream_options", {{"include_usage", true}}}};

@@ -25,6 +25,10 @@ struct StreamTiming {
   int64_t prompt_tokens = 0, completion_tokens = 0;
 };
 
+// Nearest-rank percentile `p` (0-100) of sorted values; 0 for none. bench's summaries (latencies
+// of streams and of the HTTP probe) all use it.
+double Percentile(const std::vector<double>& sorted, double p);
+
 // The /v1/completions body of `request` (prompt token ids, max_tokens, sampling, stop, kv, ...),
 // streamed with stream_options.include_usage.
 std::string CompletionBody(const v1::GenerateRequest& request);

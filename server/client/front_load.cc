@@ -2,13 +2,13 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "server/client/bench_http.h"
 #include "server/flags/cli_flags.h"
 
 namespace heavykv::cli {
@@ -19,13 +19,6 @@ using Clock = std::chrono::steady_clock;
 
 constexpr auto kRampTimeout = 60s;
 const char* const kClosedBy[] = {"408", "429", "503", "other", "none"};
-
-// Nearest-rank percentile of sorted values; 0 for none.
-double Percentile(const std::vector<double>& sorted, double p) {
-  if (sorted.empty()) return 0;
-  const size_t rank = static_cast<size_t>(std::ceil(p / 100.0 * sorted.size()));
-  return sorted[std::clamp<size_t>(rank, 1, sorted.size()) - 1];
-}
 
 double Mb(int64_t kb) { return static_cast<double>(kb) / 1024.0; }
 
