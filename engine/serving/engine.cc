@@ -28,6 +28,13 @@ absl::Status DeadlineExceeded() {
   return absl::DeadlineExceededError("the request's deadline passed");
 }
 
+// The status of a request cancelled because it was held (its client read nothing) too long.
+absl::Status Stalled(absl::Duration timeout) {
+  return absl::DeadlineExceededError(absl::StrCat(
+      "the client read nothing for ", absl::FormatDuration(timeout),
+      " (--stream-stall-timeout): the stream was cancelled"));
+}
+
 // Prompt tokens of one sequence per step: long prompts are split so decodes keep flowing.
 int32_t PrefillChunk(const EngineOptions& o) { return std::max(1, std::min(256, o.max_step_tokens)); }
 
@@ -42,6 +49,8 @@ struct Request {
   std::unique_ptr<TextStream> text;
   std::function<void(const GenerationDelta&)> on_delta;
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
+  std::shared_ptr<std::atomic<bool>> held = std::make_shared<std::atomic<bool>>(false);
+  absl::Time held_since = absl::InfiniteFuture();  // since when it has been held, at a stretch
   absl::Time admitted = absl::InfinitePast();
   absl::Time first_token = absl::InfinitePast();
   absl::Time last_token = absl::InfinitePast();
@@ -53,15 +62,19 @@ struct Request {
 
 class Handle final : public RequestHandle {
  public:
-  Handle(std::shared_ptr<std::atomic<bool>> flag, std::function<void()> wake)
-      : flag_(std::move(flag)), wake_(std::move(wake)) {}
+  Handle(std::shared_ptr<std::atomic<bool>> cancelled, std::shared_ptr<std::atomic<bool>> held,
+         std::function<void()> wake)
+      : cancelled_(std::move(cancelled)), held_(std::move(held)), wake_(std::move(wake)) {}
   void Cancel() override {
-    flag_->store(true);
+    cancelled_->store(true);
     wake_();
+  }
+  void Hold(bool held) override {
+    if (held_->exchange(held) && !held) wake_();  // released: its next step need not wait
   }
 
  private:
-  std::shared_ptr<std::atomic<bool>> flag_;
+  std::shared_ptr<std::atomic<bool>> cancelled_, held_;
   std::function<void()> wake_;
 };
 
@@ -108,7 +121,7 @@ class EngineImpl final : public Engine {
       r->raw = request;
     }
     r->on_delta = std::move(on_delta);
-    auto handle = std::make_shared<Handle>(r->cancelled, [this] {
+    auto handle = std::make_shared<Handle>(r->cancelled, r->held, [this] {
       cv_.notify_all();
       prep_cv_.notify_all();
     });
@@ -533,14 +546,24 @@ void EngineImpl::Loop() {
     }
     for (auto& r : arrived) Admit(std::move(r));
 
-    // Cancellation, deadlines and forced shutdown free pages before anything is scheduled.
+    // Cancellation, deadlines, stalls and forced shutdown free pages before anything is
+    // scheduled. A held sequence (its client is not reading) sits out of the batch.
     const absl::Time now = absl::Now();
     for (auto it = live_.begin(); it != live_.end();) {
       Request& r = *it->second;
       const bool expired = r.params.deadline && now > *r.params.deadline;
-      if (force || r.cancelled->load() || expired) {
+      r.seq.held = r.held->load();
+      if (!r.seq.held) {
+        r.held_since = absl::InfiniteFuture();
+      } else if (r.held_since == absl::InfiniteFuture()) {
+        r.held_since = now;
+      }
+      const bool stalled = r.seq.held && now - r.held_since > options_.stall_timeout;
+      if (force || r.cancelled->load() || expired || stalled) {
         GenerationDelta last;
-        if (!force && !r.cancelled->load()) last.status = DeadlineExceeded();
+        if (!force && !r.cancelled->load()) {
+          last.status = expired ? DeadlineExceeded() : Stalled(options_.stall_timeout);
+        }
         Finish(r, "cancelled", std::move(last));
         it = live_.erase(it);
       } else {
@@ -571,8 +594,10 @@ void EngineImpl::Loop() {
       std::lock_guard<std::mutex> lock(mu_);
       --num_waiting_;
     }
-    if (plan.chunks.empty()) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    if (plan.chunks.empty()) {  // nothing can run (all held, or waiting for pages): wait a bit
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait_for(lock, std::chrono::milliseconds(2),
+                   [&] { return !incoming_.empty() || stop_ || force_cancel_; });
       continue;
     }
     steps.clear();

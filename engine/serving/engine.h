@@ -86,6 +86,9 @@ struct EngineOptions {
   // Longest chat accepted: messages, and bytes over all roles and contents (the rendered prompt
   // is held to max_prompt_bytes as well).
   int32_t max_chat_messages = 1024;
+  // A request held (RequestHandle::Hold) for longer than this without a break is cancelled: its
+  // last delta says "cancelled" with DEADLINE_EXCEEDED (`serve --stream-stall-timeout`).
+  absl::Duration stall_timeout = absl::Seconds(30);
 };
 
 // What a client may set; unset optionals take the server's defaults (vLLM/TGI semantics).
@@ -228,6 +231,13 @@ class RequestHandle {
   // Asks the engine to stop the request; its pages are freed at the next step and its last
   // delta says "cancelled". Safe from any thread, any number of times.
   virtual void Cancel() = 0;
+  // Backpressure (docs/ARCHITECTURE.md "Backpressure"): while held, the request gets no new
+  // tokens. It stays out of the batch with its pages kept, and is not counted against
+  // max_running; when the pool needs its pages for a request that is not held, it is preempted
+  // (recomputed from its tokens once admitted again). Hold(false) lets it go on from the next
+  // step. Held for longer than EngineOptions::stall_timeout at a stretch, it is cancelled.
+  // Safe from any thread (it never blocks: the fronts call it from the engine's callback).
+  virtual void Hold(bool held) = 0;
 };
 
 class Engine {

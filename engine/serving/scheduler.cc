@@ -73,13 +73,39 @@ void Scheduler::Preempt(Sequence* seq, StepPlan& plan) {
   plan.preempted.push_back(seq);
 }
 
+int32_t Scheduler::num_active() const {
+  return static_cast<int32_t>(
+      std::count_if(running_.begin(), running_.end(), [](const Sequence* s) { return !s->held; }));
+}
+
+bool Scheduler::PreemptHeld(StepPlan& plan, int32_t* free, int32_t* owed) {
+  for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+    Sequence* s = *it;
+    if (!s->held) continue;
+    *owed -= Owed(*s);
+    const int32_t before = cache_->AvailablePages();
+    Preempt(s, plan);
+    *free += cache_->AvailablePages() - before;
+    return true;
+  }
+  return false;
+}
+
 size_t Scheduler::NextToAdmit() const {
-  if (!config_.fair_share) return 0;
+  if (!config_.fair_share) {
+    for (size_t i = 0; i < waiting_.size(); ++i) {
+      if (!waiting_[i]->held) return i;
+    }
+    return waiting_.size();
+  }
   std::unordered_map<std::string_view, int32_t> running;
-  for (const Sequence* s : running_) ++running[s->client];
-  size_t best = 0;
+  for (const Sequence* s : running_) {
+    if (!s->held) ++running[s->client];
+  }
+  size_t best = waiting_.size();
   int32_t best_running = INT32_MAX;
   for (size_t i = 0; i < waiting_.size(); ++i) {
+    if (waiting_[i]->held) continue;
     auto it = running.find(waiting_[i]->client);
     const int32_t n = it == running.end() ? 0 : it->second;
     if (n < best_running) {
@@ -92,18 +118,22 @@ size_t Scheduler::NextToAdmit() const {
 }
 
 void Scheduler::PreemptForFairness(StepPlan& plan) {
-  if (!config_.fair_share || waiting_.empty() ||
-      static_cast<int32_t>(running_.size()) < config_.max_running) {
-    return;
-  }
+  if (!config_.fair_share || waiting_.empty() || num_active() < config_.max_running) return;
+  const size_t next_index = NextToAdmit();
+  if (next_index == waiting_.size()) return;  // every waiting sequence is held
   std::unordered_map<std::string_view, int32_t> running;
-  for (const Sequence* s : running_) ++running[s->client];
   std::unordered_set<std::string_view> clients;
-  for (const Sequence* s : running_) clients.insert(s->client);
-  for (const Sequence* s : waiting_) clients.insert(s->client);
+  for (const Sequence* s : running_) {
+    if (s->held) continue;
+    ++running[s->client];
+    clients.insert(s->client);
+  }
+  for (const Sequence* s : waiting_) {
+    if (!s->held) clients.insert(s->client);
+  }
   const int32_t share =
       std::max<int32_t>(1, config_.max_running / static_cast<int32_t>(clients.size()));
-  const Sequence* next = waiting_[NextToAdmit()];
+  const Sequence* next = waiting_[next_index];
   if (running[next->client] >= share) return;
   std::string_view heaviest;
   int32_t most = 0;
@@ -115,12 +145,21 @@ void Scheduler::PreemptForFairness(StepPlan& plan) {
   }
   if (most <= share) return;
   for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
-    if ((*it)->client == heaviest) return Preempt(*it, plan);
+    if (!(*it)->held && (*it)->client == heaviest) return Preempt(*it, plan);
   }
 }
 
 StepPlan Scheduler::Schedule() {
   StepPlan plan;
+  // Released sequences over the batch limit wait again (newest first).
+  for (int32_t extra = num_active() - config_.max_running; extra > 0; --extra) {
+    for (auto it = running_.rbegin(); it != running_.rend(); ++it) {
+      if (!(*it)->held) {
+        Preempt(*it, plan);
+        break;
+      }
+    }
+  }
   PreemptForFairness(plan);
   int32_t tokens_left = config_.max_step_tokens;
   // Not yet promised to this step; cached prefix pages count, an allocation reclaims them.
@@ -159,6 +198,10 @@ StepPlan Scheduler::Schedule() {
   // 1. Running sequences, oldest first: a decode token, or the next chunk of their prompt.
   for (size_t i = 0; i < running_.size() && tokens_left > 0;) {
     Sequence* s = running_[i];
+    if (s->held) {
+      ++i;
+      continue;
+    }
     const int32_t count = chunk(s);
     if (s->bounded()) {
       plan_bounded(s, count);
@@ -170,7 +213,16 @@ StepPlan Scheduler::Schedule() {
     // A running full-cache sequence may grow into the scratch reserve: the reserve only speeds
     // up bounded prefill (their chunks shrink to fit) and must not make it preempt itself.
     while (need > free - owed) {
-      Sequence* victim = running_.back();  // the newest; not planned yet (we go oldest first)
+      // The newest held sequence (held ones have no chunk), else the newest: not planned yet,
+      // as we go oldest first.
+      size_t v = running_.size() - 1;
+      for (size_t j = running_.size(); j-- > 0;) {
+        if (running_[j]->held) {
+          v = j;
+          break;
+        }
+      }
+      Sequence* victim = running_[v];
       owed -= Owed(*victim);
       // What its release makes available: its own pages, and shared pages no one else holds.
       const int32_t before = cache_->AvailablePages();
@@ -180,6 +232,7 @@ StepPlan Scheduler::Schedule() {
         self_preempted = true;
         break;
       }
+      if (v < i) --i;  // s moved down one place
     }
     if (self_preempted) break;
     plan.chunks.push_back({s, s->num_computed, count, count == s->pending(), need});
@@ -192,9 +245,10 @@ StepPlan Scheduler::Schedule() {
 
   // 2. Admission, first come first served between the clients with the fewest running sequences:
   // the sequence chosen blocks the others.
-  while (!waiting_.empty() && tokens_left > 0 &&
-         static_cast<int32_t>(running_.size()) < config_.max_running) {
+  while (!waiting_.empty() && tokens_left > 0) {
     const size_t next = NextToAdmit();
+    if (next == waiting_.size()) break;  // only held sequences wait
+    if (num_active() >= config_.max_running) break;  // held sequences take no slot
     Sequence* w = waiting_[next];
     // A cached prefix of its prompt, taken at admission (KvCache::AttachPrefix): the cached
     // pages themselves for a full-cache sequence (shared), else private copies, whose sources
@@ -204,7 +258,10 @@ StepPlan Scheduler::Schedule() {
       const int32_t worst = WorstCasePages(*w);
       // Room for its worst case beside what is owed, with the whole reserve still free.
       if (hit.tokens > 0 && worst + ScratchPages() > free - owed - hit.pages) hit = PrefixHit();
-      if (worst + ScratchPages() > free - owed) break;
+      if (worst + ScratchPages() > free - owed) {
+        if (PreemptHeld(plan, &free, &owed)) continue;
+        break;
+      }
       waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(next));
       running_.push_back(w);
       plan.admitted.push_back(w);
@@ -221,7 +278,10 @@ StepPlan Scheduler::Schedule() {
         return h.shares ? need - h.pages + h.new_pins : need + h.pages;
       };
       if (hit.tokens > 0 && need_with(hit) > free - owed - scratch) hit = PrefixHit();
-      if (need_with(hit) > free - owed - scratch) break;
+      if (need_with(hit) > free - owed - scratch) {
+        if (PreemptHeld(plan, &free, &owed)) continue;
+        break;
+      }
       // Pages promised: every running sequence's worst case (owed ones included), the scratch
       // reserve while bounded sequences run, this one's growth, and the shared prefix pages
       // once.
@@ -234,7 +294,10 @@ StepPlan Scheduler::Schedule() {
       }
       if (bounded_running) promised += ScratchPages();
       const int32_t total = cache_->allocator().num_pages_total();
-      if (promised > config_.full_overcommit * total && running_.size() > 0) break;
+      if (promised > config_.full_overcommit * total && running_.size() > 0) {
+        if (PreemptHeld(plan, &free, &owed)) continue;
+        break;
+      }
       waiting_.erase(waiting_.begin() + static_cast<std::ptrdiff_t>(next));
       running_.push_back(w);
       plan.admitted.push_back(w);

@@ -21,6 +21,12 @@
 // at the head of the queue, to be recomputed from its tokens so far. No request fails for lack of
 // memory; a request that could never fit even alone is refused at submission (Fits()).
 //
+// Held sequences (Sequence::held: their client stopped reading) keep their pages but get no
+// chunk and take no batch slot; a sequence that is not held and cannot be admitted for want of
+// pages preempts the newest held one first, and a full-cache sequence that needs pages
+// to grow takes them from held sequences before it preempts one that runs. Released sequences
+// beyond max_running (several resumed at once) are preempted, newest first.
+//
 // Fairness between clients (Sequence::client): admission takes, among the waiting sequences, one
 // of the client with the fewest running sequences (the oldest of those), so one client's flood
 // does not queue everyone else behind it; with a single client this is first come first served.
@@ -52,6 +58,10 @@ struct Sequence {
   int32_t preemptions = 0;
   absl::Time arrival;
   std::string client;           // who sent it; fair sharing between clients
+  // Its client is not reading (RequestHandle::Hold): it gets no chunk, is not counted against
+  // max_running, is not admitted while waiting, and is the first preempted when another
+  // sequence needs pages or a batch slot. Set by the engine before each Schedule().
+  bool held = false;
 
   // Bounded by its budget: its pages never exceed WorstCasePages().
   bool bounded() const { return kv.policy != nullptr && kv.budget < max_total; }
@@ -124,7 +134,10 @@ class Scheduler {
   bool Fits(int32_t max_total, const EvictionPolicy* policy, int32_t budget, int32_t* need,
             int32_t* have, KvQuant quant = KvQuant::kNone) const;
 
+  // Running sequences, held ones included (they keep their pages).
   int32_t num_running() const { return static_cast<int32_t>(running_.size()); }
+  // Running sequences that are not held: those max_running bounds.
+  int32_t num_active() const;
   int32_t num_waiting() const { return static_cast<int32_t>(waiting_.size()); }
   const std::vector<Sequence*>& running() const { return running_; }
   const std::deque<Sequence*>& waiting() const { return waiting_; }
@@ -137,8 +150,11 @@ class Scheduler {
   int32_t TotalOwed() const;
   void Preempt(Sequence* seq, StepPlan& plan);
   // Index in waiting_ of the next sequence to admit: the oldest of the client with the fewest
-  // running sequences.
+  // running sequences, held ones skipped; waiting_.size() when every waiting one is held.
   size_t NextToAdmit() const;
+  // Preempts the newest held running sequence, if any, adding what its release makes available
+  // to *free and taking what it was owed from *owed.
+  bool PreemptHeld(StepPlan& plan, int32_t* free, int32_t* owed);
   // Frees a batch slot for a waiting client below its fair share (see the class comment).
   void PreemptForFairness(StepPlan& plan);
 

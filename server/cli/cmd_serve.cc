@@ -116,6 +116,7 @@ int ServeCommand(int argc, char** argv) {
   int64_t http_max_connections = 16384, http_max_connections_per_client = 4096;
   double recent_fraction = 0.5, grace = 30, full_overcommit = 1.0, max_connection_age = 0;
   double http_header_timeout = 10, http_body_timeout = 30, http_idle_timeout = 5;
+  double stream_stall_timeout = 30;
   server::ServerTls tls;
   std::string api_key_file;
   bool reflection = false;
@@ -146,6 +147,9 @@ int ServeCommand(int argc, char** argv) {
                "seconds for a request's body to arrive after its headers; then 408");
   flags.Double("http-idle-timeout", &http_idle_timeout,
                "seconds a kept-alive HTTP connection may wait for its next request");
+  flags.Double("stream-stall-timeout", &stream_stall_timeout,
+               "seconds a streaming client (gRPC or HTTP) may read nothing while its answer "
+               "waits; its generation is paused meanwhile, then cancelled and its pages freed");
   flags.String("served-model-name", &served_model_name,
                "the model's name in the HTTP API (default: the model file's name)");
   flags.Int("block-size", &block_size, "token slots per KV page");
@@ -233,7 +237,8 @@ int ServeCommand(int argc, char** argv) {
   if (!(grace >= 0)) return Fail(absl::InvalidArgumentError("--grace must be >= 0 seconds"));
   for (const auto& [name, seconds] : {std::pair{"http-header-timeout", http_header_timeout},
                                       std::pair{"http-body-timeout", http_body_timeout},
-                                      std::pair{"http-idle-timeout", http_idle_timeout}}) {
+                                      std::pair{"http-idle-timeout", http_idle_timeout},
+                                      std::pair{"stream-stall-timeout", stream_stall_timeout}}) {
     if (!(seconds > 0 && seconds <= 86400)) {
       return Fail(absl::InvalidArgumentError(
           absl::StrCat("--", name, " must be in (0, 86400] seconds")));
@@ -325,6 +330,7 @@ int ServeCommand(int argc, char** argv) {
   options.prefix_cache = !no_prefix_cache;
   options.prefix_cache_share_tenants = prefix_cache_share_tenants;
   options.chat_template = *chat_template;
+  options.stall_timeout = absl::Seconds(stream_stall_timeout);
   const std::string tokenizer_name =
       *tok == nullptr ? "none (token ids only)"
                       : absl::StrCat((*tok)->Describe(), ", ",
@@ -363,6 +369,7 @@ int ServeCommand(int argc, char** argv) {
     http_options.header_timeout = absl::Seconds(http_header_timeout);
     http_options.body_timeout = absl::Seconds(http_body_timeout);
     http_options.idle_timeout = absl::Seconds(http_idle_timeout);
+    http_options.write_timeout = absl::Seconds(stream_stall_timeout);
     http_options.api_keys = api_key_file.empty() ? nullptr : &api_keys;
     http_options.on_rejected = [m = metrics.get()](absl::StatusCode code) {
       m->OnRejected(absl::StatusCodeToString(code));

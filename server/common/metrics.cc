@@ -57,6 +57,8 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
            ->Add({});
   http_open_connections_ =
       Gauge(r, "http_open_connections", "Connections open on the OpenAI HTTP port");
+  http_open_clients_ = Gauge(r, "http_open_clients",
+                             "Client addresses with a connection open on the OpenAI HTTP port");
   auto* refused = CounterFamily(
       r, "http_refused_connections_total",
       "HTTP connections answered 503 (max_connections) or 429 (per_client) and closed, by cap");
@@ -148,6 +150,7 @@ std::vector<prometheus::MetricFamily> Metrics::Collect() const {
   if (http_source) {
     const HttpServerStats h = http_source();
     http_open_connections_->Set(double(h.open_connections));
+    http_open_clients_->Set(double(h.open_clients));
     follow(http_refused_max_connections_, h.refused_max_connections);
     follow(http_refused_per_client_, h.refused_per_client);
     follow(http_timeouts_[0], h.timeouts_header);

@@ -88,6 +88,7 @@ class Metrics final : public EngineObserver, public prometheus::Collectable {
   prometheus::Histogram* request_queue_time_seconds_;
   prometheus::Histogram* iteration_tokens_;
   prometheus::Gauge* http_open_connections_;
+  prometheus::Gauge* http_open_clients_;
   prometheus::Counter* http_refused_max_connections_;  // {reason="max_connections"}
   prometheus::Counter* http_refused_per_client_;       // {reason="per_client"}
   prometheus::Counter* http_timeouts_[4];              // {phase=header|body|idle|write}

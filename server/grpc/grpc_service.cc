@@ -16,17 +16,37 @@
 namespace heavykv::server {
 namespace {
 
+// Bytes of deltas merged into one pending message, at most, before the request is held
+// (RequestHandle::Hold): a client that does not read keeps the server's memory for its stream
+// to about twice this (the message in flight and the next), whatever it asked for.
+constexpr size_t kHoldBytes = 32 << 10;
+
+// The size of `d` as a GenerateResponse, near enough to bound memory with.
+size_t DeltaBytes(const GenerationDelta& d) {
+  size_t n = d.text.size() + 6 * d.token_ids.size() + 5 * d.logprobs.size();
+  for (const auto& step : d.top_logprobs) n += 4 + 11 * step.size();
+  return n;
+}
+
 // One Generate call. Deltas arrive on the engine thread (OnDelta) and are merged into `pending_`
 // while a write is in flight; gRPC threads drive OnWriteDone / OnCancel / OnDone. Everything is
 // guarded by mu_.
+//
+// Backpressure: once kHoldBytes are merged behind a write that has not completed, the request is
+// held (the engine stops decoding it, so nothing more is merged) until that write completes and
+// the next one takes the pending message. A request held longer than the engine's stall timeout
+// is cancelled by the engine; its write never completing, the call is then cancelled
+// (TryCancel), which ends the write and the call.
 //
 // Lifetime: three references: the call (dropped in OnDone), the engine (dropped with the
 // finished delta, which the engine sends exactly once) and Start() itself; the last one out
 // deletes the reactor, so the engine never calls into a deleted reactor.
 class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateResponse> {
  public:
-  GenerateReactor(std::string request_id, const RejectionObserver* on_rejected)
-      : request_id_(std::move(request_id)),
+  GenerateReactor(grpc::CallbackServerContext* context, std::string request_id,
+                  const RejectionObserver* on_rejected)
+      : context_(context),
+        request_id_(std::move(request_id)),
         log_id_(EscapedPrefix(request_id_, kMaxRequestIdBytes)),
         on_rejected_(on_rejected) {}
 
@@ -47,6 +67,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
       std::lock_guard<std::mutex> lock(mu_);
       handle_ = *std::move(handle);
       if (cancel_requested_) handle_->Cancel();
+      if (held_) handle_->Hold(true);
     }
     Unref();
   }
@@ -54,6 +75,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   void OnWriteDone(bool ok) override {
     std::lock_guard<std::mutex> lock(mu_);
     writing_ = false;
+    if (cancelling_) return;  // OnDelta finishes the call once TryCancel has returned
     if (!ok) {  // the client is gone: stop the engine work, end the call
       CancelLocked();
       if (!finish_called_) {
@@ -80,9 +102,11 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
 
  private:
   void OnDelta(const GenerationDelta& d) {
+    bool cancel_call = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
       AppendDelta(d, &pending_);
+      pending_bytes_ += DeltaBytes(d);
       has_pending_ = true;
       if (d.finished) {
         engine_done_ = true;
@@ -100,7 +124,27 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
           LogFinished(log_id_, d);
         }
       }
-      if (!writing_ && !finish_called_) WriteLocked();
+      if (!writing_ && !finish_called_) {
+        WriteLocked();
+      } else if (writing_ && !held_ && !d.finished && pending_bytes_ >= kHoldBytes) {
+        held_ = true;  // the client is not keeping up: stop decoding until the write completes
+        if (handle_) handle_->Hold(true);
+      }
+      // Finished while held (the engine's stall timeout): the client reads nothing, so the
+      // write in flight would never complete and the call never end. Cancelling the call fails
+      // the write. TryCancel may run callbacks inline, so it is called without mu_, and no
+      // Finish (so no OnDone, which would end context_) happens until it returns.
+      cancel_call = d.finished && held_ && writing_;
+      cancelling_ = cancel_call;
+    }
+    if (cancel_call) {
+      context_->TryCancel();
+      std::lock_guard<std::mutex> lock(mu_);
+      cancelling_ = false;
+      if (!writing_ && !finish_called_) {  // the write failed inline
+        finish_called_ = true;
+        Finish(status_);
+      }
     }
     if (d.finished) Unref();
   }
@@ -111,7 +155,12 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     if (has_pending_) {
       current_ = std::move(pending_);
       pending_.Clear();
+      pending_bytes_ = 0;
       has_pending_ = false;
+      if (held_) {  // the client read the last message: decode on
+        held_ = false;
+        if (handle_) handle_->Hold(false);
+      }
       // The id goes out once, in the first message: a client that sent a long one is not sent it
       // back with every token.
       if (!id_sent_) current_.set_request_id(request_id_);
@@ -137,6 +186,7 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     if (refs_.fetch_sub(1) == 1) delete this;
   }
 
+  grpc::CallbackServerContext* const context_;  // the call's (valid until OnDone)
   const std::string request_id_;
   const std::string log_id_;  // escaped: a client's id cannot forge log lines
   const RejectionObserver* on_rejected_;  // the service's (it outlives every call), or null
@@ -147,6 +197,9 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   grpc::Status status_;
   bool has_pending_ = false, writing_ = false, engine_done_ = false, finish_called_ = false;
   bool cancel_requested_ = false, id_sent_ = false;
+  size_t pending_bytes_ = 0;  // DeltaBytes merged into pending_
+  bool held_ = false;         // the request is held (see the class comment)
+  bool cancelling_ = false;   // OnDelta is in TryCancel: nothing may Finish the call
 };
 
 // One Tokenize call: the engine's tokenizer thread does the work; a client that cancels stops it.
@@ -216,7 +269,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::StartGenerati
   std::string id = request.request_id();
   if (id.empty()) id = absl::StrCat("req-", next_request_.fetch_add(1));
   if (absl::Status s = Authenticate(*context, method); !s.ok()) {
-    auto* reactor = new GenerateReactor(std::move(id), nullptr);
+    auto* reactor = new GenerateReactor(context, std::move(id), nullptr);
     reactor->Start(engine_, s);  // finishes the call with `s`; the engine is not called
     return reactor;
   }
@@ -229,7 +282,7 @@ grpc::ServerWriteReactor<v1::GenerateResponse>* GenerationService::StartGenerati
       r->deadline = absl::FromChrono(context->deadline());
     }
   }
-  auto* reactor = new GenerateReactor(std::move(id), &on_rejected_);
+  auto* reactor = new GenerateReactor(context, std::move(id), &on_rejected_);
   reactor->Start(engine_, std::move(r));
   return reactor;
 }

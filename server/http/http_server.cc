@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <cerrno>
 #include <future>
@@ -42,7 +43,10 @@ using tcp = asio::ip::tcp;
 using ErrorCode = boost::system::error_code;
 
 constexpr size_t kMaxDrainBytes = 4 << 20;         // read and dropped before a close, at most
-constexpr auto kMaxDrain = std::chrono::seconds(1);  // and for at most this long
+constexpr auto kMaxDrain = std::chrono::seconds(2);  // and for at most this long
+// Read and dropped while a response is in progress once the buffer is full (bytes pipelined past
+// what one request may be), at most; more ends the connection.
+constexpr size_t kMaxOverflowBytes = 4 << 20;
 constexpr int kMaxRefusing = 256;                  // over-cap connections being answered at once
 constexpr auto kAcceptPause = std::chrono::milliseconds(50);  // after accept ran out of fds
 constexpr size_t kWriteSlice = 256 << 10;          // one write's bytes, at most
@@ -66,8 +70,10 @@ const char* StatusText(int status) {
     case 408: return "Request Timeout";
     case 413: return "Payload Too Large";
     case 417: return "Expectation Failed";
+    case 431: return "Request Header Fields Too Large";
     case 429: return "Too Many Requests";
     case 500: return "Internal Server Error";
+    case 501: return "Not Implemented";
     case 503: return "Service Unavailable";
     case 504: return "Gateway Timeout";
     default: return status < 400 ? "OK" : "Error";
@@ -158,7 +164,7 @@ class Connection;
 
 // What a handler holds: posts its calls to the connection's loop, tagged with the request's
 // sequence number so that a late call never touches a later request's response.
-class Exchange final : public HttpExchange {
+class Exchange final : public HttpExchange, public std::enable_shared_from_this<Exchange> {
  public:
   Exchange(std::shared_ptr<LoopLink> link, std::shared_ptr<PoolLink> pool,
            std::weak_ptr<Connection> conn, uint64_t seq)
@@ -181,6 +187,23 @@ class Exchange final : public HttpExchange {
   }
   bool aborted() const override { return aborted_.load(); }
   void Post(std::function<void()> work) override { pool_->Post(std::move(work)); }
+  size_t queued_bytes() const override { return queued_.load(); }
+  void OnWritten(std::function<void()> on_written) override {
+    std::lock_guard<std::mutex> lock(mu_);
+    on_written_ = std::make_shared<std::function<void()>>(std::move(on_written));
+  }
+
+  // From the loop: `n` bytes of Write/Respond data are out (or dropped).
+  void Sent(size_t n) {
+    if (n == 0) return;
+    queued_.fetch_sub(n);
+    std::shared_ptr<std::function<void()>> f;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      f = on_written_;
+    }
+    if (f && *f) (*f)();
+  }
 
   // From the loop: the connection ended before the response was complete.
   void Abort() {
@@ -205,6 +228,10 @@ class Exchange final : public HttpExchange {
   std::mutex mu_;
   std::atomic<bool> aborted_{false};
   std::function<void()> on_abort_;  // guarded by mu_
+  std::atomic<size_t> queued_{0};   // see queued_bytes()
+  std::shared_ptr<std::function<void()>> on_written_;  // guarded by mu_
+
+  friend class Connection;
 };
 
 }  // namespace
@@ -230,14 +257,17 @@ class HttpServer::Impl {
   std::shared_ptr<PoolLink> pool;
   std::thread io_thread;
 
-  // Loop-thread state.
-  std::unordered_map<Connection*, std::weak_ptr<Connection>> open;
+  // Loop-thread state. Every connection, served or refused, is owned here from accept until
+  // Connection::Close (the one way a connection ends) erases it.
+  std::unordered_map<Connection*, std::shared_ptr<Connection>> open;
   std::unordered_map<std::string, int> per_client;
   int refusing = 0;
   bool stopping = false;
+  std::array<char, kWatchSlice> discard;  // what overflow reads drop (loop thread only)
 
   // Stats (any thread reads).
   std::atomic<int64_t> open_count{0}, accepted{0}, refused_total{0}, refused_client{0};
+  std::atomic<int64_t> open_clients{0}, refusing_count{0}, overflows{0};
   std::atomic<int64_t> timeouts_header{0}, timeouts_body{0}, timeouts_idle{0}, timeouts_write{0};
 
   void Accept();
@@ -288,9 +318,11 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     ReadHead();
   }
 
-  // Ends the connection now (Stop(), a failed write, the client gone).
+  // Ends the connection now: the one way every connection ends (Stop(), a failed write or read,
+  // a deadline, the end of a linger). Frees its slot and counts, aborts an unfinished exchange.
   void Close() {
     if (phase_ == Phase::kClosed) return;
+    const std::shared_ptr<Connection> keep = shared_from_this();  // Forget drops the server's
     phase_ = Phase::kClosed;
     ErrorCode ec;
     timer_.cancel();
@@ -316,9 +348,12 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     std::string out = Head(head, std::nullopt);
     Send(std::move(out));
   }
-  void OnWrite(uint64_t seq, std::string data) {
-    if (!Current(seq) || !response_started_ || response_complete_ || data.empty() || head_only_)
+  void OnWrite(uint64_t seq, std::string data, Exchange& from) {
+    if (!Current(seq) || !response_started_ || response_complete_ || data.empty() || head_only_) {
+      from.Sent(data.size());  // dropped: no longer queued
       return;
+    }
+    pending_payload_ += data.size();
     if (chunked_) {
       std::string framed = absl::StrCat(absl::Hex(data.size()), "\r\n");
       framed += data;
@@ -343,13 +378,15 @@ class Connection final : public std::enable_shared_from_this<Connection> {
 
   void Forget() {
     auto& s = server_;
+    s.open.erase(this);
     if (mode_ == Mode::kRefuse) {
       --s.refusing;
+      s.refusing_count = s.refusing;
     } else {
-      s.open.erase(this);
       if (auto it = s.per_client.find(client_); it != s.per_client.end() && --it->second <= 0) {
         s.per_client.erase(it);
       }
+      s.open_clients = static_cast<int64_t>(s.per_client.size());
       --s.open_count;
     }
   }
@@ -411,6 +448,10 @@ class Connection final : public std::enable_shared_from_this<Connection> {
       return Refuse(408);
     }
     if (ec == bhttp::error::body_limit) return Refuse(413);
+    if (ec == bhttp::error::header_limit) return Refuse(431);
+    // A transfer coding other than chunked (alone, or last after others: read as plain chunked
+    // it would be garbage).
+    if (ec == bhttp::error::bad_transfer_encoding) return Refuse(501);
     const bool parse_error = ec.category() == ErrorCode(bhttp::error::bad_method).category() &&
                              ec != bhttp::error::end_of_stream &&
                              ec != bhttp::error::partial_message;
@@ -426,6 +467,15 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     version_ = req.version();
     if ((version_ != 10 && version_ != 11) || !KnownMethod(method)) return Refuse(400);
     head_only_ = method == "HEAD";
+    for (const auto& field : req) {  // only chunked is decoded: "gzip, chunked" is 501
+      if (field.name() == bhttp::field::transfer_encoding &&
+          !absl::EqualsIgnoreCase(
+              absl::StripAsciiWhitespace(absl::string_view(field.value().data(),
+                                                           field.value().size())),
+              "chunked")) {
+        return Refuse(501);
+      }
+    }
     const auto route =
         server_.routes.by_path().find(PathOf({req.target().data(), req.target().size()}));
     if (route == server_.routes.by_path().end()) return Refuse(404);
@@ -523,11 +573,24 @@ class Connection final : public std::enable_shared_from_this<Connection> {
 
   // While a response is in progress: reads on (into the buffer, for a pipelined next request)
   // to see the client go.
+  // Once the buffer is full (the client pipelined more than one request may be), it reads on,
+  // dropping the bytes (at most kMaxOverflowBytes), and the response is followed by a 413 and
+  // the close. End of stream is a half-close: the client may still read its answer, and a
+  // write that fails says it has gone.
   void Watch() {
-    if (watching_ || phase_ != Phase::kHandling) return;
+    if (watching_ || phase_ != Phase::kHandling || peer_eof_) return;
     const size_t room = buffer_.max_size() - buffer_.size();
-    if (room == 0) return;  // the buffer is full: writes will tell
     watching_ = true;
+    if (room == 0) {
+      if (!overflowed_) ++server_.overflows;
+      overflowed_ = true;
+      socket_.async_read_some(asio::buffer(server_.discard),
+                              [self = shared_from_this()](const ErrorCode& ec, size_t n) {
+                                self->overflow_bytes_ += n;
+                                self->OnWatched(ec, 0);
+                              });
+      return;
+    }
     socket_.async_read_some(buffer_.prepare(std::min(room, kWatchSlice)),
                             [self = shared_from_this()](const ErrorCode& ec, size_t n) {
                               self->OnWatched(ec, n);
@@ -539,7 +602,12 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     if (phase_ == Phase::kClosed) return;
     const bool failed = ec && ec != asio::error::operation_aborted;
     if (phase_ == Phase::kClosing) return failed ? Close() : Drain();
-    if (failed) return Close();  // the client has gone
+    if (ec == asio::error::eof) {
+      peer_eof_ = true;  // half-closed: answer on; nothing more will be read
+    } else if (failed) {
+      return Close();  // the client has gone (reset)
+    }
+    if (overflow_bytes_ > kMaxOverflowBytes) return Close();
     if (next_after_watch_) {
       next_after_watch_ = false;
       return NextRequest();
@@ -592,6 +660,8 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     }
     out_writing_.swap(out_pending_);
     out_pending_.clear();
+    writing_payload_ = pending_payload_;
+    pending_payload_ = 0;
     written_ = 0;
     WriteSome();
   }
@@ -613,6 +683,8 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     if (written_ < out_writing_.size()) return WriteSome();
     out_writing_.clear();
     if (phase_ == Phase::kHandling) Disarm();
+    if (exchange_ != nullptr && writing_payload_ > 0) exchange_->Sent(writing_payload_);
+    writing_payload_ = 0;
     Flush();
   }
 
@@ -620,6 +692,9 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   void AfterResponse() {
     exchange_.reset();
     if (mode_ == Mode::kRefuse || close_after_) return Linger();
+    // The bytes pipelined behind this request overflowed the buffer: the next request cannot be
+    // read whole, so it is refused, and the connection ends.
+    if (overflowed_) return Refuse(413);
     if (watching_) {
       next_after_watch_ = true;
       ErrorCode ec;
@@ -634,6 +709,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
       Arm(Phase::kHead, server_.options.header_timeout);
       return ReadHead();
     }
+    if (peer_eof_) return Linger();  // half-closed and answered: nothing more will come
     Arm(Phase::kIdle, server_.options.idle_timeout);
     socket_.async_wait(tcp::socket::wait_read, [self = shared_from_this()](const ErrorCode& ec) {
       if (self->phase_ != Phase::kIdle) return;
@@ -714,6 +790,11 @@ class Connection final : public std::enable_shared_from_this<Connection> {
   bool writing_ = false;
   bool watching_ = false, next_after_watch_ = false;
   size_t drained_ = 0;
+  // Write() bytes of the exchange in out_pending_ and out_writing_ (Exchange::Sent once out).
+  size_t pending_payload_ = 0, writing_payload_ = 0;
+  bool peer_eof_ = false;    // the client half-closed (read end of stream)
+  bool overflowed_ = false;  // bytes were dropped while a response was in progress
+  size_t overflow_bytes_ = 0;
 };
 
 template <typename F>
@@ -735,7 +816,10 @@ void Exchange::StartStream(HttpResponse head) {
 }
 void Exchange::Write(std::string data) {
   if (data.empty() || aborted_) return;
-  OnLoop([seq = seq_, d = std::move(data)](Connection& c) mutable { c.OnWrite(seq, std::move(d)); });
+  queued_ += data.size();
+  OnLoop([seq = seq_, d = std::move(data), self = shared_from_this()](Connection& c) mutable {
+    c.OnWrite(seq, std::move(d), *self);
+  });
 }
 void Exchange::End() {
   OnLoop([seq = seq_](Connection& c) { c.OnEnd(seq); });
@@ -786,12 +870,15 @@ void HttpServer::Impl::OnAccepted(tcp::socket socket) {
   if (refuse != 0) {
     if (refusing >= kMaxRefusing) return;  // closed unanswered: the socket goes out of scope
     ++refusing;
+    refusing_count = refusing;
     auto conn = std::make_shared<Connection>(*this, std::move(socket), std::move(client), port,
                                              Connection::Mode::kRefuse);
+    open.emplace(conn.get(), conn);
     conn->Start(refuse);
     return;
   }
   ++per_client[client];
+  open_clients = static_cast<int64_t>(per_client.size());
   ++open_count;
   auto conn = std::make_shared<Connection>(*this, std::move(socket), std::move(client), port,
                                            Connection::Mode::kServe);
@@ -894,6 +981,9 @@ HttpServerStats HttpServer::Stats() const {
   HttpServerStats s;
   if (impl_ == nullptr) return s;
   s.open_connections = impl_->open_count.load();
+  s.open_clients = impl_->open_clients.load();
+  s.refusing = impl_->refusing_count.load();
+  s.overflows = impl_->overflows.load();
   s.accepted = impl_->accepted.load();
   s.refused_max_connections = impl_->refused_total.load();
   s.refused_per_client = impl_->refused_client.load();
@@ -915,9 +1005,8 @@ void HttpServer::Stop() {
     impl.acceptor.close(ec);
     impl.accept_pause.cancel();
     std::vector<std::shared_ptr<Connection>> all;
-    for (auto& [raw, weak] : impl.open) {
-      if (auto c = weak.lock()) all.push_back(std::move(c));
-    }
+    all.reserve(impl.open.size());
+    for (auto& [raw, conn] : impl.open) all.push_back(conn);
     for (auto& c : all) c->Close();
     closed.set_value();
   });

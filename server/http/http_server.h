@@ -72,6 +72,11 @@ class HttpExchange {
   // the caller's at once if that has already happened. Set it at most once.
   virtual void OnAbort(std::function<void()> on_abort) = 0;
   virtual bool aborted() const = 0;
+  // Backpressure: the bytes given to Write (and Respond) that have not yet been written to the
+  // socket, and `on_written`, run on the server's I/O thread each time a write of them completes
+  // (so after every fall of queued_bytes()). Set it at most once.
+  virtual size_t queued_bytes() const = 0;
+  virtual void OnWritten(std::function<void()> on_written) = 0;
   // Runs `work` on the server's CPU pool (never on the caller's thread; nothing once the server
   // has stopped): for work a response needs later, e.g. formatting a stream's next events.
   virtual void Post(std::function<void()> work) = 0;
@@ -82,7 +87,7 @@ struct HttpServerOptions {
   absl::Duration header_timeout = absl::Seconds(10);  // accept (or first byte) to end of head
   absl::Duration body_timeout = absl::Seconds(30);    // end of head to end of body
   absl::Duration idle_timeout = absl::Seconds(5);     // keep-alive: between requests
-  absl::Duration write_timeout = absl::Seconds(30);   // a write making no progress
+  absl::Duration write_timeout = absl::Seconds(30);   // a write making no progress (a stall)
   int keep_alive_max_requests = 1;                    // per connection (1: close after each)
   size_t max_head_bytes = 16 << 10;                   // request line + headers
   size_t max_body_bytes = 64 << 10;

@@ -99,10 +99,26 @@ struct Stream {
   }
 };
 
+// Bytes of a stream queued and not yet written to its client (formatted events in the exchange,
+// and an estimate of the deltas not yet formatted) at which its request is held
+// (RequestHandle::Hold) until writes drain them: a client that does not read keeps about this
+// much memory, not a generation's worth.
+constexpr size_t kHoldBytes = 32 << 10;
+
+// The SSE bytes a delta will take, near enough to bound memory with.
+size_t EventBytes(const GenerationDelta& d) {
+  size_t n = d.text.size() + 200 + 48 * d.token_ids.size();
+  for (const auto& step : d.top_logprobs) n += 48 * step.size();
+  return n;
+}
+
 // One submitted generation. The engine's callback queues its deltas and posts a job to the HTTP
 // server's CPU pool unless one is queued already; the job formats every queued delta and hands the
 // bytes to the exchange, looping until the queue is empty, so one job at a time runs per request
 // and its events go out in order. The engine thread never formats JSON, and no thread waits.
+// A stream whose client does not keep up (kHoldBytes queued) is held; each completed write
+// (HttpExchange::OnWritten) looks again, so it goes on as soon as the client reads. The HTTP
+// server's write timeout, and the engine's stall timeout, end one that never reads.
 class Generation final : public std::enable_shared_from_this<Generation> {
  public:
   Generation(std::shared_ptr<HttpExchange> exchange, bool stream, bool include_usage,
@@ -131,6 +147,7 @@ class Generation final : public std::enable_shared_from_this<Generation> {
       std::lock_guard<std::mutex> lock(mu_);
       handle_ = handle;
       cancel = cancel_;
+      if (held_) handle_->Hold(true);
     }
     if (cancel) handle->Cancel();
   }
@@ -140,10 +157,18 @@ class Generation final : public std::enable_shared_from_this<Generation> {
     {
       std::lock_guard<std::mutex> lock(mu_);
       queued_.push_back(d);
+      queued_bytes_ += EventBytes(d);
+      UpdateHoldLocked();
       if (scheduled_) return;
       scheduled_ = true;
     }
     exchange_->Post([self = shared_from_this()] { self->Run(); });
+  }
+
+  // The server's I/O thread: a write of this stream completed.
+  void Written() {
+    std::lock_guard<std::mutex> lock(mu_);
+    UpdateHoldLocked();
   }
 
  private:
@@ -157,9 +182,21 @@ class Generation final : public std::enable_shared_from_this<Generation> {
           return;
         }
         batch.swap(queued_);
+        queued_bytes_ = 0;  // the exchange counts them once written to it
       }
       Handle(batch);
     }
+  }
+
+  // Holds or releases the request by what is queued for its client. Every change of the counts
+  // is followed by a call (a delta, a completed write), and each reads them afresh under mu_, so
+  // the last call decides: a request is never left held with nothing queued.
+  void UpdateHoldLocked() {
+    if (!stream_) return;  // a whole response is bounded by max_tokens, and sent at the end
+    const bool hold = exchange_->queued_bytes() + queued_bytes_ >= kHoldBytes;
+    if (hold == held_) return;
+    held_ = hold;
+    if (handle_) handle_->Hold(hold);
   }
 
   void Handle(const std::vector<GenerationDelta>& batch) {
@@ -207,6 +244,8 @@ class Generation final : public std::enable_shared_from_this<Generation> {
   bool scheduled_ = false;                 // a job is queued or running; guarded by mu_
   std::shared_ptr<RequestHandle> handle_;  // guarded by mu_
   bool cancel_ = false;                    // guarded by mu_
+  size_t queued_bytes_ = 0;                // EventBytes of queued_; guarded by mu_
+  bool held_ = false;                      // the request is held; guarded by mu_
 
   // The job's (one at a time).
   bool started_ = false, finished_ = false;
@@ -294,6 +333,9 @@ class OpenAiFront {
     ex->OnAbort([weak = std::weak_ptr<Generation>(generation)] {
       if (std::shared_ptr<Generation> g = weak.lock()) g->Cancel();
     });
+    ex->OnWritten([weak = std::weak_ptr<Generation>(generation)] {
+      if (std::shared_ptr<Generation> g = weak.lock()) g->Written();
+    });
     absl::StatusOr<std::shared_ptr<RequestHandle>> handle = engine_->Submit(
         q->generation, [generation](const GenerationDelta& d) { generation->OnDelta(d); });
     if (!handle.ok()) return Refused(*ex, handle.status());
@@ -357,7 +399,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartOpenAiHttp(
   http.header_timeout = options.header_timeout;
   http.body_timeout = options.body_timeout;
   http.idle_timeout = options.idle_timeout;
-  http.write_timeout = absl::Seconds(30);
+  http.write_timeout = options.write_timeout;
   http.keep_alive_max_requests = 100;
   http.max_connections = options.max_connections;
   http.max_connections_per_client = options.max_connections_per_client;

@@ -34,6 +34,10 @@ struct OpenAiHttpOptions {
   absl::Duration header_timeout = absl::Seconds(10);
   absl::Duration body_timeout = absl::Seconds(30);
   absl::Duration idle_timeout = absl::Seconds(5);
+  // A response write that makes no progress for this long ends the connection (a stream's
+  // generation is cancelled); the engine's own stall timeout should be the same
+  // (`--stream-stall-timeout`).
+  absl::Duration write_timeout = absl::Seconds(30);
   int max_connections = 16384;
   int max_connections_per_client = 4096;
   const ApiKeyStore* api_keys = nullptr;  // not owned; null: no key is asked for

@@ -11,7 +11,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <string>
 #include <thread>
@@ -149,6 +152,37 @@ class HttpServerTest : public ::testing::Test {
         if (!forever) ex->End();
       });
     });
+    // Answers 300 ms later, from another thread: the handler is still running while the
+    // client does what it does.
+    routes.Add("/slow", "GET", [this](const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+      ex->OnAbort([this] { ++aborts_; });
+      writers_.emplace_back([ex, target = req.target] {
+        std::this_thread::sleep_for(300ms);
+        HttpResponse res;
+        res.content_type = "text/plain";
+        res.body = "slow " + target;
+        ex->Respond(std::move(res));
+      });
+    });
+    // 64 KiB chunks as fast as the client takes them, at most 256 KiB queued (queued_bytes()),
+    // until aborted; counts the OnWritten calls.
+    routes.Add("/flood", "GET", [this](const HttpRequest&, std::shared_ptr<HttpExchange> ex) {
+      ex->OnAbort([this] { ++aborts_; });
+      ex->OnWritten([this] { ++written_calls_; });
+      HttpResponse head;
+      head.content_type = "application/octet-stream";
+      ex->StartStream(std::move(head));
+      writers_.emplace_back([this, ex] {
+        while (!ex->aborted()) {
+          if (ex->queued_bytes() >= (256u << 10)) {
+            max_queued_ = std::max<size_t>(max_queued_, ex->queued_bytes());
+            std::this_thread::sleep_for(1ms);
+            continue;
+          }
+          ex->Write(std::string(64 << 10, 'x'));
+        }
+      });
+    });
     options.cpu_threads = 2;
     absl::StatusOr<std::unique_ptr<HttpServer>> s = HttpServer::Start("127.0.0.1:0",
                                                                       std::move(routes), options);
@@ -173,6 +207,14 @@ class HttpServerTest : public ::testing::Test {
   std::unique_ptr<HttpServer> server_;
   std::vector<std::thread> writers_;
   std::atomic<int> aborts_{0};
+  std::atomic<int> written_calls_{0};
+  std::atomic<size_t> max_queued_{0};
+
+  // Nothing left open: no connection, no client address counted, no refusal in flight.
+  bool AllClosed() {
+    const HttpServerStats s = server_->Stats();
+    return s.open_connections == 0 && s.open_clients == 0 && s.refusing == 0;
+  }
 };
 
 TEST_F(HttpServerTest, KeepAliveAndPipelinedRequestsAreAnsweredInOrder) {
@@ -434,6 +476,222 @@ TEST_F(HttpServerTest, ManyStalledConnectionsDoNotDelayAnother) {
   }
   for (int fd : stalled) close(fd);
   EXPECT_TRUE(Eventually([&] { return server_->Stats().open_connections == 0; }));
+}
+
+// Issue 41, F1: a request followed by more bytes than the read buffer holds (200 KB) while its
+// handler runs. The response is still sent, the request that could not be read whole gets 413,
+// and the connection ends through its close path: slot, per-client count and exchange freed. With
+// the old server the connection vanished without an answer and held its slot for good, so a
+// client with a cap of 2 was shut out after two such requests.
+TEST_F(HttpServerTest, BytesPipelinedPastTheBufferAreAnswered413AndFreeTheSlot) {
+  HttpServerOptions options;
+  options.keep_alive_max_requests = 10;
+  options.max_connections_per_client = 2;
+  Start(options);
+  const std::string flood(200 << 10, 'A');
+  for (int i = 0; i < 4; ++i) {  // more than the cap, one after another
+    const int fd = Connect(port());
+    ASSERT_GE(fd, 0);
+    ASSERT_TRUE(SendAll(fd, "GET /slow?" + std::to_string(i) + " HTTP/1.1\r\nHost: x\r\n\r\n"));
+    // The rest may block once the server stops reading: send it from a thread.
+    std::thread sender([fd, &flood] { SendAll(fd, flood); });
+    bool closed = false;
+    const std::string raw = ReadFor(fd, 5s, &closed);
+    sender.join();
+    size_t at = 0;
+    const Parsed first = NextResponse(raw, at), second = NextResponse(raw, at);
+    EXPECT_EQ(first.status, 200) << raw.substr(0, 200);
+    EXPECT_EQ(first.body, "slow /slow?" + std::to_string(i));
+    EXPECT_EQ(second.status, 413);
+    EXPECT_EQ(HeaderOf(second, "Connection"), "close");
+    EXPECT_TRUE(closed);
+    close(fd);
+    ASSERT_TRUE(Eventually([&] { return AllClosed(); })) << "request " << i;
+  }
+  // The same flood behind an endless stream, then the client closes: the stream is aborted.
+  const int fd = Connect(port());
+  ASSERT_TRUE(SendAll(fd, "GET /stream?forever HTTP/1.1\r\nHost: x\r\n\r\n"));
+  std::thread sender([fd, &flood] { SendAll(fd, flood); });
+  EXPECT_FALSE(ReadFor(fd, 1s, nullptr, 100).empty());
+  sender.join();
+  close(fd);
+  EXPECT_TRUE(Eventually([&] { return aborts_.load() == 1 && AllClosed(); }));
+  EXPECT_GE(server_->Stats().overflows, 5);
+  // The client's address is not shut out.
+  const int again = Connect(port());
+  ASSERT_TRUE(SendAll(again, "GET /hello HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"));
+  const std::string raw = ReadFor(again, 2s);
+  size_t at = 0;
+  EXPECT_EQ(NextResponse(raw, at).status, 200);
+  close(again);
+}
+
+// Every way a connection ends goes through its close: afterwards no connection, client address
+// or refusal is counted, and an unfinished exchange was aborted.
+TEST_F(HttpServerTest, EveryWayAConnectionEndsFreesItsSlot) {
+  HttpServerOptions options;
+  options.keep_alive_max_requests = 10;
+  options.header_timeout = absl::Milliseconds(300);
+  options.body_timeout = absl::Milliseconds(300);
+  options.idle_timeout = absl::Milliseconds(300);
+  options.write_timeout = absl::Milliseconds(500);
+  options.max_connections_per_client = 1;
+  Start(options);
+  int aborts = 0;
+  const auto ended = [&](const char* way, int aborted) {
+    aborts += aborted;
+    EXPECT_TRUE(Eventually([&] { return AllClosed() && aborts_.load() == aborts; }))
+        << way << ": open " << server_->Stats().open_connections << ", clients "
+        << server_->Stats().open_clients << ", aborts " << aborts_.load();
+  };
+  {  // The client closes mid-stream.
+    const int fd = Connect(port());
+    ASSERT_TRUE(SendAll(fd, "GET /stream?forever HTTP/1.1\r\nHost: x\r\n\r\n"));
+    EXPECT_FALSE(ReadFor(fd, 1s, nullptr, 50).empty());
+    close(fd);
+    ended("client close", 1);
+  }
+  {  // The client resets mid-stream (SO_LINGER 0: RST, no FIN).
+    const int fd = Connect(port());
+    ASSERT_TRUE(SendAll(fd, "GET /stream?forever HTTP/1.1\r\nHost: x\r\n\r\n"));
+    EXPECT_FALSE(ReadFor(fd, 1s, nullptr, 50).empty());
+    linger l{1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    close(fd);
+    ended("client reset", 1);
+  }
+  {  // The client resets while its handler runs (nothing written yet).
+    const int fd = Connect(port());
+    ASSERT_TRUE(SendAll(fd, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"));
+    std::this_thread::sleep_for(50ms);
+    linger l{1, 0};
+    setsockopt(fd, SOL_SOCKET, SO_LINGER, &l, sizeof l);
+    close(fd);
+    ended("reset while handling", 1);
+  }
+  for (const char* partial : {"", "GET /hello HTTP/1.1\r\nHo",
+                              "POST /echo HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\nab"}) {
+    const int fd = Connect(port());  // header, header, body deadlines: 408
+    ASSERT_TRUE(partial[0] == 0 || SendAll(fd, partial));
+    EXPECT_EQ(ReadFor(fd, 3s).substr(0, 12), "HTTP/1.1 408");
+    close(fd);
+    ended("408", 0);
+  }
+  {  // Idle after a kept-alive answer.
+    const int fd = Connect(port());
+    ASSERT_TRUE(SendAll(fd, "GET /hello HTTP/1.1\r\nHost: x\r\n\r\n"));
+    bool closed = false;
+    ReadFor(fd, 3s, &closed);
+    EXPECT_TRUE(closed);
+    close(fd);
+    ended("idle", 0);
+  }
+  {  // A client that stops reading: the write deadline, while writes are paced by queued_bytes().
+    const int fd = Connect(port());
+    int small = 4096;
+    setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, sizeof small);
+    ASSERT_TRUE(SendAll(fd, "GET /flood HTTP/1.1\r\nHost: x\r\n\r\n"));
+    ended("write deadline", 1);
+    EXPECT_LE(max_queued_.load(), size_t(256 + 64) << 10);
+    EXPECT_GT(written_calls_.load(), 0);
+    close(fd);
+  }
+  {  // Over the per-client cap: refused, then closed.
+    const int first = Connect(port());
+    ASSERT_TRUE(Eventually([&] { return server_->Stats().open_connections == 1; }));
+    const int second = Connect(port());
+    EXPECT_EQ(ReadFor(second, 3s).substr(0, 12), "HTTP/1.1 429");
+    close(second);
+    close(first);
+    ended("refused", 0);
+  }
+  {  // Stop() with a handler running and a stream in progress.
+    const int a = Connect(port(), "127.0.0.1");
+    const int b = Connect(port(), "127.0.0.2");
+    ASSERT_TRUE(SendAll(a, "GET /stream?forever HTTP/1.1\r\nHost: x\r\n\r\n"));
+    EXPECT_FALSE(ReadFor(a, 1s, nullptr, 50).empty());
+    ASSERT_TRUE(SendAll(b, "GET /slow HTTP/1.1\r\nHost: x\r\n\r\n"));
+    std::this_thread::sleep_for(50ms);
+    server_->Stop();
+    aborts += 2;
+    EXPECT_EQ(aborts_.load(), aborts);
+    EXPECT_TRUE(AllClosed());
+    close(a);
+    close(b);
+  }
+}
+
+// A client that half-closes its socket after its requests (shutdown(SHUT_WR)) still gets every
+// answer, then the server closes (issue 41: EOF is not "gone" until a write fails).
+TEST_F(HttpServerTest, HalfClosedClientsGetTheirAnswers) {
+  HttpServerOptions options;
+  options.keep_alive_max_requests = 10;
+  Start(options);
+  const int fd = Connect(port());
+  ASSERT_TRUE(SendAll(fd,
+                      "GET /slow?1 HTTP/1.1\r\nHost: x\r\n\r\n"
+                      "GET /hello?2 HTTP/1.1\r\nHost: x\r\n\r\n"));
+  shutdown(fd, SHUT_WR);
+  bool closed = false;
+  const std::string raw = ReadFor(fd, 5s, &closed);
+  size_t at = 0;
+  const Parsed a = NextResponse(raw, at), b = NextResponse(raw, at);
+  EXPECT_EQ(a.status, 200) << raw;
+  EXPECT_EQ(a.body, "slow /slow?1");
+  EXPECT_EQ(b.body, "hello /hello?2");
+  EXPECT_TRUE(closed);
+  close(fd);
+  EXPECT_TRUE(Eventually([&] { return AllClosed(); }));
+  EXPECT_EQ(aborts_.load(), 0);
+}
+
+// Transfer codings other than chunked are 501 (not read as chunked); a head over the limit 431.
+TEST_F(HttpServerTest, UnsupportedTransferCodingIs501AndALongHead431) {
+  HttpServerOptions options;
+  options.max_head_bytes = 1024;
+  Start(options);
+  for (const char* coding : {"gzip, chunked", "gzip", "chunked, chunked"}) {
+    const int fd = Connect(port());
+    ASSERT_TRUE(SendAll(fd, std::string("POST /echo HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: ") +
+                                coding + "\r\n\r\n3\r\nabc\r\n0\r\n\r\n"));
+    const std::string raw = ReadFor(fd, 2s);
+    EXPECT_EQ(raw.substr(0, 12), "HTTP/1.1 501") << coding << ": " << raw;
+    close(fd);
+  }
+  const int fd = Connect(port());
+  ASSERT_TRUE(SendAll(fd, "GET /hello HTTP/1.1\r\nHost: x\r\nX-Pad: " + std::string(2000, 'p') +
+                              "\r\n\r\n"));
+  EXPECT_EQ(ReadFor(fd, 2s).substr(0, 12), "HTTP/1.1 431");
+  close(fd);
+  EXPECT_TRUE(Eventually([&] { return AllClosed(); }));
+}
+
+// More requests pipelined than a connection serves (keep_alive_max_requests): the answers sent
+// reach a client that reads them late, and the close is orderly (no reset that would drop them).
+TEST_F(HttpServerTest, TheLastRequestsCloseLetsTheClientReadEveryAnswer) {
+  HttpServerOptions options;
+  options.keep_alive_max_requests = 100;
+  Start(options);
+  const int fd = Connect(port());
+  std::string requests;
+  for (int i = 0; i < 150; ++i) {
+    requests += "GET /hello?" + std::to_string(i) + " HTTP/1.1\r\nHost: x\r\n\r\n";
+  }
+  ASSERT_TRUE(SendAll(fd, requests));
+  std::this_thread::sleep_for(500ms);  // the server has answered and closed by now
+  std::string raw;
+  char buf[4096];
+  ssize_t n;
+  while ((n = recv(fd, buf, sizeof buf, 0)) > 0) raw.append(buf, static_cast<size_t>(n));
+  EXPECT_EQ(n, 0) << "recv failed: " << strerror(errno);  // orderly end, not a reset
+  size_t at = 0;
+  int answered = 0;
+  for (Parsed r; (r = NextResponse(raw, at)).status == 200; ++answered) {
+    EXPECT_EQ(r.body, "hello /hello?" + std::to_string(answered));
+  }
+  EXPECT_EQ(answered, 100);
+  close(fd);
+  EXPECT_TRUE(Eventually([&] { return AllClosed(); }));
 }
 
 }  // namespace

@@ -75,12 +75,15 @@ class EngineTest : public ::testing::Test {
     o.max_running = max_running;
     o.max_waiting = max_waiting;
     o.max_step_tokens = max_step_tokens;
+    o.stall_timeout = stall_timeout_;
     o.threads = 1;
     auto e = Engine::Create(*LoadModel(testing::ModelPath()),
                             std::make_shared<Tokenizer>(*Tokenizer::Load(testing::TokenizerPath(), 512)), o);
     EXPECT_TRUE(e.ok()) << e.status();
     return *std::move(e);
   }
+  absl::Duration stall_timeout_ = absl::Seconds(30);
+
   static GenerationRequest Greedy(std::string prompt, int32_t max_new) {
     GenerationRequest r;
     r.prompt = std::move(prompt);
@@ -470,6 +473,87 @@ TEST_F(EngineTest, CancelAndDeadlineReturnPages) {
   ASSERT_TRUE(engine->Submit(Greedy("One day", 8), c.Callback()).ok());
   c.Wait();
   EXPECT_EQ(c.last.finish_reason, "length");
+}
+
+// Backpressure (RequestHandle::Hold, issue 41): a request held from its own callback, as the
+// fronts hold it, makes no progress while held, does not keep others from running (even with
+// max_running 1: a held sequence takes no batch slot), and once released ends with the text it
+// would have had alone. Held past the stall timeout, it is cancelled with DEADLINE_EXCEEDED and
+// its pages are freed.
+TEST_F(EngineTest, HeldRequestsPauseThenResumeAndStalledOnesAreCancelled) {
+  stall_timeout_ = absl::Milliseconds(400);
+  auto engine = Make(64, /*max_running=*/1);
+  GenerationRequest r = Greedy("Once upon a time", 120);
+  r.ignore_eos = true;
+  struct Holder {
+    std::mutex mu;
+    std::shared_ptr<RequestHandle> handle;
+    size_t tokens = 0;
+    bool held = false;
+  };
+  const auto hold_after = [](Holder& h, Collector& c, size_t n) {
+    auto inner = c.Callback();
+    return [&h, inner, n](const GenerationDelta& d) {
+      inner(d);
+      std::lock_guard<std::mutex> lock(h.mu);
+      h.tokens += d.token_ids.size();
+      if (!h.held && h.tokens >= n && h.handle != nullptr) {
+        h.held = true;
+        h.handle->Hold(true);  // on the engine thread, from the callback
+      }
+    };
+  };
+  Holder ha;
+  Collector a;
+  auto handle = engine->Submit(r, hold_after(ha, a, 10));
+  ASSERT_TRUE(handle.ok());
+  const auto set_handle = [](Holder& h, std::shared_ptr<RequestHandle> handle, size_t n) {
+    std::lock_guard<std::mutex> lock(h.mu);
+    h.handle = std::move(handle);
+    if (!h.held && h.tokens >= n) {  // it got there before its handle was known
+      h.held = true;
+      h.handle->Hold(true);
+    }
+  };
+  set_handle(ha, *handle, 10);
+  a.WaitForTokens(10);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // a step in flight ends
+  size_t at_hold;
+  {
+    std::lock_guard<std::mutex> lock(a.mu);
+    at_hold = a.tokens.size();
+    ASSERT_FALSE(a.finished);
+  }
+  // Another request runs to its end while `a` is held, though max_running is 1.
+  Collector b;
+  ASSERT_TRUE(engine->Submit(Greedy("One day", 20), b.Callback()).ok());
+  b.Wait();
+  EXPECT_EQ(b.last.finish_reason, "length");
+  {
+    std::lock_guard<std::mutex> lock(a.mu);
+    EXPECT_EQ(a.tokens.size(), at_hold) << "a held request made progress";
+    EXPECT_FALSE(a.finished);
+  }
+  EXPECT_GT(engine->Stats().pages_used, 0);  // its pages are kept
+  (*handle)->Hold(false);
+  a.Wait();
+  EXPECT_EQ(a.last.finish_reason, "length");
+  EXPECT_EQ(a.tokens.size(), 120u);
+  EXPECT_EQ(a.text, Alone("Once upon a time", 120, "full", 0));
+  EXPECT_EQ(engine->Stats().pages_used, 0);
+
+  // Held and never released: cancelled after the stall timeout, pages freed.
+  Holder hc;
+  Collector c;
+  auto stalled = engine->Submit(r, hold_after(hc, c, 5));
+  ASSERT_TRUE(stalled.ok());
+  set_handle(hc, *stalled, 5);
+  c.Wait();
+  EXPECT_EQ(c.last.finish_reason, "cancelled");
+  EXPECT_EQ(c.last.status.code(), absl::StatusCode::kDeadlineExceeded) << c.last.status;
+  EXPECT_NE(c.last.status.message().find("read nothing"), std::string::npos) << c.last.status;
+  EXPECT_LT(c.tokens.size(), 120u);
+  EXPECT_EQ(engine->Stats().pages_used, 0);
 }
 
 TEST_F(EngineTest, BadRequestsAreInvalidArgumentAndOthersAreServed) {

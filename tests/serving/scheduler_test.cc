@@ -141,6 +141,37 @@ class Harness {
     return plan;
   }
 
+  // Plans and runs one step with held sequences about (Sequence::held): only the pages, limits
+  // and chunk rules are checked, as the order rules of CheckPlan do not hold for them.
+  StepPlan StepHeld() {
+    StepPlan plan = sched_.Schedule();
+    ++stats_.steps;
+    stats_.preemptions += static_cast<int64_t>(plan.preempted.size());
+    EXPECT_LE(plan.num_tokens, config_.max_step_tokens);
+    EXPECT_LE(sched_.num_active(), config_.max_running);
+    std::set<Sequence*> planned;
+    for (const ScheduledChunk& c : plan.chunks) {
+      EXPECT_FALSE(c.seq->held) << "a chunk for a held sequence";
+      EXPECT_TRUE(planned.insert(c.seq).second) << "two chunks for one sequence";
+      EXPECT_EQ(c.start, c.seq->num_computed);
+      EXPECT_EQ(c.samples, c.start + c.count == static_cast<int32_t>(c.seq->tokens.size()));
+    }
+    for (Sequence* a : plan.admitted) EXPECT_FALSE(a->held) << "a held sequence was admitted";
+    Run(plan);
+    CheckBetweenSteps();
+    return plan;
+  }
+
+  // RunToCompletion with StepHeld.
+  bool RunHeldToCompletion(int64_t max_steps) {
+    for (int64_t i = 0; i < max_steps; ++i) {
+      if (sched_.num_running() == 0 && sched_.num_waiting() == 0) return true;
+      StepHeld();
+      if (::testing::Test::HasFailure()) return false;
+    }
+    return sched_.num_running() == 0 && sched_.num_waiting() == 0;
+  }
+
   // Steps until nothing is left (or `max_steps`); true when everything finished.
   bool RunToCompletion(int64_t max_steps) {
     for (int64_t i = 0; i < max_steps; ++i) {
@@ -977,6 +1008,137 @@ TEST(SchedulerFairnessTest, AdmissionPrefersTheClientWithTheFewestRunning) {
   EXPECT_EQ(std::vector<Sequence*>(sched.waiting().begin(), sched.waiting().end()),
             (std::vector<Sequence*>{a2, a3}));
   for (auto& s : seqs) cache->Release(s->kv);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Held sequences (backpressure, issue 41: RequestHandle::Hold).
+
+bool Running(Harness& h, const Sequence* s) {
+  const auto& r = h.sched().running();
+  return std::find(r.begin(), r.end(), s) != r.end();
+}
+
+// A held sequence gets no chunk and takes no batch slot; released beyond max_running, the newest
+// waits again.
+TEST(SchedulerHeldTest, HeldSequencesGetNoChunkAndTakeNoSlot) {
+  Harness h(128, Config(64, /*max_running=*/2, 16));
+  Sequence* a = h.Enqueue(2, 40);
+  Sequence* b = h.Enqueue(2, 40);
+  h.StepHeld();
+  a->held = b->held = true;
+  const size_t a_tokens = a->tokens.size();
+  Sequence* c = h.Enqueue(2, 40);
+  Sequence* d = h.Enqueue(2, 40);
+  StepPlan p = h.StepHeld();
+  EXPECT_EQ(p.admitted, (std::vector<Sequence*>{c, d}));  // two slots though four run
+  EXPECT_TRUE(p.preempted.empty());
+  EXPECT_EQ(h.sched().num_running(), 4);
+  EXPECT_EQ(h.sched().num_active(), 2);
+  for (int i = 0; i < 5; ++i) h.StepHeld();
+  EXPECT_EQ(a->tokens.size(), a_tokens);  // no progress while held
+  EXPECT_GT(a->kv.NumPages(), 0);         // pages kept
+  a->held = false;  // three active now: the newest active one (d) waits again
+  p = h.StepHeld();
+  EXPECT_EQ(p.preempted, (std::vector<Sequence*>{d}));
+  EXPECT_TRUE(Running(h, a));
+  EXPECT_GT(a->tokens.size(), a_tokens);
+  b->held = false;
+  ASSERT_TRUE(h.RunHeldToCompletion(1000));
+  EXPECT_EQ(h.stats().finished, 4);
+  EXPECT_EQ(h.cache().allocator().num_pages_used(), 0);
+}
+
+// A sequence that cannot be admitted for want of pages preempts a held one (not one that runs);
+// a held waiting sequence is not admitted until it is released, then it is recomputed.
+TEST(SchedulerHeldTest, HeldSequencesArePreemptedFirstAndWaitUntilReleased) {
+  // 12 pages = 48 slots; each sequence grows to 36 tokens = 9 pages, so one runs at a time
+  // (overcommit 1).
+  Harness h(12, Config(64, 8, 64));
+  Sequence* a = h.Enqueue(8, 36);
+  h.StepHeld();
+  h.StepHeld();
+  a->held = true;
+  const size_t a_tokens = a->tokens.size();
+  Sequence* b = h.Enqueue(8, 36);
+  StepPlan p = h.StepHeld();
+  EXPECT_EQ(p.preempted, (std::vector<Sequence*>{a}));
+  EXPECT_EQ(p.admitted, (std::vector<Sequence*>{b}));
+  EXPECT_EQ(a->kv.NumPages(), 0);
+  EXPECT_EQ(a->tokens.size(), a_tokens);  // nothing lost
+  // Held and waiting: never admitted, even once b is done.
+  while (Running(h, b)) h.StepHeld();
+  for (int i = 0; i < 5; ++i) {
+    p = h.StepHeld();
+    EXPECT_TRUE(p.admitted.empty());
+  }
+  a->held = false;
+  p = h.StepHeld();
+  ASSERT_EQ(p.admitted, (std::vector<Sequence*>{a}));
+  ASSERT_FALSE(p.chunks.empty());
+  EXPECT_EQ(p.chunks[0].start, 0);  // recomputed from its first token
+  ASSERT_TRUE(h.RunHeldToCompletion(1000));
+  EXPECT_EQ(h.stats().finished, 2);
+  EXPECT_EQ(h.cache().allocator().num_pages_used(), 0);
+}
+
+// A running full-cache sequence that needs pages to grow takes them from a held one, not from
+// the newest running one.
+TEST(SchedulerHeldTest, GrowingSequencesTakePagesFromHeldOnesFirst) {
+  Harness h(12, Config(64, 8, 64, /*full_overcommit=*/4.0));
+  Sequence* a = h.Enqueue(8, 36);
+  Sequence* b = h.Enqueue(8, 36);
+  Sequence* c = h.Enqueue(8, 36);
+  h.StepHeld();
+  b->held = true;  // not the newest
+  bool preempted_b = false;
+  for (int i = 0; i < 200 && !preempted_b; ++i) {
+    StepPlan p = h.StepHeld();
+    for (Sequence* v : p.preempted) {
+      EXPECT_EQ(v, b) << "a running sequence was preempted while a held one had pages";
+      preempted_b |= v == b;
+    }
+  }
+  EXPECT_TRUE(preempted_b);
+  EXPECT_TRUE(Running(h, a));
+  EXPECT_TRUE(Running(h, c));
+  b->held = false;
+  ASSERT_TRUE(h.RunHeldToCompletion(5000));
+  EXPECT_EQ(h.stats().finished, 3);
+  EXPECT_EQ(h.cache().allocator().num_pages_used(), 0);
+}
+
+// Random workloads whose sequences are held and released at random: every step keeps the page
+// and limit rules, nothing leaks, and once nothing is held any more everything finishes.
+TEST(SchedulerHeldTest, RandomHoldsKeepTheRulesAndEverythingFinishes) {
+  for (uint32_t seed = 1; seed <= 150 && !::testing::Test::HasFailure(); ++seed) {
+    std::mt19937 rng(seed);
+    auto uni = [&](int32_t lo, int32_t hi) {
+      return std::uniform_int_distribution<int32_t>(lo, hi)(rng);
+    };
+    const Workload w = RandomWorkload(rng, seed % 3 == 0 ? 0.0 : seed % 3 == 1 ? 1.0 : 0.5);
+    Harness h(w.pages, w.config, EvictGranularity::kToken, LayerBudgets::kUniform, seed);
+    std::vector<Sequence*> all;
+    for (int i = 0, n = uni(1, 16); i < n; ++i) {
+      const int32_t prompt = uni(1, 30), max_total = prompt + uni(1, 30);
+      const bool bounded = std::bernoulli_distribution(w.bounded_fraction)(rng);
+      const int32_t budget = bounded ? uni(1, max_total - 1) : 0;
+      int32_t need, have;
+      if (!h.sched().Fits(max_total, bounded ? h.window() : nullptr, budget, &need, &have)) {
+        continue;
+      }
+      all.push_back(h.Enqueue(prompt, max_total, budget));
+    }
+    for (int step = 0; step < 300 && !::testing::Test::HasFailure(); ++step) {
+      for (const auto& s : h.seqs()) {
+        if (uni(0, 9) == 0) s->held = !s->held;
+      }
+      h.StepHeld();
+    }
+    for (const auto& s : h.seqs()) s->held = false;
+    ASSERT_TRUE(h.RunHeldToCompletion(20000)) << "seed " << seed;
+    EXPECT_EQ(h.stats().finished, static_cast<int64_t>(all.size())) << "seed " << seed;
+    EXPECT_EQ(h.cache().allocator().num_pages_used(), 0) << "seed " << seed;
+  }
 }
 
 }  // namespace
