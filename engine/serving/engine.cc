@@ -595,6 +595,7 @@ void EngineImpl::Loop() {
       --num_waiting_;
     }
     if (plan.chunks.empty()) {  // nothing can run (all held, or waiting for pages): wait a bit
+      PublishStats();  // holds and releases change what Stats() says without a step
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait_for(lock, std::chrono::milliseconds(2),
                    [&] { return !incoming_.empty() || stop_ || force_cancel_; });
@@ -655,7 +656,9 @@ void EngineImpl::PublishStats() {
   stats_.prefix_reclaimed_pages = prefix.reclaimed_pages;
   // Of those, the packed ones (issue 29): demoted stores, and requests' own K/V types.
   stats_.pages_demoted = stats_.pages_packed = 0;
+  stats_.sequences_held = 0;
   for (const auto& [id, r] : live_) {
+    stats_.sequences_held += r->seq.held ? 1 : 0;
     const SequenceKv& kv = r->seq.kv;
     for (const KvTable& t : kv.demoted) stats_.pages_demoted += int32_t(t.pages.size());
     if (kv.quant != KvQuant::kNone) {

@@ -187,6 +187,8 @@ struct CacheStats {
   int32_t pages_used = 0;
   int32_t sequences_running = 0;
   int32_t sequences_waiting = 0;
+  // Requests held (RequestHandle::Hold: their client is not reading), running or waiting.
+  int32_t sequences_held = 0;
   int64_t tokens_evicted = 0;
   int64_t preemptions = 0;
   std::string kv_dtype;         // KvElementName of the pool: fp32, bf16, int8 or int4

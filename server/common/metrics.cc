@@ -70,6 +70,8 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
   const char* phases[4] = {"header", "body", "idle", "write"};
   for (int i = 0; i < 4; ++i) http_timeouts_[i] = &timeouts->Add({{"phase", phases[i]}});
   requests_running_ = Gauge(r, "requests_running", "Sequences in the running batch");
+  requests_held_ = Gauge(r, "requests_held",
+                         "Requests held because their client is not reading their stream");
   requests_waiting_ = Gauge(r, "requests_waiting", "Requests queued or preempted");
   preemptions_total_ =
       &CounterFamily(r, "preemptions_total", "Sequences preempted for lack of pages")->Add({});
@@ -172,6 +174,7 @@ std::vector<prometheus::MetricFamily> Metrics::Collect() const {
     follow(prefix_cache_reclaimed_pages_total_, s.prefix_reclaimed_pages);
     kv_cache_usage_ratio_->Set(s.pages_total > 0 ? double(s.pages_used) / s.pages_total : 0);
     requests_running_->Set(s.sequences_running);
+    requests_held_->Set(s.sequences_held);
     requests_waiting_->Set(s.sequences_waiting);
   }
   return registry_->Collect();

@@ -75,6 +75,7 @@ class Metrics final : public EngineObserver, public prometheus::Collectable {
   prometheus::Counter* prefix_cache_hit_tokens_total_;
   prometheus::Counter* prefix_cache_reclaimed_pages_total_;
   prometheus::Gauge* requests_running_;
+  prometheus::Gauge* requests_held_;
   prometheus::Gauge* requests_waiting_;
   prometheus::Counter* preemptions_total_;
   prometheus::Counter* prompt_tokens_total_;
