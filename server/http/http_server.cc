@@ -603,7 +603,9 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     const bool failed = ec && ec != asio::error::operation_aborted;
     if (phase_ == Phase::kClosing) return failed ? Close() : Drain();
     if (ec == asio::error::eof) {
-      peer_eof_ = true;  // half-closed: answer on; nothing more will be read
+      if (version_ < 11) return Close();  // an HTTP/1.0 client that closes has gone
+      peer_eof_ = true;  // half-closed, or gone: answer on, and find out
+      WatchForReset();
     } else if (failed) {
       return Close();  // the client has gone (reset)
     }
@@ -613,6 +615,19 @@ class Connection final : public std::enable_shared_from_this<Connection> {
       return NextRequest();
     }
     if (!ec) Watch();
+  }
+
+  // After end of stream: the client half-closed (it still reads) or closed (it has gone). Until
+  // the response starts, an interim "100 Continue" (which HTTP/1.1 clients must accept
+  // unasked) makes a closed socket answer with a reset; a reset, however it comes, ends the
+  // connection and aborts the exchange (a non-streamed generation is cancelled, not finished
+  // for nobody).
+  void WatchForReset() {
+    if (!response_started_) Send("HTTP/1.1 100 Continue\r\n\r\n");
+    socket_.async_wait(tcp::socket::wait_error, [self = shared_from_this()](const ErrorCode& ec) {
+      if (self->phase_ == Phase::kClosed || ec == asio::error::operation_aborted) return;
+      self->Close();
+    });
   }
 
   // The whole (non-streamed) response.

@@ -107,7 +107,8 @@ struct Probe {
 
 TEST_F(MetricsE2eTest, EveryOtherRequestGetsItsStatusAndTheServerStaysUp) {
   const std::string kNotFound = "404 Not Found\n", kNotAllowed = "405 Method Not Allowed\n",
-                    kBad = "400 Bad Request\n", kTooLarge = "413 Payload Too Large\n";
+                    kBad = "400 Bad Request\n", kTooLarge = "413 Payload Too Large\n",
+                    kHeadTooLarge = "431 Request Header Fields Too Large\n";
   const std::string host = "Host: 127.0.0.1\r\n";
   const std::vector<Probe> probes = {
       {"GET /", Get("/"), 404, kNotFound},
@@ -124,7 +125,7 @@ TEST_F(MetricsE2eTest, EveryOtherRequestGetsItsStatusAndTheServerStaysUp) {
       {"unknown version", "GET /metrics HTTP/9.9\r\n" + host + "\r\n", 400, kBad},
       {"huge header (64 KiB)",
        "GET /metrics HTTP/1.1\r\n" + host + "X-Big: " + std::string(64 << 10, 'a') + "\r\n\r\n",
-       400, kBad},
+       431, kHeadTooLarge},
       {"many headers (200 x 1 KiB)",
        [&] {
          std::string r = "GET /metrics HTTP/1.1\r\n" + host;
@@ -133,7 +134,7 @@ TEST_F(MetricsE2eTest, EveryOtherRequestGetsItsStatusAndTheServerStaysUp) {
          }
          return r + "\r\n";
        }(),
-       400, kBad},
+       431, kHeadTooLarge},
       {"10 MB body declared on POST",
        "POST /metrics HTTP/1.1\r\n" + host + "Content-Length: 10000000\r\n\r\n", 413, kTooLarge},
       {"10 MB body declared on GET",
