@@ -14,11 +14,19 @@
 // the server closes, while a probe (another client) asks GET /v1/models every
 // --probe-interval-ms; --server-pid P samples the server's RSS and threads before, during and
 // after (server/client/front_load.h). N = 0 runs the probe alone, the figure of an idle front.
+// Issue 41's loads, beside the measured requests: --overflow-connections N (with --http) opens N
+// connections, --overflow-concurrency at a time, that each send one completion (plain and
+// streamed in turn) and 200 KB more, then close (server/client/overflow_load.h), while the probe
+// runs (--probe-path /health); --stall-streams N opens N greedy streams with bulky logprobs
+// whose clients stop reading for --stall-seconds, then read to the end, each checked against the
+// same request read at once (server/client/stall_streams.h); gRPC, or HTTP with --http.
+// --metrics-url scrapes the server's open connections, sequences and KV pages once it settles.
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <map>
 #include <mutex>
@@ -32,6 +40,7 @@
 #include "server/client/bench_http.h"
 #include "server/client/client_request.h"
 #include "server/client/front_load.h"
+#include "server/client/stall_streams.h"
 #include "server/flags/cli_flags.h"
 
 namespace heavykv::cli {
@@ -108,6 +117,39 @@ void RunOne(v1::Generation::Stub& stub, const ConnectionFlags& conn,
   Record(t, SecondsSince(start, Clock::now()), out);
 }
 
+// A request longer than the model's context streams past it only with a window policy; one
+// that sets no policy gets window with a budget of 64 tokens (or half the context).
+void StreamPastContext(const v1::ModelInfo& info, v1::GenerateRequest* r) {
+  if (r->prompt_token_ids().ids_size() + r->max_new_tokens() <= info.context_length() ||
+      r->kv().has_policy()) {
+    return;
+  }
+  r->mutable_kv()->set_policy("window");
+  r->mutable_kv()->set_budget_tokens(std::min(64, info.context_length() / 2));
+}
+
+// The two requests overflow connections send in turn: `r` as a plain completion, and streamed
+// with `max_tokens` new tokens (past the context where the server allows it).
+std::vector<std::string> OverflowRequests(const v1::ModelInfo& info, v1::GenerateRequest r,
+                                          int64_t max_tokens, const std::string& api_key) {
+  std::vector<std::string> out;
+  for (const bool stream : {false, true}) {
+    if (stream) {
+      r.set_max_new_tokens(static_cast<int32_t>(max_tokens));
+      StreamPastContext(info, &r);
+    }
+    nlohmann::json body = nlohmann::json::parse(CompletionBody(r));
+    body["stream"] = stream;
+    if (!stream) body.erase("stream_options");
+    const std::string json = body.dump();
+    out.push_back(absl::StrCat(
+        "POST /v1/completions HTTP/1.1\r\nHost: heavykv-bench\r\n",
+        api_key.empty() ? "" : absl::StrCat("Authorization: Bearer ", api_key, "\r\n"),
+        "Content-Type: application/json\r\nContent-Length: ", json.size(), "\r\n\r\n", json));
+  }
+  return out;
+}
+
 void Progress(int64_t done, int64_t total) {
   constexpr int kWidth = 40;
   const int filled = total > 0 ? static_cast<int>(kWidth * done / total) : kWidth;
@@ -127,6 +169,9 @@ int BenchCommand(int argc, char** argv) {
   std::string http_url;
   FrontLoadOptions front;
   int64_t slow_connections = -1, slow_sources = 1, probe_interval_ms = 100, server_pid = 0;
+  int64_t overflow_connections = 0, overflow_concurrency = 256, overflow_max_tokens = 0;
+  int64_t overflow_hold_ms = 0, stall_streams = 0, stall_max_tokens = 2000, stall_read_events = 2;
+  double stall_seconds = 120;
   RequestFlags rf;
   rf.ignore_eos = true;
   FlagSet flags("bench",
@@ -134,7 +179,8 @@ int BenchCommand(int argc, char** argv) {
                 "--prompt-tokens L --max-tokens G [--policy P --kv-budget B] [--json]");
   AddConnectionFlags(flags, &conn);
   flags.Int("concurrency", &concurrency, "requests in flight at once");
-  flags.Int("requests", &requests, "requests in all");
+  flags.Int("requests", &requests,
+            "requests in all (0: none, with --overflow-connections or --stall-streams)");
   flags.Int("prompt-tokens", &prompt_tokens, "prompt length in tokens, BOS included");
   flags.Int("prompt-seed", &seed, "seed of the random prompts");
   flags.Bool("json", &json, "print one JSON object instead of the table");
@@ -156,13 +202,53 @@ int BenchCommand(int argc, char** argv) {
   flags.Int("probe-interval-ms", &probe_interval_ms,
             "with --slow-connections: a probe opens a connection and asks GET /v1/models this "
             "often (timeout 30 s); 0 = no probe");
+  flags.String("probe-path", &front.probe_path, "what the probe GETs (e.g. /health)");
   flags.Int("server-pid", &server_pid,
             "the server's process id: its RSS and threads before, at the peak and 1 s after");
+  flags.Int("overflow-connections", &overflow_connections,
+            "with --http: connections (from --slow-sources) that each send one completion, plain "
+            "and streamed in turn, then 200 KB more, then close; the probe runs meanwhile and 3 s "
+            "after; 0 = none");
+  flags.Int("overflow-concurrency", &overflow_concurrency, "overflow connections open at once");
+  flags.Int("overflow-max-tokens", &overflow_max_tokens,
+            "new tokens of the streamed overflow requests (window policy past the context); 0 = "
+            "what the context leaves after the prompt");
+  flags.Int("overflow-hold-ms", &overflow_hold_ms,
+            "an overflow connection waits this long for a response's first byte before closing");
+  flags.String("metrics-url", &front.metrics_url,
+               "the server's Prometheus page (http://127.0.0.1:9090/metrics): scraped after the "
+               "load until open connections, running and waiting sequences and KV pages used are "
+               "0 or --settle-seconds pass, and reported");
+  flags.Double("settle-seconds", &front.settle_seconds,
+               "with --metrics-url: the most seconds to wait for the server to be idle");
+  flags.Int("stall-streams", &stall_streams,
+            "greedy streams (gRPC, or --http) with 20 top logprobs a token whose clients read "
+            "--stall-read-events events, stop reading for --stall-seconds, then read to the end; "
+            "each text is checked against the same request read at once; 0 = none");
+  flags.Double("stall-seconds", &stall_seconds, "how long the stalled streams stop reading");
+  flags.Int("stall-max-tokens", &stall_max_tokens,
+            "new tokens of each stalled stream (window policy past the context)");
+  flags.Int("stall-read-events", &stall_read_events, "events a stalled stream reads first");
   AddRequestFlags(flags, &rf);
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
-  if (slow_connections >= 0 && http_url.empty()) {
-    return Fail(absl::InvalidArgumentError("--slow-connections needs --http URL (its target)"));
+  if ((slow_connections >= 0 || overflow_connections > 0) && http_url.empty()) {
+    return Fail(absl::InvalidArgumentError(
+        absl::StrCat(slow_connections >= 0 ? "--slow-connections" : "--overflow-connections",
+                     " needs --http URL (its target)")));
   }
+  if (overflow_connections < 0 || overflow_connections > 10000000 || overflow_concurrency < 1 ||
+      overflow_concurrency > 65536 || overflow_max_tokens < 0 || overflow_max_tokens > INT32_MAX ||
+      overflow_hold_ms < 0 || overflow_hold_ms > 3600000 || stall_streams < 0 ||
+      stall_streams > 4096 || !(stall_seconds >= 0 && stall_seconds <= 86400) ||
+      stall_max_tokens < 1 || stall_max_tokens > INT32_MAX || stall_read_events < 1 ||
+      !(front.settle_seconds >= 0 && front.settle_seconds <= 3600)) {
+    return Fail(absl::InvalidArgumentError(
+        "--overflow-connections must be in [0, 10000000], --overflow-concurrency in [1, 65536], "
+        "--overflow-hold-ms in [0, 3600000], --stall-streams in [0, 4096], --stall-seconds in "
+        "[0, 86400], --stall-max-tokens and --stall-read-events at least 1, --settle-seconds in "
+        "[0, 3600]"));
+  }
+  if (overflow_connections > 0 && slow_connections < 0) slow_connections = 0;  // the probe
   if (slow_connections < -1 || slow_connections > 1000000 || slow_sources < 1 ||
       slow_sources > 250 || probe_interval_ms < 0 || probe_interval_ms > 3600000 ||
       server_pid < 0 || server_pid > INT32_MAX) {
@@ -176,11 +262,18 @@ int BenchCommand(int argc, char** argv) {
   front.probe_interval_ms = static_cast<int>(probe_interval_ms);
   front.api_key = conn.api_key;
   front.server_pid = static_cast<pid_t>(server_pid);
-  front.other_sockets = static_cast<int>(std::min<int64_t>(concurrency, requests)) + 16;
-  if (concurrency < 1 || requests < 1 || prompt_tokens < 1 || flood_streams < 0 ||
+  front.other_sockets =
+      static_cast<int>(std::min<int64_t>(concurrency, requests) + stall_streams) + 16;
+  front.overflow_connections = static_cast<int>(overflow_connections);
+  front.overflow_concurrency = static_cast<int>(overflow_concurrency);
+  front.overflow_hold_ms = static_cast<int>(overflow_hold_ms);
+  // With a load of issue 41's, the measured requests may be left out (--requests 0).
+  const int64_t least_requests = overflow_connections > 0 || stall_streams > 0 ? 0 : 1;
+  if (concurrency < 1 || requests < least_requests || prompt_tokens < 1 || flood_streams < 0 ||
       flood_max_tokens < 1) {
     return Fail(absl::InvalidArgumentError(
-        "--concurrency, --requests, --prompt-tokens and --flood-max-tokens must be at least 1, "
+        "--concurrency, --requests (0 is allowed with --overflow-connections or "
+        "--stall-streams), --prompt-tokens and --flood-max-tokens must be at least 1, "
         "--flood-streams at least 0"));
   }
   v1::GenerateRequest base;
@@ -205,8 +298,8 @@ int BenchCommand(int argc, char** argv) {
   // Random prompts, fixed by --prompt-seed; ids 3.. skip BOS/EOS and the <unk> of tok512.
   std::mt19937 rng(static_cast<uint32_t>(seed));
   std::uniform_int_distribution<int32_t> id(3, std::max(3, info.vocab_size() - 1));
-  std::vector<v1::GenerateRequest> batch(requests, base);
-  for (int64_t i = 0; i < requests; ++i) {
+  std::vector<v1::GenerateRequest> batch(std::max<int64_t>(requests, 1), base);
+  for (size_t i = 0; i < batch.size(); ++i) {
     batch[i].set_request_id(absl::StrCat("bench-", i));
     v1::TokenIds* ids = batch[i].mutable_prompt_token_ids();
     ids->add_ids(1);
@@ -225,12 +318,39 @@ int BenchCommand(int argc, char** argv) {
   std::atomic<int64_t> next = 0, done = 0;
   std::atomic<bool> finished = false;
 
+  if (overflow_connections > 0) {
+    front.overflow_requests = OverflowRequests(
+        info, batch[0],
+        overflow_max_tokens > 0 ? overflow_max_tokens
+                                : std::max<int64_t>(1, info.context_length() - prompt_tokens),
+        conn.api_key);
+  }
+  std::unique_ptr<StallStreams> stalls;  // their reference runs before the server is sampled
+  if (stall_streams > 0) {
+    StallOptions so;
+    so.streams = static_cast<int>(stall_streams);
+    so.stall = std::chrono::milliseconds(std::llround(stall_seconds * 1000));
+    so.read_first = static_cast<int>(stall_read_events);
+    so.request = batch[0];
+    so.request.set_request_id("bench-stall");
+    so.request.set_max_new_tokens(static_cast<int32_t>(stall_max_tokens));
+    so.request.mutable_sampling()->set_temperature(0);
+    so.request.set_logprobs(true);
+    so.request.set_top_logprobs(20);
+    StreamPastContext(info, &so.request);
+    so.conn = conn;
+    so.http_url = http_url;
+    absl::StatusOr<std::unique_ptr<StallStreams>> reference = StallStreams::Reference(so);
+    if (!reference.ok()) return Fail(reference.status());
+    stalls = *std::move(reference);
+  }
   std::unique_ptr<FrontLoad> front_load;  // the HTTP front's slow connections and probe
-  if (front.slow_connections >= 0 || front.server_pid > 0) {
+  if (front.slow_connections >= 0 || front.server_pid > 0 || !front.metrics_url.empty()) {
     absl::StatusOr<std::unique_ptr<FrontLoad>> started = FrontLoad::Start(front);
     if (!started.ok()) return Fail(started.status());
     front_load = *std::move(started);
   }
+  if (stalls != nullptr) stalls->Open();  // every stalled stream has stopped reading
   // The flood: F streams on another connection, each sending one request after another until
   // the measured client is done, then cancelled.
   std::unique_ptr<v1::Generation::Stub> flood_stub;
@@ -244,7 +364,7 @@ int BenchCommand(int argc, char** argv) {
   std::vector<std::thread> flooders;
   for (int64_t f = 0; f < flood_streams; ++f) {
     flooders.emplace_back([&, f] {
-      v1::GenerateRequest req = batch[f % requests];
+      v1::GenerateRequest req = batch[f % batch.size()];
       req.set_max_new_tokens(static_cast<int32_t>(flood_max_tokens));
       req.set_request_id(absl::StrCat("flood-", f));
       while (!finished.load()) {
@@ -328,6 +448,7 @@ int BenchCommand(int argc, char** argv) {
   }
   for (std::thread& t : flooders) t.join();
   poller.join();
+  if (stalls != nullptr) stalls->Finish();
   if (front_load != nullptr) front_load->Finish();
 
   std::sort(results.ttft.begin(), results.ttft.end());
@@ -366,6 +487,7 @@ int BenchCommand(int argc, char** argv) {
                                   {"max_running", max_running.load()},
                                   {"flood_streams", flood_streams},
                                   {"api", http_url.empty() ? "grpc" : "http"}};
+    if (stalls != nullptr) out.update(stalls->Json());
     if (front_load != nullptr) out.update(front_load->Json());
     PrintJsonLine(out);
   } else {
@@ -391,9 +513,13 @@ int BenchCommand(int argc, char** argv) {
       std::printf("flood           %lld streams of another client meanwhile\n",
                   static_cast<long long>(flood_streams));
     }
+    if (stalls != nullptr) std::fputs(stalls->Table().c_str(), stdout);
     if (front_load != nullptr) std::fputs(front_load->Table().c_str(), stdout);
   }
-  return failed > 0 || (front_load != nullptr && front_load->probes_failed()) ? 1 : 0;
+  return failed > 0 || (front_load != nullptr && front_load->probes_failed()) ||
+                 (stalls != nullptr && !stalls->all_matched())
+             ? 1
+             : 0;
 }
 
 }  // namespace heavykv::cli

@@ -49,8 +49,10 @@ std::string CompletionBody(const v1::GenerateRequest& q) {
 }
 
 StreamTiming StreamCompletion(httplib::Client& client, const std::string& body,
-                              const std::string& api_key) {
+                              const std::string& api_key,
+                              const std::function<void(int64_t events)>& on_text) {
   StreamTiming out;
+  int64_t text_events = 0;
   const Clock::time_point start = Clock::now();
   Clock::time_point last = start;
   std::string pending;  // SSE bytes not yet split into events
@@ -84,6 +86,10 @@ StreamTiming StreamCompletion(httplib::Client& client, const std::string& body,
         out.completion_tokens = chunk["usage"].value("completion_tokens", 0);
       }
       const nlohmann::json& choices = chunk["choices"];
+      if (choices.is_array() && !choices.empty() && choices[0].contains("finish_reason") &&
+          choices[0]["finish_reason"].is_string()) {
+        out.finish_reason = choices[0]["finish_reason"].get<std::string>();
+      }
       if (!choices.is_array() || choices.empty() || !choices[0].contains("text") ||
           !choices[0]["text"].is_string() || choices[0]["text"].get_ref<const std::string&>().empty()) {
         continue;
@@ -95,6 +101,8 @@ StreamTiming StreamCompletion(httplib::Client& client, const std::string& body,
         out.itl.push_back(SecondsSince(last, now));
       }
       last = now;
+      out.text += choices[0]["text"].get_ref<const std::string&>();
+      if (on_text) on_text(++text_events);
     }
     return true;
   };

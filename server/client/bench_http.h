@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,8 @@ struct StreamTiming {
   // over HTTP an event is one engine delta (usually one token).
   std::vector<double> itl;
   int64_t prompt_tokens = 0, completion_tokens = 0;
+  std::string text;           // choices[0].text of every event, joined
+  std::string finish_reason;  // of the last choice that had one ("length", "abort", ...)
 };
 
 // Nearest-rank percentile `p` (0-100) of sorted values; 0 for none. bench's summaries (latencies
@@ -34,7 +37,10 @@ double Percentile(const std::vector<double>& sorted, double p);
 std::string CompletionBody(const v1::GenerateRequest& request);
 
 // Sends `body` and reads the SSE stream to [DONE]; `api_key` (if any) as a Bearer token.
+// `on_text`, when set, runs after each event with text, given how many there have been; no byte
+// is read while it runs (bench's stalled streams sleep in it: a client that stops reading).
 StreamTiming StreamCompletion(httplib::Client& client, const std::string& body,
-                              const std::string& api_key);
+                              const std::string& api_key,
+                              const std::function<void(int64_t events)>& on_text = nullptr);
 
 }  // namespace heavykv::cli
