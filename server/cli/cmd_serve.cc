@@ -34,6 +34,7 @@
 #include "engine/runner/model_runner.h"
 #include "engine/runner/step_runner.h"
 #include "server/common/auth.h"
+#include "server/flags/address_flags.h"
 #include "server/flags/cli_flags.h"
 #include "server/flags/dtype_flags.h"
 #include "server/flags/policy_flags.h"
@@ -93,6 +94,12 @@ absl::Status CheckRange(const char* flag, int64_t v, int64_t lo, int64_t hi) {
   if (v >= lo && v <= hi) return absl::OkStatus();
   return absl::InvalidArgumentError(
       absl::StrCat("--", flag, " ", v, " must be in [", lo, ", ", hi, "]"));
+}
+
+// A port that cannot be bound: a run-time failure (exit 1), unlike a flag error (Fail: exit 2).
+int FailToListen(const absl::Status& status) {
+  Fail(status);
+  return 1;
 }
 
 // "host:port" with the port that was actually bound.
@@ -227,6 +234,17 @@ int ServeCommand(int argc, char** argv) {
                                     http_max_connections_per_client, 1, 1 << 20)}) {
     if (!s.ok()) return Fail(s);
   }
+  // The three addresses, checked alike before anything loads (docs/ARCHITECTURE.md, "The
+  // addresses of serve"); only gRPC takes DNS names.
+  absl::StatusOr<ListenAddress> grpc_address = ParseListenAddress("listen", listen, true);
+  if (!grpc_address.ok()) return Fail(grpc_address.status());
+  for (const auto& [flag, value] : {std::pair{"http-address", &http_address},
+                                    std::pair{"metrics-address", &metrics_address}}) {
+    if (value->empty()) continue;
+    if (absl::StatusOr<ListenAddress> a = ParseListenAddress(flag, *value, false); !a.ok()) {
+      return Fail(a.status());
+    }
+  }
   if (scheduling != "fair" && scheduling != "fcfs") {
     return Fail(absl::InvalidArgumentError("--scheduling must be fair or fcfs"));
   }
@@ -343,7 +361,7 @@ int ServeCommand(int argc, char** argv) {
   if (!metrics_address.empty()) {
     absl::StatusOr<std::unique_ptr<server::HttpServer>> http =
         server::StartMetricsHttp(metrics_address, metrics);
-    if (!http.ok()) return Fail(http.status());
+    if (!http.ok()) return FailToListen(http.status());
     metrics_http = *std::move(http);
     metrics_bound = WithPort(metrics_address, metrics_http->port());
   }
@@ -369,7 +387,7 @@ int ServeCommand(int argc, char** argv) {
     };
     absl::StatusOr<std::unique_ptr<server::HttpServer>> http =
         server::StartOpenAiHttp(engine->get(), http_options, draining);
-    if (!http.ok()) return Fail(http.status());
+    if (!http.ok()) return FailToListen(http.status());
     openai_http = *std::move(http);
     http_bound = WithPort(http_address, openai_http->port());
     metrics->SetHttpStatsSource([h = openai_http.get()] { return h->Stats(); });
@@ -388,6 +406,9 @@ int ServeCommand(int argc, char** argv) {
   server::ConfigureReflection(&builder, reflection);
   int port = 0;
   builder.AddListeningPort(listen, *credentials, &port);
+  // Exclusive: gRPC's default SO_REUSEPORT would let a second server bind this port too and take
+  // part of the first one's clients.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              static_cast<int>(max_streams_per_connection));
   if (max_connection_age > 0) {
@@ -399,9 +420,12 @@ int ServeCommand(int argc, char** argv) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    return Fail(absl::UnavailableError(
-        absl::StrCat("cannot listen on ", listen, "; choose another --listen address",
-                     tls.enabled() ? " (or check that --tls-key is the key of --tls-cert)" : "")));
+    const std::string reason = BindFailureReason(*grpc_address);
+    return FailToListen(absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", listen, reason.empty() ? "" : ": ", reason,
+        "; choose another --listen address",
+        tls.enabled() && reason.empty() ? " (or check that --tls-key is the key of --tls-cert)"
+                                        : "")));
   }
   server->GetHealthCheckService()->SetServingStatus(true);
 
