@@ -23,7 +23,8 @@ struct Outcome {
 Outcome Serve(const testing::TempDir& dir, const std::string& flags) {
   const std::string out = dir.File("out");
   Outcome o;
-  o.code = RunCapture(Bin() + " serve --model " + testing::ModelPath() +
+  // The timeout ends a server that starts when it should not (a used port it shares).
+  o.code = RunCapture("timeout 30 " + Bin() + " serve --model " + testing::ModelPath() +
                       " --threads 1 --listen 127.0.0.1:0 --metrics-address '' --http-address '' " +
                       flags + " > " + out + " 2>&1 < /dev/null; echo $?");
   o.out = ReadFile(out);
