@@ -124,7 +124,7 @@ int ServeCommand(int argc, char** argv) {
   double recent_fraction = 0.5, grace = 30, full_overcommit = 1.0, max_connection_age = 0;
   double http_header_timeout = 10, http_body_timeout = 30, http_idle_timeout = 5;
   server::ServerTls tls;
-  std::string api_key_file;
+  std::string api_key_file, http_cors_origins;
   bool reflection = false;
   bool no_prefix_cache = false, prefix_cache_share_tenants = false;
   FlagSet flags("serve", "heavykv serve --model FILE [--tokenizer FILE] [flags]");
@@ -153,6 +153,9 @@ int ServeCommand(int argc, char** argv) {
                "seconds for a request's body to arrive after its headers; then 408");
   flags.Double("http-idle-timeout", &http_idle_timeout,
                "seconds a kept-alive HTTP connection may wait for its next request");
+  flags.String("http-cors-origins", &http_cors_origins,
+               "browser origins that may call the HTTP API (CORS): '*' or a comma list of "
+               "scheme://host[:port]; empty = off");
   flags.String("served-model-name", &served_model_name,
                "the model's name in the HTTP API (default: the model file's name)");
   flags.Int("block-size", &block_size, "token slots per KV page");
@@ -245,6 +248,8 @@ int ServeCommand(int argc, char** argv) {
       return Fail(a.status());
     }
   }
+  absl::StatusOr<server::CorsPolicy> cors = server::ParseCorsOrigins(http_cors_origins);
+  if (!cors.ok()) return Fail(cors.status());
   if (scheduling != "fair" && scheduling != "fcfs") {
     return Fail(absl::InvalidArgumentError("--scheduling must be fair or fcfs"));
   }
@@ -382,6 +387,8 @@ int ServeCommand(int argc, char** argv) {
     http_options.body_timeout = absl::Seconds(http_body_timeout);
     http_options.idle_timeout = absl::Seconds(http_idle_timeout);
     http_options.api_keys = api_key_file.empty() ? nullptr : &api_keys;
+    http_options.metrics = metrics;
+    http_options.cors = *cors;
     http_options.on_rejected = [m = metrics.get()](absl::StatusCode code) {
       m->OnRejected(absl::StatusCodeToString(code));
     };
@@ -451,6 +458,9 @@ int ServeCommand(int argc, char** argv) {
                                     : absl::StrCat("on (", api_keys.size(), " from ",
                                                    api_key_file, ")"),
                reflection ? "on" : "off");
+  if (openai_http != nullptr && cors->enabled()) {
+    spdlog::info("OpenAI HTTP CORS: browser origins {} may call the API", http_cors_origins);
+  }
   if (openai_http != nullptr && tls.enabled()) {
     spdlog::warn("the OpenAI HTTP API on {} is plaintext (--tls-* cover gRPC only): bind it to "
                  "loopback behind a TLS proxy, or turn it off with --http-address ''",
