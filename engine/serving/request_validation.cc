@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "engine/runner/step_runner.h"
+#include "engine/serving/request_field.h"
 #include "engine/tokenizer/text_stream.h"
 #include "memory/kv_cache.h"
 #include "memory/eviction_policy.h"
@@ -17,6 +18,17 @@ namespace heavykv {
 namespace {
 
 absl::Status Invalid(absl::string_view what) { return absl::InvalidArgumentError(what); }
+// A refusal about one request field: `field` is its heavykv.v1 path (request_field.h).
+absl::Status Invalid(absl::string_view field, absl::string_view what) {
+  return WithRequestField(absl::InvalidArgumentError(what), field);
+}
+
+// The field that holds a request's prompt, whichever form it has.
+absl::string_view PromptField(const GenerationRequest& q) {
+  return q.messages.has_value() ? "messages"
+         : q.prompt.has_value() ? "prompt"
+                                : "prompt_token_ids";
+}
 
 // OK for a valid policy spec (eviction_policy.h MakePolicy); a message naming the choices, with
 // the client's text escaped and cut, otherwise.
@@ -85,16 +97,17 @@ int32_t RequestValidator::max_prompt_tokens() const {
 
 absl::Status RequestValidator::CheckText(const std::string& text, absl::string_view what) const {
   if (tokenizer_ == nullptr) {
-    return Invalid("this server has no tokenizer: send prompt_token_ids instead of prompt text");
+    return Invalid(what, "this server has no tokenizer: send token ids (prompt_token_ids) "
+                         "instead of text");
   }
   if (int64_t(text.size()) > max_prompt_bytes_) {
-    return Invalid(absl::StrCat("the ", what, " has ", text.size(),
+    return Invalid(what, absl::StrCat("the ", what, " has ", text.size(),
                                 " bytes; this server takes at most ", max_prompt_bytes_,
                                 " (it could not fit ", max_prompt_tokens(),
                                 " tokens otherwise): shorten it"));
   }
   if (TextStream::Sanitize(text) != text) {
-    return Invalid(absl::StrCat("the ", what, " is not valid UTF-8"));
+    return Invalid(what, absl::StrCat("the ", what, " is not valid UTF-8"));
   }
   return absl::OkStatus();
 }
@@ -128,28 +141,29 @@ absl::StatusOr<std::string> RequestValidator::RenderChat(const std::vector<ChatM
 
 absl::Status RequestValidator::Precheck(const GenerationRequest& q) const {
   if (q.request_id.size() > kMaxRequestIdBytes) {
-    return Invalid(absl::StrCat("request_id has ", q.request_id.size(), " bytes; at most ",
+    return Invalid("request_id", absl::StrCat("request_id has ", q.request_id.size(),
+                                              " bytes; at most ",
                                 kMaxRequestIdBytes, " are accepted"));
   }
   if (q.client.size() > kMaxClientKeyBytes) return Invalid("the client key is too long");
   if (q.tenant.size() > kMaxClientKeyBytes) return Invalid("the tenant key is too long");
   if (q.prompt.has_value()) {
-    if (q.prompt->empty()) return Invalid("the prompt is empty: send some text");
+    if (q.prompt->empty()) return Invalid("prompt", "the prompt is empty: send some text");
     if (absl::Status s = CheckText(*q.prompt, "prompt"); !s.ok()) return s;
   } else if (q.messages.has_value()) {
     if (absl::Status s = CheckChat(*q.messages); !s.ok()) return s;
   } else {
     if (q.prompt_token_ids.empty()) {
-      return Invalid("the request has no prompt: set prompt or prompt_token_ids");
+      return Invalid("prompt", "the request has no prompt: set prompt or prompt_token_ids");
     }
     if (q.prompt_token_ids.size() > size_t(max_prompt_tokens())) {
-      return Invalid(absl::StrCat("the prompt has ", q.prompt_token_ids.size(),
+      return Invalid("prompt_token_ids", absl::StrCat("the prompt has ", q.prompt_token_ids.size(),
                                   " tokens; this server takes at most ", max_prompt_tokens(),
                                   ": shorten it"));
     }
     for (int32_t id : q.prompt_token_ids) {
       if (id < 0 || id >= config_.vocab_size) {
-        return Invalid(absl::StrCat("prompt token id ", id, " is outside the vocabulary [0, ",
+        return Invalid("prompt_token_ids", absl::StrCat("prompt token id ", id, " is outside the vocabulary [0, ",
                                     config_.vocab_size, ")"));
       }
     }
@@ -157,98 +171,110 @@ absl::Status RequestValidator::Precheck(const GenerationRequest& q) const {
   const int32_t limit =
       options_.max_new_tokens_limit > 0 ? options_.max_new_tokens_limit : config_.seq_len;
   if (q.max_new_tokens < 1 || q.max_new_tokens > limit) {
-    return Invalid(
-        absl::StrCat("max_new_tokens must be in [1, ", limit, "], got ", q.max_new_tokens));
+    return Invalid("max_new_tokens", absl::StrCat("max_new_tokens must be in [1, ", limit,
+                                                  "], got ", q.max_new_tokens));
   }
   if (q.temperature && !(std::isfinite(*q.temperature) && *q.temperature >= 0)) {
-    return Invalid("temperature must be >= 0 (0 = greedy)");
+    return Invalid("sampling.temperature", "temperature must be >= 0 (0 = greedy)");
   }
-  if (q.top_p && !(*q.top_p > 0 && *q.top_p <= 1)) return Invalid("top_p must be in (0, 1]");
+  if (q.top_p && !(*q.top_p > 0 && *q.top_p <= 1)) {
+    return Invalid("sampling.top_p", "top_p must be in (0, 1]");
+  }
   if (q.top_k && (*q.top_k < 0 || *q.top_k > config_.vocab_size)) {
-    return Invalid(absl::StrCat("top_k must be in [0, ", config_.vocab_size, "] (0 = off)"));
+    return Invalid("sampling.top_k", absl::StrCat("top_k must be in [0, ", config_.vocab_size, "] (0 = off)"));
   }
   if (q.top_logprobs < 0 || q.top_logprobs > kMaxTopLogprobs) {
-    return Invalid(absl::StrCat("top_logprobs must be in [0, ", kMaxTopLogprobs, "]"));
+    return Invalid("top_logprobs",
+                   absl::StrCat("top_logprobs must be in [0, ", kMaxTopLogprobs, "]"));
   }
   if (q.top_logprobs > 0 && !q.logprobs) {
-    return Invalid("top_logprobs needs logprobs: ask for logprobs too");
+    return Invalid("top_logprobs", "top_logprobs needs logprobs: ask for logprobs too");
   }
   if (q.stop.size() > kMaxStopStrings) {
-    return Invalid(absl::StrCat("the request has ", q.stop.size(), " stop strings; at most ",
+    return Invalid("stop", absl::StrCat("the request has ", q.stop.size(), " stop strings; at most ",
                                 kMaxStopStrings, " are accepted"));
   }
   for (const std::string& s : q.stop) {
-    if (s.empty()) return Invalid("stop strings must not be empty");
+    if (s.empty()) return Invalid("stop", "stop strings must not be empty");
     if (s.size() > kMaxStopStringBytes) {
-      return Invalid(absl::StrCat("a stop string has ", s.size(), " bytes; at most ",
+      return Invalid("stop", absl::StrCat("a stop string has ", s.size(), " bytes; at most ",
                                   kMaxStopStringBytes, " are accepted"));
     }
-    if (TextStream::Sanitize(s) != s) return Invalid("stop strings must be valid UTF-8");
+    if (TextStream::Sanitize(s) != s) return Invalid("stop", "stop strings must be valid UTF-8");
   }
   if (q.stop_token_ids.size() > kMaxStopTokenIds) {
-    return Invalid(absl::StrCat("the request has ", q.stop_token_ids.size(),
+    return Invalid("stop_token_ids", absl::StrCat("the request has ", q.stop_token_ids.size(),
                                 " stop token ids; at most ", kMaxStopTokenIds, " are accepted"));
   }
   for (int32_t id : q.stop_token_ids) {
     if (id < 0 || id >= config_.vocab_size) {
-      return Invalid(absl::StrCat("stop token id ", id, " is outside the vocabulary [0, ",
+      return Invalid("stop_token_ids", absl::StrCat("stop token id ", id, " is outside the vocabulary [0, ",
                                   config_.vocab_size, ")"));
     }
   }
   if (q.policy.has_value()) {
-    if (absl::Status s = CheckPolicySpec(*q.policy, "KV policy"); !s.ok()) return s;
+    if (absl::Status s = CheckPolicySpec(*q.policy, "KV policy"); !s.ok()) {
+      return WithRequestField(s, "kv.policy");
+    }
   }
   if (q.kv_dtype.has_value()) {
     absl::StatusOr<KvDtype> dtype = ParseKvDtype(*q.kv_dtype);
     if (!dtype.ok()) {
-      return Invalid(absl::StrCat("kv_dtype \"", EscapedPrefix(*q.kv_dtype),
+      return Invalid("kv.dtype", absl::StrCat("kv.dtype \"", EscapedPrefix(*q.kv_dtype),
                                   "\" is not one of: ", kKvDtypeNames));
     }
   }
   if (q.recent_fraction && !(*q.recent_fraction > 0 && *q.recent_fraction <= 1)) {
-    return Invalid("kv.recent_fraction must be in (0, 1]");
+    return Invalid("kv.recent_fraction", "kv.recent_fraction must be in (0, 1]");
   }
   if (q.budget_tokens.has_value() && q.budget_fraction.has_value()) {
-    return Invalid("set kv.budget_tokens or kv.budget_fraction, not both");
+    return Invalid("kv.budget_tokens", "set kv.budget_tokens or kv.budget_fraction, not both");
   }
   if (q.budget_tokens.has_value() && *q.budget_tokens < 1) {
-    return Invalid("kv.budget_tokens must be >= 1");
+    return Invalid("kv.budget_tokens", "kv.budget_tokens must be >= 1");
   }
   if (q.budget_fraction.has_value() && !(*q.budget_fraction > 0 && *q.budget_fraction <= 1)) {
-    return Invalid("kv.budget_fraction must be in (0, 1]");
+    return Invalid("kv.budget_fraction", "kv.budget_fraction must be in (0, 1]");
   }
   return absl::OkStatus();
 }
 
 absl::Status RequestValidator::CheckChat(const std::vector<ChatMessage>& messages) const {
   if (options_.chat_template == nullptr) {
-    return absl::FailedPreconditionError(
-        "this server has no chat template (the model has no tokenizer.chat_template): start it "
-        "with --chat-template FILE, or send a prompt");
+    return WithRequestField(
+        absl::FailedPreconditionError(
+            "this server has no chat template (the model has no tokenizer.chat_template): start "
+            "it with --chat-template FILE, or send a prompt (Generate)"),
+        "messages");
   }
   if (tokenizer_ == nullptr) {
-    return absl::FailedPreconditionError("this server has no tokenizer: send prompt_token_ids");
+    return WithRequestField(
+        absl::FailedPreconditionError(
+            "this server has no tokenizer: send token ids (prompt_token_ids) to Generate"),
+        "messages");
   }
-  if (messages.empty()) return Invalid("the chat has no messages: send at least one");
+  if (messages.empty()) return Invalid("messages", "the chat has no messages: send at least one");
   if (messages.size() > size_t(options_.max_chat_messages)) {
-    return Invalid(absl::StrCat("the chat has ", messages.size(), " messages; at most ",
+    return Invalid("messages", absl::StrCat("the chat has ", messages.size(), " messages; at most ",
                                 options_.max_chat_messages, " are accepted"));
   }
   int64_t bytes = 0;
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
     if (m.role.empty() || m.role.size() > kMaxChatRoleBytes) {
-      return Invalid(absl::StrCat("message ", i, ": the role must have 1 to ", kMaxChatRoleBytes,
+      return Invalid(absl::StrCat("messages[", i, "].role"),
+                     absl::StrCat("message ", i, ": the role must have 1 to ", kMaxChatRoleBytes,
                                   " bytes (user, assistant, system, ...)"));
     }
     bytes += int64_t(m.role.size() + m.content.size());
     if (bytes > max_prompt_bytes_) {
-      return Invalid(absl::StrCat("the chat has more than ", max_prompt_bytes_,
+      return Invalid("messages", absl::StrCat("the chat has more than ", max_prompt_bytes_,
                                   " bytes; this server takes at most that (it could not fit ",
                                   max_prompt_tokens(), " tokens otherwise): shorten it"));
     }
     if (TextStream::Sanitize(m.role) != m.role || TextStream::Sanitize(m.content) != m.content) {
-      return Invalid(absl::StrCat("message ", i, " is not valid UTF-8"));
+      return Invalid(absl::StrCat("messages[", i, "]"),
+                     absl::StrCat("message ", i, " is not valid UTF-8"));
     }
   }
   return absl::OkStatus();
@@ -262,13 +288,16 @@ absl::StatusOr<std::vector<int32_t>> RequestValidator::PromptTokens(
   }
   if (q.messages.has_value()) {
     absl::StatusOr<std::string> text = RenderChat(*q.messages, q.add_generation_prompt);
-    if (!text.ok()) return text.status();
+    if (!text.ok()) {  // the template refused the conversation
+      return RequestFieldOf(text.status()).empty() ? WithRequestField(text.status(), "messages")
+                                                   : text.status();
+    }
     if (int64_t(text->size()) > max_prompt_bytes_) {
-      return Invalid(absl::StrCat("the chat's prompt has ", text->size(),
+      return Invalid("messages", absl::StrCat("the chat's prompt has ", text->size(),
                                   " bytes; this server takes at most ", max_prompt_bytes_,
                                   ": shorten the chat"));
     }
-    if (text->empty()) return Invalid("the chat template rendered an empty prompt");
+    if (text->empty()) return Invalid("messages", "the chat template rendered an empty prompt");
     // The template writes BOS itself when the model wants it (Llama, Mistral): add it only
     // when it did not (llama.cpp's rule; never two). A BOS the template wrote first is that
     // token, not its text: a llama2.c tokenizer parses no special tokens, and would spell out its
@@ -300,8 +329,9 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
   r.prompt = std::move(prompt);
   const int32_t n = static_cast<int32_t>(r.prompt.size());
   if (n > max_prompt_tokens()) {
-    return Invalid(absl::StrCat("the prompt has ", n, " tokens; this server takes at most ",
-                                max_prompt_tokens(), ": shorten it"));
+    return Invalid(PromptField(q), absl::StrCat("the prompt has ", n,
+                                                " tokens; this server takes at most ",
+                                                max_prompt_tokens(), ": shorten it"));
   }
   int32_t max_new_tokens = q.max_new_tokens;
   if (q.max_new_tokens_to_context && n < config_.seq_len) {
@@ -348,7 +378,7 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
     const std::string name = dtype == KvDtype::kAuto ? pool_dtype : *q.kv_dtype;
     if (name != pool_dtype) {
       if (dtype != KvDtype::kInt8 && dtype != KvDtype::kInt4) {
-        return Invalid(absl::StrCat("kv_dtype ", name, ": this server's K/V pages are ",
+        return Invalid("kv.dtype", absl::StrCat("kv.dtype ", name, ": this server's K/V pages are ",
                                     pool_dtype, "; a request may ask for auto, ", pool_dtype,
                                     " or a narrower int8 or int4"));
       }
@@ -363,13 +393,13 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
     probe.policy = kv_policy;
     probe.budget = r.budget_tokens;
     if (options_.device != "cpu") {
-      return Invalid(absl::StrCat(
+      return Invalid("max_new_tokens", absl::StrCat(
           "prompt (", n, " tokens) + max_new_tokens (", r.max_new_tokens,
           ") exceeds the context length ", config_.seq_len,
           "; streaming past it (window, sink) runs on --device cpu only"));
     }
     if (!StreamsPastContext(probe, 1, config_.seq_len)) {
-      return Invalid(absl::StrCat(
+      return Invalid(n < config_.seq_len ? "max_new_tokens" : PromptField(q), absl::StrCat(
           "prompt (", n, " tokens) + max_new_tokens (", r.max_new_tokens,
           ") exceeds the context length ", config_.seq_len,
           n < config_.seq_len
@@ -381,16 +411,28 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
   }
   if (kv_policy != nullptr && kv_policy->name() == "sink" && r.budget_tokens < max_total &&
       r.budget_tokens <= kNumSinkTokens) {
-    return Invalid(absl::StrCat("the sink policy needs kv budget > ", kNumSinkTokens, " tokens"));
+    return Invalid("kv.budget_tokens",
+                   absl::StrCat("the sink policy needs a KV budget (kv.budget_tokens) over ",
+                                kNumSinkTokens, " tokens"));
   }
 
   // A request that could not fit in the whole pool even alone would wait forever.
   int32_t need = 0, have = 0;
   if (!scheduler_->Fits(max_total, kv_policy, r.budget_tokens, &need, &have, r.kv_quant)) {
-    return Invalid(absl::StrCat("this request needs ", need,
-                                " KV pages; the pool can give one "
-                                "request ",
-                                have, ": lower max_new_tokens or set a KV budget"));
+    // What would make it fit: a shorter generation, or a smaller budget (one of an evicting
+    // policy; a full cache keeps everything, whatever budget it was given).
+    const bool budgeted = kv_policy != nullptr && r.budget_tokens < max_total;
+    return Invalid("max_new_tokens",
+                   absl::StrCat("this request needs ", need,
+                                " KV pages; the pool can give one request ", have,
+                                ": lower max_new_tokens",
+                                budgeted ? absl::StrCat(", or its KV budget (now ",
+                                                        r.budget_tokens, " tokens)")
+                                : kv_policy != nullptr
+                                    ? ", or set a KV budget (kv.budget_tokens) under the "
+                                      "sequence's length"
+                                    : ", or choose an evicting KV policy (kv.policy) with a KV "
+                                      "budget (kv.budget_tokens)"));
   }
   return r;
 }

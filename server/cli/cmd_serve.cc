@@ -34,6 +34,7 @@
 #include "engine/runner/model_runner.h"
 #include "engine/runner/step_runner.h"
 #include "server/common/auth.h"
+#include "server/flags/address_flags.h"
 #include "server/flags/cli_flags.h"
 #include "server/flags/dtype_flags.h"
 #include "server/flags/policy_flags.h"
@@ -95,6 +96,12 @@ absl::Status CheckRange(const char* flag, int64_t v, int64_t lo, int64_t hi) {
       absl::StrCat("--", flag, " ", v, " must be in [", lo, ", ", hi, "]"));
 }
 
+// A port that cannot be bound: a run-time failure (exit 1), unlike a flag error (Fail: exit 2).
+int FailToListen(const absl::Status& status) {
+  Fail(status);
+  return 1;
+}
+
 // "host:port" with the port that was actually bound.
 std::string WithPort(const std::string& address, int port) {
   const size_t colon = address.rfind(':');
@@ -118,7 +125,7 @@ int ServeCommand(int argc, char** argv) {
   double http_header_timeout = 10, http_body_timeout = 30, http_idle_timeout = 5;
   double stream_stall_timeout = 30;
   server::ServerTls tls;
-  std::string api_key_file;
+  std::string api_key_file, http_cors_origins;
   bool reflection = false;
   bool no_prefix_cache = false, prefix_cache_share_tenants = false;
   FlagSet flags("serve", "heavykv serve --model FILE [--tokenizer FILE] [flags]");
@@ -150,6 +157,9 @@ int ServeCommand(int argc, char** argv) {
   flags.Double("stream-stall-timeout", &stream_stall_timeout,
                "seconds a streaming client (gRPC or HTTP) may read nothing while its answer "
                "waits; its generation is paused meanwhile, then cancelled and its pages freed");
+  flags.String("http-cors-origins", &http_cors_origins,
+               "browser origins that may call the HTTP API (CORS): '*' or a comma list of "
+               "scheme://host[:port]; empty = off");
   flags.String("served-model-name", &served_model_name,
                "the model's name in the HTTP API (default: the model file's name)");
   flags.Int("block-size", &block_size, "token slots per KV page");
@@ -231,6 +241,19 @@ int ServeCommand(int argc, char** argv) {
                                     http_max_connections_per_client, 1, 1 << 20)}) {
     if (!s.ok()) return Fail(s);
   }
+  // The three addresses, checked alike before anything loads (docs/ARCHITECTURE.md, "The
+  // addresses of serve"); only gRPC takes DNS names.
+  absl::StatusOr<ListenAddress> grpc_address = ParseListenAddress("listen", listen, true);
+  if (!grpc_address.ok()) return Fail(grpc_address.status());
+  for (const auto& [flag, value] : {std::pair{"http-address", &http_address},
+                                    std::pair{"metrics-address", &metrics_address}}) {
+    if (value->empty()) continue;
+    if (absl::StatusOr<ListenAddress> a = ParseListenAddress(flag, *value, false); !a.ok()) {
+      return Fail(a.status());
+    }
+  }
+  absl::StatusOr<server::CorsPolicy> cors = server::ParseCorsOrigins(http_cors_origins);
+  if (!cors.ok()) return Fail(cors.status());
   if (scheduling != "fair" && scheduling != "fcfs") {
     return Fail(absl::InvalidArgumentError("--scheduling must be fair or fcfs"));
   }
@@ -349,7 +372,7 @@ int ServeCommand(int argc, char** argv) {
   if (!metrics_address.empty()) {
     absl::StatusOr<std::unique_ptr<server::HttpServer>> http =
         server::StartMetricsHttp(metrics_address, metrics);
-    if (!http.ok()) return Fail(http.status());
+    if (!http.ok()) return FailToListen(http.status());
     metrics_http = *std::move(http);
     metrics_bound = WithPort(metrics_address, metrics_http->port());
   }
@@ -371,12 +394,14 @@ int ServeCommand(int argc, char** argv) {
     http_options.idle_timeout = absl::Seconds(http_idle_timeout);
     http_options.write_timeout = absl::Seconds(stream_stall_timeout);
     http_options.api_keys = api_key_file.empty() ? nullptr : &api_keys;
+    http_options.metrics = metrics;
+    http_options.cors = *cors;
     http_options.on_rejected = [m = metrics.get()](absl::StatusCode code) {
       m->OnRejected(absl::StatusCodeToString(code));
     };
     absl::StatusOr<std::unique_ptr<server::HttpServer>> http =
         server::StartOpenAiHttp(engine->get(), http_options, draining);
-    if (!http.ok()) return Fail(http.status());
+    if (!http.ok()) return FailToListen(http.status());
     openai_http = *std::move(http);
     http_bound = WithPort(http_address, openai_http->port());
     metrics->SetHttpStatsSource([h = openai_http.get()] { return h->Stats(); });
@@ -395,6 +420,9 @@ int ServeCommand(int argc, char** argv) {
   server::ConfigureReflection(&builder, reflection);
   int port = 0;
   builder.AddListeningPort(listen, *credentials, &port);
+  // Exclusive: gRPC's default SO_REUSEPORT would let a second server bind this port too and take
+  // part of the first one's clients.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS,
                              static_cast<int>(max_streams_per_connection));
   if (max_connection_age > 0) {
@@ -406,9 +434,12 @@ int ServeCommand(int argc, char** argv) {
   builder.RegisterService(&service);
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr || port == 0) {
-    return Fail(absl::UnavailableError(
-        absl::StrCat("cannot listen on ", listen, "; choose another --listen address",
-                     tls.enabled() ? " (or check that --tls-key is the key of --tls-cert)" : "")));
+    const std::string reason = BindFailureReason(*grpc_address);
+    return FailToListen(absl::UnavailableError(absl::StrCat(
+        "cannot listen on ", listen, reason.empty() ? "" : ": ", reason,
+        "; choose another --listen address",
+        tls.enabled() && reason.empty() ? " (or check that --tls-key is the key of --tls-cert)"
+                                        : "")));
   }
   server->GetHealthCheckService()->SetServingStatus(true);
 
@@ -434,6 +465,9 @@ int ServeCommand(int argc, char** argv) {
                                     : absl::StrCat("on (", api_keys.size(), " from ",
                                                    api_key_file, ")"),
                reflection ? "on" : "off");
+  if (openai_http != nullptr && cors->enabled()) {
+    spdlog::info("OpenAI HTTP CORS: browser origins {} may call the API", http_cors_origins);
+  }
   if (openai_http != nullptr && tls.enabled()) {
     spdlog::warn("the OpenAI HTTP API on {} is plaintext (--tls-* cover gRPC only): bind it to "
                  "loopback behind a TLS proxy, or turn it off with --http-address ''",

@@ -7,6 +7,13 @@
 
 namespace heavykv::server {
 
+HttpResponse MetricsResponse(const Metrics& metrics) {
+  HttpResponse res;
+  res.content_type = kMetricsContentType;
+  res.body = prometheus::TextSerializer().Serialize(metrics.Collect());
+  return res;
+}
+
 absl::StatusOr<std::unique_ptr<HttpServer>> StartMetricsHttp(
     const std::string& address, std::shared_ptr<const Metrics> metrics) {
   HttpServerOptions options;
@@ -26,10 +33,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartMetricsHttp(
   routes.Add("/metrics", "GET",
              [metrics = std::move(metrics)](const HttpRequest&,
                                             std::shared_ptr<HttpExchange> exchange) {
-               HttpResponse res;
-               res.content_type = kMetricsContentType;
-               res.body = prometheus::TextSerializer().Serialize(metrics->Collect());
-               exchange->Respond(std::move(res));
+               exchange->Respond(MetricsResponse(*metrics));
              });
   absl::StatusOr<std::unique_ptr<HttpServer>> server =
       HttpServer::Start(address, std::move(routes), options);

@@ -19,6 +19,9 @@ namespace heavykv::server {
 
 inline constexpr char kMetricsContentType[] = "text/plain; version=0.0.4; charset=utf-8";
 
+// The scrape: every series of `metrics` in the text format (also GET /metrics on the OpenAI port).
+HttpResponse MetricsResponse(const Metrics& metrics);
+
 // Serves `metrics` at http://ADDRESS/metrics ("host:port"; port 0 picks a free one, see port()).
 // UNAVAILABLE when the address cannot be bound, INVALID_ARGUMENT when it is not host:port.
 absl::StatusOr<std::unique_ptr<HttpServer>> StartMetricsHttp(

@@ -476,10 +476,10 @@ class Connection final : public std::enable_shared_from_this<Connection> {
         return Refuse(501);
       }
     }
-    const auto route =
-        server_.routes.by_path().find(PathOf({req.target().data(), req.target().size()}));
-    if (route == server_.routes.by_path().end()) return Refuse(404);
-    const auto& methods = route->second;
+    const HttpServer::Routes::Methods* route =
+        server_.routes.Find(PathOf({req.target().data(), req.target().size()}));
+    if (route == nullptr) return Refuse(404);
+    const auto& methods = *route;
     auto handler = methods.find(head_only_ ? std::string("GET") : method);
     if (handler == methods.end()) {
       std::set<std::string> allow;
@@ -645,7 +645,8 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     std::string out = absl::StrCat("HTTP/1.1 ", res.status, " ", StatusText(res.status), "\r\n");
     if (!res.content_type.empty()) absl::StrAppend(&out, "Content-Type: ", res.content_type, "\r\n");
     if (length.has_value()) {
-      absl::StrAppend(&out, "Content-Length: ", *length, "\r\n");
+      // 204 carries no Content-Length (RFC 9110 8.6): a CORS preflight's answer.
+      if (res.status != 204) absl::StrAppend(&out, "Content-Length: ", *length, "\r\n");
     } else if (chunked_) {
       out += "Transfer-Encoding: chunked\r\n";
     }
@@ -912,6 +913,24 @@ HttpServer::Routes& HttpServer::Routes::Add(const std::string& path, const std::
                                             Handler handler) {
   by_path_[path][method] = std::move(handler);
   return *this;
+}
+
+const HttpServer::Routes::Methods* HttpServer::Routes::Find(std::string_view path) const {
+  if (const auto exact = by_path_.find(std::string(path)); exact != by_path_.end()) {
+    return &exact->second;
+  }
+  const Methods* best = nullptr;
+  size_t best_size = 0;
+  for (const auto& [route, methods] : by_path_) {
+    if (route.size() < 2 || route.compare(route.size() - 2, 2, "/*") != 0) continue;
+    const std::string_view prefix(route.data(), route.size() - 1);  // with its '/'
+    if (path.size() > prefix.size() && path.substr(0, prefix.size()) == prefix &&
+        prefix.size() > best_size) {
+      best = &methods;
+      best_size = prefix.size();
+    }
+  }
+  return best;
 }
 
 absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string& address,

@@ -103,10 +103,15 @@ class HttpServer {
  public:
   using Handler = std::function<void(const HttpRequest&, std::shared_ptr<HttpExchange>)>;
 
-  // Exact paths to handlers by method ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS").
+  // Paths to handlers by method ("GET", "POST", "PUT", "PATCH", "DELETE", "OPTIONS"). A path is
+  // exact, or "/prefix/*": every path under /prefix/ (at least one more byte) that has no exact
+  // route; the handler reads HttpRequest::path.
   class Routes {
    public:
+    using Methods = std::map<std::string, Handler>;
     Routes& Add(const std::string& path, const std::string& method, Handler handler);
+    // The handlers of `path` (exact first, then the longest prefix route), or null.
+    const Methods* Find(std::string_view path) const;
     // path -> method -> handler
     const std::map<std::string, std::map<std::string, Handler>>& by_path() const {
       return by_path_;

@@ -1,10 +1,10 @@
 #include "server/http/http_status.h"
 
-
-
 #include "absl/strings/ascii.h"
 #include "absl/strings/cord.h"
+#include "engine/serving/request_field.h"
 #include "nlohmann/json.hpp"
+#include "server/http/openai_names.h"
 
 namespace heavykv::server {
 namespace {
@@ -50,10 +50,12 @@ absl::Status WithErrorCode(absl::Status status, absl::string_view code) {
 std::string ErrorBody(const absl::Status& status) {
   const auto param = status.GetPayload(kParamPayload);
   const auto code = status.GetPayload(kCodePayload);
+  // The front's own param, else the engine's field in OpenAI's name (openai_names.h).
+  const std::string field = param ? std::string(*param) : OpenAiParam(RequestFieldOf(status));
   nlohmann::json error = {
-      {"message", std::string(status.message())},
+      {"message", OpenAiMessage(status.message())},
       {"type", ToHttpError(status.code()).type},
-      {"param", param ? nlohmann::json(std::string(*param)) : nlohmann::json(nullptr)},
+      {"param", field.empty() ? nlohmann::json(nullptr) : nlohmann::json(field)},
       {"code", code ? std::string(*code)
                     : absl::AsciiStrToLower(absl::StatusCodeToString(status.code()))},
   };

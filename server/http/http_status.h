@@ -1,6 +1,7 @@
 // The one place where an absl::Status becomes an HTTP status and an OpenAI error object
-// ({"error": {"message", "type", "param", "code"}}), beside grpc_status.h for gRPC. The message is
-// passed on unchanged: engine and parser messages already say what the client should change.
+// ({"error": {"message", "type", "param", "code"}}), beside grpc_status.h for gRPC. Engine and
+// parser messages already say what the client should change; the engine's, which name heavykv.v1
+// fields, are put in the OpenAI API's terms (openai_names.h), field and message.
 //
 //   absl::Status s = WithParam(absl::InvalidArgumentError("n must be 1"), "n");
 //   HttpError e = ToHttpError(s.code());   // {400, "invalid_request_error"}
@@ -31,9 +32,10 @@ absl::Status WithParam(absl::Status status, absl::string_view param);
 // `status` with an OpenAI error code (e.g. "model_not_found") instead of the code's name.
 absl::Status WithErrorCode(absl::Status status, absl::string_view code);
 
-// The error object of `status` (not OK) as compact JSON text: its message, the type of
-// ToHttpError, `param` (WithParam's, else null) and `code` (WithErrorCode's, else the status
-// code's name in lower case, e.g. "invalid_argument").
+// The error object of `status` (not OK) as compact JSON text: its message (OpenAiMessage), the
+// type of ToHttpError, `param` (WithParam's, else the OpenAiParam of the engine's request field,
+// else null) and `code` (WithErrorCode's, else the status code's name in lower case, e.g.
+// "invalid_argument").
 std::string ErrorBody(const absl::Status& status);
 
 }  // namespace heavykv::server

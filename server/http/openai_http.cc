@@ -6,8 +6,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
 #include "server/common/request_log.h"
+#include "server/common/version.h"
+#include "server/http/http_metrics.h"
 #include "server/http/http_status.h"
 #include "server/http/openai_json.h"
 #include "spdlog/spdlog.h"
@@ -16,6 +19,26 @@ namespace heavykv::server {
 namespace {
 
 constexpr char kJson[] = "application/json";
+
+// `s` with each %XX escape as its byte (a malformed one kept as it is).
+std::string PercentDecoded(absl::string_view s) {
+  std::string out;
+  for (size_t i = 0; i < s.size(); ++i) {
+    int hi = 0, lo = 0;
+    const auto hex = [](char c, int& v) {
+      v = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10
+                                        : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      return v >= 0;
+    };
+    if (s[i] == '%' && i + 2 < s.size() && hex(s[i + 1], hi) && hex(s[i + 2], lo)) {
+      out += static_cast<char>(hi * 16 + lo);
+      i += 2;
+    } else {
+      out += s[i];
+    }
+  }
+  return out;
+}
 
 void SendError(HttpExchange& ex, const absl::Status& status,
                std::vector<std::pair<std::string, std::string>> headers = {}) {
@@ -268,16 +291,35 @@ class OpenAiFront {
     HttpServer::Routes routes;
     const auto bind = [self](void (OpenAiFront::*method)(const HttpRequest&,
                                                          std::shared_ptr<HttpExchange>)) {
+      // A request from an allowed browser origin gets its CORS header on whatever the route
+      // answers, streams included.
       return [self, method](const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
-        ((*self).*method)(req, std::move(ex));
+        ((*self).*method)(req, WithCors(self->options_.cors, req, std::move(ex)));
       };
     };
     routes.Add("/v1/completions", "POST", bind(&OpenAiFront::Completions));
     routes.Add("/v1/chat/completions", "POST", bind(&OpenAiFront::ChatCompletions));
     routes.Add("/v1/models", "GET", bind(&OpenAiFront::Models));
+    routes.Add("/v1/models/*", "GET", bind(&OpenAiFront::Model));
     routes.Add("/health", "GET", bind(&OpenAiFront::Health));
+    routes.Add("/version", "GET", bind(&OpenAiFront::Version));
+    if (options_.metrics != nullptr) routes.Add("/metrics", "GET", bind(&OpenAiFront::Scrape));
     routes.Add("/tokenize", "POST", bind(&OpenAiFront::Tokenize));
     routes.Add("/detokenize", "POST", bind(&OpenAiFront::Detokenize));
+    if (options_.cors.enabled()) {  // preflights: no key (a browser sends none on them)
+      std::vector<std::pair<std::string, std::string>> preflights;
+      for (const auto& [path, methods] : routes.by_path()) {
+        std::vector<std::string> names;
+        for (const auto& [name, handler] : methods) names.push_back(name);
+        preflights.emplace_back(path, absl::StrJoin(names, ", "));
+      }
+      for (auto& [path, method] : preflights) {
+        routes.Add(path, "OPTIONS",
+                   [self, method](const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+                     ex->Respond(CorsPreflight(self->options_.cors, req, method));
+                   });
+      }
+    }
     return routes;
   }
 
@@ -347,6 +389,31 @@ class OpenAiFront {
     SendJson(*ex, ModelsJson(options_.model_name, created_, info_.context_length));
   }
 
+  // GET /v1/models/{id}: the served model, by its name (percent-decoded, as clients escape it).
+  void Model(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+    if (!Authorized(req, *ex)) return;
+    const std::string id = PercentDecoded(req.path.substr(std::string("/v1/models/").size()));
+    if (id != options_.model_name) {
+      return SendError(*ex, WithParam(WithErrorCode(absl::NotFoundError(absl::StrCat(
+                                                        "the model `", id.substr(0, 256),
+                                                        "` does not exist; this server serves `",
+                                                        options_.model_name, "`")),
+                                                    "model_not_found"),
+                                      "model"));
+    }
+    SendJson(*ex, ModelJson(options_.model_name, created_, info_.context_length));
+  }
+
+  void Version(const HttpRequest&, std::shared_ptr<HttpExchange> ex) {
+    SendJson(*ex, {{"version", kHeavykvVersion}});
+  }
+
+  // vLLM serves the scrape on its API port too; here it needs the key when keys are on.
+  void Scrape(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
+    if (!Authorized(req, *ex)) return;
+    ex->Respond(MetricsResponse(*options_.metrics));
+  }
+
   void Health(const HttpRequest&, std::shared_ptr<HttpExchange> ex) {
     if (draining_->load()) {
       return SendError(*ex, absl::UnavailableError("the server is draining; retry elsewhere"));
@@ -414,7 +481,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> StartOpenAiHttp(
       case 404:
         s = absl::NotFoundError(
             "no such route: POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize; "
-            "GET /v1/models, /health");
+            "GET /v1/models, /v1/models/{id}, /health, /version, /metrics");
         break;
       case 405:
         s = absl::InvalidArgumentError("this route does not take that method (see Allow)");

@@ -1,5 +1,5 @@
 // The OpenAI HTTP API (POST /v1/completions, /v1/chat/completions, /tokenize, /detokenize; GET
-// /v1/models, /health) on an HttpServer, over the same Engine as gRPC. The contract (field
+// /v1/models, /v1/models/{id}, /health, /version, /metrics; OPTIONS with CORS) on an HttpServer, over the same Engine as gRPC. The contract (field
 // mapping, SSE framing, errors, threading, limits) is docs/ARCHITECTURE.md "OpenAI HTTP API";
 // the JSON is server/http/openai_json.h, the error mapping server/http/http_status.h.
 //
@@ -22,7 +22,9 @@
 #include "absl/time/time.h"
 #include "engine/serving/engine.h"
 #include "server/common/auth.h"
+#include "server/common/metrics.h"
 #include "server/common/rejection_observer.h"
+#include "server/http/cors.h"
 #include "server/http/http_server.h"
 
 namespace heavykv::server {
@@ -42,6 +44,8 @@ struct OpenAiHttpOptions {
   int max_connections_per_client = 4096;
   const ApiKeyStore* api_keys = nullptr;  // not owned; null: no key is asked for
   RejectionObserver on_rejected;          // every refused generation request's code; may be empty
+  std::shared_ptr<const Metrics> metrics;  // GET /metrics; null: no such route
+  CorsPolicy cors;                         // --http-cors-origins; off by default
 };
 
 absl::StatusOr<std::unique_ptr<HttpServer>> StartOpenAiHttp(

@@ -508,13 +508,16 @@ std::string SseEvent(const nlohmann::json& chunk) {
   return absl::StrCat("data: ", JsonText(chunk), "\n\n");
 }
 
+nlohmann::json ModelJson(const std::string& model, int64_t created, int32_t max_model_len) {
+  return {{"id", model},
+          {"object", "model"},
+          {"created", created},
+          {"owned_by", "heavykv"},
+          {"max_model_len", max_model_len}};
+}
+
 nlohmann::json ModelsJson(const std::string& model, int64_t created, int32_t max_model_len) {
-  return {{"object", "list"},
-          {"data", json::array({{{"id", model},
-                                 {"object", "model"},
-                                 {"created", created},
-                                 {"owned_by", "heavykv"},
-                                 {"max_model_len", max_model_len}}})}};
+  return {{"object", "list"}, {"data", json::array({ModelJson(model, created, max_model_len)})}};
 }
 
 }  // namespace heavykv::server

@@ -114,7 +114,8 @@ inline constexpr absl::string_view kSseDone = "data: [DONE]\n\n";
 // `value` as compact JSON text (invalid UTF-8 replaced, never thrown on).
 std::string JsonText(const nlohmann::json& value);
 
-// GET /v1/models.
+// GET /v1/models: the list of the one model; GET /v1/models/{id}: that model object alone.
 nlohmann::json ModelsJson(const std::string& model, int64_t created, int32_t max_model_len);
+nlohmann::json ModelJson(const std::string& model, int64_t created, int32_t max_model_len);
 
 }  // namespace heavykv::server

@@ -105,6 +105,12 @@ test("completion, streamed and not, equals gRPC's text", async () => {
 test("models and errors as the client reads them", async () => {
   const models = await stories.client.models.list();
   assert.deepEqual(models.data.map((m) => m.id), ["stories"]);
+  const model = await stories.client.models.retrieve("stories");  // GET /v1/models/{id}
+  assert.equal(model.id, "stories");
+  assert.equal(model.object, "model");
+  await assert.rejects(
+    stories.client.models.retrieve("other"),
+    (err) => err instanceof OpenAI.NotFoundError && err.code === "model_not_found");
   await assert.rejects(
     stories.client.completions.create({ model: "stories", prompt: "x", n: 2 }),
     (err) => err instanceof OpenAI.BadRequestError && err.status === 400 && err.param === "n");

@@ -709,5 +709,30 @@ TEST_F(HttpServerTest, TheLastRequestsCloseLetsTheClientReadEveryAnswer) {
   EXPECT_TRUE(Eventually([&] { return AllClosed(); }));
 }
 
+// Exact routes, and "/prefix/*" for any path under /prefix/ without an exact route, the longest
+// prefix first (issue 42: GET /v1/models/{id}).
+TEST(HttpRoutesTest, ExactRoutesWinThenTheLongestPrefix) {
+  HttpServer::Routes routes;
+  const auto handler = [](const HttpRequest&, std::shared_ptr<HttpExchange>) {};
+  routes.Add("/v1/models", "GET", handler);
+  routes.Add("/v1/models/*", "GET", handler);
+  routes.Add("/v1/models/special", "POST", handler);
+  routes.Add("/v1/*", "PUT", handler);
+  const auto methods = [&](const std::string& path) -> std::string {
+    const HttpServer::Routes::Methods* m = routes.Find(path);
+    return m == nullptr ? "none" : m->begin()->first;
+  };
+  EXPECT_EQ(methods("/v1/models"), "GET");
+  EXPECT_EQ(methods("/v1/models/stories"), "GET");
+  EXPECT_EQ(methods("/v1/models/a/b"), "GET");
+  EXPECT_EQ(methods("/v1/models/special"), "POST");  // exact
+  EXPECT_EQ(methods("/v1/models/"), "PUT");          // nothing after /v1/models/: /v1/*
+  EXPECT_EQ(methods("/v1/other"), "PUT");
+  EXPECT_EQ(methods("/v1/"), "none");
+  EXPECT_EQ(methods("/v1"), "none");
+  EXPECT_EQ(methods("/v2/models/x"), "none");
+  EXPECT_EQ(methods("/v1/models*"), "PUT");          // '*' is only a route's suffix
+}
+
 }  // namespace
 }  // namespace heavykv::server

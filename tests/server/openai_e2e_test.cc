@@ -368,6 +368,229 @@ TEST_F(OpenAiE2eTest, BadRequestsGetErrorObjectsAndTheServerStaysUp) {
   EXPECT_EQ(fast_->WaitIdle().pages_used(), 0);
 }
 
+// Every way the HTTP front refuses a request (issue 42), one row each: the status, the OpenAI
+// `param` and a part of the message, and that no message names a gRPC field or method (the
+// engine's refusals name heavykv.v1 fields; ErrorBody puts them in OpenAI's terms). A
+// generation refused before its first byte answers the same streamed or not, so those rows run
+// both ways. Servers: the bundled model (no chat template), the same with API keys, the chat
+// model (its rows skipped without it), and one without a tokenizer, with a chat template and a
+// KV pool of 8 pages.
+TEST_F(OpenAiE2eTest, EveryRefusalNamesOpenAiFields) {
+  ServerProcess tokenless({"--model", testing::ModelPath(), "--threads", "1", "--kv-pages", "8",
+                           "--chat-template",
+                           testing::SourcePath("tests/data/chat_templates/smollm2.jinja")});
+  ASSERT_TRUE(tokenless.ok() && tokenless.http_port() > 0) << tokenless.log();
+  enum Server { kFast, kKeyed, kChat, kTokenless };
+  struct Refusal {
+    Server server;
+    std::string method, path;
+    std::string body;  // sent as it is (JSON, or not)
+    int status;
+    json param;        // null: the error's param must be null
+    std::string says;  // a part of the message
+  };
+  const auto body = [](const json& j) { return j.dump(); };
+  const json hi = {{{"role", "user"}, {"content", "hi"}}};
+  std::string tokens_70;  // 70 tokens in under 448 bytes (64 tokens x the longest piece, 7)
+  for (int i = 0; i < 70; ++i) tokens_70 += " a";
+  const std::string c = "/v1/completions", chat = "/v1/chat/completions";
+  const std::vector<Refusal> refusals = {
+      // The front's own checks of the JSON.
+      {kFast, "POST", c, "{bad json", 400, nullptr, "not valid JSON"},
+      {kFast, "POST", c, "[1]", 400, nullptr, "must be an object"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"model", "gpt-4"}}), 404, "model",
+       "`gpt-4` does not exist"},
+      {kFast, "POST", c, body({{"max_tokens", 4}}), 400, "prompt", "prompt is required"},
+      {kFast, "POST", c, body({{"prompt", 5}}), 400, "prompt", "prompt must be a string"},
+      {kFast, "POST", c, body({{"prompt", {"a", "b"}}}), 400, "prompt", "more than one prompt"},
+      {kFast, "POST", c, body({{"prompt", {1, -2}}}), 400, "prompt", "integers >= 0"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"max_tokens", -5}}), 400, "max_tokens",
+       "max_tokens must be an integer in [1, "},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"max_completion_tokens", 0}}), 400,
+       "max_completion_tokens", "max_completion_tokens must be an integer"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"temperature", "hot"}}), 400, "temperature",
+       "temperature must be a number"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"top_p", true}}), 400, "top_p",
+       "top_p must be a number"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"top_k", 1.5}}), 400, "top_k",
+       "top_k must be an integer"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"seed", "x"}}), 400, "seed",
+       "seed must be an integer"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"stop", 5}}), 400, "stop",
+       "stop must be a string or a list of strings"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"n", 2}}), 400, "n", "n must be 1"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"best_of", 3}}), 400, "best_of",
+       "best_of must be 1"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"echo", true}}), 400, "echo", "echo is not served"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"presence_penalty", 0.5}}), 400,
+       "presence_penalty", "is not served"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"frequency_penalty", 1}}), 400,
+       "frequency_penalty", "is not served"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"tools", {{{"type", "function"}}}}}), 400,
+       "tools", "tools are not served"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"logprobs", 21}}), 400, "logprobs",
+       "logprobs must be an integer in [0, 20]"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"stream", "yes"}}), 400, "stream",
+       "stream must be true or false"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"stream_options", 5}}), 400, "stream_options",
+       "must be an object"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"stream_options", {{"include_usage", 1}}}}), 400,
+       "stream_options.include_usage", "must be true or false"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"kv_policy", 5}}), 400, "kv_policy",
+       "kv_policy must be a string"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"kv_dtype", 8}}), 400, "kv_dtype",
+       "kv_dtype must be a string"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"kv_budget", 0}}), 400, "kv_budget",
+       "kv_budget must be a fraction in (0, 1]"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"kv_budget", 2.5}}), 400, "kv_budget",
+       "kv_budget over 1 must be a whole number"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"kv_recent_fraction", "x"}}), 400,
+       "kv_recent_fraction", "kv_recent_fraction must be a number"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"ignore_eos", "x"}}), 400, "ignore_eos",
+       "ignore_eos must be true or false"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"stop_token_ids", {-1}}}), 400,
+       "stop_token_ids", "stop_token_ids must hold integers"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"skip_special_tokens", 1}}), 400,
+       "skip_special_tokens", "skip_special_tokens must be true or false"},
+      {kFast, "POST", chat, body({{"max_tokens", 2}}), 400, "messages", "messages is required"},
+      {kFast, "POST", chat, body({{"messages", {5}}}), 400, "messages[0]",
+       "messages[0] must be an object"},
+      {kFast, "POST", chat, body({{"messages", {{{"content", "hi"}}}}}), 400, "messages[0].role",
+       "messages[0].role must be a string"},
+      {kFast, "POST", chat, body({{"messages", {{{"role", "user"}, {"content", 5}}}}}), 400,
+       "messages[0].content", "must be a string or a list of parts"},
+      {kFast, "POST", chat,
+       body({{"messages", {{{"role", "user"}, {"content", {{{"type", "image_url"}}}}}}}}), 400,
+       "messages[0].content", "only {\"type\": \"text\""},
+      {kFast, "POST", chat, body({{"messages", hi}, {"add_generation_prompt", "x"}}), 400,
+       "add_generation_prompt", "must be true or false"},
+      {kFast, "POST", chat, body({{"messages", hi}, {"logprobs", 1}}), 400, "logprobs",
+       "logprobs must be true or false"},
+      {kFast, "POST", chat, body({{"messages", hi}, {"top_logprobs", 3}}), 400, "top_logprobs",
+       "needs \"logprobs\": true"},
+      // The engine's checks before tokenizing (Submit).
+      {kFast, "POST", c, body({{"prompt", ""}}), 400, "prompt", "the prompt is empty"},
+      {kFast, "POST", c, body({{"prompt", std::string(500, 'x')}}), 400, "prompt",
+       "the prompt has 500 bytes; this server takes at most 448"},
+      {kFast, "POST", c, body({{"prompt", {1, 512}}}), 400, "prompt",
+       "prompt token id 512 is outside the vocabulary [0, 512)"},
+      {kFast, "POST", c, body({{"prompt", json(std::vector<int>(65, 1))}}), 400, "prompt",
+       "the prompt has 65 tokens; this server takes at most 64"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"max_tokens", 100000}}), 400, "max_tokens",
+       "max_tokens must be in [1, 512], got 100000"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"temperature", -1}}), 400, "temperature",
+       "temperature must be >= 0"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"top_p", 0}}), 400, "top_p",
+       "top_p must be in (0, 1]"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"top_k", 100000}}), 400, "top_k",
+       "top_k must be in [0, 512]"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"stop", json(std::vector<std::string>(33, "a"))}}),
+       400, "stop", "33 stop strings; at most 32"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"stop", ""}}), 400, "stop",
+       "stop strings must not be empty"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"stop", std::string(300, 'a')}}), 400, "stop",
+       "a stop string has 300 bytes"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"stop_token_ids", {600}}}), 400,
+       "stop_token_ids", "stop token id 600 is outside the vocabulary"},
+      {kFast, "POST", c,
+       body({{"prompt", "x"}, {"stop_token_ids", json(std::vector<int>(257, 1))}}), 400,
+       "stop_token_ids", "257 stop token ids; at most 256"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"kv_policy", "lru"}}), 400, "kv_policy",
+       "unknown KV policy \"lru\""},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"kv_policy", "h2o:demote=fp8"}}), 400,
+       "kv_policy", "invalid parameters in KV policy"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"kv_dtype", "fp8"}}), 400, "kv_dtype",
+       "kv_dtype \"fp8\" is not one of"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"kv_recent_fraction", 0}}), 400,
+       "kv_recent_fraction", "kv_recent_fraction must be in (0, 1]"},
+      {kFast, "POST", chat, body({{"messages", hi}}), 400, "messages",
+       "start it with --chat-template FILE, or send a prompt to /v1/completions"},
+      // The engine's checks after tokenizing (a "rejected" delta).
+      {kFast, "POST", c, body({{"prompt", tokens_70}}), 400, "prompt",
+       "tokens; this server takes at most 64: shorten it"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"kv_dtype", "bf16"}}), 400, "kv_dtype",
+       "kv_dtype bf16: this server's K/V pages are fp32"},
+      {kFast, "POST", c, body({{"prompt", "Once"}, {"max_tokens", 512}}), 400, "max_tokens",
+       "exceeds the context length 512: lower max_tokens to at most"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"kv_policy", "sink"}, {"kv_budget", 3}}), 400,
+       "kv_budget", "the sink policy needs a KV budget (kv_budget) over"},
+      {kTokenless, "POST", c, body({{"prompt", {1, 2, 3}}, {"max_tokens", 200}}), 400,
+       "max_tokens",
+       "lower max_tokens, or choose an evicting KV policy (kv_policy) with a KV budget "
+       "(kv_budget)"},
+      {kTokenless, "POST", c,
+       body({{"prompt", {1, 2, 3}}, {"max_tokens", 200}, {"kv_policy", "h2o"}, {"kv_budget", 1}}),
+       400, "max_tokens", "or set a KV budget (kv_budget) under the sequence's length"},
+      {kTokenless, "POST", c,
+       body({{"prompt", {1, 2, 3}},
+             {"max_tokens", 200},
+             {"kv_policy", "window"},
+             {"kv_budget", 100}}),
+       400, "max_tokens", "lower max_tokens, or its KV budget (now 100 tokens)"},
+      // No tokenizer: token ids, as HTTP sends them.
+      {kTokenless, "POST", c, body({{"prompt", "hi"}}), 400, "prompt",
+       "this server has no tokenizer: send token ids (\"prompt\": [ids]) instead of text"},
+      {kTokenless, "POST", chat, body({{"messages", hi}}), 400, "messages",
+       "send token ids to /v1/completions (\"prompt\": [ids])"},
+      {kTokenless, "POST", "/tokenize", body({{"prompt", "hi"}}), 400, "prompt",
+       "this server has no tokenizer"},
+      {kTokenless, "POST", "/detokenize", body({{"tokens", {1}}}), 400, "tokens",
+       "no tokenizer: it cannot detokenize"},
+      // Chats the template or the limits refuse.
+      {kChat, "POST", chat, body({{"messages", json::array()}}), 400, "messages",
+       "the chat has no messages"},
+      {kChat, "POST", chat, body({{"messages", {{{"role", ""}, {"content", "hi"}}}}}), 400,
+       "messages[0].role", "the role must have 1 to 64 bytes"},
+      // The other routes.
+      {kFast, "POST", "/tokenize", body({{"prompt", "a"}, {"messages", hi}}), 400, "prompt",
+       "either prompt or messages"},
+      {kFast, "POST", "/tokenize", body(json::object()), 400, "prompt", "is required"},
+      {kFast, "POST", "/detokenize", body(json::object()), 400, "tokens", "tokens is required"},
+      {kFast, "POST", "/detokenize", body({{"tokens", {1, 99999}}}), 400, "tokens",
+       "outside the vocabulary"},
+      {kFast, "GET", "/v1/models/gpt-4", "", 404, "model", "`gpt-4` does not exist"},
+      {kFast, "GET", "/v1/nothing", "", 404, nullptr, "no such route"},
+      {kFast, "GET", c, "", 405, nullptr, "does not take that method"},
+      {kFast, "POST", c, std::string(1 << 20, ' '), 413, nullptr, "the request body is over"},
+      {kKeyed, "POST", c, body({{"prompt", "x"}}), 401, nullptr, "missing or invalid API key"},
+      {kKeyed, "GET", "/metrics", "", 401, nullptr, "missing or invalid API key"},
+  };
+  // Names only gRPC has: none may reach an HTTP client.
+  const std::vector<std::string> grpc_only = {"max_new_tokens", "prompt_token_ids", "kv.",
+                                              "sampling.", "Generate"};
+  for (const Refusal& r : refusals) {
+    ServerProcess* server = r.server == kFast    ? fast_
+                            : r.server == kKeyed ? keyed_
+                            : r.server == kChat  ? ChatServer()
+                                                 : &tokenless;
+    if (server == nullptr) continue;  // no chat model here
+    const bool generation = r.path == c || r.path == chat;
+    json parsed = json::parse(r.body, nullptr, false);
+    const bool both = generation && parsed.is_object() && !parsed.contains("stream");
+    for (const bool stream : {false, true}) {
+      if (stream && !both) break;
+      std::string sent = r.body;
+      if (stream) {
+        parsed["stream"] = true;
+        sent = parsed.dump();
+      }
+      SCOPED_TRACE(r.method + " " + r.path + " " + sent.substr(0, 160));
+      const HttpResponse got = Http(server->http_port(), r.method, r.path, sent);
+      EXPECT_EQ(got.status, r.status) << got.body;
+      const json error = json::parse(got.body, nullptr, false);
+      ASSERT_TRUE(error.is_object() && error.contains("error")) << got.body;
+      EXPECT_EQ(error["error"]["param"], r.param) << got.body;
+      const std::string message = error["error"]["message"].get<std::string>();
+      EXPECT_NE(message.find(r.says), std::string::npos) << message;
+      for (const std::string& name : grpc_only) {
+        EXPECT_EQ(message.find(name), std::string::npos) << name << " in: " << message;
+      }
+    }
+  }
+  EXPECT_EQ(fast_->WaitIdle().pages_used(), 0);
+  EXPECT_EQ(tokenless.WaitIdle().pages_used(), 0);
+}
+
 TEST_F(OpenAiE2eTest, ModelsHealthTokenize) {
   const int port = fast_->http_port();
   const HttpResponse m = Http(port, "GET", "/v1/models");
@@ -388,6 +611,138 @@ TEST_F(OpenAiE2eTest, ModelsHealthTokenize) {
   const HttpResponse d = Post(port, "/detokenize", {{"tokens", without_bos}});
   ASSERT_EQ(d.status, 200) << d.body;
   EXPECT_EQ(json::parse(d.body)["prompt"], " Once upon a time");
+}
+
+// The header `name`'s value in a response head, or "" (names compared as sent).
+std::string HeaderOf(const HttpResponse& r, const std::string& name) {
+  const size_t at = r.head.find("\r\n" + name + ": ");
+  if (at == std::string::npos) return "";
+  const size_t from = at + name.size() + 4;
+  return r.head.substr(from, r.head.find("\r\n", from) - from);
+}
+
+// The routes clients call beside the API (issue 42): one model by id (the Node client's
+// models.retrieve), /version and /metrics as vLLM serves them; with keys only /health and
+// /version stay open.
+TEST_F(OpenAiE2eTest, ModelByIdVersionAndMetricsOnTheApiPort) {
+  const int port = fast_->http_port();
+  const HttpResponse m = Http(port, "GET", "/v1/models/stories");
+  ASSERT_EQ(m.status, 200) << m.body;
+  const json model = json::parse(m.body);
+  EXPECT_EQ(model["id"], "stories");
+  EXPECT_EQ(model["object"], "model");
+  EXPECT_EQ(model["owned_by"], "heavykv");
+  EXPECT_EQ(model["max_model_len"], 512);
+  EXPECT_EQ(model, json::parse(Http(port, "GET", "/v1/models").body)["data"][0]);
+  EXPECT_EQ(Http(port, "GET", "/v1/models/stor%69es?x=1").status, 200);  // escaped, a query
+  const HttpResponse other = Http(port, "GET", "/v1/models/gpt-4");
+  ExpectError(other, 404, "not_found_error", "model");
+  EXPECT_EQ(json::parse(other.body)["error"]["code"], "model_not_found");
+  ExpectError(Http(port, "GET", "/v1/models/"), 404, "not_found_error");
+  ExpectError(Http(port, "POST", "/v1/models/stories"), 405, "invalid_request_error");
+
+  const HttpResponse v = Http(port, "GET", "/version");
+  ASSERT_EQ(v.status, 200);
+  EXPECT_FALSE(json::parse(v.body)["version"].get<std::string>().empty()) << v.body;
+
+  const HttpResponse scrape = Http(port, "GET", "/metrics");
+  ASSERT_EQ(scrape.status, 200);
+  EXPECT_EQ(HeaderOf(scrape, "Content-Type"), "text/plain; version=0.0.4; charset=utf-8");
+  const std::map<std::string, double> api = ParseMetrics(scrape.body);
+  EXPECT_EQ(api.count("heavykv_kv_cache_usage_ratio"), 1u) << scrape.body.substr(0, 500);
+  EXPECT_EQ(api.size(), fast_->Metrics().size());  // the metrics port's series, all of them
+
+  const int keyed = keyed_->http_port();
+  ExpectError(Http(keyed, "GET", "/metrics"), 401, "authentication_error");
+  ExpectError(Http(keyed, "GET", "/v1/models/stories260K.bin"), 401, "authentication_error");
+  const std::string key = "Authorization: Bearer sk-test-key\r\n";
+  EXPECT_EQ(Http(keyed, "GET", "/metrics", "", key).status, 200);
+  EXPECT_EQ(Http(keyed, "GET", "/v1/models/stories260K.bin", "", key).status, 200);
+  EXPECT_EQ(Http(keyed, "GET", "/version").status, 200);
+
+  // CORS is off by default: no preflight, no header.
+  ExpectError(Http(port, "OPTIONS", "/v1/completions", "",
+                   "Origin: https://app.example.com\r\nAccess-Control-Request-Method: POST\r\n"),
+              405, "invalid_request_error");
+  const HttpResponse plain = Post(port, "/v1/completions", {{"prompt", "x"}, {"max_tokens", 1}},
+                                  "Origin: https://app.example.com\r\n");
+  EXPECT_EQ(plain.status, 200);
+  EXPECT_EQ(plain.head.find("Access-Control"), std::string::npos) << plain.head;
+}
+
+// --http-cors-origins: preflights from a listed origin are 204 with the Access-Control-Allow-*
+// headers (no key needed), others 403; every answer to a listed origin (JSON, errors, SSE)
+// carries Access-Control-Allow-Origin, and nothing else does. '*' allows any origin as "*".
+TEST_F(OpenAiE2eTest, CorsPreflightsAndAllowedOriginsOnly) {
+  ServerProcess cors({"--model", testing::ModelPath(), "--tokenizer", testing::TokenizerPath(),
+                      "--threads", "1", "--api-key-file", keys_, "--http-cors-origins",
+                      "https://app.example.com,http://localhost:3000"});
+  ASSERT_TRUE(cors.ok() && cors.http_port() > 0) << cors.log();
+  const int port = cors.http_port();
+  const std::string app = "Origin: https://app.example.com\r\n";
+  const std::string key = "Authorization: Bearer sk-test-key\r\n";
+  const std::string preflight = "Access-Control-Request-Method: POST\r\n"
+                                "Access-Control-Request-Headers: authorization, content-type\r\n";
+
+  const HttpResponse ok = Http(port, "OPTIONS", "/v1/chat/completions", "", app + preflight);
+  EXPECT_EQ(ok.status, 204) << ok.head;
+  EXPECT_EQ(HeaderOf(ok, "Access-Control-Allow-Origin"), "https://app.example.com");
+  EXPECT_EQ(HeaderOf(ok, "Access-Control-Allow-Methods"), "POST, OPTIONS");
+  EXPECT_EQ(HeaderOf(ok, "Access-Control-Allow-Headers"), "authorization, content-type");
+  EXPECT_EQ(HeaderOf(ok, "Access-Control-Max-Age"), "600");
+  EXPECT_EQ(HeaderOf(ok, "Vary"), "Origin");
+  EXPECT_EQ(HeaderOf(ok, "Content-Length"), "");  // 204: no body, no length
+  EXPECT_TRUE(ok.body.empty());
+  const HttpResponse models =
+      Http(port, "OPTIONS", "/v1/models/anything", "",
+           "Origin: http://localhost:3000\r\nAccess-Control-Request-Method: GET\r\n");
+  EXPECT_EQ(models.status, 204);
+  EXPECT_EQ(HeaderOf(models, "Access-Control-Allow-Origin"), "http://localhost:3000");
+  EXPECT_EQ(HeaderOf(models, "Access-Control-Allow-Methods"), "GET, OPTIONS");
+  EXPECT_EQ(HeaderOf(models, "Access-Control-Allow-Headers"), "Authorization, Content-Type");
+  ExpectError(Http(port, "OPTIONS", "/v1/completions", "",
+                   "Origin: https://evil.example.com\r\n" + preflight),
+              403, "permission_error");
+  ExpectError(Http(port, "OPTIONS", "/v1/nothing", "", app + preflight), 404, "not_found_error");
+
+  // Answers to the listed origin carry the header: JSON, a route's error, a stream.
+  const json body = {{"prompt", "Once"}, {"max_tokens", 3}};
+  const HttpResponse json_answer = Post(port, "/v1/completions", body, app + key);
+  EXPECT_EQ(json_answer.status, 200) << json_answer.body;
+  EXPECT_EQ(HeaderOf(json_answer, "Access-Control-Allow-Origin"), "https://app.example.com");
+  const HttpResponse refused = Post(port, "/v1/completions", body, app);
+  EXPECT_EQ(refused.status, 401);
+  EXPECT_EQ(HeaderOf(refused, "Access-Control-Allow-Origin"), "https://app.example.com");
+  json streamed = body;
+  streamed["stream"] = true;
+  const HttpResponse sse = Post(port, "/v1/completions", streamed, app + key);
+  EXPECT_EQ(sse.status, 200);
+  EXPECT_EQ(HeaderOf(sse, "Content-Type"), "text/event-stream");
+  EXPECT_EQ(HeaderOf(sse, "Access-Control-Allow-Origin"), "https://app.example.com");
+  const std::vector<json> events = SseEvents(sse.body);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back()["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(HeaderOf(Http(port, "GET", "/health", "", app), "Access-Control-Allow-Origin"),
+            "https://app.example.com");
+  // Another origin, or none: no header (the browser then keeps the answer from the page).
+  for (const std::string& origin : {std::string("Origin: https://evil.example.com\r\n"),
+                                    std::string()}) {
+    const HttpResponse r = Post(port, "/v1/completions", body, origin + key);
+    EXPECT_EQ(r.status, 200);
+    EXPECT_EQ(r.head.find("Access-Control"), std::string::npos) << r.head;
+  }
+
+  ServerProcess any({"--model", testing::ModelPath(), "--threads", "1", "--http-cors-origins",
+                     "*"});
+  ASSERT_TRUE(any.ok() && any.http_port() > 0) << any.log();
+  const HttpResponse star = Http(any.http_port(), "OPTIONS", "/v1/completions", "",
+                                 "Origin: https://x.example\r\n" + preflight);
+  EXPECT_EQ(star.status, 204);
+  EXPECT_EQ(HeaderOf(star, "Access-Control-Allow-Origin"), "*");
+  EXPECT_EQ(HeaderOf(star, "Vary"), "");
+  EXPECT_EQ(HeaderOf(Http(any.http_port(), "GET", "/version", "", "Origin: https://x.example\r\n"),
+                     "Access-Control-Allow-Origin"),
+            "*");
 }
 
 TEST_F(OpenAiE2eTest, DisconnectMidStreamCancelsAndReturnsThePages) {

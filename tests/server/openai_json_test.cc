@@ -6,7 +6,10 @@
 
 #include <string>
 
+#include "engine/serving/request_field.h"
+#include "server/http/cors.h"
 #include "server/http/http_status.h"
+#include "server/http/openai_names.h"
 
 namespace heavykv::server {
 namespace {
@@ -276,6 +279,61 @@ TEST(OpenAiJsonTest, LogprobsShapes) {
   EXPECT_EQ(ResponseJson(meta, "h", last, first)["choices"][0]["logprobs"], first);
   EXPECT_EQ(StreamChunkJson(meta, "h", std::nullopt, false, false, rest)["choices"][0]["logprobs"],
             rest);
+}
+
+// The engine names heavykv.v1 fields; the error object names OpenAI's (openai_names.h): the
+// field as `param`, and whole names only in the message.
+TEST(OpenAiJsonTest, EngineFieldsGetOpenAiNames) {
+  const absl::Status engine = WithRequestField(
+      absl::InvalidArgumentError("max_new_tokens must be in [1, 512], got 100000"),
+      "max_new_tokens");
+  EXPECT_EQ(Error(engine)["param"], "max_tokens");
+  EXPECT_EQ(Error(engine)["message"], "max_tokens must be in [1, 512], got 100000");
+  // The front's own param wins; a field both APIs share keeps its name; none is null.
+  EXPECT_EQ(Error(WithParam(engine, "max_completion_tokens"))["param"], "max_completion_tokens");
+  EXPECT_EQ(Error(WithRequestField(absl::InvalidArgumentError("x"), "messages[2].role"))["param"],
+            "messages[2].role");
+  EXPECT_TRUE(Error(absl::InvalidArgumentError("x"))["param"].is_null());
+  EXPECT_EQ(OpenAiParam("kv.recent_fraction"), "kv_recent_fraction");
+  EXPECT_EQ(OpenAiParam("kv.budget_fraction"), "kv_budget");
+  EXPECT_EQ(OpenAiParam("sampling.top_k"), "top_k");
+  EXPECT_EQ(OpenAiParam("prompt_token_ids"), "prompt");
+  EXPECT_EQ(OpenAiMessage("kv.recent_fraction must be in (0, 1]."),
+            "kv_recent_fraction must be in (0, 1].");
+  EXPECT_EQ(OpenAiMessage("lower max_new_tokens, or its budget"), "lower max_tokens, or its budget");
+  // Not inside a longer name.
+  EXPECT_EQ(OpenAiMessage("--max-new-tokens-limit, my_max_new_tokens, max_new_tokens_x, "
+                          "kv.policy.name"),
+            "--max-new-tokens-limit, my_max_new_tokens, max_new_tokens_x, kv.policy.name");
+  EXPECT_EQ(OpenAiMessage("this server has no tokenizer: send token ids (prompt_token_ids) "
+                          "instead of text"),
+            "this server has no tokenizer: send token ids (\"prompt\": [ids]) instead of text");
+  EXPECT_EQ(OpenAiMessage("or send a prompt (Generate)"), "or send a prompt to /v1/completions");
+}
+
+TEST(OpenAiJsonTest, CorsOrigins) {
+  EXPECT_FALSE(ParseCorsOrigins("")->enabled());
+  const absl::StatusOr<CorsPolicy> any = ParseCorsOrigins("*");
+  ASSERT_TRUE(any.ok());
+  EXPECT_EQ(any->AllowOrigin("https://x.example"), "*");
+  EXPECT_EQ(any->AllowOrigin(""), "");  // not a browser's cross-origin request
+  const absl::StatusOr<CorsPolicy> list =
+      ParseCorsOrigins(" https://App.example.com , http://localhost:3000,http://[::1]:8080");
+  ASSERT_TRUE(list.ok()) << list.status();
+  EXPECT_EQ(list->AllowOrigin("https://app.example.com"), "https://app.example.com");
+  EXPECT_EQ(list->AllowOrigin("http://localhost:3000"), "http://localhost:3000");
+  EXPECT_EQ(list->AllowOrigin("http://[::1]:8080"), "http://[::1]:8080");
+  EXPECT_EQ(list->AllowOrigin("http://app.example.com"), "");   // another scheme
+  EXPECT_EQ(list->AllowOrigin("http://localhost:3001"), "");    // another port
+  EXPECT_EQ(list->AllowOrigin("https://app.example.com.evil"), "");
+  EXPECT_EQ(list->AllowOrigin("null"), "");
+  for (const char* bad : {"app.example.com", "https://app.example.com/", "ftp://x.example",
+                          "https://x.example:0", "https://x.example:99999", "https://",
+                          "*,https://x.example", "https://x.example/path", "http://a b"}) {
+    const absl::StatusOr<CorsPolicy> refused = ParseCorsOrigins(bad);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(refused.status().message().find("--http-cors-origins"), std::string::npos) << bad;
+  }
 }
 
 TEST(OpenAiJsonTest, StatusMapping) {
