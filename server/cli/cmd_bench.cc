@@ -171,7 +171,7 @@ int BenchCommand(int argc, char** argv) {
   int64_t slow_connections = -1, slow_sources = 1, probe_interval_ms = 100, server_pid = 0;
   int64_t overflow_connections = 0, overflow_concurrency = 256, overflow_max_tokens = 0;
   int64_t overflow_hold_ms = 0, stall_streams = 0, stall_max_tokens = 2000, stall_read_events = 2;
-  double stall_seconds = 120;
+  double stall_seconds = 120, stall_settle_seconds = 5;
   RequestFlags rf;
   rf.ignore_eos = true;
   FlagSet flags("bench",
@@ -226,6 +226,9 @@ int BenchCommand(int argc, char** argv) {
             "--stall-read-events events, stop reading for --stall-seconds, then read to the end; "
             "each text is checked against the same request read at once; 0 = none");
   flags.Double("stall-seconds", &stall_seconds, "how long the stalled streams stop reading");
+  flags.Double("stall-settle-seconds", &stall_settle_seconds,
+               "seconds between the stalled streams' last read and the start of the measured "
+               "load (what they generate until the server holds them is not measured)");
   flags.Int("stall-max-tokens", &stall_max_tokens,
             "new tokens of each stalled stream (window policy past the context)");
   flags.Int("stall-read-events", &stall_read_events, "events a stalled stream reads first");
@@ -350,7 +353,11 @@ int BenchCommand(int argc, char** argv) {
     if (!started.ok()) return Fail(started.status());
     front_load = *std::move(started);
   }
-  if (stalls != nullptr) stalls->Open();  // every stalled stream has stopped reading
+  if (stalls != nullptr) {
+    stalls->Open();  // every stalled stream has stopped reading
+    std::this_thread::sleep_for(
+        std::chrono::milliseconds(std::llround(std::clamp(stall_settle_seconds, 0.0, 600.0) * 1000)));
+  }
   // The flood: F streams on another connection, each sending one request after another until
   // the measured client is done, then cancelled.
   std::unique_ptr<v1::Generation::Stub> flood_stub;
