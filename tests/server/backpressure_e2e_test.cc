@@ -30,21 +30,9 @@ using namespace std::chrono_literals;
 using namespace heavykv::e2e;
 using Clock = std::chrono::steady_clock;
 
-// The sum of every series of the metric `name`; -1 when it has none.
+// The sum of every series of the metric `name` on `server`; -1 when it has none.
 double Metric(ServerProcess& server, const std::string& name) {
-  double sum = -1;
-  for (const auto& [series, value] : server.Metrics()) {
-    if (series == name || series.rfind(name + "{", 0) == 0) sum = std::max(sum, 0.0) + value;
-  }
-  return sum;
-}
-
-template <typename F>
-bool WaitUntil(F done, std::chrono::milliseconds limit) {
-  for (const Clock::time_point until = Clock::now() + limit;; std::this_thread::sleep_for(50ms)) {
-    if (done()) return true;
-    if (Clock::now() >= until) return false;
-  }
+  return MetricSum(server.Metrics(), name);
 }
 
 // The resident memory of process `pid` in bytes (VmRSS), or -1.

@@ -102,24 +102,6 @@ int64_t Threads(pid_t pid) {
   return s.ok() ? s->threads : -1;
 }
 
-// The sum of every series of the metric `name` (all label sets); -1 when it has none.
-double MetricSum(const std::map<std::string, double>& metrics, const std::string& name) {
-  double sum = -1;
-  for (const auto& [series, value] : metrics) {
-    if (series == name || series.rfind(name + "{", 0) == 0) sum = std::max(sum, 0.0) + value;
-  }
-  return sum;
-}
-
-// Polls until `done()` or `limit` passes; whether it became true.
-template <typename F>
-bool WaitUntil(F done, std::chrono::milliseconds limit) {
-  for (const Clock::time_point until = Clock::now() + limit;; std::this_thread::sleep_for(50ms)) {
-    if (done()) return true;
-    if (Clock::now() >= until) return false;
-  }
-}
-
 TEST(HttpStressTest, SlowConnectionsDoNotStarveOtherClients) {
   // Before the server starts: it inherits the limit, and needs a file per connection too.
   const int64_t files = cli::RaiseFileLimit();

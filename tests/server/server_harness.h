@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -139,6 +140,25 @@ inline std::map<std::string, double> ParseMetrics(const std::string& text) {
     m[line.substr(0, space)] = std::strtod(line.c_str() + space + 1, nullptr);
   }
   return m;
+}
+
+// The sum of every series of the metric `name` (all label sets); -1 when it has none.
+inline double MetricSum(const std::map<std::string, double>& metrics, const std::string& name) {
+  double sum = -1;
+  for (const auto& [series, value] : metrics) {
+    if (series == name || series.rfind(name + "{", 0) == 0) sum = std::max(sum, 0.0) + value;
+  }
+  return sum;
+}
+
+// Polls every 50 ms until `done()` or `limit` passes; whether it became true.
+template <typename F>
+bool WaitUntil(F done, std::chrono::milliseconds limit) {
+  for (const auto until = std::chrono::steady_clock::now() + limit;;
+       std::this_thread::sleep_for(50ms)) {
+    if (done()) return true;
+    if (std::chrono::steady_clock::now() >= until) return false;
+  }
 }
 
 // `heavykv serve` as a child process, its output in a log file, on ports it picked itself.
