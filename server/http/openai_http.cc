@@ -313,10 +313,11 @@ class OpenAiFront {
         for (const auto& [name, handler] : methods) names.push_back(name);
         preflights.emplace_back(path, absl::StrJoin(names, ", "));
       }
-      for (auto& [path, method] : preflights) {
-        routes.Add(path, "OPTIONS",
-                   [self, method](const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
-                     ex->Respond(CorsPreflight(self->options_.cors, req, method));
+      for (const auto& preflight : preflights) {
+        routes.Add(preflight.first, "OPTIONS",
+                   [self, allowed = preflight.second](const HttpRequest& req,
+                                                      std::shared_ptr<HttpExchange> ex) {
+                     ex->Respond(CorsPreflight(self->options_.cors, req, allowed));
                    });
       }
     }
