@@ -338,6 +338,7 @@ int ServeCommand(int argc, char** argv) {
                                 .kv_pages = kv_pages,
                                 .kv_pool_mb = kv_pool_mb,
                                 .memory_fraction = kv_memory_fraction,
+                                .host_pool = *device == Device::kCpu,
                                 .model_path = model_path};
   if (available_before_load) {
     pool_request.available_after_weights = *available_before_load - model->HeldBytes();

@@ -54,12 +54,12 @@ absl::StatusOr<ServePool> SizeServePool(const ServePoolRequest& req) {
   if (req.kv_pages < 0 || req.kv_pool_mb < 0) {
     return absl::InvalidArgumentError("--kv-pages and --kv-pool-mb must not be negative");
   }
-  const bool cpu = !req.device_default_pages.has_value();
+  const bool cpu = req.host_pool;
   const int64_t cap = req.max_running * PagesPerContext(req);  // more is never used
   ServePool pool;
   int64_t default_pages = std::min<int64_t>(cap, INT32_MAX);
   if (!cpu) {
-    default_pages = *req.device_default_pages;
+    default_pages = req.device_default_pages.value_or(default_pages);
     pool.sized_by = "the free GPU memory after the weights and a reserve";
   } else if (req.kv_pages == 0 && req.kv_pool_mb == 0 && req.available_after_weights) {
     const int64_t bytes = static_cast<int64_t>(

@@ -29,7 +29,9 @@ struct ServePoolRequest {
   // Host memory available before the model loaded, minus the bytes the model holds; nullopt
   // when unknown (then the default is --max-running full contexts).
   std::optional<int64_t> available_after_weights;
-  // Pages the device chose (CUDA's DefaultKvPages); nullopt on the CPU.
+  // False on CUDA: the pool is device memory, neither the fraction nor the host check applies.
+  bool host_pool = true;
+  // Pages the device chose when no flag sized the pool (CUDA's DefaultKvPages).
   std::optional<int32_t> device_default_pages;
   std::string model_path;  // for the `heavykv plan` command the errors quote
 };
