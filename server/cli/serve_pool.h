@@ -38,7 +38,7 @@ struct ServePoolRequest {
 
 struct ServePool {
   int32_t pages = 0;
-  std::string sized_by;    // e.g. "--kv-memory-fraction 0.5 of 21.3 GiB available after the weights"
+  std::string sized_by;    // e.g. "--kv-memory-fraction 0.5 of 21.3 GiB available after ..."
   int64_t tokens = 0;      // token slots of every layer and kv head: pages x block size / tables
   int64_t sequences = 0;   // full-length sequences (of `context` tokens) it holds at once
 };
