@@ -323,6 +323,11 @@ int ServeCommand(int argc, char** argv) {
   // Serve a shorter context: every per-sequence limit (reservation, prompt, new tokens) and the
   // pool's default follow the config's seq_len.
   if (max_model_len > 0) model->config.seq_len = static_cast<int32_t>(max_model_len);
+  if (max_model_len > 0 && max_prompt_tokens >= max_model_len) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--max-prompt-tokens ", max_prompt_tokens, " leaves no room in --max-model-len ",
+        max_model_len, ": give at most ", max_model_len - 1, " (0: that)")));
+  }
   const ModelConfig c = model->config;
   absl::StatusOr<std::shared_ptr<const TextTokenizer>> tok =
       LoadOptionalTokenizer(tokenizer_path, model_path, c.vocab_size);

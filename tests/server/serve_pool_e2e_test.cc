@@ -72,6 +72,13 @@ TEST(ServeFlagsTest, MaxModelLenAboveTheModelsContextIsAFlagError) {
             std::string::npos)
       << o.out;
   EXPECT_EQ(Serve(dir, testing::ModelPath(), "--max-model-len -1").code, "2\n");
+  // An explicit prompt limit must fit the shorter context too.
+  const Outcome prompt =
+      Serve(dir, testing::ModelPath(), "--max-model-len 64 --max-prompt-tokens 64");
+  EXPECT_EQ(prompt.code, "2\n") << prompt.out;
+  EXPECT_NE(prompt.out.find("--max-prompt-tokens 64 leaves no room in --max-model-len 64"),
+            std::string::npos)
+      << prompt.out;
 }
 
 // A pool that does not fit names the flags that change it and the --kv-pool-mb that `heavykv
