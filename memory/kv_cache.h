@@ -44,6 +44,7 @@
 #include "memory/layer_budgets.h"
 #include "memory/page_allocator.h"
 #include "memory/prefix_cache.h"
+#include "memory/zeroed_vector.h"
 
 namespace heavykv {
 
@@ -409,11 +410,13 @@ class KvCache {
   KvStorage storage_;
   PageAllocator alloc_;
   // [num_pages][LayersPerPage][num_kv_heads][2][block_size][head_dim] elements of element_bytes.
-  AlignedVector<float> kv_;
+  // Zeroed without being written (ZeroedVector): a page's memory becomes resident when it is
+  // first written, so a large pool costs what its sequences have used, up to its size.
+  ZeroedVector<float> kv_;
   // 64-byte aligned, so that at block size 16 the pos (or score) entries of one page of one
   // (layer, head) are exactly one cache line.
-  AlignedVector<int32_t> pos_;  // [num_pages][LayersPerPage][num_kv_heads][block_size]
-  AlignedVector<float> score_;  // [num_pages][LayersPerPage][num_kv_heads][block_size]
+  ZeroedVector<int32_t> pos_;  // [num_pages][LayersPerPage][num_kv_heads][block_size]
+  ZeroedVector<float> score_;  // [num_pages][LayersPerPage][num_kv_heads][block_size]
   std::unique_ptr<PrefixCache> prefix_;  // null: prefix caching off
   PrefixCacheOptions prefix_options_;
   PrefixStats prefix_stats_;

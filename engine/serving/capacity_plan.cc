@@ -30,6 +30,10 @@ int32_t PagesPerSequence(const KvShape& shape, int32_t max_len, int32_t tokens_k
   return static_cast<int32_t>(std::min<int64_t>(pages, INT32_MAX));
 }
 
+int64_t PoolMiBForPages(int64_t pages, int64_t page_bytes) {
+  return CeilDiv(pages * page_bytes, int64_t{1} << 20);
+}
+
 int32_t PrefillReservePages(const KvShape& shape, int32_t max_step_tokens) {
   // Scheduler::ScratchPages().
   return shape.NumTables() * (static_cast<int32_t>(CeilDiv(max_step_tokens, shape.block_size)) + 4);

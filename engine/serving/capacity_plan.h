@@ -73,6 +73,9 @@ int32_t PagesPerSequence(const KvShape& shape, int32_t max_len, int32_t tokens_k
                          LayerBudgets layers = LayerBudgets::kUniform,
                          KvQuant demote = KvQuant::kNone,
                          KvQuant request_quant = KvQuant::kNone);
+// MiB that hold `pages` pages of `page_bytes`, rounded up so that --kv-pool-mb of it gives at
+// least that many pages (`heavykv plan`'s "MiB for N" column).
+int64_t PoolMiBForPages(int64_t pages, int64_t page_bytes);
 // The scheduler's prefill reserve for bounded sequences.
 int32_t PrefillReservePages(const KvShape& shape, int32_t max_step_tokens);
 

@@ -20,12 +20,6 @@
 namespace heavykv::cli {
 namespace {
 
-// MiB that hold `pages` pages, rounded up so that --kv-pool-mb of it gives at least that many.
-int64_t MiBFor(int64_t pages, int64_t page_bytes) {
-  constexpr int64_t kMiB = int64_t{1} << 20;
-  return (pages * page_bytes + kMiB - 1) / kMiB;
-}
-
 std::string BudgetText(const CapacityRow& row, size_t index) {
   return index == 0 ? "full" : row.budget.ToString();
 }
@@ -169,7 +163,8 @@ int PlanCommand(int argc, char** argv) {
                       {"sequences", r.sequences},
                       {"running", r.running},
                       {"pages_for_max_running", r.pages_for_max_running},
-                      {"pool_mb_for_max_running", MiBFor(r.pages_for_max_running, plan->page_bytes)}});
+                      {"pool_mb_for_max_running",
+                       PoolMiBForPages(r.pages_for_max_running, plan->page_bytes)}});
     }
     PrintJsonLine({{"model", name},
                    {"device", device_name},
@@ -221,7 +216,7 @@ int PlanCommand(int argc, char** argv) {
     std::printf("%-8s %10d %10d %10lld %8lld %12lld\n", BudgetText(r, i).c_str(), r.tokens_kept,
                 r.pages_per_sequence, static_cast<long long>(r.sequences),
                 static_cast<long long>(r.running),
-                static_cast<long long>(MiBFor(r.pages_for_max_running, plan->page_bytes)));
+                static_cast<long long>(PoolMiBForPages(r.pages_for_max_running, plan->page_bytes)));
   }
   std::printf(
       "\nsequences: that fit in the pool at once; running: at most --max-running (and\n"

@@ -41,6 +41,7 @@
 #include "server/cli/commands.h"
 #include "server/grpc/grpc_service.h"
 #include "server/cli/host_memory.h"
+#include "server/cli/serve_pool.h"
 #include "server/http/http_metrics.h"
 #include "server/common/metrics.h"
 #include "server/http/openai_http.h"
@@ -120,6 +121,8 @@ int ServeCommand(int argc, char** argv) {
   int64_t block_size = 16, kv_pages = 0, kv_pool_mb = 0, max_step_tokens = 512, max_running = 64;
   int64_t max_waiting = 256, max_prompt_tokens = 0, max_new_tokens_limit = 0, threads = 0;
   int64_t max_prompt_bytes = 0, max_streams_per_connection = 128, http_threads = 2;
+  int64_t max_model_len = 0;
+  double kv_memory_fraction = 0.5;
   int64_t http_max_connections = 16384, http_max_connections_per_client = 4096;
   double recent_fraction = 0.5, grace = 30, full_overcommit = 1.0, max_connection_age = 0;
   double http_header_timeout = 10, http_body_timeout = 30, http_idle_timeout = 5;
@@ -164,9 +167,15 @@ int ServeCommand(int argc, char** argv) {
                "the model's name in the HTTP API (default: the model file's name)");
   flags.Int("block-size", &block_size, "token slots per KV page");
   flags.Int("kv-pages", &kv_pages,
-            "KV pool size in pages; 0 = --max-running full contexts (cpu) or free GPU memory "
-            "minus the weights and a reserve of max(1 GiB, 10%) (cuda)");
+            "KV pool size in pages; 0 = --kv-pool-mb, else --kv-memory-fraction (cpu) or free "
+            "GPU memory minus the weights and a reserve of max(1 GiB, 10%) (cuda)");
   flags.Int("kv-pool-mb", &kv_pool_mb, "KV pool size in MiB (if --kv-pages is 0)");
+  flags.Double("kv-memory-fraction", &kv_memory_fraction,
+               "cpu only: without --kv-pages/--kv-pool-mb the KV pool takes this share of the "
+               "host memory available after the weights, at most --max-running full contexts");
+  flags.Int("max-model-len", &max_model_len,
+            "context length served (prompt + new tokens per sequence), at most the model's; "
+            "0 = the model's");
   flags.String("policy", &policy,
                "default KV policy: full, window, sink, h2o, tova, scissorhands, knorm, snapkv "
                "(name[:key=value]...)");
@@ -235,6 +244,7 @@ int ServeCommand(int argc, char** argv) {
                          CheckRange("max-prompt-tokens", max_prompt_tokens, 0, INT32_MAX),
                          CheckRange("max-new-tokens-limit", max_new_tokens_limit, 0, INT32_MAX),
                          CheckRange("threads", threads, 0, 4096),
+                         CheckRange("max-model-len", max_model_len, 0, INT32_MAX),
                          CheckRange("http-threads", http_threads, 1, 4096),
                          CheckRange("http-max-connections", http_max_connections, 1, 1 << 20),
                          CheckRange("http-max-connections-per-client",
@@ -270,6 +280,14 @@ int ServeCommand(int argc, char** argv) {
   if (!(max_connection_age >= 0 && max_connection_age <= 1e6)) {
     return Fail(absl::InvalidArgumentError("--max-connection-age must be in [0, 1e6] seconds"));
   }
+  if (!(kv_memory_fraction > 0 && kv_memory_fraction <= 1)) {
+    return Fail(absl::InvalidArgumentError("--kv-memory-fraction must be in (0, 1]"));
+  }
+  if (*device != Device::kCpu && flags.IsSet("kv-memory-fraction")) {
+    return Fail(absl::InvalidArgumentError(
+        "--kv-memory-fraction sizes the CPU pool; on cuda the pool takes the free GPU memory, "
+        "or give --kv-pool-mb"));
+  }
   if (!(full_overcommit >= 1 && full_overcommit <= 100)) {
     return Fail(absl::InvalidArgumentError("--full-overcommit must be in [1, 100]"));
   }
@@ -293,8 +311,23 @@ int ServeCommand(int argc, char** argv) {
   // the signal number into a pipe, which the main thread waits on below.
   if (absl::Status s = InstallDrainSignals(); !s.ok()) return Fail(s);
 
+  const std::optional<int64_t> available_before_load = AvailableHostMemoryBytes();
   absl::StatusOr<Model> model = LoadModel(model_path, dtypes.weights);
   if (!model.ok()) return Fail(model.status());
+  const int32_t model_context = model->config.seq_len;
+  if (max_model_len > model_context) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--max-model-len ", max_model_len, " is more than the model's context length ",
+        model_context, "; give at most ", model_context, " (or 0 for the model's)")));
+  }
+  // Serve a shorter context: every per-sequence limit (reservation, prompt, new tokens) and the
+  // pool's default follow the config's seq_len.
+  if (max_model_len > 0) model->config.seq_len = static_cast<int32_t>(max_model_len);
+  if (max_model_len > 0 && max_prompt_tokens >= max_model_len) {
+    return Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--max-prompt-tokens ", max_prompt_tokens, " leaves no room in --max-model-len ",
+        max_model_len, ": give at most ", max_model_len - 1, " (0: that)")));
+  }
   const ModelConfig c = model->config;
   absl::StatusOr<std::shared_ptr<const TextTokenizer>> tok =
       LoadOptionalTokenizer(tokenizer_path, model_path, c.vocab_size);
@@ -303,35 +336,32 @@ int ServeCommand(int argc, char** argv) {
       LoadChatTemplate(chat_template_path, model_path);
   if (!chat_template.ok()) return Fail(chat_template.status());
   const KvShape shape = KvShapeForDevice(*device, c, static_cast<int32_t>(block_size), dtypes.kv);
-  const int64_t pages_per_context =
-      int64_t(shape.NumTables()) * ((c.seq_len + block_size - 1) / block_size);
-  int32_t default_pages =
-      static_cast<int32_t>(std::min<int64_t>(INT32_MAX, max_running * pages_per_context));
+  ServePoolRequest pool_request{.shape = shape,
+                                .context = c.seq_len,
+                                .max_running = max_running,
+                                .max_step_tokens = max_step_tokens,
+                                .kv_pages = kv_pages,
+                                .kv_pool_mb = kv_pool_mb,
+                                .memory_fraction = kv_memory_fraction,
+                                .host_pool = *device == Device::kCpu,
+                                .model_path = model_path};
+  if (available_before_load) {
+    pool_request.available_after_weights = *available_before_load - model->HeldBytes();
+  }
   if (*device == Device::kCuda && kv_pages == 0 && kv_pool_mb == 0) {
     absl::StatusOr<int32_t> fit =
         DefaultKvPages(*device, *model, shape, {.gpu_weights = dtypes.gpu_weights});
     if (!fit.ok()) return Fail(fit.status());
-    default_pages = *fit;
+    pool_request.device_default_pages = *fit;
   }
-  absl::StatusOr<int32_t> pages = PoolPages(shape, kv_pages, kv_pool_mb, default_pages);
-  if (!pages.ok()) return Fail(pages.status());
-  if (*device == Device::kCpu) {
-    const char* sized_by = kv_pages > 0      ? "--kv-pages"
-                           : kv_pool_mb > 0 ? "--kv-pool-mb"
-                                            : "the default (--max-running full contexts)";
-    if (absl::Status s = CheckHostMemory(int64_t(*pages) * shape.PageBytes(),
-                                         absl::StrCat("the KV pool (", *pages, " pages, from ",
-                                                      sized_by, ")"));
-        !s.ok()) {
-      return Fail(s);
-    }
-  }
+  absl::StatusOr<ServePool> pool = SizeServePool(pool_request);
+  if (!pool.ok()) return Fail(pool.status());
 
   auto metrics = std::make_shared<server::Metrics>();
   EngineOptions options;
   options.observer = metrics.get();
   options.block_size = static_cast<int32_t>(block_size);
-  options.num_pages = *pages;
+  options.num_pages = pool->pages;
   options.max_step_tokens = static_cast<int32_t>(max_step_tokens);
   options.max_running = static_cast<int32_t>(max_running);
   options.max_waiting = static_cast<int32_t>(max_waiting);
@@ -446,15 +476,13 @@ int ServeCommand(int argc, char** argv) {
   const ModelInfo info = (*engine)->Info();
   spdlog::info(
       "heavykv serve: model {} (dim {}, {} layers, {} heads / {} kv heads, vocab {}, "
-      "context {}), tokenizer {}, chat template {}",
+      "context {}{}), tokenizer {}, chat template {}",
       model_path, c.dim, c.num_layers, c.num_heads, c.num_kv_heads, c.vocab_size, c.seq_len,
+      c.seq_len < model_context ? absl::StrCat(" of ", model_context, " (--max-model-len)") : "",
       tokenizer_name, chat_template_name);
-  spdlog::info(
-      "KV pool on {}: {} pages x {} tokens ({:.1f} MiB); default policy {} budget {}; "
-      "max running {}, step tokens {}, queue {}",
-      device_name, info.pages_total, info.block_size,
-      double(info.page_bytes) * info.pages_total / (1 << 20),
-      policy, budget, max_running, max_step_tokens, max_waiting);
+  spdlog::info("KV pool on {}: {}", device_name, DescribeServePool(pool_request, *pool));
+  spdlog::info("default policy {} budget {}; max running {}, step tokens {}, queue {}", policy,
+               budget, max_running, max_step_tokens, max_waiting);
   if (!info.device_weight_bytes.empty()) {
     spdlog::info("weights on {} (--gpu-weights {}): {}", device_name,
                  std::string(GpuWeightsName(dtypes.gpu_weights)),
