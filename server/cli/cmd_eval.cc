@@ -25,14 +25,15 @@ namespace heavykv::cli {
 namespace {
 
 // Writes `series` as an SVG chart to `path` (--plot), with a logarithmic y axis when the values
-// span more than a factor of 4 (a starved policy would flatten every other line).
+// (up to o.y_clip when set) span more than a factor of 4 (a starved policy would flatten every
+// other line).
 absl::Status WriteChart(const std::string& path, const std::vector<PlotSeries>& series,
                         PlotOptions o) {
   double y_lo = INFINITY, y_hi = -INFINITY;
   for (const PlotSeries& line : series) {
     for (const auto& [x, y] : line.points) {
       y_lo = std::min(y_lo, y);
-      y_hi = std::max(y_hi, y);
+      y_hi = std::max(y_hi, o.y_clip > 0 ? std::min(y, o.y_clip) : y);
     }
   }
   o.log_y = y_lo > 0 && y_hi / y_lo > 4;
@@ -42,6 +43,9 @@ absl::Status WriteChart(const std::string& path, const std::vector<PlotSeries>& 
   if (!out) return absl::UnavailableError(absl::StrCat("cannot write --plot ", path));
   return absl::OkStatus();
 }
+
+// How far above the full cache the perplexity axis of `eval --plot` reaches (a factor).
+constexpr double kPlotClipOverFull = 1.5;
 
 // Perplexity against budget: one line per policy (a point per budget), the full cache as a
 // dashed reference line across the budgets; with several K/V types (the precision axis), a line
@@ -71,8 +75,13 @@ absl::Status WritePlot(const std::string& path, const std::vector<EvalResult>& r
     hi = std::max(hi, double(r.budget_tokens));
   }
   if (!std::isfinite(lo)) lo = hi = window;
-  for (const auto& [line, ppl] : full) series.push_back({line, {{lo, ppl}, {hi, ppl}}, true});
   PlotOptions o;
+  for (const auto& [line, ppl] : full) {
+    series.push_back({line, {{lo, ppl}, {hi, ppl}}, true});
+    // The useful range: up to kPlotClipOverFull x the (worst) full cache's perplexity; a policy
+    // worse than that (knorm on the bundled model, ~8 against 2.87) is clipped and labelled.
+    o.y_clip = std::max(o.y_clip, kPlotClipOverFull * ppl);
+  }
   o.title = absl::StrCat("Perplexity against KV budget: ",
                          std::filesystem::path(model_path).filename().string());
   o.x_label = absl::StrCat("KV budget (tokens kept per layer and kv head; window ", window, ")");
