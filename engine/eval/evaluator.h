@@ -6,6 +6,10 @@
 // Each window runs from an empty cache one token per step; perplexity is exp(mean NLL) over the
 // W-1 next-token predictions of all windows, top-1 the share whose argmax is the next token.
 // All (configuration, window) sequences of a run are batched into the same forward steps.
+// With `prefill` P > 1, the first P tokens of each window go in as one chunk (a prompt: all of
+// them attend before the chunk's eviction, which is where snapkv's prefill selection runs), and
+// the rest one token per step; the same W-1 predictions are scored. Without it no step has more
+// than one new token, so snapkv is exactly its decode policy (h2o by default).
 #pragma once
 
 #include <cstdint>
@@ -42,6 +46,7 @@ struct EvalSetup {
 struct EvalOptions : EvalSetup {
   int32_t window = 0;       // W; 0 means the model's seq_len
   int32_t max_windows = 0;  // 0 means every full window of the stream
+  int32_t prefill = 0;      // P: tokens of each window fed as one prompt chunk; 0 or 1: none
 };
 
 struct EvalResult {

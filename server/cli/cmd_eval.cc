@@ -170,7 +170,7 @@ int EvalCommand(int argc, char** argv) {
   std::string budgets = "0.2", device_name = "cpu", plot_path, task = "ppl";
   PolicyDefaultFlags policy_defaults;
   DtypeFlags dtypes;
-  int64_t window = 0, max_windows = 0, block_size = 16, threads = 0, trials = 5,
+  int64_t window = 0, max_windows = 0, prefill = 0, block_size = 16, threads = 0, trials = 5,
           passkey_tokens = 0, seed = 1, stream_tokens = 0, chunk = 256;
   double recent_fraction = 0.5;
   bool json = false;
@@ -181,6 +181,9 @@ int EvalCommand(int argc, char** argv) {
   flags.String("text", &text_path, "stories separated by blank lines (required)");
   flags.Int("window", &window, "tokens per window; 0 = context length");
   flags.Int("max-windows", &max_windows, "windows to evaluate; 0 = all");
+  flags.Int("prefill", &prefill,
+            "the first N tokens of each window as one prompt chunk (where snapkv selects); "
+            "0 = one token per step");
   flags.String("policy", &policies, "comma list of KV policies (name[:key=value]...)");
   flags.String("kv-budget", &budgets, "comma list of budgets: token counts or fractions of the window");
   flags.Double("recent-fraction", &recent_fraction,
@@ -243,6 +246,13 @@ int EvalCommand(int argc, char** argv) {
   EvalOptions opt;
   opt.window = static_cast<int32_t>(window);
   opt.max_windows = static_cast<int32_t>(max_windows);
+  if (prefill < 0 || prefill > INT32_MAX) {
+    return Fail(absl::InvalidArgumentError("--prefill must be in [0, --window)"));
+  }
+  if (prefill > 0 && (task != "ppl" || stream_tokens > 0)) {
+    return Fail(absl::InvalidArgumentError("--prefill is for --task ppl over windows"));
+  }
+  opt.prefill = static_cast<int32_t>(prefill);
   opt.recent_fraction = recent_fraction;
   opt.block_size = static_cast<int32_t>(block_size);
   opt.device = *device;

@@ -213,5 +213,44 @@ TEST_F(EvalTest, RejectsBadOptions) {
   EXPECT_TRUE(absl::IsInvalidArgument(Evaluate(*model_, short_stream, opt).status()));
 }
 
+// Issue 42: one token per step never runs snapkv's prefill selection, so snapkv's rows were
+// h2o's. With --prefill P the first P tokens of each window are one prompt chunk: a chunk over
+// the budget evicts by each policy's rule at once (snapkv: its observation window), and the same
+// W-1 predictions are scored (the full cache and a chunk within the budget change nothing but
+// rounding).
+TEST_F(EvalTest, PrefillChunkRunsSnapKvSelection) {
+  EvalOptions opt;
+  opt.window = 256;
+  opt.max_windows = 2;
+  for (const char* policy : {"full", "h2o", "snapkv", "window"}) {
+    opt.configs.push_back({policy, *KvBudget::Parse("64")});
+  }
+  absl::StatusOr<std::vector<EvalResult>> step = Evaluate(*model_, stream_, opt);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ((*step)[2].ppl, (*step)[1].ppl);  // snapkv is h2o without a prompt chunk
+  opt.prefill = 192;
+  absl::StatusOr<std::vector<EvalResult>> chunk = Evaluate(*model_, stream_, opt);
+  ASSERT_TRUE(chunk.ok()) << chunk.status();
+  for (size_t i = 0; i < chunk->size(); ++i) {
+    SCOPED_TRACE((*chunk)[i].ToString());
+    EXPECT_EQ((*chunk)[i].tokens, 2 * 255);
+    EXPECT_GT((*chunk)[i].ppl, 1.0);
+  }
+  EXPECT_NEAR((*chunk)[0].ppl, (*step)[0].ppl, 1e-4 * (*step)[0].ppl);  // full
+  EXPECT_NE((*chunk)[2].ppl, (*chunk)[1].ppl);  // snapkv's selection is not h2o's
+  // The prompt's own predictions see the whole chunk: window loses less than token by token.
+  EXPECT_LT((*chunk)[3].ppl, (*step)[3].ppl);
+  // A chunk within the budget evicts nothing in it: as token by token (but for snapkv, whose
+  // channel then holds only the chunk's last `window` queries).
+  opt.prefill = 48;
+  absl::StatusOr<std::vector<EvalResult>> small = Evaluate(*model_, stream_, opt);
+  ASSERT_TRUE(small.ok()) << small.status();
+  for (size_t i : {0, 1, 3}) {
+    EXPECT_NEAR((*small)[i].ppl, (*step)[i].ppl, 1e-4 * (*step)[i].ppl) << (*small)[i].ToString();
+  }
+  opt.prefill = 256;  // the whole window: nothing left to step
+  EXPECT_EQ(Evaluate(*model_, stream_, opt).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 }  // namespace
 }  // namespace heavykv
