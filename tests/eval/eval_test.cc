@@ -252,5 +252,42 @@ TEST_F(EvalTest, PrefillChunkRunsSnapKvSelection) {
   EXPECT_EQ(Evaluate(*model_, stream_, opt).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// The CLI: --prefill reaches Evaluate (snapkv's row leaves h2o's), h2o:recent= is a spec of its
+// own, and --prefill is refused where it means nothing.
+TEST_F(EvalTest, CliPrefillAndRecentSpec) {
+  const std::string eval = std::string(HEAVYKV_BINARY) + " eval --model " +
+                           testing::ModelPath() + " --tokenizer " + testing::TokenizerPath() +
+                           " --text " + testing::SourcePath("tests/data/eval_stories.txt") +
+                           " --window 128 --max-windows 1 --threads 1 --kv-budget 32";
+  const auto ppl = [](const std::string& out, const std::string& policy) {
+    const size_t at = out.find("\n" + policy + " ");
+    if (at == std::string::npos) return -1.0;
+    std::istringstream row(out.substr(at + 1, out.find('\n', at + 1) - at - 1));
+    std::string field;
+    std::vector<std::string> fields;
+    while (row >> field) fields.push_back(field);
+    return fields.size() > 6 ? std::stod(fields[6]) : -1.0;  // policy kv budget tokens ... ppl
+  };
+  int code = 0;
+  const std::string step = testing::RunCapture(
+      eval + " --policy h2o,snapkv,h2o:recent=1,window 2>&1", &code);
+  ASSERT_EQ(code, 0) << step;
+  EXPECT_GT(ppl(step, "h2o"), 1.0) << step;
+  EXPECT_EQ(ppl(step, "snapkv"), ppl(step, "h2o")) << step;
+  EXPECT_EQ(ppl(step, "h2o:recent=1"), ppl(step, "window")) << step;  // all recent: window
+  EXPECT_NE(ppl(step, "h2o:recent=1"), ppl(step, "h2o")) << step;
+  const std::string chunk =
+      testing::RunCapture(eval + " --policy h2o,snapkv --prefill 96 2>&1", &code);
+  ASSERT_EQ(code, 0) << chunk;
+  EXPECT_GT(ppl(chunk, "snapkv"), 1.0) << chunk;
+  EXPECT_NE(ppl(chunk, "snapkv"), ppl(chunk, "h2o")) << chunk;
+  for (const char* bad : {" --policy h2o --prefill 128", " --policy h2o --prefill -1",
+                          " --policy h2o --prefill 8 --stream-tokens 64",
+                          " --policy window:recent=0.5"}) {
+    const std::string out = testing::RunCapture(eval + bad + " 2>&1", &code);
+    EXPECT_NE(code, 0) << bad << ": " << out;
+  }
+}
+
 }  // namespace
 }  // namespace heavykv
