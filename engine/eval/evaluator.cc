@@ -126,12 +126,12 @@ absl::StatusOr<std::vector<EvalResult>> Evaluate(const Model& model,
     r.windows = windows;
     r.tokens = int64_t(windows) * (W - 1);
     const int64_t peak = EvalPeakPages(shape, policies[i].get(), r.budget_tokens);
-    r.kv_bytes = peak * shape.PageBytes();
     // A prompt chunk's tokens all enter before its eviction: one table's pages for them each.
     const int64_t chunk_pages =
         prefill > 1 ? int64_t(shape.NumTables()) * ((prefill + shape.block_size - 1) /
                                                     shape.block_size)
                     : 0;
+    r.kv_bytes = std::max(peak, chunk_pages) * shape.PageBytes();
     pages += int64_t(windows) * (peak + chunk_pages);
   }
   absl::StatusOr<EvalBackend> backend =

@@ -60,7 +60,8 @@ struct EvalResult {
   double ppl = 0;
   double top1 = 0;
   // Pool bytes one window holds at its peak (PeakPages x PageBytes): what the configuration's
-  // memory costs, a demoted store's pages included; eval --json "kv_bytes".
+  // memory costs, a demoted store's pages included (and with `prefill`, the prompt chunk's
+  // pages when more); eval --json "kv_bytes".
   int64_t kv_bytes = 0;
 
   // "h2o budget 32 (0.25): ppl 5.123 top1 0.41 over 4 windows of 512", for logs and test traces.

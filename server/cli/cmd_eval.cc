@@ -79,7 +79,8 @@ absl::Status WritePlot(const std::string& path, const std::vector<EvalResult>& r
   for (const auto& [line, ppl] : full) {
     series.push_back({line, {{lo, ppl}, {hi, ppl}}, true});
     // The useful range: up to kPlotClipOverFull x the (worst) full cache's perplexity; a policy
-    // worse than that (knorm on the bundled model, 3.9 to 7.8 against 2.87) is clipped and labelled.
+    // worse than that (knorm on the bundled model, 3.9 to 7.8 against 2.87) is clipped and
+    // labelled.
     o.y_clip = std::max(o.y_clip, kPlotClipOverFull * ppl);
   }
   o.title = absl::StrCat("Perplexity against KV budget: ",

@@ -238,6 +238,9 @@ TEST_F(EvalTest, PrefillChunkRunsSnapKvSelection) {
   }
   EXPECT_NEAR((*chunk)[0].ppl, (*step)[0].ppl, 1e-4 * (*step)[0].ppl);  // full
   EXPECT_NE((*chunk)[2].ppl, (*chunk)[1].ppl);  // snapkv's selection is not h2o's
+  // The prompt's 192 tokens are held at once: the memory a budget of 64 costs is the chunk's.
+  // Pages per table: 12 (192 slots of 16) against 5 at the decode peak (65 slots).
+  EXPECT_EQ((*chunk)[1].kv_bytes, (*step)[1].kv_bytes / 5 * 12);
   // The prompt's own predictions see the whole chunk: window loses less than token by token.
   EXPECT_LT((*chunk)[3].ppl, (*step)[3].ppl);
   // A chunk within the budget evicts nothing in it: as token by token (but for snapkv, whose
