@@ -181,7 +181,8 @@ inline constexpr absl::string_view kPolicyNames[] = {"full", "window", "sink", "
 // snapkv window (queries, default 32), kernel (odd, default 7), decode (h2o or window, default
 // h2o); every policy but full: granularity (token or page, default `granularity`) and layers
 // (uniform, pyramid or squeeze, default `layers`).
-// `recent_fraction` in (0, 1] is used by h2o, scissorhands and snapkv with decode=h2o.
+// `recent_fraction` in (0, 1] is used by h2o, scissorhands and snapkv with decode=h2o; their
+// specs may override it with recent=F (`h2o:recent=0.9`).
 absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakePolicy(
     absl::string_view spec, double recent_fraction = 0.5,
     EvictGranularity granularity = EvictGranularity::kToken,

@@ -276,8 +276,21 @@ absl::StatusOr<std::unique_ptr<EvictionPolicy>> MakePolicy(absl::string_view spe
   bool granularity_set = false, layers_set = false;
   KvQuant demote = KvQuant::kNone;
   int32_t demote_budget = 0;
-  bool demote_set = false, demote_budget_set = false;
+  bool demote_set = false, demote_budget_set = false, recent_set = false;
   for (size_t i = 1; i < parts.size(); ++i) {
+    // recent=F overrides `recent_fraction` for this spec (so one eval compares several).
+    if (absl::StartsWith(parts[i], "recent=") && name != "full") {
+      if (name != "h2o" && name != "scissorhands" && name != "snapkv") {
+        return Invalid(spec, "recent applies to h2o, scissorhands and snapkv");
+      }
+      if (recent_set) return Invalid(spec, "recent is given twice");
+      recent_set = true;
+      if (!absl::SimpleAtod(parts[i].substr(7), &recent_fraction) ||
+          !(recent_fraction > 0.0 && recent_fraction <= 1.0)) {
+        return Invalid(spec, "recent must be a number in (0, 1]");
+      }
+      continue;
+    }
     const bool g_key = absl::StartsWith(parts[i], "granularity=");
     const bool l_key = absl::StartsWith(parts[i], "layers=");
     const bool d_key = absl::StartsWith(parts[i], "demote=");

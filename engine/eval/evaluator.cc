@@ -97,6 +97,11 @@ absl::StatusOr<std::vector<EvalResult>> Evaluate(const Model& model,
                                                    " tokens, fewer than one window of ", W));
   }
   if (options.configs.empty()) return absl::InvalidArgumentError("no policy to evaluate");
+  if (options.prefill < 0 || options.prefill >= W) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("prefill ", options.prefill, " must be in [0, window ", W, ")"));
+  }
+  const int32_t prefill = std::max(1, options.prefill);
 
   // One sequence per (configuration, window), all stepped together.
   const size_t num_cfg = options.configs.size();
@@ -121,8 +126,13 @@ absl::StatusOr<std::vector<EvalResult>> Evaluate(const Model& model,
     r.windows = windows;
     r.tokens = int64_t(windows) * (W - 1);
     const int64_t peak = EvalPeakPages(shape, policies[i].get(), r.budget_tokens);
-    r.kv_bytes = peak * shape.PageBytes();
-    pages += int64_t(windows) * peak;
+    // A prompt chunk's tokens all enter before its eviction: one table's pages for them each.
+    const int64_t chunk_pages =
+        prefill > 1 ? int64_t(shape.NumTables()) * ((prefill + shape.block_size - 1) /
+                                                    shape.block_size)
+                    : 0;
+    r.kv_bytes = std::max(peak, chunk_pages) * shape.PageBytes();
+    pages += int64_t(windows) * (peak + chunk_pages);
   }
   absl::StatusOr<EvalBackend> backend =
       MakeEvalBackend(model, options.device, shape, pages, "windows", options.gpu_weights);
@@ -140,18 +150,22 @@ absl::StatusOr<std::vector<EvalResult>> Evaluate(const Model& model,
   std::vector<double> nll(num_cfg, 0.0);
   std::vector<int64_t> hits(num_cfg, 0);
   std::vector<SequenceStep> steps(num_seq);
-  for (int32_t pos = 0; pos + 1 < W; ++pos) {
+  // Step 0 feeds positions [0, prefill) (scoring each), every later step one position.
+  for (int32_t pos = 0; pos + 1 < W; pos += pos == 0 ? prefill : 1) {
+    const int32_t n = pos == 0 ? prefill : 1;
     for (size_t s = 0; s < num_seq; ++s) {
       const int64_t w = s % windows;
-      steps[s] = SequenceStep{&kv[s], stream.subspan(w * W + pos, 1), pos, false};
+      steps[s] = SequenceStep{&kv[s], stream.subspan(w * W + pos, n), pos, n > 1};
     }
     absl::StatusOr<std::span<const float>> logits = runner.Forward(steps);
     if (!logits.ok()) return logits.status();
     for (size_t s = 0; s < num_seq; ++s) {
-      std::span<const float> row = logits->subspan(s * c.vocab_size, c.vocab_size);
-      const int32_t target = stream[(s % windows) * W + pos + 1];
-      nll[s / windows] -= Sampler::LogProb(row, target);
-      hits[s / windows] += Sampler::Argmax(row) == target;
+      for (int32_t j = 0; j < n; ++j) {
+        std::span<const float> row = logits->subspan((s * n + j) * c.vocab_size, c.vocab_size);
+        const int32_t target = stream[(s % windows) * W + pos + j + 1];
+        nll[s / windows] -= Sampler::LogProb(row, target);
+        hits[s / windows] += Sampler::Argmax(row) == target;
+      }
     }
   }
   for (size_t s = 0; s < num_seq; ++s) backend->cache->Release(kv[s]);

@@ -6,6 +6,10 @@
 // Each window runs from an empty cache one token per step; perplexity is exp(mean NLL) over the
 // W-1 next-token predictions of all windows, top-1 the share whose argmax is the next token.
 // All (configuration, window) sequences of a run are batched into the same forward steps.
+// With `prefill` P > 1, the first P tokens of each window go in as one chunk (a prompt: all of
+// them attend before the chunk's eviction, which is where snapkv's prefill selection runs), and
+// the rest one token per step; the same W-1 predictions are scored. Without it no step has more
+// than one new token, so snapkv is exactly its decode policy (h2o by default).
 #pragma once
 
 #include <cstdint>
@@ -42,6 +46,7 @@ struct EvalSetup {
 struct EvalOptions : EvalSetup {
   int32_t window = 0;       // W; 0 means the model's seq_len
   int32_t max_windows = 0;  // 0 means every full window of the stream
+  int32_t prefill = 0;      // P: tokens of each window fed as one prompt chunk; 0 or 1: none
 };
 
 struct EvalResult {
@@ -55,7 +60,8 @@ struct EvalResult {
   double ppl = 0;
   double top1 = 0;
   // Pool bytes one window holds at its peak (PeakPages x PageBytes): what the configuration's
-  // memory costs, a demoted store's pages included; eval --json "kv_bytes".
+  // memory costs, a demoted store's pages included (and with `prefill`, the prompt chunk's
+  // pages when more); eval --json "kv_bytes".
   int64_t kv_bytes = 0;
 
   // "h2o budget 32 (0.25): ppl 5.123 top1 0.41 over 4 windows of 512", for logs and test traces.

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -119,8 +120,10 @@ std::string LinePlotSvg(const std::vector<PlotSeries>& series, const PlotOptions
       drawn[s].push_back({x, y});
       x_lo = std::min(x_lo, x);
       x_hi = std::max(x_hi, x);
-      y_lo = std::min(y_lo, y);
-      y_hi = std::max(y_hi, y);
+      // A clipped axis spans the values up to y_clip; the points above it are drawn on its edge.
+      const double y_in = o.y_clip > 0 ? std::min(y, o.y_clip) : y;
+      y_lo = std::min(y_lo, y_in);
+      y_hi = std::max(y_hi, y_in);
     }
     std::stable_sort(drawn[s].begin(), drawn[s].end(),
                      [](const auto& a, const auto& b) { return a.first < b.first; });
@@ -143,7 +146,11 @@ std::string LinePlotSvg(const std::vector<PlotSeries>& series, const PlotOptions
   }
   const double xmin = xt.front(), xmax = xt.back();
   const auto px = [&](double x) { return left + (x - xmin) / (xmax - xmin) * pw; };
-  const auto py = [&](double y) {
+  const bool clips = o.y_clip > 0;
+  // Above the axis: drawn on its top edge (a clipped axis only; otherwise nothing is above).
+  const auto above = [&](double y) { return clips && y > ymax * (1 + 1e-9); };
+  const auto py = [&](double y_value) {
+    const double y = above(y_value) ? ymax : y_value;
     const double f = o.log_y ? (std::log10(y) - std::log10(ymin)) /
                                    (std::log10(ymax) - std::log10(ymin))
                              : (y - ymin) / (ymax - ymin);
@@ -189,6 +196,11 @@ std::string LinePlotSvg(const std::vector<PlotSeries>& series, const PlotOptions
   }
 
   // Series, then the legend (one row per series, in order).
+  std::map<double, int> clipped_at;  // clipped points drawn so far per x
+  bool any_clipped = false;
+  for (const auto& points : drawn) {
+    for (const auto& [x, y] : points) any_clipped = any_clipped || above(y);
+  }
   for (size_t s = 0; s < series.size(); ++s) {
     const char* color = kColors[s % std::size(kColors)];
     const std::string dash = series[s].dashed ? " stroke-dasharray=\"6 4\"" : "";
@@ -202,8 +214,19 @@ std::string LinePlotSvg(const std::vector<PlotSeries>& series, const PlotOptions
       }
       absl::StrAppend(&out, "\"/>\n");
     }
-    if (!series[s].dashed) {
-      for (const auto& [x, y] : drawn[s]) {
+    for (const auto& [x, y] : drawn[s]) {
+      if (above(y)) {
+        // An open triangle on the top edge, pointing up, and the value below it; labels of
+        // clipped points at the same x stack downwards.
+        const double cx = px(x), cy = py(y);
+        const int row = clipped_at[x]++;
+        absl::StrAppend(&out, "<polygon class=\"clipped\" points=\"", Num(cx - 5), ",",
+                        Num(cy + 4), " ", Num(cx + 5), ",", Num(cy + 4), " ", Num(cx), ",",
+                        Num(cy - 5), "\" fill=\"white\" stroke=\"", color,
+                        "\" stroke-width=\"2\"/>\n");
+        absl::StrAppend(&out, "<text x=\"", Num(cx + 8), "\" y=\"", Num(cy + 16 + 13 * row),
+                        "\" fill=\"", color, "\" font-size=\"11\">", Label(y), "</text>\n");
+      } else if (!series[s].dashed) {
         absl::StrAppend(&out, "<circle cx=\"", Num(px(x)), "\" cy=\"", Num(py(y)),
                         "\" r=\"3.5\" fill=\"", color, "\"/>\n");
       }
@@ -214,6 +237,12 @@ std::string LinePlotSvg(const std::vector<PlotSeries>& series, const PlotOptions
                     "\" stroke-width=\"2\"", dash, "/>\n");
     absl::StrAppend(&out, "<text x=\"", Num(left + pw + 46), "\" y=\"", Num(ly + 4), "\">",
                     Escape(series[s].name), "</text>\n</g>\n");
+  }
+  if (any_clipped) {
+    const double ly = top + 10 + 20 * static_cast<double>(series.size()) + 6;
+    absl::StrAppend(&out, "<text x=\"", Num(left + pw + 14), "\" y=\"", Num(ly + 4),
+                    "\" font-size=\"11\" fill=\"#333\">&#9651; above ", Label(ymax),
+                    ": its value</text>\n");
   }
   absl::StrAppend(&out, "</svg>\n");
   return out;

@@ -4,8 +4,10 @@
 //   std::vector<PlotSeries> series = {{"h2o", {{51, 9.2}, {102, 7.1}}}, {"full", {...}, true}};
 //   std::string svg = LinePlotSvg(series, {"Perplexity against KV budget", "budget", "ppl"});
 //
-// Points with a non-finite coordinate (or y <= 0 on a log axis) are left out. Text is
-// XML-escaped. The output is a standalone SVG 1.1 document, the same bytes for the same input.
+// Points with a non-finite coordinate (or y <= 0 on a log axis) are left out. With `y_clip`, the
+// y axis ends at the first tick at or above it, and a point above the axis is drawn on its top
+// edge as an open triangle labelled with its value (an outlier keeps the others readable). Text
+// is XML-escaped. The output is a standalone SVG 1.1 document, the same bytes for the same input.
 #pragma once
 
 #include <string>
@@ -23,6 +25,9 @@ struct PlotSeries {
 struct PlotOptions {
   std::string title, x_label, y_label;
   bool log_y = false;  // a logarithmic y axis (decades, with 2 and 5 between when they fit)
+  // > 0: the y axis covers at most up to the first tick >= y_clip; points above it are clipped
+  // (drawn on the top edge, labelled with their value). 0: the axis covers every point.
+  double y_clip = 0;
   int width = 760, height = 460;
 };
 

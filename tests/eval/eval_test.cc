@@ -213,5 +213,84 @@ TEST_F(EvalTest, RejectsBadOptions) {
   EXPECT_TRUE(absl::IsInvalidArgument(Evaluate(*model_, short_stream, opt).status()));
 }
 
+// Issue 42: one token per step never runs snapkv's prefill selection, so snapkv's rows were
+// h2o's. With --prefill P the first P tokens of each window are one prompt chunk: a chunk over
+// the budget evicts by each policy's rule at once (snapkv: its observation window), and the same
+// W-1 predictions are scored (the full cache and a chunk within the budget change nothing but
+// rounding).
+TEST_F(EvalTest, PrefillChunkRunsSnapKvSelection) {
+  EvalOptions opt;
+  opt.window = 256;
+  opt.max_windows = 2;
+  for (const char* policy : {"full", "h2o", "snapkv", "window"}) {
+    opt.configs.push_back({policy, *KvBudget::Parse("64")});
+  }
+  absl::StatusOr<std::vector<EvalResult>> step = Evaluate(*model_, stream_, opt);
+  ASSERT_TRUE(step.ok()) << step.status();
+  EXPECT_EQ((*step)[2].ppl, (*step)[1].ppl);  // snapkv is h2o without a prompt chunk
+  opt.prefill = 192;
+  absl::StatusOr<std::vector<EvalResult>> chunk = Evaluate(*model_, stream_, opt);
+  ASSERT_TRUE(chunk.ok()) << chunk.status();
+  for (size_t i = 0; i < chunk->size(); ++i) {
+    SCOPED_TRACE((*chunk)[i].ToString());
+    EXPECT_EQ((*chunk)[i].tokens, 2 * 255);
+    EXPECT_GT((*chunk)[i].ppl, 1.0);
+  }
+  EXPECT_NEAR((*chunk)[0].ppl, (*step)[0].ppl, 1e-4 * (*step)[0].ppl);  // full
+  EXPECT_NE((*chunk)[2].ppl, (*chunk)[1].ppl);  // snapkv's selection is not h2o's
+  // The prompt's 192 tokens are held at once: the memory a budget of 64 costs is the chunk's.
+  // Pages per table: 12 (192 slots of 16) against 5 at the decode peak (65 slots).
+  EXPECT_EQ((*chunk)[1].kv_bytes, (*step)[1].kv_bytes / 5 * 12);
+  // The prompt's own predictions see the whole chunk: window loses less than token by token.
+  EXPECT_LT((*chunk)[3].ppl, (*step)[3].ppl);
+  // A chunk within the budget evicts nothing in it: as token by token (but for snapkv, whose
+  // channel then holds only the chunk's last `window` queries).
+  opt.prefill = 48;
+  absl::StatusOr<std::vector<EvalResult>> small = Evaluate(*model_, stream_, opt);
+  ASSERT_TRUE(small.ok()) << small.status();
+  for (size_t i : {0, 1, 3}) {
+    EXPECT_NEAR((*small)[i].ppl, (*step)[i].ppl, 1e-4 * (*step)[i].ppl) << (*small)[i].ToString();
+  }
+  opt.prefill = 256;  // the whole window: nothing left to step
+  EXPECT_EQ(Evaluate(*model_, stream_, opt).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The CLI: --prefill reaches Evaluate (snapkv's row leaves h2o's), h2o:recent= is a spec of its
+// own, and --prefill is refused where it means nothing.
+TEST_F(EvalTest, CliPrefillAndRecentSpec) {
+  const std::string eval = std::string(HEAVYKV_BINARY) + " eval --model " +
+                           testing::ModelPath() + " --tokenizer " + testing::TokenizerPath() +
+                           " --text " + testing::SourcePath("tests/data/eval_stories.txt") +
+                           " --window 128 --max-windows 1 --threads 1 --kv-budget 32";
+  const auto ppl = [](const std::string& out, const std::string& policy) {
+    const size_t at = out.find("\n" + policy + " ");
+    if (at == std::string::npos) return -1.0;
+    std::istringstream row(out.substr(at + 1, out.find('\n', at + 1) - at - 1));
+    std::string field;
+    std::vector<std::string> fields;
+    while (row >> field) fields.push_back(field);
+    return fields.size() > 6 ? std::stod(fields[6]) : -1.0;  // policy kv budget tokens ... ppl
+  };
+  int code = 0;
+  const std::string step = testing::RunCapture(
+      eval + " --policy h2o,snapkv,h2o:recent=1,window 2>&1", &code);
+  ASSERT_EQ(code, 0) << step;
+  EXPECT_GT(ppl(step, "h2o"), 1.0) << step;
+  EXPECT_EQ(ppl(step, "snapkv"), ppl(step, "h2o")) << step;
+  EXPECT_EQ(ppl(step, "h2o:recent=1"), ppl(step, "window")) << step;  // all recent: window
+  EXPECT_NE(ppl(step, "h2o:recent=1"), ppl(step, "h2o")) << step;
+  const std::string chunk =
+      testing::RunCapture(eval + " --policy h2o,snapkv --prefill 96 2>&1", &code);
+  ASSERT_EQ(code, 0) << chunk;
+  EXPECT_GT(ppl(chunk, "snapkv"), 1.0) << chunk;
+  EXPECT_NE(ppl(chunk, "snapkv"), ppl(chunk, "h2o")) << chunk;
+  for (const char* bad : {" --policy h2o --prefill 128", " --policy h2o --prefill -1",
+                          " --policy h2o --prefill 8 --stream-tokens 64",
+                          " --policy window:recent=0.5"}) {
+    const std::string out = testing::RunCapture(eval + bad + " 2>&1", &code);
+    EXPECT_NE(code, 0) << bad << ": " << out;
+  }
+}
+
 }  // namespace
 }  // namespace heavykv

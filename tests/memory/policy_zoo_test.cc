@@ -269,6 +269,18 @@ TEST(PolicySpecTest, ParametersAndErrors) {
   EXPECT_NE(error.find("foo"), std::string::npos) << error;
   EXPECT_EQ(Policy("snapkv:window=5")->name(), "snapkv");
   EXPECT_EQ(Policy("snapkv:window=5")->channel().window, 5);
+  // recent=F overrides recent_fraction, for the policies that protect recent tokens (issue 42).
+  EXPECT_EQ(Policy("h2o:recent=0.9")->Rule(100).param, 90);
+  EXPECT_EQ(Policy("h2o:recent=0.25", 0.9)->Rule(100).param, 25);
+  EXPECT_EQ(Policy("scissorhands:recent=0.1:history=5")->Rule(100).param, 10);
+  EXPECT_EQ(Policy("snapkv:decode=h2o:recent=0.75")->Rule(100).param, 75);
+  EXPECT_EQ(Policy("h2o:recent=1:granularity=page")->Rule(64).param, 64);
+  EXPECT_TRUE(MakePolicy("h2o:recent=0.5", 0.0).ok());  // the spec's fraction is the one used
+  for (const char* bad : {"h2o:recent=0", "h2o:recent=1.5", "h2o:recent=x", "h2o:recent=",
+                          "h2o:recent=0.5:recent=0.6", "window:recent=0.5", "tova:recent=0.5",
+                          "full:recent=0.5"}) {
+    EXPECT_EQ(MakePolicy(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
   // recent_fraction is checked where it is used.
   EXPECT_FALSE(MakePolicy("scissorhands", 0.0).ok());
   EXPECT_FALSE(MakePolicy("snapkv", 1.5).ok());

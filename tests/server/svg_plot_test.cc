@@ -91,6 +91,46 @@ TEST(SvgPlotTest, PointsLandWhereTheirValuesSay) {
   EXPECT_NEAR(log_lines[0][1].second, (log_lines[0][0].second + log_lines[0][2].second) / 2, 0.02);
 }
 
+// y_clip: the axis ends at the first tick at or above it; a point above is drawn on the top
+// edge as a labelled triangle, its line goes to the edge, and the other points keep their scale.
+TEST(SvgPlotTest, ClippedAxisLabelsTheOutliers) {
+  const std::vector<PlotSeries> series = {
+      {"h2o", {{50, 3.1}, {100, 2.9}, {200, 2.87}}},
+      {"knorm", {{50, 8.12}, {100, 7.5}, {200, 3.0}}},
+      {"full", {{50, 2.866}, {200, 2.866}}, true},
+  };
+  PlotOptions o{"t", "budget", "ppl"};
+  const std::string unclipped = LinePlotSvg(series, o);
+  EXPECT_EQ(Count(unclipped, "class=\"clipped\""), 0);
+  EXPECT_NE(unclipped.find(">8</text>"), std::string::npos);  // the axis reaches knorm's 8.12
+  o.y_clip = 1.5 * 2.866;  // 4.3: ticks 2.5 .. 4.5 in steps of 0.5
+  const std::string svg = LinePlotSvg(series, o);
+  EXPECT_EQ(Count(svg, "<g"), Count(svg, "</g>"));
+  EXPECT_EQ(Count(svg, "class=\"clipped\""), 2);  // knorm at 50 and 100
+  EXPECT_NE(svg.find(">8.12</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">7.5</text>"), std::string::npos);
+  EXPECT_NE(svg.find(">4.5</text>"), std::string::npos);  // the top tick
+  EXPECT_EQ(svg.find(">5</text>"), std::string::npos);
+  EXPECT_NE(svg.find("above 4.5: its value"), std::string::npos);
+  EXPECT_EQ(Count(svg, "<circle"), 3 + 1);  // h2o's 3, knorm's unclipped 3.0
+  const auto lines = Polylines(svg);
+  ASSERT_EQ(lines.size(), 3u);
+  // knorm's clipped points sit on the top edge (the same pixel y); its 3.0 lies between h2o's
+  // 2.9 and 3.1 as on an unclipped axis.
+  EXPECT_DOUBLE_EQ(lines[1][0].second, lines[1][1].second);
+  EXPECT_LT(lines[1][0].second, lines[0][0].second);
+  EXPECT_GT(lines[1][2].second, lines[0][0].second);
+  EXPECT_LT(lines[1][2].second, lines[0][1].second);
+  // The unclipped lines spread over more of the plot than on the unclipped axis.
+  const auto wide = Polylines(unclipped);
+  EXPECT_GT(lines[0][2].second - lines[0][0].second,
+            3 * (wide[0][2].second - wide[0][0].second));
+  // Nothing above y_clip: nothing clipped, no note.
+  o.y_clip = 10;
+  EXPECT_EQ(Count(LinePlotSvg(series, o), "class=\"clipped\""), 0);
+  EXPECT_EQ(LinePlotSvg(series, o).find("its value"), std::string::npos);
+}
+
 TEST(SvgPlotTest, NoDataIsStillAChart) {
   const std::string svg = LinePlotSvg({{"a", {{NAN, 1.0}}}}, {"t", "x", "y"});
   EXPECT_NE(svg.find("no data"), std::string::npos);
