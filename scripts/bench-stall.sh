@@ -23,6 +23,7 @@
 #   LOAD_CONCURRENCY (8), LOAD_REQUESTS (128), LOAD_MAX_TOKENS (256): the measured load, which
 #   should end within SECONDS (the summary says when it did not); STALL_MAX_TOKENS (2000);
 #   OVERFLOW_MAX_TOKENS (100000); SETTLE (30): seconds (d) waits for the server to be idle;
+#   SERVE_BIN: the heavykv binary that serves (default: HEAVYKV_BUILD's; bench is always that one);
 #   BENCH_TIMEOUT: seconds one bench run may take (default SECONDS + 600); SERVE_ARGS: more serve
 #   flags for every server.
 set -euo pipefail
@@ -46,7 +47,8 @@ mkdir -p "$OUT"
 rm -f "$OUT"/*.json "$OUT"/*.log "$OUT"/*.err
 ulimit -n "$(ulimit -Hn)"
 
-SERVE_HELP=$("$HK" serve --help 2>&1 || true)
+SERVE_BIN=${SERVE_BIN:-$HK}  # the server measured (e.g. an older build's binary, "before")
+SERVE_HELP=$("$SERVE_BIN" serve --help 2>&1 || true)
 has_flag() { grep -q -- "^ *--$1 " <<<"$SERVE_HELP"; }
 
 SERVER_PID='' GRPC='' HTTP='' METRICS=''
@@ -70,7 +72,7 @@ if has_flag stream-stall-timeout; then serve+=(--stream-stall-timeout $((SECONDS
 # start_server NAME: sets SERVER_PID, GRPC (host:port), HTTP (a URL) and METRICS (a URL).
 start_server() {
   local name=$1 log=$OUT/$1.log
-  "$HK" serve --model models/stories260K.bin --tokenizer models/tok512.bin \
+  "$SERVE_BIN" serve --model models/stories260K.bin --tokenizer models/tok512.bin \
     --listen 127.0.0.1:0 --metrics-address 127.0.0.1:0 --http-address 127.0.0.1:0 --grace 1 \
     "${serve[@]}" "${EXTRA[@]}" >"$log" 2>&1 &
   SERVER_PID=$!
