@@ -171,6 +171,7 @@ int BenchCommand(int argc, char** argv) {
   int64_t slow_connections = -1, slow_sources = 1, probe_interval_ms = 100, server_pid = 0;
   int64_t overflow_connections = 0, overflow_concurrency = 256, overflow_max_tokens = 0;
   int64_t overflow_hold_ms = 0, stall_streams = 0, stall_max_tokens = 2000, stall_read_events = 2;
+  int64_t stall_window_kb = 64;
   double stall_seconds = 120, stall_settle_seconds = 5;
   RequestFlags rf;
   rf.ignore_eos = true;
@@ -232,6 +233,10 @@ int BenchCommand(int argc, char** argv) {
   flags.Int("stall-max-tokens", &stall_max_tokens,
             "new tokens of each stalled stream (window policy past the context)");
   flags.Int("stall-read-events", &stall_read_events, "events a stalled stream reads first");
+  flags.Int("stall-window-kb", &stall_window_kb,
+            "gRPC: each stalled call's HTTP/2 window in KiB (no BDP growth), so the server sees "
+            "it stop after about that much; 0 = gRPC's own window, which grows to megabytes "
+            "and swallows a short stream whole");
   AddRequestFlags(flags, &rf);
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
   if ((slow_connections >= 0 || overflow_connections > 0) && http_url.empty()) {
@@ -334,6 +339,7 @@ int BenchCommand(int argc, char** argv) {
     so.streams = static_cast<int>(stall_streams);
     so.stall = std::chrono::milliseconds(std::llround(stall_seconds * 1000));
     so.read_first = static_cast<int>(stall_read_events);
+    so.window_bytes = static_cast<int>(std::clamp<int64_t>(stall_window_kb, 0, 1 << 20) * 1024);
     so.request = batch[0];
     so.request.set_request_id("bench-stall");
     so.request.set_max_new_tokens(static_cast<int32_t>(stall_max_tokens));

@@ -75,11 +75,12 @@ void AddConnectionFlags(FlagSet& flags, ConnectionFlags* f) {
                "API key sent as `authorization: Bearer KEY` (unset: env HEAVYKV_API_KEY)");
 }
 
-absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(ConnectionFlags* f, bool own_connection) {
+absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(ConnectionFlags* f, bool own_connection,
+                                                       int window_bytes) {
   if (f->api_key.empty()) {
     if (const char* env = std::getenv("HEAVYKV_API_KEY"); env != nullptr) f->api_key = env;
   }
-  return server::ClientChannel(f->address, f->tls, own_connection);
+  return server::ClientChannel(f->address, f->tls, own_connection, window_bytes);
 }
 
 void Authorize(const ConnectionFlags& f, grpc::ClientContext* context) {

@@ -47,7 +47,8 @@ void AddConnectionFlags(FlagSet& flags, ConnectionFlags* f);
 // --api-key was not given. INVALID_ARGUMENT / NOT_FOUND for bad TLS flags or files.
 // `own_connection` as server::ClientChannel.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> Connect(ConnectionFlags* f,
-                                                       bool own_connection = false);
+                                                       bool own_connection = false,
+                                                       int window_bytes = 0);
 
 // Adds `authorization: Bearer KEY` to a call when there is a key.
 void Authorize(const ConnectionFlags& f, grpc::ClientContext* context);

@@ -72,7 +72,7 @@ StallOutcome StallStreams::RunOne(std::chrono::milliseconds pause) {
   } else {
     ConnectionFlags conn = options_.conn;  // Connect may fill in the key: a copy per thread
     absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-        Connect(&conn, /*own_connection=*/true);
+        Connect(&conn, /*own_connection=*/true, options_.window_bytes);
     if (!channel.ok()) {
       out.error = channel.status().ToString();
     } else {

@@ -41,6 +41,10 @@ struct StallOptions {
   v1::GenerateRequest request;
   // gRPC: the server, TLS and key; each stream has a connection of its own (N clients).
   ConnectionFlags conn;
+  // gRPC: each stalled call's HTTP/2 window (server::ClientChannel's window_bytes; 0: gRPC's
+  // own, which grows to megabytes, so a short stream is all buffered by the client library and
+  // the server never sees it stop).
+  int window_bytes = 0;
   std::string http_url;  // not empty: the streams go to this OpenAI HTTP API instead
 };
 

@@ -71,9 +71,14 @@ void AddClientTlsFlags(cli::FlagSet& flags, ClientTls* tls) {
 
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ClientChannel(const std::string& address,
                                                              const ClientTls& tls,
-                                                             bool own_connection) {
+                                                             bool own_connection,
+                                                             int window_bytes) {
   grpc::ChannelArguments args;
   if (own_connection) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  if (window_bytes > 0) {
+    args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+    args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, window_bytes);
+  }
   if (tls.ca.empty()) {
     if (!tls.cert.empty() || !tls.key.empty() || !tls.server_name.empty()) {
       return absl::InvalidArgumentError(

@@ -49,8 +49,12 @@ void AddClientTlsFlags(cli::FlagSet& flags, ClientTls* tls);
 // A channel to `address`: plaintext without --tls-ca, TLS otherwise. Errors as
 // ServerCredentials. `own_connection`: never share a connection with another channel (gRPC
 // shares them between channels with the same arguments), so the server sees another client.
+// `window_bytes` > 0: a fixed HTTP/2 stream window of that many bytes (no BDP growth), so that a
+// call that stops reading stops the server's writes after about that much, as a busy client
+// would; 0: gRPC's own window, which grows to megabytes.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> ClientChannel(const std::string& address,
                                                              const ClientTls& tls,
-                                                             bool own_connection = false);
+                                                             bool own_connection = false,
+                                                             int window_bytes = 0);
 
 }  // namespace heavykv::server
