@@ -125,7 +125,7 @@ run_bench() {
 load=(--concurrency "$LOAD_CONCURRENCY" --requests "$LOAD_REQUESTS" --max-tokens "$LOAD_MAX_TOKENS"
   --temperature 0)
 stall=(--stall-streams "$STALL" --stall-seconds "$SECONDS_STALLED"
-  --stall-max-tokens "$STALL_MAX_TOKENS")
+  --stall-max-tokens "$STALL_MAX_TOKENS" --stall-settle-seconds 60)
 run_bench a-grpc "${load[@]}"
 run_bench a-http "${load[@]}" --http @HTTP
 run_bench b-grpc "${load[@]}" "${stall[@]}"

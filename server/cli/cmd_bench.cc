@@ -40,6 +40,7 @@
 #include "server/client/bench_http.h"
 #include "server/client/client_request.h"
 #include "server/client/front_load.h"
+#include "server/client/metrics_scrape.h"
 #include "server/client/stall_streams.h"
 #include "server/flags/cli_flags.h"
 
@@ -229,7 +230,9 @@ int BenchCommand(int argc, char** argv) {
   flags.Double("stall-seconds", &stall_seconds, "how long the stalled streams stop reading");
   flags.Double("stall-settle-seconds", &stall_settle_seconds,
                "seconds between the stalled streams' last read and the start of the measured "
-               "load (what they generate until the server holds them is not measured)");
+               "load (what they generate until the server holds them, or until the sockets' "
+               "buffers fill, is not measured); with --metrics-url the most it waits: the load "
+               "starts once heavykv_generation_tokens_total stands still for a second");
   flags.Int("stall-max-tokens", &stall_max_tokens,
             "new tokens of each stalled stream (window policy past the context)");
   flags.Int("stall-read-events", &stall_read_events, "events a stalled stream reads first");
@@ -361,8 +364,23 @@ int BenchCommand(int argc, char** argv) {
   }
   if (stalls != nullptr) {
     stalls->Open();  // every stalled stream has stopped reading
-    std::this_thread::sleep_for(
-        std::chrono::milliseconds(std::llround(std::clamp(stall_settle_seconds, 0.0, 600.0) * 1000)));
+    const auto settle_by =
+        std::chrono::steady_clock::now() +
+        std::chrono::milliseconds(std::llround(std::clamp(stall_settle_seconds, 0.0, 600.0) * 1000));
+    if (front.metrics_url.empty()) {
+      std::this_thread::sleep_until(settle_by);
+    } else {  // settled: no token generated for a second (every stalled stream is held)
+      double last = -1;
+      for (int still = 0; still < 2 && std::chrono::steady_clock::now() < settle_by;) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        absl::StatusOr<std::map<std::string, double>> m = ScrapeMetrics(front.metrics_url);
+        const double now = m.ok() && m->count("heavykv_generation_tokens_total") > 0
+                               ? m->at("heavykv_generation_tokens_total")
+                               : -2;
+        still = now == last ? still + 1 : 0;
+        last = now;
+      }
+    }
   }
   // The flood: F streams on another connection, each sending one request after another until
   // the measured client is done, then cancelled.

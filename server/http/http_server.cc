@@ -557,7 +557,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     request->remote_port = client_port_;
     exchange_ = std::make_shared<Exchange>(server_.link, server_.pool, weak_from_this(), ++seq_);
     // The pool's work ends (Stop) before the server does, so `server` outlives the job.
-    server_.pool->Post([handler = handler_, request, exchange = exchange_, server = &server_] {
+    auto job = [handler = handler_, request, exchange = exchange_, server = &server_] {
       try {
         (*handler)(*request, exchange);
       } catch (const std::exception& e) {
@@ -567,7 +567,12 @@ class Connection final : public std::enable_shared_from_this<Connection> {
         spdlog::error("HTTP handler of {} threw", request->path);
         exchange->Respond(server->ErrorResponse(500));
       }
-    });
+    };
+    if (server_.routes.OnLoop(handler_)) {
+      job();  // its answer is posted to the loop, after this
+    } else {
+      server_.pool->Post(std::move(job));
+    }
     Watch();
   }
 
@@ -912,6 +917,13 @@ std::string HttpRequest::Header(std::string_view name) const {
 HttpServer::Routes& HttpServer::Routes::Add(const std::string& path, const std::string& method,
                                             Handler handler) {
   by_path_[path][method] = std::move(handler);
+  return *this;
+}
+
+HttpServer::Routes& HttpServer::Routes::AddOnLoop(const std::string& path,
+                                                  const std::string& method, Handler handler) {
+  Add(path, method, std::move(handler));
+  on_loop_.insert(&by_path_[path][method]);
   return *this;
 }
 

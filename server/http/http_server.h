@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -110,6 +111,10 @@ class HttpServer {
    public:
     using Methods = std::map<std::string, Handler>;
     Routes& Add(const std::string& path, const std::string& method, Handler handler);
+    // As Add, for a handler cheap enough for the I/O thread (no parsing, nothing that waits):
+    // it runs there instead of on the CPU pool, so it answers while the pool is busy (/health).
+    Routes& AddOnLoop(const std::string& path, const std::string& method, Handler handler);
+    bool OnLoop(const Handler* handler) const { return on_loop_.count(handler) > 0; }
     // The handlers of `path` (exact first, then the longest prefix route), or null.
     const Methods* Find(std::string_view path) const;
     // path -> method -> handler
@@ -119,6 +124,7 @@ class HttpServer {
 
    private:
     std::map<std::string, std::map<std::string, Handler>> by_path_;
+    std::set<const Handler*> on_loop_;  // into by_path_'s nodes, which moves keep in place
   };
 
   // Binds `address` ("host:port" or "[v6]:port"; port 0 = any free port) and serves `routes`.

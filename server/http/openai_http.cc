@@ -301,8 +301,9 @@ class OpenAiFront {
     routes.Add("/v1/chat/completions", "POST", bind(&OpenAiFront::ChatCompletions));
     routes.Add("/v1/models", "GET", bind(&OpenAiFront::Models));
     routes.Add("/v1/models/*", "GET", bind(&OpenAiFront::Model));
-    routes.Add("/health", "GET", bind(&OpenAiFront::Health));
-    routes.Add("/version", "GET", bind(&OpenAiFront::Version));
+    // Answered on the event loop: a load balancer's probe never waits behind the pool's work.
+    routes.AddOnLoop("/health", "GET", bind(&OpenAiFront::Health));
+    routes.AddOnLoop("/version", "GET", bind(&OpenAiFront::Version));
     if (options_.metrics != nullptr) routes.Add("/metrics", "GET", bind(&OpenAiFront::Scrape));
     routes.Add("/tokenize", "POST", bind(&OpenAiFront::Tokenize));
     routes.Add("/detokenize", "POST", bind(&OpenAiFront::Detokenize));
