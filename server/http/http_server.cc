@@ -50,7 +50,9 @@ constexpr size_t kMaxOverflowBytes = 4 << 20;
 constexpr int kMaxRefusing = 256;                  // over-cap connections being answered at once
 constexpr auto kAcceptPause = std::chrono::milliseconds(50);  // after accept ran out of fds
 constexpr size_t kWriteSlice = 256 << 10;          // one write's bytes, at most
-constexpr size_t kWatchSlice = 4096;               // one read while a response is in progress
+constexpr size_t kWatchSlice = 4096;               // room past the limits in the read buffer
+constexpr size_t kReadSlice = 64 << 10;            // one read while a response is in progress
+constexpr int kAcceptBatch = 64;  // connections taken from the accept queue per wakeup, at most
 
 std::chrono::steady_clock::duration ToChrono(absl::Duration d) {
   return absl::ToChronoMicroseconds(std::max(d, absl::Milliseconds(1)));
@@ -263,7 +265,7 @@ class HttpServer::Impl {
   std::unordered_map<std::string, int> per_client;
   int refusing = 0;
   bool stopping = false;
-  std::array<char, kWatchSlice> discard;  // what overflow reads drop (loop thread only)
+  std::array<char, kReadSlice> discard;  // what overflow reads drop (loop thread only)
 
   // Stats (any thread reads).
   std::atomic<int64_t> open_count{0}, accepted{0}, refused_total{0}, refused_client{0};
@@ -596,7 +598,7 @@ class Connection final : public std::enable_shared_from_this<Connection> {
                               });
       return;
     }
-    socket_.async_read_some(buffer_.prepare(std::min(room, kWatchSlice)),
+    socket_.async_read_some(buffer_.prepare(std::min(room, kReadSlice)),
                             [self = shared_from_this()](const ErrorCode& ec, size_t n) {
                               self->OnWatched(ec, n);
                             });
@@ -866,6 +868,15 @@ void HttpServer::Impl::Accept() {
       }
     } else {
       OnAccepted(std::move(socket));
+      // Empty the accept queue before the loop serves the connections' reads again (as
+      // nginx's multi_accept): under a flood of connections, a new client (a health probe)
+      // would otherwise wait one loop round per connection queued ahead of it.
+      for (int i = 1; i < kAcceptBatch && !stopping; ++i) {
+        ErrorCode aec;
+        tcp::socket next = acceptor.accept(aec);
+        if (aec) break;  // would_block: the queue is empty (or an error the next wait sees)
+        OnAccepted(std::move(next));
+      }
     }
     Accept();
   });
@@ -1002,6 +1013,7 @@ absl::StatusOr<std::unique_ptr<HttpServer>> HttpServer::Start(const std::string&
   if (!ec) impl.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) impl.acceptor.bind(endpoint, ec);
   if (!ec) impl.acceptor.listen(asio::socket_base::max_listen_connections, ec);
+  if (!ec) impl.acceptor.non_blocking(true, ec);  // Accept's batch stops at would_block
   if (ec) {
     return absl::UnavailableError(
         absl::StrCat("cannot listen for HTTP on ", address, ": ", ec.message()));
