@@ -122,14 +122,57 @@ run_bench() {
   stop_server
 }
 
+# run_stalled NAME [--http]: a fresh server; the stalled streams from one `heavykv bench` in the
+# background (its own process: 64 stalled gRPC channels in the measuring client's process slow
+# that client down, not the server), then, once the server generates nothing more (they are all
+# held, their socket buffers full), the measured load from another; NAME.json is the load's
+# result with the stalled streams' "stall" and "server" (RSS) objects.
+run_stalled() {
+  local name=$1 http=${2:-} front=()
+  start_server "$name"
+  if [ "$http" = --http ]; then front=(--http "$HTTP"); fi
+  echo "bench-stall: $name ..." >&2
+  "$HK" bench --server "$GRPC" --prompt-tokens 32 --concurrency "$LOAD_CONCURRENCY" \
+    --requests "$LOAD_CONCURRENCY" --max-tokens "$LOAD_MAX_TOKENS" --json >/dev/null 2>&1 || true
+  timeout "$BENCH_TIMEOUT" "$HK" bench --server "$GRPC" --server-pid "$SERVER_PID" \
+    --prompt-tokens 32 --json --requests 0 "${stall[@]}" --stall-settle-seconds 0 \
+    "${front[@]}" >"$OUT/$name-stall.json" 2>"$OUT/$name-stall.err" &
+  local stalled=$!
+  # Settled: the token counter still for two seconds (60 s at most); the held count is logged.
+  local last=-1 still=0 now held
+  for _ in $(seq 120); do
+    sleep 0.5
+    now=$(curl -s "$METRICS" | awk '$1 == "heavykv_generation_tokens_total" {print $2}')
+    held=$(curl -s "$METRICS" | awk '$1 == "heavykv_requests_held" {print $2}')
+    if [ "$now" = "$last" ]; then still=$((still + 1)); else still=0; fi
+    last=$now
+    [ "$still" -ge 4 ] && break
+  done
+  echo "bench-stall: $name settled (held ${held:-none}, tokens $now); the load runs" >&2
+  timeout "$BENCH_TIMEOUT" "$HK" bench --server "$GRPC" --metrics-url "$METRICS" \
+    --prompt-tokens 32 --json "${load[@]}" "${front[@]}" >"$OUT/$name-load.json" \
+    2>"$OUT/$name.err" || true
+  wait "$stalled" || true
+  python3 - "$OUT/$name-load.json" "$OUT/$name-stall.json" >"$OUT/$name.json" <<'PY'
+import json, sys
+load = json.loads(open(sys.argv[1]).readline() or "{}")
+stall = json.loads(open(sys.argv[2]).readline() or "{}")
+for key in ("stall", "server"):
+    if key in stall:
+        load[key] = stall[key]
+print(json.dumps(load))
+PY
+  stop_server
+}
+
 load=(--concurrency "$LOAD_CONCURRENCY" --requests "$LOAD_REQUESTS" --max-tokens "$LOAD_MAX_TOKENS"
   --temperature 0)
 stall=(--stall-streams "$STALL" --stall-seconds "$SECONDS_STALLED"
-  --stall-max-tokens "$STALL_MAX_TOKENS" --stall-settle-seconds 60)
+  --stall-max-tokens "$STALL_MAX_TOKENS")
 run_bench a-grpc "${load[@]}"
 run_bench a-http "${load[@]}" --http @HTTP
-run_bench b-grpc "${load[@]}" "${stall[@]}"
-run_bench c-http "${load[@]}" "${stall[@]}" --http @HTTP
+run_stalled b-grpc
+run_stalled c-http --http
 run_bench d-overflow --http @HTTP --requests 0 \
   --overflow-connections "$OVERFLOW" --overflow-max-tokens "$OVERFLOW_MAX_TOKENS" \
   --slow-sources 8 --probe-path /health --probe-interval-ms 20 --settle-seconds "$SETTLE"
