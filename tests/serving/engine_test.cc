@@ -493,14 +493,18 @@ TEST_F(EngineTest, HeldRequestsPauseThenResumeAndStalledOnesAreCancelled) {
   };
   const auto hold_after = [](Holder& h, Collector& c, size_t n) {
     auto inner = c.Callback();
+    // The holder's part first: once the collector has the finished delta, the test may end
+    // and `h` with it.
     return [&h, inner, n](const GenerationDelta& d) {
-      inner(d);
-      std::lock_guard<std::mutex> lock(h.mu);
-      h.tokens += d.token_ids.size();
-      if (!h.held && h.tokens >= n && h.handle != nullptr) {
-        h.held = true;
-        h.handle->Hold(true);  // on the engine thread, from the callback
+      {
+        std::lock_guard<std::mutex> lock(h.mu);
+        h.tokens += d.token_ids.size();
+        if (!h.held && h.tokens >= n && h.handle != nullptr) {
+          h.held = true;
+          h.handle->Hold(true);  // on the engine thread, from the callback
+        }
       }
+      inner(d);
     };
   };
   Holder ha;
