@@ -16,6 +16,8 @@
 #include <cerrno>
 #include <cstring>
 #include <chrono>
+#include <functional>
+#include <mutex>
 #include <string>
 #include <thread>
 #include <vector>
@@ -144,7 +146,7 @@ class HttpServerTest : public ::testing::Test {
       head.content_type = "text/event-stream";
       ex->StartStream(std::move(head));
       const bool forever = req.target.find("forever") != std::string::npos;
-      writers_.emplace_back([ex, forever] {
+      Spawn([ex, forever] {
         for (int i = 0; forever ? !ex->aborted() : i < 3; ++i) {
           ex->Write(absl::StrCat("data: ", i, "\n\n"));
           std::this_thread::sleep_for(20ms);
@@ -156,7 +158,7 @@ class HttpServerTest : public ::testing::Test {
     // client does what it does.
     routes.Add("/slow", "GET", [this](const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {
       ex->OnAbort([this] { ++aborts_; });
-      writers_.emplace_back([ex, target = req.target] {
+      Spawn([ex, target = req.target] {
         std::this_thread::sleep_for(300ms);
         HttpResponse res;
         res.content_type = "text/plain";
@@ -172,7 +174,7 @@ class HttpServerTest : public ::testing::Test {
       HttpResponse head;
       head.content_type = "application/octet-stream";
       ex->StartStream(std::move(head));
-      writers_.emplace_back([this, ex] {
+      Spawn([this, ex] {
         while (!ex->aborted()) {
           if (ex->queued_bytes() >= (256u << 10)) {
             max_queued_ = std::max<size_t>(max_queued_, ex->queued_bytes());
@@ -191,6 +193,7 @@ class HttpServerTest : public ::testing::Test {
   }
   void TearDown() override {
     if (server_ != nullptr) server_->Stop();
+    std::lock_guard<std::mutex> lock(writers_mu_);
     for (std::thread& t : writers_) t.join();
   }
   int port() const { return server_->port(); }
@@ -205,7 +208,14 @@ class HttpServerTest : public ::testing::Test {
   }
 
   std::unique_ptr<HttpServer> server_;
-  std::vector<std::thread> writers_;
+  // A thread of a handler's: handlers run on the server's CPU pool, two at a time.
+  void Spawn(std::function<void()> work) {
+    std::lock_guard<std::mutex> lock(writers_mu_);
+    writers_.emplace_back(std::move(work));
+  }
+
+  std::mutex writers_mu_;
+  std::vector<std::thread> writers_;  // guarded by writers_mu_
   std::atomic<int> aborts_{0};
   std::atomic<int> written_calls_{0};
   std::atomic<size_t> max_queued_{0};
