@@ -36,13 +36,7 @@ double Metric(ServerProcess& server, const std::string& name) {
 }
 
 // The resident memory of process `pid` in bytes (VmRSS), or -1.
-int64_t Rss(pid_t pid) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
-  for (std::string line; std::getline(in, line);) {
-    if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6)) * 1024;
-  }
-  return -1;
-}
+int64_t Rss(pid_t pid) { return ProcKiBField("/proc/" + std::to_string(pid) + "/status", "VmRSS"); }
 
 // A loopback connection to `port` with a small receive buffer (set before connect, so the
 // window stays small) and 10 s send/receive timeouts; -1 on failure.

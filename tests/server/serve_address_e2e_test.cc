@@ -13,22 +13,10 @@ namespace {
 
 using namespace heavykv::e2e;
 
-struct Outcome {
-  std::string code;  // the exit code and a newline
-  std::string out;   // stdout and stderr
-};
-
-// `heavykv serve` on the bundled model with `flags` after the defaults below (the last value of a
-// flag wins), run to its exit.
+// `heavykv serve` on the bundled model with `flags` after ServeToExit's defaults, run to its
+// exit (the timeout ends a server that starts when it should not: a used port it shares).
 Outcome Serve(const testing::TempDir& dir, const std::string& flags) {
-  const std::string out = dir.File("out");
-  Outcome o;
-  // The timeout ends a server that starts when it should not (a used port it shares).
-  o.code = RunCapture("timeout 30 " + Bin() + " serve --model " + testing::ModelPath() +
-                      " --threads 1 --listen 127.0.0.1:0 --metrics-address '' --http-address '' " +
-                      flags + " > " + out + " 2>&1 < /dev/null; echo $?");
-  o.out = ReadFile(out);
-  return o;
+  return ServeToExit(dir, testing::ModelPath(), flags);
 }
 
 TEST(ServeFlagsTest, BadAddressesAreFlagErrorsNamingTheFlag) {

@@ -16,35 +16,6 @@ namespace {
 
 using namespace heavykv::e2e;
 
-struct Outcome {
-  std::string code;  // the exit code and a newline
-  std::string out;   // stdout and stderr
-};
-
-// `heavykv serve --model model` with `flags`, run to its exit (a server that starts is ended by
-// the timeout: these cases must not start).
-Outcome Serve(const testing::TempDir& dir, const std::string& model, const std::string& flags) {
-  const std::string out = dir.File("out");
-  Outcome o;
-  o.code = RunCapture("timeout 30 " + Bin() + " serve --model " + model +
-                      " --threads 1 --listen 127.0.0.1:0 --metrics-address '' --http-address '' " +
-                      flags + " > " + out + " 2>&1 < /dev/null; echo $?");
-  o.out = ReadFile(out);
-  return o;
-}
-
-// A field of /proc/meminfo or /proc/PID/status in bytes (its kB value x 1024); -1 when absent.
-int64_t ProcKiBField(const std::string& path, const std::string& key) {
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    std::istringstream fields(line);
-    std::string name;
-    int64_t kib = 0;
-    if (fields >> name >> kib && name == key + ":") return kib * 1024;
-  }
-  return -1;
-}
-
 void ExpectNamesThePoolFlags(const std::string& out) {
   for (const char* flag : {"--kv-memory-fraction", "--kv-pool-mb", "--kv-pages", "--max-model-len",
                            "--max-running", "heavykv plan"}) {
@@ -55,7 +26,7 @@ void ExpectNamesThePoolFlags(const std::string& out) {
 TEST(ServeFlagsTest, KvMemoryFractionOutsideZeroToOneIsAFlagError) {
   testing::TempDir dir;
   for (const std::string v : {"0", "-0.5", "1.01", "nan", "inf"}) {
-    const Outcome o = Serve(dir, testing::ModelPath(), "--kv-memory-fraction " + v);
+    const Outcome o = ServeToExit(dir, testing::ModelPath(), "--kv-memory-fraction " + v);
     EXPECT_EQ(o.code, "2\n") << v << ": " << o.out;
     EXPECT_NE(o.out.find("--kv-memory-fraction must be in (0, 1]"), std::string::npos)
         << v << ": " << o.out;
@@ -66,15 +37,15 @@ TEST(ServeFlagsTest, MaxModelLenAboveTheModelsContextIsAFlagError) {
   testing::TempDir dir;
   const ModelConfig c = *ReadModelConfig(testing::ModelPath());
   const Outcome o =
-      Serve(dir, testing::ModelPath(), "--max-model-len " + std::to_string(c.seq_len + 1));
+      ServeToExit(dir, testing::ModelPath(), "--max-model-len " + std::to_string(c.seq_len + 1));
   EXPECT_EQ(o.code, "2\n") << o.out;
   EXPECT_NE(o.out.find("is more than the model's context length " + std::to_string(c.seq_len)),
             std::string::npos)
       << o.out;
-  EXPECT_EQ(Serve(dir, testing::ModelPath(), "--max-model-len -1").code, "2\n");
+  EXPECT_EQ(ServeToExit(dir, testing::ModelPath(), "--max-model-len -1").code, "2\n");
   // An explicit prompt limit must fit the shorter context too.
   const Outcome prompt =
-      Serve(dir, testing::ModelPath(), "--max-model-len 64 --max-prompt-tokens 64");
+      ServeToExit(dir, testing::ModelPath(), "--max-model-len 64 --max-prompt-tokens 64");
   EXPECT_EQ(prompt.code, "2\n") << prompt.out;
   EXPECT_NE(prompt.out.find("--max-prompt-tokens 64 leaves no room in --max-model-len 64"),
             std::string::npos)
@@ -94,7 +65,7 @@ TEST(ServeFlagsTest, PoolErrorsNameTheFlagsAndPlansFigure) {
   for (const std::string flags : {"--kv-pool-mb 100000000", "--kv-pages 2000000000",
                                   "--kv-memory-fraction 1e-12", "--kv-pages 1"}) {
     const Outcome o =
-        Serve(dir, testing::ModelPath(), "--max-model-len 128 --max-running 8 " + flags);
+        ServeToExit(dir, testing::ModelPath(), "--max-model-len 128 --max-running 8 " + flags);
     EXPECT_EQ(o.code, "2\n") << flags << ": " << o.out;
     EXPECT_EQ(o.out.find("listening"), std::string::npos) << flags << ": " << o.out;
     ExpectNamesThePoolFlags(o.out);

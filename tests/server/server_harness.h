@@ -161,6 +161,38 @@ bool WaitUntil(F done, std::chrono::milliseconds limit) {
   }
 }
 
+// How a command ended: its exit code (with a newline) and its stdout and stderr.
+struct Outcome {
+  std::string code;
+  std::string out;
+};
+
+// `heavykv serve --model model --threads 1` on a free gRPC port with metrics and HTTP off, then
+// `flags` (the last value of a flag wins), run to its exit; a server that starts is ended by a
+// 30 s timeout (the callers' cases must not start). Output goes through a file in `dir`.
+inline Outcome ServeToExit(const testing::TempDir& dir, const std::string& model,
+                           const std::string& flags) {
+  const std::string out = dir.File("out");
+  Outcome o;
+  o.code = RunCapture("timeout 30 " + Bin() + " serve --model " + model +
+                      " --threads 1 --listen 127.0.0.1:0 --metrics-address '' --http-address '' " +
+                      flags + " > " + out + " 2>&1 < /dev/null; echo $?");
+  o.out = ReadFile(out);
+  return o;
+}
+
+// A field of /proc/meminfo or /proc/PID/status in bytes (its kB value x 1024); -1 when absent.
+inline int64_t ProcKiBField(const std::string& path, const std::string& key) {
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) {
+    std::istringstream fields(line);
+    std::string name;
+    int64_t kib = 0;
+    if (fields >> name >> kib && name == key + ":") return kib * 1024;
+  }
+  return -1;
+}
+
 // `heavykv serve` as a child process, its output in a log file, on ports it picked itself.
 // stub() and the health check use `credentials` (plaintext when null) and `channel_args` (e.g.
 // an SSL target name override); calls that need metadata add it to their own ClientContext.
