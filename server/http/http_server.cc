@@ -263,13 +263,13 @@ class HttpServer::Impl {
   // Connection::Close (the one way a connection ends) erases it.
   std::unordered_map<Connection*, std::shared_ptr<Connection>> open;
   std::unordered_map<std::string, int> per_client;
-  int refusing = 0;
   bool stopping = false;
   std::array<char, kReadSlice> discard;  // what overflow reads drop (loop thread only)
 
   // Stats (any thread reads).
   std::atomic<int64_t> open_count{0}, accepted{0}, refused_total{0}, refused_client{0};
-  std::atomic<int64_t> open_clients{0}, refusing_count{0}, overflows{0};
+  // Written on the loop; atomic for Stats(). refusing: over-cap connections being answered.
+  std::atomic<int64_t> open_clients{0}, refusing{0}, overflows{0};
   std::atomic<int64_t> timeouts_header{0}, timeouts_body{0}, timeouts_idle{0}, timeouts_write{0};
 
   void Accept();
@@ -383,7 +383,6 @@ class Connection final : public std::enable_shared_from_this<Connection> {
     s.open.erase(this);
     if (mode_ == Mode::kRefuse) {
       --s.refusing;
-      s.refusing_count = s.refusing;
     } else {
       if (auto it = s.per_client.find(client_); it != s.per_client.end() && --it->second <= 0) {
         s.per_client.erase(it);
@@ -902,7 +901,6 @@ void HttpServer::Impl::OnAccepted(tcp::socket socket) {
   if (refuse != 0) {
     if (refusing >= kMaxRefusing) return;  // closed unanswered: the socket goes out of scope
     ++refusing;
-    refusing_count = refusing;
     auto conn = std::make_shared<Connection>(*this, std::move(socket), std::move(client), port,
                                              Connection::Mode::kRefuse);
     open.emplace(conn.get(), conn);
@@ -1040,7 +1038,7 @@ HttpServerStats HttpServer::Stats() const {
   if (impl_ == nullptr) return s;
   s.open_connections = impl_->open_count.load();
   s.open_clients = impl_->open_clients.load();
-  s.refusing = impl_->refusing_count.load();
+  s.refusing = impl_->refusing.load();
   s.overflows = impl_->overflows.load();
   s.accepted = impl_->accepted.load();
   s.refused_max_connections = impl_->refused_total.load();
