@@ -20,6 +20,7 @@ BUILD_PKGS=(
   python3-yaml prometheus   # deploy checks: YAML parsing, promtool
   python3-jsonschema        # deploy checks: the rendered manifests against deploy/schemas
   openssl                   # tests/server/security_e2e_test.cc makes its CA and certificates
+  curl                      # tests/deploy/check_readme.py runs the README's curl commands
   clang libclang-rt-14-dev libomp-dev  # sanitizer + libFuzzer build (scripts/test-sanitizers.sh)
 )
 RUNTIME_PKGS=(
