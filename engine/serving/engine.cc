@@ -4,11 +4,13 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "engine/grammar/constraint.h"
 #include "engine/runner/model_runner.h"
 #include "engine/serving/generator.h"
 #include "engine/serving/request_validation.h"
@@ -47,6 +49,9 @@ struct Request {
   Sequence seq;
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<TextStream> text;
+  // Structured output: compiled in Submit; the matcher follows the sampled tokens.
+  std::shared_ptr<const grammar::CompiledConstraint> constraint;
+  std::unique_ptr<grammar::ConstraintMatcher> matcher;
   std::function<void(const GenerationDelta&)> on_delta;
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<std::atomic<bool>> held = std::make_shared<std::atomic<bool>>(false);
@@ -108,6 +113,12 @@ class EngineImpl final : public Engine {
     if (absl::Status s = validator_.Precheck(request); !s.ok()) return s;
     auto r = std::make_unique<Request>();
     r->arrival = absl::Now();
+    if (request.constraint.active()) {  // on the caller's thread: a slow schema stalls no one
+      absl::StatusOr<std::shared_ptr<const grammar::CompiledConstraint>> c =
+          CompileConstraint(request.constraint);
+      if (!c.ok()) return c.status();
+      r->constraint = *std::move(c);
+    }
     // Token ids need no tokenizer: resolved here, cheaply. Text waits for the tokenizer thread.
     const bool needs_tokenizer = request.prompt.has_value() || request.messages.has_value();
     if (!needs_tokenizer) {
@@ -142,6 +153,19 @@ class EngineImpl final : public Engine {
     }
     (needs_tokenizer ? prep_cv_ : cv_).notify_all();
     return std::shared_ptr<RequestHandle>(handle);
+  }
+
+  absl::StatusOr<std::shared_ptr<const grammar::CompiledConstraint>> CompileConstraint(
+      const grammar::ConstraintSpec& spec) {
+    if (tokenizer_ == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a ", spec.KindName(), " constraint needs the model's tokenizer; this server has none"));
+    }
+    std::call_once(compiler_once_, [this] {
+      compiler_ = std::make_unique<grammar::ConstraintCompiler>(
+          grammar::TokenVocabulary::FromTokenizer(*tokenizer_));
+    });
+    return compiler_->Compile(spec);
   }
 
   absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& text,
@@ -274,6 +298,9 @@ class EngineImpl final : public Engine {
   // Copies the engine thread's counters where Stats() reads them.
   void PublishStats();
   void OnToken(Request& r, int32_t token, const float* logits);
+  // Masks `row` [vocab] to the tokens r's constraint allows; false (r finished with an error)
+  // when none is.
+  bool ApplyConstraint(Request& r, std::vector<float>& row);
   void AddLogprobs(const Request& r, int32_t token, const float* logits,
                    GenerationDelta& d) const;
   // The tokenizer thread: tokenizes text prompts and Tokenize calls, one at a time, in order.
@@ -319,6 +346,11 @@ class EngineImpl final : public Engine {
   // Engine thread only.
   std::map<int64_t, std::unique_ptr<Request>> live_;
   int64_t next_id_ = 1;
+  // Structured outputs: the vocabulary's trie and the compiled constraints, made at the first
+  // constrained request. `mask_` is the engine thread's scratch [vocab words].
+  std::once_flag compiler_once_;
+  std::unique_ptr<grammar::ConstraintCompiler> compiler_;
+  std::vector<uint64_t> mask_;
   int64_t tokens_evicted_ = 0, preemptions_ = 0;
 };
 
@@ -340,6 +372,7 @@ void EngineImpl::Admit(std::unique_ptr<Request> r) {
     q.seq.kv.budget = p.budget_tokens;
   }
   q.sampler = std::make_unique<Sampler>(p.sampling);
+  if (q.constraint != nullptr) q.matcher = std::make_unique<grammar::ConstraintMatcher>(q.constraint);
   q.text = std::make_unique<TextStream>(tokenizer_.get(), p.prompt.back(), p.stop,
                                         p.skip_special_tokens);
   scheduler_.Enqueue(&q.seq);
@@ -491,6 +524,25 @@ void EngineImpl::AddLogprobs(const Request& r, int32_t token, const float* logit
   }
 }
 
+bool EngineImpl::ApplyConstraint(Request& r, std::vector<float>& row) {
+  // Tokens past the vocabulary's (a model with padded logits) are never allowed.
+  const int32_t vocab = compiler_->vocab().size();
+  mask_.resize(size_t(compiler_->vocab().num_words()));
+  r.matcher->FillMask(mask_);
+  bool any = false;
+  const float kOff = -std::numeric_limits<float>::infinity();
+  for (int32_t t = 0; t < int32_t(row.size()); ++t) {
+    const bool on = t < vocab && ((mask_[size_t(t) >> 6] >> (t & 63)) & 1);
+    if (!on) row[t] = kOff;
+    any |= on;
+  }
+  if (!any) {
+    Finish(r, "error", {}, std::string(r.matcher->error().message()));
+    return false;
+  }
+  return true;
+}
+
 void EngineImpl::OnToken(Request& r, int32_t token, const float* logits) {
   const ResolvedRequest& p = r.params;
   const absl::Time now = absl::Now();
@@ -501,6 +553,11 @@ void EngineImpl::OnToken(Request& r, int32_t token, const float* logits) {
     options_.observer->OnInterToken(Seconds(now - r.last_token));
   }
   r.last_token = now;
+  if (r.matcher != nullptr) {
+    if (absl::Status s = r.matcher->Accept(token); !s.ok()) {
+      return Finish(r, "error", {}, std::string(s.message()));
+    }
+  }
   // End-of-sequence and stop tokens end the request and are not part of its output.
   if (EndsSequence(tokenizer_.get(), model_.config, token) && !p.ignore_eos) {
     return Finish(r, "eos");
@@ -517,6 +574,8 @@ void EngineImpl::OnToken(Request& r, int32_t token, const float* logits) {
   bool stopped = false;
   d.text = r.text->Push(token, &stopped);
   if (stopped) return Finish(r, "stop", std::move(d));
+  // A constraint whose grammar is matched whole: nothing may follow.
+  if (r.matcher != nullptr && r.matcher->Complete()) return Finish(r, "stop", std::move(d));
   // The context ends a sequence, unless it streams past it (window, sink: StreamsPastContext).
   if (r.completion >= p.max_new_tokens ||
       (static_cast<int32_t>(r.seq.tokens.size()) >= model_.config.seq_len &&
@@ -635,6 +694,7 @@ void EngineImpl::Loop() {
       if (!c.samples) continue;
       const float* lrow = logits->data() + i * V;
       row.assign(lrow, lrow + V);
+      if (r.matcher != nullptr && r.matcher->active() && !ApplyConstraint(r, row)) continue;
       OnToken(r, r.sampler->Sample(row), lrow);
     }
     DropFinished();
