@@ -13,6 +13,7 @@
 #include "engine/grammar/constraint.h"
 #include "engine/runner/model_runner.h"
 #include "engine/serving/generator.h"
+#include "engine/serving/request_field.h"
 #include "engine/serving/request_validation.h"
 #include "engine/serving/scheduler.h"
 #include "engine/tokenizer/text_stream.h"
@@ -116,7 +117,7 @@ class EngineImpl final : public Engine {
     if (request.constraint.active()) {  // on the caller's thread: a slow schema stalls no one
       absl::StatusOr<std::shared_ptr<const grammar::CompiledConstraint>> c =
           CompileConstraint(request.constraint);
-      if (!c.ok()) return c.status();
+      if (!c.ok()) return WithRequestField(c.status(), "constraint");
       r->constraint = *std::move(c);
     }
     // Token ids need no tokenizer: resolved here, cheaply. Text waits for the tokenizer thread.
