@@ -22,7 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/gguf/gguf.h"
 #include "engine/grammar/constraint.h"
-#include "engine/grammar/python_json.h"
+#include "engine/grammar/test_suite.h"
 #include "nlohmann/json.hpp"
 #include "server/cli/commands.h"
 #include "server/flags/cli_flags.h"
@@ -42,48 +42,12 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 double Micros(std::chrono::steady_clock::duration d) {
   return std::chrono::duration<double, std::micro>(d).count();
 }
-
-ojson Percentiles(std::vector<double> v) {
+ojson Percentiles(const std::vector<double>& v) {
   if (v.empty()) return ojson{{"p50", nullptr}, {"p99", nullptr}, {"max", nullptr}};
-  std::sort(v.begin(), v.end());
-  const auto at = [&](double q) { return v[std::min(v.size() - 1, size_t(q * double(v.size())))]; };
   const auto round = [](double x) { return std::round(x * 10) / 10; };
-  return ojson{{"p50", round(at(0.5))}, {"p99", round(at(0.99))}, {"max", round(v.back())}};
-}
-
-bool Allowed(const std::vector<uint64_t>& words, int32_t t) {
-  return (words[size_t(t) >> 6] >> (t & 63)) & 1;
-}
-
-// Walks `ids` through a fresh matcher: whether each token and then the end were allowed.
-struct Walk {
-  bool all_allowed = true;
-  int32_t tokens = 0;
-};
-Walk WalkTokens(const std::shared_ptr<const grammar::CompiledConstraint>& c,
-                const std::vector<int32_t>& ids, std::vector<double>& mask_us) {
-  const grammar::TokenVocabulary& v = *c->automaton->vocab();
-  grammar::ConstraintMatcher m(c);
-  std::vector<uint64_t> words(size_t(v.num_words()));
-  Walk w;
-  const auto fill = [&] {
-    const auto t0 = std::chrono::steady_clock::now();
-    m.FillMask(words);
-    mask_us.push_back(Micros(std::chrono::steady_clock::now() - t0));
-  };
-  for (int32_t id : ids) {
-    fill();
-    ++w.tokens;
-    if (!Allowed(words, id) || !m.Accept(id).ok()) {
-      w.all_allowed = false;
-      return w;
-    }
-  }
-  fill();
-  bool end = false;
-  for (int32_t e : v.eog_ids()) end |= Allowed(words, e);
-  w.all_allowed = end;
-  return w;
+  return ojson{{"p50", round(grammar::Quantile(v, 0.5))},
+               {"p99", round(grammar::Quantile(v, 0.99))},
+               {"max", round(*std::max_element(v.begin(), v.end()))}};
 }
 
 int TestCommand(grammar::ConstraintCompiler& compiler, const TextTokenizer& tok,
@@ -99,52 +63,30 @@ int TestCommand(grammar::ConstraintCompiler& compiler, const TextTokenizer& tok,
     if (!doc.is_array()) doc = ojson::array({doc});
     for (const ojson& group : doc) {
       ++groups;
-      ojson line = {{"file", path}, {"description", group.value("description", "")}};
-      ConstraintSpec spec;
-      spec.kind = ConstraintSpec::Kind::kJsonSchema;
-      spec.text = group.contains("schema") ? group["schema"].dump() : "{}";
-      const auto t0 = std::chrono::steady_clock::now();
-      absl::StatusOr<std::shared_ptr<const grammar::CompiledConstraint>> c = compiler.Compile(spec);
-      const double us = Micros(std::chrono::steady_clock::now() - t0);
-      line["compiled"] = c.ok();
-      line["error"] = c.ok() ? ojson(nullptr) : ojson(std::string(c.status().message()));
-      line["compile_us"] = std::round(us);
-      const ojson cases = group.value("tests", ojson::array());
-      int64_t g_passed = 0, g_vr = 0, g_ia = 0, g_tokens = 0;
-      std::vector<double> mask_us;
-      if (c.ok()) {
-        ++compiled;
-        compile_us.push_back(us);
-        for (const ojson& t : cases) {
-          const std::string data = grammar::PythonJsonDumps(t.value("data", ojson()));
-          const bool valid = t.value("valid", false);
-          const std::vector<int32_t> ids =
-              *tok.Encode(data, /*bos=*/false, /*eos=*/false, {}, /*parse_special=*/false);
-          const Walk w = WalkTokens(*c, ids, mask_us);
-          g_tokens += w.tokens;
-          if (w.all_allowed == valid) {
-            ++g_passed;
-          } else if (valid) {
-            ++g_vr;
-          } else {
-            ++g_ia;
-          }
-        }
-      }
-      line["tests"] = cases.size();
-      line["passed"] = g_passed;
-      line["valid_rejected"] = g_vr;
-      line["invalid_accepted"] = g_ia;
-      line["tokens"] = g_tokens;
-      line["mask_us"] = Percentiles(mask_us);
+      const grammar::GroupResult g = grammar::RunSchemaGroup(compiler, tok, group);
+      ojson line = {{"file", path},
+                    {"description", group.is_object() ? group.value("description", "") : ""},
+                    {"compiled", g.compiled},
+                    {"error", g.compiled ? ojson(nullptr) : ojson(g.error)},
+                    {"compile_us", std::round(g.compile_us)},
+                    {"tests", g.tests},
+                    {"passed", g.passed},
+                    {"valid_rejected", g.valid_rejected},
+                    {"invalid_accepted", g.invalid_accepted},
+                    {"tokens", g.tokens},
+                    {"mask_us", Percentiles(g.mask_us)}};
       std::printf("%s\n", line.dump(-1, ' ', false, ojson::error_handler_t::replace).c_str());
-      tests += int64_t(cases.size());
-      passed += g_passed;
-      valid_rejected += g_vr;
-      invalid_accepted += g_ia;
-      tokens += g_tokens;
-      if (c.ok() && g_passed == int64_t(cases.size())) ++all_passed;
-      all_mask_us.insert(all_mask_us.end(), mask_us.begin(), mask_us.end());
+      if (g.compiled) {
+        ++compiled;
+        compile_us.push_back(g.compile_us);
+        if (g.passed == g.tests) ++all_passed;
+      }
+      tests += g.tests;
+      passed += g.passed;
+      valid_rejected += g.valid_rejected;
+      invalid_accepted += g.invalid_accepted;
+      tokens += g.tokens;
+      all_mask_us.insert(all_mask_us.end(), g.mask_us.begin(), g.mask_us.end());
     }
   }
   ojson summary = {{"summary", true},
@@ -253,8 +195,8 @@ int GrammarCommand(int argc, char** argv) {
     if (text.empty()) text = flags.positional()[0];
     line["bytes_match"] = grammar::Matches(g, text);
     std::vector<double> mask_us;
-    const Walk w = WalkTokens(*c, *(*tok)->Encode(text, false, false, {}, false), mask_us);
-    line["tokens_match"] = w.all_allowed;
+    line["tokens_match"] =
+        grammar::WalkTokens(*c, *(*tok)->Encode(text, false, false, {}, false), mask_us);
     line["mask_us"] = Percentiles(mask_us);
   }
   std::printf("%s\n", line.dump(-1, ' ', false, ojson::error_handler_t::replace).c_str());
