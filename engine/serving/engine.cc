@@ -13,6 +13,7 @@
 #include "engine/grammar/constraint.h"
 #include "engine/runner/model_runner.h"
 #include "engine/serving/generator.h"
+#include "engine/serving/mask_prefetcher.h"
 #include "engine/serving/request_field.h"
 #include "engine/serving/request_validation.h"
 #include "engine/serving/scheduler.h"
@@ -50,9 +51,12 @@ struct Request {
   Sequence seq;
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<TextStream> text;
-  // Structured output: compiled in Submit; the matcher follows the sampled tokens.
+  // Structured output: compiled in Submit; the matcher follows the sampled tokens. `mask` is
+  // its next step's mask [vocab words], filled by the prefetcher when `mask_posted`.
   std::shared_ptr<const grammar::CompiledConstraint> constraint;
-  std::unique_ptr<grammar::ConstraintMatcher> matcher;
+  std::shared_ptr<grammar::ConstraintMatcher> matcher;
+  std::shared_ptr<std::vector<uint64_t>> mask;
+  bool mask_posted = false;
   std::function<void(const GenerationDelta&)> on_delta;
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<std::atomic<bool>> held = std::make_shared<std::atomic<bool>>(false);
@@ -348,10 +352,10 @@ class EngineImpl final : public Engine {
   std::map<int64_t, std::unique_ptr<Request>> live_;
   int64_t next_id_ = 1;
   // Structured outputs: the vocabulary's trie and the compiled constraints, made at the first
-  // constrained request. `mask_` is the engine thread's scratch [vocab words].
+  // constrained request; the next steps' masks are filled while the forward pass runs.
   std::once_flag compiler_once_;
   std::unique_ptr<grammar::ConstraintCompiler> compiler_;
-  std::vector<uint64_t> mask_;
+  MaskPrefetcher prefetcher_;
   int64_t tokens_evicted_ = 0, preemptions_ = 0;
 };
 
@@ -373,7 +377,10 @@ void EngineImpl::Admit(std::unique_ptr<Request> r) {
     q.seq.kv.budget = p.budget_tokens;
   }
   q.sampler = std::make_unique<Sampler>(p.sampling);
-  if (q.constraint != nullptr) q.matcher = std::make_unique<grammar::ConstraintMatcher>(q.constraint);
+  if (q.constraint != nullptr) {
+    q.matcher = std::make_shared<grammar::ConstraintMatcher>(q.constraint);
+    q.mask = std::make_shared<std::vector<uint64_t>>(size_t(compiler_->vocab().num_words()));
+  }
   q.text = std::make_unique<TextStream>(tokenizer_.get(), p.prompt.back(), p.stop,
                                         p.skip_special_tokens);
   scheduler_.Enqueue(&q.seq);
@@ -526,17 +533,26 @@ void EngineImpl::AddLogprobs(const Request& r, int32_t token, const float* logit
 }
 
 bool EngineImpl::ApplyConstraint(Request& r, std::vector<float>& row) {
-  // Tokens past the vocabulary's (a model with padded logits) are never allowed.
-  const int32_t vocab = compiler_->vocab().size();
-  mask_.resize(size_t(compiler_->vocab().num_words()));
-  r.matcher->FillMask(mask_);
-  bool any = false;
+  std::vector<uint64_t>& words = *r.mask;
+  if (!r.mask_posted) r.matcher->FillMask(words);  // not prefetched (its first step)
+  r.mask_posted = false;
+  // Word by word: inside a string most words are all ones, in structure most are zero. Tokens
+  // past the vocabulary's (a model with padded logits) are never allowed.
   const float kOff = -std::numeric_limits<float>::infinity();
-  for (int32_t t = 0; t < int32_t(row.size()); ++t) {
-    const bool on = t < vocab && ((mask_[size_t(t) >> 6] >> (t & 63)) & 1);
-    if (!on) row[t] = kOff;
-    any |= on;
+  const int32_t n = int32_t(row.size());
+  const int32_t vocab = std::min(n, compiler_->vocab().size());
+  bool any = false;
+  for (int32_t w = 0; w * 64 < vocab; ++w) {
+    uint64_t bits = words[size_t(w)];
+    const int32_t base = w * 64, end = std::min(vocab, base + 64);
+    if (end - base < 64) bits &= (uint64_t{1} << (end - base)) - 1;
+    any |= bits != 0;
+    if (bits == ~uint64_t{0}) continue;
+    for (int32_t t = base; t < end; ++t) {
+      if (!((bits >> (t - base)) & 1)) row[size_t(t)] = kOff;
+    }
   }
+  for (int32_t t = vocab; t < n; ++t) row[size_t(t)] = kOff;
   if (!any) {
     Finish(r, "error", {}, std::string(r.matcher->error().message()));
     return false;
@@ -591,6 +607,7 @@ void EngineImpl::Loop() {
                                           : static_cast<int>(std::thread::hardware_concurrency()));
   std::vector<SequenceStep> steps;
   std::vector<float> row;
+  std::vector<MaskPrefetcher::Job> next_masks;
   while (true) {
     std::deque<std::unique_ptr<Request>> arrived;
     bool force = false;
@@ -674,6 +691,7 @@ void EngineImpl::Loop() {
     absl::StatusOr<std::span<const float>> logits =
         applied.ok() ? runner_->Forward(steps) : absl::StatusOr<std::span<const float>>(applied);
     if (options_.observer) options_.observer->OnStep(plan.num_tokens);
+    prefetcher_.Wait();  // the masks posted last step, filled during the forward pass
     const int32_t V = model_.config.vocab_size;
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
       const ScheduledChunk& c = plan.chunks[i];
@@ -697,7 +715,15 @@ void EngineImpl::Loop() {
       row.assign(lrow, lrow + V);
       if (r.matcher != nullptr && r.matcher->active() && !ApplyConstraint(r, row)) continue;
       OnToken(r, r.sampler->Sample(row), lrow);
+      if (r.matcher != nullptr && !r.done && r.matcher->active()) {
+        r.mask_posted = true;
+        next_masks.push_back({r.matcher, r.mask});
+      }
     }
+    // Posted once every token is accepted, so the prefetcher never holds up an Accept of the
+    // same automaton; they are filled while the next forward pass runs.
+    for (MaskPrefetcher::Job& job : next_masks) prefetcher_.Post(std::move(job));
+    next_masks.clear();
     DropFinished();
     PublishStats();
   }
