@@ -200,6 +200,12 @@ int32_t Automaton::InternState(std::vector<int32_t> stacks, bool accepting) {
   std::string key(1, accepting ? '\1' : '\2');
   key.append(reinterpret_cast<const char*>(stacks.data()), stacks.size() * sizeof(int32_t));
   auto [it, fresh] = state_ids_.try_emplace(std::move(key), int32_t(states_.size()));
+  if (fresh && int32_t(states_.size()) >= limits_.max_states) {
+    state_ids_.erase(it);
+    Fail(absl::ResourceExhaustedError(absl::StrCat(
+        "the grammar's parser met more than ", limits_.max_states, " distinct states")));
+    return kDead;
+  }
   if (fresh) {
     State& st = states_.emplace_back();
     st.stacks = std::move(stacks);

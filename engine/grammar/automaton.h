@@ -81,10 +81,13 @@ class TokenVocabulary {
   std::vector<int32_t> dfs_tokens_;
 };
 
+// What one automaton may hold (it lives as long as its compiled constraint is cached): with the
+// compile cache's 32 entries, at most about 32 x (24 + 8 + 40) MiB however hostile the grammars.
 struct AutomatonLimits {
   int32_t max_stacks_per_state = 2048;  // an ambiguity past this ends the match
-  int64_t max_frames = 4'000'000;       // interned stack frames of the automaton's life
-  int64_t max_mask_cache_bytes = 32 << 20;
+  int32_t max_states = 40'000;          // interned states (about 1 KiB each with transitions)
+  int64_t max_frames = 1'000'000;       // interned stack frames (about 24 bytes each)
+  int64_t max_mask_cache_bytes = 8 << 20;  // cached masks (V/8 bytes each); full: dropped
 };
 
 class Automaton {
