@@ -65,12 +65,13 @@ class GbnfParser {
     }
     auto it = rules_.find(std::string(root_name));
     if (it == rules_.end()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("gbnf: the grammar has no `", std::string(root_name), "` rule to start from"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "gbnf: the grammar has no `", std::string(root_name), "` rule to start from"));
     }
     absl::StatusOr<Grammar> g = std::move(b_).Build(it->second.id);
     if (!g.ok()) {
-      return absl::Status(g.status().code(), absl::StrCat("gbnf: ", std::string(g.status().message())));
+      return absl::Status(g.status().code(),
+                          absl::StrCat("gbnf: ", std::string(g.status().message())));
     }
     return g;
   }
@@ -93,8 +94,8 @@ class GbnfParser {
         line_start = i + 1;
       }
     }
-    return absl::InvalidArgumentError(
-        absl::StrCat("gbnf: line ", line, ", column ", at - line_start + 1, ": ", std::string(what)));
+    return absl::InvalidArgumentError(absl::StrCat("gbnf: line ", line, ", column ",
+                                                   at - line_start + 1, ": ", std::string(what)));
   }
 
   // Spaces, tabs and # comments; newlines too when `newlines`.
@@ -121,8 +122,10 @@ class GbnfParser {
     const size_t at = pos_;
     while (IsNameChar(Peek())) ++pos_;
     if (pos_ == at && Peek() == '|') {
-      return Error("a `|` that starts a line (a rule goes on past a newline only after a `|` "
-                   "that ends the line, or inside parentheses)", at);
+      return Error(
+          "a `|` that starts a line (a rule goes on past a newline only after a `|` "
+          "that ends the line, or inside parentheses)",
+          at);
     }
     if (pos_ == at) return Error("expected a rule name", at);
     const std::string_view name = t_.substr(at, pos_ - at);
@@ -131,7 +134,8 @@ class GbnfParser {
     pos_ += 3;
     SkipSpace(true);
     const RuleId id = Rule(name, at);
-    if (b_.IsDefined(id)) return Error(absl::StrCat("the rule `", std::string(name), "` is defined twice"), at);
+    if (b_.IsDefined(id))
+      return Error(absl::StrCat("the rule `", std::string(name), "` is defined twice"), at);
     Expr body;
     if (absl::Status s = ParseAlternates(/*nested=*/false, 0, &body); !s.ok()) return s;
     b_.DefineRule(id, body);
@@ -285,12 +289,24 @@ class GbnfParser {
     ++pos_;
     int hex = 0;
     switch (e) {
-      case 'x': hex = 2; break;
-      case 'u': hex = 4; break;
-      case 'U': hex = 8; break;
-      case 't': *cp = '\t'; return absl::OkStatus();
-      case 'r': *cp = '\r'; return absl::OkStatus();
-      case 'n': *cp = '\n'; return absl::OkStatus();
+      case 'x':
+        hex = 2;
+        break;
+      case 'u':
+        hex = 4;
+        break;
+      case 'U':
+        hex = 8;
+        break;
+      case 't':
+        *cp = '\t';
+        return absl::OkStatus();
+      case 'r':
+        *cp = '\r';
+        return absl::OkStatus();
+      case 'n':
+        *cp = '\n';
+        return absl::OkStatus();
       case '\\':
       case '"':
       case '[':
