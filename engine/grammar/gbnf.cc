@@ -340,7 +340,7 @@ class GbnfParser {
     while (true) {
       if (AtEnd()) return Error("a `\"` without its closing `\"`", at);
       if (Peek() == '"') break;
-      uint32_t cp;
+      uint32_t cp = 0;
       if (absl::Status s = ParseChar(&cp); !s.ok()) return s;
       surrogate |= cp >= 0xD800 && cp <= 0xDFFF;
       bytes += Utf8(cp);
@@ -363,7 +363,7 @@ class GbnfParser {
     while (true) {
       if (AtEnd()) return Error("a `[` without its `]`", at);
       if (Peek() == ']') break;
-      uint32_t lo, hi;
+      uint32_t lo = 0, hi = 0;
       if (absl::Status s = ParseChar(&lo); !s.ok()) return s;
       hi = lo;
       if (Peek() == '-' && Peek(1) != ']' && pos_ + 1 < t_.size()) {

@@ -328,7 +328,7 @@ class Parser {
         return absl::OkStatus();
       }
       default: {
-        uint32_t cp;
+        uint32_t cp = 0;
         if (absl::Status s = NextCp(&cp); !s.ok()) return s;
         *out = AddChars({{cp, cp}});
         return absl::OkStatus();
@@ -414,7 +414,7 @@ class Parser {
   absl::Status ClassAtom(Ranges* out, bool* is_class) {
     *is_class = false;
     if (Peek() == '\\') return ParseEscape(/*in_class=*/true, out, is_class);
-    uint32_t cp;
+    uint32_t cp = 0;
     if (absl::Status s = NextCp(&cp); !s.ok()) return s;
     *out = {{cp, cp}};
     return absl::OkStatus();
@@ -453,7 +453,7 @@ class Parser {
     if (*cp >= 0xD800 && *cp <= 0xDBFF && p_.substr(pos_).starts_with("\\u")) {
       const size_t save = pos_;
       pos_ += 2;
-      uint32_t lo;
+      uint32_t lo = 0;
       if (ReadHex(4, &lo) && lo >= 0xDC00 && lo <= 0xDFFF) {
         *cp = 0x10000 + ((*cp - 0xD800) << 10) + (lo - 0xDC00);
         return absl::OkStatus();
@@ -467,7 +467,7 @@ class Parser {
     const size_t at = pos_;
     ++pos_;  // backslash
     if (AtEnd()) return Error("a `\\` at the end of the pattern", at);
-    uint32_t c;
+    uint32_t c = 0;
     if (absl::Status s = NextCp(&c); !s.ok()) return s;
     const auto one = [&](uint32_t cp) {
       *out = {{cp, cp}};
@@ -518,12 +518,12 @@ class Parser {
         return one(uint32_t(l) % 32);
       }
       case 'x': {
-        uint32_t v;
+        uint32_t v = 0;
         if (!ReadHex(2, &v)) return Error("a malformed \\x escape (\\xHH)", at);
         return one(v);
       }
       case 'u': {
-        uint32_t v;
+        uint32_t v = 0;
         if (absl::Status s = ParseUnicodeEscape(at, &v); !s.ok()) return s;
         return one(v);
       }

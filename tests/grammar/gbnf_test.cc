@@ -63,14 +63,16 @@ TEST(GbnfTest, LlamaCppCJapaneseEnglish) {
              {"int main(){return 0}", "main(){}", "int main(){return 0;"});
   ExpectFile("japanese.gbnf",
              {"\xE3\x81\x93\xE3\x82\x93\xE3\x81\xAB\xE3\x81\xA1\xE3\x81\xAF",  // こんにちは
-              "\xE6\x97\xA5\xE6\x9C\xAC \xE8\xAA\x9E"},                            // 日本 語
+              "\xE6\x97\xA5\xE6\x9C\xAC \xE8\xAA\x9E"},                        // 日本 語
              {"", "abc", "\xE6\x97\xA5 ", "\xE6\x97\xA5  \xE6\x97\xA5"});
   ExpectFile("english.gbnf", {"Hello, world!", "a b\nc"}, {"", "a  b", "caf\xC3\xA9"});
 }
 
 TEST(GbnfTest, Constructs) {
   Expect("root ::= \"a\" [b-d]+ . \"\\x41\\u00e9\\U0001F600\"",
-         {"ab\xE2\x82\xAC" "A\xC3\xA9\xF0\x9F\x98\x80", "abcdzA\xC3\xA9\xF0\x9F\x98\x80"},
+         {"ab\xE2\x82\xAC"
+          "A\xC3\xA9\xF0\x9F\x98\x80",
+          "abcdzA\xC3\xA9\xF0\x9F\x98\x80"},
          {"azA\xC3\xA9\xF0\x9F\x98\x80", "ab\nA\xC3\xA9"});
   Expect("root ::= [^a-c\\]\\\\] [\\t\\r\\n] \"\\\"\\\\\\[\\]\"", {"d\t\"\\[]", "\xC3\xA9\n\"\\[]"},
          {"a\t\"\\[]", "]\t\"\\[]", "\\\t\"\\[]"});

@@ -73,17 +73,23 @@ TEST(RegexTest, Escapes) {
   Expect("\\x41\\u0042\\u{43}\\u{1F600}", false, {"ABC\xF0\x9F\x98\x80"}, {"x41"});
   Expect("\\uD83D\\uDE00", false, {"\xF0\x9F\x98\x80"}, {"\xED\xA0\xBD\xED\xB8\x80"});
   Expect("\\cJ\\ca", false, {"\n\x01"}, {"cJca"});
-  Expect("\\.\\*\\+\\?\\(\\)\\[\\]\\{\\}\\|\\/\\\\\\$\\^\\-", false, {".*+?()[]{}|/\\$^-"},
-         {""});
+  Expect("\\.\\*\\+\\?\\(\\)\\[\\]\\{\\}\\|\\/\\\\\\$\\^\\-", false, {".*+?()[]{}|/\\$^-"}, {""});
   Expect("[\\u00e0-\\u00ff]", false, {"\xC3\xA0", "\xC3\xBF"}, {"a", "\xC3\x9F"});
-  Expect("\\p{ASCII}\\P{ASCII}", false, {"a\xC3\xA9"}, {"ab", "\xC3\xA9" "a"});
+  Expect("\\p{ASCII}\\P{ASCII}", false, {"a\xC3\xA9"},
+         {"ab",
+          "\xC3\xA9"
+          "a"});
 }
 
 TEST(RegexTest, DotExcludesLineTerminators) {
   Expect(".", false, {"a", "\xC3\xA9", "\xF0\x9F\x98\x80", "\t"},
          {"\n", "\r", "\xE2\x80\xA8", "\xE2\x80\xA9", "", "ab"});
   // Search: the text around a match may hold anything, line terminators too.
-  Expect("a.c", true, {"abc", "x\nabc\n", "\xE2\x80\xA8" "a-c"}, {"a\nc", "ac"});
+  Expect("a.c", true,
+         {"abc", "x\nabc\n",
+          "\xE2\x80\xA8"
+          "a-c"},
+         {"a\nc", "ac"});
 }
 
 TEST(RegexTest, WhiteSpaceIsEcmas) {
@@ -104,7 +110,7 @@ TEST(RegexTest, Quantifiers) {
   Expect("a{0}b", false, {"b"}, {"ab"});
   Expect("(ab|c){2,3}", false, {"abc", "cc", "ababab", "cabc"}, {"c", "abababc"});
   Expect("((a|b)*c)+", false, {"c", "abcc", "bacabc"}, {"", "ab", "cab"});
-  Expect("(a?)*b", false, {"b", "aab"}, {"ba"});         // a nullable item repeated
+  Expect("(a?)*b", false, {"b", "aab"}, {"ba"});  // a nullable item repeated
   Expect("(a*|b)*", false, {"", "ab", "bba"}, {"c"});
   Expect("(a*)+b", false, {"b", "aab"}, {"bb"});
   Expect("(a?){3}", false, {"", "a", "aaa"}, {"aaaa"});
@@ -144,7 +150,7 @@ TEST(RegexTest, AnchorsInBranchesAndGroups) {
   Expect("(?:^a)?b$", false, {"b", "ab"}, {"aab"});
   Expect("a$|^b", false, {"a", "b"}, {"ab", ""});
   Expect("^^a$$", false, {"a"}, {""});
-  Expect("x*^y", true, {"y", "yz"}, {"xy", "zy"});   // x* may only be empty before ^
+  Expect("x*^y", true, {"y", "yz"}, {"xy", "zy"});  // x* may only be empty before ^
   Expect("y$x*", true, {"y", "zy"}, {"yx", "yz"});
 }
 
@@ -160,12 +166,14 @@ TEST(RegexTest, RealWorldSchemaPatterns) {
          {"(555) 123-4567", "555.123.4567", "5551234567"}, {"555-1234", "(555) 123-45678"});
   Expect("^([01]?[0-9]|2[0-3]):[0-5][0-9]$", true, {"00:00", "9:59", "23:59"},
          {"24:00", "12:60", "1:5"});
-  Expect(
-      "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", true,
-      {"123e4567-e89b-12d3-a456-426614174000"}, {"123e4567-e89b-12d3-a456-42661417400"});
+  Expect("^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$", true,
+         {"123e4567-e89b-12d3-a456-426614174000"}, {"123e4567-e89b-12d3-a456-42661417400"});
   Expect("^(https?|ftp)://[^\\s/$.?#].[^\\s]*$", true, {"https://example.com/a?b=c"},
          {"http://", "mailto:x", "https://exa mple.com"});
-  Expect("^[\\u4e00-\\u9fa5]+$", true, {"\xE4\xB8\xAD\xE6\x96\x87"}, {"abc", "\xE4\xB8\xAD" "a"});
+  Expect("^[\\u4e00-\\u9fa5]+$", true, {"\xE4\xB8\xAD\xE6\x96\x87"},
+         {"abc",
+          "\xE4\xB8\xAD"
+          "a"});
   Expect("^[A-Z]{2}\\d{2}[A-Z0-9]{1,30}$", true, {"DE89370400440532013000"}, {"D89370400"});
   Expect("^v?(\\d+)\\.(\\d+)\\.(\\d+)(-[0-9A-Za-z.-]+)?$", true, {"1.2.3", "v10.0.1-rc.1"},
          {"1.2", "1.2.3-"});
@@ -288,21 +296,36 @@ class RandomPattern {
   std::string Term(int depth, bool repeated) {
     std::string quantifier;
     switch (Pick(0, 9)) {
-      case 0: quantifier = "*"; break;
-      case 1: quantifier = "+"; break;
-      case 2: quantifier = "?"; break;
+      case 0:
+        quantifier = "*";
+        break;
+      case 1:
+        quantifier = "+";
+        break;
+      case 2:
+        quantifier = "?";
+        break;
       case 3:
         quantifier = "{" + std::to_string(Pick(0, 2)) + "," + std::to_string(Pick(2, 3)) + "}";
         break;
-      default: break;
+      default:
+        break;
     }
     if (repeated && quantifier != "?") quantifier.clear();
     std::string atom;
     switch (Pick(0, 9)) {
-      case 0: atom = "."; break;
-      case 1: atom = "[ab]"; break;
-      case 2: atom = "[^a]"; break;
-      case 3: atom = "\\s"; break;
+      case 0:
+        atom = ".";
+        break;
+      case 1:
+        atom = "[ab]";
+        break;
+      case 2:
+        atom = "[^a]";
+        break;
+      case 3:
+        atom = "\\s";
+        break;
       case 4:
         if (depth > 0) {
           atom = (Pick(0, 1) ? "(" : "(?:") +
@@ -310,7 +333,9 @@ class RandomPattern {
           break;
         }
         [[fallthrough]];
-      default: atom = std::string(1, "ab\n-"[Pick(0, 3)]); break;
+      default:
+        atom = std::string(1, "ab\n-"[Pick(0, 3)]);
+        break;
     }
     if (atom == "\n") atom = "\\n";
     return atom + quantifier;
