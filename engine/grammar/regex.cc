@@ -218,7 +218,10 @@ class Lowering {
     const Node& x = nodes_[root];
     if (!search) return Or(Full(root, true, true));
     const Expr star = b_.Repeat(AnyCp(), 0, -1), plus = b_.Repeat(AnyCp(), 1, -1);
-    if (!x.has_start && !x.has_end) return Or(SeqOf({star, L(root), star}));
+    if (!x.has_start && !x.has_end) {
+      if (E(root, false, false)) return star;  // "" matches, so every text has a match
+      return Or(SeqOf({star, Core(root, true, true), star}));
+    }
     if (!x.has_end) {  // (m(s) | any+ m(not s)) any*
       return Or(
           SeqOf({AltOf({Full(root, true, false), SeqOf({plus, Full(root, false, false)})}), star}));
@@ -233,6 +236,38 @@ class Lowering {
   }
 
  private:
+  // For an anchor-free node that does not match "": a language C with any* C any* equal to
+  // any* L(n) any*, cut where `left` / `right` text may stand (any* x? = any*, any* x{m,n} =
+  // any* x{m}). Fewer ways to place a match keep the automaton's states small.
+  Expr Core(int n, bool left, bool right) {
+    const Node& x = nodes_[n];
+    if (!left && !right) return L(n);
+    switch (x.kind) {
+      case Node::Kind::kAlt: {
+        std::vector<Expr> alts;
+        for (int k : x.kids) alts.push_back(Core(k, left, right));
+        return AltOf(std::move(alts));
+      }
+      case Node::Kind::kRepeat: {
+        const Expr l = L(x.kids[0]);  // not "" (x does not match ""), so min >= 1
+        return l == kNone ? kNone : b_.Repeat(l, x.min, x.min);
+      }
+      case Node::Kind::kSeq: {
+        size_t lo = 0, hi = x.kids.size();
+        while (left && E(x.kids[lo], false, false)) ++lo;
+        while (right && E(x.kids[hi - 1], false, false)) --hi;
+        if (hi - lo == 1) return Core(x.kids[lo], left, right);
+        std::vector<Expr> items;
+        for (size_t i = lo; i < hi; ++i) {
+          items.push_back(Core(x.kids[i], left && i == lo, right && i + 1 == hi));
+        }
+        return SeqOf(std::move(items));
+      }
+      default:
+        return L(n);
+    }
+  }
+
   GrammarBuilder& b_;
   const std::vector<Node>& nodes_;
   Expr any_ = -1;

@@ -141,6 +141,17 @@ TEST(RegexTest, SearchIsUnanchored) {
   Expect("^", true, {"", "abc"}, {});
 }
 
+TEST(RegexTest, SearchKeepsOnlyWhatAMatchNeeds) {
+  // any* a{2,50} any* is any* aa any*: the grammar is as small as for `aa`.
+  const std::optional<Grammar> wide = Compile("x?a{2,50}b*", true);
+  const std::optional<Grammar> narrow = Compile("aa", true);
+  ASSERT_TRUE(wide.has_value() && narrow.has_value());
+  EXPECT_EQ(wide->NumElements(), narrow->NumElements());
+  Expect("x?a{2,50}b*", true, {"aa", "xaab", "\naaa\n"}, {"a", "xab", ""});
+  Expect("(a{2,3}|b+c?)d*", true, {"aa", "b", "xbx", "aaaa"}, {"a", "", "cd"});
+  Expect("a*", true, {"", "b", "\n"}, {});
+}
+
 TEST(RegexTest, AnchorsInBranchesAndGroups) {
   // ^a|b$: starts with a, or ends with b.
   Expect("^a|b$", true, {"a", "ax", "xb", "b", "axb"}, {"xa", "bx", ""});
