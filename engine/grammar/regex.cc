@@ -222,6 +222,19 @@ class Lowering {
       if (E(root, false, false)) return star;  // "" matches, so every text has a match
       return Or(SeqOf({star, Core(root, true, true), star}));
     }
+    // The common ^m, m$ and ^m$ with m anchor-free (the parser made m one node).
+    if (x.kind == Node::Kind::kSeq) {
+      size_t lo = 0, hi = x.kids.size();
+      while (lo < hi && nodes_[x.kids[lo]].kind == Node::Kind::kStart) ++lo;
+      while (hi > lo && nodes_[x.kids[hi - 1]].kind == Node::Kind::kEnd) --hi;
+      const bool s = lo > 0, e = hi < x.kids.size();
+      const int m = hi - lo == 1 ? x.kids[lo] : -1;
+      if (hi - lo <= 1 && (m < 0 || (!nodes_[m].has_start && !nodes_[m].has_end))) {
+        if (s && e) return Or(m < 0 ? b_.Empty() : L(m));
+        if (m < 0 || E(m, false, false)) return star;
+        return Or(s ? SeqOf({Core(m, false, true), star}) : SeqOf({star, Core(m, true, false)}));
+      }
+    }
     if (!x.has_end) {  // (m(s) | any+ m(not s)) any*
       return Or(
           SeqOf({AltOf({Full(root, true, false), SeqOf({plus, Full(root, false, false)})}), star}));

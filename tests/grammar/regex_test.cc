@@ -150,6 +150,15 @@ TEST(RegexTest, SearchKeepsOnlyWhatAMatchNeeds) {
   Expect("x?a{2,50}b*", true, {"aa", "xaab", "\naaa\n"}, {"a", "xab", ""});
   Expect("(a{2,3}|b+c?)d*", true, {"aa", "b", "xbx", "aaaa"}, {"a", "", "cd"});
   Expect("a*", true, {"", "b", "\n"}, {});
+  const std::optional<Grammar> start = Compile("^[a-z]{2,}", true);
+  const std::optional<Grammar> start_narrow = Compile("^[a-z][a-z]", true);
+  ASSERT_TRUE(start.has_value() && start_narrow.has_value());
+  EXPECT_EQ(start->NumElements(), start_narrow->NumElements());
+  Expect("^[a-z]{2,}", true, {"ab", "abc1"}, {"a", "1ab", ""});
+  Expect("[a-z]{2,}$", true, {"ab", "1abc"}, {"a", "ab1", ""});
+  Expect("^a*", true, {"", "b"}, {});
+  Expect("^$", true, {""}, {"a"});
+  Expect("^^$$", true, {""}, {"a"});
 }
 
 TEST(RegexTest, AnchorsInBranchesAndGroups) {
@@ -324,6 +333,7 @@ class RandomPattern {
     }
     if (repeated && quantifier != "?") quantifier.clear();
     std::string atom;
+    if (!repeated && Pick(0, 11) == 0) return Pick(0, 1) ? "^" : "$";  // anywhere but in a loop
     switch (Pick(0, 9)) {
       case 0:
         atom = ".";
