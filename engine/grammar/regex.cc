@@ -7,6 +7,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "engine/grammar/regex_parser.h"
 
 namespace heavykv::grammar {
@@ -322,9 +323,13 @@ absl::StatusOr<GrammarBuilder::Expr> CompileRegex(GrammarBuilder& b, std::string
                                                   const RegexOptions& options) {
   absl::StatusOr<RegexTree> tree = ParseRegex(pattern, b.limits());
   if (!tree.ok()) return tree.status();
+  const bool builder_ok = b.status().ok();  // a failure from before is not this pattern's
   Lowering lowering(b, tree->nodes);
   const Expr e = lowering.Root(tree->root, options.search);
-  if (!b.status().ok()) return b.status();
+  if (builder_ok && !b.status().ok()) {
+    return absl::Status(b.status().code(),
+                        absl::StrCat("regex: ", std::string(b.status().message())));
+  }
   return e;
 }
 
