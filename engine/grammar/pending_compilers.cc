@@ -7,13 +7,6 @@
 
 namespace heavykv::grammar {
 
-absl::StatusOr<GrammarBuilder::Expr> CompileRegex(GrammarBuilder&, std::string_view,
-                                                  const RegexOptions&) {
-  return absl::UnimplementedError("regex: not merged yet");
-}
-absl::StatusOr<Grammar> CompileGbnf(std::string_view, std::string_view, const GrammarLimits&) {
-  return absl::UnimplementedError("gbnf: not merged yet");
-}
 absl::StatusOr<GrammarBuilder::Expr> CompileJsonSchema(GrammarBuilder&, std::string_view,
                                                        const JsonSchemaOptions&) {
   return absl::UnimplementedError("json schema: not merged yet");
