@@ -1,0 +1,282 @@
+// JSON Schema -> grammar (engine/grammar/json_schema.h): hand-written cases, then every group of
+// JSON-Schema-Test-Suite (tests/data/json_schema_test_suite) with instances written as Python's
+// json.dumps writes them. A schema may fail to compile (counted and printed as coverage); a
+// compiled one must never accept an invalid instance.
+#include "engine/grammar/json_schema.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+
+#include "engine/grammar/json_schema_set.h"
+#include "engine/grammar/json_text.h"
+
+namespace heavykv::grammar {
+namespace {
+
+using json = nlohmann::ordered_json;
+
+absl::StatusOr<Grammar> CompileSchema(std::string_view schema, JsonSchemaOptions options = {}) {
+  GrammarBuilder b;
+  absl::StatusOr<GrammarBuilder::Expr> e = CompileJsonSchema(b, schema, options);
+  if (!e.ok()) return e.status();
+  const RuleId root = b.DeclareRule("root");
+  b.DefineRule(root, *e);
+  return std::move(b).Build(root);
+}
+
+Grammar MustCompile(std::string_view schema, JsonSchemaOptions options = {}) {
+  absl::StatusOr<Grammar> g = CompileSchema(schema, options);
+  EXPECT_TRUE(g.ok()) << schema << ": " << g.status();
+  return g.ok() ? *std::move(g) : Grammar{};
+}
+
+TEST(PythonJsonDumpsTest, WritesLikePython) {
+  EXPECT_EQ(PythonJsonDumps(json::parse(R"({"a": [1, 2.5, null, true], "b": {"c": "x"}})")),
+            R"({"a": [1, 2.5, null, true], "b": {"c": "x"}})");
+  EXPECT_EQ(PythonJsonDumps(json(1.0)), "1.0");
+  EXPECT_EQ(PythonJsonDumps(json(-0.0)), "-0.0");
+  EXPECT_EQ(PythonJsonDumps(json(1e100)), "1e+100");
+  EXPECT_EQ(PythonJsonDumps(json(1.5e-7)), "1.5e-07");
+  EXPECT_EQ(PythonJsonDumps(json(1e16)), "1e+16");
+  EXPECT_EQ(PythonJsonDumps(json(123456789012345.6)), "123456789012345.6");
+  EXPECT_EQ(PythonJsonDumps(json(0.0001)), "0.0001");
+  EXPECT_EQ(PythonJsonDumps(json(0.00001)), "1e-05");
+  EXPECT_EQ(PythonJsonDumps(json("é\"\\\n\x01")), "\"é\\\"\\\\\\n\\u0001\"");
+}
+
+TEST(JsonSchemaTest, AnyJsonAndTypes) {
+  Grammar any = MustCompile("{}");
+  for (const char* ok : {"null", "1", "-0.5e+3", R"("a\u00e9")", "[1, [], {}]",
+                         R"({"a": {"b": [true, false]}})", "{ }", "[\n  1,\n  2\n]"}) {
+    EXPECT_TRUE(Matches(any, ok)) << ok;
+  }
+  for (const char* bad : {"", "nul", "01", "1.", "[1,]", R"({"a"})", "{'a': 1}", "[1  ]"}) {
+    EXPECT_FALSE(Matches(any, bad)) << bad;
+  }
+  Grammar t = MustCompile(R"({"type": ["integer", "null"]})");
+  EXPECT_TRUE(Matches(t, "12"));
+  EXPECT_TRUE(Matches(t, "12.0"));
+  EXPECT_TRUE(Matches(t, "null"));
+  EXPECT_FALSE(Matches(t, "12.5"));
+  EXPECT_FALSE(Matches(t, "\"12\""));
+  EXPECT_FALSE(Matches(MustCompile("false"), "null"));
+}
+
+TEST(JsonSchemaTest, ObjectsTakeKeysInAnyOrderOnce) {
+  Grammar g = MustCompile(R"({"type": "object", "properties": {"a": {"type": "integer"},
+      "b": {"type": "string"}, "c": {"type": "boolean"}}, "required": ["a", "b"],
+      "additionalProperties": false})");
+  EXPECT_TRUE(Matches(g, R"({"a": 1, "b": "x"})"));
+  EXPECT_TRUE(Matches(g, R"({"b": "x", "c": true, "a": 1})"));
+  EXPECT_TRUE(Matches(g, R"({"b":"x","a":1})"));
+  EXPECT_FALSE(Matches(g, R"({"a": 1})"));
+  EXPECT_FALSE(Matches(g, R"({"a": 1, "b": "x", "a": 2})"));
+  EXPECT_FALSE(Matches(g, R"({"a": 1, "b": "x", "d": 2})"));
+  EXPECT_FALSE(Matches(g, R"({"a": "1", "b": "x"})"));
+  Grammar open = MustCompile(R"({"properties": {"a": {"type": "integer"}}})");
+  EXPECT_TRUE(Matches(open, R"({"b": "x", "a": 1, "ab": [1]})"));
+  EXPECT_FALSE(Matches(open, R"({"b": "x", "a": "1"})"));
+  EXPECT_FALSE(Matches(open, R"({"\u0061": "1"})"));  // "a" written with an escape
+}
+
+TEST(JsonSchemaTest, IntegerAndNumberBoundsAreExact) {
+  Grammar g = MustCompile(R"({"type": "integer", "minimum": -15, "exclusiveMaximum": 120})");
+  for (int v = -40; v <= 200; ++v) {
+    EXPECT_EQ(Matches(g, std::to_string(v)), v >= -15 && v < 120) << v;
+  }
+  EXPECT_TRUE(Matches(g, "-0"));
+  EXPECT_TRUE(Matches(g, "7.0"));
+  Grammar n = MustCompile(R"({"type": "number", "minimum": 0.25, "maximum": 10.5})");
+  for (const char* ok : {"0.25", "0.250", "0.3", "1", "10", "10.5", "10.49", "3.14159"}) {
+    EXPECT_TRUE(Matches(n, ok)) << ok;
+  }
+  for (const char* bad : {"0.2", "0.249", "0", "-1", "10.51", "11", "100"}) {
+    EXPECT_FALSE(Matches(n, bad)) << bad;
+  }
+  Grammar x = MustCompile(R"({"type": "number", "exclusiveMinimum": 0})");
+  EXPECT_TRUE(Matches(x, "0.001"));
+  EXPECT_FALSE(Matches(x, "0"));
+  EXPECT_FALSE(Matches(x, "0.000"));
+  EXPECT_FALSE(Matches(x, "-0.5"));
+  Grammar m = MustCompile(R"({"type": "integer", "multipleOf": 7})");
+  for (int v = -30; v <= 30; ++v) EXPECT_EQ(Matches(m, std::to_string(v)), v % 7 == 0) << v;
+}
+
+TEST(JsonSchemaTest, ConstAndEnumMatchNumbersByValue) {
+  Grammar g = MustCompile(R"({"enum": [1, "a\"b", [2, {"x": null}], {"p": 1, "q": 2}]})");
+  EXPECT_TRUE(Matches(g, "1"));
+  EXPECT_TRUE(Matches(g, "1.0"));
+  EXPECT_FALSE(Matches(g, "true"));
+  EXPECT_TRUE(Matches(g, R"("a\"b")"));
+  EXPECT_TRUE(Matches(g, R"([2.0, {"x": null}])"));
+  EXPECT_TRUE(Matches(g, R"({"q": 2, "p": 1})"));
+  EXPECT_FALSE(Matches(g, R"({"q": 2})"));
+  Grammar f = MustCompile(R"({"type": "string", "enum": ["a", 1, "bc"], "maxLength": 1})");
+  EXPECT_TRUE(Matches(f, R"("a")"));
+  EXPECT_FALSE(Matches(f, R"("bc")"));
+  EXPECT_FALSE(Matches(f, "1"));
+}
+
+TEST(JsonSchemaTest, ReferencesRecurse) {
+  Grammar g = MustCompile(R"({"$defs": {"node": {"type": "object", "properties": {
+      "v": {"type": "integer"}, "next": {"anyOf": [{"$ref": "#/$defs/node"}, {"type": "null"}]}},
+      "required": ["v"], "additionalProperties": false}}, "$ref": "#/$defs/node"})");
+  EXPECT_TRUE(Matches(g, R"({"v": 1, "next": {"v": 2, "next": null}})"));
+  EXPECT_FALSE(Matches(g, R"({"v": 1, "next": {"next": null}})"));
+}
+
+TEST(JsonSchemaTest, AllOfMergesAndOneOfNeedsDisjointBranches) {
+  Grammar g = MustCompile(R"({"allOf": [{"type": "object", "properties": {"a": {"type":
+      "integer"}}, "required": ["a"]}, {"properties": {"a": {"minimum": 3}, "b": {"type":
+      "string"}}}]})");
+  EXPECT_TRUE(Matches(g, R"({"a": 3, "b": "x"})"));
+  EXPECT_FALSE(Matches(g, R"({"a": 2})"));
+  EXPECT_FALSE(Matches(g, R"({"a": 3, "b": 1})"));
+  Grammar one = MustCompile(R"({"oneOf": [{"type": "string"}, {"type": "integer"}]})");
+  EXPECT_TRUE(Matches(one, "1"));
+  EXPECT_TRUE(Matches(one, R"("1")"));
+  absl::StatusOr<Grammar> overlap = CompileSchema(R"({"oneOf": [{"type": "number"},
+      {"type": "integer"}]})");
+  EXPECT_EQ(overlap.status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(JsonSchemaTest, ErrorsNameTheKeywordAndItsPointer) {
+  absl::StatusOr<Grammar> g = CompileSchema(R"({"properties": {"a/b": {"if": {}}}})");
+  ASSERT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(g.status().message().find("`if`"), std::string::npos) << g.status();
+  auto param = g.status().GetPayload(kSchemaParamPayload);
+  ASSERT_TRUE(param.has_value());
+  EXPECT_EQ(std::string(*param), "/properties/a~1b/if");
+  EXPECT_EQ(CompileSchema(R"({"$ref": "http://example.com/s.json"})").status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CompileSchema("{").status().code(), absl::StatusCode::kInvalidArgument);
+  GrammarLimits tight;
+  tight.max_depth = 3;
+  GrammarBuilder b(tight);
+  absl::StatusOr<GrammarBuilder::Expr> deep = CompileJsonSchema(
+      b, R"({"items": {"items": {"items": {"items": {"items": {}}}}}})", {});
+  EXPECT_EQ(deep.status().code(), absl::StatusCode::kResourceExhausted);
+}
+
+TEST(JsonSchemaTest, FormatsAndStringLengths) {
+  Grammar d = MustCompile(R"({"type": "string", "format": "date-time"})");
+  EXPECT_TRUE(Matches(d, R"("2024-02-29T12:30:00Z")"));
+  EXPECT_TRUE(Matches(d, R"("1999-12-31T23:59:59.123+05:30")"));
+  EXPECT_FALSE(Matches(d, R"("2023-02-29T12:30:00Z")"));
+  EXPECT_FALSE(Matches(d, R"("2024-04-31T12:30:00Z")"));
+  EXPECT_FALSE(Matches(d, R"("2024-01-01 12:30:00Z")"));
+  Grammar l = MustCompile(R"({"type": "string", "minLength": 2, "maxLength": 3})");
+  EXPECT_TRUE(Matches(l, R"("ab")"));
+  EXPECT_TRUE(Matches(l, R"("\n\u00e9x")"));
+  EXPECT_TRUE(Matches(l, "\"\xC3\xA9\xC3\xA9\""));
+  EXPECT_FALSE(Matches(l, R"("a")"));
+  EXPECT_FALSE(Matches(l, R"("abcd")"));
+}
+
+TEST(JsonSchemaTest, WhitespaceIsBounded) {
+  Grammar g = MustCompile(R"({"type": "array", "items": {"type": "integer"}})");
+  EXPECT_TRUE(Matches(g, "[1, 2]"));
+  EXPECT_TRUE(Matches(g, "[\n    1,\n    2\n]"));
+  EXPECT_FALSE(Matches(g, "[1,  2]"));
+  EXPECT_FALSE(Matches(g, "[1,\n" + std::string(21, ' ') + "2]"));
+  JsonSchemaOptions compact;
+  compact.pretty = false;
+  Grammar c = MustCompile(R"({"type": "array"})", compact);
+  EXPECT_TRUE(Matches(c, "[1, 2]"));
+  EXPECT_FALSE(Matches(c, "[1,\n2]"));
+}
+
+// ---- JSON-Schema-Test-Suite ----
+
+struct Tally {
+  int groups = 0, compiled = 0, all_passed = 0, tests = 0, valid_rejected = 0;
+  int invalid_accepted = 0;
+};
+
+TEST(JsonSchemaSuiteTest, NoInvalidInstanceIsAccepted) {
+  const std::filesystem::path dir =
+      std::filesystem::path(HEAVYKV_SOURCE_DIR) / "tests/data/json_schema_test_suite";
+  std::vector<std::filesystem::path> files;
+  for (const auto& e : std::filesystem::recursive_directory_iterator(dir)) {
+    if (e.path().extension() == ".json") files.push_back(e.path());
+  }
+  std::sort(files.begin(), files.end());
+  ASSERT_FALSE(files.empty());
+  std::map<std::string, Tally> by_draft;
+  std::map<std::string, int> errors_by_keyword;
+  std::vector<double> compile_ms;
+  for (const auto& path : files) {
+    std::ifstream in(path);
+    std::stringstream text;
+    text << in.rdbuf();
+    const json groups = json::parse(text.str());
+    const std::string rel = std::filesystem::relative(path, dir).string();
+    Tally& t = by_draft[rel.substr(0, rel.find('/'))];
+    for (const json& group : groups) {
+      ++t.groups;
+      const auto start = std::chrono::steady_clock::now();
+      absl::StatusOr<Grammar> g = CompileSchema(group["schema"].dump());
+      compile_ms.push_back(std::chrono::duration<double, std::milli>(
+                               std::chrono::steady_clock::now() - start).count());
+      if (!g.ok()) {
+        const std::string m(g.status().message());
+        const size_t a = m.find('`'), z = m.find('`', a + 1);
+        ++errors_by_keyword[a == std::string::npos ? m.substr(0, 40) : m.substr(a, z - a + 1)];
+        continue;
+      }
+      ++t.compiled;
+      bool all = true;
+      for (const json& test : group["tests"]) {
+        ++t.tests;
+        const std::string instance = PythonJsonDumps(test["data"]);
+        const bool valid = test["valid"].get<bool>();
+        const bool matched = Matches(*g, instance);
+        if (valid && !matched) {
+          ++t.valid_rejected;
+          all = false;
+        }
+        if (!valid && matched) {
+          ++t.invalid_accepted;
+          all = false;
+          ADD_FAILURE() << rel << ": \"" << group["description"].get<std::string>() << "\" / \""
+                        << test["description"].get<std::string>() << "\": the invalid instance "
+                        << instance << " was accepted by the schema " << group["schema"].dump();
+        }
+      }
+      t.all_passed += all;
+    }
+  }
+  Tally sum;
+  for (const auto& [draft, t] : by_draft) {
+    std::printf("[suite] %-14s groups %4d compiled %4d all-passed %4d (%.1f%%) tests %5d "
+                "valid-rejected %4d invalid-accepted %d\n",
+                draft.c_str(), t.groups, t.compiled, t.all_passed, 100.0 * t.all_passed / t.groups,
+                t.tests, t.valid_rejected, t.invalid_accepted);
+    sum.groups += t.groups;
+    sum.compiled += t.compiled;
+    sum.all_passed += t.all_passed;
+    sum.invalid_accepted += t.invalid_accepted;
+  }
+  std::sort(compile_ms.begin(), compile_ms.end());
+  std::printf("[suite] total groups %d compiled %d all-passed %d (%.1f%%) invalid-accepted %d; "
+              "compile p50 %.3f ms p99 %.3f ms\n",
+              sum.groups, sum.compiled, sum.all_passed, 100.0 * sum.all_passed / sum.groups,
+              sum.invalid_accepted, compile_ms[compile_ms.size() / 2],
+              compile_ms[compile_ms.size() * 99 / 100]);
+  std::vector<std::pair<int, std::string>> top;
+  for (const auto& [k, n] : errors_by_keyword) top.push_back({n, k});
+  std::sort(top.rbegin(), top.rend());
+  for (size_t i = 0; i < std::min<size_t>(top.size(), 12); ++i) {
+    std::printf("[suite] not compiled: %3d x %s\n", top[i].first, top[i].second.c_str());
+  }
+  EXPECT_EQ(sum.invalid_accepted, 0);
+}
+
+}  // namespace
+}  // namespace heavykv::grammar
