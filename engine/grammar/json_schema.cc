@@ -36,6 +36,7 @@ class Compiler {
   absl::StatusOr<Expr> CompileConst(const json& value, int depth);
   absl::StatusOr<Expr> CompileString(const json& s, const std::string& ptr);
   absl::StatusOr<Expr> CompileNumber(const json& s, const std::string& ptr, bool integer_only);
+  absl::StatusOr<Expr> NonIntegerNumber(const json& s, const std::string& ptr);
   absl::StatusOr<Expr> CompileArray(const json& s, const std::string& ptr, int depth);
   absl::StatusOr<Expr> CompileObject(const json& s, const std::string& ptr, int depth);
   absl::StatusOr<uint32_t> TypesOf(const json& s, const std::string& ptr);
@@ -131,11 +132,19 @@ absl::StatusOr<Expr> Compiler::CompileRef(const std::string& ref, const std::str
 
 absl::StatusOr<Expr> Compiler::CompileNormalized(const json& s, const std::string& ptr,
                                                  int depth) {
+  // if: true / false picks then / else once and for all.
+  if (s.contains("if") && s["if"].is_boolean()) {
+    json rest = s;
+    const char* taken = s["if"].get<bool>() ? "then" : "else";
+    const json branch = s.contains(taken) ? s[taken] : json(true);
+    for (const char* kw : {"if", "then", "else"}) rest.erase(kw);
+    absl::StatusOr<json> m = schemas_.MergeInto(rest, branch, Child(ptr, taken));
+    if (!m.ok()) return m.status();
+    return Compile(*m, ptr, depth + 1);
+  }
   // Unsupported assertions first, whatever the instance's type.
   for (const char* kw : {"if", "$dynamicRef", "$recursiveRef", "dependentSchemas"}) {
-    if (s.contains(kw) && !(std::string_view(kw) == "if" && s[kw] == json(true))) {
-      return SchemaError(kw, Child(ptr, kw), "is not supported");
-    }
+    if (s.contains(kw)) return SchemaError(kw, Child(ptr, kw), "is not supported");
   }
   // anyOf / oneOf: each branch with the rest of the schema.
   for (const char* kw : {"anyOf", "oneOf"}) {
@@ -178,7 +187,8 @@ absl::StatusOr<Expr> Compiler::CompileNormalized(const json& s, const std::strin
   if (*types & kNull) alts.push_back(b_.Literal("null"));
   if (*types & kBoolean) alts.push_back(b_.Alt({b_.Literal("true"), b_.Literal("false")}));
   if (*types & (kInteger | kFraction)) {
-    absl::StatusOr<Expr> e = CompileNumber(s, ptr, !(*types & kFraction));
+    absl::StatusOr<Expr> e = (*types & kInteger) ? CompileNumber(s, ptr, !(*types & kFraction))
+                                                  : NonIntegerNumber(s, ptr);
     if (!e.ok()) return e.status();
     alts.push_back(*e);
   }
@@ -398,6 +408,22 @@ absl::StatusOr<Expr> Compiler::CompileNumber(const json& s, const std::string& p
     return t_.IntegerMultipleOf(int(*multiple));
   }
   return t_.IntegerRange(ilo, ihi);
+}
+
+// Numbers that are not integers (`not: {type: integer}`): a fraction with a digit other than 0.
+absl::StatusOr<Expr> Compiler::NonIntegerNumber(const json& s, const std::string& ptr) {
+  for (const char* kw : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum",
+                         "multipleOf"}) {
+    if (s.contains(kw)) {
+      return SchemaError(kw, Child(ptr, kw), "does not compile for non-integer numbers only");
+    }
+  }
+  Expr digit = b_.Bytes(ByteSet::Range('0', '9'));
+  Expr int_part = b_.Alt({b_.Literal("0"), b_.Seq({b_.Bytes(ByteSet::Range('1', '9')),
+                                                   b_.Repeat(digit, 0, -1)})});
+  return b_.Seq({b_.Optional(b_.Literal("-")), int_part, b_.Literal("."),
+                 b_.Repeat(b_.Literal("0"), 0, -1), b_.Bytes(ByteSet::Range('1', '9')),
+                 b_.Repeat(digit, 0, -1)});
 }
 
 // ---- arrays ----

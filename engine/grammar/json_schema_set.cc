@@ -387,6 +387,21 @@ absl::StatusOr<json> SchemaSet::Merge(json a, json b, const std::string& ptr, in
     if (!b.is_object()) return Merge(a, b, ptr, depth + 1);
   }
   const auto number = [](const json& v) { return Decimal::FromJson(v); };
+  // unevaluated* sees only what its own schema evaluates: merged with another side's
+  // properties or items it would see those too.
+  for (const auto& [x, y] : {std::pair<const json*, const json*>{&a, &b}, {&b, &a}}) {
+    const bool y_obj = y->contains("properties") || y->contains("patternProperties") ||
+                       y->contains("additionalProperties") || y->contains("unevaluatedProperties");
+    const bool y_arr = y->contains("items") || y->contains("prefixItems") ||
+                       y->contains("additionalItems") || y->contains("unevaluatedItems") ||
+                       y->contains("contains");
+    if (x->contains("unevaluatedProperties") && y_obj) {
+      return SchemaError("unevaluatedProperties", ptr, "does not merge (allOf)");
+    }
+    if (x->contains("unevaluatedItems") && y_arr) {
+      return SchemaError("unevaluatedItems", ptr, "does not merge (allOf)");
+    }
+  }
   json r = a;
   // Object keywords that interact: a key only one side lists must pass the other side's
   // additionalProperties.

@@ -776,8 +776,10 @@ std::optional<Expr> JsonText::FormatBody(std::string_view format) {
                   b.Seq({pre(6), L("::")})});
   }
   if (format == "hostname") {
-    // At most 4 labels of at most 62: within the 253 of a name. Labels start with a letter.
-    Expr l = label(alpha, 60);
+    // At most 4 labels of at most 61: within the 253 of a name. A label starts with a letter and
+    // has no "--" (which punycode's xn-- would need checked) and no hyphen at its end.
+    Expr l = b.Seq({b.Bytes(alpha), b.Repeat(b.Alt({b.Bytes(alnum), b.Seq({L("-"), b.Bytes(alnum)})}),
+                                             0, 30)});
     return b.Seq({l, b.Repeat(b.Seq({L("."), l}), 0, 3)});
   }
   if (format == "email") {

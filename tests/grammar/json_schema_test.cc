@@ -228,6 +228,7 @@ TEST(JsonSchemaSuiteTest, NoInvalidInstanceIsAccepted) {
         const std::string m(g.status().message());
         const size_t a = m.find('`'), z = m.find('`', a + 1);
         ++errors_by_keyword[a == std::string::npos ? m.substr(0, 40) : m.substr(a, z - a + 1)];
+        if (getenv("SUITE_VERBOSE")) std::printf("[error] %s: %s\n", rel.c_str(), m.c_str());
         continue;
       }
       ++t.compiled;
