@@ -21,10 +21,20 @@ using Expr = GrammarBuilder::Expr;
 // Objects with at most this many named properties take them in any order.
 constexpr int kMaxAnyOrderProperties = 8;
 
+// Draft 3 and 4 validators take 1.0 for a number but not for an integer.
+bool IsDraft4(const json& root) {
+  if (!root.is_object() || !root.contains("$schema") || !root["$schema"].is_string()) return false;
+  const std::string& s = root["$schema"].get_ref<const std::string&>();
+  return s.find("draft-04") != std::string::npos || s.find("draft-03") != std::string::npos;
+}
+
 class Compiler {
  public:
   Compiler(GrammarBuilder& b, const json& root, const JsonSchemaOptions& options)
-      : b_(b), t_(b, options.pretty), options_(options), schemas_(root) {}
+      : b_(b),
+        t_(b, options.pretty, !IsDraft4(root)),
+        options_(options),
+        schemas_(root) {}
 
   absl::StatusOr<Expr> Compile(const json& schema, const std::string& ptr, int depth);
   Expr AnyValue();

@@ -454,17 +454,23 @@ Expr JsonText::AnyInteger() {
   if (any_integer_ < 0) {
     Expr int_part = b_.Alt({b_.Literal("0"), b_.Seq({b_.Bytes(ByteSet::Range('1', '9')),
                                                      b_.Repeat(Digit(), 0, -1)})});
-    Expr zero_frac = b_.Optional(b_.Seq({b_.Literal("."), b_.Repeat(b_.Literal("0"), 1, -1)}));
+    Expr zero_frac = IntegerFloatSuffix();
     // Python writes integral floats from 1e16 up as 1e+16 or 1.5e+16.
     Expr sci = b_.Seq({b_.Bytes(ByteSet::Range('1', '9')),
                        b_.Optional(b_.Seq({b_.Literal("."), Digit()})), b_.Literal("e+"),
                        b_.Bytes(ByteSet::Range('1', '9')), Digit()});
     RuleId r = b_.DeclareRule("integer");
     b_.DefineRule(r, b_.Seq({b_.Optional(b_.Literal("-")),
-                             b_.Alt({b_.Seq({int_part, zero_frac}), sci})}));
+                             integer_floats_ ? b_.Alt({b_.Seq({int_part, zero_frac}), sci})
+                                             : int_part}));
     any_integer_ = b_.Ref(r);
   }
   return any_integer_;
+}
+
+Expr JsonText::IntegerFloatSuffix() {
+  if (!integer_floats_) return b_.Empty();
+  return b_.Optional(b_.Seq({b_.Literal("."), b_.Repeat(b_.Literal("0"), 1, -1)}));
 }
 
 Expr JsonText::SameLengthRange(std::string_view lo, std::string_view hi) {
@@ -524,8 +530,7 @@ Expr JsonText::IntegerRange(std::optional<Decimal> lo, std::optional<Decimal> hi
                                                                     lo->int_digits)
                                                               : std::nullopt)}));
   }
-  Expr zero_frac = b_.Optional(b_.Seq({b_.Literal("."), b_.Repeat(b_.Literal("0"), 1, -1)}));
-  return b_.Seq({b_.Alt(std::move(alts)), zero_frac});
+  return b_.Seq({b_.Alt(std::move(alts)), IntegerFloatSuffix()});
 }
 
 Expr JsonText::FracDigits(std::optional<FracBound> lo, std::optional<FracBound> hi,
@@ -664,8 +669,7 @@ Expr JsonText::IntegerMultipleOf(int k) {
   for (int d = 1; d <= 9; ++d) {
     first.push_back(b_.Seq({b_.Literal(std::string(1, char('0' + d))), b_.Ref(rem[d % k])}));
   }
-  Expr zero_frac = b_.Optional(b_.Seq({b_.Literal("."), b_.Repeat(b_.Literal("0"), 1, -1)}));
-  return b_.Seq({b_.Optional(b_.Literal("-")), b_.Alt(std::move(first)), zero_frac});
+  return b_.Seq({b_.Optional(b_.Literal("-")), b_.Alt(std::move(first)), IntegerFloatSuffix()});
 }
 
 Expr JsonText::NumberLiteral(const json& number) {

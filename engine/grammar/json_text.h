@@ -55,7 +55,10 @@ class JsonText {
  public:
   using Expr = GrammarBuilder::Expr;
 
-  JsonText(GrammarBuilder& b, bool pretty) : b_(b), pretty_(pretty) {}
+  // `integer_floats`: an integer may be written as a float with a zero fraction ("3.0"), as
+  // JSON Schema draft 6 and later say; draft 4 validators refuse it.
+  JsonText(GrammarBuilder& b, bool pretty, bool integer_floats = true)
+      : b_(b), pretty_(pretty), integer_floats_(integer_floats) {}
 
   // After '[', '{', ',' and before ']', '}': nothing, one space, or (pretty) a newline and at
   // most 20 spaces or tabs. After ':' the same.
@@ -93,6 +96,7 @@ class JsonText {
  private:
   Expr Digit();
   Expr Digits();  // [0-9]+
+  Expr IntegerFloatSuffix();  // ".0+" where integers may be written as floats
   Expr StringChar(bool canonical);
   // Unsigned integers (no leading zeros) within [lo, hi] (hi nullopt: unbounded).
   Expr UIntRange(const std::string& lo, const std::optional<std::string>& hi);
@@ -111,6 +115,7 @@ class JsonText {
 
   GrammarBuilder& b_;
   bool pretty_;
+  bool integer_floats_;
   Expr ws_ = -1, digit_ = -1, digits_ = -1, any_string_ = -1, canonical_ = -1;
   Expr any_number_ = -1, any_integer_ = -1;
 };
