@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "engine/grammar/json_schema_set.h"
+#include "engine/grammar/json_string_regex.h"
 #include "engine/grammar/json_text.h"
 
 namespace heavykv::grammar {
@@ -343,9 +344,30 @@ absl::StatusOr<Expr> Compiler::CompileString(const json& s, const std::string& p
     max = int32_t(*n);
   }
   if (max >= 0 && min > max) return b_.Nothing();
-  const bool lengths = min > 0 || max >= 0;
+  bool lengths = min > 0 || max >= 0;
   std::optional<Expr> body;
-  if (s.contains("format") && s["format"].is_string() && IsCheckedFormat(s["format"])) {
+  const bool format = s.contains("format") && IsCheckedFormat(s["format"]);
+  if (s.contains("pattern")) {
+    if (!s["pattern"].is_string()) {
+      return SchemaError("pattern", Child(ptr, "pattern"), "not a string");
+    }
+    absl::StatusOr<StringRegex> re = CompileStringRegex(b_, s["pattern"].get<std::string>());
+    if (!re.ok()) {
+      if (re.status().code() != absl::StatusCode::kInvalidArgument) return re.status();
+      return SchemaError("pattern", Child(ptr, "pattern"), re.status().message());
+    }
+    // Lengths compile beside a pattern only where the pattern already implies them.
+    if (lengths && !(re->min_length >= min &&
+                     (max < 0 || (re->max_length >= 0 && re->max_length <= max)))) {
+      return SchemaError("pattern", Child(ptr, "pattern"),
+                         "does not compile together with minLength/maxLength");
+    }
+    if (format) {
+      return SchemaError("pattern", Child(ptr, "pattern"), "does not compile together with format");
+    }
+    return b_.Seq({b_.Literal("\""), re->expr, b_.Literal("\"")});
+  }
+  if (format) {
     body = t_.FormatBody(s["format"].get<std::string>());
     if (!body) {
       return SchemaError("format", Child(ptr, "format"),
@@ -356,9 +378,6 @@ absl::StatusOr<Expr> Compiler::CompileString(const json& s, const std::string& p
       return SchemaError("format", Child(ptr, "format"),
                          "does not compile together with minLength/maxLength");
     }
-  }
-  if (s.contains("pattern")) {
-    return SchemaError("pattern", Child(ptr, "pattern"), "is not supported yet");
   }
   if (body) return b_.Seq({b_.Literal("\""), *body, b_.Literal("\"")});
   if (lengths) return t_.StringOfLength(min, max);

@@ -6,6 +6,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "engine/grammar/grammar.h"
+#include "engine/grammar/json_string_regex.h"
 #include "engine/grammar/json_text.h"
 
 namespace heavykv::grammar {
@@ -805,6 +806,18 @@ absl::StatusOr<bool> SchemaSet::Satisfies(const json& v, const json& s0, const s
       absl::StatusOr<Grammar> g = std::move(b).Build(root);
       if (!g.ok()) return g.status();
       if (!Matches(*g, v.get_ref<const std::string&>())) return false;
+    } else if (k == "pattern") {
+      if (!v.is_string()) continue;
+      if (!x.is_string()) return SchemaError(k, kp, "not a string");
+      GrammarBuilder b;
+      absl::StatusOr<StringRegex> re = CompileStringRegex(b, x.get<std::string>());
+      if (!re.ok()) return SchemaError(k, kp, re.status().message());
+      const RuleId root = b.DeclareRule("root");
+      b.DefineRule(root, re->expr);
+      absl::StatusOr<Grammar> g = std::move(b).Build(root);
+      if (!g.ok()) return g.status();
+      const std::string text = PythonJsonDumps(v);
+      if (!Matches(*g, std::string_view(text).substr(1, text.size() - 2))) return false;
     } else if (k == "then" || k == "else" || k == "maxContains" || k == "minContains") {
       continue;
     } else {

@@ -181,6 +181,23 @@ TEST(JsonSchemaTest, FormatsAndStringLengths) {
   EXPECT_FALSE(Matches(l, R"("abcd")"));
 }
 
+TEST(JsonSchemaTest, PatternsMatchTheDecodedString) {
+  Grammar g = MustCompile(R"({"type": "string", "pattern": "^[a-z\"]+-\\d{2}$"})");
+  EXPECT_TRUE(Matches(g, R"("ab-12")"));
+  EXPECT_TRUE(Matches(g, R"("a\"b-12")"));  // the string a"b-12
+  EXPECT_FALSE(Matches(g, R"("a"b-12")"));
+  EXPECT_FALSE(Matches(g, R"("ab-1")"));
+  EXPECT_FALSE(Matches(g, R"("xab-12")"[0] == 0 ? "" : R"("Ab-12")"));
+  Grammar search = MustCompile(R"({"type": "string", "pattern": "[0-9]{3}"})");
+  EXPECT_TRUE(Matches(search, R"("ab123cd")"));
+  EXPECT_FALSE(Matches(search, R"("ab12cd")"));
+  for (const char* bad : {"(?=a)", "\\1", "\\bx", "a{,3}", "[]"}) {
+    EXPECT_EQ(CompileSchema(absl::StrCat(R"({"pattern": ")", bad, R"("})")).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
+  }
+}
+
 TEST(JsonSchemaTest, WhitespaceIsBounded) {
   Grammar g = MustCompile(R"({"type": "array", "items": {"type": "integer"}})");
   EXPECT_TRUE(Matches(g, "[1, 2]"));

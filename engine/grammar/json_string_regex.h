@@ -1,0 +1,34 @@
+// A JSON Schema `pattern` as a grammar over the text of a JSON string (json_schema.h): the
+// regular expression is matched against the DECODED string, so each code point it takes is
+// written as json.dumps writes it inside the quotes (raw UTF-8, or \" \\ \n ... \u00xx).
+// regex.h's CompileRegex matches raw text and cannot be embedded as is: a class that holds '"'
+// would let the JSON string end early.
+//
+//   absl::StatusOr<StringRegex> r = CompileStringRegex(builder, "^[a-z]+-\\d{2}$");
+//
+// The validators these schemas meet run Python's `re.search`, not ECMA-262; where the two
+// differ this takes the intersection, so a match here is a match in both: \d \w \s are ASCII,
+// \D \W \S and `.` take only what neither dialect excludes (ASCII for the negated escapes, no
+// line terminators for `.`), `$` is the very end. Refused with INVALID_ARGUMENT (naming the
+// construct and its offset): backreferences, lookaround, \b \B, anchors inside, flags, \p{..}.
+#pragma once
+
+#include <cstdint>
+#include <string_view>
+
+#include "absl/status/statusor.h"
+#include "engine/grammar/grammar.h"
+
+namespace heavykv::grammar {
+
+struct StringRegex {
+  GrammarBuilder::Expr expr;  // the string's text between its quotes
+  int64_t min_length = 0;     // code points of the shortest / longest string it matches
+  int64_t max_length = -1;    // -1: unbounded
+};
+
+// `search`: JSON Schema's unanchored semantics (a match anywhere unless anchored by ^ / $).
+absl::StatusOr<StringRegex> CompileStringRegex(GrammarBuilder& b, std::string_view pattern,
+                                               bool search = true);
+
+}  // namespace heavykv::grammar
