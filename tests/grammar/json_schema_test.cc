@@ -187,11 +187,11 @@ TEST(JsonSchemaTest, PatternsMatchTheDecodedString) {
   EXPECT_TRUE(Matches(g, R"("a\"b-12")"));  // the string a"b-12
   EXPECT_FALSE(Matches(g, R"("a"b-12")"));
   EXPECT_FALSE(Matches(g, R"("ab-1")"));
-  EXPECT_FALSE(Matches(g, R"("xab-12")"[0] == 0 ? "" : R"("Ab-12")"));
+  EXPECT_FALSE(Matches(g, R"("Ab-12")"));
   Grammar search = MustCompile(R"({"type": "string", "pattern": "[0-9]{3}"})");
   EXPECT_TRUE(Matches(search, R"("ab123cd")"));
   EXPECT_FALSE(Matches(search, R"("ab12cd")"));
-  for (const char* bad : {"(?=a)", "\\1", "\\bx", "a{,3}", "[]"}) {
+  for (const char* bad : {"(?=a)", R"(\\1)", R"(\\bx)", "a{,3}", "[]"}) {
     EXPECT_EQ(CompileSchema(absl::StrCat(R"({"pattern": ")", bad, R"("})")).status().code(),
               absl::StatusCode::kInvalidArgument)
         << bad;
