@@ -596,21 +596,17 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
     additional = s["unevaluatedProperties"];
     additional_ptr = Child(ptr, "unevaluatedProperties");
   }
+  // patternProperties: (pattern, schema), the trivial ones dropped where keys are open anyway.
+  std::vector<std::pair<std::string, json>> patterns;
   if (s.contains("patternProperties")) {
     const json& pp = s["patternProperties"];
-    bool trivial = pp.is_object();
-    if (trivial) {
-      for (auto it = pp.begin(); it != pp.end(); ++it) {
-        trivial &= it.value() == json(true) || (it.value().is_object() && it.value().empty());
-      }
+    if (!pp.is_object()) {
+      return SchemaError("patternProperties", Child(ptr, "patternProperties"), "not an object");
     }
-    // Keys matching a pattern take any value and are not `additional`: exact only when
-    // additional properties take any value too.
-    if (!trivial || !(additional == json(true) || (additional.is_object() && additional.empty()))) {
-      if (!(pp.is_object() && pp.empty())) {
-        return SchemaError("patternProperties", Child(ptr, "patternProperties"),
-                           "is not supported");
-      }
+    for (auto it = pp.begin(); it != pp.end(); ++it) {
+      const bool trivial = it.value() == json(true) ||
+                           (it.value().is_object() && it.value().empty());
+      if (!trivial || additional == json(false)) patterns.push_back({it.key(), it.value()});
     }
   }
   if (s.contains("propertyNames")) {
@@ -674,15 +670,34 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
   const int n = int(keys.size());
   const bool any_order = !options_.ordered_properties && n <= kMaxAnyOrderProperties;
   const bool open = additional != json(false);
+  const bool extras = open || !patterns.empty();  // members beyond the listed keys
   if (!any_order && !deps.empty()) {
     return SchemaError(s.contains("dependentRequired") ? "dependentRequired" : "dependencies",
                        ptr, "compiles only for objects of at most 8 properties");
   }
   const bool counted = min_props > int64_t(required.size()) || max_props >= 0;
-  if (counted && (open ? n > 0 : !any_order)) {
+  if (counted && (extras ? n > 0 : !any_order)) {
     return SchemaError(max_props >= 0 ? "maxProperties" : "minProperties",
                        Child(ptr, max_props >= 0 ? "maxProperties" : "minProperties"),
                        "compiles only with no properties listed or additionalProperties false");
+  }
+  // A listed key that a pattern matches takes both schemas.
+  for (int i = 0; i < n; ++i) {
+    json all = json::array({values[i]});
+    for (const auto& [pattern, schema] : patterns) {
+      absl::StatusOr<bool> m = StringRegexMatches(pattern, keys[i]);
+      if (!m.ok()) {
+        return SchemaError("patternProperties",
+                           Child(Child(ptr, "patternProperties"), pattern), m.status().message());
+      }
+      if (!*m) continue;
+      if (!open) {
+        return SchemaError("patternProperties", Child(Child(ptr, "patternProperties"), pattern),
+                           "matches a listed property while additionalProperties is false");
+      }
+      all.push_back(schema);
+    }
+    if (all.size() > 1) values[i] = json{{"allOf", all}};
   }
   // Members.
   std::vector<Expr> members(n);
@@ -693,9 +708,32 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
   }
   Expr extra = b_.Nothing();
   if (open) {
-    absl::StatusOr<Expr> v = Compile(additional, additional_ptr, depth + 1);
+    // Keys not listed: each must pass additionalProperties and every pattern's schema, which is
+    // exact for the keys a pattern matches and stricter (never looser) for the others.
+    json all = json::array({additional});
+    for (const auto& p : patterns) all.push_back(p.second);
+    absl::StatusOr<Expr> v = Compile(all.size() == 1 ? additional : json{{"allOf", all}},
+                                     additional_ptr, depth + 1);
     if (!v.ok()) return v.status();
     extra = b_.Seq({t_.CanonicalStringExcept(keys), t_.Colon(), *v});
+  } else if (!patterns.empty()) {
+    // Only keys a pattern matches (and none of the listed ones, checked above).
+    std::vector<Expr> key_alts;
+    json all = json::array();
+    for (const auto& [pattern, schema] : patterns) {
+      absl::StatusOr<StringRegex> re = CompileStringRegex(b_, pattern);
+      if (!re.ok()) {
+        return SchemaError("patternProperties", Child(Child(ptr, "patternProperties"), pattern),
+                           re.status().message());
+      }
+      key_alts.push_back(re->expr);
+      all.push_back(schema);
+    }
+    absl::StatusOr<Expr> v = Compile(json{{"allOf", all}}, Child(ptr, "patternProperties"),
+                                     depth + 1);
+    if (!v.ok()) return v.status();
+    extra = b_.Seq({b_.Literal("\""), b_.Alt(std::move(key_alts)), b_.Literal("\""),
+                    t_.Colon(), *v});
   }
   const Expr open_brace = b_.Seq({b_.Literal("{"), t_.Ws()});
   const Expr close_brace = b_.Seq({t_.Ws(), b_.Literal("}")});
@@ -703,7 +741,7 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
   std::vector<bool> is_required(n, false);
   for (const std::string& r : required) is_required[index_of(r)] = true;
 
-  if (n == 0 && open) {
+  if (n == 0 && extras) {
     // Any keys: count-bounded.
     if (max_props == 0) return min_props == 0 ? empty : b_.Nothing();
     if (max_props >= 0 && min_props > max_props) return b_.Nothing();
@@ -733,7 +771,7 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
         }
       }
       const int count = std::popcount(mask);
-      if (!open && (count < min_props || (max_props >= 0 && count > max_props))) return false;
+      if (!extras && (count < min_props || (max_props >= 0 && count > max_props))) return false;
       return true;
     };
     std::map<uint32_t, RuleId> body_rules;
@@ -749,8 +787,8 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
     const auto after = [&](uint32_t mask) {
       std::vector<Expr> alts;
       if (can_end(mask)) alts.push_back(b_.Empty());
-      const bool room = open || max_props < 0 || std::popcount(mask) < max_props;
-      const bool any_left = open || std::popcount(mask) < n;
+      const bool room = extras || max_props < 0 || std::popcount(mask) < max_props;
+      const bool any_left = extras || std::popcount(mask) < n;
       if (room && any_left) alts.push_back(b_.Seq({t_.Comma(), body_ref(mask)}));
       return b_.Alt(std::move(alts));
     };
@@ -764,7 +802,7 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
       for (int i = 0; i < n; ++i) {
         if (!(mask >> i & 1)) alts.push_back(b_.Seq({members[i], after(mask | (1u << i))}));
       }
-      if (open) alts.push_back(b_.Seq({extra, after(mask)}));
+      if (extras) alts.push_back(b_.Seq({extra, after(mask)}));
       b_.DefineRule(body_rules[mask], b_.Alt(std::move(alts)));
     }
     return b_.Alt(std::move(start));
@@ -779,7 +817,7 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
   const auto then = [&](int i) {
     std::vector<Expr> alts;
     if (end_ok[i]) alts.push_back(b_.Empty());
-    if (i < n || open) alts.push_back(b_.Seq({t_.Comma(), b_.Ref(next[i])}));
+    if (i < n || extras) alts.push_back(b_.Seq({t_.Comma(), b_.Ref(next[i])}));
     return b_.Alt(std::move(alts));
   };
   for (int i = 0; i <= n; ++i) {
@@ -788,7 +826,7 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
       alts.push_back(b_.Seq({members[i], then(i + 1)}));
       if (!is_required[i]) alts.push_back(b_.Ref(next[i + 1]));
     }
-    if (open) alts.push_back(b_.Seq({extra, then(i)}));
+    if (extras) alts.push_back(b_.Seq({extra, then(i)}));
     b_.DefineRule(next[i], b_.Alt(std::move(alts)));
   }
   std::vector<Expr> start;

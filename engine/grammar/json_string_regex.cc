@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "engine/grammar/json_text.h"
 
 namespace heavykv::grammar {
 namespace {
@@ -448,6 +449,18 @@ absl::StatusOr<StringRegex> CompileStringRegex(GrammarBuilder& b, std::string_vi
                                                bool search) {
   Parser p(b, pattern);
   return p.Run(search);
+}
+
+absl::StatusOr<bool> StringRegexMatches(std::string_view pattern, std::string_view value) {
+  GrammarBuilder b;
+  absl::StatusOr<StringRegex> re = CompileStringRegex(b, pattern);
+  if (!re.ok()) return re.status();
+  const RuleId root = b.DeclareRule("root");
+  b.DefineRule(root, re->expr);
+  absl::StatusOr<Grammar> g = std::move(b).Build(root);
+  if (!g.ok()) return g.status();
+  const std::string text = PythonJsonDumps(nlohmann::ordered_json(std::string(value)));
+  return Matches(*g, std::string_view(text).substr(1, text.size() - 2));
 }
 
 }  // namespace heavykv::grammar

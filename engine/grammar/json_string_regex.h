@@ -31,4 +31,7 @@ struct StringRegex {
 absl::StatusOr<StringRegex> CompileStringRegex(GrammarBuilder& b, std::string_view pattern,
                                                bool search = true);
 
+// Whether `pattern` (searched, as JSON Schema does) matches the decoded string `value`.
+absl::StatusOr<bool> StringRegexMatches(std::string_view pattern, std::string_view value);
+
 }  // namespace heavykv::grammar
