@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <bit>
+#include <chrono>
 #include <map>
 #include <set>
 
@@ -18,6 +19,9 @@ namespace {
 
 using json = nlohmann::ordered_json;
 using Expr = GrammarBuilder::Expr;
+
+// The longest string a length bound is written out for.
+constexpr int64_t kMaxLength = 1'000'000;
 
 // Objects with at most this many named properties take them in any order.
 constexpr int kMaxAnyOrderProperties = 8;
@@ -59,6 +63,8 @@ class Compiler {
   absl::flat_hash_map<std::string, Expr> ref_rules_;
   Expr any_value_ = -1, any_object_ = -1;
   int num_refs_ = 0;
+  std::chrono::steady_clock::time_point deadline_ =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.max_compile_ms);
 };
 
 std::string Child(const std::string& ptr, std::string_view key) {
@@ -107,6 +113,11 @@ absl::StatusOr<Expr> Compiler::Compile(const json& schema, const std::string& pt
     return absl::ResourceExhaustedError(absl::StrCat(
         "the JSON Schema nests past the limit of ", b_.limits().max_depth, " levels at ",
         ptr.empty() ? "/" : ptr, " (max_depth)"));
+  }
+  if (std::chrono::steady_clock::now() > deadline_) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the JSON Schema takes longer than ", options_.max_compile_ms,
+        " ms to compile (max_compile_ms)"));
   }
   if (schema.is_boolean()) return schema.get<bool>() ? AnyValue() : b_.Nothing();
   if (!schema.is_object()) {
@@ -322,26 +333,26 @@ absl::StatusOr<Expr> Compiler::CompileConst(const json& v, int depth) {
 // ---- strings ----
 
 absl::StatusOr<Expr> Compiler::CompileString(const json& s, const std::string& ptr) {
-  int32_t min = 0, max = -1;
+  int64_t min = 0, max = -1;
   if (s.contains("minLength")) {
     absl::StatusOr<int64_t> n = NonNegativeInt(s["minLength"]);
     if (!n.ok()) return SchemaError("minLength", Child(ptr, "minLength"), n.status().message());
-    if (*n > b_.limits().max_repeat) {
+    if (*n > kMaxLength) {
       return absl::ResourceExhaustedError(absl::StrCat(
           "minLength ", *n, " at ", Child(ptr, "minLength"), " is over the limit of ",
-          b_.limits().max_repeat, " (max_repeat)"));
+          kMaxLength));
     }
-    min = int32_t(*n);
+    min = *n;
   }
   if (s.contains("maxLength")) {
     absl::StatusOr<int64_t> n = NonNegativeInt(s["maxLength"]);
     if (!n.ok()) return SchemaError("maxLength", Child(ptr, "maxLength"), n.status().message());
-    if (*n > b_.limits().max_repeat) {
-      return absl::ResourceExhaustedError(absl::StrCat(
-          "maxLength ", *n, " at ", Child(ptr, "maxLength"), " is over the limit of ",
-          b_.limits().max_repeat, " (max_repeat)"));
+    if (*n > kMaxLength) {
+      // Past the limit, a bound this loose constrains nothing we can generate: take the string
+      // up to the limit (fewer valid strings, never an invalid one).
+      *n = kMaxLength;
     }
-    max = int32_t(*n);
+    max = *n;
   }
   if (max >= 0 && min > max) return b_.Nothing();
   bool lengths = min > 0 || max >= 0;

@@ -429,8 +429,44 @@ Expr JsonText::CanonicalStringExcept(const std::vector<std::string>& excluded) {
   return b_.Seq({b_.Literal("\""), rec.Run(0, words.size(), 0)});
 }
 
-Expr JsonText::StringOfLength(int32_t min, int32_t max) {
-  return b_.Seq({b_.Literal("\""), b_.Repeat(StringChar(false), min, max), b_.Literal("\"")});
+Expr JsonText::StringOfLength(int64_t min, int64_t max) {
+  if (string_char_ < 0) {
+    const RuleId r = b_.DeclareRule("char");
+    b_.DefineRule(r, StringChar(false));
+    string_char_ = b_.Ref(r);
+  }
+  return b_.Seq({b_.Literal("\""), LongRepeat(string_char_, min, max), b_.Literal("\"")});
+}
+
+// Counts past a few hundred go through a block rule of B items (B about the square root), so the
+// grammar grows with sqrt(count) rules instead of count: n = q*B + r items is q blocks and r
+// items; up to N optional items is "fewer than q blocks, then fewer than B items" or "q blocks,
+// then at most r items" (each length has one parse).
+Expr JsonText::LongRepeat(Expr item, int64_t min, int64_t max) {
+  constexpr int64_t kDirect = 256;
+  if (min <= kDirect && max <= kDirect) return b_.Repeat(item, int32_t(min), int32_t(max));
+  const int64_t span = std::max(min, max);
+  int64_t block = 1;
+  while (block * block < span) ++block;
+  const RuleId br = b_.DeclareRule(absl::StrCat("block", block));
+  b_.DefineRule(br, b_.Repeat(item, int32_t(block), int32_t(block)));
+  const Expr blk = b_.Ref(br);
+  const auto exactly = [&](int64_t n) {
+    return b_.Seq({b_.Repeat(blk, int32_t(n / block), int32_t(n / block)),
+                   b_.Repeat(item, int32_t(n % block), int32_t(n % block))});
+  };
+  const auto up_to = [&](int64_t n) {  // 0..n items
+    const int64_t q = n / block, r = n % block;
+    std::vector<Expr> alts;
+    if (q > 0) {
+      alts.push_back(b_.Seq({b_.Repeat(blk, 0, int32_t(q - 1)),
+                             b_.Repeat(item, 0, int32_t(block - 1))}));
+    }
+    alts.push_back(b_.Seq({b_.Repeat(blk, int32_t(q), int32_t(q)), b_.Repeat(item, 0, int32_t(r))}));
+    return b_.Alt(std::move(alts));
+  };
+  if (max < 0) return b_.Seq({exactly(min), b_.Repeat(item, 0, -1)});
+  return b_.Seq({exactly(min), up_to(max - min)});
 }
 
 // ---- numbers ----

@@ -75,7 +75,9 @@ class JsonText {
   // Exactly this string, in canonical form.
   Expr StringLiteral(std::string_view value);
   // A string of min..max code points (max -1: unbounded); an escape counts as one.
-  Expr StringOfLength(int32_t min, int32_t max);
+  Expr StringOfLength(int64_t min, int64_t max);
+  // `item` min..max times (max -1: unbounded), for counts in the thousands too.
+  Expr LongRepeat(Expr item, int64_t min, int64_t max);
   // A string of this format (the inside only: no quotes); nullopt when the format is not one
   // written exactly here.
   std::optional<Expr> FormatBody(std::string_view format);
@@ -116,7 +118,7 @@ class JsonText {
   GrammarBuilder& b_;
   bool pretty_;
   bool integer_floats_;
-  Expr ws_ = -1, digit_ = -1, digits_ = -1, any_string_ = -1, canonical_ = -1;
+  Expr string_char_ = -1, ws_ = -1, digit_ = -1, digits_ = -1, any_string_ = -1, canonical_ = -1;
   Expr any_number_ = -1, any_integer_ = -1;
 };
 
