@@ -67,6 +67,20 @@ class Compiler {
       std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.max_compile_ms);
 };
 
+bool IsTrivialSchema(const json& s) { return s == json(true) || (s.is_object() && s.empty()); }
+
+// allOf of `parts` without the trivial ones: a single schema stays itself (a bare $ref stays a
+// reference, so recursion through it is a rule, not an expansion).
+json AllOf(const std::vector<json>& parts) {
+  json all = json::array();
+  for (const json& p : parts) {
+    if (!IsTrivialSchema(p) && std::find(all.begin(), all.end(), p) == all.end()) all.push_back(p);
+  }
+  if (all.empty()) return json(true);
+  if (all.size() == 1) return all[0];
+  return json{{"allOf", all}};
+}
+
 std::string Child(const std::string& ptr, std::string_view key) {
   std::string k;
   for (char c : key) {
@@ -694,7 +708,7 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
   }
   // A listed key that a pattern matches takes both schemas.
   for (int i = 0; i < n; ++i) {
-    json all = json::array({values[i]});
+    std::vector<json> all = {values[i]};
     for (const auto& [pattern, schema] : patterns) {
       absl::StatusOr<bool> m = StringRegexMatches(pattern, keys[i]);
       if (!m.ok()) {
@@ -708,7 +722,7 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
       }
       all.push_back(schema);
     }
-    if (all.size() > 1) values[i] = json{{"allOf", all}};
+    if (all.size() > 1) values[i] = AllOf(all);
   }
   // Members.
   std::vector<Expr> members(n);
@@ -721,16 +735,15 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
   if (open) {
     // Keys not listed: each must pass additionalProperties and every pattern's schema, which is
     // exact for the keys a pattern matches and stricter (never looser) for the others.
-    json all = json::array({additional});
+    std::vector<json> all = {additional};
     for (const auto& p : patterns) all.push_back(p.second);
-    absl::StatusOr<Expr> v = Compile(all.size() == 1 ? additional : json{{"allOf", all}},
-                                     additional_ptr, depth + 1);
+    absl::StatusOr<Expr> v = Compile(AllOf(all), additional_ptr, depth + 1);
     if (!v.ok()) return v.status();
     extra = b_.Seq({t_.CanonicalStringExcept(keys), t_.Colon(), *v});
   } else if (!patterns.empty()) {
     // Only keys a pattern matches (and none of the listed ones, checked above).
     std::vector<Expr> key_alts;
-    json all = json::array();
+    std::vector<json> all;
     for (const auto& [pattern, schema] : patterns) {
       absl::StatusOr<StringRegex> re = CompileStringRegex(b_, pattern);
       if (!re.ok()) {
@@ -740,8 +753,7 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
       key_alts.push_back(re->expr);
       all.push_back(schema);
     }
-    absl::StatusOr<Expr> v = Compile(json{{"allOf", all}}, Child(ptr, "patternProperties"),
-                                     depth + 1);
+    absl::StatusOr<Expr> v = Compile(AllOf(all), Child(ptr, "patternProperties"), depth + 1);
     if (!v.ok()) return v.status();
     extra = b_.Seq({b_.Literal("\""), b_.Alt(std::move(key_alts)), b_.Literal("\""),
                     t_.Colon(), *v});

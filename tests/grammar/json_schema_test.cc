@@ -179,9 +179,9 @@ TEST(JsonSchemaTest, FormatsAndStringLengths) {
   EXPECT_TRUE(Matches(l, "\"\xC3\xA9\xC3\xA9\""));
   EXPECT_FALSE(Matches(l, R"("a")"));
   EXPECT_FALSE(Matches(l, R"("abcd")"));
-  Grammar big = MustCompile(R"({"type": "string", "minLength": 700, "maxLength": 40000})");
-  for (int n : {699, 700, 701, 1000, 39999, 40000, 40001}) {
-    EXPECT_EQ(Matches(big, "\"" + std::string(n, 'x') + "\""), n >= 700 && n <= 40000) << n;
+  Grammar big = MustCompile(R"({"type": "string", "minLength": 700, "maxLength": 5000})");
+  for (int n : {699, 700, 701, 1000, 4999, 5000, 5001}) {
+    EXPECT_EQ(Matches(big, "\"" + std::string(n, 'x') + "\""), n >= 700 && n <= 5000) << n;
   }
 }
 
