@@ -67,6 +67,37 @@ class Compiler {
       std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.max_compile_ms);
 };
 
+// A schema that only says which keys an object has: {required: [...]} and/or
+// {not: {required: [...]}} (annotations aside). anyOf/oneOf lists of these compile as a
+// condition on the set of keys present (CompileObject), not as alternatives.
+bool IsPresenceOnly(const json& s) {
+  if (!s.is_object() || (!s.contains("required") && !s.contains("not"))) return false;
+  for (auto it = s.begin(); it != s.end(); ++it) {
+    if (it.key() == "required") {
+      if (!it.value().is_array()) return false;
+      continue;
+    }
+    if (it.key() == "not") {
+      const json& n = it.value();
+      if (!n.is_object() || !n.contains("required") || !n["required"].is_array()) return false;
+      for (auto jt = n.begin(); jt != n.end(); ++jt) {
+        if (jt.key() != "required" && IsAssertionKeyword(jt.key())) return false;
+      }
+      continue;
+    }
+    if (IsAssertionKeyword(it.key())) return false;
+  }
+  return true;
+}
+
+bool AllPresenceOnly(const json& branches) {
+  if (!branches.is_array() || branches.empty()) return false;
+  for (const json& b : branches) {
+    if (!IsPresenceOnly(b)) return false;
+  }
+  return true;
+}
+
 bool IsTrivialSchema(const json& s) { return s == json(true) || (s.is_object() && s.empty()); }
 
 // allOf of `parts` without the trivial ones: a single schema stays itself (a bare $ref stays a
@@ -184,7 +215,7 @@ absl::StatusOr<Expr> Compiler::CompileNormalized(const json& s, const std::strin
   }
   // anyOf / oneOf: each branch with the rest of the schema.
   for (const char* kw : {"anyOf", "oneOf"}) {
-    if (!s.contains(kw)) continue;
+    if (!s.contains(kw) || AllPresenceOnly(s[kw])) continue;
     const json& branches = s[kw];
     if (!branches.is_array() || branches.empty()) {
       return SchemaError(kw, Child(ptr, kw), "must be a non-empty array");
@@ -254,7 +285,7 @@ absl::StatusOr<uint32_t> Compiler::TypesOf(const json& s, const std::string& ptr
     types = *t;
   }
   if (s.contains("not")) {
-    // Only `not` of types (and of nothing / everything) compiles.
+    // Only `not` of types (and of nothing / everything, and of required keys) compiles.
     const json& n = s["not"];
     if (n.is_boolean()) {
       if (n.get<bool>()) types = 0;
@@ -264,9 +295,20 @@ absl::StatusOr<uint32_t> Compiler::TypesOf(const json& s, const std::string& ptr
       absl::StatusOr<uint32_t> t = TypeMask(n["type"]);
       if (!t.ok()) return SchemaError("not", Child(ptr, "not"), t.status().message());
       types &= ~*t;
+    } else if (IsPresenceOnly(json{{"not", n}})) {
+      types &= kObject;  // `required` holds for any non-object, so its `not` fails there
     } else {
-      return SchemaError("not", Child(ptr, "not"), "compiles only for `not: {type: ...}`");
+      return SchemaError("not", Child(ptr, "not"),
+                         "compiles only for `not: {type: ...}` or `not: {required: [...]}`");
     }
+  }
+  // Key conditions hold (required) or fail (not required) the same way for every non-object.
+  for (const char* kw : {"anyOf", "oneOf"}) {
+    if (!s.contains(kw) || !AllPresenceOnly(s[kw])) continue;
+    int vacuous = 0;
+    for (const json& b : s[kw]) vacuous += !b.contains("not");
+    const bool non_objects = std::string_view(kw) == "anyOf" ? vacuous >= 1 : vacuous == 1;
+    if (!non_objects) types &= kObject;
   }
   return types;
 }
@@ -685,6 +727,67 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
       if (!needs.empty()) deps.push_back({index_of(it.key()), needs});
     }
   }
+  // Conditions on which keys are present: anyOf/oneOf of required lists, not-required.
+  struct Presence {
+    std::vector<std::vector<int>> required, not_all;
+    bool never = false;  // needs a key that can never be present
+  };
+  struct PresenceRule {
+    bool one_of = false;
+    std::vector<Presence> branches;
+  };
+  std::vector<PresenceRule> rules;
+  const bool may_add_keys = additional != json(false) || !patterns.empty();
+  const auto presence = [&](const json& b, const std::string& at) -> absl::StatusOr<Presence> {
+    Presence p;
+    const auto ids = [&](const json& list, bool& unknown) -> absl::StatusOr<std::vector<int>> {
+      std::vector<int> out;
+      for (const json& k : list) {
+        if (!k.is_string()) return SchemaError("required", at, "not a string");
+        const int i = index_of(k.get<std::string>());
+        if (i == int(keys.size())) {
+          if (may_add_keys) {
+            return SchemaError("required", at,
+                               "a key condition on a property the schema does not list");
+          }
+          unknown = true;
+          continue;
+        }
+        out.push_back(i);
+      }
+      return out;
+    };
+    if (b.contains("required")) {
+      bool unknown = false;
+      absl::StatusOr<std::vector<int>> r = ids(b["required"], unknown);
+      if (!r.ok()) return r.status();
+      p.never |= unknown;
+      p.required.push_back(*r);
+    }
+    if (b.contains("not")) {
+      bool unknown = false;
+      absl::StatusOr<std::vector<int>> r = ids(b["not"]["required"], unknown);
+      if (!r.ok()) return r.status();
+      if (!unknown) p.not_all.push_back(*r);  // a key that never comes: not-all always holds
+    }
+    return p;
+  };
+  for (const char* kw : {"anyOf", "oneOf"}) {
+    if (!s.contains(kw) || !AllPresenceOnly(s[kw])) continue;
+    PresenceRule rule;
+    rule.one_of = std::string_view(kw) == "oneOf";
+    for (size_t i = 0; i < s[kw].size(); ++i) {
+      absl::StatusOr<Presence> p = presence(s[kw][i], Child(Child(ptr, kw), i));
+      if (!p.ok()) return p.status();
+      rule.branches.push_back(*p);
+    }
+    rules.push_back(rule);
+  }
+  if (s.contains("not") && IsPresenceOnly(json{{"not", s["not"]}})) {
+    absl::StatusOr<Presence> p = presence(json{{"not", s["not"]}}, Child(ptr, "not"));
+    if (!p.ok()) return p.status();
+    rules.push_back(PresenceRule{false, {*p}});
+  }
   int64_t min_props = 0, max_props = -1;
   for (const char* kw : {"minProperties", "maxProperties"}) {
     if (!s.contains(kw)) continue;
@@ -696,6 +799,10 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
   const bool any_order = !options_.ordered_properties && n <= kMaxAnyOrderProperties;
   const bool open = additional != json(false);
   const bool extras = open || !patterns.empty();  // members beyond the listed keys
+  if (!any_order && !rules.empty()) {
+    return SchemaError(s.contains("oneOf") ? "oneOf" : s.contains("anyOf") ? "anyOf" : "not", ptr,
+                       "key conditions compile only for objects of at most 8 properties");
+  }
   if (!any_order && !deps.empty()) {
     return SchemaError(s.contains("dependentRequired") ? "dependentRequired" : "dependencies",
                        ptr, "compiles only for objects of at most 8 properties");
@@ -792,6 +899,22 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
         for (int j : needs) {
           if (!(mask >> j & 1)) return false;
         }
+      }
+      const auto all_in = [mask](const std::vector<int>& ids) {
+        for (int j : ids) {
+          if (!(mask >> j & 1)) return false;
+        }
+        return true;
+      };
+      for (const PresenceRule& rule : rules) {
+        int satisfied = 0;
+        for (const Presence& p : rule.branches) {
+          bool ok = !p.never;
+          for (const auto& r : p.required) ok = ok && all_in(r);
+          for (const auto& n : p.not_all) ok = ok && !all_in(n);
+          satisfied += ok;
+        }
+        if (rule.one_of ? satisfied != 1 : satisfied == 0) return false;
       }
       const int count = std::popcount(mask);
       if (!extras && (count < min_props || (max_props >= 0 && count > max_props))) return false;

@@ -16,9 +16,9 @@ using json = nlohmann::ordered_json;
 
 constexpr int kMaxInlineDepth = 32;
 
-// Keywords that can make an instance invalid; any other key is an annotation or unknown, which
-// validators ignore.
-bool IsAssertion(std::string_view k) {
+}  // namespace
+
+bool IsAssertionKeyword(std::string_view k) {
   static const char* const kKeywords[] = {
       "type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum",
       "exclusiveMinimum", "maxLength", "minLength", "pattern", "maxItems", "minItems",
@@ -33,6 +33,10 @@ bool IsAssertion(std::string_view k) {
   }
   return false;
 }
+
+namespace {
+
+bool IsAssertion(std::string_view k) { return IsAssertionKeyword(k); }
 
 std::string Child(const std::string& ptr, std::string_view key) {
   std::string k;

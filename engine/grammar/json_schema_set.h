@@ -33,6 +33,9 @@ enum TypeBit : uint32_t {
 absl::Status SchemaError(absl::string_view keyword, const std::string& ptr, absl::string_view why);
 inline constexpr absl::string_view kSchemaParamPayload = "type.heavykv.dev/openai.param";
 
+// Keywords that can make an instance invalid; any other key is an annotation or unknown, which
+// validators ignore.
+bool IsAssertionKeyword(std::string_view keyword);
 // A schema that is a $ref and nothing else that asserts (annotations beside it are fine).
 bool IsBareRef(const nlohmann::ordered_json& s);
 absl::StatusOr<uint32_t> TypeMask(const nlohmann::ordered_json& type);

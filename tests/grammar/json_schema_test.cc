@@ -148,6 +148,19 @@ TEST(JsonSchemaTest, AllOfMergesAndOneOfNeedsDisjointBranches) {
   EXPECT_EQ(overlap.status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+TEST(JsonSchemaTest, KeyConditionsCompileOnTheKeysPresent) {
+  Grammar g = MustCompile(R"({"type": "object", "properties": {"r": {"type": "number"},
+      "l": {"type": "number"}, "w": {"type": "number"}}, "additionalProperties": false,
+      "oneOf": [{"required": ["r"]}, {"required": ["l", "w"]}], "not": {"required": ["w", "r"]}})");
+  EXPECT_TRUE(Matches(g, R"({"r": 1})"));
+  EXPECT_TRUE(Matches(g, R"({"w": 2, "l": 1})"));
+  EXPECT_FALSE(Matches(g, R"({"l": 1})"));
+  EXPECT_FALSE(Matches(g, R"({"r": 1, "l": 1, "w": 2})"));  // both branches
+  EXPECT_FALSE(Matches(g, R"({"r": 1, "w": 2})"));          // the not
+  EXPECT_FALSE(Matches(g, "{}"));
+  EXPECT_FALSE(Matches(g, "1"));
+}
+
 TEST(JsonSchemaTest, ErrorsNameTheKeywordAndItsPointer) {
   absl::StatusOr<Grammar> g = CompileSchema(R"({"properties": {"a/b": {"if": {}}}})");
   ASSERT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
