@@ -623,17 +623,13 @@ bool SchemaSet::Disjoint(const json& a, const json& b) const { return DisjointAt
 
 bool SchemaSet::DisjointAt(const json& a0, const json& b0, int depth) const {
   if (depth > 8) return false;
-  const auto deref = [this](const json& s) -> const json* {
-    const json* cur = &s;
-    for (int i = 0; i < 16 && IsBareRef(*cur) && (*cur)["$ref"].is_string(); ++i) {
-      absl::StatusOr<ResolvedRef> r = Resolve((*cur)["$ref"].get<std::string>(), "");
-      if (!r.ok()) return &s;
-      cur = r->schema;
-    }
-    return cur;
+  // Both sides with references followed and allOf merged (as written when that fails).
+  const auto flat = [this, depth](const json& s) -> json {
+    absl::StatusOr<json> n = Inline(s, "", depth);
+    return n.ok() ? *std::move(n) : s;
   };
-  const json& a = *deref(a0);
-  const json& b = *deref(b0);
+  const json a = flat(a0);
+  const json b = flat(b0);
   const uint32_t common = PossibleTypes(a, 0) & PossibleTypes(b, 0);
   if (common == 0) return true;
   if (!a.is_object() || !b.is_object()) return false;
