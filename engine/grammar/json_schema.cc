@@ -47,7 +47,7 @@ class Compiler {
  private:
   absl::StatusOr<Expr> CompileNormalized(const json& s, const std::string& ptr, int depth);
   absl::StatusOr<Expr> CompileRef(const std::string& ref, const std::string& ptr, int depth);
-  absl::StatusOr<Expr> CompileEnum(const json& s, const std::string& ptr, uint32_t types);
+  absl::StatusOr<Expr> CompileEnum(const json& s, const std::string& ptr);
   absl::StatusOr<Expr> CompileConst(const json& value, int depth);
   absl::StatusOr<Expr> CompileString(const json& s, const std::string& ptr);
   absl::StatusOr<Expr> CompileNumber(const json& s, const std::string& ptr, bool integer_only);
@@ -199,6 +199,8 @@ absl::StatusOr<Expr> Compiler::CompileRef(const std::string& ref, const std::str
 
 absl::StatusOr<Expr> Compiler::CompileNormalized(const json& s, const std::string& ptr,
                                                  int depth) {
+  // A finite set of values: each is checked against the whole schema (not, anyOf, if ...).
+  if (s.contains("enum") || s.contains("const")) return CompileEnum(s, ptr);
   // if: true / false picks then / else once and for all.
   if (s.contains("if") && s["if"].is_boolean()) {
     json rest = s;
@@ -249,7 +251,6 @@ absl::StatusOr<Expr> Compiler::CompileNormalized(const json& s, const std::strin
   }
   absl::StatusOr<uint32_t> types = TypesOf(s, ptr);
   if (!types.ok()) return types.status();
-  if (s.contains("enum") || s.contains("const")) return CompileEnum(s, ptr, *types);
   std::vector<Expr> alts;
   if (*types & kNull) alts.push_back(b_.Literal("null"));
   if (*types & kBoolean) alts.push_back(b_.Alt({b_.Literal("true"), b_.Literal("false")}));
@@ -315,7 +316,7 @@ absl::StatusOr<uint32_t> Compiler::TypesOf(const json& s, const std::string& ptr
 
 // ---- enum / const ----
 
-absl::StatusOr<Expr> Compiler::CompileEnum(const json& s, const std::string& ptr, uint32_t types) {
+absl::StatusOr<Expr> Compiler::CompileEnum(const json& s, const std::string& ptr) {
   std::vector<json> values;
   std::string kw = s.contains("const") ? "const" : "enum";
   if (s.contains("const")) {
@@ -333,7 +334,6 @@ absl::StatusOr<Expr> Compiler::CompileEnum(const json& s, const std::string& ptr
   std::vector<Expr> alts;
   std::vector<json> kept;
   for (const json& v : values) {
-    if (!(types & JsonTypeOf(v))) continue;
     // The value must pass the schema's other assertions too.
     absl::StatusOr<bool> ok = schemas_.ValueSatisfies(v, s, ptr, /*skip_enum=*/true);
     if (!ok.ok()) return ok.status();

@@ -752,20 +752,72 @@ absl::StatusOr<bool> SchemaSet::Satisfies(const json& v, const json& s0, const s
       for (const json& r : x) {
         if (!r.is_string() || !v.contains(r.get<std::string>())) return false;
       }
-    } else if (k == "properties" || k == "additionalProperties") {
+    } else if (k == "properties" || k == "additionalProperties" || k == "patternProperties") {
       if (!v.is_object()) continue;
-      if (k == "additionalProperties" && s.contains("patternProperties")) {
-        return SchemaError(k, kp, "checks only without patternProperties");
-      }
       for (auto m = v.begin(); m != v.end(); ++m) {
         const bool listed = s.contains("properties") && s["properties"].contains(m.key());
+        bool patterned = false;
+        if (s.contains("patternProperties") && s["patternProperties"].is_object()) {
+          for (auto p = s["patternProperties"].begin(); p != s["patternProperties"].end(); ++p) {
+            absl::StatusOr<bool> hit = StringRegexMatches(p.key(), m.key());
+            if (!hit.ok()) return SchemaError(k, kp, hit.status().message());
+            if (!*hit) continue;
+            patterned = true;
+            if (k == "patternProperties") {
+              absl::StatusOr<bool> ok = sub(p.value(), m.value(), k);
+              if (!ok.ok() || !*ok) return ok;
+            }
+          }
+        }
         if (k == "properties" && listed) {
           absl::StatusOr<bool> ok = sub(s["properties"][m.key()], m.value(), k);
           if (!ok.ok() || !*ok) return ok;
-        } else if (k == "additionalProperties" && !listed) {
+        } else if (k == "additionalProperties" && !listed && !patterned) {
           absl::StatusOr<bool> ok = sub(x, m.value(), k);
           if (!ok.ok() || !*ok) return ok;
         }
+      }
+    } else if (k == "propertyNames") {
+      if (!v.is_object()) continue;
+      for (auto m = v.begin(); m != v.end(); ++m) {
+        absl::StatusOr<bool> ok = sub(x, json(m.key()), k);
+        if (!ok.ok() || !*ok) return ok;
+      }
+    } else if (k == "dependentRequired" || k == "dependencies" || k == "dependentSchemas") {
+      if (!v.is_object() || !x.is_object()) continue;
+      for (auto d = x.begin(); d != x.end(); ++d) {
+        if (!v.contains(d.key())) continue;
+        if (d.value().is_array()) {
+          for (const json& r : d.value()) {
+            if (!r.is_string() || !v.contains(r.get<std::string>())) return false;
+          }
+        } else {
+          absl::StatusOr<bool> ok = sub(d.value(), v, k);
+          if (!ok.ok() || !*ok) return ok;
+        }
+      }
+    } else if (k == "contains") {
+      if (!v.is_array()) continue;
+      int64_t n = 0;
+      for (const json& e : v) {
+        absl::StatusOr<bool> ok = sub(x, e, k);
+        if (!ok.ok()) return ok.status();
+        n += *ok;
+      }
+      const int64_t lo = s.contains("minContains") && s["minContains"].is_number()
+                             ? s["minContains"].get<int64_t>() : 1;
+      if (n < lo) return false;
+      if (s.contains("maxContains") && s["maxContains"].is_number() &&
+          n > s["maxContains"].get<int64_t>()) {
+        return false;
+      }
+    } else if (k == "if") {
+      absl::StatusOr<bool> c = sub(x, v, k);
+      if (!c.ok()) return c.status();
+      const char* branch = *c ? "then" : "else";
+      if (s.contains(branch)) {
+        absl::StatusOr<bool> ok = sub(s[branch], v, branch);
+        if (!ok.ok() || !*ok) return ok;
       }
     } else if (k == "items" || k == "prefixItems" || k == "additionalItems") {
       if (!v.is_array()) continue;
