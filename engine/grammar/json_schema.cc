@@ -23,8 +23,10 @@ using Expr = GrammarBuilder::Expr;
 // The longest string a length bound is written out for.
 constexpr int64_t kMaxLength = 1'000'000;
 
-// Objects with at most this many named properties take them in any order.
+// Objects with at most this many named properties take them in any order, each once; larger
+// ones in any order too when they have at most kMaxRequiredTracked required properties.
 constexpr int kMaxAnyOrderProperties = 8;
+constexpr int kMaxRequiredTracked = 8;
 
 // Draft 3 and 4 validators take 1.0 for a number but not for an integer.
 bool IsDraft4(const json& root) {
@@ -949,6 +951,56 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
         if (!(mask >> i & 1)) alts.push_back(b_.Seq({members[i], after(mask | (1u << i))}));
       }
       if (extras) alts.push_back(b_.Seq({extra, after(mask)}));
+      b_.DefineRule(body_rules[mask], b_.Alt(std::move(alts)));
+    }
+    return b_.Alt(std::move(start));
+  }
+
+  // Many properties: any order, each key any number of times, the required ones tracked as a
+  // set. A repeated key is no risk to validity: every occurrence's value passes that key's
+  // schema, and a JSON parser keeps one of them (Python's the last), which then passes too; only
+  // counts (min/maxProperties) and key conditions need each key once, and those refuse here.
+  std::vector<int> required_ids;
+  for (int i = 0; i < n; ++i) {
+    if (is_required[i]) required_ids.push_back(i);
+  }
+  const int r = int(required_ids.size());
+  if (!options_.ordered_properties && r <= kMaxRequiredTracked && deps.empty() && rules.empty() &&
+      !counted) {
+    std::vector<Expr> free_alts;
+    for (int i = 0; i < n; ++i) {
+      if (!is_required[i]) free_alts.push_back(members[i]);
+    }
+    if (extras) free_alts.push_back(extra);
+    const Expr free = b_.Alt(std::move(free_alts));
+    const uint32_t full = (1u << r) - 1;
+    std::map<uint32_t, RuleId> body_rules;
+    std::vector<uint32_t> todo;
+    const auto body_ref = [&](uint32_t mask) {
+      auto [it, fresh] = body_rules.try_emplace(mask, -1);
+      if (fresh) {
+        it->second = b_.DeclareRule(absl::StrCat("req_", mask));
+        todo.push_back(mask);
+      }
+      return b_.Ref(it->second);
+    };
+    const auto after = [&](uint32_t mask) {
+      std::vector<Expr> alts;
+      if (mask == full) alts.push_back(b_.Empty());
+      alts.push_back(b_.Seq({t_.Comma(), body_ref(mask)}));
+      return b_.Alt(std::move(alts));
+    };
+    std::vector<Expr> start;
+    if (r == 0) start.push_back(empty);
+    start.push_back(b_.Seq({open_brace, body_ref(0), close_brace}));
+    while (!todo.empty()) {
+      const uint32_t mask = todo.back();
+      todo.pop_back();
+      std::vector<Expr> alts;
+      for (int j = 0; j < r; ++j) {
+        alts.push_back(b_.Seq({members[required_ids[j]], after(mask | (1u << j))}));
+      }
+      alts.push_back(b_.Seq({free, after(mask)}));
       b_.DefineRule(body_rules[mask], b_.Alt(std::move(alts)));
     }
     return b_.Alt(std::move(start));

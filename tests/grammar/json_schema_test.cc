@@ -87,6 +87,20 @@ TEST(JsonSchemaTest, ObjectsTakeKeysInAnyOrderOnce) {
   EXPECT_FALSE(Matches(open, R"({"\u0061": "1"})"));  // "a" written with an escape
 }
 
+TEST(JsonSchemaTest, ManyPropertiesTakeAnyOrderAndTrackTheRequiredOnes) {
+  std::string props;
+  for (int i = 0; i < 12; ++i) {
+    absl::StrAppend(&props, i ? ", " : "", "\"k", i, "\": {\"type\": \"integer\"}");
+  }
+  Grammar g = MustCompile(absl::StrCat(R"({"type": "object", "properties": {)", props,
+                                       R"(}, "required": ["k3", "k9"]})"));
+  EXPECT_TRUE(Matches(g, R"({"k3": 1, "k9": 2})"));
+  EXPECT_TRUE(Matches(g, R"({"k11": 0, "k9": 2, "x": "y", "k0": 5, "k3": 1})"));
+  EXPECT_FALSE(Matches(g, R"({"k11": 0, "k9": 2, "k0": 5})"));
+  EXPECT_FALSE(Matches(g, R"({"k3": 1, "k9": 2, "k5": "5"})"));
+  EXPECT_FALSE(Matches(g, R"({"k3": 1, "k9": 2, "k3": "1"})"));
+}
+
 TEST(JsonSchemaTest, IntegerAndNumberBoundsAreExact) {
   Grammar g = MustCompile(R"({"type": "integer", "minimum": -15, "exclusiveMaximum": 120})");
   for (int v = -40; v <= 200; ++v) {
