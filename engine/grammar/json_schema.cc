@@ -420,16 +420,11 @@ absl::StatusOr<Expr> Compiler::CompileString(const json& s, const std::string& p
     if (!s["pattern"].is_string()) {
       return SchemaError("pattern", Child(ptr, "pattern"), "not a string");
     }
-    absl::StatusOr<StringRegex> re = CompileStringRegex(b_, s["pattern"].get<std::string>());
+    absl::StatusOr<StringRegex> re =
+        CompileStringRegex(b_, s["pattern"].get<std::string>(), /*search=*/true, min, max);
     if (!re.ok()) {
       if (re.status().code() != absl::StatusCode::kInvalidArgument) return re.status();
       return SchemaError("pattern", Child(ptr, "pattern"), re.status().message());
-    }
-    // Lengths compile beside a pattern only where the pattern already implies them.
-    if (lengths && !(re->min_length >= min &&
-                     (max < 0 || (re->max_length >= 0 && re->max_length <= max)))) {
-      return SchemaError("pattern", Child(ptr, "pattern"),
-                         "does not compile together with minLength/maxLength");
     }
     if (format) {
       return SchemaError("pattern", Child(ptr, "pattern"), "does not compile together with format");

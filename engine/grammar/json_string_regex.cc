@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -81,10 +82,18 @@ std::string EscapeText(uint32_t c) {
   }
 }
 
-struct Piece {
-  Expr expr;
-  int64_t min = 0, max = 0;  // max -1: unbounded
+// A Thompson NFA over code point sets; fragments of it are [first, last] state ranges, so a
+// fragment can be copied for counted repetition.
+struct NfaState {
+  std::vector<int> eps;
+  std::vector<std::pair<int, int>> edges;  // (set id, target)
 };
+struct Frag {
+  int start = 0, end = 0;
+  int first = 0, last = 0;  // the states it owns
+};
+
+constexpr int kMaxNfaStates = 100'000;
 
 class Parser {
  public:
@@ -101,72 +110,217 @@ class Parser {
     }
   }
 
-  absl::StatusOr<StringRegex> Run(bool search) {
-    absl::StatusOr<Piece> p = Alternation(0, search);
-    if (!p.ok()) return p.status();
+  absl::StatusOr<StringRegex> Run(bool search, int64_t min_len, int64_t max_len) {
+    absl::StatusOr<Frag> f = Alternation(0, search);
+    if (!f.ok()) return f.status();
     if (pos_ != cps_.size()) return Error("an unmatched `)`");
-    return StringRegex{p->expr, p->min, p->max};
+    if (!status_.ok()) return status_;
+    return Lower(*f, min_len, max_len);
   }
 
  private:
   absl::Status Error(std::string_view what) const {
-    return absl::InvalidArgumentError(
-        absl::StrCat("the pattern `", std::string(src_), "` has ", std::string(what), " at offset ", pos_,
-                     ", which does not compile"));
+    return absl::InvalidArgumentError(absl::StrCat("the pattern `", std::string(src_), "` has ",
+                                                   std::string(what), " at offset ", pos_,
+                                                   ", which does not compile"));
   }
   bool AtEnd() const { return pos_ >= cps_.size(); }
   uint32_t Peek(size_t ahead = 0) const {
     return pos_ + ahead < cps_.size() ? cps_[pos_ + ahead] : 0xFFFFFFFF;
   }
 
-  Expr AnyChar() {
-    if (any_char_ < 0) any_char_ = Emit({{0, kMaxCp}});
-    return any_char_;
+  int NewState() {
+    if (int(nfa_.size()) >= kMaxNfaStates && status_.ok()) {
+      status_ = absl::ResourceExhaustedError(absl::StrCat(
+          "the pattern `", std::string(src_), "` needs more than ", kMaxNfaStates,
+          " automaton states"));
+    }
+    nfa_.emplace_back();
+    return int(nfa_.size()) - 1;
+  }
+  int SetId(const Ranges& r) {
+    for (size_t i = 0; i < sets_.size(); ++i) {
+      if (sets_[i] == r) return int(i);
+    }
+    sets_.push_back(r);
+    return int(sets_.size()) - 1;
+  }
+  Frag Chars(const Ranges& set) {
+    const int a = NewState(), z = NewState();
+    nfa_[a].edges.push_back({SetId(set), z});
+    return {a, z, a, z};
+  }
+  Frag Epsilon() {
+    const int a = NewState();
+    return {a, a, a, a};
+  }
+  Frag Concat(Frag x, Frag y) {
+    nfa_[x.end].eps.push_back(y.start);
+    return {x.start, y.end, std::min(x.first, y.first), std::max(x.last, y.last)};
+  }
+  Frag Union(const std::vector<Frag>& fs) {
+    const int a = NewState(), z = NewState();
+    int first = a, last = z;
+    for (const Frag& f : fs) {
+      nfa_[a].eps.push_back(f.start);
+      nfa_[f.end].eps.push_back(z);
+      first = std::min(first, f.first);
+      last = std::max(last, f.last);
+    }
+    return {a, z, first, last};
+  }
+  Frag Copy(const Frag& f) {
+    const int offset = int(nfa_.size()) - f.first;
+    for (int q = f.first; q <= f.last; ++q) {
+      NfaState st = nfa_[q];
+      for (int& t : st.eps) t += offset;
+      for (auto& e : st.edges) e.second += offset;
+      nfa_.push_back(std::move(st));
+    }
+    if (int(nfa_.size()) > kMaxNfaStates && status_.ok()) {
+      status_ = absl::ResourceExhaustedError(absl::StrCat(
+          "the pattern `", std::string(src_), "` needs more than ", kMaxNfaStates,
+          " automaton states"));
+    }
+    return {f.start + offset, f.end + offset, f.first + offset, f.last + offset};
+  }
+  // f{n,m} (m -1: unbounded); f's own states serve as the first copy.
+  Frag Repeat(const Frag& f, int64_t n, int64_t m) {
+    if (m == 0) return Epsilon();
+    std::vector<Frag> copies = {f};
+    const int64_t needed = std::max<int64_t>(n, m < 0 ? std::max<int64_t>(n, 1) : m);
+    for (int64_t i = 1; i < needed && status_.ok(); ++i) copies.push_back(Copy(f));
+    if (!status_.ok()) return f;
+    Frag out = Epsilon();
+    for (int64_t i = 0; i < n; ++i) out = Concat(out, copies[i]);
+    if (m < 0) {
+      Frag loop = n > 0 ? copies[n - 1] : copies[0];
+      if (n == 0) {
+        const Frag skip = Epsilon();
+        nfa_[loop.end].eps.push_back(loop.start);
+        Frag u = Union({loop, skip});
+        return Concat(out, u);
+      }
+      nfa_[loop.end].eps.push_back(loop.start);
+      return out;
+    }
+    // (m - n) optional copies, nested: (c (c (c)?)?)?
+    Frag tail = Epsilon();
+    for (int64_t i = m - 1; i >= n; --i) {
+      Frag c = Concat(copies[i], tail);
+      tail = Union({c, Epsilon()});
+    }
+    return Concat(out, tail);
   }
 
-  // A set of code points as the text of one string character.
-  Expr Emit(const Ranges& set) {
-    const Ranges raw = Intersect(set, Complement({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}));
+  // The set's text: raw UTF-8 where json.dumps writes it raw, else its escape.
+  Expr Emit(int set) {
+    if (emitted_.size() < sets_.size()) emitted_.resize(sets_.size(), -1);
+    if (emitted_[set] >= 0) return emitted_[set];
+    const Ranges& r = sets_[set];
+    const Ranges raw = Intersect(r, Complement({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}));
     std::vector<Expr> alts;
     if (!raw.empty()) alts.push_back(b_.CodePoints(raw));
-    for (auto [lo, hi] : Intersect(set, {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}})) {
+    for (auto [lo, hi] : Intersect(r, {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}})) {
       for (uint32_t c = lo; c <= hi; ++c) alts.push_back(b_.Literal(EscapeText(c)));
     }
-    return b_.Alt(std::move(alts));
+    emitted_[set] = b_.Alt(std::move(alts));
+    return emitted_[set];
   }
 
-  // top level: each alternative may start with ^ and end with $.
-  absl::StatusOr<Piece> Alternation(int depth, bool search) {
+  // One rule per (state, count of code points so far): a right-linear grammar, so matching
+  // never grows the parser's stack. Counts stop at max_len, or at min_len when unbounded.
+  absl::StatusOr<StringRegex> Lower(const Frag& f, int64_t min_len, int64_t max_len) {
+    const int n = int(nfa_.size());
+    // Epsilon closures of the states that matter (the start and every edge's target).
+    std::vector<std::vector<int>> closure(n);
+    std::vector<char> done(n, 0);
+    const auto close = [&](int q) -> const std::vector<int>& {
+      if (done[q]) return closure[q];
+      done[q] = 1;
+      std::vector<char> seen(n, 0);
+      std::vector<int> work = {q};
+      seen[q] = 1;
+      while (!work.empty()) {
+        const int x = work.back();
+        work.pop_back();
+        closure[q].push_back(x);
+        for (int y : nfa_[x].eps) {
+          if (!seen[y]) {
+            seen[y] = 1;
+            work.push_back(y);
+          }
+        }
+      }
+      return closure[q];
+    };
+    const int64_t cap = max_len >= 0 ? max_len : min_len;
+    const int64_t levels = cap + 1;
+    if (levels > 1'000'000 || int64_t(n) * levels > 4'000'000) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "the pattern `", std::string(src_), "` with a length bound needs too many rules"));
+    }
+    std::map<std::pair<int, int64_t>, RuleId> rules;
+    std::vector<std::pair<int, int64_t>> todo;
+    const auto ref = [&](int q, int64_t k) {
+      k = std::min(k, cap);
+      auto [it, fresh] = rules.try_emplace({q, k}, -1);
+      if (fresh) {
+        it->second = b_.DeclareRule(absl::StrCat("re", q, "_", k));
+        todo.push_back({q, k});
+      }
+      return b_.Ref(it->second);
+    };
+    const Expr root = ref(f.start, 0);
+    while (!todo.empty()) {
+      if (rules.size() > 200'000) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "the pattern `", std::string(src_), "` needs more than 200000 rules"));
+      }
+      const auto [q, k] = todo.back();
+      todo.pop_back();
+      std::vector<Expr> alts;
+      bool accepting = false;
+      std::map<int, std::vector<int>> by_target;  // target -> set ids
+      for (int x : close(q)) {
+        accepting |= x == f.end;
+        for (auto [set, t] : nfa_[x].edges) by_target[t].push_back(set);
+      }
+      if (accepting && k >= min_len) alts.push_back(b_.Empty());
+      if (max_len < 0 || k < max_len) {
+        for (const auto& [t, sets] : by_target) {
+          Ranges u;
+          for (int set : sets) u = grammar::Union(u, sets_[set]);
+          alts.push_back(b_.Seq({Emit(SetId(u)), ref(t, k + 1)}));
+        }
+      }
+      b_.DefineRule(rules[{q, k}], b_.Alt(std::move(alts)));
+    }
+    return StringRegex{root};
+  }
+
+  absl::StatusOr<Frag> Alternation(int depth, bool search) {
     if (depth > 64) return Error("groups nested too deeply");
-    std::vector<Piece> alts;
+    std::vector<Frag> alts;
     while (true) {
-      absl::StatusOr<Piece> s = Sequence(depth, search);
+      absl::StatusOr<Frag> s = Sequence(depth, search);
       if (!s.ok()) return s.status();
       alts.push_back(*s);
       if (Peek() != '|') break;
       ++pos_;
     }
     if (alts.size() == 1) return alts[0];
-    Piece out{b_.Nothing(), INT64_MAX, 0};
-    std::vector<Expr> exprs;
-    for (const Piece& p : alts) {
-      exprs.push_back(p.expr);
-      out.min = std::min(out.min, p.min);
-      out.max = (out.max < 0 || p.max < 0) ? -1 : std::max(out.max, p.max);
-    }
-    out.expr = b_.Alt(std::move(exprs));
-    return out;
+    return Union(alts);
   }
 
-  absl::StatusOr<Piece> Sequence(int depth, bool search) {
+  absl::StatusOr<Frag> Sequence(int depth, bool search) {
     const bool top = depth == 0;
     bool anchored_start = false, anchored_end = false;
     if (top && Peek() == '^') {
       anchored_start = true;
       ++pos_;
     }
-    std::vector<Expr> items;
-    Piece out{b_.Empty(), 0, 0};
+    Frag out = Epsilon();
     while (!AtEnd() && Peek() != '|' && Peek() != ')') {
       if (Peek() == '$') {
         ++pos_;
@@ -177,24 +331,16 @@ class Parser {
         return Error("an anchor `$` inside");
       }
       if (Peek() == '^') return Error("an anchor `^` inside");
-      absl::StatusOr<Piece> a = Quantified(depth);
+      absl::StatusOr<Frag> a = Quantified(depth);
       if (!a.ok()) return a.status();
-      items.push_back(a->expr);
-      out.min += a->min;
-      out.max = (out.max < 0 || a->max < 0) ? -1 : out.max + a->max;
-      if (out.min > 1'000'000) return Error("a pattern too long");
+      out = Concat(out, *a);
+      if (!status_.ok()) return status_;
     }
     if (top && search) {
-      if (!anchored_start) {
-        items.insert(items.begin(), b_.Repeat(AnyChar(), 0, -1));
-        out.max = -1;
-      }
-      if (!anchored_end) {
-        items.push_back(b_.Repeat(AnyChar(), 0, -1));
-        out.max = -1;
-      }
+      const Ranges any = {{0, kMaxCp}};
+      if (!anchored_start) out = Concat(Repeat(Chars(any), 0, -1), out);
+      if (!anchored_end) out = Concat(out, Repeat(Chars(any), 0, -1));
     }
-    out.expr = b_.Seq(std::move(items));
     return out;
   }
 
@@ -221,10 +367,10 @@ class Parser {
     return true;
   }
 
-  absl::StatusOr<Piece> Quantified(int depth) {
-    absl::StatusOr<Piece> a = Atom(depth);
+  absl::StatusOr<Frag> Quantified(int depth) {
+    absl::StatusOr<Frag> a = Atom(depth);
     if (!a.ok()) return a.status();
-    Piece p = *a;
+    Frag f = *a;
     while (!AtEnd()) {
       int64_t n, m;
       const uint32_t c = Peek();
@@ -243,20 +389,18 @@ class Parser {
       if (m >= 0 && m < n) return Error("a repetition {n,m} with m < n");
       if (n > b_.limits().max_repeat || m > b_.limits().max_repeat) {
         return absl::ResourceExhaustedError(absl::StrCat(
-            "the pattern `", std::string(src_), "` repeats ", std::max(n, m), " times, over the limit of ",
-            b_.limits().max_repeat, " (max_repeat)"));
+            "the pattern `", std::string(src_), "` repeats ", std::max(n, m),
+            " times, over the limit of ", b_.limits().max_repeat, " (max_repeat)"));
       }
       if (Peek() == '?') ++pos_;  // lazy: the same strings
       if (Peek() == '+' || Peek() == '*' || Peek() == '{') return Error("a quantifier repeated");
-      p.expr = b_.Repeat(p.expr, int32_t(n), int32_t(m));
-      p.min *= n;
-      p.max = (m < 0 && p.max != 0) ? -1 : (p.max < 0 ? (m == 0 ? 0 : -1) : p.max * m);
-      if (p.min > 1'000'000) return Error("a pattern too long");
+      f = Repeat(f, n, m);
+      if (!status_.ok()) return status_;
     }
-    return p;
+    return f;
   }
 
-  absl::StatusOr<Piece> Atom(int depth) {
+  absl::StatusOr<Frag> Atom(int depth) {
     const uint32_t c = Peek();
     if (c == '(') {
       ++pos_;
@@ -273,7 +417,7 @@ class Parser {
           return Error("a lookaround, flag or other `(?` group");
         }
       }
-      absl::StatusOr<Piece> inner = Alternation(depth + 1, false);
+      absl::StatusOr<Frag> inner = Alternation(depth + 1, false);
       if (!inner.ok()) return inner.status();
       if (Peek() != ')') return Error("an unterminated group");
       ++pos_;
@@ -282,20 +426,20 @@ class Parser {
     if (c == '[') {
       absl::StatusOr<Ranges> set = Class();
       if (!set.ok()) return set.status();
-      return Piece{Emit(*set), 1, 1};
+      return Chars(*set);
     }
     if (c == '.') {
       ++pos_;
-      return Piece{Emit(Complement(kLineTerminators)), 1, 1};
+      return Chars(Complement(kLineTerminators));
     }
     if (c == '*' || c == '+' || c == '?') return Error("a quantifier with nothing to repeat");
     if (c == '\\') {
       absl::StatusOr<Ranges> set = Escape(/*in_class=*/false);
       if (!set.ok()) return set.status();
-      return Piece{Emit(*set), 1, 1};
+      return Chars(*set);
     }
     ++pos_;
-    return Piece{Emit({{c, c}}), 1, 1};
+    return Chars({{c, c}});
   }
 
   absl::StatusOr<uint32_t> Hex(int digits) {
@@ -440,15 +584,19 @@ class Parser {
   std::string_view src_;
   std::vector<uint32_t> cps_;
   size_t pos_ = 0;
-  Expr any_char_ = -1;
+  std::vector<NfaState> nfa_;
+  std::vector<Ranges> sets_;
+  std::vector<Expr> emitted_;
+  absl::Status status_;
 };
 
 }  // namespace
 
 absl::StatusOr<StringRegex> CompileStringRegex(GrammarBuilder& b, std::string_view pattern,
-                                               bool search) {
+                                               bool search, int64_t min_length,
+                                               int64_t max_length) {
   Parser p(b, pattern);
-  return p.Run(search);
+  return p.Run(search, min_length, max_length);
 }
 
 absl::StatusOr<bool> StringRegexMatches(std::string_view pattern, std::string_view value) {

@@ -222,6 +222,15 @@ TEST(JsonSchemaTest, PatternsMatchTheDecodedString) {
   Grammar search = MustCompile(R"({"type": "string", "pattern": "[0-9]{3}"})");
   EXPECT_TRUE(Matches(search, R"("ab123cd")"));
   EXPECT_FALSE(Matches(search, R"("ab12cd")"));
+  Grammar both = MustCompile(R"({"type": "string", "pattern": "^[a-z]+:[0-9]+$",
+      "minLength": 4, "maxLength": 6})");
+  EXPECT_TRUE(Matches(both, R"("ab:12")"));
+  EXPECT_TRUE(Matches(both, R"("a:12")"));
+  EXPECT_FALSE(Matches(both, R"("a:1")"));
+  EXPECT_FALSE(Matches(both, R"("abcd:12")"));
+  Grammar within = MustCompile(R"({"type": "string", "pattern": "[0-9]{3}", "maxLength": 4})");
+  EXPECT_TRUE(Matches(within, R"("a123")"));
+  EXPECT_FALSE(Matches(within, R"("a1234")"));
   for (const char* bad : {"(?=a)", R"(\\1)", R"(\\bx)", "a{,3}", "[]"}) {
     EXPECT_EQ(CompileSchema(absl::StrCat(R"({"pattern": ")", bad, R"("})")).status().code(),
               absl::StatusCode::kInvalidArgument)
