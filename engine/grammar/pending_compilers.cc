@@ -7,16 +7,6 @@
 
 namespace heavykv::grammar {
 
-absl::StatusOr<GrammarBuilder::Expr> CompileJsonSchema(GrammarBuilder&, std::string_view,
-                                                       const JsonSchemaOptions&) {
-  return absl::UnimplementedError("json schema: not merged yet");
-}
-GrammarBuilder::Expr AnyJsonValue(GrammarBuilder& b, const JsonSchemaOptions&) {
-  return b.Nothing();
-}
-GrammarBuilder::Expr AnyJsonObject(GrammarBuilder& b, const JsonSchemaOptions&) {
-  return b.Nothing();
-}
 absl::StatusOr<GrammarBuilder::Expr> CompileToolCalls(GrammarBuilder&, std::string_view,
                                                       const JsonSchemaOptions&) {
   return absl::UnimplementedError("tool calls: not merged yet");
