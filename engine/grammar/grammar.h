@@ -131,6 +131,11 @@ class GrammarBuilder {
     int32_t min = 0, max = 0;  // kRepeat
     RuleId rule = -1;          // kRef
   };
+  static Node MakeNode(Node::Op op) {
+    Node n;
+    n.op = op;
+    return n;
+  }
   Expr Add(Node n);
   void Fail(absl::Status s);
 
