@@ -2,7 +2,6 @@
 
 #include <algorithm>
 
-#include "absl/strings/match.h"
 
 namespace heavykv {
 namespace {
@@ -29,14 +28,14 @@ size_t PartialTagSuffix(std::string_view s, std::string_view tag) {
 }  // namespace
 
 bool TemplateUsesThinkTags(std::string_view chat_template) {
-  return absl::StrContains(chat_template, kThinkOpen) &&
-         absl::StrContains(chat_template, kThinkClose);
+  return chat_template.find(kThinkOpen) != std::string_view::npos &&
+         chat_template.find(kThinkClose) != std::string_view::npos;
 }
 
 bool PromptOpensReasoning(std::string_view prompt) {
   size_t end = prompt.size();
   while (end > 0 && IsWs(prompt[end - 1])) --end;
-  return absl::EndsWith(prompt.substr(0, end), kThinkOpen);
+  return prompt.substr(0, end).ends_with(kThinkOpen);
 }
 
 ReasoningStreamParser::ReasoningStreamParser(bool starts_in_reasoning)
@@ -62,13 +61,13 @@ void ReasoningStreamParser::Step(ReasoningDelta& out, bool final) {
       case State::kStart: {  // spaces, then `<think>` or the answer
         const size_t ws = WsPrefix(buf_);
         const std::string_view rest = std::string_view(buf_).substr(ws);
-        if (absl::StartsWith(rest, kThinkOpen)) {
+        if (rest.starts_with(kThinkOpen)) {
           buf_.erase(0, ws + kThinkOpen.size());
           state_ = State::kReasoning;
           opened_ = true;
           continue;
         }
-        if (!final && absl::StartsWith(kThinkOpen, rest)) return;  // not known yet
+        if (!final && kThinkOpen.starts_with(rest)) return;  // not known yet
         state_ = State::kContent;
         continue;
       }

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <utility>
 
-#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
 
@@ -93,10 +92,10 @@ OpenMatch MatchCallOpen(std::string_view s, const std::vector<std::string>& name
   const size_t end = s.find('"', c.i);
   const std::string_view name = s.substr(c.i, end == std::string_view::npos ? s.size() - c.i
                                                                              : end - c.i);
-  if (absl::StrContains(name, '\\')) return {Match::kFail, 0, ""};
+  if (name.find('\\') != std::string_view::npos) return {Match::kFail, 0, ""};
   if (end == std::string_view::npos) {
     const bool prefix = std::any_of(names.begin(), names.end(), [&](const std::string& n) {
-      return absl::StartsWith(n, name);
+      return std::string_view(n).starts_with(name);
     });
     return {prefix ? Match::kMore : Match::kFail, 0, ""};
   }
@@ -125,9 +124,11 @@ Match MatchArgsKey(std::string_view s, size_t* consumed) {
 }  // namespace
 
 ToolCallFormat DetectToolCallFormat(std::string_view chat_template) {
-  if (absl::StrContains(chat_template, kOpenTag)) return ToolCallFormat::kHermes;
-  if (absl::StrContains(chat_template, kPythonTag) ||
-      absl::StrContains(chat_template, "\"parameters\": dictionary of argument name")) {
+  const auto has = [&](std::string_view s) {
+    return chat_template.find(s) != std::string_view::npos;
+  };
+  if (has(kOpenTag)) return ToolCallFormat::kHermes;
+  if (has(kPythonTag) || has("\"parameters\": dictionary of argument name")) {
     return ToolCallFormat::kLlama3;
   }
   return ToolCallFormat::kGeneric;
@@ -215,12 +216,12 @@ bool ToolCallStreamParser::StepText(ToolCallStreamDelta& out, bool final) {
     if (buf_.empty()) return false;
     drop_ws_ = false;
     // A close tag right after a call's object ends that call block.
-    if (absl::StartsWith(buf_, kCloseTag)) {
+    if (buf_.starts_with(kCloseTag)) {
       buf_.erase(0, kCloseTag.size());
       drop_ws_ = true;
       return true;
     }
-    if (absl::StartsWith(kCloseTag, buf_)) {  // may still become the close tag
+    if (kCloseTag.starts_with(buf_)) {  // may still become the close tag
       if (final) buf_.clear();  // the call was cut short inside it
       drop_ws_ = true;
       return false;
@@ -235,7 +236,9 @@ bool ToolCallStreamParser::StepText(ToolCallStreamDelta& out, bool final) {
       out.content += pre.substr(0, ws);
       held_ws_.clear();
     }
-    raw_ = absl::StrCat(held_ws_, pre.substr(ws), kOpenTag);
+    raw_ = held_ws_;
+    raw_.append(pre.substr(ws));
+    raw_.append(kOpenTag);
     held_ws_.clear();
     buf_.erase(0, pos + kOpenTag.size());
     state_ = State::kOpen;
