@@ -222,6 +222,7 @@ class EngineImpl final : public Engine {
     info.page_bytes = cache_->shape().PageBytes();
     if (tokenizer_) info.tokenizer = tokenizer_->Describe();
     info.chat = options_.chat_template != nullptr;
+    info.chat_template = options_.chat_template;
     info.max_prompt_tokens = validator_.max_prompt_tokens();
     info.max_prompt_bytes = tokenizer_ ? validator_.max_prompt_bytes() : 0;
     info.max_new_tokens_limit =

@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/chat/chat_template.h"
+#include "engine/grammar/constraint_spec.h"
 #include "engine/model/model.h"
 #include "engine/runner/step_runner.h"
 #include "engine/serving/sampler.h"
@@ -107,6 +108,14 @@ struct GenerationRequest {
   // special tokens parsed and BOS added as the tokenizer says unless the template wrote it.
   std::optional<std::vector<ChatMessage>> messages;
   bool add_generation_prompt = true;
+  // With messages: the template's `tools` (JSON text of a list of OpenAI tool dicts; empty:
+  // None) and more template variables (chat_template_kwargs: JSON text of an object; empty:
+  // none), as ChatRenderOptions::tools_json and extra_json take them.
+  std::string chat_tools;
+  std::string chat_template_kwargs;
+  // What the output must match (tool_choice "required" or a named tool, response_format, ...);
+  // kind kNone: free text.
+  grammar::ConstraintSpec constraint;
   std::vector<int32_t> prompt_token_ids;      // used when neither is set
   // Control tokens (EOS, <|im_end|>, ...) are left out of the streamed text (vLLM's default).
   bool skip_special_tokens = true;
@@ -218,6 +227,9 @@ struct ModelInfo {
   int64_t page_bytes = 0;
   std::string tokenizer;  // TextTokenizer::Describe(); empty without one
   bool chat = false;      // a chat template is loaded
+  // That template (null without one), for the fronts to read the tool-call and reasoning formats
+  // of its output from (engine/chat/tool_calls.h, reasoning.h). Not in the gRPC ModelInfo.
+  std::shared_ptr<const ChatTemplate> chat_template;
   // The request limits as resolved (EngineOptions' zeros replaced by what they mean).
   int32_t max_prompt_tokens = 0;
   int64_t max_prompt_bytes = 0;  // 0: no tokenizer (token ids only)

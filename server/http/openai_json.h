@@ -14,12 +14,13 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
 #include "engine/serving/engine.h"
 #include "nlohmann/json.hpp"
+#include "server/http/openai_tools.h"
 
 namespace heavykv::server {
 
@@ -29,12 +30,15 @@ enum class ApiKind { kCompletion, kChat };
 struct OpenAiServed {
   std::string model;                 // the served model's name (`model` must be absent or this)
   int32_t max_new_tokens_limit = 0;  // a chat without max_tokens asks for this, to the context
+  // The chat template's tool-call format: the constraint of tool_choice follows it.
+  ToolCallFormat tool_call_format = ToolCallFormat::kGeneric;
 };
 
 struct OpenAiRequest {
   GenerationRequest generation;  // request_id and client are left for the caller
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  ChatTools tools;             // a chat's tools, tool_choice and parallel_tool_calls
 };
 
 absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_view body,

@@ -427,7 +427,7 @@ TEST_F(OpenAiE2eTest, EveryRefusalNamesOpenAiFields) {
       {kFast, "POST", c, body({{"prompt", "x"}, {"frequency_penalty", 1}}), 400,
        "frequency_penalty", "is not served"},
       {kFast, "POST", c, body({{"prompt", "x"}, {"tools", {{{"type", "function"}}}}}), 400,
-       "tools", "tools are not served"},
+       "tools", "tools are served on /v1/chat/completions only"},
       {kFast, "POST", c, body({{"prompt", "x"}, {"logprobs", 21}}), 400, "logprobs",
        "logprobs must be an integer in [0, 20]"},
       {kFast, "POST", c, body({{"prompt", "x"}, {"stream", "yes"}}), 400, "stream",
@@ -1099,6 +1099,90 @@ TEST_F(OpenAiE2eTest, ChatLogprobsAndChatTokenize) {
   // The bundled model has no chat template: a chat cannot be tokenized there.
   ExpectError(Post(fast_->http_port(), "/tokenize", {{"messages", messages}}), 400,
               "invalid_request_error", "messages");
+  EXPECT_EQ(chat->WaitIdle().pages_used(), 0);
+}
+
+// A chat message or stream delta of a request with tools holds only OpenAI's fields, each of its
+// type: content a string or null, reasoning_content a string or null, tool_calls well formed.
+void ExpectChatShape(const json& m, bool delta) {
+  for (const auto& [key, value] : m.items()) {
+    EXPECT_TRUE(key == "role" || key == "content" || key == "reasoning_content" ||
+                key == "tool_calls")
+        << m;
+  }
+  if (m.contains("content")) EXPECT_TRUE(m["content"].is_string() || m["content"].is_null()) << m;
+  if (m.contains("reasoning_content")) {
+    EXPECT_TRUE(m["reasoning_content"].is_string() || m["reasoning_content"].is_null()) << m;
+  }
+  if (!m.contains("tool_calls")) return;
+  for (const json& t : m["tool_calls"]) {
+    if (delta) {
+      EXPECT_TRUE(t["index"].is_number_integer()) << t;
+    } else {
+      EXPECT_EQ(t["id"].get<std::string>().substr(0, 5), "call_") << t;
+      EXPECT_EQ(t["type"], "function") << t;
+      EXPECT_TRUE(t["function"]["name"].is_string()) << t;
+    }
+    EXPECT_TRUE(t["function"]["arguments"].is_string()) << t;
+  }
+}
+
+// Tools, tool-call history and chat_template_kwargs reach the chat template (the prompt grows by
+// what the Qwen3 template writes for them), the response has OpenAI's shape whatever the random
+// model writes, streamed or not, and a tool_choice naming no tool is a 400 naming it.
+TEST_F(OpenAiE2eTest, ChatWithToolsIsWellFormed) {
+  ServerProcess* chat = ChatServer();
+  if (chat == nullptr) GTEST_SKIP() << "../shared/gguf/qwen-vocab.gguf is absent";
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "description": "Get the weather in a city.", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
+  json body = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},
+               {"max_tokens", 12}, {"temperature", 0}};
+  const auto prompt_tokens = [&](const json& b) {
+    const HttpResponse r = Post(chat->http_port(), "/v1/chat/completions", b);
+    EXPECT_EQ(r.status, 200) << r.body;
+    const json j = json::parse(r.body, nullptr, false);
+    return j.is_object() ? j["usage"]["prompt_tokens"].get<int>() : -1;
+  };
+  const int plain = prompt_tokens(body);
+  json no_thinking = body;
+  no_thinking["chat_template_kwargs"] = {{"enable_thinking", false}};
+  EXPECT_GT(prompt_tokens(no_thinking), plain);  // <think>\n\n</think>\n\n
+
+  body["tools"] = tools;
+  const HttpResponse r = Post(chat->http_port(), "/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  EXPECT_GT(j["usage"]["prompt_tokens"].get<int>(), plain + 40);  // the tools' section
+  const json& message = j["choices"][0]["message"];
+  EXPECT_EQ(message["role"], "assistant");
+  ExpectChatShape(message, /*delta=*/false);
+  EXPECT_TRUE(message.contains("reasoning_content"));  // Qwen3's template thinks
+  const std::string finish = j["choices"][0]["finish_reason"];
+  EXPECT_TRUE(finish == "length" || finish == "stop" || finish == "tool_calls") << finish;
+
+  body["stream"] = true;
+  const HttpResponse s = Post(chat->http_port(), "/v1/chat/completions", body);
+  ASSERT_EQ(s.status, 200) << s.body;
+  const std::vector<json> events = SseEvents(s.body);
+  ASSERT_GE(events.size(), 2u);
+  for (const json& e : events) ExpectChatShape(e["choices"][0]["delta"], /*delta=*/true);
+  EXPECT_EQ(events.back()["choices"][0]["finish_reason"], finish);
+
+  // A conversation that called a tool and got its answer renders, and is longer.
+  json history = body;
+  history["stream"] = false;
+  history["messages"].push_back(json::parse(R"({"role": "assistant", "content": null,
+      "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather",
+      "arguments": "{\"city\": \"Paris\"}"}}]})"));
+  history["messages"].push_back(
+      json::parse(R"({"role": "tool", "tool_call_id": "call_1", "content": "21 C, clear"})"));
+  EXPECT_GT(prompt_tokens(history), j["usage"]["prompt_tokens"].get<int>() + 10);
+
+  json bad = body;
+  bad["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_time"}}}};
+  ExpectError(Post(chat->http_port(), "/v1/chat/completions", bad), 400, "invalid_request_error",
+              "tool_choice");
   EXPECT_EQ(chat->WaitIdle().pages_used(), 0);
 }
 
