@@ -87,7 +87,8 @@ absl::StatusOr<Value> MessagesValue(const std::vector<ChatMessage>& messages) {
         Value arguments = Value::Dict({});
         if (!c.arguments.empty()) {
           absl::StatusOr<Value> a = ValueFromJson(
-              c.arguments, absl::StrCat("messages[", i, "].tool_calls[", k, "].function.arguments"));
+              c.arguments,
+              absl::StrCat("messages[", i, "].tool_calls[", k, "].function.arguments"));
           if (!a.ok()) return a.status();
           if (!a->is_dict()) {
             return absl::InvalidArgumentError(absl::StrCat(

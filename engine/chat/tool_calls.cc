@@ -55,9 +55,9 @@ struct Cursor {
   char Peek(size_t k = 0) const { return i + k < s.size() ? s[i + k] : 0; }
 };
 
-#define HEAVYKV_MATCH(expr)                  \
-  do {                                       \
-    const Match m_ = (expr);                 \
+#define HEAVYKV_MATCH(expr)                   \
+  do {                                        \
+    const Match m_ = (expr);                  \
     if (m_ != Match::kOk) return {m_, 0, ""}; \
   } while (0)
 
@@ -90,8 +90,8 @@ OpenMatch MatchCallOpen(std::string_view s, const std::vector<std::string>& name
   c.Ws();
   HEAVYKV_MATCH(c.Lit("\""));
   const size_t end = s.find('"', c.i);
-  const std::string_view name = s.substr(c.i, end == std::string_view::npos ? s.size() - c.i
-                                                                             : end - c.i);
+  const std::string_view name =
+      s.substr(c.i, end == std::string_view::npos ? s.size() - c.i : end - c.i);
   if (name.find('\\') != std::string_view::npos) return {Match::kFail, 0, ""};
   if (end == std::string_view::npos) {
     const bool prefix = std::any_of(names.begin(), names.end(), [&](const std::string& n) {
@@ -154,8 +154,7 @@ ToolCallStreamParser::ToolCallStreamParser(ToolCallFormat format, std::vector<st
       state_(format == ToolCallFormat::kHermes ? State::kText : State::kStart) {}
 
 std::string ToolCallStreamParser::NewId() {
-  static constexpr char kAlnum[] =
-      "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
+  static constexpr char kAlnum[] = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789";
   std::string id = "call_";
   for (int i = 0; i < 24; ++i) id += kAlnum[rng_() % (sizeof(kAlnum) - 1)];
   return id;
@@ -222,7 +221,7 @@ bool ToolCallStreamParser::StepText(ToolCallStreamDelta& out, bool final) {
       return true;
     }
     if (kCloseTag.starts_with(buf_)) {  // may still become the close tag
-      if (final) buf_.clear();  // the call was cut short inside it
+      if (final) buf_.clear();          // the call was cut short inside it
       drop_ws_ = true;
       return false;
     }
@@ -503,8 +502,8 @@ absl::StatusOr<grammar::ConstraintSpec> ToolCallConstraint(ToolCallFormat format
         spec.text = ToolCallGrammarJson(format, {t}, /*parallel=*/false);
         return spec;
       }
-      return absl::InvalidArgumentError(
-          absl::StrCat("tool_choice names the function `", choice.name, "`, which is not in tools"));
+      return absl::InvalidArgumentError(absl::StrCat("tool_choice names the function `",
+                                                     choice.name, "`, which is not in tools"));
   }
   return spec;
 }

@@ -41,7 +41,7 @@ ToolCallFormat DetectToolCallFormat(std::string_view chat_template);
 const char* ToolCallFormatName(ToolCallFormat format);
 
 struct ToolCall {
-  std::string id;         // "call_" and 24 letters and digits
+  std::string id;  // "call_" and 24 letters and digits
   std::string name;
   std::string arguments;  // compact JSON text
 };
@@ -103,9 +103,9 @@ class ToolCallStreamParser {
   const std::vector<std::string> names_;
   std::mt19937_64 rng_;
   State state_;
-  std::string buf_;      // fed and not yet consumed
-  std::string raw_;      // kOpen: the consumed text of a call not yet known to be one
-  std::string held_ws_;  // kText: spaces before what may be a tag (dropped if it is one)
+  std::string buf_;       // fed and not yet consumed
+  std::string raw_;       // kOpen: the consumed text of a call not yet known to be one
+  std::string held_ws_;   // kText: spaces before what may be a tag (dropped if it is one)
   bool drop_ws_ = false;  // kText: just after a call block: its following spaces are dropped
   bool in_list_ = false;  // bare JSON: inside `[...]`
   int num_calls_ = 0;
@@ -154,7 +154,6 @@ std::string ToolCallGrammarJson(ToolCallFormat format, const std::vector<ToolSpe
 // INVALID_ARGUMENT for a named tool not among `tools`, or "required" without tools.
 absl::StatusOr<grammar::ConstraintSpec> ToolCallConstraint(ToolCallFormat format,
                                                            const std::vector<ToolSpec>& tools,
-                                                           const ToolChoice& choice,
-                                                           bool parallel);
+                                                           const ToolChoice& choice, bool parallel);
 
 }  // namespace heavykv

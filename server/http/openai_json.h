@@ -39,6 +39,9 @@ struct OpenAiRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
   ChatTools tools;             // a chat's tools, tool_choice and parallel_tool_calls
+  // The field generation.constraint came from (response_format, json_schema, ...): where the
+  // engine's compile errors point (openai_constraint.h).
+  std::string constraint_param;
 };
 
 absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_view body,

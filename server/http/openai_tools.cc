@@ -35,9 +35,7 @@ bool ValidToolName(const std::string& name) {
   return true;
 }
 
-std::string Dump(const ojson& j) {
-  return j.dump(-1, ' ', false, ojson::error_handler_t::replace);
-}
+std::string Dump(const ojson& j) { return j.dump(-1, ' ', false, ojson::error_handler_t::replace); }
 
 absl::Status ReadToolChoice(const ojson& body, ChatTools& tools) {
   const ojson* choice = Field(body, "tool_choice");
@@ -55,16 +53,18 @@ absl::Status ReadToolChoice(const ojson& body, ChatTools& tools) {
     } else if (s == "required") {
       tools.choice = {Mode::kRequired, ""};
     } else {
-      return Invalid("tool_choice", "tool_choice must be \"none\", \"auto\", \"required\" or "
-                                    "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+      return Invalid("tool_choice",
+                     "tool_choice must be \"none\", \"auto\", \"required\" or "
+                     "{\"type\": \"function\", \"function\": {\"name\": ...}}");
     }
   } else {
     const ojson* type = Field(*choice, "type");
     const ojson* function = Field(*choice, "function");
     const ojson* name = function != nullptr ? Field(*function, "name") : nullptr;
     if (type == nullptr || *type != "function" || name == nullptr || !name->is_string()) {
-      return Invalid("tool_choice", "tool_choice must be \"none\", \"auto\", \"required\" or "
-                                    "{\"type\": \"function\", \"function\": {\"name\": ...}}");
+      return Invalid("tool_choice",
+                     "tool_choice must be \"none\", \"auto\", \"required\" or "
+                     "{\"type\": \"function\", \"function\": {\"name\": ...}}");
     }
     tools.choice = {Mode::kNamed, name->get<std::string>()};
   }
@@ -75,9 +75,9 @@ absl::Status ReadToolChoice(const ojson& body, ChatTools& tools) {
     bool found = false;
     for (const ToolSpec& t : tools.tools) found |= t.name == tools.choice.name;
     if (!found) {
-      return Invalid("tool_choice", absl::StrCat("tool_choice names the function `",
-                                                 tools.choice.name.substr(0, 64),
-                                                 "`, which is not in tools"));
+      return Invalid("tool_choice",
+                     absl::StrCat("tool_choice names the function `",
+                                  tools.choice.name.substr(0, 64), "`, which is not in tools"));
     }
   }
   return absl::OkStatus();
@@ -85,8 +85,7 @@ absl::Status ReadToolChoice(const ojson& body, ChatTools& tools) {
 
 }  // namespace
 
-absl::Status ReadMessageToolFields(const ojson& m, const std::string& where,
-                                   ChatMessage& message) {
+absl::Status ReadMessageToolFields(const ojson& m, const std::string& where, ChatMessage& message) {
   const std::pair<const char*, std::optional<std::string>*> strings[] = {
       {"tool_call_id", &message.tool_call_id},
       {"name", &message.name},
@@ -95,7 +94,8 @@ absl::Status ReadMessageToolFields(const ojson& m, const std::string& where,
     const ojson* v = Field(m, key);
     if (v == nullptr) continue;
     if (!v->is_string()) {
-      return Invalid(absl::StrCat(where, ".", key), absl::StrCat(where, ".", key, " must be a string"));
+      return Invalid(absl::StrCat(where, ".", key),
+                     absl::StrCat(where, ".", key, " must be a string"));
     }
     *field = v->get<std::string>();
   }
@@ -215,8 +215,7 @@ ChatOutputOptions ChatOutputOptionsFor(const ChatTemplate* chat_template,
     ChatRenderOptions render;
     render.add_generation_prompt = request.add_generation_prompt;
     render.extra_json = request.chat_template_kwargs;
-    absl::StatusOr<std::string> prompt =
-        chat_template->Render({ChatMessage("user", "Hi")}, render);
+    absl::StatusOr<std::string> prompt = chat_template->Render({ChatMessage("user", "Hi")}, render);
     o.starts_in_reasoning = prompt.ok() && PromptOpensReasoning(*prompt);
   }
   o.tools = !tools.tools.empty() && tools.choice.mode != ToolChoice::Mode::kNone;

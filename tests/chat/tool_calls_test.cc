@@ -132,9 +132,9 @@ TEST(ToolCallsTest, HermesCutShort) {
 }
 
 TEST(ToolCallsTest, Llama3Calls) {
-  const ParsedToolCalls a = ParseEveryWay(
-      ToolCallFormat::kLlama3,
-      "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}");
+  const ParsedToolCalls a =
+      ParseEveryWay(ToolCallFormat::kLlama3,
+                    "{\"name\": \"get_weather\", \"parameters\": {\"city\": \"Paris\"}}");
   ASSERT_EQ(a.calls.size(), 1u);
   EXPECT_EQ(a.calls[0].arguments, R"({"city":"Paris"})");
   EXPECT_EQ(a.content, "");
@@ -163,10 +163,10 @@ TEST(ToolCallsTest, GenericObjectAndList) {
       ToolCallFormat::kGeneric, " {\"name\": \"get_time\", \"arguments\": {\"tz\": \"CET\"}} ");
   ASSERT_EQ(a.calls.size(), 1u);
   EXPECT_EQ(a.calls[0].arguments, R"({"tz":"CET"})");
-  const ParsedToolCalls b = ParseEveryWay(
-      ToolCallFormat::kGeneric,
-      "[{\"name\": \"get_time\", \"arguments\": {}}, {\"name\": \"get_weather\", "
-      "\"arguments\": {\"city\": \"Rome\"}}]");
+  const ParsedToolCalls b =
+      ParseEveryWay(ToolCallFormat::kGeneric,
+                    "[{\"name\": \"get_time\", \"arguments\": {}}, {\"name\": \"get_weather\", "
+                    "\"arguments\": {\"city\": \"Rome\"}}]");
   ASSERT_EQ(b.calls.size(), 2u);
   EXPECT_EQ(b.calls[1].arguments, R"({"city":"Rome"})");
   EXPECT_EQ(b.content, "");
@@ -185,7 +185,8 @@ TEST(ToolCallsTest, IdsFollowTheSeed) {
 
 TEST(ToolCallsTest, FormatsOfTheRealTemplates) {
   const auto format = [](const std::string& name) {
-    return DetectToolCallFormat(ReadText(SourcePath("tests/data/chat_templates/" + name + ".jinja")));
+    return DetectToolCallFormat(
+        ReadText(SourcePath("tests/data/chat_templates/" + name + ".jinja")));
   };
   EXPECT_EQ(format("qwen2.5"), ToolCallFormat::kHermes);
   EXPECT_EQ(format("qwen3"), ToolCallFormat::kHermes);

@@ -73,6 +73,24 @@ TEST(OpenAiToolsTest, ToolChoices) {
   EXPECT_FALSE(plain->generation.constraint.active());
 }
 
+// tool_choice and the constraint fields: required / named cannot share the output with another
+// constraint; under auto the other one governs it.
+TEST(OpenAiToolsTest, ToolChoiceWithResponseFormat) {
+  const std::string head = std::string(R"({"messages":[{"role":"user","content":"Hi"}],)") + kTools;
+  auto required =
+      Chat(head + R"(,"tool_choice":"required","response_format":{"type":"json_object"}})");
+  ASSERT_FALSE(required.ok());
+  EXPECT_EQ(json::parse(ErrorBody(required.status()))["error"]["param"], "response_format");
+  auto json_auto = Chat(head + R"(,"response_format":{"type":"json_object"}})");
+  ASSERT_TRUE(json_auto.ok()) << json_auto.status();
+  EXPECT_EQ(json_auto->generation.constraint.kind, grammar::ConstraintSpec::Kind::kJsonObject);
+  EXPECT_EQ(json_auto->tools.choice.mode, ToolChoice::Mode::kAuto);
+  auto text = Chat(head + R"(,"response_format":{"type":"text"}})");
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->generation.constraint.kind, grammar::ConstraintSpec::Kind::kToolCalls);
+  EXPECT_EQ(text->constraint_param, "tools");
+}
+
 TEST(OpenAiToolsTest, HistoryWithToolCalls) {
   auto q = Chat(R"({"messages":[{"role":"user","content":"Weather?"},
       {"role":"assistant","content":null,"tool_calls":[{"id":"c1","type":"function",
