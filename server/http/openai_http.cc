@@ -402,8 +402,10 @@ class OpenAiFront {
     std::unique_ptr<ChatOutput> chat;
     if (kind == ApiKind::kChat) {
       const uint64_t seed = q->generation.seed.value_or(std::random_device{}());
-      ChatOutput parsed(ChatOutputOptionsFor(info_.chat_template.get(), q->generation, q->tools,
-                                             seed ^ 0x9e3779b97f4a7c15ULL));
+      ChatOutputOptions parse = ChatOutputOptionsFor(info_.chat_template.get(), q->generation,
+                                                     q->tools, seed ^ 0x9e3779b97f4a7c15ULL);
+      ConstrainAfterReasoning(parse, q->generation.constraint);
+      ChatOutput parsed(std::move(parse));
       if (parsed.active()) chat = std::make_unique<ChatOutput>(std::move(parsed));
     }
     auto generation =

@@ -225,6 +225,13 @@ ChatOutputOptions ChatOutputOptionsFor(const ChatTemplate* chat_template,
   return o;
 }
 
+void ConstrainAfterReasoning(const ChatOutputOptions& options, grammar::ConstraintSpec& spec) {
+  if (!options.reasoning || !options.starts_in_reasoning || !spec.active()) return;
+  if (!spec.triggers.empty()) return;  // already lazy (a tool call's tag under "auto")
+  spec.triggers = {"</think>"};
+  spec.trigger_in_grammar = false;
+}
+
 void ChatOutputDelta::Append(ChatOutputDelta next) {
   reasoning += next.reasoning;
   content += next.content;

@@ -65,6 +65,13 @@ ChatOutputOptions ChatOutputOptionsFor(const ChatTemplate* chat_template,
                                        const GenerationRequest& request, const ChatTools& tools,
                                        uint64_t seed);
 
+// A constraint that would start at the output's first byte starts after the reasoning instead
+// (issue 43: "a constraint applies after the reasoning") when the prompt opened a reasoning block:
+// its trigger is "</think>" (not part of what it matches). A template that leaves it to the model
+// whether to think (Qwen3's hybrid) gets the constraint from the first byte: a trigger that never
+// came would leave the output free.
+void ConstrainAfterReasoning(const ChatOutputOptions& options, grammar::ConstraintSpec& spec);
+
 struct ChatOutputDelta {
   std::string reasoning;
   std::string content;

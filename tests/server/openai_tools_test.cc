@@ -158,6 +158,41 @@ TEST(OpenAiToolsTest, BadToolFieldsNameTheField) {
   EXPECT_EQ(json::parse(ErrorBody(c.status()))["error"]["param"], "tools");
 }
 
+TEST(OpenAiToolsTest, ConstraintsStartAfterAnOpenReasoningBlock) {
+  grammar::ConstraintSpec spec;
+  spec.kind = grammar::ConstraintSpec::Kind::kToolCalls;
+  ChatOutputOptions o;
+  o.reasoning = true;
+  ConstrainAfterReasoning(o, spec);  // the model may or may not think: from the first byte
+  EXPECT_TRUE(spec.triggers.empty());
+  o.starts_in_reasoning = true;
+  ConstrainAfterReasoning(o, spec);
+  EXPECT_EQ(spec.triggers, std::vector<std::string>{"</think>"});
+  EXPECT_FALSE(spec.trigger_in_grammar);
+  grammar::ConstraintSpec lazy;
+  lazy.kind = grammar::ConstraintSpec::Kind::kToolCalls;
+  lazy.triggers = {"<tool_call>"};
+  lazy.trigger_in_grammar = true;
+  ConstrainAfterReasoning(o, lazy);
+  EXPECT_EQ(lazy.triggers, std::vector<std::string>{"<tool_call>"});
+  grammar::ConstraintSpec none;
+  ConstrainAfterReasoning(o, none);
+  EXPECT_FALSE(none.active());
+
+  // The Qwen3 template's generation prompt opens no block; DeepSeek-R1's style does.
+  auto qwen3 = ChatTemplate::Parse(
+      "{{ '<|im_start|>assistant\n' }}{% if enable_thinking is false %}"
+      "{{ '<think>\n\n</think>\n\n' }}{% endif %}");
+  ASSERT_TRUE(qwen3.ok());
+  GenerationRequest r;
+  r.messages.emplace();
+  EXPECT_TRUE(ChatOutputOptionsFor(&*qwen3, r, {}, 1).reasoning);
+  EXPECT_FALSE(ChatOutputOptionsFor(&*qwen3, r, {}, 1).starts_in_reasoning);
+  auto r1 = ChatTemplate::Parse("{{ '<｜Assistant｜><think>\n' }}{# </think> #}");
+  ASSERT_TRUE(r1.ok());
+  EXPECT_TRUE(ChatOutputOptionsFor(&*r1, r, {}, 1).starts_in_reasoning);
+}
+
 ChatOutput QwenOutput(bool reasoning) {
   ChatOutputOptions o;
   o.reasoning = reasoning;
