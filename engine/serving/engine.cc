@@ -178,11 +178,12 @@ class EngineImpl final : public Engine {
     return validator_.Encode(text, add_special);
   }
 
-  absl::StatusOr<std::vector<int32_t>> TokenizeChat(const std::vector<ChatMessage>& messages,
-                                                    bool add_generation_prompt) const override {
+  absl::StatusOr<std::vector<int32_t>> TokenizeChat(const GenerationRequest& chat) const override {
     GenerationRequest q;
-    q.messages = messages;
-    q.add_generation_prompt = add_generation_prompt;
+    q.messages = chat.messages;
+    q.add_generation_prompt = chat.add_generation_prompt;
+    q.chat_tools = chat.chat_tools;
+    q.chat_template_kwargs = chat.chat_template_kwargs;
     if (absl::Status s = validator_.Precheck(q); !s.ok()) return s;
     return validator_.PromptTokens(q);
   }

@@ -280,11 +280,12 @@ class Engine {
   // UTF-8 or for more than the prompt byte limit. Runs on the caller's thread.
   virtual absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& text,
                                                         bool add_special = true) const = 0;
-  // The prompt tokens a chat request with these messages would get: rendered with the chat
-  // template, then encoded as Submit does (FAILED_PRECONDITION without a template,
+  // The prompt tokens a chat request would get (`chat`'s messages, add_generation_prompt,
+  // chat_tools and chat_template_kwargs; its other fields are not looked at): rendered with the
+  // chat template, then encoded as Submit does (FAILED_PRECONDITION without a template,
   // INVALID_ARGUMENT as Submit refuses the chat). Runs on the caller's thread.
   virtual absl::StatusOr<std::vector<int32_t>> TokenizeChat(
-      const std::vector<ChatMessage>& messages, bool add_generation_prompt) const = 0;
+      const GenerationRequest& chat) const = 0;
   // Tokenize on the engine's tokenizer thread: `done` is called there exactly once, with
   // CANCELLED once `*cancelled` is set, DEADLINE_EXCEEDED past `deadline`, UNAVAILABLE while
   // shutting down.

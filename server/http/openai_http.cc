@@ -474,10 +474,10 @@ class OpenAiFront {
     absl::StatusOr<TokenizeBody> q = ParseTokenizeBody(req.body, served_);
     if (!q.ok()) return SendError(*ex, q.status());
     absl::StatusOr<std::vector<int32_t>> ids =
-        q->messages ? engine_->TokenizeChat(*q->messages, q->add_generation_prompt)
-                    : engine_->Tokenize(q->prompt, q->add_special_tokens);
+        q->chat ? engine_->TokenizeChat(*q->chat)
+                : engine_->Tokenize(q->prompt, q->add_special_tokens);
     if (!ids.ok()) {
-      return SendError(*ex, WithParam(ids.status(), q->messages ? "messages" : "prompt"));
+      return SendError(*ex, WithParam(ids.status(), q->chat ? "messages" : "prompt"));
     }
     SendJson(*ex, {{"count", ids->size()},
                    {"max_model_len", info_.context_length},

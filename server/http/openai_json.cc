@@ -362,10 +362,13 @@ absl::StatusOr<TokenizeBody> ParseTokenizeBody(absl::string_view body, const Ope
     if (f.Get("prompt") != nullptr) {
       return Invalid("prompt", "send either prompt or messages, not both");
     }
-    GenerationRequest chat;
+    GenerationRequest& chat = out.chat.emplace();
     if (absl::Status s = ReadMessages(messages, chat); !s.ok()) return s;
-    out.messages = std::move(chat.messages);
-    if (auto v = f.Bool("add_generation_prompt")) out.add_generation_prompt = *v;
+    if (auto v = f.Bool("add_generation_prompt")) chat.add_generation_prompt = *v;
+    ChatTools tools;  // only what the template sees: the tools and the kwargs
+    if (absl::Status s = ReadToolFields(*parsed, served.tool_call_format, tools, chat); !s.ok()) {
+      return s;
+    }
     if (!f.status().ok()) return f.status();
     return out;
   }

@@ -48,12 +48,13 @@ absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_vie
                                                   const OpenAiServed& served);
 
 // POST /tokenize: {"prompt": text, "add_special_tokens": true}, or as vLLM a chat:
-// {"messages": [...], "add_generation_prompt": true}, tokenized as a chat completion's prompt.
+// {"messages": [...], "add_generation_prompt": true, "tools", "chat_template_kwargs"},
+// tokenized as a chat completion's prompt.
 struct TokenizeBody {
   std::string prompt;
   bool add_special_tokens = true;
-  std::optional<std::vector<ChatMessage>> messages;
-  bool add_generation_prompt = true;
+  // A chat: messages set, with add_generation_prompt, chat_tools and chat_template_kwargs.
+  std::optional<GenerationRequest> chat;
 };
 absl::StatusOr<TokenizeBody> ParseTokenizeBody(absl::string_view body, const OpenAiServed& served);
 // POST /detokenize: {"tokens": [ids]}.

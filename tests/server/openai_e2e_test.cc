@@ -1155,6 +1155,11 @@ TEST_F(OpenAiE2eTest, ChatWithToolsIsWellFormed) {
   ASSERT_EQ(r.status, 200) << r.body;
   const json j = json::parse(r.body);
   EXPECT_GT(j["usage"]["prompt_tokens"].get<int>(), plain + 30);  // the tools' section
+  // /tokenize (vLLM's chat form, with the tools) counts the same prompt.
+  const HttpResponse t = Post(chat->http_port(), "/tokenize",
+                              {{"messages", body["messages"]}, {"tools", tools}});
+  ASSERT_EQ(t.status, 200) << t.body;
+  EXPECT_EQ(json::parse(t.body)["count"], j["usage"]["prompt_tokens"]);
   const json& message = j["choices"][0]["message"];
   EXPECT_EQ(message["role"], "assistant");
   ExpectChatShape(message, /*delta=*/false);
