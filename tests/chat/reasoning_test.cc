@@ -3,6 +3,7 @@
 #include "engine/chat/reasoning.h"
 
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -79,6 +80,29 @@ TEST(ReasoningTest, CutShortInsideIsAllReasoning) {
   EXPECT_TRUE(e.has_reasoning);
   EXPECT_EQ(e.reasoning, "");
   EXPECT_EQ(e.content, "Answer");
+}
+
+// Texts assembled at random from tag pieces, streamed in random pieces: the same parts.
+TEST(ReasoningTest, RandomTextsStreamAsTheySplit) {
+  const std::vector<std::string> pool = {"<think>", "</think>", "<thi", "</th", "\n", " ", "a",
+                                         "<", ">", "think"};
+  std::mt19937 rng(5);
+  for (int n = 0; n < 1000; ++n) {
+    std::string text;
+    for (int k = rng() % 7; k >= 0; --k) text += pool[rng() % pool.size()];
+    const bool open = rng() % 2;
+    const ReasoningSplit whole = SplitReasoning(text, open);
+    std::vector<std::string> pieces;
+    for (size_t at = 0; at < text.size();) {
+      const size_t len = 1 + rng() % 5;
+      pieces.push_back(text.substr(at, len));
+      at += len;
+    }
+    const ReasoningSplit s = Stream(pieces, open);
+    EXPECT_EQ(s.reasoning, whole.reasoning) << text;
+    EXPECT_EQ(s.content, whole.content) << text;
+    EXPECT_EQ(s.has_reasoning, whole.has_reasoning) << text;
+  }
 }
 
 TEST(ReasoningTest, PromptEnds) {

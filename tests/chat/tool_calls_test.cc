@@ -5,6 +5,7 @@
 #include "engine/chat/tool_calls.h"
 
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -173,6 +174,43 @@ TEST(ToolCallsTest, GenericObjectAndList) {
   const ParsedToolCalls c = ParseEveryWay(ToolCallFormat::kGeneric, "[1, 2, 3]");
   EXPECT_EQ(c.content, "[1, 2, 3]");
   EXPECT_TRUE(c.calls.empty());
+}
+
+// Texts assembled at random from pieces that start, break and finish calls, streamed in random
+// pieces: always what the whole text parses to.
+TEST(ToolCallsTest, RandomTextsStreamAsTheyParse) {
+  const std::vector<std::string> hermes = {
+      "<tool_call>", "</tool_call>", "\n", " ", "<tool", "Hello", "{", "}", "\"name\": ",
+      "\"get_time\"", "\"rm\"", ", \"arguments\": ", "{\"a\": [1, \"}\"]}",
+      "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"X\"}}\n</tool_call>"};
+  const std::vector<std::string> bare = {
+      "<|python_tag|>", "[", "]", ";", ",", " ", "\n", "text", "{", "}", "\"name\": ",
+      "\"type\": \"function\", ", "\"get_time\"", ", \"parameters\": ", ", \"arguments\": ",
+      "{\"x\": \"\\\"\"}", "{\"name\": \"get_weather\", \"parameters\": {}}"};
+  std::mt19937 rng(43);
+  for (const ToolCallFormat format :
+       {ToolCallFormat::kHermes, ToolCallFormat::kLlama3, ToolCallFormat::kGeneric}) {
+    const std::vector<std::string>& pool = format == ToolCallFormat::kHermes ? hermes : bare;
+    int with_calls = 0, with_content = 0;
+    for (int n = 0; n < 400; ++n) {
+      std::string text;
+      for (int k = rng() % 8; k >= 0; --k) text += pool[rng() % pool.size()];
+      const ParsedToolCalls whole = ParseToolCalls(format, text, kNames, 7);
+      with_calls += !whole.calls.empty();
+      with_content += !whole.content.empty();
+      for (int split = 0; split < 4; ++split) {
+        std::vector<std::string> pieces;
+        for (size_t at = 0; at < text.size();) {
+          const size_t len = 1 + rng() % 6;
+          pieces.push_back(text.substr(at, len));
+          at += len;
+        }
+        ExpectSame(Stream(format, pieces), whole, text);
+      }
+    }
+    EXPECT_GT(with_calls, 20) << ToolCallFormatName(format);  // the mix has both
+    EXPECT_GT(with_content, 100) << ToolCallFormatName(format);
+  }
 }
 
 TEST(ToolCallsTest, IdsFollowTheSeed) {
