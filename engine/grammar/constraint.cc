@@ -92,8 +92,14 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> ConstraintCompiler::Co
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (auto it = index_.find(key); it != index_.end()) {
-      lru_.splice(lru_.begin(), lru_, it->second);
-      return it->second->second;
+      if (it->second->second->automaton->status().ok()) {
+        lru_.splice(lru_.begin(), lru_, it->second);
+        return it->second->second;
+      }
+      // Past a limit (a request walked it somewhere huge): its users keep it, new ones get a
+      // fresh one.
+      lru_.erase(it->second);
+      index_.erase(it);
     }
   }
   // Compiled outside the lock: a slow schema does not hold up requests whose grammar is cached.

@@ -44,7 +44,7 @@ struct CompiledConstraint {
 class ConstraintCompiler {
  public:
   explicit ConstraintCompiler(std::shared_ptr<const TokenVocabulary> vocab,
-                              size_t max_entries = 64, GrammarLimits limits = {});
+                              size_t max_entries = 32, GrammarLimits limits = {});
   absl::StatusOr<std::shared_ptr<const CompiledConstraint>> Compile(const ConstraintSpec& spec);
   const TokenVocabulary& vocab() const { return *vocab_; }
   std::shared_ptr<const TokenVocabulary> shared_vocab() const { return vocab_; }

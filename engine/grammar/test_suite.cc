@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <chrono>
 
-#include "engine/grammar/python_json.h"
+#include "engine/grammar/json_text.h"
 
 namespace heavykv::grammar {
 namespace {

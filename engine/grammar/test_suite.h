@@ -4,7 +4,7 @@
 //   GroupResult g = RunSchemaGroup(compiler, tokenizer, group_json);
 //
 // A group is {"schema": ..., "tests": [{"data": ..., "valid": bool}, ...]}. Each instance is
-// written as json.dumps(data, ensure_ascii=False) writes it (python_json.h), tokenized without
+// written as json.dumps(data, ensure_ascii=False) writes it (json_text.h), tokenized without
 // BOS and special tokens, and walked through a fresh ConstraintMatcher: a valid instance passes
 // when every token and then an end-of-generation token are allowed, an invalid one when some
 // token or the end is refused. Masks are timed one by one (the automaton is the compiled
