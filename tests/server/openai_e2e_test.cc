@@ -1129,14 +1129,14 @@ void ExpectChatShape(const json& m, bool delta) {
 
 // Tools, tool-call history and chat_template_kwargs reach the chat template (the prompt grows by
 // what the Qwen3 template writes for them), the response has OpenAI's shape whatever the random
-// model writes, streamed or not, and a tool_choice naming no tool is a 400 naming it.
+// model writes, streamed or not; tool_choice "required" or a named tool makes it a call that
+// parses back (arguments by the schema); a tool_choice naming no tool is a 400 naming it.
 TEST_F(OpenAiE2eTest, ChatWithToolsIsWellFormed) {
   ServerProcess* chat = ChatServer();
   if (chat == nullptr) GTEST_SKIP() << "../shared/gguf/qwen-vocab.gguf is absent";
-  // No parameters schema: tool_choice "auto" compiles the tool grammar in Submit, and until
-  // the JSON Schema compiler is merged only a tool without one compiles.
   const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
-      "description": "Get the current weather in the city the user is asking about."}}])");
+      "description": "Get the current weather in a city.", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
   json body = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},
                {"max_tokens", 12}, {"temperature", 0}};
   const auto prompt_tokens = [&](const json& b) {
@@ -1184,6 +1184,62 @@ TEST_F(OpenAiE2eTest, ChatWithToolsIsWellFormed) {
   history["messages"].push_back(
       json::parse(R"({"role": "tool", "tool_call_id": "call_1", "content": "21 C, clear"})"));
   EXPECT_GT(prompt_tokens(history), j["usage"]["prompt_tokens"].get<int>() + 10);
+
+  // tool_choice "required" and a named tool hold even a random model to a call of the template's
+  // format with arguments by the tool's schema; the response parses it back.
+  const json enum_tools = json::parse(R"([
+      {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+       "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}},
+       "required": ["city"], "additionalProperties": false}}},
+      {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object",
+       "properties": {"tz": {"const": "UTC"}}, "required": ["tz"],
+       "additionalProperties": false}}}])");
+  for (const json& choice : {json("required"), json::parse(R"({"type": "function",
+                                                   "function": {"name": "get_time"}})")}) {
+    json forced = {{"messages", body["messages"]}, {"tools", enum_tools},
+                   {"tool_choice", choice}, {"parallel_tool_calls", false},
+                   {"max_tokens", 200}, {"temperature", 0}};
+    const HttpResponse f = Post(chat->http_port(), "/v1/chat/completions", forced);
+    ASSERT_EQ(f.status, 200) << f.body;
+    const json fj = json::parse(f.body);
+    const json& fm = fj["choices"][0]["message"];
+    ExpectChatShape(fm, /*delta=*/false);
+    EXPECT_EQ(fj["choices"][0]["finish_reason"], "tool_calls") << f.body;
+    ASSERT_EQ(fm["tool_calls"].size(), 1u) << f.body;
+    EXPECT_TRUE(fm["content"].is_null()) << f.body;
+    const std::string name = fm["tool_calls"][0]["function"]["name"];
+    const json args = json::parse(fm["tool_calls"][0]["function"]["arguments"].get<std::string>());
+    if (choice.is_object()) EXPECT_EQ(name, "get_time");
+    if (name == "get_time") {
+      EXPECT_EQ(args, json::parse(R"({"tz": "UTC"})"));
+    } else {
+      ASSERT_EQ(name, "get_weather");
+      EXPECT_TRUE(args == json::parse(R"({"city": "Paris"})") ||
+                  args == json::parse(R"({"city": "Oslo"})"))
+          << args;
+    }
+    // Streamed: the same call, id and name first, then the argument fragments.
+    forced["stream"] = true;
+    const HttpResponse fs = Post(chat->http_port(), "/v1/chat/completions", forced);
+    ASSERT_EQ(fs.status, 200) << fs.body;
+    std::string streamed_name, streamed_args;
+    const std::vector<json> fe = SseEvents(fs.body);
+    for (const json& e : fe) {
+      const json& d = e["choices"][0]["delta"];
+      ExpectChatShape(d, /*delta=*/true);
+      if (!d.contains("tool_calls")) continue;
+      for (const json& t : d["tool_calls"]) {
+        EXPECT_EQ(t["index"], 0);
+        if (t["function"].contains("name")) {
+          streamed_name += t["function"]["name"].get<std::string>();
+        }
+        streamed_args += t["function"]["arguments"].get<std::string>();
+      }
+    }
+    EXPECT_EQ(streamed_name, name);
+    EXPECT_EQ(json::parse(streamed_args), args);
+    EXPECT_EQ(fe.back()["choices"][0]["finish_reason"], "tool_calls");
+  }
 
   json bad = body;
   bad["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_time"}}}};
