@@ -312,8 +312,10 @@ nlohmann::json ChatMessageJson(const ChatOutput& output, const ChatOutputDelta& 
     if (!t.name.empty()) calls[t.index].name = t.name;
     calls[t.index].arguments += t.arguments;
   }
+  // Only calls, or only reasoning: no content (null), as OpenAI and vLLM answer.
   const bool blank = whole.content.find_first_not_of(" \t\r\n") == std::string::npos;
-  message["content"] = calls.empty() || !blank ? json(whole.content) : json(nullptr);
+  const bool other = !calls.empty() || !whole.reasoning.empty();
+  message["content"] = other && blank ? json(nullptr) : json(whole.content);
   if (output.reasoning()) {
     message["reasoning_content"] = whole.reasoning.empty() ? json(nullptr) : json(whole.reasoning);
   }

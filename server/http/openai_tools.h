@@ -100,7 +100,7 @@ class ChatOutput {
   std::optional<ToolCallStreamParser> tool_parser_;
 };
 
-// choices[0].message of a whole response: {role, content (null when only calls were made),
+// choices[0].message of a whole response: {role, content (null when only calls or reasoning came),
 // reasoning_content (with a reasoning template; null when none), tool_calls (when calls were
 // made): [{id, type: "function", function: {name, arguments}}]}.
 nlohmann::json ChatMessageJson(const ChatOutput& output, const ChatOutputDelta& whole);

@@ -1248,5 +1248,37 @@ TEST_F(OpenAiE2eTest, ChatWithToolsIsWellFormed) {
   EXPECT_EQ(chat->WaitIdle().pages_used(), 0);
 }
 
+// A template whose generation prompt opens a reasoning block (DeepSeek-R1's way): the random
+// model's output, which never closes it, is all reasoning_content, whole and streamed alike.
+TEST_F(OpenAiE2eTest, ReasoningOpenedByThePromptIsReasoningContent) {
+  if (ChatServer() == nullptr) GTEST_SKIP() << "../shared/gguf/qwen-vocab.gguf is absent";
+  const std::string source = dir_->File("r1.jinja");
+  std::ofstream(source) << "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+                           "<|im_end|>\n{% endfor %}<|im_start|>assistant\n<think>\n"
+                           "{# a reasoning block ends with </think> #}";
+  ServerProcess r1({"--model", chat_model_, "--threads", "1", "--chat-template", source});
+  ASSERT_TRUE(r1.ok() && r1.http_port() > 0) << r1.log();
+  json body = {{"messages", {{{"role", "user"}, {"content", "2+2?"}}}},
+               {"max_tokens", 16}, {"ignore_eos", true}, {"temperature", 0}};
+  const HttpResponse r = Post(r1.http_port(), "/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json m = json::parse(r.body)["choices"][0]["message"];
+  ASSERT_TRUE(m["reasoning_content"].is_string()) << m;
+  EXPECT_FALSE(m["reasoning_content"].get<std::string>().empty()) << m;
+  EXPECT_TRUE(m["content"].is_null()) << m;
+
+  body["stream"] = true;
+  const HttpResponse s = Post(r1.http_port(), "/v1/chat/completions", body);
+  ASSERT_EQ(s.status, 200) << s.body;
+  std::string reasoning;
+  for (const json& e : SseEvents(s.body)) {
+    const json& d = e["choices"][0]["delta"];
+    if (d.contains("content")) EXPECT_EQ(d["content"], "") << d;  // only the role's chunk
+    if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+  }
+  EXPECT_EQ(reasoning, m["reasoning_content"]);
+  EXPECT_EQ(r1.WaitIdle().pages_used(), 0);
+}
+
 }  // namespace
 }  // namespace heavykv
