@@ -506,7 +506,8 @@ Expr JsonText::AnyInteger() {
 
 Expr JsonText::IntegerFloatSuffix() {
   if (!integer_floats_) return b_.Empty();
-  return b_.Optional(b_.Seq({b_.Literal("."), b_.Repeat(b_.Literal("0"), 1, -1)}));
+  // One zero, as Python writes an integral float ("3.0"): a model cannot pad it without end.
+  return b_.Optional(b_.Literal(".0"));
 }
 
 Expr JsonText::SameLengthRange(std::string_view lo, std::string_view hi) {

@@ -1124,5 +1124,27 @@ TEST_F(EngineTest, ConstraintsThatDoNotCompileAreRefusedInSubmit) {
   EXPECT_NE(h.status().message().find("choice"), std::string::npos) << h.status();
 }
 
+// A constraint whose automaton passes its limits mid-way (here more open parses than a state may
+// hold, after the first byte) ends its request with an error naming the limit; its pages are
+// freed and a request beside it is unharmed.
+TEST_F(EngineTest, AConstraintPastItsLimitsEndsWithAnErrorAndFreesItsPages) {
+  auto engine = Make(64);
+  std::string gbnf = "root ::= \"b\"";
+  for (int i = 0; i < 3000; ++i) gbnf += " x";
+  gbnf += "\nx ::= \"a\"*\n";
+  GenerationRequest r = Greedy("Once upon a time", 16);
+  r.constraint.kind = grammar::ConstraintSpec::Kind::kGbnf;
+  r.constraint.text = gbnf;
+  Collector c, free;
+  ASSERT_TRUE(engine->Submit(r, c.Callback()).ok());
+  ASSERT_TRUE(engine->Submit(Greedy("Once upon a time", 16), free.Callback()).ok());
+  c.Wait();
+  free.Wait();
+  EXPECT_EQ(c.last.finish_reason, "error");
+  EXPECT_NE(c.last.error.find("ambiguous"), std::string::npos) << c.last.error;
+  EXPECT_EQ(free.text, Alone("Once upon a time", 16, "full", 0));
+  EXPECT_EQ(engine->Stats().pages_used, 0);
+}
+
 }  // namespace
 }  // namespace heavykv
