@@ -230,7 +230,7 @@ for (const [name, server, model] of [["Qwen3", () => chat, "chat.gguf"],
 
 for (const [name, server, model] of [["Qwen3", () => chat, "chat.gguf"],
                                      ["Llama 3", () => llama, "llama.gguf"],
-                                     ["Llama 3 (Llama 3.1 template)", () => llama31, "llama.gguf"]]) {
+                                     ["Llama 3 (3.1 template)", () => llama31, "llama.gguf"]]) {
 test(`tools on the ${name} vocabulary: tool_choice required is a call whose arguments validate, streamed and not`,
      async (t) => {
   if (!server()) return t.skip(`../shared/gguf has no ${name} vocabulary`);
