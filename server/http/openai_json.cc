@@ -21,6 +21,8 @@ absl::Status Invalid(absl::string_view param, absl::string_view message) {
   return WithParam(absl::InvalidArgumentError(message), param);
 }
 
+constexpr int kMaxBodyDepth = 256;
+
 // The body as a JSON object. The parse error names the byte, never the request's text.
 absl::StatusOr<ojson> ParseObject(absl::string_view body) {
   ojson value;
@@ -33,6 +35,20 @@ absl::StatusOr<ojson> ParseObject(absl::string_view body) {
     return absl::InvalidArgumentError("the request body is not valid JSON");
   }
   if (!value.is_object()) return absl::InvalidArgumentError("the request body must be an object");
+  // Fields are written out again (tools, schemas) by json's dump, which recurses once per level:
+  // a body of a million nested brackets would overflow the stack.
+  std::vector<std::pair<const ojson*, int>> stack = {{&value, 1}};
+  while (!stack.empty()) {
+    const auto [v, depth] = stack.back();
+    stack.pop_back();
+    if (!v->is_structured()) continue;
+    if (depth > kMaxBodyDepth) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the request body nests arrays and objects deeper than ", kMaxBodyDepth,
+                       " levels"));
+    }
+    for (const ojson& e : *v) stack.emplace_back(&e, depth + 1);
+  }
   return value;
 }
 

@@ -77,6 +77,33 @@ TEST(ToolGrammarTest, Llama3AndGeneric) {
   EXPECT_TRUE(Matches(single, "{\"name\": \"get_time\", \"arguments\": {}}"));
 }
 
+// Every format's grammar and its parser agree: what the grammar accepts parses back into the
+// calls it spells, arguments compacted.
+TEST(ToolGrammarTest, WhatTheGrammarAcceptsParsesBack) {
+  if (!JsonSchemaCompiles()) GTEST_SKIP() << "the JSON Schema compiler is not merged yet";
+  const std::vector<std::string> names = {"get_weather", "get_time"};
+  const std::pair<ToolCallFormat, std::string> cases[] = {
+      {ToolCallFormat::kHermes,
+       "<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>\n<tool_call>\n"
+       "{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Oslo\"}}\n</tool_call>"},
+      {ToolCallFormat::kLlama3,
+       "{\"name\": \"get_time\", \"parameters\": {}}; {\"name\": \"get_weather\", "
+       "\"parameters\": {\"city\": \"Oslo\"}}"},
+      {ToolCallFormat::kGeneric,
+       "[{\"name\": \"get_time\", \"arguments\": {}}, {\"name\": \"get_weather\", "
+       "\"arguments\": {\"city\": \"Oslo\"}}]"}};
+  for (const auto& [format, text] : cases) {
+    EXPECT_TRUE(Matches(Compile(format, true), text)) << text;
+    const ParsedToolCalls p = ParseToolCalls(format, text, names, 1);
+    EXPECT_EQ(p.content, "") << text;
+    ASSERT_EQ(p.calls.size(), 2u) << text;
+    EXPECT_EQ(p.calls[0].name, "get_time");
+    EXPECT_EQ(p.calls[0].arguments, "{}");
+    EXPECT_EQ(p.calls[1].name, "get_weather");
+    EXPECT_EQ(p.calls[1].arguments, R"({"city":"Oslo"})");
+  }
+}
+
 TEST(ToolGrammarTest, BadSpecsNameTheField) {
   for (const auto& [spec, param] : std::vector<std::pair<std::string, std::string>>{
            {"[]", ""},

@@ -48,7 +48,7 @@ async function serve(args) {
   });
 }
 
-let stories, chat, llama;
+let stories, chat, llama, llama31;
 before(async () => {
   stories = await serve(["--model", join(source, "models/stories260K.bin"),
                          "--tokenizer", join(source, "models/tok512.bin"),
@@ -68,6 +68,9 @@ before(async () => {
                           "--hidden-dim", "128", "--layers", "2", "--heads", "4", "--kv-heads",
                           "2", "--seq-len", "512", "--vocab-from", llamaVocab, "--out", model]);
     llama = await serve(["--model", model]);
+    // The same model under Llama 3.1's template: its tool calls are bare {"name", "parameters"}.
+    llama31 = await serve(["--model", model, "--chat-template",
+                           join(source, "tests/data/chat_templates/llama3.1.jinja")]);
   }
 });
 after(() => {
@@ -226,7 +229,8 @@ for (const [name, server, model] of [["Qwen3", () => chat, "chat.gguf"],
 }
 
 for (const [name, server, model] of [["Qwen3", () => chat, "chat.gguf"],
-                                     ["Llama 3", () => llama, "llama.gguf"]]) {
+                                     ["Llama 3", () => llama, "llama.gguf"],
+                                     ["Llama 3 (3.1 template)", () => llama31, "llama.gguf"]]) {
 test(`tools on the ${name} vocabulary: tool_choice required is a call whose arguments validate, streamed and not`,
      async (t) => {
   if (!server()) return t.skip(`../shared/gguf has no ${name} vocabulary`);

@@ -151,6 +151,11 @@ TEST(OpenAiToolsTest, BadToolFieldsNameTheField) {
     EXPECT_EQ(q.status().code(), absl::StatusCode::kInvalidArgument) << body;
     EXPECT_EQ(json::parse(ErrorBody(q.status()))["error"]["param"], param) << body;
   }
+  // A body nested past 256 levels is refused before any of it is written out again.
+  const std::string deep = std::string(R"({"messages":[],"tools":[{"type":"function","function":)"
+                                       R"({"name":"f","parameters":{"a":)") +
+                           std::string(100000, '[') + std::string(100000, ']') + "}}}]}";
+  EXPECT_EQ(Chat(deep).status().code(), absl::StatusCode::kInvalidArgument);
   // Completions take no tools.
   auto c = ParseGenerationBody(ApiKind::kCompletion,
                                std::string(R"({"prompt":"x",)") + kTools + "}", kQwen);
