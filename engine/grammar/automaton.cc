@@ -186,6 +186,10 @@ Automaton::Automaton(std::shared_ptr<const Grammar> grammar,
       pos_arg_.push_back(0);
     }
   }
+  // Room for the states a typical constraint meets, so that growing seldom copies.
+  states_.reserve(1024);
+  next_.reserve(size_t(1024) * 256);
+  frames_.reserve(4096);
   frames_.push_back({-1, 0});       // 0: the bottom of every stack
   states_.emplace_back();           // 0: dead
   next_.assign(256, kDead);         // the dead state stays dead
