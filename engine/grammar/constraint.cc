@@ -13,6 +13,7 @@ namespace heavykv::grammar {
 
 std::string ConstraintSpec::CacheKey() const {
   std::string key = absl::StrCat(int(kind), strict ? "s" : "-", trigger_in_grammar ? "t" : "-",
+                                 optional_reasoning ? "r" : "-",
                                  ":", text.size(), ":", text);
   for (const std::string& c : choices) absl::StrAppend(&key, "|", c.size(), ":", c);
   for (const std::string& t : triggers) absl::StrAppend(&key, "#", t.size(), ":", t);
@@ -38,6 +39,42 @@ const char* ConstraintSpec::KindName() const {
   }
   return "none";
 }
+
+namespace {
+
+constexpr std::string_view kThinkOpen = "<think>", kThinkClose = "</think>";
+
+// Any bytes that do not contain `p` (non-empty): the states of p's prefix automaton (the
+// longest prefix of p that the text ends with), each a rule that loops in tail position.
+GrammarBuilder::Expr TextWithout(GrammarBuilder& b, std::string_view p) {
+  const size_t m = p.size();
+  // next[i][c]: the longest prefix of p that (p[0, i) + c) ends with.
+  std::vector<std::array<int32_t, 256>> next(m);
+  for (size_t i = 0; i < m; ++i) {
+    for (int c = 0; c < 256; ++c) {
+      std::string s = std::string(p.substr(0, i)) + char(c);
+      size_t k = std::min(s.size(), m);
+      while (k > 0 && s.compare(s.size() - k, k, p, 0, k) != 0) --k;
+      next[i][size_t(c)] = int32_t(k);
+    }
+  }
+  std::vector<RuleId> rules;
+  for (size_t i = 0; i < m; ++i) rules.push_back(b.DeclareRule(absl::StrCat("_without", i)));
+  for (size_t i = 0; i < m; ++i) {
+    std::vector<GrammarBuilder::Expr> alts = {b.Empty()};
+    for (size_t j = 0; j < m; ++j) {  // one alternative per next state (m itself: p, refused)
+      ByteSet to;
+      for (int c = 0; c < 256; ++c) {
+        if (next[i][size_t(c)] == int32_t(j)) to.Add(uint8_t(c));
+      }
+      if (!to.Empty()) alts.push_back(b.Seq({b.Bytes(to), b.Ref(rules[j])}));
+    }
+    b.DefineRule(rules[i], b.Alt(std::move(alts)));
+  }
+  return b.Ref(rules[0]);
+}
+
+}  // namespace
 
 absl::StatusOr<Grammar> CompileGrammar(const ConstraintSpec& spec, const GrammarLimits& limits) {
   if (spec.kind == ConstraintSpec::Kind::kGbnf) return CompileGbnf(spec.text, "root", limits);
@@ -76,6 +113,12 @@ absl::StatusOr<Grammar> CompileGrammar(const ConstraintSpec& spec, const Grammar
   if (!spec.triggers.empty() && !spec.trigger_in_grammar) {
     const GrammarBuilder::Expr ws = b.Repeat(b.Bytes(ByteSet::Of(' ') | ByteSet::Of('\n')), 0, 4);
     body = b.Seq({ws, *body});
+  }
+  if (spec.optional_reasoning && spec.triggers.empty()) {
+    const GrammarBuilder::Expr ws = b.Repeat(b.Bytes(ByteSet::Of(' ') | ByteSet::Of('\n')), 0, 4);
+    body = b.Seq({b.Optional(b.Seq({b.Literal(kThinkOpen), TextWithout(b, kThinkClose),
+                                    b.Literal(kThinkClose), ws})),
+                  *body});
   }
   const RuleId root = b.DeclareRule("root");
   b.DefineRule(root, *body);
@@ -130,6 +173,7 @@ absl::StatusOr<std::shared_ptr<const CompiledConstraint>> ConstraintCompiler::Co
 
 ConstraintMatcher::ConstraintMatcher(std::shared_ptr<const CompiledConstraint> constraint)
     : c_(std::move(constraint)), a_(c_->automaton.get()) {
+  in_reasoning_ = c_->spec.optional_reasoning && !c_->spec.triggers.empty();
   for (const std::string& t : c_->spec.triggers) max_trigger_ = std::max(max_trigger_, t.size());
   if (c_->spec.triggers.empty()) {
     active_ = true;
@@ -158,7 +202,26 @@ absl::Status ConstraintMatcher::Accept(int32_t token) {
   }
   if (!active_) {
     if (!v.IsText(token)) return absl::OkStatus();
-    pending_ += v.bytes(token);
+    if (in_reasoning_) {  // a reasoning block first: triggers count only after it
+      head_ += v.bytes(token);
+      const std::string_view open = kThinkOpen;
+      if (head_.size() < open.size() && open.substr(0, head_.size()) == head_) {
+        return absl::OkStatus();  // may still open one
+      }
+      if (head_.compare(0, open.size(), open) != 0) {  // no reasoning: all of it is output
+        in_reasoning_ = false;
+        pending_ = std::move(head_);
+      } else if (const size_t end = head_.find(kThinkClose); end != std::string::npos) {
+        in_reasoning_ = false;
+        pending_ = head_.substr(end + kThinkClose.size());
+      } else {
+        if (head_.size() > 64) head_.erase(open.size(), head_.size() - 64);  // keep the tail
+        return absl::OkStatus();
+      }
+      head_.clear();
+    } else {
+      pending_ += v.bytes(token);
+    }
     for (const std::string& t : c_->spec.triggers) {
       const size_t at = pending_.find(t);
       if (at == std::string::npos) continue;

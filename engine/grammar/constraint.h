@@ -84,6 +84,8 @@ class ConstraintMatcher {
   bool complete_ = false;
   int32_t state_ = Automaton::kDead;
   std::string pending_;  // a lazy constraint's output so far (its last bytes)
+  bool in_reasoning_ = false;  // a lazy one with optional_reasoning: before or in "<think>"
+  std::string head_;           // the output while it may be reasoning
   size_t max_trigger_ = 0;
 };
 

@@ -30,6 +30,10 @@ struct ConstraintSpec {
   // what the grammar matches (kept in its input), else only what follows it is.
   std::vector<std::string> triggers;
   bool trigger_in_grammar = false;
+  // A reasoning model (Qwen3's `<think>`) may think first: the output may open with
+  // "<think>" + any text without "</think>" + "</think>" and white space, and the constraint
+  // holds from there (a lazy one looks for its trigger only after the reasoning).
+  bool optional_reasoning = false;
 
   bool active() const { return kind != Kind::kNone; }
   // A stable text of the whole spec: the compile cache's key.

@@ -226,7 +226,11 @@ ChatOutputOptions ChatOutputOptionsFor(const ChatTemplate* chat_template,
 }
 
 void ConstrainAfterReasoning(const ChatOutputOptions& options, grammar::ConstraintSpec& spec) {
-  if (!options.reasoning || !options.starts_in_reasoning || !spec.active()) return;
+  if (!options.reasoning || !spec.active()) return;
+  if (!options.starts_in_reasoning) {  // the model may think first, or not
+    spec.optional_reasoning = true;
+    return;
+  }
   if (!spec.triggers.empty()) return;  // already lazy (a tool call's tag under "auto")
   spec.triggers = {"</think>"};
   spec.trigger_in_grammar = false;

@@ -68,8 +68,9 @@ ChatOutputOptions ChatOutputOptionsFor(const ChatTemplate* chat_template,
 // A constraint that would start at the output's first byte starts after the reasoning instead
 // (issue 43: "a constraint applies after the reasoning") when the prompt opened a reasoning block:
 // its trigger is "</think>" (not part of what it matches). A template that leaves it to the model
-// whether to think (Qwen3's hybrid) gets the constraint from the first byte: a trigger that never
-// came would leave the output free.
+// whether to think (Qwen3's hybrid) gets `optional_reasoning`: the output may open with a whole
+// "<think>...</think>" block, and the constraint holds after it (a lazy one's trigger is looked
+// for after it); a trigger that never came would leave the output free, so it is not one.
 void ConstrainAfterReasoning(const ChatOutputOptions& options, grammar::ConstraintSpec& spec);
 
 struct ChatOutputDelta {

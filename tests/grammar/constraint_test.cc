@@ -109,5 +109,40 @@ TEST(ConstraintTest, PythonJsonDumpsWritesAsPythonDoes) {
             "[1e+22, 123456789012345.6, 1e-05]");
 }
 
+TEST(ConstraintTest, AnOptionalReasoningBlockComesBeforeTheConstraint) {
+  ConstraintSpec s = Choice({"yes", "no"});
+  s.optional_reasoning = true;
+  absl::StatusOr<Grammar> g = CompileGrammar(s);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(Matches(*g, "yes"));
+  EXPECT_TRUE(Matches(*g, "<think>\nHmm, </thin or <think>? Say no.</think>\n\nno"));
+  EXPECT_TRUE(Matches(*g, "<think></think>yes"));
+  EXPECT_FALSE(Matches(*g, "<think>a</think>b</think>yes"));  // the first close ends it
+  EXPECT_FALSE(Matches(*g, "<think>yes"));
+  EXPECT_FALSE(Matches(*g, "maybe"));
+
+  // A lazy constraint looks for its trigger only after the reasoning.
+  auto vocab = TokenVocabulary::FromBytes(
+      {"", "<think>", "<call>", "</think>", "yes", "x"}, {0});
+  ConstraintCompiler compiler(vocab);
+  ConstraintSpec lazy = Choice({"<call>yes"});
+  lazy.triggers = {"<call>"};
+  lazy.trigger_in_grammar = true;
+  lazy.optional_reasoning = true;
+  auto c = compiler.Compile(lazy);
+  ASSERT_TRUE(c.ok()) << c.status();
+  ConstraintMatcher m(*c);
+  for (int32_t t : {1, 2, 5, 2}) {  // <think><call>x<call>: still thinking
+    ASSERT_TRUE(m.Accept(t).ok());
+    EXPECT_FALSE(m.active());
+  }
+  ASSERT_TRUE(m.Accept(3).ok());  // </think>
+  EXPECT_FALSE(m.active());
+  ASSERT_TRUE(m.Accept(2).ok());  // <call> after it
+  EXPECT_TRUE(m.active());
+  ASSERT_TRUE(m.Accept(4).ok());
+  EXPECT_TRUE(m.Complete());
+}
+
 }  // namespace
 }  // namespace heavykv::grammar

@@ -168,8 +168,10 @@ TEST(OpenAiToolsTest, ConstraintsStartAfterAnOpenReasoningBlock) {
   spec.kind = grammar::ConstraintSpec::Kind::kToolCalls;
   ChatOutputOptions o;
   o.reasoning = true;
-  ConstrainAfterReasoning(o, spec);  // the model may or may not think: from the first byte
+  ConstrainAfterReasoning(o, spec);  // the model may or may not think: an optional block first
   EXPECT_TRUE(spec.triggers.empty());
+  EXPECT_TRUE(spec.optional_reasoning);
+  spec.optional_reasoning = false;
   o.starts_in_reasoning = true;
   ConstrainAfterReasoning(o, spec);
   EXPECT_EQ(spec.triggers, std::vector<std::string>{"</think>"});
