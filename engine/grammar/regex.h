@@ -8,11 +8,13 @@
 // [...] with ranges and negation, \d \w \s \D \W \S (ASCII \d \w; \s the ECMA white space),
 // groups ( ), (?: ), named groups (?<n> ), alternation |, quantifiers * + ? {n} {n,} {n,m}
 // (lazy forms match the same strings), anchors ^ and $ (wherever they stand, as in (^|,)x or
-// ^a|b$, except inside a repeated group), \p{ASCII} \p{Any} \p{AHex}. Annex B's leniencies
-// hold: `{` that starts no quantifier, `]` and `}` are literals; [\w-.] is \w, '-' and '.'.
-// Refused with INVALID_ARGUMENT naming the construct and its byte offset: backreferences,
-// lookaround, \b \B, other \p{..}, inline flags (?i), (?P<n>), {,n}, unknown letter escapes.
-// RESOURCE_EXHAUSTED: counts past GrammarLimits::max_repeat, groups past max_depth.
+// ^a|b$, except inside a repeated group), \p{..} \P{..} of General_Category values (L, Lu,
+// Letter, gc=Nd, ...: Unicode 15.0, unicode_properties.h) and Any, ASCII, AHex, Assigned.
+// Annex B's leniencies hold: `{` that starts no quantifier, `]` and `}` are literals; [\w-.] is
+// \w, '-' and '.'. Refused with INVALID_ARGUMENT naming the construct and its byte offset:
+// backreferences, lookaround, \b \B, scripts and other properties, inline flags (?i), (?P<n>),
+// {,n}, unknown letter escapes. RESOURCE_EXHAUSTED: counts past GrammarLimits::max_repeat,
+// groups past max_depth.
 #pragma once
 
 #include <string>

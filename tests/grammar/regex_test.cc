@@ -81,6 +81,47 @@ TEST(RegexTest, Escapes) {
           "a"});
 }
 
+TEST(RegexTest, UnicodeGeneralCategories) {
+  const std::vector<std::pair<std::string, std::string>> samples = {{"Lu", "A"},
+                                                                    {"Ll", "\xC3\xA9"},
+                                                                    {"Lt", "\xC7\x85"},
+                                                                    {"Lm", "\xCA\xB0"},
+                                                                    {"Lo", "\xE4\xB8\xAD"},
+                                                                    {"Mn", "\xCC\x81"},
+                                                                    {"Nd", "\xD9\xA3"},
+                                                                    {"Nl", "\xE2\x85\xAB"},
+                                                                    {"No", "\xC2\xBD"},
+                                                                    {"Pc", "_"},
+                                                                    {"Pd", "-"},
+                                                                    {"Ps", "("},
+                                                                    {"Po", "!"},
+                                                                    {"Sc", "$"},
+                                                                    {"Sm", "+"},
+                                                                    {"So", "\xC2\xA9"},
+                                                                    {"Zs", " "},
+                                                                    {"Zl", "\xE2\x80\xA8"},
+                                                                    {"Cc", "\n"},
+                                                                    {"Cf", "\xC2\xAD"},
+                                                                    {"Co", "\xEE\x80\x80"},
+                                                                    {"Cn", "\xCD\xB8"}};
+  for (const auto& [category, text] : samples) {
+    std::vector<std::string> others;
+    for (const auto& [c, t] : samples) {
+      if (c != category) others.push_back(t);
+    }
+    Expect("\\p{" + category + "}", false, {text}, others);
+    Expect("\\p{gc=" + category + "}", false, {text}, others);
+    Expect("\\P{" + category + "}", false, others, {text});
+    Expect("\\p{" + category.substr(0, 1) + "}", false, {text}, {});
+  }
+  Expect("^[\\p{Letter}\\p{Nd} .'-]+$", true, {"Jos\xC3\xA9 O'Neil", "\xE4\xB8\xAD 3"},
+         {"a_b", "a\tb", ""});
+  Expect("\\p{General_Category=Uppercase_Letter}\\p{Assigned}", false, {"AB", "A\xC3\xA9"},
+         {"aB", "A\xCD\xB8"});
+  EXPECT_EQ(CompileStatus("\\p{Script=Latin}").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CompileStatus("\\p{Alphabetic}").code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(RegexTest, DotExcludesLineTerminators) {
   Expect(".", false, {"a", "\xC3\xA9", "\xF0\x9F\x98\x80", "\t"},
          {"\n", "\r", "\xE2\x80\xA8", "\xE2\x80\xA9", "", "ab"});
@@ -215,7 +256,7 @@ TEST(RegexTest, RefusedConstructsNameThemAndTheirOffset) {
            {"(?<!a)b", "lookbehind"},
            {"\\bword\\b", "word boundary \\b at offset 0"},
            {"a\\B", "word boundary \\B at offset 1"},
-           {"\\p{L}+", "\\p{L}"},
+           {"\\p{Script=Greek}+", "\\p{Script=Greek}"},
            {"(?i)abc", "inline flags"},
            {"(?P<n>a)", "(?P<name>"},
            {"(^a)+", "repeated group that contains an anchor"},
