@@ -314,6 +314,22 @@ TEST(RegexTest, LongPatternsCompile) {
   Expect(alts, false, {"w0", "w999", "w42"}, {"w1000", "w"});
 }
 
+// As the JSON Schema compiler uses it: several patterns and other expressions in one builder.
+TEST(RegexTest, PatternsShareABuilder) {
+  GrammarBuilder b;
+  absl::StatusOr<Expr> key = CompileRegex(b, "^[a-z]+$", {.search = true});
+  absl::StatusOr<Expr> value = CompileRegex(b, "\\d", {.search = true});
+  ASSERT_TRUE(key.ok() && value.ok());
+  EXPECT_FALSE(CompileRegex(b, "(?=x)", {}).ok());  // a refusal leaves the builder usable
+  RuleId root = b.DeclareRule("root");
+  b.DefineRule(root, b.Seq({*key, b.Literal("="), *value, b.Literal(";")}));
+  absl::StatusOr<Grammar> g = std::move(b).Build(root);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(Matches(*g, "abc=x1y;"));
+  EXPECT_FALSE(Matches(*g, "abc=xy;"));
+  EXPECT_FALSE(Matches(*g, "aBc=1;"));
+}
+
 TEST(ChoiceTest, ExactlyOneOfTheStrings) {
   GrammarBuilder b;
   Expr e = CompileChoice(b, {"yes", "no", "maybe", "", "yesterday", "no", "n\xC3\xA9"});
