@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "nlohmann/json.hpp"
+
 namespace heavykv::grammar {
 namespace {
 
@@ -66,6 +68,25 @@ TEST(GbnfTest, LlamaCppCJapaneseEnglish) {
               "\xE6\x97\xA5\xE6\x9C\xAC \xE8\xAA\x9E"},                        // 日本 語
              {"", "abc", "\xE6\x97\xA5 ", "\xE6\x97\xA5  \xE6\x97\xA5"});
   ExpectFile("english.gbnf", {"Hello, world!", "a b\nc"}, {"", "a  b", "caf\xC3\xA9"});
+}
+
+// llama.cpp's own integration cases: its grammars, the strings each must and must not match, and
+// the left-recursive grammars it refuses.
+TEST(GbnfTest, LlamaCppIntegrationCases) {
+  const nlohmann::json cases =
+      nlohmann::json::parse(ReadGrammarFile("llama_integration_cases.json"));
+  ASSERT_GE(cases["grammars"].size(), 10u);
+  for (const nlohmann::json& c : cases["grammars"]) {
+    Expect(c["grammar"].get<std::string>(), c["match"].get<std::vector<std::string>>(),
+           c["no_match"].get<std::vector<std::string>>(), c["name"].get<std::string>());
+  }
+  ASSERT_EQ(cases["left_recursive"].size(), 4u);
+  for (const nlohmann::json& g : cases["left_recursive"]) {
+    absl::StatusOr<Grammar> compiled = CompileGbnf(g.get<std::string>());
+    EXPECT_FALSE(compiled.ok()) << g;
+    EXPECT_NE(compiled.status().message().find("left-recursive"), std::string_view::npos)
+        << compiled.status();
+  }
 }
 
 TEST(GbnfTest, Constructs) {
