@@ -358,7 +358,8 @@ TEST(ChoiceTest, ExactlyOneOfTheStrings) {
 // std::regex's backtracking stays fast on every text.
 class RandomPattern {
  public:
-  explicit RandomPattern(uint32_t seed) : rng_(seed) {}
+  // `unicode`: literals and classes outside ASCII too (é U+00E9, 😀 U+1F600).
+  RandomPattern(uint32_t seed, bool unicode) : rng_(seed), unicode_(unicode) {}
 
   std::string Make(int depth, bool repeated = false) {
     std::string out;
@@ -411,6 +412,16 @@ class RandomPattern {
           break;
         }
         [[fallthrough]];
+      case 5:
+        if (unicode_) {
+          static const char* const kUnicodeAtoms[] = {
+              "\xC3\xA9",      "\xF0\x9F\x98\x80", "[\xC3\xA9-\xF0\x9F\x98\x80]",
+              "[^\xC3\xA9]",   "[a-\xC3\xA9]",     "\\u00e9",
+              "[^\\u{1F600}a]"};
+          atom = kUnicodeAtoms[Pick(0, 6)];
+          break;
+        }
+        [[fallthrough]];
       default:
         atom = std::string(1, "ab\n-"[Pick(0, 3)]);
         break;
@@ -419,22 +430,50 @@ class RandomPattern {
     return atom + quantifier;
   }
   std::mt19937 rng_;
+  bool unicode_;
 };
 
-TEST(RegexTest, AgreesWithStdRegexOnRandomPatterns) {
-  // Every string of up to 5 characters over the alphabet, breadth first: text j > 0 is text
-  // (j - 1) / 4 and one more character, so the automaton walks each prefix once.
-  const std::string alphabet = "ab\n-";
-  std::vector<std::string> texts = {""};
-  for (size_t i = 0; texts.size() < 1 + 4 + 16 + 64 + 256 + 1024; ++i) {
-    for (char c : alphabet) texts.push_back(texts[i] + c);
+std::wstring Widen(std::string_view utf8) {  // wchar_t is UTF-32 here
+  std::wstring out;
+  for (size_t i = 0; i < utf8.size();) {
+    const uint8_t c = uint8_t(utf8[i]);
+    const int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    uint32_t cp = len == 1 ? c : c & (0x7F >> len);
+    for (int k = 1; k < len; ++k) cp = (cp << 6) | (uint8_t(utf8[i + k]) & 0x3F);
+    out += wchar_t(cp);
+    i += len;
   }
-  RandomPattern gen(43);
-  for (int round = 0; round < 1000; ++round) {
+  return out;
+}
+
+// Compares the grammars of random patterns with std::wregex (ECMAScript, over code points) on
+// every text of up to `max_len` characters of `alphabet` (UTF-8, one character a string).
+void CompareWithStdRegex(const std::vector<std::string>& alphabet, size_t max_len, bool unicode,
+                         int rounds) {
+  // Breadth first: text j > 0 is text (j - 1) / k and one more character, so the automaton
+  // walks each prefix once.
+  const size_t k = alphabet.size();
+  std::vector<std::string> texts = {""};
+  std::vector<size_t> length = {0};
+  for (size_t i = 0; length[i] < max_len; ++i) {
+    for (const std::string& c : alphabet) {
+      texts.push_back(texts[i] + c);
+      length.push_back(length[i] + 1);
+    }
+  }
+  std::vector<std::wstring> wide;
+  for (const std::string& t : texts) wide.push_back(Widen(t));
+  RandomPattern gen(43, unicode);
+  for (int round = 0; round < rounds; ++round) {
     std::string pattern = gen.Make(2);
     if (round % 3 == 0) pattern = "^" + pattern;
     if (round % 5 == 0) pattern += "$";
-    const std::regex re(pattern, std::regex::ECMAScript);
+    // std::regex knows no \u{...}: give it the code point itself.
+    std::string for_std = pattern;
+    for (size_t at; (at = for_std.find("\\u{1F600}")) != std::string::npos;) {
+      for_std.replace(at, 9, "\xF0\x9F\x98\x80");
+    }
+    const std::wregex re(Widen(for_std), std::regex::ECMAScript);
     for (bool search : {false, true}) {
       std::optional<Grammar> g = Compile(pattern, search);
       ASSERT_TRUE(g.has_value());
@@ -442,18 +481,27 @@ TEST(RegexTest, AgreesWithStdRegexOnRandomPatterns) {
       std::vector<int32_t> state(texts.size());
       state[0] = a.Start();
       for (size_t j = 0; j < texts.size(); ++j) {
-        const std::string& t = texts[j];
         if (j > 0) {
-          const int32_t parent = state[(j - 1) / 4];
-          state[j] = parent == Automaton::kDead ? parent : a.Step(parent, uint8_t(t.back()));
+          const int32_t parent = state[(j - 1) / k];
+          const std::string& last = alphabet[(j - 1) % k];
+          state[j] = parent == Automaton::kDead ? parent : a.StepBytes(parent, last);
         }
         const bool got = state[j] != Automaton::kDead && a.Accepting(state[j]);
-        const bool want = search ? std::regex_search(t, re) : std::regex_match(t, re);
-        ASSERT_EQ(got, want) << "/" << pattern << "/ search=" << search << " on \"" << t << "\"";
+        const bool want = search ? std::regex_search(wide[j], re) : std::regex_match(wide[j], re);
+        ASSERT_EQ(got, want) << "/" << pattern << "/ search=" << search << " on \"" << texts[j]
+                             << "\"";
       }
       ASSERT_TRUE(a.status().ok()) << a.status();
     }
   }
+}
+
+TEST(RegexTest, AgreesWithStdRegexOnRandomPatterns) {
+  CompareWithStdRegex({"a", "b", "\n", "-"}, 5, /*unicode=*/false, 1000);
+}
+
+TEST(RegexTest, AgreesWithStdRegexOnRandomPatternsOverCodePoints) {
+  CompareWithStdRegex({"a", "\n", "-", "\xC3\xA9", "\xF0\x9F\x98\x80"}, 4, /*unicode=*/true, 600);
 }
 
 }  // namespace
