@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "engine/grammar/utf8_class.h"
 
 namespace heavykv::grammar {
 namespace {
@@ -179,7 +180,7 @@ class GbnfParser {
         if (absl::Status s = ParseClass(&item); !s.ok()) return s;
       } else if (c == '.') {
         ++pos_;
-        item = b_.CodePoints({{0, 0x10FFFF}});
+        item = Utf8Class(b_, {{0, 0x10FFFF}});
       } else if (IsNameChar(c)) {
         while (IsNameChar(Peek())) ++pos_;
         item = b_.Ref(Rule(t_.substr(at, pos_ - at), at));
@@ -375,7 +376,7 @@ class GbnfParser {
       ranges.push_back({lo, hi});
     }
     ++pos_;
-    *out = b_.CodePoints(std::move(ranges), negate);
+    *out = Utf8Class(b_, std::move(ranges), negate);
     return absl::OkStatus();
   }
 
