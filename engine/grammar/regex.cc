@@ -29,7 +29,13 @@ class Lowering {
  public:
   static constexpr Expr kNone = -1;
 
-  Lowering(GrammarBuilder& b, const std::vector<Node>& nodes) : b_(b), nodes_(nodes) {}
+  Lowering(GrammarBuilder& b, const std::vector<Node>& nodes, const RegexOptions& options)
+      : b_(b), nodes_(nodes), options_(options) {}
+
+  // One code point of `ranges` (sorted, disjoint, not empty).
+  Expr Chars(const std::vector<std::pair<uint32_t, uint32_t>>& ranges) {
+    return options_.code_point ? options_.code_point(b_, ranges) : Utf8Class(b_, ranges);
+  }
 
   Expr SeqOf(std::vector<Expr> items) {
     for (Expr e : items) {
@@ -45,7 +51,7 @@ class Lowering {
   Expr Or(Expr e) { return e == kNone ? b_.Nothing() : e; }
 
   Expr AnyCp() {
-    if (any_ < 0) any_ = Utf8Class(b_, {{0, kMaxCp}});
+    if (any_ < 0) any_ = Chars({{0, kMaxCp}});
     return any_;
   }
 
@@ -86,7 +92,7 @@ class Lowering {
         r = b_.Empty();
         break;
       case Node::Kind::kChars:
-        r = x.chars.empty() ? kNone : Utf8Class(b_, x.chars);
+        r = x.chars.empty() ? kNone : Chars(x.chars);
         break;
       case Node::Kind::kStart:
       case Node::Kind::kEnd:
@@ -285,6 +291,7 @@ class Lowering {
 
   GrammarBuilder& b_;
   const std::vector<Node>& nodes_;
+  const RegexOptions& options_;
   Expr any_ = -1;
   std::map<int, Expr> l_;
   std::map<std::tuple<int, bool, bool>, Expr> p_;
@@ -325,7 +332,7 @@ absl::StatusOr<GrammarBuilder::Expr> CompileRegex(GrammarBuilder& b, std::string
   absl::StatusOr<RegexTree> tree = ParseRegex(pattern, b.limits());
   if (!tree.ok()) return tree.status();
   const bool builder_ok = b.status().ok();  // a failure from before is not this pattern's
-  Lowering lowering(b, tree->nodes);
+  Lowering lowering(b, tree->nodes, options);
   const Expr e = lowering.Root(tree->root, options.search);
   if (builder_ok && !b.status().ok()) {
     return absl::Status(b.status().code(),

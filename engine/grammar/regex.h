@@ -17,8 +17,11 @@
 // groups past max_depth.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -30,6 +33,13 @@ struct RegexOptions {
   // JSON Schema's `pattern` is unanchored (a match anywhere in the string): the expression is
   // then wrapped as .*(e).* unless it starts with ^ / ends with $. vLLM's regex is a full match.
   bool search = false;
+  // Writes one code point of the sorted, disjoint `ranges` (a class, `.`, a literal, or any code
+  // point around a search's match). Unset: its UTF-8 bytes (Utf8Class). The JSON Schema compiler
+  // passes one that writes a JSON string's character, escapes included, so that the pattern
+  // applies to the decoded string.
+  std::function<GrammarBuilder::Expr(GrammarBuilder& b,
+                                     const std::vector<std::pair<uint32_t, uint32_t>>& ranges)>
+      code_point = nullptr;
 };
 
 absl::StatusOr<GrammarBuilder::Expr> CompileRegex(GrammarBuilder& b, std::string_view pattern,

@@ -330,6 +330,38 @@ TEST(RegexTest, PatternsShareABuilder) {
   EXPECT_FALSE(Matches(*g, "aBc=1;"));
 }
 
+// The JSON Schema compiler's use: the pattern applies to the decoded string, each code point
+// written as the caller says (here: `"` and `\\` may also come escaped, as in a JSON string).
+TEST(RegexTest, CodePointsWrittenByTheCaller) {
+  RegexOptions options;
+  options.search = true;
+  options.code_point = [](GrammarBuilder& b, const std::vector<std::pair<uint32_t, uint32_t>>& rs) {
+    std::vector<std::pair<uint32_t, uint32_t>> plain;
+    std::vector<Expr> alts;
+    for (auto [lo, hi] : rs) {
+      for (char special : {'"', '\\'}) {
+        const char escaped[] = {'\\', special};
+        if (lo <= uint32_t(special) && uint32_t(special) <= hi) {
+          alts.push_back(b.Literal(std::string_view(escaped, 2)));
+        }
+      }
+      plain.push_back({lo, hi});
+    }
+    alts.push_back(b.CodePoints(plain, false));
+    return b.Alt(std::move(alts));
+  };
+  GrammarBuilder b;
+  absl::StatusOr<Expr> e = CompileRegex(b, "^a[\"x]b$", options);
+  ASSERT_TRUE(e.ok());
+  RuleId root = b.DeclareRule("root");
+  b.DefineRule(root, *e);
+  absl::StatusOr<Grammar> g = std::move(b).Build(root);
+  ASSERT_TRUE(g.ok());
+  EXPECT_TRUE(Matches(*g, "a\\\"b"));  // a\"b
+  EXPECT_TRUE(Matches(*g, "axb"));
+  EXPECT_FALSE(Matches(*g, "a\\xb"));
+}
+
 TEST(ChoiceTest, ExactlyOneOfTheStrings) {
   GrammarBuilder b;
   Expr e = CompileChoice(b, {"yes", "no", "maybe", "", "yesterday", "no", "n\xC3\xA9"});
