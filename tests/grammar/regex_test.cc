@@ -242,6 +242,39 @@ TEST(RegexTest, RealWorldSchemaPatterns) {
   Expect("[a-z]", true, {"ABCdEF", "\xE2\x80\xA8x"}, {"ABC", ""});
 }
 
+// Long patterns as published schemas write them: semantic versions, RFC 5322 addresses, IPv6,
+// ISO 8601 date-times; each compiles, builds, and matches a sample.
+TEST(RegexTest, PublishedSchemaPatternsCompile) {
+  struct Case {
+    const char* pattern;
+    const char* sample;
+    const char* bad;
+  };
+  for (
+      const Case& c : std::vector<Case>{
+          {R"(^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$)",
+           "1.0.0-alpha.1+build.5", "1.0.0-alpha..1"},
+          {R"(^(?:[a-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[a-z0-9!#$%&'*+/=?^_`{|}~-]+)*|"(?:[\x01-\x08\x0b\x0c\x0e-\x1f\x21\x23-\x5b\x5d-\x7f]|\\[\x01-\x09\x0b\x0c\x0e-\x7f])*")@(?:(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+[a-z0-9](?:[a-z0-9-]*[a-z0-9])?|\[(?:(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)\.){3}(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?|[a-z0-9-]*[a-z0-9]:(?:[\x01-\x08\x0b\x0c\x0e-\x1f\x21-\x5a\x53-\x7f]|\\[\x01-\x09\x0b\x0c\x0e-\x7f])+)\])$)",
+           "first.last@example.org", "first..last@example.org"},
+          {R"(^(([0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,7}:|([0-9a-fA-F]{1,4}:){1,6}:[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,5}(:[0-9a-fA-F]{1,4}){1,2}|([0-9a-fA-F]{1,4}:){1,4}(:[0-9a-fA-F]{1,4}){1,3}|([0-9a-fA-F]{1,4}:){1,3}(:[0-9a-fA-F]{1,4}){1,4}|([0-9a-fA-F]{1,4}:){1,2}(:[0-9a-fA-F]{1,4}){1,5}|[0-9a-fA-F]{1,4}:((:[0-9a-fA-F]{1,4}){1,6})|:((:[0-9a-fA-F]{1,4}){1,7}|:))$)",
+           "2001:db8::8a2e:370:7334", "2001:db8:::7334"},
+          {R"(^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$)",
+           "2024-02-29T23:59:60.5+01:00", "2024-02-29T24:00:00Z"},
+          {R"(^[A-Za-z0-9+/]*={0,2}$)", "aGVsbG8=", "aGVsbG8==="},
+          {R"(^(\d{1,3}\.){3}\d{1,3}$)", "192.168.0.1", "192.168.0"},
+          {R"(^\$\{[A-Z_]+\}$)", "${HOME_DIR}", "${home}"},
+          {R"(^[^<>]{1,255}$)", "no tags\n", "<b>"},
+          {R"(^(?:\+?1[-. ]?)?\(?([0-9]{3})\)?[-. ]?([0-9]{3})[-. ]?([0-9]{4})$)",
+           "+1 (555) 010-9999", "555-0199"},
+          {R"(\.(jpe?g|png|gif)$)", "a/b.jpeg", "a/b.jpeg\n"},
+      }) {
+    std::optional<Grammar> g = Compile(c.pattern, /*search=*/true);
+    ASSERT_TRUE(g.has_value()) << c.pattern;
+    EXPECT_TRUE(Matches(*g, c.sample)) << c.pattern << " on " << c.sample;
+    EXPECT_FALSE(Matches(*g, c.bad)) << c.pattern << " on " << c.bad;
+  }
+}
+
 TEST(RegexTest, RefusedConstructsNameThemAndTheirOffset) {
   struct Case {
     const char* pattern;
