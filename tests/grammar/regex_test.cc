@@ -202,6 +202,27 @@ TEST(RegexTest, SearchKeepsOnlyWhatAMatchNeeds) {
   Expect("^^$$", true, {""}, {"a"});
 }
 
+TEST(RegexTest, AlternativesOfFixedStringsShareTheirPrefixes) {
+  Expect("^(USD|EUR|US|GBP|EURO|)$", true, {"USD", "US", "EUR", "EURO", "GBP", ""},
+         {"U", "EU", "USDX", "EURUSD", "GB"});
+  Expect("(?:ab|a(?:c|d)|\\u00e9t\\u00e9|\u00e9)x", false,
+         {"abx", "acx", "adx", "\xC3\xA9t\xC3\xA9x", "\xC3\xA9x"}, {"ax", "aex", "\xC3\xA9tx"});
+  // 200 codes parting at their first letter: the automaton keeps one stack, not 200.
+  std::string codes = "^(";
+  for (int i = 0; i < 200; ++i) {
+    absl::StrAppend(&codes, i ? "|" : "", std::string(1, char('A' + i % 26)),
+                    std::string(1, char('A' + i / 26)), "X");
+  }
+  codes += ")$";
+  std::optional<Grammar> g = Compile(codes, true);
+  ASSERT_TRUE(g.has_value());
+  Automaton a(std::make_shared<const Grammar>(*g));
+  const int32_t s = a.StepBytes(a.Start(), "QH");
+  ASSERT_NE(s, Automaton::kDead);
+  EXPECT_TRUE(a.Accepting(a.StepBytes(s, "X")));
+  EXPECT_LT(a.num_frames(), 40);
+}
+
 TEST(RegexTest, AnchorsInBranchesAndGroups) {
   // ^a|b$: starts with a, or ends with b.
   Expect("^a|b$", true, {"a", "ax", "xb", "b", "axb"}, {"xa", "bx", ""});
