@@ -135,6 +135,8 @@ TEST(GbnfTest, ErrorsNameLineAndColumn) {
            {"root ::= <[1234]>", "token references"},
            {"root ::= \"\xC3\"", "invalid UTF-8"},
            {"root ::= root \"a\"", "left-recursive"},
+           {"root ::= x\nx ::= (\"c\" | y \"d\")\ny ::= \"e\"? x",
+            "line 2, column 1: the rule `x` is left-recursive"},
            {"root ::= \"a\"\n  | \"b\"", "line 2, column 3"},
        }) {
     absl::StatusOr<Grammar> g = CompileGbnf(c.text);
