@@ -35,6 +35,9 @@ struct JsonSchemaOptions {
   bool ordered_properties = false;
   // OpenAI's "strict": additionalProperties defaults to false when unset.
   bool strict = false;
+  // A compile running longer fails with RESOURCE_EXHAUSTED (the builder's GrammarLimits bound
+  // its size; this bounds the schema walk, merges and enum checks).
+  int64_t max_compile_ms = 2000;
 };
 
 // `schema` is JSON text ("{}" or "true": any JSON value). The returned Expr matches one JSON
