@@ -301,7 +301,10 @@ class Lowering {
   // tree: shared prefixes once, the alternatives parting at one code point each.
   Expr WordTree(const std::vector<std::u32string>& w, size_t lo, size_t hi, size_t depth) {
     std::vector<Expr> alts;
-    if (w[lo].size() == depth) alts.push_back(b_.Empty()), ++lo;
+    if (w[lo].size() == depth) {  // sorted: the word that ends here comes first
+      alts.push_back(b_.Empty());
+      ++lo;
+    }
     while (lo < hi) {
       size_t end = lo + 1;
       while (end < hi && w[end][depth] == w[lo][depth]) ++end;
