@@ -34,9 +34,9 @@ struct RegexOptions {
   // then wrapped as .*(e).* unless it starts with ^ / ends with $. vLLM's regex is a full match.
   bool search = false;
   // Writes one code point of the sorted, disjoint `ranges` (a class, `.`, a literal, or any code
-  // point around a search's match). Unset: its UTF-8 bytes (Utf8Class). The JSON Schema compiler
-  // passes one that writes a JSON string's character, escapes included, so that the pattern
-  // applies to the decoded string.
+  // point around a search's match; surrogates may be inside the ranges and must never match).
+  // Unset: its UTF-8 bytes (Utf8Class). A JSON Schema compiler may pass one that writes a JSON
+  // string's character, escapes included, so that the pattern applies to the decoded string.
   std::function<GrammarBuilder::Expr(GrammarBuilder& b,
                                      const std::vector<std::pair<uint32_t, uint32_t>>& ranges)>
       code_point = nullptr;
