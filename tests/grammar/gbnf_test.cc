@@ -49,6 +49,15 @@ TEST(GbnfTest, LlamaCppJson) {
   ExpectFile("json_arr.gbnf", {"[\n]", "[\n{\"a\": 1},\n2]"}, {"[]", "{}", "[\n1] "});
 }
 
+TEST(GbnfTest, WindowsLineEndings) {
+  std::string crlf;
+  for (char c : ReadGrammarFile("json.gbnf")) {
+    if (c == '\n') crlf += '\r';
+    crlf += c;
+  }
+  Expect(crlf, {"{}", "{\"a\": [1, true]}"}, {"[]", "{"}, "json.gbnf with CRLF");
+}
+
 TEST(GbnfTest, LlamaCppArithmeticListChess) {
   ExpectFile("arithmetic.gbnf", {"1+2= 3\n", "x *(y -2)=z\n", "a=b\nc=d\n"},
              {"1+2=3", "x * (y)=z\n", "1+=3\n", "=3\n", "A=b\n"});
