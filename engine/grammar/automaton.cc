@@ -287,18 +287,39 @@ int32_t Automaton::Start() {
 
 int32_t Automaton::StepLocked(int32_t state, uint8_t byte) {
   if (int32_t n = next_[size_t(state) * 256 + byte]; n >= 0) return n;
+  const std::vector<int32_t> stacks = states_[state].stacks;  // states_ may grow below
+  // Bytes that the same stacks take lead to the same state: one closure per such class (a
+  // string's characters are one class, a digit state's digits another), every byte of the
+  // class filled at once. Past 64 stacks, the byte alone.
+  const size_t k = std::min<size_t>(stacks.size(), 64);
+  const auto signature = [&](int b) {
+    uint64_t sig = 0;
+    for (size_t i = 0; i < k; ++i) {
+      if (grammar_->byte_sets[pos_arg_[frames_[stacks[i]].pos]].Has(uint8_t(b))) {
+        sig |= uint64_t{1} << i;
+      }
+    }
+    return sig;
+  };
+  const uint64_t sig = signature(byte);
   std::vector<int32_t> out;
   bool accepting = false;
-  const std::vector<int32_t> stacks = states_[state].stacks;  // states_ may grow below
   work_.clear();
-  for (int32_t s : stacks) {
-    const Frame f = frames_[s];
+  for (size_t i = 0; i < stacks.size(); ++i) {
+    const Frame f = frames_[stacks[i]];
     if (!grammar_->byte_sets[pos_arg_[f.pos]].Has(byte)) continue;
     work_.push_back(Intern(f.pos + 1, f.parent));
   }
   Expand(out, accepting);
   const int32_t n = status_.ok() ? InternState(std::move(out), accepting) : kDead;
-  if (status_.ok()) next_[size_t(state) * 256 + byte] = n;
+  if (!status_.ok()) return n;
+  int32_t* row = &next_[size_t(state) * 256];
+  row[byte] = n;
+  if (stacks.size() <= 64) {
+    for (int b = 0; b < 256; ++b) {
+      if (row[b] < 0 && signature(b) == sig) row[b] = n;
+    }
+  }
   return n;
 }
 

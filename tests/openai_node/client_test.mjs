@@ -3,7 +3,8 @@
 // text equals gRPC's for the same greedy request (`heavykv generate`, a gRPC client). The chat
 // needs ../shared/gguf/qwen-vocab.gguf for a ChatML model and is skipped without it; its text is
 // compared between the client's stream and its non-streamed call (tests/server/openai_e2e_test.cc ties
-// the HTTP chat to gRPC's Chat).
+// the HTTP chat to gRPC's Chat). With `tools` and tool_choice "required" the random model's output
+// is a call (the grammar holds it) that the client reads whole and gathers from the stream.
 //
 //   HEAVYKV_BINARY=build/bin/heavykv HEAVYKV_SOURCE_DIR=. node --test client_test.mjs
 import { test, before, after } from "node:test";
@@ -222,4 +223,38 @@ for (const [name, server, model] of [["Qwen3", () => chat, "chat.gguf"],
       (err) => err instanceof OpenAI.BadRequestError && err.param === "response_format" &&
                /properties\/a\/pattern/.test(err.message));
   });
+}
+
+for (const [name, server, model] of [["Qwen3", () => chat, "chat.gguf"],
+                                     ["Llama 3", () => llama, "llama.gguf"]]) {
+test(`tools on the ${name} vocabulary: tool_choice required is a call whose arguments validate, streamed and not`,
+     async (t) => {
+  if (!server()) return t.skip(`../shared/gguf has no ${name} vocabulary`);
+  const client = server().client;
+  const tools = [{ type: "function", function: {
+    name: "get_weather", description: "Get the current weather in a city.",
+    parameters: { type: "object", properties: { city: { type: "string", enum: ["Paris", "Oslo"] } },
+                  required: ["city"], additionalProperties: false } } }];
+  const request = { model, messages: [{ role: "user", content: "Weather in Paris?" }],
+                    tools, tool_choice: "required", parallel_tool_calls: false, max_tokens: 200,
+                    temperature: 0 };
+  const whole = await client.chat.completions.create(request);
+  const message = whole.choices[0].message;
+  assert.equal(whole.choices[0].finish_reason, "tool_calls");
+  assert.equal(message.content, null);
+  assert.equal(message.tool_calls.length, 1);
+  const call = message.tool_calls[0];
+  assert.equal(call.type, "function");
+  assert.match(call.id, /^call_[A-Za-z0-9]{24}$/);
+  assert.equal(call.function.name, "get_weather");
+  assert.ok(["Paris", "Oslo"].includes(JSON.parse(call.function.arguments).city));
+
+  // The client's stream helper gathers the tool-call deltas into the same call.
+  const final = await client.chat.completions.stream(request).finalChatCompletion();
+  assert.equal(final.choices[0].finish_reason, "tool_calls");
+  const streamed = final.choices[0].message.tool_calls;
+  assert.equal(streamed.length, 1);
+  assert.equal(streamed[0].function.name, "get_weather");
+  assert.deepEqual(JSON.parse(streamed[0].function.arguments), JSON.parse(call.function.arguments));
+});
 }
