@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "engine/grammar/utf8_class.h"
 
 namespace heavykv::grammar {
 namespace {
@@ -70,8 +71,17 @@ class GbnfParser {
     }
     absl::StatusOr<Grammar> g = std::move(b_).Build(it->second.id);
     if (!g.ok()) {
-      return absl::Status(g.status().code(),
-                          absl::StrCat("gbnf: ", std::string(g.status().message())));
+      // Point at the definition of the rule the message names (left recursion), if it is one.
+      const std::string message(g.status().message());
+      const size_t open = message.find('`'), close = message.find('`', open + 1);
+      if (close != std::string::npos) {
+        auto named = rules_.find(message.substr(open + 1, close - open - 1));
+        if (named != rules_.end()) {
+          absl::Status located = Error(message, named->second.defined_at);
+          return absl::Status(g.status().code(), located.message());
+        }
+      }
+      return absl::Status(g.status().code(), absl::StrCat("gbnf: ", message));
     }
     return g;
   }
@@ -80,6 +90,7 @@ class GbnfParser {
   struct RuleInfo {
     RuleId id;
     size_t first_use;
+    size_t defined_at = 0;
   };
 
   bool AtEnd() const { return pos_ >= t_.size(); }
@@ -139,6 +150,7 @@ class GbnfParser {
     Expr body;
     if (absl::Status s = ParseAlternates(/*nested=*/false, 0, &body); !s.ok()) return s;
     b_.DefineRule(id, body);
+    rules_.at(std::string(name)).defined_at = at;
     if (Peek() == '\r') ++pos_;
     if (Peek() == '\n') {
       ++pos_;
@@ -179,7 +191,7 @@ class GbnfParser {
         if (absl::Status s = ParseClass(&item); !s.ok()) return s;
       } else if (c == '.') {
         ++pos_;
-        item = b_.CodePoints({{0, 0x10FFFF}});
+        item = Utf8Class(b_, {{0, 0x10FFFF}});
       } else if (IsNameChar(c)) {
         while (IsNameChar(Peek())) ++pos_;
         item = b_.Ref(Rule(t_.substr(at, pos_ - at), at));
@@ -375,7 +387,7 @@ class GbnfParser {
       ranges.push_back({lo, hi});
     }
     ++pos_;
-    *out = b_.CodePoints(std::move(ranges), negate);
+    *out = Utf8Class(b_, std::move(ranges), negate);
     return absl::OkStatus();
   }
 

@@ -6,8 +6,11 @@
 // The dialect is llama.cpp's grammars/README.md: rules `name ::= ...` over several lines,
 // comments `#`, literals "..." with escapes (\n \t \r \\ \" \xHH \uHHHH \UHHHHHHHH), character
 // classes [...] / [^...] over code points, `.`, groups, |, * + ?, {n} {n,} {n,m}, and rule
-// names with letters, digits and '-'. Token references (<[id]>, <|name|>) are refused.
-// INVALID_ARGUMENT names the line, column and what is wrong (undefined rule, no root, ...).
+// names with letters, digits and '-'. A newline ends a rule except inside parentheses or after
+// `::=` or `|`, as in llama.cpp. Token references (<[id]>, <|name|>) are refused, and so is a
+// rule defined twice (llama.cpp keeps the last definition silently). INVALID_ARGUMENT names the
+// line, column and what is wrong (undefined rule, no root, left recursion, ...);
+// RESOURCE_EXHAUSTED past the limits (a count past max_repeat, groups past max_depth).
 #pragma once
 
 #include <string_view>

@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <string_view>
 #include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "engine/grammar/regex_parser.h"
+#include "engine/grammar/utf8_class.h"
 
 namespace heavykv::grammar {
 namespace {
@@ -28,7 +30,13 @@ class Lowering {
  public:
   static constexpr Expr kNone = -1;
 
-  Lowering(GrammarBuilder& b, const std::vector<Node>& nodes) : b_(b), nodes_(nodes) {}
+  Lowering(GrammarBuilder& b, const std::vector<Node>& nodes, const RegexOptions& options)
+      : b_(b), nodes_(nodes), options_(options) {}
+
+  // One code point of `ranges` (sorted, disjoint, not empty).
+  Expr Chars(const std::vector<std::pair<uint32_t, uint32_t>>& ranges) {
+    return options_.code_point ? options_.code_point(b_, ranges) : Utf8Class(b_, ranges);
+  }
 
   Expr SeqOf(std::vector<Expr> items) {
     for (Expr e : items) {
@@ -44,7 +52,7 @@ class Lowering {
   Expr Or(Expr e) { return e == kNone ? b_.Nothing() : e; }
 
   Expr AnyCp() {
-    if (any_ < 0) any_ = b_.CodePoints({{0, kMaxCp}});
+    if (any_ < 0) any_ = Chars({{0, kMaxCp}});
     return any_;
   }
 
@@ -85,12 +93,19 @@ class Lowering {
         r = b_.Empty();
         break;
       case Node::Kind::kChars:
-        r = x.chars.empty() ? kNone : b_.CodePoints(x.chars);
+        r = x.chars.empty() ? kNone : Chars(x.chars);
         break;
       case Node::Kind::kStart:
       case Node::Kind::kEnd:
         break;  // not reached: anchored nodes go through P(n, s, e)
       case Node::Kind::kAlt: {
+        std::vector<std::u32string> words;
+        if (Words(n, &words)) {  // (USD|EUR|GBP): a tree, decided code point by code point
+          std::sort(words.begin(), words.end());
+          words.erase(std::unique(words.begin(), words.end()), words.end());
+          r = WordTree(words, 0, words.size(), 0);
+          break;
+        }
         std::vector<Expr> alts;
         for (int k : x.kids) alts.push_back(L(k));
         r = AltOf(std::move(alts));
@@ -250,6 +265,63 @@ class Lowering {
   }
 
  private:
+  // Whether n matches fixed strings only (code points, sequences and alternatives of them),
+  // appending them to `words`.
+  bool Words(int n, std::vector<std::u32string>* words) {
+    const Node& x = nodes_[n];
+    switch (x.kind) {
+      case Node::Kind::kEmpty:
+        words->emplace_back();
+        return true;
+      case Node::Kind::kChars:
+        if (x.chars.size() != 1 || x.chars[0].first != x.chars[0].second) return false;
+        words->push_back(std::u32string(1, char32_t(x.chars[0].first)));
+        return true;
+      case Node::Kind::kAlt:
+        for (int k : x.kids) {
+          if (!Words(k, words)) return false;
+        }
+        return true;
+      case Node::Kind::kSeq: {
+        std::u32string word;
+        for (int k : x.kids) {
+          std::vector<std::u32string> one;
+          if (!Words(k, &one) || one.size() != 1) return false;
+          word += one[0];
+        }
+        words->push_back(std::move(word));
+        return true;
+      }
+      default:
+        return false;
+    }
+  }
+
+  // The sorted, distinct words [lo, hi), which share their first `depth` code points, as a
+  // tree: shared prefixes once, the alternatives parting at one code point each.
+  Expr WordTree(const std::vector<std::u32string>& w, size_t lo, size_t hi, size_t depth) {
+    std::vector<Expr> alts;
+    if (w[lo].size() == depth) {  // sorted: the word that ends here comes first
+      alts.push_back(b_.Empty());
+      ++lo;
+    }
+    while (lo < hi) {
+      size_t end = lo + 1;
+      while (end < hi && w[end][depth] == w[lo][depth]) ++end;
+      size_t common = depth + 1;  // the common prefix of w[lo, end): of its first and last
+      while (common < w[lo].size() && common < w[end - 1].size() &&
+             w[lo][common] == w[end - 1][common]) {
+        ++common;
+      }
+      std::vector<Expr> items;
+      for (size_t i = depth; i < common; ++i) items.push_back(Chars({{w[lo][i], w[lo][i]}}));
+      if (end - lo > 1 || w[lo].size() > common) items.push_back(WordTree(w, lo, end, common));
+      alts.push_back(b_.Seq(std::move(items)));
+      lo = end;
+    }
+    return b_.Alt(std::move(alts));
+  }
+
   // For an anchor-free node that does not match "": a language C with any* C any* equal to
   // any* L(n) any*, cut where `left` / `right` text may stand (any* x? = any*, any* x{m,n} =
   // any* x{m}). Fewer ways to place a match keep the automaton's states small.
@@ -258,6 +330,8 @@ class Lowering {
     if (!left && !right) return L(n);
     switch (x.kind) {
       case Node::Kind::kAlt: {
+        std::vector<std::u32string> words;
+        if (Words(n, &words)) return L(n);  // fixed strings: nothing to cut
         std::vector<Expr> alts;
         for (int k : x.kids) alts.push_back(Core(k, left, right));
         return AltOf(std::move(alts));
@@ -284,6 +358,7 @@ class Lowering {
 
   GrammarBuilder& b_;
   const std::vector<Node>& nodes_;
+  const RegexOptions& options_;
   Expr any_ = -1;
   std::map<int, Expr> l_;
   std::map<std::tuple<int, bool, bool>, Expr> p_;
@@ -324,7 +399,7 @@ absl::StatusOr<GrammarBuilder::Expr> CompileRegex(GrammarBuilder& b, std::string
   absl::StatusOr<RegexTree> tree = ParseRegex(pattern, b.limits());
   if (!tree.ok()) return tree.status();
   const bool builder_ok = b.status().ok();  // a failure from before is not this pattern's
-  Lowering lowering(b, tree->nodes);
+  Lowering lowering(b, tree->nodes, options);
   const Expr e = lowering.Root(tree->root, options.search);
   if (builder_ok && !b.status().ok()) {
     return absl::Status(b.status().code(),

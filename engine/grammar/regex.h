@@ -8,15 +8,20 @@
 // [...] with ranges and negation, \d \w \s \D \W \S (ASCII \d \w; \s the ECMA white space),
 // groups ( ), (?: ), named groups (?<n> ), alternation |, quantifiers * + ? {n} {n,} {n,m}
 // (lazy forms match the same strings), anchors ^ and $ (wherever they stand, as in (^|,)x or
-// ^a|b$, except inside a repeated group), \p{ASCII} \p{Any} \p{AHex}. Annex B's leniencies
-// hold: `{` that starts no quantifier, `]` and `}` are literals; [\w-.] is \w, '-' and '.'.
-// Refused with INVALID_ARGUMENT naming the construct and its byte offset: backreferences,
-// lookaround, \b \B, other \p{..}, inline flags (?i), (?P<n>), {,n}, unknown letter escapes.
-// RESOURCE_EXHAUSTED: counts past GrammarLimits::max_repeat, groups past max_depth.
+// ^a|b$, except inside a repeated group), \p{..} \P{..} of General_Category values (L, Lu,
+// Letter, gc=Nd, ...: Unicode 15.0, unicode_properties.h) and Any, ASCII, AHex, Assigned.
+// Annex B's leniencies hold: `{` that starts no quantifier, `]` and `}` are literals; [\w-.] is
+// \w, '-' and '.'. Refused with INVALID_ARGUMENT naming the construct and its byte offset:
+// backreferences, lookaround, \b \B, scripts and other properties, inline flags (?i), (?P<n>),
+// {,n}, unknown letter escapes. RESOURCE_EXHAUSTED: counts past GrammarLimits::max_repeat,
+// groups past max_depth.
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -28,6 +33,13 @@ struct RegexOptions {
   // JSON Schema's `pattern` is unanchored (a match anywhere in the string): the expression is
   // then wrapped as .*(e).* unless it starts with ^ / ends with $. vLLM's regex is a full match.
   bool search = false;
+  // Writes one code point of the sorted, disjoint `ranges` (a class, `.`, a literal, or any code
+  // point around a search's match; surrogates may be inside the ranges and must never match).
+  // Unset: its UTF-8 bytes (Utf8Class). A JSON Schema compiler may pass one that writes a JSON
+  // string's character, escapes included, so that the pattern applies to the decoded string.
+  std::function<GrammarBuilder::Expr(GrammarBuilder& b,
+                                     const std::vector<std::pair<uint32_t, uint32_t>>& ranges)>
+      code_point = nullptr;
 };
 
 absl::StatusOr<GrammarBuilder::Expr> CompileRegex(GrammarBuilder& b, std::string_view pattern,

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "engine/grammar/unicode_properties.h"
 
 namespace heavykv::grammar {
 namespace {
@@ -538,13 +539,7 @@ class Parser {
         const std::string_view name = p_.substr(brace + 1, pos_ - brace - 1);
         ++pos_;
         Ranges r;
-        if (name == "ASCII") {
-          r = {{0, 0x7F}};
-        } else if (name == "Any") {
-          r = {{0, kMaxCp}};
-        } else if (name == "ASCII_Hex_Digit" || name == "AHex") {
-          r = {{'0', '9'}, {'A', 'F'}, {'a', 'f'}};
-        } else {
+        if (!AppendUnicodeProperty(name, &r)) {
           return Unsupported(
               absl::StrCat("the Unicode property escape \\p{", std::string(name), "}"), at);
         }

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "nlohmann/json.hpp"
+
 namespace heavykv::grammar {
 namespace {
 
@@ -47,6 +49,15 @@ TEST(GbnfTest, LlamaCppJson) {
   ExpectFile("json_arr.gbnf", {"[\n]", "[\n{\"a\": 1},\n2]"}, {"[]", "{}", "[\n1] "});
 }
 
+TEST(GbnfTest, WindowsLineEndings) {
+  std::string crlf;
+  for (char c : ReadGrammarFile("json.gbnf")) {
+    if (c == '\n') crlf += '\r';
+    crlf += c;
+  }
+  Expect(crlf, {"{}", "{\"a\": [1, true]}"}, {"[]", "{"}, "json.gbnf with CRLF");
+}
+
 TEST(GbnfTest, LlamaCppArithmeticListChess) {
   ExpectFile("arithmetic.gbnf", {"1+2= 3\n", "x *(y -2)=z\n", "a=b\nc=d\n"},
              {"1+2=3", "x * (y)=z\n", "1+=3\n", "=3\n", "A=b\n"});
@@ -66,6 +77,25 @@ TEST(GbnfTest, LlamaCppCJapaneseEnglish) {
               "\xE6\x97\xA5\xE6\x9C\xAC \xE8\xAA\x9E"},                        // 日本 語
              {"", "abc", "\xE6\x97\xA5 ", "\xE6\x97\xA5  \xE6\x97\xA5"});
   ExpectFile("english.gbnf", {"Hello, world!", "a b\nc"}, {"", "a  b", "caf\xC3\xA9"});
+}
+
+// llama.cpp's own integration cases: its grammars, the strings each must and must not match, and
+// the left-recursive grammars it refuses.
+TEST(GbnfTest, LlamaCppIntegrationCases) {
+  const nlohmann::json cases =
+      nlohmann::json::parse(ReadGrammarFile("llama_integration_cases.json"));
+  ASSERT_GE(cases["grammars"].size(), 10u);
+  for (const nlohmann::json& c : cases["grammars"]) {
+    Expect(c["grammar"].get<std::string>(), c["match"].get<std::vector<std::string>>(),
+           c["no_match"].get<std::vector<std::string>>(), c["name"].get<std::string>());
+  }
+  ASSERT_EQ(cases["left_recursive"].size(), 4u);
+  for (const nlohmann::json& g : cases["left_recursive"]) {
+    absl::StatusOr<Grammar> compiled = CompileGbnf(g.get<std::string>());
+    EXPECT_FALSE(compiled.ok()) << g;
+    EXPECT_NE(compiled.status().message().find("left-recursive"), std::string_view::npos)
+        << compiled.status();
+  }
 }
 
 TEST(GbnfTest, Constructs) {
@@ -114,6 +144,8 @@ TEST(GbnfTest, ErrorsNameLineAndColumn) {
            {"root ::= <[1234]>", "token references"},
            {"root ::= \"\xC3\"", "invalid UTF-8"},
            {"root ::= root \"a\"", "left-recursive"},
+           {"root ::= x\nx ::= (\"c\" | y \"d\")\ny ::= \"e\"? x",
+            "line 2, column 1: the rule `x` is left-recursive"},
            {"root ::= \"a\"\n  | \"b\"", "line 2, column 3"},
        }) {
     absl::StatusOr<Grammar> g = CompileGbnf(c.text);

@@ -81,6 +81,47 @@ TEST(RegexTest, Escapes) {
           "a"});
 }
 
+TEST(RegexTest, UnicodeGeneralCategories) {
+  const std::vector<std::pair<std::string, std::string>> samples = {{"Lu", "A"},
+                                                                    {"Ll", "\xC3\xA9"},
+                                                                    {"Lt", "\xC7\x85"},
+                                                                    {"Lm", "\xCA\xB0"},
+                                                                    {"Lo", "\xE4\xB8\xAD"},
+                                                                    {"Mn", "\xCC\x81"},
+                                                                    {"Nd", "\xD9\xA3"},
+                                                                    {"Nl", "\xE2\x85\xAB"},
+                                                                    {"No", "\xC2\xBD"},
+                                                                    {"Pc", "_"},
+                                                                    {"Pd", "-"},
+                                                                    {"Ps", "("},
+                                                                    {"Po", "!"},
+                                                                    {"Sc", "$"},
+                                                                    {"Sm", "+"},
+                                                                    {"So", "\xC2\xA9"},
+                                                                    {"Zs", " "},
+                                                                    {"Zl", "\xE2\x80\xA8"},
+                                                                    {"Cc", "\n"},
+                                                                    {"Cf", "\xC2\xAD"},
+                                                                    {"Co", "\xEE\x80\x80"},
+                                                                    {"Cn", "\xCD\xB8"}};
+  for (const auto& [category, text] : samples) {
+    std::vector<std::string> others;
+    for (const auto& [c, t] : samples) {
+      if (c != category) others.push_back(t);
+    }
+    Expect("\\p{" + category + "}", false, {text}, others);
+    Expect("\\p{gc=" + category + "}", false, {text}, others);
+    Expect("\\P{" + category + "}", false, others, {text});
+    Expect("\\p{" + category.substr(0, 1) + "}", false, {text}, {});
+  }
+  Expect("^[\\p{Letter}\\p{Nd} .'-]+$", true, {"Jos\xC3\xA9 O'Neil", "\xE4\xB8\xAD 3"},
+         {"a_b", "a\tb", ""});
+  Expect("\\p{General_Category=Uppercase_Letter}\\p{Assigned}", false, {"AB", "A\xC3\xA9"},
+         {"aB", "A\xCD\xB8"});
+  EXPECT_EQ(CompileStatus("\\p{Script=Latin}").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(CompileStatus("\\p{Alphabetic}").code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(RegexTest, DotExcludesLineTerminators) {
   Expect(".", false, {"a", "\xC3\xA9", "\xF0\x9F\x98\x80", "\t"},
          {"\n", "\r", "\xE2\x80\xA8", "\xE2\x80\xA9", "", "ab"});
@@ -161,6 +202,27 @@ TEST(RegexTest, SearchKeepsOnlyWhatAMatchNeeds) {
   Expect("^^$$", true, {""}, {"a"});
 }
 
+TEST(RegexTest, AlternativesOfFixedStringsShareTheirPrefixes) {
+  Expect("^(USD|EUR|US|GBP|EURO|)$", true, {"USD", "US", "EUR", "EURO", "GBP", ""},
+         {"U", "EU", "USDX", "EURUSD", "GB"});
+  Expect("(?:ab|a(?:c|d)|\\u00e9t\\u00e9|\u00e9)x", false,
+         {"abx", "acx", "adx", "\xC3\xA9t\xC3\xA9x", "\xC3\xA9x"}, {"ax", "aex", "\xC3\xA9tx"});
+  // 200 codes parting at their first letter: the automaton keeps one stack, not 200.
+  std::string codes = "^(";
+  for (int i = 0; i < 200; ++i) {
+    absl::StrAppend(&codes, i ? "|" : "", std::string(1, char('A' + i % 26)),
+                    std::string(1, char('A' + i / 26)), "X");
+  }
+  codes += ")$";
+  std::optional<Grammar> g = Compile(codes, true);
+  ASSERT_TRUE(g.has_value());
+  Automaton a(std::make_shared<const Grammar>(*g));
+  const int32_t s = a.StepBytes(a.Start(), "QH");
+  ASSERT_NE(s, Automaton::kDead);
+  EXPECT_TRUE(a.Accepting(a.StepBytes(s, "X")));
+  EXPECT_LT(a.num_frames(), 40);
+}
+
 TEST(RegexTest, AnchorsInBranchesAndGroups) {
   // ^a|b$: starts with a, or ends with b.
   Expect("^a|b$", true, {"a", "ax", "xb", "b", "axb"}, {"xa", "bx", ""});
@@ -201,6 +263,39 @@ TEST(RegexTest, RealWorldSchemaPatterns) {
   Expect("[a-z]", true, {"ABCdEF", "\xE2\x80\xA8x"}, {"ABC", ""});
 }
 
+// Long patterns as published schemas write them: semantic versions, RFC 5322 addresses, IPv6,
+// ISO 8601 date-times; each compiles, builds, and matches a sample.
+TEST(RegexTest, PublishedSchemaPatternsCompile) {
+  struct Case {
+    const char* pattern;
+    const char* sample;
+    const char* bad;
+  };
+  for (
+      const Case& c : std::vector<Case>{
+          {R"(^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)(?:-((?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*)(?:\.(?:0|[1-9]\d*|\d*[a-zA-Z-][0-9a-zA-Z-]*))*))?(?:\+([0-9a-zA-Z-]+(?:\.[0-9a-zA-Z-]+)*))?$)",
+           "1.0.0-alpha.1+build.5", "1.0.0-alpha..1"},
+          {R"(^(?:[a-z0-9!#$%&'*+/=?^_`{|}~-]+(?:\.[a-z0-9!#$%&'*+/=?^_`{|}~-]+)*|"(?:[\x01-\x08\x0b\x0c\x0e-\x1f\x21\x23-\x5b\x5d-\x7f]|\\[\x01-\x09\x0b\x0c\x0e-\x7f])*")@(?:(?:[a-z0-9](?:[a-z0-9-]*[a-z0-9])?\.)+[a-z0-9](?:[a-z0-9-]*[a-z0-9])?|\[(?:(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?)\.){3}(?:25[0-5]|2[0-4][0-9]|[01]?[0-9][0-9]?|[a-z0-9-]*[a-z0-9]:(?:[\x01-\x08\x0b\x0c\x0e-\x1f\x21-\x5a\x53-\x7f]|\\[\x01-\x09\x0b\x0c\x0e-\x7f])+)\])$)",
+           "first.last@example.org", "first..last@example.org"},
+          {R"(^(([0-9a-fA-F]{1,4}:){7}[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,7}:|([0-9a-fA-F]{1,4}:){1,6}:[0-9a-fA-F]{1,4}|([0-9a-fA-F]{1,4}:){1,5}(:[0-9a-fA-F]{1,4}){1,2}|([0-9a-fA-F]{1,4}:){1,4}(:[0-9a-fA-F]{1,4}){1,3}|([0-9a-fA-F]{1,4}:){1,3}(:[0-9a-fA-F]{1,4}){1,4}|([0-9a-fA-F]{1,4}:){1,2}(:[0-9a-fA-F]{1,4}){1,5}|[0-9a-fA-F]{1,4}:((:[0-9a-fA-F]{1,4}){1,6})|:((:[0-9a-fA-F]{1,4}){1,7}|:))$)",
+           "2001:db8::8a2e:370:7334", "2001:db8:::7334"},
+          {R"(^\d{4}-(0[1-9]|1[0-2])-(0[1-9]|[12]\d|3[01])T([01]\d|2[0-3]):[0-5]\d:([0-5]\d|60)(\.\d+)?(Z|[+-]([01]\d|2[0-3]):[0-5]\d)$)",
+           "2024-02-29T23:59:60.5+01:00", "2024-02-29T24:00:00Z"},
+          {R"(^[A-Za-z0-9+/]*={0,2}$)", "aGVsbG8=", "aGVsbG8==="},
+          {R"(^(\d{1,3}\.){3}\d{1,3}$)", "192.168.0.1", "192.168.0"},
+          {R"(^\$\{[A-Z_]+\}$)", "${HOME_DIR}", "${home}"},
+          {R"(^[^<>]{1,255}$)", "no tags\n", "<b>"},
+          {R"(^(?:\+?1[-. ]?)?\(?([0-9]{3})\)?[-. ]?([0-9]{3})[-. ]?([0-9]{4})$)",
+           "+1 (555) 010-9999", "555-0199"},
+          {R"(\.(jpe?g|png|gif)$)", "a/b.jpeg", "a/b.jpeg\n"},
+      }) {
+    std::optional<Grammar> g = Compile(c.pattern, /*search=*/true);
+    ASSERT_TRUE(g.has_value()) << c.pattern;
+    EXPECT_TRUE(Matches(*g, c.sample)) << c.pattern << " on " << c.sample;
+    EXPECT_FALSE(Matches(*g, c.bad)) << c.pattern << " on " << c.bad;
+  }
+}
+
 TEST(RegexTest, RefusedConstructsNameThemAndTheirOffset) {
   struct Case {
     const char* pattern;
@@ -215,7 +310,7 @@ TEST(RegexTest, RefusedConstructsNameThemAndTheirOffset) {
            {"(?<!a)b", "lookbehind"},
            {"\\bword\\b", "word boundary \\b at offset 0"},
            {"a\\B", "word boundary \\B at offset 1"},
-           {"\\p{L}+", "\\p{L}"},
+           {"\\p{Script=Greek}+", "\\p{Script=Greek}"},
            {"(?i)abc", "inline flags"},
            {"(?P<n>a)", "(?P<name>"},
            {"(^a)+", "repeated group that contains an anchor"},
@@ -273,6 +368,54 @@ TEST(RegexTest, LongPatternsCompile) {
   Expect(alts, false, {"w0", "w999", "w42"}, {"w1000", "w"});
 }
 
+// As the JSON Schema compiler uses it: several patterns and other expressions in one builder.
+TEST(RegexTest, PatternsShareABuilder) {
+  GrammarBuilder b;
+  absl::StatusOr<Expr> key = CompileRegex(b, "^[a-z]+$", {.search = true});
+  absl::StatusOr<Expr> value = CompileRegex(b, "\\d", {.search = true});
+  ASSERT_TRUE(key.ok() && value.ok());
+  EXPECT_FALSE(CompileRegex(b, "(?=x)", {}).ok());  // a refusal leaves the builder usable
+  RuleId root = b.DeclareRule("root");
+  b.DefineRule(root, b.Seq({*key, b.Literal("="), *value, b.Literal(";")}));
+  absl::StatusOr<Grammar> g = std::move(b).Build(root);
+  ASSERT_TRUE(g.ok()) << g.status();
+  EXPECT_TRUE(Matches(*g, "abc=x1y;"));
+  EXPECT_FALSE(Matches(*g, "abc=xy;"));
+  EXPECT_FALSE(Matches(*g, "aBc=1;"));
+}
+
+// The JSON Schema compiler's use: the pattern applies to the decoded string, each code point
+// written as the caller says (here: `"` and `\\` may also come escaped, as in a JSON string).
+TEST(RegexTest, CodePointsWrittenByTheCaller) {
+  RegexOptions options;
+  options.search = true;
+  options.code_point = [](GrammarBuilder& b, const std::vector<std::pair<uint32_t, uint32_t>>& rs) {
+    std::vector<std::pair<uint32_t, uint32_t>> plain;
+    std::vector<Expr> alts;
+    for (auto [lo, hi] : rs) {
+      for (char special : {'"', '\\'}) {
+        const char escaped[] = {'\\', special};
+        if (lo <= uint32_t(special) && uint32_t(special) <= hi) {
+          alts.push_back(b.Literal(std::string_view(escaped, 2)));
+        }
+      }
+      plain.push_back({lo, hi});
+    }
+    alts.push_back(b.CodePoints(plain, false));
+    return b.Alt(std::move(alts));
+  };
+  GrammarBuilder b;
+  absl::StatusOr<Expr> e = CompileRegex(b, "^a[\"x]b$", options);
+  ASSERT_TRUE(e.ok());
+  RuleId root = b.DeclareRule("root");
+  b.DefineRule(root, *e);
+  absl::StatusOr<Grammar> g = std::move(b).Build(root);
+  ASSERT_TRUE(g.ok());
+  EXPECT_TRUE(Matches(*g, "a\\\"b"));  // a\"b
+  EXPECT_TRUE(Matches(*g, "axb"));
+  EXPECT_FALSE(Matches(*g, "a\\xb"));
+}
+
 TEST(ChoiceTest, ExactlyOneOfTheStrings) {
   GrammarBuilder b;
   Expr e = CompileChoice(b, {"yes", "no", "maybe", "", "yesterday", "no", "n\xC3\xA9"});
@@ -301,7 +444,8 @@ TEST(ChoiceTest, ExactlyOneOfTheStrings) {
 // std::regex's backtracking stays fast on every text.
 class RandomPattern {
  public:
-  explicit RandomPattern(uint32_t seed) : rng_(seed) {}
+  // `unicode`: literals and classes outside ASCII too (é U+00E9, 😀 U+1F600).
+  RandomPattern(uint32_t seed, bool unicode) : rng_(seed), unicode_(unicode) {}
 
   std::string Make(int depth, bool repeated = false) {
     std::string out;
@@ -354,6 +498,16 @@ class RandomPattern {
           break;
         }
         [[fallthrough]];
+      case 5:
+        if (unicode_) {
+          static const char* const kUnicodeAtoms[] = {
+              "\xC3\xA9",      "\xF0\x9F\x98\x80", "[\xC3\xA9-\xF0\x9F\x98\x80]",
+              "[^\xC3\xA9]",   "[a-\xC3\xA9]",     "\\u00e9",
+              "[^\\u{1F600}a]"};
+          atom = kUnicodeAtoms[Pick(0, 6)];
+          break;
+        }
+        [[fallthrough]];
       default:
         atom = std::string(1, "ab\n-"[Pick(0, 3)]);
         break;
@@ -362,22 +516,50 @@ class RandomPattern {
     return atom + quantifier;
   }
   std::mt19937 rng_;
+  bool unicode_;
 };
 
-TEST(RegexTest, AgreesWithStdRegexOnRandomPatterns) {
-  // Every string of up to 5 characters over the alphabet, breadth first: text j > 0 is text
-  // (j - 1) / 4 and one more character, so the automaton walks each prefix once.
-  const std::string alphabet = "ab\n-";
-  std::vector<std::string> texts = {""};
-  for (size_t i = 0; texts.size() < 1 + 4 + 16 + 64 + 256 + 1024; ++i) {
-    for (char c : alphabet) texts.push_back(texts[i] + c);
+std::wstring Widen(std::string_view utf8) {  // wchar_t is UTF-32 here
+  std::wstring out;
+  for (size_t i = 0; i < utf8.size();) {
+    const uint8_t c = uint8_t(utf8[i]);
+    const int len = c < 0x80 ? 1 : c < 0xE0 ? 2 : c < 0xF0 ? 3 : 4;
+    uint32_t cp = len == 1 ? c : c & (0x7F >> len);
+    for (int k = 1; k < len; ++k) cp = (cp << 6) | (uint8_t(utf8[i + k]) & 0x3F);
+    out += wchar_t(cp);
+    i += len;
   }
-  RandomPattern gen(43);
-  for (int round = 0; round < 1000; ++round) {
+  return out;
+}
+
+// Compares the grammars of random patterns with std::wregex (ECMAScript, over code points) on
+// every text of up to `max_len` characters of `alphabet` (UTF-8, one character a string).
+void CompareWithStdRegex(const std::vector<std::string>& alphabet, size_t max_len, bool unicode,
+                         int rounds) {
+  // Breadth first: text j > 0 is text (j - 1) / k and one more character, so the automaton
+  // walks each prefix once.
+  const size_t k = alphabet.size();
+  std::vector<std::string> texts = {""};
+  std::vector<size_t> length = {0};
+  for (size_t i = 0; length[i] < max_len; ++i) {
+    for (const std::string& c : alphabet) {
+      texts.push_back(texts[i] + c);
+      length.push_back(length[i] + 1);
+    }
+  }
+  std::vector<std::wstring> wide;
+  for (const std::string& t : texts) wide.push_back(Widen(t));
+  RandomPattern gen(43, unicode);
+  for (int round = 0; round < rounds; ++round) {
     std::string pattern = gen.Make(2);
     if (round % 3 == 0) pattern = "^" + pattern;
     if (round % 5 == 0) pattern += "$";
-    const std::regex re(pattern, std::regex::ECMAScript);
+    // std::regex knows no \u{...}: give it the code point itself.
+    std::string for_std = pattern;
+    for (size_t at; (at = for_std.find("\\u{1F600}")) != std::string::npos;) {
+      for_std.replace(at, 9, "\xF0\x9F\x98\x80");
+    }
+    const std::wregex re(Widen(for_std), std::regex::ECMAScript);
     for (bool search : {false, true}) {
       std::optional<Grammar> g = Compile(pattern, search);
       ASSERT_TRUE(g.has_value());
@@ -385,18 +567,27 @@ TEST(RegexTest, AgreesWithStdRegexOnRandomPatterns) {
       std::vector<int32_t> state(texts.size());
       state[0] = a.Start();
       for (size_t j = 0; j < texts.size(); ++j) {
-        const std::string& t = texts[j];
         if (j > 0) {
-          const int32_t parent = state[(j - 1) / 4];
-          state[j] = parent == Automaton::kDead ? parent : a.Step(parent, uint8_t(t.back()));
+          const int32_t parent = state[(j - 1) / k];
+          const std::string& last = alphabet[(j - 1) % k];
+          state[j] = parent == Automaton::kDead ? parent : a.StepBytes(parent, last);
         }
         const bool got = state[j] != Automaton::kDead && a.Accepting(state[j]);
-        const bool want = search ? std::regex_search(t, re) : std::regex_match(t, re);
-        ASSERT_EQ(got, want) << "/" << pattern << "/ search=" << search << " on \"" << t << "\"";
+        const bool want = search ? std::regex_search(wide[j], re) : std::regex_match(wide[j], re);
+        ASSERT_EQ(got, want) << "/" << pattern << "/ search=" << search << " on \"" << texts[j]
+                             << "\"";
       }
       ASSERT_TRUE(a.status().ok()) << a.status();
     }
   }
+}
+
+TEST(RegexTest, AgreesWithStdRegexOnRandomPatterns) {
+  CompareWithStdRegex({"a", "b", "\n", "-"}, 5, /*unicode=*/false, 1000);
+}
+
+TEST(RegexTest, AgreesWithStdRegexOnRandomPatternsOverCodePoints) {
+  CompareWithStdRegex({"a", "\n", "-", "\xC3\xA9", "\xF0\x9F\x98\x80"}, 4, /*unicode=*/true, 600);
 }
 
 }  // namespace
