@@ -96,9 +96,7 @@ absl::StatusOr<Grammar> CompileGrammar(const ConstraintSpec& spec, const Grammar
       break;
     case ConstraintSpec::Kind::kChoice: {
       if (spec.choices.empty()) return absl::InvalidArgumentError("the choice list is empty");
-      std::vector<GrammarBuilder::Expr> alts;
-      for (const std::string& c : spec.choices) alts.push_back(b.Literal(c));
-      body = b.Alt(std::move(alts));
+      body = CompileChoice(b, spec.choices);  // a prefix tree: one stack however many choices
       break;
     }
     case ConstraintSpec::Kind::kToolCalls:

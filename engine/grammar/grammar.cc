@@ -7,6 +7,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "engine/grammar/automaton.h"
+#include "engine/grammar/utf8_class.h"
 
 namespace heavykv::grammar {
 
@@ -118,122 +119,9 @@ GrammarBuilder::Expr GrammarBuilder::Literal(std::string_view bytes) {
   return Seq(std::move(items));
 }
 
-namespace {
-
-// Appends alternatives matching the UTF-8 encodings of the code points in [lo, hi], all of one
-// encoded length, as sequences of byte ranges (the standard range split of a UTF-8 automaton).
-void Utf8Split(uint32_t lo, uint32_t hi, std::vector<std::vector<std::pair<uint8_t, uint8_t>>>& out) {
-  static constexpr uint32_t kMax[] = {0x7F, 0x7FF, 0xFFFF, 0x10FFFF};
-  for (int n = 0; n < 4; ++n) {  // split at the encoded-length boundaries
-    const uint32_t min = n == 0 ? 0 : kMax[n - 1] + 1;
-    if (lo < min && hi >= min) {
-      Utf8Split(lo, min - 1, out);
-      Utf8Split(min, hi, out);
-      return;
-    }
-  }
-  if (hi <= 0x7F) {
-    out.push_back({{uint8_t(lo), uint8_t(hi)}});
-    return;
-  }
-  const int len = hi <= 0x7FF ? 2 : hi <= 0xFFFF ? 3 : 4;
-  // Split so that every continuation byte position below the first differing one spans fully.
-  for (int i = 1; i < len; ++i) {
-    const uint32_t m = (1u << (6 * i)) - 1;
-    if ((lo & ~m) != (hi & ~m)) {
-      if ((lo & m) != 0) {
-        Utf8Split(lo, lo | m, out);
-        Utf8Split((lo | m) + 1, hi, out);
-        return;
-      }
-      if ((hi & m) != m) {
-        Utf8Split(lo, (hi & ~m) - 1, out);
-        Utf8Split(hi & ~m, hi, out);
-        return;
-      }
-    }
-  }
-  const auto encode = [len](uint32_t cp, uint8_t* b) {
-    if (len == 2) {
-      b[0] = uint8_t(0xC0 | (cp >> 6));
-      b[1] = uint8_t(0x80 | (cp & 0x3F));
-    } else if (len == 3) {
-      b[0] = uint8_t(0xE0 | (cp >> 12));
-      b[1] = uint8_t(0x80 | ((cp >> 6) & 0x3F));
-      b[2] = uint8_t(0x80 | (cp & 0x3F));
-    } else {
-      b[0] = uint8_t(0xF0 | (cp >> 18));
-      b[1] = uint8_t(0x80 | ((cp >> 12) & 0x3F));
-      b[2] = uint8_t(0x80 | ((cp >> 6) & 0x3F));
-      b[3] = uint8_t(0x80 | (cp & 0x3F));
-    }
-  };
-  uint8_t a[4], z[4];
-  encode(lo, a);
-  encode(hi, z);
-  std::vector<std::pair<uint8_t, uint8_t>> seq;
-  for (int i = 0; i < len; ++i) seq.push_back({a[i], z[i]});
-  out.push_back(std::move(seq));
-}
-
-}  // namespace
-
 GrammarBuilder::Expr GrammarBuilder::CodePoints(std::vector<std::pair<uint32_t, uint32_t>> ranges,
                                                 bool negate) {
-  // Normalize: clip, drop surrogates, sort and merge.
-  std::vector<std::pair<uint32_t, uint32_t>> rs;
-  for (auto [lo, hi] : ranges) {
-    hi = std::min<uint32_t>(hi, 0x10FFFF);
-    if (lo > hi) continue;
-    if (lo < 0xD800 && hi > 0xDFFF) {
-      rs.push_back({lo, 0xD7FF});
-      rs.push_back({0xE000, hi});
-    } else if (lo >= 0xD800 && hi <= 0xDFFF) {
-      continue;
-    } else if (lo >= 0xD800 && lo <= 0xDFFF) {
-      rs.push_back({0xE000, hi});
-    } else if (hi >= 0xD800 && hi <= 0xDFFF) {
-      rs.push_back({lo, 0xD7FF});
-    } else {
-      rs.push_back({lo, hi});
-    }
-  }
-  std::sort(rs.begin(), rs.end());
-  std::vector<std::pair<uint32_t, uint32_t>> merged;
-  for (auto r : rs) {
-    if (!merged.empty() && r.first <= merged.back().second + 1) {
-      merged.back().second = std::max(merged.back().second, r.second);
-    } else {
-      merged.push_back(r);
-    }
-  }
-  if (negate) {
-    std::vector<std::pair<uint32_t, uint32_t>> inv;
-    uint32_t next = 0;
-    for (auto [lo, hi] : merged) {
-      if (lo > next) inv.push_back({next, lo - 1});
-      next = hi + 1;
-    }
-    if (next <= 0x10FFFF) inv.push_back({next, 0x10FFFF});
-    return CodePoints(std::move(inv), false);
-  }
-  std::vector<std::vector<std::pair<uint8_t, uint8_t>>> seqs;
-  for (auto [lo, hi] : merged) Utf8Split(lo, hi, seqs);
-  // Single-byte alternatives merge into one byte set; longer ones share nothing (small enough).
-  ByteSet ascii;
-  std::vector<Expr> alts;
-  for (const auto& seq : seqs) {
-    if (seq.size() == 1) {
-      ascii.AddRange(seq[0].first, seq[0].second);
-      continue;
-    }
-    std::vector<Expr> items;
-    for (auto [a, z] : seq) items.push_back(Bytes(ByteSet::Range(a, z)));
-    alts.push_back(Seq(std::move(items)));
-  }
-  if (!ascii.Empty()) alts.insert(alts.begin(), Bytes(ascii));
-  if (alts.empty()) return Nothing();
-  return Alt(std::move(alts));
+  return Utf8Class(*this, std::move(ranges), negate);  // a deterministic byte trie
 }
 
 GrammarBuilder::Expr GrammarBuilder::Seq(std::vector<Expr> items) {

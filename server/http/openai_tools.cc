@@ -1,5 +1,7 @@
 #include "server/http/openai_tools.h"
 
+#include <cctype>
+
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -217,6 +219,11 @@ ChatOutputOptions ChatOutputOptionsFor(const ChatTemplate* chat_template,
     render.extra_json = request.chat_template_kwargs;
     absl::StatusOr<std::string> prompt = chat_template->Render({ChatMessage("user", "Hi")}, render);
     o.starts_in_reasoning = prompt.ok() && PromptOpensReasoning(*prompt);
+    if (prompt.ok()) {
+      std::string_view p = *prompt;
+      while (!p.empty() && std::isspace(static_cast<unsigned char>(p.back()))) p.remove_suffix(1);
+      o.prompt_closed_reasoning = p.ends_with("</think>");
+    }
   }
   o.tools = !tools.tools.empty() && tools.choice.mode != ToolChoice::Mode::kNone;
   o.format = DetectToolCallFormat(source);
@@ -228,7 +235,7 @@ ChatOutputOptions ChatOutputOptionsFor(const ChatTemplate* chat_template,
 void ConstrainAfterReasoning(const ChatOutputOptions& options, grammar::ConstraintSpec& spec) {
   if (!options.reasoning || !spec.active()) return;
   if (!options.starts_in_reasoning) {  // the model may think first, or not
-    spec.optional_reasoning = true;
+    spec.optional_reasoning = !options.prompt_closed_reasoning;
     return;
   }
   if (!spec.triggers.empty()) return;  // already lazy (a tool call's tag under "auto")

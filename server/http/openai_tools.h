@@ -52,6 +52,9 @@ absl::Status ReadToolFields(const nlohmann::ordered_json& body, ToolCallFormat f
 struct ChatOutputOptions {
   bool reasoning = false;            // split <think> blocks (TemplateUsesThinkTags)
   bool starts_in_reasoning = false;  // the prompt opened one (PromptOpensReasoning)
+  // The prompt wrote a whole (empty) block itself (Qwen3 with enable_thinking false): the model
+  // answers without thinking.
+  bool prompt_closed_reasoning = false;
   bool tools = false;                // parse tool calls (tools sent, tool_choice not "none")
   ToolCallFormat format = ToolCallFormat::kGeneric;
   std::vector<std::string> names;

@@ -241,7 +241,7 @@ test(`tools on the ${name} vocabulary: tool_choice required is a call whose argu
                   required: ["city"], additionalProperties: false } } }];
   const request = { model, messages: [{ role: "user", content: "Weather in Paris?" }],
                     tools, tool_choice: "required", parallel_tool_calls: false, max_tokens: 200,
-                    temperature: 0 };
+                    temperature: 0, chat_template_kwargs: { enable_thinking: false } };
   const whole = await client.chat.completions.create(request);
   const message = whole.choices[0].message;
   assert.equal(whole.choices[0].finish_reason, "tool_calls");

@@ -1196,9 +1196,11 @@ TEST_F(OpenAiE2eTest, ChatWithToolsIsWellFormed) {
        "additionalProperties": false}}}])");
   for (const json& choice : {json("required"), json::parse(R"({"type": "function",
                                                    "function": {"name": "get_time"}})")}) {
+    // Without thinking: a random model would think for all its tokens (optional_reasoning).
     json forced = {{"messages", body["messages"]}, {"tools", enum_tools},
                    {"tool_choice", choice}, {"parallel_tool_calls", false},
-                   {"max_tokens", 200}, {"temperature", 0}};
+                   {"max_tokens", 200}, {"temperature", 0},
+                   {"chat_template_kwargs", {{"enable_thinking", false}}}};
     const HttpResponse f = Post(chat->http_port(), "/v1/chat/completions", forced);
     ASSERT_EQ(f.status, 200) << f.body;
     const json fj = json::parse(f.body);

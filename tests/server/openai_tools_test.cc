@@ -195,6 +195,15 @@ TEST(OpenAiToolsTest, ConstraintsStartAfterAnOpenReasoningBlock) {
   r.messages.emplace();
   EXPECT_TRUE(ChatOutputOptionsFor(&*qwen3, r, {}, 1).reasoning);
   EXPECT_FALSE(ChatOutputOptionsFor(&*qwen3, r, {}, 1).starts_in_reasoning);
+  EXPECT_FALSE(ChatOutputOptionsFor(&*qwen3, r, {}, 1).prompt_closed_reasoning);
+  r.chat_template_kwargs = R"({"enable_thinking": false})";
+  ChatOutputOptions closed = ChatOutputOptionsFor(&*qwen3, r, {}, 1);
+  EXPECT_TRUE(closed.prompt_closed_reasoning);  // the prompt wrote an empty block
+  grammar::ConstraintSpec no_thinking;
+  no_thinking.kind = grammar::ConstraintSpec::Kind::kJsonObject;
+  ConstrainAfterReasoning(closed, no_thinking);
+  EXPECT_FALSE(no_thinking.optional_reasoning);
+  r.chat_template_kwargs.clear();
   auto r1 = ChatTemplate::Parse("{{ '<｜Assistant｜><think>\n' }}{# </think> #}");
   ASSERT_TRUE(r1.ok());
   EXPECT_TRUE(ChatOutputOptionsFor(&*r1, r, {}, 1).starts_in_reasoning);
