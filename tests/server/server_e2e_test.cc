@@ -354,9 +354,11 @@ TEST_F(ServerE2eTest, MetricsAgreeWithCacheStats) {
   EXPECT_EQ(metrics["heavykv_requests_running"], 0);
   EXPECT_GT(stats.tokens_evicted(), 0);
   EXPECT_EQ(metrics["heavykv_kv_tokens_evicted_total{policy=\"h2o\"}"], stats.tokens_evicted());
-  EXPECT_GT(metrics["heavykv_generation_tokens_total"], 100);
+  // At least the 100 tokens read (the engine may have run no further before the cancel when the
+  // machine is loaded).
+  EXPECT_GE(metrics["heavykv_generation_tokens_total"], 100);
   EXPECT_GT(metrics["heavykv_time_to_first_token_seconds_count"], 0);
-  EXPECT_GT(metrics["heavykv_iteration_tokens_count"], 100);
+  EXPECT_GE(metrics["heavykv_iteration_tokens_count"], 100);
 }
 
 TEST_F(ServerE2eTest, BenchReportsEveryRequest) {
