@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "engine/grammar/utf8.h"
 #include "engine/grammar/utf8_class.h"
 
 namespace heavykv::grammar {
@@ -21,25 +22,6 @@ bool IsNameChar(char c) {
 }
 bool IsDigit(char c) { return c >= '0' && c <= '9'; }
 
-std::string Utf8(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += char(cp);
-  } else if (cp < 0x800) {
-    s += char(0xC0 | (cp >> 6));
-    s += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    s += char(0xE0 | (cp >> 12));
-    s += char(0x80 | ((cp >> 6) & 0x3F));
-    s += char(0x80 | (cp & 0x3F));
-  } else {
-    s += char(0xF0 | (cp >> 18));
-    s += char(0x80 | ((cp >> 12) & 0x3F));
-    s += char(0x80 | ((cp >> 6) & 0x3F));
-    s += char(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
 
 // One pass over the text: rules are declared when first named (defined or referred to) and
 // defined once; sequences stop at a newline outside parentheses, as llama.cpp's parser does
@@ -355,7 +337,7 @@ class GbnfParser {
       uint32_t cp = 0;
       if (absl::Status s = ParseChar(&cp); !s.ok()) return s;
       surrogate |= cp >= 0xD800 && cp <= 0xDFFF;
-      bytes += Utf8(cp);
+      bytes += EncodeUtf8(cp);
     }
     ++pos_;
     // A surrogate code point is never in UTF-8 text: such a literal matches nothing.
