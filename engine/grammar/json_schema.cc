@@ -38,10 +38,7 @@ bool IsDraft4(const json& root) {
 class Compiler {
  public:
   Compiler(GrammarBuilder& b, const json& root, const JsonSchemaOptions& options)
-      : b_(b),
-        t_(b, options.pretty, !IsDraft4(root)),
-        options_(options),
-        schemas_(root) {}
+      : b_(b), t_(b, options.pretty, !IsDraft4(root)), options_(options), schemas_(root) {}
 
   absl::StatusOr<Expr> Compile(const json& schema, const std::string& ptr, int depth);
   Expr AnyValue();
@@ -139,15 +136,16 @@ Expr Compiler::AnyValue() {
   Expr ws = t_.Ws();
   Expr member = b_.Seq({t_.AnyString(), t_.Colon(), any_value_});
   const RuleId object = b_.DeclareRule("object");
-  b_.DefineRule(object, b_.Alt({b_.Seq({b_.Literal("{"), ws, b_.Literal("}")}),
-                                b_.Seq({b_.Literal("{"), ws, member,
-                                        b_.Repeat(b_.Seq({t_.Comma(), member}), 0, -1), ws,
-                                        b_.Literal("}")})}));
+  b_.DefineRule(
+      object,
+      b_.Alt({b_.Seq({b_.Literal("{"), ws, b_.Literal("}")}),
+              b_.Seq({b_.Literal("{"), ws, member, b_.Repeat(b_.Seq({t_.Comma(), member}), 0, -1),
+                      ws, b_.Literal("}")})}));
   any_object_ = b_.Ref(object);
-  Expr array = b_.Alt({b_.Seq({b_.Literal("["), ws, b_.Literal("]")}),
-                       b_.Seq({b_.Literal("["), ws, any_value_,
-                               b_.Repeat(b_.Seq({t_.Comma(), any_value_}), 0, -1), ws,
-                               b_.Literal("]")})});
+  Expr array =
+      b_.Alt({b_.Seq({b_.Literal("["), ws, b_.Literal("]")}),
+              b_.Seq({b_.Literal("["), ws, any_value_,
+                      b_.Repeat(b_.Seq({t_.Comma(), any_value_}), 0, -1), ws, b_.Literal("]")})});
   b_.DefineRule(value, b_.Alt({any_object_, array, t_.AnyString(), t_.AnyNumber(),
                                b_.Literal("true"), b_.Literal("false"), b_.Literal("null")}));
   return any_value_;
@@ -157,14 +155,14 @@ Expr Compiler::AnyValue() {
 
 absl::StatusOr<Expr> Compiler::Compile(const json& schema, const std::string& ptr, int depth) {
   if (depth > b_.limits().max_depth) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the JSON Schema nests past the limit of ", b_.limits().max_depth, " levels at ",
-        ptr.empty() ? "/" : ptr, " (max_depth)"));
+    return absl::ResourceExhaustedError(absl::StrCat("the JSON Schema nests past the limit of ",
+                                                     b_.limits().max_depth, " levels at ",
+                                                     ptr.empty() ? "/" : ptr, " (max_depth)"));
   }
   if (std::chrono::steady_clock::now() > deadline_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the JSON Schema takes longer than ", options_.max_compile_ms,
-        " ms to compile (max_compile_ms)"));
+    return absl::ResourceExhaustedError(absl::StrCat("the JSON Schema takes longer than ",
+                                                     options_.max_compile_ms,
+                                                     " ms to compile (max_compile_ms)"));
   }
   if (schema.is_boolean()) return schema.get<bool>() ? AnyValue() : b_.Nothing();
   if (!schema.is_object()) {
@@ -199,8 +197,7 @@ absl::StatusOr<Expr> Compiler::CompileRef(const std::string& ref, const std::str
   return e;
 }
 
-absl::StatusOr<Expr> Compiler::CompileNormalized(const json& s, const std::string& ptr,
-                                                 int depth) {
+absl::StatusOr<Expr> Compiler::CompileNormalized(const json& s, const std::string& ptr, int depth) {
   // A finite set of values: each is checked against the whole schema (not, anyOf, if ...).
   if (s.contains("enum") || s.contains("const")) return CompileEnum(s, ptr);
   // if: true / false picks then / else once and for all.
@@ -258,7 +255,7 @@ absl::StatusOr<Expr> Compiler::CompileNormalized(const json& s, const std::strin
   if (*types & kBoolean) alts.push_back(b_.Alt({b_.Literal("true"), b_.Literal("false")}));
   if (*types & (kInteger | kFraction)) {
     absl::StatusOr<Expr> e = (*types & kInteger) ? CompileNumber(s, ptr, !(*types & kFraction))
-                                                  : NonIntegerNumber(s, ptr);
+                                                 : NonIntegerNumber(s, ptr);
     if (!e.ok()) return e.status();
     alts.push_back(*e);
   }
@@ -354,12 +351,16 @@ absl::StatusOr<Expr> Compiler::CompileConst(const json& v, int depth) {
     return absl::ResourceExhaustedError("a const value nests past the limit (max_depth)");
   }
   switch (v.type()) {
-    case json::value_t::null: return b_.Literal("null");
-    case json::value_t::boolean: return b_.Literal(v.get<bool>() ? "true" : "false");
-    case json::value_t::string: return t_.StringLiteral(v.get_ref<const std::string&>());
+    case json::value_t::null:
+      return b_.Literal("null");
+    case json::value_t::boolean:
+      return b_.Literal(v.get<bool>() ? "true" : "false");
+    case json::value_t::string:
+      return t_.StringLiteral(v.get_ref<const std::string&>());
     case json::value_t::number_integer:
     case json::value_t::number_unsigned:
-    case json::value_t::number_float: return t_.NumberLiteral(v);
+    case json::value_t::number_float:
+      return t_.NumberLiteral(v);
     case json::value_t::array: {
       if (v.empty()) return b_.Seq({b_.Literal("["), t_.Ws(), b_.Literal("]")});
       std::vector<Expr> items = {b_.Literal("["), t_.Ws()};
@@ -384,7 +385,8 @@ absl::StatusOr<Expr> Compiler::CompileConst(const json& v, int depth) {
       }
       return CompileObject(schema, "", depth + 1);
     }
-    default: return b_.Nothing();
+    default:
+      return b_.Nothing();
   }
 }
 
@@ -397,8 +399,7 @@ absl::StatusOr<Expr> Compiler::CompileString(const json& s, const std::string& p
     if (!n.ok()) return SchemaError("minLength", Child(ptr, "minLength"), n.status().message());
     if (*n > kMaxLength) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "minLength ", *n, " at ", Child(ptr, "minLength"), " is over the limit of ",
-          kMaxLength));
+          "minLength ", *n, " at ", Child(ptr, "minLength"), " is over the limit of ", kMaxLength));
     }
     min = *n;
   }
@@ -434,9 +435,9 @@ absl::StatusOr<Expr> Compiler::CompileString(const json& s, const std::string& p
   if (format) {
     body = t_.FormatBody(s["format"].get<std::string>());
     if (!body) {
-      return SchemaError("format", Child(ptr, "format"),
-                         absl::StrCat("the format `", s["format"].get<std::string>(),
-                                      "` is not supported"));
+      return SchemaError(
+          "format", Child(ptr, "format"),
+          absl::StrCat("the format `", s["format"].get<std::string>(), "` is not supported"));
     }
     if (lengths) {
       return SchemaError("format", Child(ptr, "format"),
@@ -505,15 +506,15 @@ absl::StatusOr<Expr> Compiler::CompileNumber(const json& s, const std::string& p
 
 // Numbers that are not integers (`not: {type: integer}`): a fraction with a digit other than 0.
 absl::StatusOr<Expr> Compiler::NonIntegerNumber(const json& s, const std::string& ptr) {
-  for (const char* kw : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum",
-                         "multipleOf"}) {
+  for (const char* kw :
+       {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", "multipleOf"}) {
     if (s.contains(kw)) {
       return SchemaError(kw, Child(ptr, kw), "does not compile for non-integer numbers only");
     }
   }
   Expr digit = b_.Bytes(ByteSet::Range('0', '9'));
-  Expr int_part = b_.Alt({b_.Literal("0"), b_.Seq({b_.Bytes(ByteSet::Range('1', '9')),
-                                                   b_.Repeat(digit, 0, -1)})});
+  Expr int_part = b_.Alt(
+      {b_.Literal("0"), b_.Seq({b_.Bytes(ByteSet::Range('1', '9')), b_.Repeat(digit, 0, -1)})});
   return b_.Seq({b_.Optional(b_.Literal("-")), int_part, b_.Literal("."),
                  b_.Repeat(b_.Literal("0"), 0, -1), b_.Bytes(ByteSet::Range('1', '9')),
                  b_.Repeat(digit, 0, -1)});
@@ -590,9 +591,9 @@ absl::StatusOr<Expr> Compiler::CompileArray(const json& s, const std::string& pt
   }
   const int64_t limit = b_.limits().max_repeat;
   if (min > limit || max > limit) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "minItems/maxItems at ", ptr.empty() ? "/" : ptr, " over the limit of ", limit,
-        " (max_repeat)"));
+    return absl::ResourceExhaustedError(absl::StrCat("minItems/maxItems at ",
+                                                     ptr.empty() ? "/" : ptr, " over the limit of ",
+                                                     limit, " (max_repeat)"));
   }
   std::vector<Expr> items;
   const size_t k = max >= 0 ? std::min<size_t>(prefix.size(), size_t(max)) : prefix.size();
@@ -668,8 +669,8 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
       return SchemaError("patternProperties", Child(ptr, "patternProperties"), "not an object");
     }
     for (auto it = pp.begin(); it != pp.end(); ++it) {
-      const bool trivial = it.value() == json(true) ||
-                           (it.value().is_object() && it.value().empty());
+      const bool trivial =
+          it.value() == json(true) || (it.value().is_object() && it.value().empty());
       if (!trivial || additional == json(false)) patterns.push_back({it.key(), it.value()});
     }
   }
@@ -797,12 +798,14 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
   const bool open = additional != json(false);
   const bool extras = open || !patterns.empty();  // members beyond the listed keys
   if (!any_order && !rules.empty()) {
-    return SchemaError(s.contains("oneOf") ? "oneOf" : s.contains("anyOf") ? "anyOf" : "not", ptr,
-                       "key conditions compile only for objects of at most 8 properties");
+    return SchemaError(s.contains("oneOf")   ? "oneOf"
+                       : s.contains("anyOf") ? "anyOf"
+                                             : "not",
+                       ptr, "key conditions compile only for objects of at most 8 properties");
   }
   if (!any_order && !deps.empty()) {
-    return SchemaError(s.contains("dependentRequired") ? "dependentRequired" : "dependencies",
-                       ptr, "compiles only for objects of at most 8 properties");
+    return SchemaError(s.contains("dependentRequired") ? "dependentRequired" : "dependencies", ptr,
+                       "compiles only for objects of at most 8 properties");
   }
   const bool counted = min_props > int64_t(required.size()) || max_props >= 0;
   if (counted && (extras ? n > 0 : !any_order)) {
@@ -816,8 +819,8 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
     for (const auto& [pattern, schema] : patterns) {
       absl::StatusOr<bool> m = StringRegexMatches(pattern, keys[i]);
       if (!m.ok()) {
-        return SchemaError("patternProperties",
-                           Child(Child(ptr, "patternProperties"), pattern), m.status().message());
+        return SchemaError("patternProperties", Child(Child(ptr, "patternProperties"), pattern),
+                           m.status().message());
       }
       if (!*m) continue;
       if (!open) {
@@ -859,8 +862,8 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
     }
     absl::StatusOr<Expr> v = Compile(AllOf(all), Child(ptr, "patternProperties"), depth + 1);
     if (!v.ok()) return v.status();
-    extra = b_.Seq({b_.Literal("\""), b_.Alt(std::move(key_alts)), b_.Literal("\""),
-                    t_.Colon(), *v});
+    extra =
+        b_.Seq({b_.Literal("\""), b_.Alt(std::move(key_alts)), b_.Literal("\""), t_.Colon(), *v});
   }
   const Expr open_brace = b_.Seq({b_.Literal("{"), t_.Ws()});
   const Expr close_brace = b_.Seq({t_.Ws(), b_.Literal("}")});
@@ -878,8 +881,7 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
           absl::StrCat("min/maxProperties at ", ptr.empty() ? "/" : ptr, " over the limit of ",
                        limit, " (max_repeat)"));
     }
-    Expr more = b_.Repeat(b_.Seq({t_.Comma(), extra}),
-                          int32_t(std::max<int64_t>(0, min_props - 1)),
+    Expr more = b_.Repeat(b_.Seq({t_.Comma(), extra}), int32_t(std::max<int64_t>(0, min_props - 1)),
                           max_props < 0 ? -1 : int32_t(max_props - 1));
     Expr body = b_.Seq({open_brace, extra, more, close_brace});
     return min_props == 0 ? b_.Alt({empty, body}) : body;

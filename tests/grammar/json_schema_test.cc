@@ -188,8 +188,8 @@ TEST(JsonSchemaTest, ErrorsNameTheKeywordAndItsPointer) {
   GrammarLimits tight;
   tight.max_depth = 3;
   GrammarBuilder b(tight);
-  absl::StatusOr<GrammarBuilder::Expr> deep = CompileJsonSchema(
-      b, R"({"items": {"items": {"items": {"items": {"items": {}}}}}})", {});
+  absl::StatusOr<GrammarBuilder::Expr> deep =
+      CompileJsonSchema(b, R"({"items": {"items": {"items": {"items": {"items": {}}}}}})", {});
   EXPECT_EQ(deep.status().code(), absl::StatusCode::kResourceExhausted);
 }
 
@@ -297,14 +297,15 @@ Tally RunGroups(const std::filesystem::path& dir,
       ++t.groups;
       const auto start = std::chrono::steady_clock::now();
       absl::StatusOr<Grammar> g = CompileSchema(group["schema"].dump());
-      compile_ms.push_back(std::chrono::duration<double, std::milli>(
-                               std::chrono::steady_clock::now() - start).count());
+      compile_ms.push_back(
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+              .count());
       if (!g.ok()) {
         const std::string m(g.status().message());
         const size_t a = m.find('`'), z = m.find('`', a + 1);
-        ++errors_by_keyword[absl::StrCat(absl::StatusCodeToString(g.status().code()), " ",
-                                         a == std::string::npos ? m.substr(0, 50)
-                                                                : m.substr(a, z - a + 1))];
+        ++errors_by_keyword[absl::StrCat(
+            absl::StatusCodeToString(g.status().code()), " ",
+            a == std::string::npos ? m.substr(0, 50) : m.substr(a, z - a + 1))];
         if (verbose) std::printf("[error] %s: %s\n", rel.c_str(), m.substr(0, 300).c_str());
         continue;
       }
@@ -336,21 +337,23 @@ Tally RunGroups(const std::filesystem::path& dir,
   }
   Tally sum;
   for (const auto& [name, t] : by_category) {
-    std::printf("[coverage] %-24s groups %5d compiled %5d all-passed %5d (%5.1f%%) tests %6d "
-                "valid-rejected %5d invalid-accepted %d\n",
-                name.c_str(), t.groups, t.compiled, t.all_passed,
-                100.0 * t.all_passed / std::max(1, t.groups), t.tests, t.valid_rejected,
-                t.invalid_accepted);
+    std::printf(
+        "[coverage] %-24s groups %5d compiled %5d all-passed %5d (%5.1f%%) tests %6d "
+        "valid-rejected %5d invalid-accepted %d\n",
+        name.c_str(), t.groups, t.compiled, t.all_passed,
+        100.0 * t.all_passed / std::max(1, t.groups), t.tests, t.valid_rejected,
+        t.invalid_accepted);
     sum.Add(t);
   }
   std::sort(compile_ms.begin(), compile_ms.end());
-  std::printf("[coverage] total groups %d compiled %d all-passed %d (%.1f%%) tests %d "
-              "valid-rejected %d invalid-accepted %d; compile p50 %.3f ms p90 %.3f ms p99 %.3f ms "
-              "max %.1f ms\n",
-              sum.groups, sum.compiled, sum.all_passed, 100.0 * sum.all_passed /
-              std::max(1, sum.groups), sum.tests, sum.valid_rejected, sum.invalid_accepted,
-              compile_ms[compile_ms.size() / 2], compile_ms[compile_ms.size() * 9 / 10],
-              compile_ms[compile_ms.size() * 99 / 100], compile_ms.back());
+  std::printf(
+      "[coverage] total groups %d compiled %d all-passed %d (%.1f%%) tests %d "
+      "valid-rejected %d invalid-accepted %d; compile p50 %.3f ms p90 %.3f ms p99 %.3f ms "
+      "max %.1f ms\n",
+      sum.groups, sum.compiled, sum.all_passed, 100.0 * sum.all_passed / std::max(1, sum.groups),
+      sum.tests, sum.valid_rejected, sum.invalid_accepted, compile_ms[compile_ms.size() / 2],
+      compile_ms[compile_ms.size() * 9 / 10], compile_ms[compile_ms.size() * 99 / 100],
+      compile_ms.back());
   std::vector<std::pair<int, std::string>> top;
   for (const auto& [k, n] : errors_by_keyword) top.push_back({n, k});
   std::sort(top.rbegin(), top.rend());
@@ -361,9 +364,9 @@ Tally RunGroups(const std::filesystem::path& dir,
 }
 
 TEST(JsonSchemaSuiteTest, NoInvalidInstanceIsAccepted) {
-  const Tally t = RunGroups(
-      std::filesystem::path(HEAVYKV_SOURCE_DIR) / "tests/data/json_schema_test_suite",
-      [](const std::string& rel) { return rel.substr(0, rel.find('/')); });
+  const Tally t =
+      RunGroups(std::filesystem::path(HEAVYKV_SOURCE_DIR) / "tests/data/json_schema_test_suite",
+                [](const std::string& rel) { return rel.substr(0, rel.find('/')); });
   EXPECT_GT(t.groups, 600);
   EXPECT_EQ(t.invalid_accepted, 0);
 }
