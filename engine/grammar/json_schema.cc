@@ -872,7 +872,13 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
   for (const std::string& r : required) is_required[index_of(r)] = true;
 
   if (n == 0 && extras) {
-    // Any keys: count-bounded.
+    // Any keys: count-bounded. A key may repeat here and a parser keeps one of its members,
+    // so a count of members is an upper bound of the object's size: maxProperties holds, but
+    // minProperties past 1 would not.
+    if (min_props > 1) {
+      return SchemaError("minProperties", Child(ptr, "minProperties"),
+                         "compiles only up to 1 where any key may appear");
+    }
     if (max_props == 0) return min_props == 0 ? empty : b_.Nothing();
     if (max_props >= 0 && min_props > max_props) return b_.Nothing();
     const int64_t limit = b_.limits().max_repeat;
