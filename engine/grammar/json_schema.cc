@@ -47,7 +47,7 @@ class Compiler {
   absl::StatusOr<Expr> CompileNormalized(const json& s, const std::string& ptr, int depth);
   absl::StatusOr<Expr> CompileRef(const std::string& ref, const std::string& ptr, int depth);
   absl::StatusOr<Expr> CompileEnum(const json& s, const std::string& ptr);
-  absl::StatusOr<Expr> CompileConst(const json& value, int depth);
+  absl::StatusOr<Expr> CompileConst(const json& value, int depth, bool integer_text = false);
   absl::StatusOr<Expr> CompileString(const json& s, const std::string& ptr);
   absl::StatusOr<Expr> CompileNumber(const json& s, const std::string& ptr, bool integer_only);
   absl::StatusOr<Expr> NonIntegerNumber(const json& s, const std::string& ptr);
@@ -56,6 +56,7 @@ class Compiler {
   absl::StatusOr<uint32_t> TypesOf(const json& s, const std::string& ptr);
 
   GrammarBuilder& b_;
+  bool draft4_;
   JsonText t_;
   JsonSchemaOptions options_;
   SchemaSet schemas_;
@@ -316,6 +317,12 @@ absl::StatusOr<uint32_t> Compiler::TypesOf(const json& s, const std::string& ptr
 // ---- enum / const ----
 
 absl::StatusOr<Expr> Compiler::CompileEnum(const json& s, const std::string& ptr) {
+  // Draft 4's integer type takes 1 but not 1.0, though 1.0 == 1 for enum.
+  bool integers_only = false;
+  if (draft4_ && s.contains("type")) {
+    absl::StatusOr<uint32_t> t = TypeMask(s["type"]);
+    integers_only = t.ok() && !(*t & kFraction);
+  }
   std::vector<json> values;
   std::string kw = s.contains("const") ? "const" : "enum";
   if (s.contains("const")) {
@@ -339,14 +346,14 @@ absl::StatusOr<Expr> Compiler::CompileEnum(const json& s, const std::string& ptr
     if (!*ok) continue;
     if (std::find(kept.begin(), kept.end(), v) != kept.end()) continue;
     kept.push_back(v);
-    absl::StatusOr<Expr> e = CompileConst(v, 0);
+    absl::StatusOr<Expr> e = CompileConst(v, 0, integers_only);
     if (!e.ok()) return e.status();
     alts.push_back(*e);
   }
   return b_.Alt(std::move(alts));
 }
 
-absl::StatusOr<Expr> Compiler::CompileConst(const json& v, int depth) {
+absl::StatusOr<Expr> Compiler::CompileConst(const json& v, int depth, bool integer_text) {
   if (depth > b_.limits().max_depth) {
     return absl::ResourceExhaustedError("a const value nests past the limit (max_depth)");
   }
@@ -360,7 +367,7 @@ absl::StatusOr<Expr> Compiler::CompileConst(const json& v, int depth) {
     case json::value_t::number_integer:
     case json::value_t::number_unsigned:
     case json::value_t::number_float:
-      return t_.NumberLiteral(v);
+      return t_.NumberLiteral(v, integer_text);
     case json::value_t::array: {
       if (v.empty()) return b_.Seq({b_.Literal("["), t_.Ws(), b_.Literal("]")});
       std::vector<Expr> items = {b_.Literal("["), t_.Ws()};
@@ -1047,7 +1054,12 @@ absl::StatusOr<GrammarBuilder::Expr> CompileJsonSchema(GrammarBuilder& b, std::s
     return absl::InvalidArgumentError(absl::StrCat("the JSON Schema is not JSON: ", e.what()));
   }
   Compiler c(b, root, options);
-  absl::StatusOr<Expr> e = c.Compile(root, "", 0);
+  absl::StatusOr<Expr> e;
+  try {
+    e = c.Compile(root, "", 0);
+  } catch (const json::exception& ex) {  // a keyword's value of an unexpected JSON type
+    return absl::InvalidArgumentError(absl::StrCat("the JSON Schema is malformed: ", ex.what()));
+  }
   if (!e.ok()) return e.status();
   if (!b.status().ok()) return b.status();
   return *e;
@@ -1060,7 +1072,11 @@ GrammarBuilder::Expr AnyJsonValue(GrammarBuilder& b, const JsonSchemaOptions& op
 
 GrammarBuilder::Expr AnyJsonObject(GrammarBuilder& b, const JsonSchemaOptions& options) {
   Compiler c(b, json(true), options);
-  absl::StatusOr<Expr> e = c.Compile(json{{"type", "object"}}, "", 0);
+  absl::StatusOr<Expr> e = absl::InternalError("");
+  try {
+    e = c.Compile(json{{"type", "object"}}, "", 0);
+  } catch (const json::exception&) {
+  }
   return e.ok() ? *e : b.Nothing();
 }
 

@@ -562,6 +562,9 @@ absl::StatusOr<json> SchemaSet::Merge(json a, json b, const std::string& ptr, in
       const int c = Decimal::Compare(*da, *db);
       const bool lower = k.find("inimum") != std::string::npos;
       if ((lower && c < 0) || (!lower && c > 0)) r[k] = vb;
+    } else if ((k.starts_with("min") || k.starts_with("max")) &&
+               (!va.is_number() || !vb.is_number())) {
+      return SchemaError(k, kp, "must be a number");
     } else if (k == "minLength" || k == "minItems" || k == "minProperties" || k == "minContains") {
       r[k] = std::max(va.get<double>(), vb.get<double>());
       if (va.is_number_integer() && vb.is_number_integer()) {
@@ -697,6 +700,29 @@ bool SchemaSet::DisjointAt(const json& a0, const json& b0, int depth) const {
     bool shared = false;
     for (const json& x : *va) shared |= std::find(vb->begin(), vb->end(), x) != vb->end();
     if (!shared) return true;
+  }
+  // A finite value set none of whose values the other side takes.
+  for (const auto& [x, y] : {std::pair<const json*, const json*>{&a, &b}, {&b, &a}}) {
+    const std::optional<json> vals = values(*x);
+    if (!vals) continue;
+    bool any = false;
+    for (const json& v : *vals) {
+      absl::StatusOr<bool> ok = ValueSatisfies(v, *y, "", /*skip_enum=*/false);
+      if (!ok.ok() || *ok) {
+        any = true;
+        break;
+      }
+    }
+    if (!any) return true;
+  }
+  // Strings of lengths that do not meet.
+  if (common == kString) {
+    const auto len = [](const json& s, const char* k, int64_t dflt) {
+      return s.contains(k) && s[k].is_number() ? int64_t(s[k].get<double>()) : dflt;
+    };
+    const int64_t a_lo = len(a, "minLength", 0), a_hi = len(a, "maxLength", INT64_MAX);
+    const int64_t b_lo = len(b, "minLength", 0), b_hi = len(b, "maxLength", INT64_MAX);
+    if (a_hi < b_lo || b_hi < a_lo) return true;
   }
   if (common != kObject) return false;
   if (a.contains("anyOf") || a.contains("oneOf") || b.contains("anyOf") || b.contains("oneOf")) {

@@ -739,10 +739,15 @@ Expr JsonText::IntegerMultipleOf(int k) {
   return b_.Seq({b_.Optional(b_.Literal("-")), b_.Alt(std::move(first)), IntegerFloatSuffix()});
 }
 
-Expr JsonText::NumberLiteral(const json& number) {
+Expr JsonText::NumberLiteral(const json& number, bool integer_text) {
   std::optional<Decimal> d = Decimal::FromJson(number);
   if (!d) return b_.Nothing();
   Expr zero_frac = b_.Optional(b_.Seq({b_.Literal("."), b_.Repeat(b_.Literal("0"), 1, -1)}));
+  if (integer_text) {
+    if (!d->IsInteger()) return b_.Nothing();
+    const std::string text = (d->negative ? "-" : "") + d->int_digits;
+    return d->int_digits == "0" ? b_.Alt({b_.Literal("0"), b_.Literal("-0")}) : b_.Literal(text);
+  }
   if (!d->IsInteger()) {
     std::string text =
         number.is_number_float() ? PythonFloatRepr(number.get<double>()) : PythonJsonDumps(number);

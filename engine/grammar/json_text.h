@@ -93,7 +93,8 @@ class JsonText {
   // Integers that are multiples of `k` (1 <= k <= 1000), no bounds.
   Expr IntegerMultipleOf(int k);
   // Exactly this JSON number, in the forms json.dumps may write it (1 == 1.0 == 1e0 in value).
-  Expr NumberLiteral(const nlohmann::ordered_json& number);
+  // `integer_text`: only integer forms ("1", not "1.0": draft 4's integer type).
+  Expr NumberLiteral(const nlohmann::ordered_json& number, bool integer_text = false);
 
  private:
   Expr Digit();
