@@ -26,6 +26,7 @@ void RegisterPrefixCache();
 void RegisterTokenizer();
 void RegisterQuant();
 void RegisterGguf();
+void RegisterGrammar();
 }
 
 namespace {
@@ -84,6 +85,7 @@ int main(int argc, char** argv) {
   heavykv::bench::RegisterTokenizer();
   heavykv::bench::RegisterQuant();
   heavykv::bench::RegisterGguf();
+  heavykv::bench::RegisterGrammar();
   heavykv::bench::RegisterPrefixCache();
   CollectingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
@@ -134,6 +136,23 @@ int main(int argc, char** argv) {
     const double v = F[a].seconds / F[b].seconds;
     add(a + " / " + b, "step time ratio", v, target, strictly_less ? v < limit : v <= limit);
   };
+  // Structured outputs (issue 43): masks, compiles, and decode under a JSON schema.
+  for (const char* vocab : {"llama3", "qwen"}) {
+    const std::string m = absl::StrCat("grammar/mask/", vocab);
+    if (!has(m)) continue;
+    const double p50 = F[m].counters["mask_p50_us"], p99 = F[m].counters["mask_p99_us"];
+    const double compile = F[m].counters["compile_p50_us"];
+    add(m + " mask p50", "microseconds per token, one core", p50, "<= 50", p50 <= 50);
+    add(m + " mask p99", "microseconds per token, one core", p99, "<= 1000", p99 <= 1000);
+    add(m + " compile p50", "microseconds per schema", compile, "<= 5000", compile <= 5000);
+  }
+  for (const char* b : {"b1", "b32"}) {
+    const std::string json = absl::StrCat("grammar/decode/json/", b);
+    const std::string free = absl::StrCat("grammar/decode/free/", b);
+    if (!has(json) || !has(free)) continue;
+    const double v = F[json].counters["tokens_per_s"] / F[free].counters["tokens_per_s"];
+    add(json + " / " + free, "decode tokens/s ratio", v, ">= 0.95", v >= 0.95);
+  }
   time_ratio("decode/b1/ctx512/h2o512", "decode/b1/ctx512/full", "<= 1.10", 1.10, false);
   time_ratio("decode/b32/ctx512/h2o512", "decode/b32/ctx512/full", "<= 1.10", 1.10, false);
   time_ratio("decode/b1/ctx4096/h2o819", "decode/b1/ctx4096/full", "< 1.00", 1.0, true);

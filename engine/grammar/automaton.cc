@@ -9,6 +9,54 @@ namespace heavykv::grammar {
 
 // ---- TokenVocabulary ----
 
+namespace {
+
+// The bytes a UTF-8 sequence may continue with after `lead` and `seen` continuation bytes, and
+// how many it still needs (0: `lead` is no lead byte of a valid sequence).
+struct Utf8Step {
+  uint8_t lo = 0x80, hi = 0xBF;
+  int need = 0;
+};
+Utf8Step Utf8Next(uint8_t lead, int seen) {
+  Utf8Step s;
+  if (lead >= 0xC2 && lead <= 0xDF) {
+    s.need = 1;
+  } else if (lead >= 0xE0 && lead <= 0xEF) {
+    s.need = 2;
+    if (seen == 0 && lead == 0xE0) s.lo = 0xA0;
+    if (seen == 0 && lead == 0xED) s.hi = 0x9F;  // no surrogates
+  } else if (lead >= 0xF0 && lead <= 0xF4) {
+    s.need = 3;
+    if (seen == 0 && lead == 0xF0) s.lo = 0x90;
+    if (seen == 0 && lead == 0xF4) s.hi = 0x8F;
+  }
+  s.need -= seen;
+  return s;
+}
+
+}  // namespace
+
+// Whether `b` is valid UTF-8 from a character boundary, its last character possibly cut short.
+bool ValidUtf8Prefix(std::string_view b) {
+  for (size_t i = 0; i < b.size();) {
+    const uint8_t lead = uint8_t(b[i]);
+    if (lead < 0x80) {
+      ++i;
+      continue;
+    }
+    if (Utf8Next(lead, 0).need <= 0) return false;
+    size_t k = 1;
+    for (; i + k < b.size(); ++k) {
+      const Utf8Step st = Utf8Next(lead, int(k) - 1);
+      if (st.need <= 0) break;
+      const uint8_t c = uint8_t(b[i + k]);
+      if (c < st.lo || c > st.hi) return false;
+    }
+    i += k;
+  }
+  return true;
+}
+
 std::shared_ptr<const TokenVocabulary> TokenVocabulary::FromTokenizer(const TextTokenizer& t) {
   auto v = std::make_shared<TokenVocabulary>();
   const int32_t n = t.vocab_size();
@@ -71,47 +119,53 @@ void TokenVocabulary::Build() {
     return bytes_[a] != bytes_[b] ? bytes_[a] < bytes_[b] : a < b;
   });
   dfs_tokens_ = order;
-  // Build the nodes recursively over [lo, hi) of `order` sharing a prefix of length `depth`.
-  struct Builder {
-    TokenVocabulary& v;
-    const std::vector<int32_t>& order;
-    // Returns the node index; its tokens are order[lo, hi).
-    int32_t Make(size_t lo, size_t hi, size_t depth) {
-      const int32_t id = int32_t(v.nodes_.size());
-      v.nodes_.emplace_back();
-      size_t i = lo;
-      while (i < hi && v.bytes_[order[i]].size() == depth) ++i;
-      v.nodes_[id].tok_begin = int32_t(lo);
-      v.nodes_[id].tok_end = int32_t(i);
-      v.nodes_[id].sub_end = int32_t(hi);
-      // Children: runs of tokens with the same byte at `depth`.
-      std::vector<std::pair<uint8_t, std::pair<size_t, size_t>>> runs;
-      while (i < hi) {
-        const uint8_t b = uint8_t(v.bytes_[order[i]][depth]);
-        size_t j = i;
-        while (j < hi && uint8_t(v.bytes_[order[j]][depth]) == b) ++j;
-        runs.push_back({b, {i, j}});
-        i = j;
-      }
-      std::vector<int32_t> kids;
-      ByteSet below;
-      for (const auto& [b, range] : runs) {
-        const int32_t kid = Make(range.first, range.second, depth + 1);
-        kids.push_back(kid);
-        below.Add(b);
-        below = below | v.nodes_[kid].below;
-      }
-      v.nodes_[id].below = below;
-      v.nodes_[id].first_edge = int32_t(v.edge_byte_.size());
-      v.nodes_[id].num_edges = int32_t(kids.size());
-      for (size_t k = 0; k < kids.size(); ++k) {
-        v.edge_byte_.push_back(runs[k].first);
-        v.edge_node_.push_back(kids[k]);
-      }
-      return id;
+  // A node per distinct non-empty prefix, in the order of the sorted tokens: token k adds the
+  // nodes of its bytes past the prefix it shares with token k-1.
+  std::vector<int32_t> open;  // open[d-1]: the node at depth d on the current path
+  const auto close_to = [&](size_t depth) {  // nodes deeper than `depth` end here
+    while (open.size() > depth) {
+      node_skip_[size_t(open.back())] = int32_t(node_byte_.size());
+      open.pop_back();
     }
   };
-  Builder{*this, dfs_tokens_}.Make(0, dfs_tokens_.size(), 0);
+  for (size_t k = 0; k < order.size(); ++k) {
+    const std::string& t = bytes_[order[k]];
+    size_t lcp = 0;
+    if (k > 0) {
+      const std::string& p = bytes_[order[k - 1]];
+      while (lcp < p.size() && lcp < t.size() && p[lcp] == t[lcp]) ++lcp;
+    }
+    close_to(lcp);
+    for (size_t d = lcp; d < t.size(); ++d) {
+      open.push_back(int32_t(node_byte_.size()));
+      node_byte_.push_back(uint8_t(t[d]));
+      node_depth_.push_back(uint16_t(std::min<size_t>(d + 1, 65535)));
+      node_skip_.push_back(0);
+      node_tok_.push_back(int32_t(k));  // the first token at or under this node
+    }
+    max_depth_ = std::max(max_depth_, int32_t(t.size()));
+  }
+  close_to(0);
+  node_tok_.push_back(int32_t(order.size()));
+  // The bytes under each big node, from the deepest nodes up.
+  node_below_.assign(node_byte_.size(), -1);
+  std::vector<ByteSet> under(node_byte_.size());
+  for (int32_t i = num_nodes() - 1; i >= 0; --i) {
+    for (int32_t c = i + 1; c < node_skip_[size_t(i)]; c = node_skip_[size_t(c)]) {
+      under[size_t(i)] = under[size_t(i)] | under[size_t(c)];
+      under[size_t(i)].Add(node_byte_[size_t(c)]);
+    }
+    if (node_tok_[size_t(node_skip_[size_t(i)])] - node_tok_[size_t(i)] > 16) {
+      node_below_[size_t(i)] = int32_t(below_.size());
+      below_.push_back(under[size_t(i)]);
+      bool utf8 = true;
+      for (int32_t k = node_tok_[size_t(i)]; k < node_tok_[size_t(node_skip_[size_t(i)])] && utf8;
+           ++k) {
+        utf8 = ValidUtf8Prefix(std::string_view(bytes_[order[size_t(k)]]).substr(node_depth_[size_t(i)]));
+      }
+      below_utf8_.push_back(utf8);
+    }
+  }
 }
 
 // ---- Automaton ----
@@ -134,6 +188,7 @@ Automaton::Automaton(std::shared_ptr<const Grammar> grammar,
   }
   frames_.push_back({-1, 0});       // 0: the bottom of every stack
   states_.emplace_back();           // 0: dead
+  next_.assign(256, kDead);         // the dead state stays dead
   state_ids_[std::string(1, '\0')] = 0;
 }
 
@@ -200,10 +255,17 @@ int32_t Automaton::InternState(std::vector<int32_t> stacks, bool accepting) {
   std::string key(1, accepting ? '\1' : '\2');
   key.append(reinterpret_cast<const char*>(stacks.data()), stacks.size() * sizeof(int32_t));
   auto [it, fresh] = state_ids_.try_emplace(std::move(key), int32_t(states_.size()));
+  if (fresh && int32_t(states_.size()) >= limits_.max_states) {
+    state_ids_.erase(it);
+    Fail(absl::ResourceExhaustedError(absl::StrCat(
+        "the grammar's parser met more than ", limits_.max_states, " distinct states")));
+    return kDead;
+  }
   if (fresh) {
     State& st = states_.emplace_back();
     st.stacks = std::move(stacks);
     st.accepting = accepting;
+    next_.resize(next_.size() + 256, -1);
   }
   return it->second;
 }
@@ -219,23 +281,17 @@ int32_t Automaton::Start() {
 }
 
 int32_t Automaton::StepLocked(int32_t state, uint8_t byte) {
-  if (state == kDead) return kDead;
-  State* st = &states_[state];
-  if (st->next == nullptr) {
-    st->next = std::make_unique<std::array<int32_t, 256>>();
-    st->next->fill(-1);
-  }
-  if (int32_t n = (*st->next)[byte]; n >= 0) return n;
+  if (int32_t n = next_[size_t(state) * 256 + byte]; n >= 0) return n;
   std::vector<int32_t> out;
   bool accepting = false;
-  const std::vector<int32_t> stacks = st->stacks;  // states_ may grow below
+  const std::vector<int32_t> stacks = states_[state].stacks;  // states_ may grow below
   for (int32_t s : stacks) {
     const Frame f = frames_[s];
     if (!grammar_->byte_sets[pos_arg_[f.pos]].Has(byte)) continue;
     Expand(Intern(f.pos + 1, f.parent), out, accepting);
   }
   const int32_t n = status_.ok() ? InternState(std::move(out), accepting) : kDead;
-  if (status_.ok()) (*states_[state].next)[byte] = n;
+  if (status_.ok()) next_[size_t(state) * 256 + byte] = n;
   return n;
 }
 
@@ -296,35 +352,93 @@ const ByteSet& Automaton::LoopLocked(int32_t state) {
   return *states_[state].loop;
 }
 
-// Marks the tokens below trie `node` (reached in `state`, not dead) that fit.
-void Automaton::Walk(int32_t node, int32_t state, std::vector<uint64_t>& words) {
-  const TokenVocabulary& v = *vocab_;
-  const auto& nodes = v.nodes();
-  const auto& dfs = v.dfs_tokens();
-  const auto mark = [&](int32_t from, int32_t to) {
-    for (int32_t i = from; i < to; ++i) {
-      const int32_t t = dfs[i];
-      words[t >> 6] |= uint64_t{1} << (t & 63);
-    }
+// Whether every whole non-ASCII character (valid UTF-8) leads from `state` back to it, through
+// states that are not dead: then a subtree of valid UTF-8 whose ASCII bytes loop fits whole.
+bool Automaton::Utf8LoopLocked(int32_t state) {
+  if (states_[state].utf8_loop >= 0) return states_[state].utf8_loop == 1;
+  // Depth-first over (grammar state, lead byte, continuation bytes seen), memoized on the first
+  // two and the count: mid-character states are few.
+  struct Item {
+    int32_t g;
+    uint8_t lead;
+    int seen;
   };
-  const TokenVocabulary::Node& n = nodes[node];
-  for (int32_t e = n.first_edge; e < n.first_edge + n.num_edges; ++e) {
-    const int32_t next = StepLocked(state, v.edge_byte()[e]);
-    if (next == kDead) continue;
-    const int32_t kid = v.edge_node()[e];
-    const TokenVocabulary::Node& k = nodes[kid];
-    if (k.num_edges == 0) {
-      mark(k.tok_begin, k.sub_end);
+  std::vector<Item> work;
+  absl::flat_hash_map<uint64_t, bool> seen;
+  bool ok = true;
+  for (int lead = 0xC2; lead <= 0xF4 && ok; ++lead) {
+    const int32_t g = StepLocked(state, uint8_t(lead));
+    if (g == kDead) {
+      ok = false;
+      break;
+    }
+    work.push_back({g, uint8_t(lead), 0});
+  }
+  while (ok && !work.empty()) {
+    const Item it = work.back();
+    work.pop_back();
+    const uint64_t key = (uint64_t(uint32_t(it.g)) << 16) | (uint64_t(it.lead) << 8) | uint64_t(it.seen);
+    if (!seen.try_emplace(key, true).second) continue;
+    const Utf8Step st = Utf8Next(it.lead, it.seen);
+    for (int c = st.lo; c <= st.hi && ok; ++c) {
+      const int32_t g = StepLocked(it.g, uint8_t(c));
+      if (g == kDead) {
+        ok = false;
+      } else if (st.need == 1) {
+        ok = g == state;  // a whole character: back where it started
+      } else {
+        work.push_back({g, it.lead, it.seen + 1});
+      }
+    }
+    if (!status_.ok()) ok = false;
+  }
+  states_[state].utf8_loop = ok ? 1 : 0;
+  return ok;
+}
+
+// Marks the tokens that fit from `state`: one pass over the trie in depth-first order, a
+// subtree skipped at the first byte that does not fit, and taken whole when every byte under it
+// loops on the state reached (inside a JSON string, most of the vocabulary).
+void Automaton::Walk(int32_t state, std::vector<uint64_t>& words) {
+  const TokenVocabulary& v = *vocab_;
+  const uint8_t* byte = v.node_byte().data();
+  const uint16_t* depth = v.node_depth().data();
+  const int32_t* skip = v.node_skip().data();
+  const int32_t* tok = v.node_tok().data();
+  const int32_t* big = v.node_below().data();
+  const int32_t* dfs = v.dfs_tokens().data();
+  const auto mark = [&](int32_t from, int32_t to) {
+    for (int32_t i = from; i < to; ++i) words[size_t(dfs[i]) >> 6] |= uint64_t{1} << (dfs[i] & 63);
+  };
+  static const ByteSet kAscii = ByteSet::Range(0, 0x7F);
+  // Whether every token under big node k fits from s: its bytes loop on s, or its non-ASCII
+  // part is valid UTF-8 and every character leads back to s.
+  const auto Fits = [&](int32_t s, size_t k) {
+    const ByteSet& under = v.below()[k];
+    const ByteSet& loop = LoopLocked(s);
+    if (loop.Contains(under)) return true;
+    return v.below_utf8()[k] && loop.Contains(under & kAscii) && Utf8LoopLocked(s);
+  };
+  std::vector<int32_t> at(size_t(v.max_depth()) + 1);  // at[d]: the state after d bytes
+  at[0] = state;
+  const int32_t n = v.num_nodes();
+  for (int32_t i = 0; i < n;) {
+    const int32_t from = at[depth[i] - 1];
+    int32_t s = next_[size_t(from) * 256 + byte[i]];
+    if (s < 0) s = StepLocked(from, byte[i]);
+    if (s == kDead) {
+      if (!status_.ok()) return;
+      i = skip[i];
       continue;
     }
-    // A big subtree whose bytes all loop on the state: every token in it fits.
-    if (k.sub_end - k.tok_begin > 16 && LoopLocked(next).Contains(k.below)) {
-      mark(k.tok_begin, k.sub_end);
+    if (big[i] >= 0 && Fits(s, size_t(big[i]))) {
+      mark(tok[i], tok[skip[i]]);
+      i = skip[i];
       continue;
     }
-    mark(k.tok_begin, k.tok_end);
-    Walk(kid, next, words);
-    if (!status_.ok()) return;
+    mark(tok[i], tok[i + 1]);
+    at[depth[i]] = s;
+    ++i;
   }
 }
 
@@ -337,7 +451,7 @@ void Automaton::FillMask(int32_t state, std::span<uint64_t> words) {
     return;
   }
   std::vector<uint64_t> mask(size_t(vocab_->num_words()), 0);
-  if (!states_[state].stacks.empty()) Walk(0, state, mask);
+  if (!states_[state].stacks.empty()) Walk(state, mask);
   if (!status_.ok()) return;  // past a limit: nothing fits (the caller reports status())
   if (states_[state].accepting) {
     for (int32_t t : vocab_->eog_ids()) mask[t >> 6] |= uint64_t{1} << (t & 63);

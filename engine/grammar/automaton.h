@@ -35,6 +35,10 @@
 
 namespace heavykv::grammar {
 
+// Whether `bytes` is valid UTF-8 from a character boundary, its last character possibly cut
+// short (no overlong forms, surrogates or code points past U+10FFFF).
+bool ValidUtf8Prefix(std::string_view bytes);
+
 // The bytes of every token as generation writes them, and a trie over them. Control tokens
 // (and tokens with no bytes) are never matched as text; the end-of-generation tokens are
 // allowed exactly where the grammar may end.
@@ -55,16 +59,24 @@ class TokenVocabulary {
   // Identifies the vocabulary in cache keys (a hash of every token's bytes and kind).
   uint64_t fingerprint() const { return fingerprint_; }
 
-  // The trie: node 0 is the root (the empty prefix).
-  struct Node {
-    int32_t first_edge = 0, num_edges = 0;  // into edge_byte/edge_node
-    int32_t tok_begin = 0, tok_end = 0;     // tokens ending here: dfs_tokens[tok_begin, tok_end)
-    int32_t sub_end = 0;                    // tokens of the subtree: dfs_tokens[tok_begin, sub_end)
-    ByteSet below;                          // every byte on an edge in the subtree
-  };
-  const std::vector<Node>& nodes() const { return nodes_; }
-  const std::vector<uint8_t>& edge_byte() const { return edge_byte_; }
-  const std::vector<int32_t>& edge_node() const { return edge_node_; }
+  // The trie, flattened in depth-first order (the root, the empty prefix, is left out): node i
+  // adds byte `node_byte[i]` at depth `node_depth[i]` (1 for the root's children) to its parent's
+  // bytes; node_skip[i] is the next node outside its subtree. Its own tokens (whose bytes end
+  // there) are dfs_tokens[node_tok[i], node_tok[i + 1]), its subtree's [node_tok[i],
+  // node_tok[node_skip[i]]). Nodes with more than 16 tokens below have node_below[i] >= 0: the
+  // index in `below` of the set of bytes on the edges under them.
+  int32_t num_nodes() const { return static_cast<int32_t>(node_byte_.size()); }
+  int32_t max_depth() const { return max_depth_; }
+  const std::vector<uint8_t>& node_byte() const { return node_byte_; }
+  const std::vector<uint16_t>& node_depth() const { return node_depth_; }
+  const std::vector<int32_t>& node_skip() const { return node_skip_; }
+  const std::vector<int32_t>& node_tok() const { return node_tok_; }  // [num_nodes + 1]
+  const std::vector<int32_t>& node_below() const { return node_below_; }
+  const std::vector<ByteSet>& below() const { return below_; }
+  // below_utf8[k]: every token under the big node of below()[k], read from that node on, is
+  // valid UTF-8 (a last character may be cut short): such a subtree can be taken whole by a
+  // state that every whole character leads back to.
+  const std::vector<bool>& below_utf8() const { return below_utf8_; }
   const std::vector<int32_t>& dfs_tokens() const { return dfs_tokens_; }
 
  private:
@@ -75,16 +87,22 @@ class TokenVocabulary {
   std::vector<Kind> kind_;
   std::vector<int32_t> eog_;
   uint64_t fingerprint_ = 0;
-  std::vector<Node> nodes_;
-  std::vector<uint8_t> edge_byte_;
-  std::vector<int32_t> edge_node_;
+  std::vector<uint8_t> node_byte_;
+  std::vector<uint16_t> node_depth_;
+  std::vector<int32_t> node_skip_, node_tok_, node_below_;
+  std::vector<ByteSet> below_;
+  std::vector<bool> below_utf8_;
   std::vector<int32_t> dfs_tokens_;
+  int32_t max_depth_ = 0;
 };
 
+// What one automaton may hold (it lives as long as its compiled constraint is cached): with the
+// compile cache's 32 entries, at most about 32 x (24 + 8 + 40) MiB however hostile the grammars.
 struct AutomatonLimits {
   int32_t max_stacks_per_state = 2048;  // an ambiguity past this ends the match
-  int64_t max_frames = 4'000'000;       // interned stack frames of the automaton's life
-  int64_t max_mask_cache_bytes = 32 << 20;
+  int32_t max_states = 40'000;          // interned states (about 1 KiB each with transitions)
+  int64_t max_frames = 1'000'000;       // interned stack frames (about 24 bytes each)
+  int64_t max_mask_cache_bytes = 8 << 20;  // cached masks (V/8 bytes each); full: dropped
 };
 
 class Automaton {
@@ -123,8 +141,8 @@ class Automaton {
   struct State {
     std::vector<int32_t> stacks;  // sorted; each stack's top is at a byte-set element
     bool accepting = false;
-    std::unique_ptr<std::array<int32_t, 256>> next;  // -1: not computed yet
-    std::unique_ptr<ByteSet> loop;                   // bytes that lead back to this state
+    std::unique_ptr<ByteSet> loop;  // ASCII bytes that lead back to this state
+    int8_t utf8_loop = -1;          // every non-ASCII character leads back (-1: not known yet)
     std::shared_ptr<const std::vector<uint64_t>> mask;
   };
 
@@ -133,7 +151,8 @@ class Automaton {
   int32_t InternState(std::vector<int32_t> stacks, bool accepting);
   int32_t StepLocked(int32_t state, uint8_t byte);
   const ByteSet& LoopLocked(int32_t state);
-  void Walk(int32_t node, int32_t state, std::vector<uint64_t>& words);
+  bool Utf8LoopLocked(int32_t state);
+  void Walk(int32_t state, std::vector<uint64_t>& words);
   void Fail(absl::Status s);
 
   std::shared_ptr<const Grammar> grammar_;
@@ -149,6 +168,7 @@ class Automaton {
   std::vector<Frame> frames_;
   absl::flat_hash_map<uint64_t, int32_t> frame_ids_;
   std::vector<State> states_;
+  std::vector<int32_t> next_;  // [states x 256] byte transitions; -1: not computed yet
   absl::flat_hash_map<std::string, int32_t> state_ids_;  // key: accepting + stack ids
   int32_t start_ = -1;
   int64_t mask_bytes_ = 0;

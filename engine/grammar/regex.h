@@ -7,12 +7,17 @@
 // escapes (\n \t \r \f \v \0 \xHH \uHHHH \u{H..} \/ and escaped punctuation), `.`, classes
 // [...] with ranges and negation, \d \w \s \D \W \S (ASCII \d \w; \s the ECMA white space),
 // groups ( ), (?: ), named groups (?<n> ), alternation |, quantifiers * + ? {n} {n,} {n,m}
-// (lazy forms match the same strings), anchors ^ and $ at the ends. Refused with
-// INVALID_ARGUMENT naming the construct and its offset: backreferences, lookaround, \b \B,
-// anchors inside, Unicode property escapes \p{..} (unless they compile exactly).
+// (lazy forms match the same strings), anchors ^ and $ (wherever they stand, as in (^|,)x or
+// ^a|b$, except inside a repeated group), \p{ASCII} \p{Any} \p{AHex}. Annex B's leniencies
+// hold: `{` that starts no quantifier, `]` and `}` are literals; [\w-.] is \w, '-' and '.'.
+// Refused with INVALID_ARGUMENT naming the construct and its byte offset: backreferences,
+// lookaround, \b \B, other \p{..}, inline flags (?i), (?P<n>), {,n}, unknown letter escapes.
+// RESOURCE_EXHAUSTED: counts past GrammarLimits::max_repeat, groups past max_depth.
 #pragma once
 
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/grammar/grammar.h"
@@ -27,5 +32,9 @@ struct RegexOptions {
 
 absl::StatusOr<GrammarBuilder::Expr> CompileRegex(GrammarBuilder& b, std::string_view pattern,
                                                   const RegexOptions& options);
+
+// Exactly one of `choices` (vLLM's structured_outputs.choice), as bytes; shared prefixes are
+// written once, so the alternatives part byte by byte. No choices: matches nothing.
+GrammarBuilder::Expr CompileChoice(GrammarBuilder& b, const std::vector<std::string>& choices);
 
 }  // namespace heavykv::grammar

@@ -4,13 +4,17 @@
 #include <cmath>
 #include <condition_variable>
 #include <deque>
+#include <limits>
 #include <map>
 #include <mutex>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "engine/grammar/constraint.h"
 #include "engine/runner/model_runner.h"
 #include "engine/serving/generator.h"
+#include "engine/serving/mask_prefetcher.h"
+#include "engine/serving/request_field.h"
 #include "engine/serving/request_validation.h"
 #include "engine/serving/scheduler.h"
 #include "engine/tokenizer/text_stream.h"
@@ -47,6 +51,12 @@ struct Request {
   Sequence seq;
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<TextStream> text;
+  // Structured output: compiled in Submit; the matcher follows the sampled tokens. `mask` is
+  // its next step's mask [vocab words], filled by the prefetcher when `mask_posted`.
+  std::shared_ptr<const grammar::CompiledConstraint> constraint;
+  std::shared_ptr<grammar::ConstraintMatcher> matcher;
+  std::shared_ptr<std::vector<uint64_t>> mask;
+  bool mask_posted = false;
   std::function<void(const GenerationDelta&)> on_delta;
   std::shared_ptr<std::atomic<bool>> cancelled = std::make_shared<std::atomic<bool>>(false);
   std::shared_ptr<std::atomic<bool>> held = std::make_shared<std::atomic<bool>>(false);
@@ -108,6 +118,12 @@ class EngineImpl final : public Engine {
     if (absl::Status s = validator_.Precheck(request); !s.ok()) return s;
     auto r = std::make_unique<Request>();
     r->arrival = absl::Now();
+    if (request.constraint.active()) {  // on the caller's thread: a slow schema stalls no one
+      absl::StatusOr<std::shared_ptr<const grammar::CompiledConstraint>> c =
+          CompileConstraint(request.constraint);
+      if (!c.ok()) return WithRequestField(c.status(), "constraint");
+      r->constraint = *std::move(c);
+    }
     // Token ids need no tokenizer: resolved here, cheaply. Text waits for the tokenizer thread.
     const bool needs_tokenizer = request.prompt.has_value() || request.messages.has_value();
     if (!needs_tokenizer) {
@@ -142,6 +158,19 @@ class EngineImpl final : public Engine {
     }
     (needs_tokenizer ? prep_cv_ : cv_).notify_all();
     return std::shared_ptr<RequestHandle>(handle);
+  }
+
+  absl::StatusOr<std::shared_ptr<const grammar::CompiledConstraint>> CompileConstraint(
+      const grammar::ConstraintSpec& spec) {
+    if (tokenizer_ == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "a ", spec.KindName(), " constraint needs the model's tokenizer; this server has none"));
+    }
+    std::call_once(compiler_once_, [this] {
+      compiler_ = std::make_unique<grammar::ConstraintCompiler>(
+          grammar::TokenVocabulary::FromTokenizer(*tokenizer_));
+    });
+    return compiler_->Compile(spec);
   }
 
   absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& text,
@@ -274,6 +303,9 @@ class EngineImpl final : public Engine {
   // Copies the engine thread's counters where Stats() reads them.
   void PublishStats();
   void OnToken(Request& r, int32_t token, const float* logits);
+  // Masks `row` [vocab] to the tokens r's constraint allows; false (r finished with an error)
+  // when none is.
+  bool ApplyConstraint(Request& r, std::vector<float>& row);
   void AddLogprobs(const Request& r, int32_t token, const float* logits,
                    GenerationDelta& d) const;
   // The tokenizer thread: tokenizes text prompts and Tokenize calls, one at a time, in order.
@@ -319,6 +351,11 @@ class EngineImpl final : public Engine {
   // Engine thread only.
   std::map<int64_t, std::unique_ptr<Request>> live_;
   int64_t next_id_ = 1;
+  // Structured outputs: the vocabulary's trie and the compiled constraints, made at the first
+  // constrained request; the next steps' masks are filled while the forward pass runs.
+  std::once_flag compiler_once_;
+  std::unique_ptr<grammar::ConstraintCompiler> compiler_;
+  MaskPrefetcher prefetcher_;
   int64_t tokens_evicted_ = 0, preemptions_ = 0;
 };
 
@@ -340,6 +377,10 @@ void EngineImpl::Admit(std::unique_ptr<Request> r) {
     q.seq.kv.budget = p.budget_tokens;
   }
   q.sampler = std::make_unique<Sampler>(p.sampling);
+  if (q.constraint != nullptr) {
+    q.matcher = std::make_shared<grammar::ConstraintMatcher>(q.constraint);
+    q.mask = std::make_shared<std::vector<uint64_t>>(size_t(compiler_->vocab().num_words()));
+  }
   q.text = std::make_unique<TextStream>(tokenizer_.get(), p.prompt.back(), p.stop,
                                         p.skip_special_tokens);
   scheduler_.Enqueue(&q.seq);
@@ -491,6 +532,34 @@ void EngineImpl::AddLogprobs(const Request& r, int32_t token, const float* logit
   }
 }
 
+bool EngineImpl::ApplyConstraint(Request& r, std::vector<float>& row) {
+  std::vector<uint64_t>& words = *r.mask;
+  if (!r.mask_posted) r.matcher->FillMask(words);  // not prefetched (its first step)
+  r.mask_posted = false;
+  // Word by word: inside a string most words are all ones, in structure most are zero. Tokens
+  // past the vocabulary's (a model with padded logits) are never allowed.
+  const float kOff = -std::numeric_limits<float>::infinity();
+  const int32_t n = int32_t(row.size());
+  const int32_t vocab = std::min(n, compiler_->vocab().size());
+  bool any = false;
+  for (int32_t w = 0; w * 64 < vocab; ++w) {
+    uint64_t bits = words[size_t(w)];
+    const int32_t base = w * 64, end = std::min(vocab, base + 64);
+    if (end - base < 64) bits &= (uint64_t{1} << (end - base)) - 1;
+    any |= bits != 0;
+    if (bits == ~uint64_t{0}) continue;
+    for (int32_t t = base; t < end; ++t) {
+      if (!((bits >> (t - base)) & 1)) row[size_t(t)] = kOff;
+    }
+  }
+  for (int32_t t = vocab; t < n; ++t) row[size_t(t)] = kOff;
+  if (!any) {
+    Finish(r, "error", {}, std::string(r.matcher->error().message()));
+    return false;
+  }
+  return true;
+}
+
 void EngineImpl::OnToken(Request& r, int32_t token, const float* logits) {
   const ResolvedRequest& p = r.params;
   const absl::Time now = absl::Now();
@@ -501,6 +570,11 @@ void EngineImpl::OnToken(Request& r, int32_t token, const float* logits) {
     options_.observer->OnInterToken(Seconds(now - r.last_token));
   }
   r.last_token = now;
+  if (r.matcher != nullptr) {
+    if (absl::Status s = r.matcher->Accept(token); !s.ok()) {
+      return Finish(r, "error", {}, std::string(s.message()));
+    }
+  }
   // End-of-sequence and stop tokens end the request and are not part of its output.
   if (EndsSequence(tokenizer_.get(), model_.config, token) && !p.ignore_eos) {
     return Finish(r, "eos");
@@ -517,6 +591,8 @@ void EngineImpl::OnToken(Request& r, int32_t token, const float* logits) {
   bool stopped = false;
   d.text = r.text->Push(token, &stopped);
   if (stopped) return Finish(r, "stop", std::move(d));
+  // A constraint whose grammar is matched whole: nothing may follow.
+  if (r.matcher != nullptr && r.matcher->Complete()) return Finish(r, "stop", std::move(d));
   // The context ends a sequence, unless it streams past it (window, sink: StreamsPastContext).
   if (r.completion >= p.max_new_tokens ||
       (static_cast<int32_t>(r.seq.tokens.size()) >= model_.config.seq_len &&
@@ -531,6 +607,7 @@ void EngineImpl::Loop() {
                                           : static_cast<int>(std::thread::hardware_concurrency()));
   std::vector<SequenceStep> steps;
   std::vector<float> row;
+  std::vector<MaskPrefetcher::Job> next_masks;
   while (true) {
     std::deque<std::unique_ptr<Request>> arrived;
     bool force = false;
@@ -614,6 +691,7 @@ void EngineImpl::Loop() {
     absl::StatusOr<std::span<const float>> logits =
         applied.ok() ? runner_->Forward(steps) : absl::StatusOr<std::span<const float>>(applied);
     if (options_.observer) options_.observer->OnStep(plan.num_tokens);
+    prefetcher_.Wait();  // the masks posted last step, filled during the forward pass
     const int32_t V = model_.config.vocab_size;
     for (size_t i = 0; i < plan.chunks.size(); ++i) {
       const ScheduledChunk& c = plan.chunks[i];
@@ -635,8 +713,17 @@ void EngineImpl::Loop() {
       if (!c.samples) continue;
       const float* lrow = logits->data() + i * V;
       row.assign(lrow, lrow + V);
+      if (r.matcher != nullptr && r.matcher->active() && !ApplyConstraint(r, row)) continue;
       OnToken(r, r.sampler->Sample(row), lrow);
+      if (r.matcher != nullptr && !r.done && r.matcher->active()) {
+        r.mask_posted = true;
+        next_masks.push_back({r.matcher, r.mask});
+      }
     }
+    // Posted once every token is accepted, so the prefetcher never holds up an Accept of the
+    // same automaton; they are filled while the next forward pass runs.
+    for (MaskPrefetcher::Job& job : next_masks) prefetcher_.Post(std::move(job));
+    next_masks.clear();
     DropFinished();
     PublishStats();
   }

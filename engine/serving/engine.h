@@ -25,6 +25,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "engine/chat/chat_template.h"
+#include "engine/grammar/constraint_spec.h"
 #include "engine/model/model.h"
 #include "engine/runner/step_runner.h"
 #include "engine/serving/sampler.h"
@@ -132,6 +133,12 @@ struct GenerationRequest {
   // kMaxTopLogprobs), as OpenAI's top_logprobs.
   int32_t top_logprobs = 0;
   std::optional<absl::Time> deadline;
+  // Structured output (docs/ARCHITECTURE.md "Structured outputs"): the output must match it.
+  // Compiled in Submit on the caller's thread (cached by spec): INVALID_ARGUMENT there when it
+  // does not compile, RESOURCE_EXHAUSTED past a compile limit. Ends with "stop" when the
+  // grammar is complete, "length" at max_new_tokens (even inside it), "error" when no token
+  // fits. Needs a tokenizer.
+  grammar::ConstraintSpec constraint;
 };
 
 struct GenerationUsage {
@@ -172,8 +179,9 @@ struct GenerationDelta {
   std::vector<std::string> token_bytes;
   std::vector<std::vector<TokenLogprob>> top_logprobs;
   bool finished = false;
-  // On the last delta: length, stop, eos, cancelled, error, or rejected (the request failed a
-  // check that needed its prompt's tokens, after Submit had accepted it: `status` says why).
+  // On the last delta: length, stop (also: a constraint's grammar matched whole), eos,
+  // cancelled, error, or rejected (the request failed a check that needed its prompt's tokens,
+  // after Submit had accepted it: `status` says why).
   std::string finish_reason;
   std::string error;             // with finish_reason "error"
   absl::Status status;           // with "rejected": INVALID_ARGUMENT and what to change; with

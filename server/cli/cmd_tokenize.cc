@@ -67,6 +67,28 @@ std::string Printable(std::string_view bytes) {
 
 }  // namespace
 
+absl::StatusOr<std::shared_ptr<const TextTokenizer>> LoadTokenizerOnly(
+    const std::string& model_path, const std::string& tokenizer_path) {
+  if (!std::ifstream(model_path)) {
+    return absl::NotFoundError(absl::StrCat("cannot open model file ", model_path));
+  }
+  const bool gguf_tokenizer = tokenizer_path.empty() && IsGgufFile(model_path);
+  if (tokenizer_path.empty() && !gguf_tokenizer) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        model_path, " is a llama2.c checkpoint: give its --tokenizer FILE (tokenizer.bin)"));
+  }
+  absl::StatusOr<int32_t> vocab_size = VocabSize(model_path, gguf_tokenizer);
+  if (!vocab_size.ok()) return vocab_size.status();
+  absl::StatusOr<std::shared_ptr<const TextTokenizer>> tok =
+      LoadOptionalTokenizer(tokenizer_path, model_path, *vocab_size);
+  if (!tok.ok()) return tok.status();
+  if (*tok == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        model_path, " has no tokenizer heavykv reads: give a llama2.c --tokenizer FILE"));
+  }
+  return tok;
+}
+
 int TokenizeCommand(int argc, char** argv) {
   std::string model_path, tokenizer_path, text_path;
   bool no_bos = false, ids_only = false;
@@ -99,23 +121,9 @@ int TokenizeCommand(int argc, char** argv) {
     text.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
   }
 
-  if (!std::ifstream(model_path)) {
-    return Fail(absl::NotFoundError(absl::StrCat("cannot open model file ", model_path)));
-  }
-  const bool gguf_tokenizer = tokenizer_path.empty() && IsGgufFile(model_path);
-  if (tokenizer_path.empty() && !gguf_tokenizer) {
-    return Fail(absl::InvalidArgumentError(absl::StrCat(
-        model_path, " is a llama2.c checkpoint: give its --tokenizer FILE (tokenizer.bin)")));
-  }
-  absl::StatusOr<int32_t> vocab_size = VocabSize(model_path, gguf_tokenizer);
-  if (!vocab_size.ok()) return Fail(vocab_size.status());
   absl::StatusOr<std::shared_ptr<const TextTokenizer>> tok =
-      LoadOptionalTokenizer(tokenizer_path, model_path, *vocab_size);
+      LoadTokenizerOnly(model_path, tokenizer_path);
   if (!tok.ok()) return Fail(tok.status());
-  if (*tok == nullptr) {
-    return Fail(absl::FailedPreconditionError(absl::StrCat(
-        model_path, " has no tokenizer heavykv reads: give a llama2.c --tokenizer FILE")));
-  }
   const TextTokenizer& t = **tok;
   const std::vector<int32_t> ids = t.Encode(text, !no_bos && t.add_bos(), !no_bos && t.add_eos());
 

@@ -26,12 +26,18 @@ int PlanCommand(int argc, char** argv);       // heavykv plan (cmd_plan.cc)
 int InspectCommand(int argc, char** argv);    // heavykv inspect (cmd_inspect.cc)
 int ChatTemplateCommand(int argc, char** argv);  // heavykv chat-template (cmd_chat_template.cc)
 int TokenizeCommand(int argc, char** argv);      // heavykv tokenize (cmd_tokenize.cc)
+int GrammarCommand(int argc, char** argv);       // heavykv grammar (cmd_grammar.cc)
 
 // Shared by the subcommands.
 // The llama2.c tokenizer at `path` (--tokenizer) when given; else a GGUF model's own (engine/
 // gguf_tokenizer.h; one that heavykv cannot read is noted on stderr and left out); else null.
 absl::StatusOr<std::shared_ptr<const TextTokenizer>> LoadOptionalTokenizer(
     const std::string& path, const std::string& model_path, int32_t vocab_size);
+// Only the tokenizer of a model: a GGUF file's own (its vocabulary size from its token list), or
+// `tokenizer_path` (llama2.c tokenizer.bin, sized by the checkpoint's header); never the weights.
+// An error when the model has none heavykv reads (cmd_tokenize.cc).
+absl::StatusOr<std::shared_ptr<const TextTokenizer>> LoadTokenizerOnly(
+    const std::string& model_path, const std::string& tokenizer_path);
 // Prompt tokens: encoded text (BOS as the tokenizer adds it, special tokens parsed) when a
 // tokenizer is given, else whitespace-separated ids (the model's BOS prepended when the list does
 // not start with it, unless config.add_bos is false); INVALID_ARGUMENT for an empty result.

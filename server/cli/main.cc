@@ -18,7 +18,8 @@ constexpr char kUsage[] =
     "  plan        size the KV pool: bytes per token, pages and sequences per replica\n"
     "  inspect     what a model file (GGUF or llama2.c) holds and whether heavykv runs it\n"
     "  chat-template  render a chat template (Jinja, or a GGUF's own) for a conversation\n"
-    "  tokenize    the token ids (and pieces) a model's tokenizer gives a text\n";
+    "  tokenize    the token ids (and pieces) a model's tokenizer gives a text\n"
+    "  grammar     compile and test structured-output constraints against a vocabulary\n";
 
 }  // namespace
 
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
   if (!std::strcmp(cmd, "inspect")) return heavykv::cli::InspectCommand(argc, argv);
   if (!std::strcmp(cmd, "chat-template")) return heavykv::cli::ChatTemplateCommand(argc, argv);
   if (!std::strcmp(cmd, "tokenize")) return heavykv::cli::TokenizeCommand(argc, argv);
+  if (!std::strcmp(cmd, "grammar")) return heavykv::cli::GrammarCommand(argc, argv);
   std::fprintf(stderr, "heavykv: unknown command \"%s\"\n%s", cmd, kUsage);
   return 2;
 }

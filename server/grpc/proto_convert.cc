@@ -4,6 +4,34 @@ namespace heavykv::server {
 
 namespace {
 
+void CopyConstraint(const v1::Constraint& c, grammar::ConstraintSpec& out) {
+  using Kind = grammar::ConstraintSpec::Kind;
+  out.strict = c.strict();
+  switch (c.kind_case()) {
+    case v1::Constraint::kJsonObject:
+      if (c.json_object()) out.kind = Kind::kJsonObject;
+      break;
+    case v1::Constraint::kJsonSchema:
+      out.kind = Kind::kJsonSchema;
+      out.text = c.json_schema();
+      break;
+    case v1::Constraint::kRegex:
+      out.kind = Kind::kRegex;
+      out.text = c.regex();
+      break;
+    case v1::Constraint::kChoice:
+      out.kind = Kind::kChoice;
+      out.choices.assign(c.choice().choices().begin(), c.choice().choices().end());
+      break;
+    case v1::Constraint::kGrammar:
+      out.kind = Kind::kGbnf;
+      out.text = c.grammar();
+      break;
+    case v1::Constraint::KIND_NOT_SET:
+      break;
+  }
+}
+
 // The fields GenerateRequest and ChatRequest share.
 template <typename Request>
 void CopyGenerationFields(const Request& q, GenerationRequest* out) {
@@ -27,6 +55,7 @@ void CopyGenerationFields(const Request& q, GenerationRequest* out) {
   r.logprobs = q.logprobs();
   r.top_logprobs = q.top_logprobs();
   if (q.has_skip_special_tokens()) r.skip_special_tokens = q.skip_special_tokens();
+  if (q.has_constraint()) CopyConstraint(q.constraint(), r.constraint);
 }
 
 }  // namespace

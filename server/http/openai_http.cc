@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "engine/serving/request_field.h"
 #include "server/common/request_log.h"
 #include "server/common/version.h"
 #include "server/http/http_metrics.h"
@@ -382,7 +383,14 @@ class OpenAiFront {
     });
     absl::StatusOr<std::shared_ptr<RequestHandle>> handle = engine_->Submit(
         q->generation, [generation](const GenerationDelta& d) { generation->OnDelta(d); });
-    if (!handle.ok()) return Refused(*ex, handle.status());
+    if (!handle.ok()) {
+      absl::Status s = handle.status();
+      // A constraint that does not compile: the field it came from.
+      if (RequestFieldOf(s) == "constraint" && !q->constraint_param.empty()) {
+        s = WithParam(std::move(s), q->constraint_param);
+      }
+      return Refused(*ex, s);
+    }
     generation->SetHandle(*std::move(handle));
   }
 

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "engine/serving/request_validation.h"
 #include "server/http/http_status.h"
+#include "server/http/openai_constraint.h"
 
 namespace heavykv::server {
 namespace {
@@ -278,6 +279,16 @@ absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_vie
       r.top_logprobs = static_cast<int32_t>(*n);
     }
   }
+  // Sampling controls issue 44 will serve: refused by name until then, never ignored.
+  f.Unsupported("logit_bias", "is not served yet: leave it out");
+  f.Unsupported("min_tokens", "is not served yet: send 0 or leave it out");
+  f.Unsupported("prompt_logprobs", "is not served yet: leave it out");
+  f.Unsupported("use_beam_search", "is not served: leave it out");
+  f.Unsupported("suffix", "is not served: leave it out");
+  if (auto v = f.Number("min_p"); v && *v != 0) f.Fail("min_p", "is not served yet: send 0");
+  for (const char* one : {"repetition_penalty", "typical_p", "length_penalty"}) {
+    if (auto v = f.Number(one); v && *v != 1) f.Fail(one, "is not served yet: send 1");
+  }
   f.Unsupported("presence_penalty", "is not served: send 0 or leave it out");
   f.Unsupported("frequency_penalty", "is not served: send 0 or leave it out");
   f.Unsupported("tools", "are not served: leave them out");
@@ -313,6 +324,21 @@ absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_vie
   r.stop_token_ids = f.Ints("stop_token_ids", 0, kInt32Max);
   if (auto v = f.Bool("skip_special_tokens")) r.skip_special_tokens = *v;
   if (!f.status().ok()) return f.status();
+  // Constraint fields are read again from the text in order: a schema's property order is the
+  // order a model writes them in (json sorts keys).
+  static constexpr const char* kConstraintKeys[] = {
+      "response_format", "json_schema", "guided_json", "grammar", "guided_grammar",
+      "guided_regex", "guided_choice", "structured_outputs", "guided_whitespace_pattern"};
+  for (const char* key : kConstraintKeys) {
+    if (!o.contains(key)) continue;
+    const nlohmann::ordered_json ordered =
+        nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, false);
+    if (absl::Status s = ReadConstraintFields(ordered, r.constraint, q.constraint_param);
+        !s.ok()) {
+      return s;
+    }
+    break;
+  }
   return q;
 }
 

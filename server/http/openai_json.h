@@ -35,6 +35,9 @@ struct OpenAiRequest {
   GenerationRequest generation;  // request_id and client are left for the caller
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  // The field generation.constraint came from (response_format, json_schema, ...): where the
+  // engine's compile errors point (openai_constraint.h).
+  std::string constraint_param;
 };
 
 absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_view body,

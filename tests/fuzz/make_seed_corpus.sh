@@ -9,7 +9,7 @@ HEAVYKV="${1:-build-asan/bin/heavykv}"
 OUT=tests/fuzz/corpus
 rm -rf "$OUT"
 for t in model_loader tokenizer bpe_tokenizer request_validation proto_convert gguf chat_template \
-  http_request; do
+  http_request grammar_compile; do
   mkdir -p "$OUT/${t}_fuzzer"
 done
 # gguf_fuzzer: written from the GGUF specification by its own script.
@@ -170,4 +170,34 @@ seeds = {
 }
 for i, (name, data) in enumerate(sorted(seeds.items())):
     open(os.path.join(out, name), "wb").write(bytes([i * 7 % 256, i * 13 % 256]) + data)
+PY
+
+# grammar_compile_fuzzer: flags byte (bit 0 GBNF, bit 1 regex search) | source | NUL | a text.
+# llama.cpp's example grammars (tests/data/gbnf) with a text each, real-world JSON Schema
+# patterns, and broken ones (refused constructs, left recursion, counts past the limits).
+python3 - "$OUT/grammar_compile_fuzzer" tests/data/gbnf <<'PY'
+import os, sys
+out, src = sys.argv[1], sys.argv[2]
+texts = {"json": '{"a": [1, -2.5e3, "x\\u00e9"], "b": null}', "arithmetic": "x *(y -2)=z\n",
+         "list": "- one\n- two\n", "chess": "1. e4 e5\n2. Nf3 Nc6\n", "c": "int f(){return 0;}"}
+for f in sorted(os.listdir(src)):
+    if f.endswith(".gbnf"):
+        body = open(os.path.join(src, f), "rb").read()
+        text = texts.get(f[:-5], "abc").encode()
+        open(os.path.join(out, "gbnf_" + f[:-5]), "wb").write(b"\x01" + body + b"\0" + text)
+seeds = {
+    "regex_date": (2, rb"^\d{4}-\d{2}-\d{2}$", b"2024-02-29"),
+    "regex_email": (2, rb"^[^@\s]+@[^@\s]+\.[^@\s]+$", b"a@b.co"),
+    "regex_anchor_branches": (2, rb"(^|,)x(,|$)|^a|b$", b"a,x,b"),
+    "regex_classes": (0, rb"[\w-.]+[^\]\\]\s\S\d\D\u{1F600}\uD83D\uDE00.[\b]", b"a-.x \x00"),
+    "regex_quantifiers": (0, rb"(?:a?b?){2,5}?((c|d)*e+){0,3}f{3}(?<n>g)", b"abcefffg"),
+    "regex_refused": (0, rb"(a)\1(?=b)\b\p{L}(?i)", b""),
+    "regex_limits": (2, rb"((a{200}){200}){200}", b"aaaa"),
+    "gbnf_left_recursion": (1, b"root ::= root \"a\" | \"b\"", b"ba"),
+    "gbnf_nullable_star": (1, b"root ::= (\"a\"? ws)* [^\\x00-\\x1f]{2,3}\nws ::= [ \\t]*",
+                           b"a a  xy"),
+    "gbnf_broken": (1, b"root ::= (\"a\" | [z-a]\n  | x{3,1} <[12]>", b""),
+}
+for name, (flags, source, text) in seeds.items():
+    open(os.path.join(out, name), "wb").write(bytes([flags]) + source + b"\0" + text)
 PY

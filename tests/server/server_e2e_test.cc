@@ -211,6 +211,7 @@ TEST_F(ServerE2eTest, BadRequestsAreInvalidArgumentAndTheServerKeepsServing) {
   add("stop token past vocab", [](auto& r) { r.add_stop_token_ids(512); });
   add("invalid UTF-8 prompt", [](auto& r) { r.set_prompt("Once \xff\xfe time"); });
   add("invalid UTF-8 stop", [](auto& r) { r.add_stop("\xc3"); });
+  add("empty choice list", [](auto& r) { r.mutable_constraint()->mutable_choice(); });
   add("prompt over --max-prompt-tokens 64", [](auto& r) {
     for (int i = 0; i < 80; ++i) r.mutable_prompt_token_ids()->add_ids(300);
   });
@@ -233,6 +234,19 @@ TEST_F(ServerE2eTest, BadRequestsAreInvalidArgumentAndTheServerKeepsServing) {
   EXPECT_TRUE(good.status.ok()) << good.status.error_message();
   EXPECT_EQ(good.ids.size(), 8u);
   EXPECT_EQ(fast_->Health(), HealthCheckResponse::SERVING);
+}
+
+// Structured outputs over gRPC (issue 43): the `constraint` field holds the output to its
+// grammar, and the stream ends with STOP when it is matched whole.
+TEST_F(ServerE2eTest, ChoiceConstraintHoldsTheOutput) {
+  v1::GenerateRequest r = Greedy("Once upon a time", 40);
+  for (const char* c : {" yes", " no", " the little dog ran"}) {
+    r.mutable_constraint()->mutable_choice()->add_choices(c);
+  }
+  Streamed s = Generate(fast_->stub(), r);
+  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+  EXPECT_TRUE(s.text == " yes" || s.text == " no" || s.text == " the little dog ran") << s.text;
+  EXPECT_EQ(s.last.finish_reason(), v1::FINISH_REASON_STOP);
 }
 
 // The last message says which policy and budget the request ran with, the server's default

@@ -1039,5 +1039,90 @@ TEST_F(EngineTest, ShutdownCancelsWhatOutlivesTheGrace) {
   EXPECT_TRUE(absl::IsUnavailable(s.status()));
 }
 
+// Structured outputs (issue 43): the mask is applied before sampling, greedy and sampled, in a
+// batch of constrained and free requests; each gets the text it gets alone.
+TEST_F(EngineTest, ChoiceConstraintsInAMixedBatchEqualTheirRunsAlone) {
+  grammar::ConstraintSpec choice;
+  choice.kind = grammar::ConstraintSpec::Kind::kChoice;
+  choice.choices = {" Lily went to the park", " Tom", " the end", " happy"};
+  const std::vector<std::string> prompts = {"Once upon a time", "One day", "The cat",
+                                            "She was", "Tim and"};
+  std::vector<std::string> alone;
+  {
+    auto engine = Make(64);
+    for (const std::string& p : prompts) {
+      GenerationRequest r = Greedy(p, 32);
+      r.constraint = choice;
+      Collector c;
+      ASSERT_TRUE(engine->Submit(r, c.Callback()).ok());
+      c.Wait();
+      EXPECT_EQ(c.last.finish_reason, "stop") << c.last.error;
+      EXPECT_NE(std::find(choice.choices.begin(), choice.choices.end(), c.text),
+                choice.choices.end())
+          << c.text;
+      alone.push_back(c.text);
+    }
+  }
+  auto engine = Make(64);
+  std::vector<std::unique_ptr<Collector>> constrained, free;
+  for (int round = 0; round < 2; ++round) {
+    for (const std::string& p : prompts) {
+      GenerationRequest r = Greedy(p, 32);
+      free.push_back(std::make_unique<Collector>());
+      ASSERT_TRUE(engine->Submit(r, free.back()->Callback()).ok());
+      r.constraint = choice;
+      constrained.push_back(std::make_unique<Collector>());
+      ASSERT_TRUE(engine->Submit(r, constrained.back()->Callback()).ok());
+    }
+  }
+  for (size_t i = 0; i < constrained.size(); ++i) {
+    constrained[i]->Wait();
+    free[i]->Wait();
+    EXPECT_EQ(constrained[i]->text, alone[i % prompts.size()]);
+    EXPECT_EQ(free[i]->text, Alone(prompts[i % prompts.size()], 32, "full", 0)) << i;
+  }
+}
+
+TEST_F(EngineTest, SampledConstrainedOutputsStayInTheGrammarAndLengthEndsInside) {
+  auto engine = Make(64);
+  grammar::ConstraintSpec choice;
+  choice.kind = grammar::ConstraintSpec::Kind::kChoice;
+  choice.choices = {" yes", " no", " a long answer that needs many tokens"};
+  for (uint64_t seed = 1; seed <= 8; ++seed) {
+    GenerationRequest r = Greedy("Once upon a time", 32);
+    r.temperature = 1.5f;
+    r.top_p = 1.0f;
+    r.seed = seed;
+    r.constraint = choice;
+    Collector c;
+    ASSERT_TRUE(engine->Submit(r, c.Callback()).ok());
+    c.Wait();
+    EXPECT_EQ(c.last.finish_reason, "stop") << c.last.error;
+    EXPECT_NE(std::find(choice.choices.begin(), choice.choices.end(), c.text),
+              choice.choices.end())
+        << c.text;
+  }
+  choice.choices = {" a long answer that needs many tokens"};
+  GenerationRequest r = Greedy("Once upon a time", 3);
+  r.constraint = choice;
+  Collector c;
+  ASSERT_TRUE(engine->Submit(r, c.Callback()).ok());
+  c.Wait();
+  EXPECT_EQ(c.last.finish_reason, "length");
+  EXPECT_EQ(c.last.usage.completion_tokens, 3);
+  EXPECT_TRUE(std::string(" a long answer that needs many tokens").starts_with(c.text)) << c.text;
+  EXPECT_EQ(engine->Stats().pages_used, 0);
+}
+
+TEST_F(EngineTest, ConstraintsThatDoNotCompileAreRefusedInSubmit) {
+  auto engine = Make(64);
+  GenerationRequest r = Greedy("Once upon a time", 8);
+  r.constraint.kind = grammar::ConstraintSpec::Kind::kChoice;  // no choices
+  Collector c;
+  absl::StatusOr<std::shared_ptr<RequestHandle>> h = engine->Submit(r, c.Callback());
+  EXPECT_TRUE(absl::IsInvalidArgument(h.status())) << h.status();
+  EXPECT_NE(h.status().message().find("choice"), std::string::npos) << h.status();
+}
+
 }  // namespace
 }  // namespace heavykv
