@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
+#include <functional>
 #include <map>
 #include <set>
 
@@ -24,9 +25,9 @@ using Expr = GrammarBuilder::Expr;
 constexpr int64_t kMaxLength = 1'000'000;
 
 // Objects with at most this many named properties take them in any order, each once; larger
-// ones in any order too when they have at most kMaxRequiredTracked required properties.
+// ones in any order too when at most kMaxTracked keys need tracking (required ones, ...).
 constexpr int kMaxAnyOrderProperties = 8;
-constexpr int kMaxRequiredTracked = 8;
+constexpr int kMaxTracked = 8;
 
 // Draft 3 and 4 validators take 1.0 for a number but not for an integer.
 bool IsDraft4(const json& root) {
@@ -804,17 +805,10 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
   const bool any_order = !options_.ordered_properties && n <= kMaxAnyOrderProperties;
   const bool open = additional != json(false);
   const bool extras = open || !patterns.empty();  // members beyond the listed keys
-  if (!any_order && !rules.empty()) {
-    return SchemaError(s.contains("oneOf")   ? "oneOf"
-                       : s.contains("anyOf") ? "anyOf"
-                                             : "not",
-                       ptr, "key conditions compile only for objects of at most 8 properties");
-  }
-  if (!any_order && !deps.empty()) {
-    return SchemaError(s.contains("dependentRequired") ? "dependentRequired" : "dependencies", ptr,
-                       "compiles only for objects of at most 8 properties");
-  }
-  const bool counted = min_props > int64_t(required.size()) || max_props >= 0;
+  // minProperties up to the number of required keys always holds; 1 is "not empty".
+  const bool need_nonempty = min_props >= 1 && required.empty();
+  const bool counted =
+      min_props > std::max<int64_t>(1, int64_t(required.size())) || max_props >= 0;
   if (counted && (extras ? n > 0 : !any_order)) {
     return SchemaError(max_props >= 0 ? "maxProperties" : "minProperties",
                        Child(ptr, max_props >= 0 ? "maxProperties" : "minProperties"),
@@ -900,34 +894,40 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
     return min_props == 0 ? b_.Alt({empty, body}) : body;
   }
 
+  // Whether the keys present (by listed index) meet required, dependencies and key conditions.
+  const auto keys_ok = [&](const std::function<bool(int)>& present) {
+    for (int i = 0; i < n; ++i) {
+      if (is_required[i] && !present(i)) return false;
+    }
+    for (const auto& [k, needs] : deps) {
+      if (!present(k)) continue;
+      for (int j : needs) {
+        if (!present(j)) return false;
+      }
+    }
+    const auto all_in = [&](const std::vector<int>& ids) {
+      for (int j : ids) {
+        if (!present(j)) return false;
+      }
+      return true;
+    };
+    for (const PresenceRule& rule : rules) {
+      int satisfied = 0;
+      for (const Presence& p : rule.branches) {
+        bool ok = !p.never;
+        for (const auto& r : p.required) ok = ok && all_in(r);
+        for (const auto& na : p.not_all) ok = ok && !all_in(na);
+        satisfied += ok;
+      }
+      if (rule.one_of ? satisfied != 1 : satisfied == 0) return false;
+    }
+    return true;
+  };
+
   if (any_order) {
     // Body(mask): one member not in `mask` (or an additional one), then After.
     const auto can_end = [&](uint32_t mask) {
-      for (int i = 0; i < n; ++i) {
-        if (is_required[i] && !(mask >> i & 1)) return false;
-      }
-      for (const auto& [k, needs] : deps) {
-        if (!(mask >> k & 1)) continue;
-        for (int j : needs) {
-          if (!(mask >> j & 1)) return false;
-        }
-      }
-      const auto all_in = [mask](const std::vector<int>& ids) {
-        for (int j : ids) {
-          if (!(mask >> j & 1)) return false;
-        }
-        return true;
-      };
-      for (const PresenceRule& rule : rules) {
-        int satisfied = 0;
-        for (const Presence& p : rule.branches) {
-          bool ok = !p.never;
-          for (const auto& r : p.required) ok = ok && all_in(r);
-          for (const auto& n : p.not_all) ok = ok && !all_in(n);
-          satisfied += ok;
-        }
-        if (rule.one_of ? satisfied != 1 : satisfied == 0) return false;
-      }
+      if (!keys_ok([mask](int i) { return (mask >> i & 1) != 0; })) return false;
       const int count = std::popcount(mask);
       if (!extras && (count < min_props || (max_props >= 0 && count > max_props))) return false;
       return true;
@@ -951,7 +951,7 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
       return b_.Alt(std::move(alts));
     };
     std::vector<Expr> start;
-    if (can_end(0)) start.push_back(empty);
+    if (can_end(0) && !need_nonempty) start.push_back(empty);
     if (max_props != 0) start.push_back(b_.Seq({open_brace, body_ref(0), close_brace}));
     while (!todo.empty()) {
       const uint32_t mask = todo.back();
@@ -966,56 +966,86 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
     return b_.Alt(std::move(start));
   }
 
-  // Many properties: any order, each key any number of times, the required ones tracked as a
-  // set. A repeated key is no risk to validity: every occurrence's value passes that key's
-  // schema, and a JSON parser keeps one of them (Python's the last), which then passes too; only
-  // counts (min/maxProperties) and key conditions need each key once, and those refuse here.
-  std::vector<int> required_ids;
+  // Many properties: any order, each key any number of times, the keys that required,
+  // dependencies or key conditions name tracked as a set. A repeated key is no risk to
+  // validity: every occurrence's value passes that key's schema, and a JSON parser keeps one of
+  // them (Python's the last), which then passes too; presence does not change with repeats
+  // either. Only counts past "not empty" need each key once, and those refuse here.
+  std::vector<int> tracked;  // listed indices; bit j of a mask is tracked[j]
+  std::vector<int> bit_of(n, -1);
+  const auto track = [&](int i) {
+    if (bit_of[i] < 0) {
+      bit_of[i] = int(tracked.size());
+      tracked.push_back(i);
+    }
+  };
   for (int i = 0; i < n; ++i) {
-    if (is_required[i]) required_ids.push_back(i);
+    if (is_required[i]) track(i);
   }
-  const int r = int(required_ids.size());
-  if (!options_.ordered_properties && r <= kMaxRequiredTracked && deps.empty() && rules.empty() &&
-      !counted) {
+  for (const auto& [k, needs] : deps) {
+    track(k);
+    for (int j : needs) track(j);
+  }
+  for (const PresenceRule& rule : rules) {
+    for (const Presence& p : rule.branches) {
+      for (const auto& ids : p.required) {
+        for (int j : ids) track(j);
+      }
+      for (const auto& ids : p.not_all) {
+        for (int j : ids) track(j);
+      }
+    }
+  }
+  const int r = int(tracked.size());
+  if (!options_.ordered_properties && r <= kMaxTracked && !counted) {
     std::vector<Expr> free_alts;
     for (int i = 0; i < n; ++i) {
-      if (!is_required[i]) free_alts.push_back(members[i]);
+      if (bit_of[i] < 0) free_alts.push_back(members[i]);
     }
     if (extras) free_alts.push_back(extra);
     const Expr free = b_.Alt(std::move(free_alts));
-    const uint32_t full = (1u << r) - 1;
+    const auto can_end = [&](uint32_t mask) {
+      return keys_ok([&](int i) { return bit_of[i] >= 0 && (mask >> bit_of[i] & 1) != 0; });
+    };
     std::map<uint32_t, RuleId> body_rules;
     std::vector<uint32_t> todo;
     const auto body_ref = [&](uint32_t mask) {
       auto [it, fresh] = body_rules.try_emplace(mask, -1);
       if (fresh) {
-        it->second = b_.DeclareRule(absl::StrCat("req_", mask));
+        it->second = b_.DeclareRule(absl::StrCat("keys_", mask));
         todo.push_back(mask);
       }
       return b_.Ref(it->second);
     };
     const auto after = [&](uint32_t mask) {
       std::vector<Expr> alts;
-      if (mask == full) alts.push_back(b_.Empty());
+      if (can_end(mask)) alts.push_back(b_.Empty());
       alts.push_back(b_.Seq({t_.Comma(), body_ref(mask)}));
       return b_.Alt(std::move(alts));
     };
     std::vector<Expr> start;
-    if (r == 0) start.push_back(empty);
+    if (can_end(0) && !need_nonempty) start.push_back(empty);
     start.push_back(b_.Seq({open_brace, body_ref(0), close_brace}));
     while (!todo.empty()) {
       const uint32_t mask = todo.back();
       todo.pop_back();
       std::vector<Expr> alts;
       for (int j = 0; j < r; ++j) {
-        alts.push_back(b_.Seq({members[required_ids[j]], after(mask | (1u << j))}));
+        alts.push_back(b_.Seq({members[tracked[j]], after(mask | (1u << j))}));
       }
       alts.push_back(b_.Seq({free, after(mask)}));
       b_.DefineRule(body_rules[mask], b_.Alt(std::move(alts)));
     }
     return b_.Alt(std::move(start));
   }
-
+  if (!rules.empty() || !deps.empty()) {
+    return SchemaError(!deps.empty() ? (s.contains("dependentRequired") ? "dependentRequired"
+                                                                        : "dependencies")
+                       : s.contains("oneOf") ? "oneOf"
+                       : s.contains("anyOf") ? "anyOf"
+                                             : "not",
+                       ptr, "key conditions compile only on up to 8 keys");
+  }
   // In the schema's order, each at most once, additional members anywhere.
   // next(i): a member among keys i.. (or an additional one), then then(...).
   std::vector<RuleId> next(n + 1);
@@ -1038,7 +1068,7 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
     b_.DefineRule(next[i], b_.Alt(std::move(alts)));
   }
   std::vector<Expr> start;
-  if (end_ok[0]) start.push_back(empty);
+  if (end_ok[0] && !need_nonempty) start.push_back(empty);
   start.push_back(b_.Seq({open_brace, b_.Ref(next[0]), close_brace}));
   return b_.Alt(std::move(start));
 }

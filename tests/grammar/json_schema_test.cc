@@ -300,6 +300,10 @@ Tally RunGroups(const std::filesystem::path& dir,
       compile_ms.push_back(
           std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
               .count());
+      if (verbose && compile_ms.back() > 300) {
+        std::printf("[slow] %s: %.0f ms (%s)\n", rel.c_str(), compile_ms.back(),
+                    g.ok() ? "compiled" : std::string(g.status().message()).substr(0, 80).c_str());
+      }
       if (!g.ok()) {
         const std::string m(g.status().message());
         const size_t a = m.find('`'), z = m.find('`', a + 1);
