@@ -448,8 +448,19 @@ absl::StatusOr<Expr> Compiler::CompileString(const json& s, const std::string& p
           absl::StrCat("the format `", s["format"].get<std::string>(), "` is not supported"));
     }
     if (lengths) {
-      return SchemaError("format", Child(ptr, "format"),
-                         "does not compile together with minLength/maxLength");
+      const std::string& f = s["format"].get_ref<const std::string&>();
+      const std::optional<std::pair<int64_t, int64_t>> range = FormatLengths(f);
+      if (range && range->first >= min && (max < 0 || range->second <= max)) {
+        lengths = false;  // every string of the format has an allowed length
+      } else if (!FormatRegex(f).empty()) {
+        absl::StatusOr<StringRegex> re =
+            CompileStringRegex(b_, FormatRegex(f), /*search=*/true, min, max);
+        if (!re.ok()) return re.status();
+        return b_.Seq({b_.Literal("\""), re->expr, b_.Literal("\"")});
+      } else {
+        return SchemaError("format", Child(ptr, "format"),
+                           "does not compile together with these minLength/maxLength");
+      }
     }
   }
   if (body) return b_.Seq({b_.Literal("\""), *body, b_.Literal("\"")});

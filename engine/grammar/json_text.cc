@@ -775,6 +775,32 @@ Expr JsonText::Int(int lo, int hi, int width) {
   return SameLengthRange(pad(lo), pad(hi));
 }
 
+std::optional<std::pair<int64_t, int64_t>> FormatLengths(std::string_view format) {
+  static const struct {
+    const char* name;
+    int64_t min, max;
+  } kLengths[] = {{"date", 10, 10},     {"time", 9, 24},     {"date-time", 20, 35},
+                  {"uuid", 36, 36},     {"ipv4", 7, 15},     {"ipv6", 2, 45},
+                  {"hostname", 1, 247}, {"email", 5, 227}};
+  for (const auto& f : kLengths) {
+    if (format == f.name) return std::pair<int64_t, int64_t>{f.min, f.max};
+  }
+  return std::nullopt;
+}
+
+std::string_view FormatRegex(std::string_view format) {
+  if (format == "uri" || format == "uri-reference" || format == "iri" ||
+      format == "iri-reference") {
+    // FormatBody's subset of RFC 3986, as a pattern (for lengths beside it).
+    return R"(^[A-Za-z][A-Za-z0-9+.\-]*://(([A-Za-z0-9._~!$&'()*+,;=:\-]|%[0-9A-Fa-f]{2})*@)?)"
+           R"(([A-Za-z0-9._~!$&'()*+,;=\-]|%[0-9A-Fa-f]{2})+(:[0-9]{0,5})?)"
+           R"((/([A-Za-z0-9._~!$&'()*+,;=:@\-]|%[0-9A-Fa-f]{2})*)*)"
+           R"((\?([A-Za-z0-9._~!$&'()*+,;=:@/?\-]|%[0-9A-Fa-f]{2})*)?)"
+           R"((#([A-Za-z0-9._~!$&'()*+,;=:@/?\-]|%[0-9A-Fa-f]{2})*)?$)";
+  }
+  return "";
+}
+
 std::optional<Expr> JsonText::FormatBody(std::string_view format) {
   GrammarBuilder& b = b_;
   const auto L = [&b](std::string_view s) { return b.Literal(s); };
@@ -809,7 +835,7 @@ std::optional<Expr> JsonText::FormatBody(std::string_view format) {
     Expr offset =
         b.Alt({L("Z"), b.Seq({b.Bytes(set("+-")), Int(0, 23, 2), L(":"), Int(0, 59, 2)})});
     return b.Seq({Int(0, 23, 2), L(":"), Int(0, 59, 2), L(":"), Int(0, 59, 2),
-                  b.Optional(b.Seq({L("."), Digits()})), offset});
+                  b.Optional(b.Seq({L("."), b.Repeat(d, 1, 9)})), offset});
   };
   const auto octet = [&] {
     return b.Alt({d, b.Seq({b.Bytes(ByteSet::Range('1', '9')), d}), b.Seq({L("1"), d, d}),
@@ -857,9 +883,11 @@ std::optional<Expr> JsonText::FormatBody(std::string_view format) {
     return b.Seq({l, b.Repeat(b.Seq({L("."), l}), 0, 3)});
   }
   if (format == "email") {
-    Expr atom = b.Repeat(b.Bytes(alnum | set("!#$%&'*+/=?^_`{|}~-")), 1, 64);
-    Expr l = label(alnum, 61);
-    return b.Seq({atom, b.Repeat(b.Seq({L("."), atom}), 0, 8), L("@"), l,
+    // At most 63 + 1 + 163 characters (FormatLengths): local parts of at most 63 without
+    // leading, trailing or doubled dots; 2 to 4 labels of at most 40.
+    Expr atext = b.Bytes(alnum | set("!#$%&'*+/=?^_`{|}~-"));
+    Expr l = label(alnum, 38);
+    return b.Seq({atext, b.Repeat(b.Alt({atext, b.Seq({L("."), atext})}), 0, 31), L("@"), l,
                   b.Repeat(b.Seq({L("."), l}), 1, 3)});
   }
   if (format == "uri" || format == "uri-reference" || format == "iri" ||

@@ -51,6 +51,11 @@ struct Bound {
   bool inclusive = true;
 };
 
+// The shortest and longest strings FormatBody(format) matches, for the bounded ones.
+std::optional<std::pair<int64_t, int64_t>> FormatLengths(std::string_view format);
+// FormatBody(format) as a pattern (json_string_regex.h) where one is written; "" if none.
+std::string_view FormatRegex(std::string_view format);
+
 class JsonText {
  public:
   using Expr = GrammarBuilder::Expr;

@@ -200,6 +200,13 @@ TEST(JsonSchemaTest, FormatsAndStringLengths) {
   EXPECT_FALSE(Matches(d, R"("2023-02-29T12:30:00Z")"));
   EXPECT_FALSE(Matches(d, R"("2024-04-31T12:30:00Z")"));
   EXPECT_FALSE(Matches(d, R"("2024-01-01 12:30:00Z")"));
+  Grammar e = MustCompile(R"({"type": "string", "format": "email", "maxLength": 254})");
+  EXPECT_TRUE(Matches(e, R"("john.doe@example.com")"));
+  EXPECT_FALSE(Matches(e, R"("john..doe@example.com")"));
+  Grammar u = MustCompile(R"({"type": "string", "format": "uri", "maxLength": 25})");
+  EXPECT_TRUE(Matches(u, R"("https://example.com/a?b#c")"));
+  EXPECT_FALSE(Matches(u, R"("https://example.com/abcdefgh")"));
+  EXPECT_FALSE(Matches(u, R"("example.com")"));
   Grammar l = MustCompile(R"({"type": "string", "minLength": 2, "maxLength": 3})");
   EXPECT_TRUE(Matches(l, R"("ab")"));
   EXPECT_TRUE(Matches(l, R"("\n\u00e9x")"));
