@@ -39,7 +39,13 @@ bool IsDraft4(const json& root) {
 class Compiler {
  public:
   Compiler(GrammarBuilder& b, const json& root, const JsonSchemaOptions& options)
-      : b_(b), t_(b, options.pretty, !IsDraft4(root)), options_(options), schemas_(root) {}
+      : b_(b),
+        draft4_(IsDraft4(root)),
+        t_(b, options.pretty, !draft4_),
+        options_(options),
+        schemas_(root) {
+    schemas_.set_deadline(deadline_);
+  }
 
   absl::StatusOr<Expr> Compile(const json& schema, const std::string& ptr, int depth);
   Expr AnyValue();

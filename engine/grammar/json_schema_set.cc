@@ -342,7 +342,13 @@ absl::StatusOr<json> SchemaSet::Inline(const json& s, const std::string& ptr, in
   return Inline(*r->schema, r->pointer, depth + 1);
 }
 
+absl::Status SchemaSet::Expired() const {
+  if (std::chrono::steady_clock::now() <= deadline_) return absl::OkStatus();
+  return absl::ResourceExhaustedError("the JSON Schema takes too long to compile (max_compile_ms)");
+}
+
 absl::StatusOr<json> SchemaSet::Normalize(const json& s, const std::string& ptr, int depth) const {
+  if (absl::Status e = Expired(); !e.ok()) return e;
   if (depth > kMaxInlineDepth) {
     return absl::ResourceExhaustedError(absl::StrCat("merging allOf/$ref at ",
                                                      ptr.empty() ? "/" : ptr, " goes deeper than ",
@@ -427,6 +433,7 @@ absl::StatusOr<json> SchemaSet::MergeInto(const json& base, const json& branch,
 }
 
 absl::StatusOr<json> SchemaSet::Merge(json a, json b, const std::string& ptr, int depth) const {
+  if (absl::Status e = Expired(); !e.ok()) return e;
   if (depth > kMaxInlineDepth) {
     return absl::ResourceExhaustedError(absl::StrCat("merging allOf/$ref at ",
                                                      ptr.empty() ? "/" : ptr, " goes deeper than ",
@@ -636,7 +643,7 @@ absl::StatusOr<json> SchemaSet::Merge(json a, json b, const std::string& ptr, in
 // ---- disjointness ----
 
 uint32_t SchemaSet::PossibleTypes(const json& s, int depth) const {
-  if (s.is_boolean()) return s.get<bool>() ? kAllTypes : 0;
+  if (s.is_boolean()) return s.get<bool>() ? uint32_t{kAllTypes} : 0u;
   if (!s.is_object() || depth > 16) return kAllTypes;
   if (IsBareRef(s)) {
     if (!s["$ref"].is_string()) return kAllTypes;
@@ -759,6 +766,7 @@ absl::StatusOr<bool> SchemaSet::ValueSatisfies(const json& value, const json& s,
 
 absl::StatusOr<bool> SchemaSet::Satisfies(const json& v, const json& s0, const std::string& ptr,
                                           bool skip_enum, int depth) const {
+  if (absl::Status e = Expired(); !e.ok()) return e;
   if (depth > 32) {
     return absl::ResourceExhaustedError("checking an enum value goes too deep (max_depth)");
   }
