@@ -219,7 +219,7 @@ absl::StatusOr<Expr> Compiler::CompileNormalized(const json& s, const std::strin
     return Compile(*m, ptr, depth + 1);
   }
   // Unsupported assertions first, whatever the instance's type.
-  for (const char* kw : {"if", "$dynamicRef", "$recursiveRef", "dependentSchemas"}) {
+  for (const char* kw : {"if", "$dynamicRef", "$recursiveRef", "dependentSchemas", "allOf"}) {
     if (s.contains(kw)) return SchemaError(kw, Child(ptr, kw), "is not supported");
   }
   // anyOf / oneOf: each branch with the rest of the schema.
