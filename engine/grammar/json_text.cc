@@ -779,9 +779,8 @@ std::optional<std::pair<int64_t, int64_t>> FormatLengths(std::string_view format
   static const struct {
     const char* name;
     int64_t min, max;
-  } kLengths[] = {{"date", 10, 10},     {"time", 9, 24},     {"date-time", 20, 35},
-                  {"uuid", 36, 36},     {"ipv4", 7, 15},     {"ipv6", 2, 45},
-                  {"hostname", 1, 247}, {"email", 5, 227}};
+  } kLengths[] = {{"date", 10, 10}, {"time", 9, 24}, {"date-time", 20, 35}, {"uuid", 36, 36},
+                  {"ipv4", 7, 15},  {"ipv6", 2, 45}, {"hostname", 1, 247},  {"email", 5, 227}};
   for (const auto& f : kLengths) {
     if (format == f.name) return std::pair<int64_t, int64_t>{f.min, f.max};
   }
