@@ -12,6 +12,7 @@
 #include <fstream>
 #include <functional>
 #include <map>
+#include <random>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -122,6 +123,42 @@ TEST(JsonSchemaTest, IntegerAndNumberBoundsAreExact) {
   EXPECT_FALSE(Matches(x, "-0.5"));
   Grammar m = MustCompile(R"({"type": "integer", "multipleOf": 7})");
   for (int v = -30; v <= 30; ++v) EXPECT_EQ(Matches(m, std::to_string(v)), v % 7 == 0) << v;
+}
+
+// Random bounds against random numbers: the grammar agrees with exact decimal comparison.
+TEST(JsonSchemaTest, NumberRangesAgreeWithDecimalComparison) {
+  std::mt19937 rng(43);
+  const auto number = [&rng](bool integer) {
+    std::string t = rng() % 3 == 0 ? "-" : "";
+    const int int_len = 1 + rng() % 3;
+    for (int i = 0; i < int_len; ++i)
+      t += char('0' + (i == 0 && int_len > 1 ? 1 + rng() % 9 : rng() % 10));
+    if (!integer && rng() % 2) {
+      t += '.';
+      const int frac_len = 1 + rng() % 3;
+      for (int i = 0; i < frac_len; ++i) t += char('0' + rng() % 10);
+    }
+    return t;
+  };
+  for (int round = 0; round < 60; ++round) {
+    const bool integer = round % 2 == 0;
+    const std::string lo = number(false), hi = number(false);
+    const bool lo_ex = rng() % 2, hi_ex = rng() % 2;
+    const std::string schema =
+        absl::StrCat(R"({"type": ")", integer ? "integer" : "number", R"(", ")",
+                     lo_ex ? "exclusiveMinimum" : "minimum", R"(": )", lo, R"(, ")",
+                     hi_ex ? "exclusiveMaximum" : "maximum", R"(": )", hi, "}");
+    Grammar g = MustCompile(schema);
+    const Decimal dlo = *Decimal::Parse(lo), dhi = *Decimal::Parse(hi);
+    for (int k = 0; k < 80; ++k) {
+      const std::string x = number(integer && k % 4 != 0);
+      const Decimal dx = *Decimal::Parse(x);
+      const int clo = Decimal::Compare(dx, dlo), chi = Decimal::Compare(dx, dhi);
+      bool valid = (lo_ex ? clo > 0 : clo >= 0) && (hi_ex ? chi < 0 : chi <= 0);
+      if (integer) valid = valid && dx.IsInteger();
+      EXPECT_EQ(Matches(g, x), valid) << schema << " on " << x;
+    }
+  }
 }
 
 TEST(JsonSchemaTest, ConstAndEnumMatchNumbersByValue) {
