@@ -13,6 +13,7 @@
 #include <functional>
 #include <map>
 #include <random>
+#include <regex>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -279,6 +280,28 @@ TEST(JsonSchemaTest, PatternsMatchTheDecodedString) {
     EXPECT_EQ(CompileSchema(absl::StrCat(R"({"pattern": ")", bad, R"("})")).status().code(),
               absl::StatusCode::kInvalidArgument)
         << bad;
+  }
+}
+
+// Patterns on random strings against std::regex (ECMAScript) as a reference: a string the
+// grammar takes is one the pattern finds, and over ASCII the two agree.
+TEST(JsonSchemaTest, PatternsAgreeWithStdRegex) {
+  const char* const kPatterns[] = {
+      "^[a-z]+$", "a|b0", "^(ab|b)*$", "[0-9]{2,3}", "^\\d+(\\.\\d+)?$", "^[^a]*$", "\\s",
+      "^[\\w.-]+@[\\w.-]+$", "b{2}", "^.$", "^\\W*$", "(?:a|\\\\)x", "^[\"-]+", "^$",
+      "^a?b?$", "[^\\S]", "x*$"};
+  const std::string alphabet = "ab01x-. _@\"\\\n\t";
+  std::mt19937 rng(7);
+  for (const char* p : kPatterns) {
+    Grammar g = MustCompile(json{{"type", "string"}, {"pattern", p}}.dump());
+    const std::regex re(p, std::regex::ECMAScript);
+    for (int k = 0; k < 300; ++k) {
+      std::string v;
+      const int len = rng() % 6;
+      for (int i = 0; i < len; ++i) v += alphabet[rng() % alphabet.size()];
+      const bool found = std::regex_search(v, re);
+      EXPECT_EQ(Matches(g, PythonJsonDumps(json(v))), found) << p << " on " << json(v).dump();
+    }
   }
 }
 
