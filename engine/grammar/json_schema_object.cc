@@ -2,6 +2,7 @@
 #include <bit>
 #include <functional>
 #include <map>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "engine/grammar/json_schema_compiler.h"
@@ -51,10 +52,15 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
       if (!trivial || additional == json(false)) patterns.push_back({it.key(), it.value()});
     }
   }
-  if (s.contains("propertyNames")) {
-    const json& pn = s["propertyNames"];
-    if (!(pn == json(true) || (pn.is_object() && pn.empty()))) {
-      return SchemaError("propertyNames", Child(ptr, "propertyNames"), "is not supported");
+  // propertyNames: a string schema for every key; compiled as the key's grammar where no key is
+  // listed (listed keys would need checking against it one by one).
+  std::optional<json> names;
+  if (s.contains("propertyNames") && !IsTrivialSchema(s["propertyNames"])) {
+    names = s["propertyNames"];
+    if (s.contains("properties") || s.contains("required") || !patterns.empty() ||
+        additional == json(false)) {
+      return SchemaError("propertyNames", Child(ptr, "propertyNames"),
+                         "compiles only where no property is listed");
     }
   }
   std::vector<std::string> required;
@@ -215,7 +221,17 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
     for (const auto& p : patterns) all.push_back(p.second);
     absl::StatusOr<Expr> v = Compile(AllOf(all), additional_ptr, depth + 1);
     if (!v.ok()) return v.status();
-    extra = b_.Seq({t_.CanonicalStringExcept(keys), t_.Colon(), *v});
+    Expr key = t_.CanonicalStringExcept(keys);
+    if (names) {
+      // Keys are strings: the names schema as a string schema.
+      absl::StatusOr<json> as_string = schemas_.MergeInto(json{{"type", "string"}}, *names,
+                                                          Child(ptr, "propertyNames"));
+      if (!as_string.ok()) return as_string.status();
+      absl::StatusOr<Expr> k = Compile(*as_string, Child(ptr, "propertyNames"), depth + 1);
+      if (!k.ok()) return k.status();
+      key = *k;
+    }
+    extra = b_.Seq({key, t_.Colon(), *v});
   } else if (!patterns.empty()) {
     // Only keys a pattern matches (and none of the listed ones, checked above).
     std::vector<Expr> key_alts;

@@ -103,6 +103,15 @@ TEST(JsonSchemaTest, ManyPropertiesTakeAnyOrderAndTrackTheRequiredOnes) {
   EXPECT_FALSE(Matches(g, R"({"k3": 1, "k9": 2, "k3": "1"})"));
 }
 
+TEST(JsonSchemaTest, PropertyNamesShapeTheKeys) {
+  Grammar g = MustCompile(R"({"type": "object", "propertyNames": {"pattern": "^[a-z]+$",
+      "maxLength": 3}, "additionalProperties": {"type": "integer"}})");
+  EXPECT_TRUE(Matches(g, R"({"ab": 1, "xyz": 2})"));
+  EXPECT_FALSE(Matches(g, R"({"abcd": 1})"));
+  EXPECT_FALSE(Matches(g, R"({"A": 1})"));
+  EXPECT_FALSE(Matches(g, R"({"ab": "1"})"));
+}
+
 TEST(JsonSchemaTest, IntegerAndNumberBoundsAreExact) {
   Grammar g = MustCompile(R"({"type": "integer", "minimum": -15, "exclusiveMaximum": 120})");
   for (int v = -40; v <= 200; ++v) {
