@@ -478,8 +478,20 @@ absl::StatusOr<json> SchemaSet::Merge(json a, json b, const std::string& ptr, in
   const bool b_obj = b.contains("properties") || b.contains("additionalProperties") ||
                      b.contains("patternProperties");
   if (a_obj && b_obj) {
+    // patternProperties on one side merge when neither side has additionalProperties: then a
+    // key outside the properties meets the same pattern schemas (and nothing else) either way.
+    json patterns;
     if (a.contains("patternProperties") || b.contains("patternProperties")) {
-      return SchemaError("patternProperties", ptr, "does not merge (allOf)");
+      const bool one_side = a.contains("patternProperties") != b.contains("patternProperties");
+      if (!one_side || a.contains("additionalProperties") ||
+          b.contains("additionalProperties")) {
+        return SchemaError("patternProperties", ptr, "does not merge (allOf)");
+      }
+      patterns = a.contains("patternProperties") ? a["patternProperties"]
+                                                 : b["patternProperties"];
+      a.erase("patternProperties");
+      b.erase("patternProperties");
+      r.erase("patternProperties");
     }
     json props = json::object();
     const json empty = json::object();
@@ -504,6 +516,7 @@ absl::StatusOr<json> SchemaSet::Merge(json a, json b, const std::string& ptr, in
     if (!add.ok()) return add.status();
     r["properties"] = props;
     if (*add != json(true)) r["additionalProperties"] = *add;
+    if (!patterns.is_null()) r["patternProperties"] = patterns;
     a.erase("properties");
     a.erase("additionalProperties");
     b.erase("properties");
