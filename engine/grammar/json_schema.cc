@@ -170,6 +170,48 @@ absl::StatusOr<Expr> Compiler::CompileNormalized(const json& s, const std::strin
     if (s.contains(kw)) return SchemaError(kw, Child(ptr, kw), "is not supported");
   }
   // anyOf / oneOf: each branch with the rest of the schema.
+  // oneOf of objects told apart by their required keys ({type: object, properties, required}):
+  // every branch's property schemas apply to every present key (stricter: a value one branch
+  // refuses is refused even where another branch is the one that matches), and then exactly one
+  // branch matches when exactly one's required keys are present: a condition on the keys.
+  if (s.contains("oneOf") && !AllPresenceOnly(s["oneOf"]) && s["oneOf"].is_array() &&
+      s["oneOf"].size() >= 2) {
+    bool key_branches = true;
+    int typed = 0;
+    for (const json& b : s["oneOf"]) {
+      if (!b.is_object() || !b.contains("required") || !b["required"].is_array()) {
+        key_branches = false;
+        break;
+      }
+      for (auto it = b.begin(); it != b.end(); ++it) {
+        const std::string& k = it.key();
+        if (k == "type" && it.value() == json("object")) {
+          ++typed;
+        } else if (k != "properties" && k != "required" && IsAssertionKeyword(k)) {
+          key_branches = false;
+        }
+      }
+    }
+    const int n = int(s["oneOf"].size());
+    if (key_branches && (typed == 0 || typed == n)) {
+      json base = s;
+      base.erase("oneOf");
+      json presence = json::array();
+      for (size_t i = 0; i < s["oneOf"].size(); ++i) {
+        const json& b = s["oneOf"][i];
+        json props = json::object();
+        if (b.contains("properties")) props["properties"] = b["properties"];
+        if (typed) props["type"] = "object";
+        absl::StatusOr<json> m = schemas_.MergeInto(base, props, Child(Child(ptr, "oneOf"), i));
+        if (!m.ok()) return m.status();
+        base = *std::move(m);
+        if (!base.is_object()) return Compile(base, ptr, depth + 1);
+        presence.push_back(json{{"required", b["required"]}});
+      }
+      base["oneOf"] = presence;
+      return Compile(base, ptr, depth + 1);
+    }
+  }
   for (const char* kw : {"anyOf", "oneOf"}) {
     if (!s.contains(kw) || AllPresenceOnly(s[kw])) continue;
     const json& branches = s[kw];

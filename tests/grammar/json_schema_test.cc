@@ -222,6 +222,17 @@ TEST(JsonSchemaTest, KeyConditionsCompileOnTheKeysPresent) {
   EXPECT_FALSE(Matches(g, "1"));
 }
 
+TEST(JsonSchemaTest, OneOfObjectsToldApartByRequiredKeys) {
+  Grammar g = MustCompile(R"({"type": "object", "oneOf": [
+      {"properties": {"a": {"type": "integer"}}, "required": ["a"]},
+      {"properties": {"b": {"type": "string"}}, "required": ["b"]}]})");
+  EXPECT_TRUE(Matches(g, R"({"a": 1})"));
+  EXPECT_TRUE(Matches(g, R"({"b": "x", "c": null})"));
+  EXPECT_FALSE(Matches(g, R"({"a": 1, "b": "x"})"));  // both branches match
+  EXPECT_FALSE(Matches(g, R"({"c": 1})"));
+  EXPECT_FALSE(Matches(g, R"({"a": "1"})"));
+}
+
 TEST(JsonSchemaTest, ErrorsNameTheKeywordAndItsPointer) {
   absl::StatusOr<Grammar> g = CompileSchema(R"({"properties": {"a/b": {"if": {}}}})");
   ASSERT_EQ(g.status().code(), absl::StatusCode::kInvalidArgument);
