@@ -75,6 +75,7 @@ default_runs() {
     chat_template_fuzzer) echo 100000 ;;  # parses and renders twice: ~2-3k inputs/s
     http_request_fuzzer) echo 60000 ;;  # a loopback connection per input: ~3k inputs/s
     grammar_compile_fuzzer) echo 40000 ;;  # compiles twice, steps an automaton: ~1k inputs/s
+    chat_output_fuzzer) echo 150000 ;;  # parses whole and streamed, two parsers: ~6k inputs/s
     *) echo 1000000 ;;
   esac
 }

@@ -14,11 +14,13 @@
 #include "absl/time/clock.h"
 #include "engine/chat/chat_template_ast.h"
 #include "engine/chat/chat_template_builtins.h"
+#include "engine/chat/chat_template_json.h"
 #include "engine/chat/chat_template_ops.h"
 
 namespace heavykv {
 
 struct ChatTemplate::Program {
+  std::string source;
   jinja::Body body;
 };
 
@@ -554,15 +556,6 @@ class Renderer {
   std::vector<const Node*> macros_;  // defined so far in this render
 };
 
-Value MessagesValue(const std::vector<ChatMessage>& messages) {
-  ValueList list;
-  for (const ChatMessage& m : messages) {
-    list.push_back(Value::Dict({{Value::String("role"), Value::String(m.role)},
-                                {Value::String("content"), Value::String(m.content)}}));
-  }
-  return Value::List(std::move(list));
-}
-
 }  // namespace
 }  // namespace jinja
 
@@ -571,22 +564,44 @@ absl::StatusOr<ChatTemplate> ChatTemplate::Parse(std::string_view source,
   auto body = jinja::ParseTemplate(source, limits.max_depth);
   if (!body.ok()) return body.status();
   auto program = std::make_shared<Program>();
+  program->source = std::string(source);
   program->body = std::move(*body);
   return ChatTemplate(std::move(program));
 }
+
+const std::string& ChatTemplate::source() const { return program_->source; }
 
 absl::StatusOr<std::string> ChatTemplate::Render(const std::vector<ChatMessage>& messages,
                                                  const ChatRenderOptions& opts) const {
   using jinja::Value;
   jinja::Renderer r(opts.limits, opts.now.value_or(absl::Now()));
-  r.Set("messages", jinja::MessagesValue(messages));
+  absl::StatusOr<Value> messages_value = jinja::MessagesValue(messages);
+  if (!messages_value.ok()) return messages_value.status();
+  r.Set("messages", *std::move(messages_value));
   r.Set("bos_token", Value::String(opts.bos_token));
   r.Set("eos_token", Value::String(opts.eos_token));
   r.Set("add_generation_prompt", Value::Bool(opts.add_generation_prompt));
-  r.Set("tools", Value::None());
+  Value tools = Value::None();
+  if (!opts.tools_json.empty()) {
+    absl::StatusOr<Value> v = jinja::ValueFromJson(opts.tools_json, "tools");
+    if (!v.ok()) return v.status();
+    if (!v->is_list()) return absl::InvalidArgumentError("tools is not a JSON list");
+    tools = *std::move(v);
+  }
+  r.Set("tools", tools);
   r.Set("documents", Value::None());
   for (const auto& [k, v] : opts.extra_strings) r.Set(k, Value::String(v));
   for (const auto& [k, v] : opts.extra_bools) r.Set(k, Value::Bool(v));
+  if (!opts.extra_json.empty()) {
+    absl::StatusOr<Value> extra = jinja::ValueFromJson(opts.extra_json, "chat_template_kwargs");
+    if (!extra.ok()) return extra.status();
+    if (extra->kind() != Value::Kind::kDict) {
+      return absl::InvalidArgumentError("chat_template_kwargs is not a JSON object");
+    }
+    for (const auto& [k, v] : extra->dict()) {
+      if (k.str() != "messages" && k.str() != "tools") r.Set(k.str(), v);
+    }
+  }
   std::string out;
   jinja::Flow flow = jinja::Flow::kNormal;
   absl::Status s = r.Exec(program_->body, &out, &flow);

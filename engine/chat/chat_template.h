@@ -29,6 +29,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -40,9 +41,31 @@ namespace jinja {
 struct Node;
 }  // namespace jinja
 
+// One tool call of an assistant turn, as OpenAI's API sends it.
+struct ChatToolCall {
+  std::string id;
+  std::string type = "function";
+  std::string name;
+  // JSON text (OpenAI's function.arguments). The template sees the value it holds (a dict), as
+  // vLLM passes it: templates write `tool_call.arguments | tojson`. Empty: {}.
+  std::string arguments;
+};
+
+// One message as transformers passes it to the template: a dict with role and content, and
+// tool_calls, tool_call_id, name and reasoning_content only where they are set.
 struct ChatMessage {
+  // {role, content} as before tools existed, without -Wmissing-field-initializers noise.
+  ChatMessage() = default;
+  ChatMessage(std::string role, std::string content)
+      : role(std::move(role)), content(std::move(content)) {}
+
   std::string role;
   std::string content;
+  bool content_null = false;  // content is None (an assistant turn that only calls tools)
+  std::vector<ChatToolCall> tool_calls;  // [{id, type, function: {name, arguments}}]
+  std::optional<std::string> tool_call_id;  // role "tool": the call it answers
+  std::optional<std::string> name;
+  std::optional<std::string> reasoning_content;
 };
 
 // The work one Render may do.
@@ -61,6 +84,13 @@ struct ChatRenderOptions {
   // More top-level variables (e.g. enable_thinking=false), strings or bools.
   std::map<std::string, std::string> extra_strings;
   std::map<std::string, bool> extra_bools;
+  // `tools`: JSON text of a list of OpenAI tool dicts ({type: "function", function: {name,
+  // description, parameters}}); empty: None.
+  std::string tools_json;
+  // More top-level variables of any JSON type (vLLM's chat_template_kwargs): JSON text of an
+  // object, set after every other variable except `messages` and `tools` (which it cannot
+  // replace); empty: none.
+  std::string extra_json;
   // What strftime_now() formats (UTC); the current time when unset. Tests fix it.
   std::optional<absl::Time> now;
   ChatRenderLimits limits;
@@ -73,12 +103,18 @@ class ChatTemplate {
   static absl::StatusOr<ChatTemplate> Parse(std::string_view source,
                                             const ChatRenderLimits& limits = {});
 
-  // Renders with the variables messages (a list of {role, content} dicts), bos_token,
-  // eos_token, add_generation_prompt, tools=None, documents=None and opts' extras.
-  // INVALID_ARGUMENT with raise_exception's message, or naming the line of a runtime error
-  // (wrong types, calling undefined, ...); RESOURCE_EXHAUSTED past opts.limits.
+  // Renders with the variables messages (ChatMessage's dicts), bos_token, eos_token,
+  // add_generation_prompt, tools (opts.tools_json or None), documents=None and opts' extras.
+  // INVALID_ARGUMENT with raise_exception's message, naming the line of a runtime error
+  // (wrong types, calling undefined, ...), or for JSON text in opts or in a tool call's
+  // arguments that does not parse (or is not the type named above); RESOURCE_EXHAUSTED past
+  // opts.limits.
   absl::StatusOr<std::string> Render(const std::vector<ChatMessage>& messages,
                                      const ChatRenderOptions& opts) const;
+
+  // The template's text, as given to Parse (the tool-call and reasoning formats are detected
+  // from it: engine/chat/tool_calls.h, reasoning.h).
+  const std::string& source() const;
 
  private:
   struct Program;

@@ -186,6 +186,10 @@ Automaton::Automaton(std::shared_ptr<const Grammar> grammar,
       pos_arg_.push_back(0);
     }
   }
+  // Room for the states a typical constraint meets, so that growing seldom copies.
+  states_.reserve(1024);
+  next_.reserve(size_t(1024) * 256);
+  frames_.reserve(4096);
   frames_.push_back({-1, 0});       // 0: the bottom of every stack
   states_.emplace_back();           // 0: dead
   next_.assign(256, kDead);         // the dead state stays dead
@@ -211,14 +215,17 @@ int32_t Automaton::Intern(int32_t pos, int32_t parent) {
 
 // Adds to `out` the stacks reachable from `stack` without consuming a byte whose top is a
 // byte-set element; `accepting` when the bottom is reached (the whole grammar may end here).
-void Automaton::Expand(int32_t stack, std::vector<int32_t>& out, bool& accepting) {
-  work_.clear();
-  seen_.clear();
-  work_.push_back(stack);
+void Automaton::Expand(std::vector<int32_t>& out, bool& accepting) {
+  if (++closure_ == 0) {  // wrapped: forget every mark
+    std::fill(seen_.begin(), seen_.end(), 0);
+    closure_ = 1;
+  }
   while (!work_.empty()) {
     const int32_t s = work_.back();
     work_.pop_back();
-    if (!seen_.try_emplace(s, true).second) continue;
+    if (size_t(s) >= seen_.size()) seen_.resize(std::max(frames_.size(), size_t(s) + 1), 0);
+    if (seen_[size_t(s)] == closure_) continue;
+    seen_[size_t(s)] = closure_;
     if (s == 0) {
       accepting = true;
       continue;
@@ -275,23 +282,48 @@ int32_t Automaton::Start() {
   if (start_ >= 0) return start_;
   std::vector<int32_t> stacks;
   bool accepting = false;
-  for (int32_t p : rule_starts_[grammar_->root]) Expand(Intern(p, 0), stacks, accepting);
+  work_.clear();
+  for (int32_t p : rule_starts_[grammar_->root]) work_.push_back(Intern(p, 0));
+  Expand(stacks, accepting);
   start_ = status_.ok() ? InternState(std::move(stacks), accepting) : kDead;
   return start_;
 }
 
 int32_t Automaton::StepLocked(int32_t state, uint8_t byte) {
   if (int32_t n = next_[size_t(state) * 256 + byte]; n >= 0) return n;
+  const std::vector<int32_t> stacks = states_[state].stacks;  // states_ may grow below
+  // Bytes that the same stacks take lead to the same state: one closure per such class (a
+  // string's characters are one class, a digit state's digits another), every byte of the
+  // class filled at once. Past 64 stacks, the byte alone.
+  const size_t k = std::min<size_t>(stacks.size(), 64);
+  const auto signature = [&](int b) {
+    uint64_t sig = 0;
+    for (size_t i = 0; i < k; ++i) {
+      if (grammar_->byte_sets[pos_arg_[frames_[stacks[i]].pos]].Has(uint8_t(b))) {
+        sig |= uint64_t{1} << i;
+      }
+    }
+    return sig;
+  };
+  const uint64_t sig = signature(byte);
   std::vector<int32_t> out;
   bool accepting = false;
-  const std::vector<int32_t> stacks = states_[state].stacks;  // states_ may grow below
-  for (int32_t s : stacks) {
-    const Frame f = frames_[s];
+  work_.clear();
+  for (size_t i = 0; i < stacks.size(); ++i) {
+    const Frame f = frames_[stacks[i]];
     if (!grammar_->byte_sets[pos_arg_[f.pos]].Has(byte)) continue;
-    Expand(Intern(f.pos + 1, f.parent), out, accepting);
+    work_.push_back(Intern(f.pos + 1, f.parent));
   }
+  Expand(out, accepting);
   const int32_t n = status_.ok() ? InternState(std::move(out), accepting) : kDead;
-  if (status_.ok()) next_[size_t(state) * 256 + byte] = n;
+  if (!status_.ok()) return n;
+  int32_t* row = &next_[size_t(state) * 256];
+  row[byte] = n;
+  if (stacks.size() <= 64) {
+    for (int b = 0; b < 256; ++b) {
+      if (row[b] < 0 && signature(b) == sig) row[b] = n;
+    }
+  }
   return n;
 }
 

@@ -147,7 +147,8 @@ class Automaton {
   };
 
   int32_t Intern(int32_t pos, int32_t parent);
-  void Expand(int32_t stack, std::vector<int32_t>& out, bool& accepting);
+  // Closes work_ (stacks to expand; emptied) into `out`.
+  void Expand(std::vector<int32_t>& out, bool& accepting);
   int32_t InternState(std::vector<int32_t> stacks, bool accepting);
   int32_t StepLocked(int32_t state, uint8_t byte);
   const ByteSet& LoopLocked(int32_t state);
@@ -173,9 +174,10 @@ class Automaton {
   int32_t start_ = -1;
   int64_t mask_bytes_ = 0;
   absl::Status status_;
-  // Expand's scratch.
+  // Expand's scratch: the stacks to close, and per frame the last closure that met it.
   std::vector<int32_t> work_;
-  absl::flat_hash_map<int32_t, bool> seen_;
+  std::vector<uint32_t> seen_;
+  uint32_t closure_ = 0;
 };
 
 }  // namespace heavykv::grammar

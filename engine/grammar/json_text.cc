@@ -537,7 +537,8 @@ Expr JsonText::AnyInteger() {
 
 Expr JsonText::IntegerFloatSuffix() {
   if (!integer_floats_) return b_.Empty();
-  return b_.Optional(b_.Seq({b_.Literal("."), b_.Repeat(b_.Literal("0"), 1, -1)}));
+  // One zero, as Python writes an integral float ("3.0"): a model cannot pad it without end.
+  return b_.Optional(b_.Literal(".0"));
 }
 
 Expr JsonText::SameLengthRange(std::string_view lo, std::string_view hi) {
@@ -742,7 +743,7 @@ Expr JsonText::IntegerMultipleOf(int k) {
 Expr JsonText::NumberLiteral(const json& number, bool integer_text) {
   std::optional<Decimal> d = Decimal::FromJson(number);
   if (!d) return b_.Nothing();
-  Expr zero_frac = b_.Optional(b_.Seq({b_.Literal("."), b_.Repeat(b_.Literal("0"), 1, -1)}));
+  Expr zero_frac = b_.Optional(b_.Literal(".0"));  // as Python writes an integral float
   if (integer_text) {
     if (!d->IsInteger()) return b_.Nothing();
     const std::string text = (d->negative ? "-" : "") + d->int_digits;

@@ -104,7 +104,7 @@ class JsonText {
  private:
   Expr Digit();
   Expr Digits();              // [0-9]+
-  Expr IntegerFloatSuffix();  // ".0+" where integers may be written as floats
+  Expr IntegerFloatSuffix();  // ".0" where integers may be written as floats
   Expr StringChar(bool canonical);
   // Unsigned integers (no leading zeros) within [lo, hi] (hi nullopt: unbounded).
   Expr UIntRange(const std::string& lo, const std::optional<std::string>& hi);

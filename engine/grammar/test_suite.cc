@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string_view>
+#include <unordered_map>
 
 #include "engine/grammar/json_text.h"
 
@@ -17,6 +19,37 @@ bool Allowed(const std::vector<uint64_t>& words, int32_t t) {
 }
 
 }  // namespace
+
+std::vector<int32_t> TokensOfExactly(const TextTokenizer& tokenizer, const TokenVocabulary& vocab,
+                                     std::string_view text) {
+  std::vector<int32_t> ids =
+      tokenizer.Encode(text, /*bos=*/false, /*eos=*/false, {}, /*parse_special=*/false)
+          .value_or(std::vector<int32_t>());
+  std::string bytes;
+  for (int32_t id : ids) bytes += vocab.IsText(id) ? vocab.bytes(id) : std::string();
+  if (bytes == text) return ids;
+  // SentencePiece writes a space before the text: take the longest token at each byte instead.
+  std::unordered_map<std::string_view, int32_t> by_bytes;
+  size_t longest = 0;
+  for (int32_t id = 0; id < vocab.size(); ++id) {
+    if (!vocab.IsText(id)) continue;
+    by_bytes.try_emplace(vocab.bytes(id), id);
+    longest = std::max(longest, vocab.bytes(id).size());
+  }
+  ids.clear();
+  for (size_t at = 0; at < text.size();) {
+    size_t n = std::min(longest, text.size() - at);
+    for (; n > 0; --n) {
+      if (auto it = by_bytes.find(text.substr(at, n)); it != by_bytes.end()) {
+        ids.push_back(it->second);
+        break;
+      }
+    }
+    if (n == 0) return {};  // a byte no token holds
+    at += n;
+  }
+  return ids;
+}
 
 double Quantile(std::vector<double> v, double q) {
   if (v.empty()) return 0;
@@ -75,10 +108,9 @@ GroupResult RunSchemaGroup(ConstraintCompiler& compiler, const TextTokenizer& to
     const std::string text = PythonJsonDumps(data != t.end() ? *data : nlohmann::ordered_json());
     const auto valid_it = t.find("valid");
     const bool valid = valid_it != t.end() && valid_it->is_boolean() && valid_it->get<bool>();
-    const std::optional<std::vector<int32_t>> ids =
-        tokenizer.Encode(text, /*bos=*/false, /*eos=*/false, {}, /*parse_special=*/false);
+    const std::vector<int32_t> ids = TokensOfExactly(tokenizer, *(*c)->automaton->vocab(), text);
     int32_t walked = 0;
-    const bool allowed = WalkTokens(*c, ids.value_or(std::vector<int32_t>()), r.mask_us, &walked);
+    const bool allowed = WalkTokens(*c, ids, r.mask_us, &walked);
     r.tokens += walked;
     if (allowed == valid) {
       ++r.passed;

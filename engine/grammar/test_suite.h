@@ -5,7 +5,8 @@
 //
 // A group is {"schema": ..., "tests": [{"data": ..., "valid": bool}, ...]}. Each instance is
 // written as json.dumps(data, ensure_ascii=False) writes it (json_text.h), tokenized without
-// BOS and special tokens, and walked through a fresh ConstraintMatcher: a valid instance passes
+// BOS and special tokens (SentencePiece's leading space left out: TokensOfExactly), and walked
+// through a fresh ConstraintMatcher: a valid instance passes
 // when every token and then an end-of-generation token are allowed, an invalid one when some
 // token or the end is refused. Masks are timed one by one (the automaton is the compiled
 // group's, so a group's later instances meet its states again, as later requests would).
@@ -32,6 +33,11 @@ struct GroupResult {
 
 GroupResult RunSchemaGroup(ConstraintCompiler& compiler, const TextTokenizer& tokenizer,
                            const nlohmann::ordered_json& group);
+
+// The tokenizer's tokens of `text` (no BOS, special tokens as text) when their bytes are exactly
+// `text`; else (SentencePiece's leading space) the longest token at each byte.
+std::vector<int32_t> TokensOfExactly(const TextTokenizer& tokenizer, const TokenVocabulary& vocab,
+                                     std::string_view text);
 
 // Whether each token of `ids` and then the end are allowed, walking a fresh matcher of `c`;
 // each FillMask's time in microseconds is appended to `mask_us`.

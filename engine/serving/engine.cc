@@ -178,11 +178,12 @@ class EngineImpl final : public Engine {
     return validator_.Encode(text, add_special);
   }
 
-  absl::StatusOr<std::vector<int32_t>> TokenizeChat(const std::vector<ChatMessage>& messages,
-                                                    bool add_generation_prompt) const override {
+  absl::StatusOr<std::vector<int32_t>> TokenizeChat(const GenerationRequest& chat) const override {
     GenerationRequest q;
-    q.messages = messages;
-    q.add_generation_prompt = add_generation_prompt;
+    q.messages = chat.messages;
+    q.add_generation_prompt = chat.add_generation_prompt;
+    q.chat_tools = chat.chat_tools;
+    q.chat_template_kwargs = chat.chat_template_kwargs;
     if (absl::Status s = validator_.Precheck(q); !s.ok()) return s;
     return validator_.PromptTokens(q);
   }
@@ -251,6 +252,7 @@ class EngineImpl final : public Engine {
     info.page_bytes = cache_->shape().PageBytes();
     if (tokenizer_) info.tokenizer = tokenizer_->Describe();
     info.chat = options_.chat_template != nullptr;
+    info.chat_template = options_.chat_template;
     info.max_prompt_tokens = validator_.max_prompt_tokens();
     info.max_prompt_bytes = tokenizer_ ? validator_.max_prompt_bytes() : 0;
     info.max_new_tokens_limit =

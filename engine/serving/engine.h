@@ -108,6 +108,11 @@ struct GenerationRequest {
   // special tokens parsed and BOS added as the tokenizer says unless the template wrote it.
   std::optional<std::vector<ChatMessage>> messages;
   bool add_generation_prompt = true;
+  // With messages: the template's `tools` (JSON text of a list of OpenAI tool dicts; empty:
+  // None) and more template variables (chat_template_kwargs: JSON text of an object; empty:
+  // none), as ChatRenderOptions::tools_json and extra_json take them.
+  std::string chat_tools;
+  std::string chat_template_kwargs;
   std::vector<int32_t> prompt_token_ids;      // used when neither is set
   // Control tokens (EOS, <|im_end|>, ...) are left out of the streamed text (vLLM's default).
   bool skip_special_tokens = true;
@@ -226,6 +231,9 @@ struct ModelInfo {
   int64_t page_bytes = 0;
   std::string tokenizer;  // TextTokenizer::Describe(); empty without one
   bool chat = false;      // a chat template is loaded
+  // That template (null without one), for the fronts to read the tool-call and reasoning formats
+  // of its output from (engine/chat/tool_calls.h, reasoning.h). Not in the gRPC ModelInfo.
+  std::shared_ptr<const ChatTemplate> chat_template;
   // The request limits as resolved (EngineOptions' zeros replaced by what they mean).
   int32_t max_prompt_tokens = 0;
   int64_t max_prompt_bytes = 0;  // 0: no tokenizer (token ids only)
@@ -272,11 +280,12 @@ class Engine {
   // UTF-8 or for more than the prompt byte limit. Runs on the caller's thread.
   virtual absl::StatusOr<std::vector<int32_t>> Tokenize(const std::string& text,
                                                         bool add_special = true) const = 0;
-  // The prompt tokens a chat request with these messages would get: rendered with the chat
-  // template, then encoded as Submit does (FAILED_PRECONDITION without a template,
+  // The prompt tokens a chat request would get (`chat`'s messages, add_generation_prompt,
+  // chat_tools and chat_template_kwargs; its other fields are not looked at): rendered with the
+  // chat template, then encoded as Submit does (FAILED_PRECONDITION without a template,
   // INVALID_ARGUMENT as Submit refuses the chat). Runs on the caller's thread.
   virtual absl::StatusOr<std::vector<int32_t>> TokenizeChat(
-      const std::vector<ChatMessage>& messages, bool add_generation_prompt) const = 0;
+      const GenerationRequest& chat) const = 0;
   // Tokenize on the engine's tokenizer thread: `done` is called there exactly once, with
   // CANCELLED once `*cancelled` is set, DEADLINE_EXCEEDED past `deadline`, UNAVAILABLE while
   // shutting down.

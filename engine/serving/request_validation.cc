@@ -127,16 +127,17 @@ absl::StatusOr<std::vector<int32_t>> RequestValidator::EncodeChecked(
   return *std::move(ids);
 }
 
-absl::StatusOr<std::string> RequestValidator::RenderChat(const std::vector<ChatMessage>& messages,
-                                                         bool add_generation_prompt) const {
+absl::StatusOr<std::string> RequestValidator::RenderChat(const GenerationRequest& q) const {
   ChatRenderOptions opts;
   opts.bos_token = bos_text_;
   opts.eos_token = eos_text_;
-  opts.add_generation_prompt = add_generation_prompt;
+  opts.add_generation_prompt = q.add_generation_prompt;
+  opts.tools_json = q.chat_tools;
+  opts.extra_json = q.chat_template_kwargs;
   // A rendering longer than the prompt limit is the client's to shorten (INVALID_ARGUMENT from
   // PromptTokens); the render's own bound only stops a template that runs away.
   opts.limits.max_output_bytes = std::max(opts.limits.max_output_bytes, max_prompt_bytes_ + 1);
-  return options_.chat_template->Render(messages, opts);
+  return options_.chat_template->Render(*q.messages, opts);
 }
 
 absl::Status RequestValidator::Precheck(const GenerationRequest& q) const {
@@ -151,7 +152,7 @@ absl::Status RequestValidator::Precheck(const GenerationRequest& q) const {
     if (q.prompt->empty()) return Invalid("prompt", "the prompt is empty: send some text");
     if (absl::Status s = CheckText(*q.prompt, "prompt"); !s.ok()) return s;
   } else if (q.messages.has_value()) {
-    if (absl::Status s = CheckChat(*q.messages); !s.ok()) return s;
+    if (absl::Status s = CheckChat(q); !s.ok()) return s;
   } else {
     if (q.prompt_token_ids.empty()) {
       return Invalid("prompt", "the request has no prompt: set prompt or prompt_token_ids");
@@ -239,7 +240,8 @@ absl::Status RequestValidator::Precheck(const GenerationRequest& q) const {
   return absl::OkStatus();
 }
 
-absl::Status RequestValidator::CheckChat(const std::vector<ChatMessage>& messages) const {
+absl::Status RequestValidator::CheckChat(const GenerationRequest& q) const {
+  const std::vector<ChatMessage>& messages = *q.messages;
   if (options_.chat_template == nullptr) {
     return WithRequestField(
         absl::FailedPreconditionError(
@@ -258,9 +260,30 @@ absl::Status RequestValidator::CheckChat(const std::vector<ChatMessage>& message
     return Invalid("messages", absl::StrCat("the chat has ", messages.size(), " messages; at most ",
                                 options_.max_chat_messages, " are accepted"));
   }
-  int64_t bytes = 0;
+  // The tools and template variables count with the messages: the template writes them out.
+  int64_t bytes = int64_t(q.chat_tools.size() + q.chat_template_kwargs.size());
+  if (TextStream::Sanitize(q.chat_tools) != q.chat_tools) {
+    return Invalid("tools", "the tools are not valid UTF-8");
+  }
+  if (TextStream::Sanitize(q.chat_template_kwargs) != q.chat_template_kwargs) {
+    return Invalid("chat_template_kwargs", "chat_template_kwargs is not valid UTF-8");
+  }
   for (size_t i = 0; i < messages.size(); ++i) {
     const ChatMessage& m = messages[i];
+    std::vector<const std::string*> fields;  // besides role and content
+    for (const auto* f : {&m.tool_call_id, &m.name, &m.reasoning_content}) {
+      if (f->has_value()) fields.push_back(&**f);
+    }
+    for (const ChatToolCall& c : m.tool_calls) {
+      for (const std::string* f : {&c.id, &c.type, &c.name, &c.arguments}) fields.push_back(f);
+    }
+    for (const std::string* f : fields) {
+      bytes += int64_t(f->size());
+      if (TextStream::Sanitize(*f) != *f) {
+        return Invalid(absl::StrCat("messages[", i, "]"),
+                       absl::StrCat("message ", i, " is not valid UTF-8"));
+      }
+    }
     if (m.role.empty() || m.role.size() > kMaxChatRoleBytes) {
       return Invalid(absl::StrCat("messages[", i, "].role"),
                      absl::StrCat("message ", i, ": the role must have 1 to ", kMaxChatRoleBytes,
@@ -287,7 +310,7 @@ absl::StatusOr<std::vector<int32_t>> RequestValidator::PromptTokens(
     return EncodeChecked(*q.prompt, tokenizer_->add_bos(), tokenizer_->add_eos(), should_stop);
   }
   if (q.messages.has_value()) {
-    absl::StatusOr<std::string> text = RenderChat(*q.messages, q.add_generation_prompt);
+    absl::StatusOr<std::string> text = RenderChat(q);
     if (!text.ok()) {  // the template refused the conversation
       return RequestFieldOf(text.status()).empty() ? WithRequestField(text.status(), "messages")
                                                    : text.status();

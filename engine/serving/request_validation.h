@@ -96,9 +96,9 @@ class RequestValidator {
   // CANCELLED when `should_stop` turned true.
   absl::StatusOr<std::vector<int32_t>> Encode(const std::string& text, bool add_special = true,
                                               const std::function<bool()>& should_stop = nullptr) const;
-  // The prompt text of a chat: `messages` rendered with the chat template.
-  absl::StatusOr<std::string> RenderChat(const std::vector<ChatMessage>& messages,
-                                         bool add_generation_prompt) const;
+  // The prompt text of a chat: `q.messages` rendered with the chat template, with q's
+  // add_generation_prompt, chat_tools and chat_template_kwargs.
+  absl::StatusOr<std::string> RenderChat(const GenerationRequest& q) const;
 
   int32_t max_prompt_tokens() const;
   // Longest prompt text accepted, in bytes: EngineOptions::max_prompt_bytes, or by default
@@ -109,7 +109,7 @@ class RequestValidator {
  private:
   // A chat template and a tokenizer exist (else FAILED_PRECONDITION); 1..max_chat_messages
   // messages with a role each, within max_prompt_bytes() in all, valid UTF-8.
-  absl::Status CheckChat(const std::vector<ChatMessage>& messages) const;
+  absl::Status CheckChat(const GenerationRequest& q) const;
   // The tokenizer exists, `text` is within max_prompt_bytes() and valid UTF-8; `what` names it in
   // the message ("prompt", "text").
   absl::Status CheckText(const std::string& text, absl::string_view what) const;

@@ -195,8 +195,8 @@ int GrammarCommand(int argc, char** argv) {
     if (text.empty()) text = flags.positional()[0];
     line["bytes_match"] = grammar::Matches(g, text);
     std::vector<double> mask_us;
-    line["tokens_match"] =
-        grammar::WalkTokens(*c, *(*tok)->Encode(text, false, false, {}, false), mask_us);
+    line["tokens_match"] = grammar::WalkTokens(
+        *c, grammar::TokensOfExactly(**tok, *(*c)->automaton->vocab(), text), mask_us);
     line["mask_us"] = Percentiles(mask_us);
   }
   std::printf("%s\n", line.dump(-1, ' ', false, ojson::error_handler_t::replace).c_str());

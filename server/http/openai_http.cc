@@ -2,6 +2,7 @@
 
 #include <functional>
 #include <mutex>
+#include <random>
 #include <utility>
 #include <vector>
 
@@ -14,6 +15,7 @@
 #include "server/http/http_metrics.h"
 #include "server/http/http_status.h"
 #include "server/http/openai_json.h"
+#include "server/http/openai_tools.h"
 #include "spdlog/spdlog.h"
 
 namespace heavykv::server {
@@ -78,6 +80,8 @@ struct Stream {
   ResponseMeta meta;
   bool include_usage = false;
   LogprobsJson logprobs{ApiKind::kCompletion, false};
+  // A chat whose output is parsed (tools, reasoning); null: the text as it comes.
+  std::unique_ptr<ChatOutput> chat;
   bool role_sent = false;
   bool done = false;
 
@@ -98,18 +102,30 @@ struct Stream {
       logprobs.Add(d);
       if (d.finished) last = &d;
     }
+    // A chat with tools or reasoning: the text goes out as the parsed delta.
+    std::optional<ChatOutputDelta> parsed;
+    if (chat != nullptr) {
+      parsed = chat->Feed(text);
+      if (last != nullptr) parsed->Append(chat->Finish());
+    }
     // A token that ends inside a character has no text yet; with logprobs it still goes out.
-    const bool content = !text.empty() || (tokens && logprobs.enabled());
+    const bool content = (parsed ? !parsed->empty() : !text.empty()) ||
+                         (tokens && logprobs.enabled());
     if (last != nullptr) LogFinished(meta.id, *last);
     const absl::Status failed = last != nullptr ? FinishStatus(*last) : absl::OkStatus();
+    const auto chunk = [&](const std::optional<std::string>& finish_reason) {
+      nlohmann::json c =
+          StreamChunkJson(meta, text, finish_reason, false, include_usage, logprobs.Take());
+      if (parsed) c["choices"][0]["delta"] = ChatDeltaJson(*parsed);
+      return SseEvent(c);
+    };
     // The finish reason rides on the last chunk; a failed request's text goes out before its
     // error event.
     if (last != nullptr && failed.ok()) {
-      out += SseEvent(StreamChunkJson(meta, text, OpenAiFinishReason(last->finish_reason), false,
-                                      include_usage, logprobs.Take()));
+      out += chunk(chat != nullptr ? ChatFinishReason(last->finish_reason, *chat)
+                                   : OpenAiFinishReason(last->finish_reason));
     } else if (content) {
-      out += SseEvent(
-          StreamChunkJson(meta, text, std::nullopt, false, include_usage, logprobs.Take()));
+      out += chunk(std::nullopt);
     }
     if (last == nullptr) return out;
     if (!failed.ok()) {
@@ -146,13 +162,15 @@ size_t EventBytes(const GenerationDelta& d) {
 class Generation final : public std::enable_shared_from_this<Generation> {
  public:
   Generation(std::shared_ptr<HttpExchange> exchange, bool stream, bool include_usage,
-             bool logprobs, ResponseMeta meta, RejectionObserver on_rejected)
+             bool logprobs, ResponseMeta meta, RejectionObserver on_rejected,
+             std::unique_ptr<ChatOutput> chat)
       : exchange_(std::move(exchange)),
         stream_(stream),
         on_rejected_(std::move(on_rejected)) {
     sse_.meta = std::move(meta);
     sse_.include_usage = include_usage;
     sse_.logprobs = LogprobsJson(sse_.meta.kind, logprobs);
+    sse_.chat = std::move(chat);
   }
 
   // The client went away (or the server stops): stop the engine's work.
@@ -243,8 +261,14 @@ class Generation final : public std::enable_shared_from_this<Generation> {
       finished_ = true;
       LogFinished(sse_.meta.id, last);
       if (absl::Status s = FinishStatus(last); !s.ok()) return SendError(*exchange_, s);
-      return SendJson(*exchange_,
-                      ResponseJson(sse_.meta, text_, last, sse_.logprobs.Take()));
+      nlohmann::json response = ResponseJson(sse_.meta, text_, last, sse_.logprobs.Take());
+      if (ChatOutput* chat = sse_.chat.get()) {
+        ChatOutputDelta whole = chat->Feed(text_);
+        whole.Append(chat->Finish());
+        response["choices"][0]["message"] = ChatMessageJson(*chat, whole);
+        response["choices"][0]["finish_reason"] = ChatFinishReason(last.finish_reason, *chat);
+      }
+      return SendJson(*exchange_, response);
     }
     if (first) {
       HttpResponse head;
@@ -285,7 +309,10 @@ class OpenAiFront {
         options_(options),
         draining_(std::move(draining)),
         info_(engine->Info()),
-        served_{options.model_name, info_.max_new_tokens_limit},
+        served_{options.model_name, info_.max_new_tokens_limit,
+                info_.chat_template != nullptr
+                    ? DetectToolCallFormat(info_.chat_template->source())
+                    : ToolCallFormat::kGeneric},
         created_(absl::ToUnixSeconds(absl::Now())) {}
 
   HttpServer::Routes Routes(std::shared_ptr<OpenAiFront> self) const {
@@ -370,9 +397,20 @@ class OpenAiFront {
     // Cached prompt prefixes stay with their API key (ClientOf names it when keys are on).
     if (options_.api_keys != nullptr) q->generation.tenant = q->generation.client;
 
+    // A chat's output is parsed for reasoning and tool calls where its template and tools say
+    // so; the call ids follow the request's seed when it has one.
+    std::unique_ptr<ChatOutput> chat;
+    if (kind == ApiKind::kChat) {
+      const uint64_t seed = q->generation.seed.value_or(std::random_device{}());
+      ChatOutputOptions parse = ChatOutputOptionsFor(info_.chat_template.get(), q->generation,
+                                                     q->tools, seed ^ 0x9e3779b97f4a7c15ULL);
+      ConstrainAfterReasoning(parse, q->generation.constraint);
+      ChatOutput parsed(std::move(parse));
+      if (parsed.active()) chat = std::make_unique<ChatOutput>(std::move(parsed));
+    }
     auto generation =
         std::make_shared<Generation>(ex, q->stream, q->include_usage, q->generation.logprobs,
-                                     std::move(meta), options_.on_rejected);
+                                     std::move(meta), options_.on_rejected, std::move(chat));
     // A client that goes (or a server that stops) before the end cancels the engine's work; the
     // engine then sends its finished delta, whose events go nowhere.
     ex->OnAbort([weak = std::weak_ptr<Generation>(generation)] {
@@ -436,10 +474,10 @@ class OpenAiFront {
     absl::StatusOr<TokenizeBody> q = ParseTokenizeBody(req.body, served_);
     if (!q.ok()) return SendError(*ex, q.status());
     absl::StatusOr<std::vector<int32_t>> ids =
-        q->messages ? engine_->TokenizeChat(*q->messages, q->add_generation_prompt)
-                    : engine_->Tokenize(q->prompt, q->add_special_tokens);
+        q->chat ? engine_->TokenizeChat(*q->chat)
+                : engine_->Tokenize(q->prompt, q->add_special_tokens);
     if (!ids.ok()) {
-      return SendError(*ex, WithParam(ids.status(), q->messages ? "messages" : "prompt"));
+      return SendError(*ex, WithParam(ids.status(), q->chat ? "messages" : "prompt"));
     }
     SendJson(*ex, {{"count", ids->size()},
                    {"max_model_len", info_.context_length},

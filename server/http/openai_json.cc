@@ -13,23 +13,42 @@ namespace heavykv::server {
 namespace {
 
 using nlohmann::json;
+// Request bodies keep their keys in the order sent: tools and tool-call arguments reach the
+// template as the client wrote them (json.loads keeps that order too).
+using ojson = nlohmann::ordered_json;
 
 absl::Status Invalid(absl::string_view param, absl::string_view message) {
   return WithParam(absl::InvalidArgumentError(message), param);
 }
 
+constexpr int kMaxBodyDepth = 256;
+
 // The body as a JSON object. The parse error names the byte, never the request's text.
-absl::StatusOr<json> ParseObject(absl::string_view body) {
-  json value;
+absl::StatusOr<ojson> ParseObject(absl::string_view body) {
+  ojson value;
   try {
-    value = json::parse(body.begin(), body.end());
-  } catch (const json::parse_error& e) {
+    value = ojson::parse(body.begin(), body.end());
+  } catch (const ojson::parse_error& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("the request body is not valid JSON (at byte ", e.byte, ")"));
-  } catch (const json::exception&) {
+  } catch (const ojson::exception&) {
     return absl::InvalidArgumentError("the request body is not valid JSON");
   }
   if (!value.is_object()) return absl::InvalidArgumentError("the request body must be an object");
+  // Fields are written out again (tools, schemas) by json's dump, which recurses once per level:
+  // a body of a million nested brackets would overflow the stack.
+  std::vector<std::pair<const ojson*, int>> stack = {{&value, 1}};
+  while (!stack.empty()) {
+    const auto [v, depth] = stack.back();
+    stack.pop_back();
+    if (!v->is_structured()) continue;
+    if (depth > kMaxBodyDepth) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("the request body nests arrays and objects deeper than ", kMaxBodyDepth,
+                       " levels"));
+    }
+    for (const ojson& e : *v) stack.emplace_back(&e, depth + 1);
+  }
   return value;
 }
 
@@ -37,34 +56,34 @@ absl::StatusOr<json> ParseObject(absl::string_view body) {
 // sets the first error (naming the field) and reads as unset.
 class Fields {
  public:
-  explicit Fields(const json& object) : object_(object) {}
+  explicit Fields(const ojson& object) : object_(object) {}
 
-  const json* Get(const char* key) const {
+  const ojson* Get(const char* key) const {
     const auto it = object_.find(key);
     return it == object_.end() || it->is_null() ? nullptr : &*it;
   }
 
   std::optional<bool> Bool(const char* key) {
-    const json* v = Get(key);
+    const ojson* v = Get(key);
     if (v == nullptr) return std::nullopt;
     if (!v->is_boolean()) return Fail(key, "must be true or false"), std::nullopt;
     return v->get<bool>();
   }
   std::optional<std::string> String(const char* key) {
-    const json* v = Get(key);
+    const ojson* v = Get(key);
     if (v == nullptr) return std::nullopt;
     if (!v->is_string()) return Fail(key, "must be a string"), std::nullopt;
     return v->get<std::string>();
   }
   std::optional<double> Number(const char* key) {
-    const json* v = Get(key);
+    const ojson* v = Get(key);
     if (v == nullptr) return std::nullopt;
     if (!v->is_number()) return Fail(key, "must be a number"), std::nullopt;
     return v->get<double>();
   }
   // An integer in [lo, hi] (a float with no fraction counts, as pydantic reads it).
   std::optional<int64_t> Int(const char* key, int64_t lo, int64_t hi) {
-    const json* v = Get(key);
+    const ojson* v = Get(key);
     if (v == nullptr) return std::nullopt;
     std::optional<int64_t> i = AsInt(*v, lo, hi);
     if (!i) Fail(key, absl::StrCat("must be an integer in [", lo, ", ", hi, "]"));
@@ -72,10 +91,10 @@ class Fields {
   }
   std::vector<int32_t> Ints(const char* key, int64_t lo, int64_t hi) {
     std::vector<int32_t> out;
-    const json* v = Get(key);
+    const ojson* v = Get(key);
     if (v == nullptr) return out;
     if (!v->is_array()) return Fail(key, "must be a list of integers"), out;
-    for (const json& e : *v) {
+    for (const ojson& e : *v) {
       std::optional<int64_t> i = AsInt(e, lo, hi);
       if (!i) {
         Fail(key, absl::StrCat("must hold integers in [", lo, ", ", hi, "]"));
@@ -87,7 +106,7 @@ class Fields {
   }
   // A field heavykv does not serve: absent, null, false, 0, or empty only.
   void Unsupported(const char* key, absl::string_view why) {
-    const json* v = Get(key);
+    const ojson* v = Get(key);
     if (v == nullptr) return;
     const bool unset = (v->is_boolean() && !v->get<bool>()) ||
                        (v->is_number() && v->get<double>() == 0) ||
@@ -100,7 +119,7 @@ class Fields {
   }
   const absl::Status& status() const { return status_; }
 
-  static std::optional<int64_t> AsInt(const json& v, int64_t lo, int64_t hi) {
+  static std::optional<int64_t> AsInt(const ojson& v, int64_t lo, int64_t hi) {
     int64_t i = 0;
     if (v.is_number_unsigned()) {
       const uint64_t u = v.get<uint64_t>();
@@ -120,7 +139,7 @@ class Fields {
   }
 
  private:
-  const json& object_;
+  const ojson& object_;
   absl::Status status_;
 };
 
@@ -140,9 +159,9 @@ absl::Status CheckModel(Fields& f, const OpenAiServed& served) {
 }
 
 // A completion's prompt: a string, token ids, or a one-element list of either.
-absl::Status ReadPrompt(const json* prompt, GenerationRequest& r) {
+absl::Status ReadPrompt(const ojson* prompt, GenerationRequest& r) {
   if (prompt == nullptr) return Invalid("prompt", "prompt is required (a string or token ids)");
-  const json* p = prompt;
+  const ojson* p = prompt;
   if (p->is_array() && p->size() == 1 && ((*p)[0].is_string() || (*p)[0].is_array())) {
     p = &(*p)[0];
   }
@@ -151,7 +170,7 @@ absl::Status ReadPrompt(const json* prompt, GenerationRequest& r) {
     return absl::OkStatus();
   }
   if (p->is_array() && !p->empty()) {
-    for (const json& e : *p) {
+    for (const ojson& e : *p) {
       const std::optional<int64_t> id = Fields::AsInt(e, 0, kInt32Max);
       if (!id) {
         return Invalid("prompt",
@@ -166,14 +185,16 @@ absl::Status ReadPrompt(const json* prompt, GenerationRequest& r) {
   return Invalid("prompt", "prompt must be a string, a list of token ids, or a list of one of them");
 }
 
-// A chat's messages: [{role, content}], content a string, null, or a list of text parts.
-absl::Status ReadMessages(const json* messages, GenerationRequest& r) {
+// A chat's messages: [{role, content}], content a string, null, or a list of text parts (joined),
+// with the tool fields (ReadMessageToolFields). A null content is the empty text, as vLLM hands it
+// to the template (an assistant turn with tool calls has none): Qwen3's template fails on None.
+absl::Status ReadMessages(const ojson* messages, GenerationRequest& r) {
   if (messages == nullptr || !messages->is_array()) {
     return Invalid("messages", "messages is required: a list of {role, content}");
   }
   std::vector<ChatMessage>& out = r.messages.emplace();
   for (size_t i = 0; i < messages->size(); ++i) {
-    const json& m = (*messages)[i];
+    const ojson& m = (*messages)[i];
     const std::string where = absl::StrCat("messages[", i, "]");
     if (!m.is_object()) return Invalid(where, where + " must be an object {role, content}");
     const auto role = m.find("role");
@@ -187,7 +208,7 @@ absl::Status ReadMessages(const json* messages, GenerationRequest& r) {
     } else if (content->is_string()) {
       message.content = content->get<std::string>();
     } else if (content->is_array()) {
-      for (const json& part : *content) {
+      for (const ojson& part : *content) {
         const auto type = part.is_object() ? part.find("type") : part.end();
         const auto text_it = part.is_object() ? part.find("text") : part.end();
         const bool text = part.is_object() && type != part.end() && *type == "text" &&
@@ -202,6 +223,7 @@ absl::Status ReadMessages(const json* messages, GenerationRequest& r) {
     } else {
       return Invalid(where + ".content", where + ".content must be a string or a list of parts");
     }
+    if (absl::Status s = ReadMessageToolFields(m, where, message); !s.ok()) return s;
     out.push_back(std::move(message));
   }
   return absl::OkStatus();
@@ -211,9 +233,9 @@ absl::Status ReadMessages(const json* messages, GenerationRequest& r) {
 
 absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_view body,
                                                   const OpenAiServed& served) {
-  absl::StatusOr<json> parsed = ParseObject(body);
+  absl::StatusOr<ojson> parsed = ParseObject(body);
   if (!parsed.ok()) return parsed.status();
-  const json& o = *parsed;
+  const ojson& o = *parsed;
   Fields f(o);
   if (absl::Status s = CheckModel(f, served); !s.ok()) return s;
   OpenAiRequest q;
@@ -225,6 +247,9 @@ absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_vie
   }
   if (kind == ApiKind::kChat) {
     if (auto v = f.Bool("add_generation_prompt")) r.add_generation_prompt = *v;
+    if (absl::Status s = ReadToolFields(o, served.tool_call_format, q.tools, r); !s.ok()) return s;
+  } else {
+    f.Unsupported("tools", "are served on /v1/chat/completions only");
   }
 
   std::optional<int64_t> max_tokens = f.Int("max_tokens", 1, kInt32Max);
@@ -238,7 +263,7 @@ absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_vie
   if (auto v = f.Number("temperature")) r.temperature = float(*v);
   if (auto v = f.Number("top_p")) r.top_p = float(*v);
   if (auto v = f.Int("top_k", -1, kInt32Max); v && *v > 0) r.top_k = int32_t(*v);
-  if (const json* seed = f.Get("seed")) {
+  if (const ojson* seed = f.Get("seed")) {
     if (seed->is_number_unsigned()) {
       r.seed = seed->get<uint64_t>();
     } else if (seed->is_number_integer()) {
@@ -247,11 +272,11 @@ absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_vie
       f.Fail("seed", "must be an integer");
     }
   }
-  if (const json* stop = f.Get("stop")) {
+  if (const ojson* stop = f.Get("stop")) {
     if (stop->is_string()) {
       r.stop.push_back(stop->get<std::string>());
     } else if (stop->is_array()) {
-      for (const json& s : *stop) {
+      for (const ojson& s : *stop) {
         if (!s.is_string()) {
           f.Fail("stop", "must be a string or a list of strings");
           break;
@@ -291,9 +316,8 @@ absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_vie
   }
   f.Unsupported("presence_penalty", "is not served: send 0 or leave it out");
   f.Unsupported("frequency_penalty", "is not served: send 0 or leave it out");
-  f.Unsupported("tools", "are not served: leave them out");
   if (auto v = f.Bool("stream")) q.stream = *v;
-  if (const json* options = f.Get("stream_options")) {
+  if (const ojson* options = f.Get("stream_options")) {
     if (!options->is_object()) {
       f.Fail("stream_options", "must be an object");
     } else if (const auto it = options->find("include_usage");
@@ -324,38 +348,43 @@ absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_vie
   r.stop_token_ids = f.Ints("stop_token_ids", 0, kInt32Max);
   if (auto v = f.Bool("skip_special_tokens")) r.skip_special_tokens = *v;
   if (!f.status().ok()) return f.status();
-  // Constraint fields are read again from the text in order: a schema's property order is the
-  // order a model writes them in (json sorts keys).
-  static constexpr const char* kConstraintKeys[] = {
-      "response_format", "json_schema", "guided_json", "grammar", "guided_grammar",
-      "guided_regex", "guided_choice", "structured_outputs", "guided_whitespace_pattern"};
-  for (const char* key : kConstraintKeys) {
-    if (!o.contains(key)) continue;
-    const nlohmann::ordered_json ordered =
-        nlohmann::ordered_json::parse(body.begin(), body.end(), nullptr, false);
-    if (absl::Status s = ReadConstraintFields(ordered, r.constraint, q.constraint_param);
-        !s.ok()) {
-      return s;
+  // The body keeps its key order: a schema's property order is the order a model writes them in.
+  grammar::ConstraintSpec tools_constraint = std::move(r.constraint);
+  if (absl::Status s = ReadConstraintFields(o, r.constraint, q.constraint_param); !s.ok()) {
+    return s;
+  }
+  if (tools_constraint.active()) {
+    const ToolChoice::Mode mode = q.tools.choice.mode;
+    if (!r.constraint.active()) {
+      r.constraint = std::move(tools_constraint);
+      q.constraint_param = "tools";  // a tool's parameters schema is what may not compile
+    } else if (mode == ToolChoice::Mode::kRequired || mode == ToolChoice::Mode::kNamed) {
+      return Invalid(q.constraint_param,
+                     absl::StrCat(q.constraint_param, " and tool_choice both constrain the "
+                                  "output: send one"));
     }
-    break;
+    // tool_choice "auto": the other constraint governs the output; calls are still parsed.
   }
   return q;
 }
 
 absl::StatusOr<TokenizeBody> ParseTokenizeBody(absl::string_view body, const OpenAiServed& served) {
-  absl::StatusOr<json> parsed = ParseObject(body);
+  absl::StatusOr<ojson> parsed = ParseObject(body);
   if (!parsed.ok()) return parsed.status();
   Fields f(*parsed);
   if (absl::Status s = CheckModel(f, served); !s.ok()) return s;
   TokenizeBody out;
-  if (const json* messages = f.Get("messages")) {
+  if (const ojson* messages = f.Get("messages")) {
     if (f.Get("prompt") != nullptr) {
       return Invalid("prompt", "send either prompt or messages, not both");
     }
-    GenerationRequest chat;
+    GenerationRequest& chat = out.chat.emplace();
     if (absl::Status s = ReadMessages(messages, chat); !s.ok()) return s;
-    out.messages = std::move(chat.messages);
-    if (auto v = f.Bool("add_generation_prompt")) out.add_generation_prompt = *v;
+    if (auto v = f.Bool("add_generation_prompt")) chat.add_generation_prompt = *v;
+    ChatTools tools;  // only what the template sees: the tools and the kwargs
+    if (absl::Status s = ReadToolFields(*parsed, served.tool_call_format, tools, chat); !s.ok()) {
+      return s;
+    }
     if (!f.status().ok()) return f.status();
     return out;
   }
@@ -369,7 +398,7 @@ absl::StatusOr<TokenizeBody> ParseTokenizeBody(absl::string_view body, const Ope
 
 absl::StatusOr<std::vector<int32_t>> ParseDetokenizeBody(absl::string_view body,
                                                          const OpenAiServed& served) {
-  absl::StatusOr<json> parsed = ParseObject(body);
+  absl::StatusOr<ojson> parsed = ParseObject(body);
   if (!parsed.ok()) return parsed.status();
   Fields f(*parsed);
   if (absl::Status s = CheckModel(f, served); !s.ok()) return s;

@@ -14,12 +14,13 @@
 #include <cstdint>
 #include <optional>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
+#include "absl/strings/string_view.h"
 #include "absl/status/statusor.h"
 #include "engine/serving/engine.h"
 #include "nlohmann/json.hpp"
+#include "server/http/openai_tools.h"
 
 namespace heavykv::server {
 
@@ -29,12 +30,15 @@ enum class ApiKind { kCompletion, kChat };
 struct OpenAiServed {
   std::string model;                 // the served model's name (`model` must be absent or this)
   int32_t max_new_tokens_limit = 0;  // a chat without max_tokens asks for this, to the context
+  // The chat template's tool-call format: the constraint of tool_choice follows it.
+  ToolCallFormat tool_call_format = ToolCallFormat::kGeneric;
 };
 
 struct OpenAiRequest {
   GenerationRequest generation;  // request_id and client are left for the caller
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage
+  ChatTools tools;             // a chat's tools, tool_choice and parallel_tool_calls
   // The field generation.constraint came from (response_format, json_schema, ...): where the
   // engine's compile errors point (openai_constraint.h).
   std::string constraint_param;
@@ -44,12 +48,13 @@ absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_vie
                                                   const OpenAiServed& served);
 
 // POST /tokenize: {"prompt": text, "add_special_tokens": true}, or as vLLM a chat:
-// {"messages": [...], "add_generation_prompt": true}, tokenized as a chat completion's prompt.
+// {"messages": [...], "add_generation_prompt": true, "tools", "chat_template_kwargs"},
+// tokenized as a chat completion's prompt.
 struct TokenizeBody {
   std::string prompt;
   bool add_special_tokens = true;
-  std::optional<std::vector<ChatMessage>> messages;
-  bool add_generation_prompt = true;
+  // A chat: messages set, with add_generation_prompt, chat_tools and chat_template_kwargs.
+  std::optional<GenerationRequest> chat;
 };
 absl::StatusOr<TokenizeBody> ParseTokenizeBody(absl::string_view body, const OpenAiServed& served);
 // POST /detokenize: {"tokens": [ids]}.

@@ -146,6 +146,94 @@ TEST(ChatTemplateTest, EveryTemplateMatchesJinja2) {
   EXPECT_GT(errors, 0);
 }
 
+// An OpenAI request's message as the server reads it (server/http/openai_json.cc does the same).
+ChatMessage ApiMessage(const nlohmann::json& m) {
+  ChatMessage out;
+  out.role = m["role"];
+  if (m["content"].is_null()) {
+    out.content_null = true;
+  } else {
+    out.content = m["content"];
+  }
+  if (m.contains("tool_calls")) {
+    for (const auto& c : m["tool_calls"]) {
+      out.tool_calls.push_back({c["id"], c["type"], c["function"]["name"],
+                                c["function"]["arguments"]});
+    }
+  }
+  if (m.contains("tool_call_id")) out.tool_call_id = m["tool_call_id"];
+  if (m.contains("name")) out.name = m["name"];
+  if (m.contains("reasoning_content")) out.reasoning_content = m["reasoning_content"];
+  return out;
+}
+
+// Tool-calling conversations (tools, assistant tool_calls with null content, tool messages,
+// reasoning_content) and chat_template_kwargs of any JSON type, as jinja2 renders them with the
+// messages vLLM prepares (tools_expected.jsonl). The JSON is parsed again from its text with
+// the keys in the file's order, as the server keeps them.
+TEST(ChatTemplateTest, ToolConversationsMatchJinja2) {
+  std::ifstream in(SourcePath("tests/data/chat_templates/tools_expected.jsonl"));
+  std::string line;
+  std::map<std::string, std::optional<ChatTemplate>> parsed;
+  int rendered = 0, raised = 0, with_tools = 0;
+  while (std::getline(in, line)) {
+    const auto j = nlohmann::ordered_json::parse(line);
+    const std::string name = j["template"];
+    if (!parsed.count(name)) {
+      auto t =
+          ChatTemplate::Parse(ReadText(SourcePath("tests/data/chat_templates/" + name + ".jinja")));
+      ASSERT_TRUE(t.ok()) << name << ": " << t.status();
+      parsed.emplace(name, std::move(*t));
+    }
+    ChatRenderOptions opts;
+    opts.bos_token = j["bos_token"];
+    opts.eos_token = j["eos_token"];
+    opts.add_generation_prompt = j["add_generation_prompt"];
+    opts.now = ReferenceNow();
+    opts.tools_json = j["tools"].dump();
+    if (j.contains("extra")) opts.extra_json = j["extra"].dump();
+    std::vector<ChatMessage> messages;
+    for (const auto& m : j["messages"]) messages.push_back(ApiMessage(nlohmann::json::parse(m.dump())));
+    auto out = parsed.at(name)->Render(messages, opts);
+    const std::string where = name + " conversation " + j["conversation"].dump() +
+                              " add_generation_prompt=" + j["add_generation_prompt"].dump() +
+                              (j.contains("extra") ? " extra " + j["extra"].dump() : "");
+    if (j.contains("rendered")) {
+      ++rendered;
+      ASSERT_TRUE(out.ok()) << where << ": " << out.status();
+      EXPECT_EQ(*out, j["rendered"].template get<std::string>()) << where;
+      with_tools += out->find("get_weather") != std::string::npos;
+    } else if (j.contains("raised")) {
+      ++raised;
+      ASSERT_FALSE(out.ok()) << where;
+      EXPECT_EQ(out.status().message(), j["raised"].template get<std::string>()) << where;
+    } else {
+      EXPECT_FALSE(out.ok()) << where << " renders, jinja2 fails with " << j["error"];
+    }
+  }
+  EXPECT_GT(rendered, 80);
+  EXPECT_GT(raised, 10);
+  EXPECT_GT(with_tools, 40);
+}
+
+TEST(ChatTemplateTest, BadJsonVariablesAreInvalidArgument) {
+  const std::string source = "{{ tools | tojson }}{{ x }}";
+  ChatRenderOptions opts;
+  opts.tools_json = "[{\"a\": 1}";
+  EXPECT_EQ(Render(source, {}, opts).status().code(), absl::StatusCode::kInvalidArgument);
+  opts.tools_json = "{}";
+  EXPECT_EQ(Render(source, {}, opts).status().code(), absl::StatusCode::kInvalidArgument);
+  opts.tools_json = "[{\"b\": 2, \"a\": [1.0, null, true]}]";
+  opts.extra_json = "{\"x\": {\"y\": 3}, \"tools\": 5}";
+  EXPECT_EQ(Ok(source, {}, opts), "[{\"b\": 2, \"a\": [1.0, null, true]}]{'y': 3}");
+  ChatMessage call{"assistant", ""};
+  call.tool_calls.push_back({"id", "function", "f", "[1]"});
+  auto r = Render("{{ messages }}", {call}, {});
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(r.status().message().find("messages[0].tool_calls[0].function.arguments"),
+            std::string::npos);
+}
+
 // One-line templates of the expression language (tests/data/chat_templates/snippets.txt), each
 // rendered by jinja2 into expected.jsonl.
 TEST(ChatTemplateTest, ExpressionSnippetsMatchJinja2) {

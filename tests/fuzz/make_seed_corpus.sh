@@ -9,7 +9,7 @@ HEAVYKV="${1:-build-asan/bin/heavykv}"
 OUT=tests/fuzz/corpus
 rm -rf "$OUT"
 for t in model_loader tokenizer bpe_tokenizer request_validation proto_convert gguf chat_template \
-  http_request grammar_compile; do
+  http_request grammar_compile chat_output; do
   mkdir -p "$OUT/${t}_fuzzer"
 done
 # gguf_fuzzer: written from the GGUF specification by its own script.
@@ -200,4 +200,28 @@ seeds = {
 }
 for name, (flags, source, text) in seeds.items():
     open(os.path.join(out, name), "wb").write(bytes([flags]) + source + b"\0" + text)
+PY
+
+# chat_output_fuzzer: flags byte (bits 0-1 the tool-call format: 0 Qwen, 1 Llama 3, 2 generic;
+# bit 2 the prompt opened a reasoning block) | split seed byte | a model's text: calls of each
+# format, reasoning blocks, and calls cut short or broken.
+python3 - "$OUT/chat_output_fuzzer" <<'PY'
+import os, sys
+out = sys.argv[1]
+seeds = {
+    "qwen_calls": (0, b'Checking.\n<tool_call>\n{"name": "get_weather", "arguments": {"city": '
+                      b'"Paris", "days": [1, 2]}}\n</tool_call>\n<tool_call>\n{"name": "f", '
+                      b'"arguments": {}}\n</tool_call>'),
+    "qwen_broken": (0, b'<tool_call>\n{"name": "rm", "arguments": {}}\n</tool_call> <tool_ca'
+                       b'll>{"name": "get_time", "arguments": {"s": "\\"}\\\\"'),
+    "llama3_calls": (1, b'<|python_tag|>{"type": "function", "name": "get_time", "parameters": '
+                        b'{"tz": "UTC"}}; {"name": "f", "parameters": {}}'),
+    "generic_list": (2, b'[{"name": "f", "arguments": {"a": [{"b": null}]}}, {"name": '
+                        b'"get_weather", "arguments": {}}] trailing'),
+    "reasoning": (4, b'hmm <tool_call> 2+2\n</think>\n\n<tool_call>\n{"name": "f", '
+                     b'"arguments": {}}\n</tool_call>'),
+    "think_tags": (0, b' <think>\nA </thi nk> B\n</think>\n\nAnswer <think> again'),
+}
+for i, (name, (flags, text)) in enumerate(sorted(seeds.items())):
+    open(os.path.join(out, name), "wb").write(bytes([flags, i * 37 % 256]) + text)
 PY

@@ -427,7 +427,7 @@ TEST_F(OpenAiE2eTest, EveryRefusalNamesOpenAiFields) {
       {kFast, "POST", c, body({{"prompt", "x"}, {"frequency_penalty", 1}}), 400,
        "frequency_penalty", "is not served"},
       {kFast, "POST", c, body({{"prompt", "x"}, {"tools", {{{"type", "function"}}}}}), 400,
-       "tools", "tools are not served"},
+       "tools", "tools are served on /v1/chat/completions only"},
       {kFast, "POST", c, body({{"prompt", "x"}, {"logprobs", 21}}), 400, "logprobs",
        "logprobs must be an integer in [0, 20]"},
       {kFast, "POST", c, body({{"prompt", "x"}, {"stream", "yes"}}), 400, "stream",
@@ -1100,6 +1100,184 @@ TEST_F(OpenAiE2eTest, ChatLogprobsAndChatTokenize) {
   ExpectError(Post(fast_->http_port(), "/tokenize", {{"messages", messages}}), 400,
               "invalid_request_error", "messages");
   EXPECT_EQ(chat->WaitIdle().pages_used(), 0);
+}
+
+// A chat message or stream delta of a request with tools holds only OpenAI's fields, each of its
+// type: content a string or null, reasoning_content a string or null, tool_calls well formed.
+void ExpectChatShape(const json& m, bool delta) {
+  for (const auto& [key, value] : m.items()) {
+    EXPECT_TRUE(key == "role" || key == "content" || key == "reasoning_content" ||
+                key == "tool_calls")
+        << m;
+  }
+  if (m.contains("content")) EXPECT_TRUE(m["content"].is_string() || m["content"].is_null()) << m;
+  if (m.contains("reasoning_content")) {
+    EXPECT_TRUE(m["reasoning_content"].is_string() || m["reasoning_content"].is_null()) << m;
+  }
+  if (!m.contains("tool_calls")) return;
+  for (const json& t : m["tool_calls"]) {
+    if (delta) {
+      EXPECT_TRUE(t["index"].is_number_integer()) << t;
+    } else {
+      EXPECT_EQ(t["id"].get<std::string>().substr(0, 5), "call_") << t;
+      EXPECT_EQ(t["type"], "function") << t;
+      EXPECT_TRUE(t["function"]["name"].is_string()) << t;
+    }
+    EXPECT_TRUE(t["function"]["arguments"].is_string()) << t;
+  }
+}
+
+// Tools, tool-call history and chat_template_kwargs reach the chat template (the prompt grows by
+// what the Qwen3 template writes for them), the response has OpenAI's shape whatever the random
+// model writes, streamed or not; tool_choice "required" or a named tool makes it a call that
+// parses back (arguments by the schema); a tool_choice naming no tool is a 400 naming it.
+TEST_F(OpenAiE2eTest, ChatWithToolsIsWellFormed) {
+  ServerProcess* chat = ChatServer();
+  if (chat == nullptr) GTEST_SKIP() << "../shared/gguf/qwen-vocab.gguf is absent";
+  const json tools = json::parse(R"([{"type": "function", "function": {"name": "get_weather",
+      "description": "Get the current weather in a city.", "parameters": {"type": "object",
+      "properties": {"city": {"type": "string"}}, "required": ["city"]}}}])");
+  json body = {{"messages", {{{"role", "user"}, {"content", "Weather in Paris?"}}}},
+               {"max_tokens", 12}, {"temperature", 0}};
+  const auto prompt_tokens = [&](const json& b) {
+    const HttpResponse r = Post(chat->http_port(), "/v1/chat/completions", b);
+    EXPECT_EQ(r.status, 200) << r.body;
+    const json j = json::parse(r.body, nullptr, false);
+    return j.is_object() ? j["usage"]["prompt_tokens"].get<int>() : -1;
+  };
+  const int plain = prompt_tokens(body);
+  json no_thinking = body;
+  no_thinking["chat_template_kwargs"] = {{"enable_thinking", false}};
+  EXPECT_GT(prompt_tokens(no_thinking), plain);  // <think>\n\n</think>\n\n
+
+  body["tools"] = tools;
+  const HttpResponse r = Post(chat->http_port(), "/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  EXPECT_GT(j["usage"]["prompt_tokens"].get<int>(), plain + 30);  // the tools' section
+  // /tokenize (vLLM's chat form, with the tools) counts the same prompt.
+  const HttpResponse t = Post(chat->http_port(), "/tokenize",
+                              {{"messages", body["messages"]}, {"tools", tools}});
+  ASSERT_EQ(t.status, 200) << t.body;
+  EXPECT_EQ(json::parse(t.body)["count"], j["usage"]["prompt_tokens"]);
+  const json& message = j["choices"][0]["message"];
+  EXPECT_EQ(message["role"], "assistant");
+  ExpectChatShape(message, /*delta=*/false);
+  EXPECT_TRUE(message.contains("reasoning_content"));  // Qwen3's template thinks
+  const std::string finish = j["choices"][0]["finish_reason"];
+  EXPECT_TRUE(finish == "length" || finish == "stop" || finish == "tool_calls") << finish;
+
+  body["stream"] = true;
+  const HttpResponse s = Post(chat->http_port(), "/v1/chat/completions", body);
+  ASSERT_EQ(s.status, 200) << s.body;
+  const std::vector<json> events = SseEvents(s.body);
+  ASSERT_GE(events.size(), 2u);
+  for (const json& e : events) ExpectChatShape(e["choices"][0]["delta"], /*delta=*/true);
+  EXPECT_EQ(events.back()["choices"][0]["finish_reason"], finish);
+
+  // A conversation that called a tool and got its answer renders, and is longer.
+  json history = body;
+  history["stream"] = false;
+  history["messages"].push_back(json::parse(R"({"role": "assistant", "content": null,
+      "tool_calls": [{"id": "call_1", "type": "function", "function": {"name": "get_weather",
+      "arguments": "{\"city\": \"Paris\"}"}}]})"));
+  history["messages"].push_back(
+      json::parse(R"({"role": "tool", "tool_call_id": "call_1", "content": "21 C, clear"})"));
+  EXPECT_GT(prompt_tokens(history), j["usage"]["prompt_tokens"].get<int>() + 10);
+
+  // tool_choice "required" and a named tool hold even a random model to a call of the template's
+  // format with arguments by the tool's schema; the response parses it back.
+  const json enum_tools = json::parse(R"([
+      {"type": "function", "function": {"name": "get_weather", "parameters": {"type": "object",
+       "properties": {"city": {"type": "string", "enum": ["Paris", "Oslo"]}},
+       "required": ["city"], "additionalProperties": false}}},
+      {"type": "function", "function": {"name": "get_time", "parameters": {"type": "object",
+       "properties": {"tz": {"const": "UTC"}}, "required": ["tz"],
+       "additionalProperties": false}}}])");
+  for (const json& choice : {json("required"), json::parse(R"({"type": "function",
+                                                   "function": {"name": "get_time"}})")}) {
+    json forced = {{"messages", body["messages"]}, {"tools", enum_tools},
+                   {"tool_choice", choice}, {"parallel_tool_calls", false},
+                   {"max_tokens", 200}, {"temperature", 0}};
+    const HttpResponse f = Post(chat->http_port(), "/v1/chat/completions", forced);
+    ASSERT_EQ(f.status, 200) << f.body;
+    const json fj = json::parse(f.body);
+    const json& fm = fj["choices"][0]["message"];
+    ExpectChatShape(fm, /*delta=*/false);
+    EXPECT_EQ(fj["choices"][0]["finish_reason"], "tool_calls") << f.body;
+    ASSERT_EQ(fm["tool_calls"].size(), 1u) << f.body;
+    EXPECT_TRUE(fm["content"].is_null()) << f.body;
+    const std::string name = fm["tool_calls"][0]["function"]["name"];
+    const json args = json::parse(fm["tool_calls"][0]["function"]["arguments"].get<std::string>());
+    if (choice.is_object()) EXPECT_EQ(name, "get_time");
+    if (name == "get_time") {
+      EXPECT_EQ(args, json::parse(R"({"tz": "UTC"})"));
+    } else {
+      ASSERT_EQ(name, "get_weather");
+      EXPECT_TRUE(args == json::parse(R"({"city": "Paris"})") ||
+                  args == json::parse(R"({"city": "Oslo"})"))
+          << args;
+    }
+    // Streamed: the same call, id and name first, then the argument fragments.
+    forced["stream"] = true;
+    const HttpResponse fs = Post(chat->http_port(), "/v1/chat/completions", forced);
+    ASSERT_EQ(fs.status, 200) << fs.body;
+    std::string streamed_name, streamed_args;
+    const std::vector<json> fe = SseEvents(fs.body);
+    for (const json& e : fe) {
+      const json& d = e["choices"][0]["delta"];
+      ExpectChatShape(d, /*delta=*/true);
+      if (!d.contains("tool_calls")) continue;
+      for (const json& t : d["tool_calls"]) {
+        EXPECT_EQ(t["index"], 0);
+        if (t["function"].contains("name")) {
+          streamed_name += t["function"]["name"].get<std::string>();
+        }
+        streamed_args += t["function"]["arguments"].get<std::string>();
+      }
+    }
+    EXPECT_EQ(streamed_name, name);
+    EXPECT_EQ(json::parse(streamed_args), args);
+    EXPECT_EQ(fe.back()["choices"][0]["finish_reason"], "tool_calls");
+  }
+
+  json bad = body;
+  bad["tool_choice"] = {{"type", "function"}, {"function", {{"name", "get_time"}}}};
+  ExpectError(Post(chat->http_port(), "/v1/chat/completions", bad), 400, "invalid_request_error",
+              "tool_choice");
+  EXPECT_EQ(chat->WaitIdle().pages_used(), 0);
+}
+
+// A template whose generation prompt opens a reasoning block (DeepSeek-R1's way): the random
+// model's output, which never closes it, is all reasoning_content, whole and streamed alike.
+TEST_F(OpenAiE2eTest, ReasoningOpenedByThePromptIsReasoningContent) {
+  if (ChatServer() == nullptr) GTEST_SKIP() << "../shared/gguf/qwen-vocab.gguf is absent";
+  const std::string source = dir_->File("r1.jinja");
+  std::ofstream(source) << "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}"
+                           "<|im_end|>\n{% endfor %}<|im_start|>assistant\n<think>\n"
+                           "{# a reasoning block ends with </think> #}";
+  ServerProcess r1({"--model", chat_model_, "--threads", "1", "--chat-template", source});
+  ASSERT_TRUE(r1.ok() && r1.http_port() > 0) << r1.log();
+  json body = {{"messages", {{{"role", "user"}, {"content", "2+2?"}}}},
+               {"max_tokens", 16}, {"ignore_eos", true}, {"temperature", 0}};
+  const HttpResponse r = Post(r1.http_port(), "/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json m = json::parse(r.body)["choices"][0]["message"];
+  ASSERT_TRUE(m["reasoning_content"].is_string()) << m;
+  EXPECT_FALSE(m["reasoning_content"].get<std::string>().empty()) << m;
+  EXPECT_TRUE(m["content"].is_null()) << m;
+
+  body["stream"] = true;
+  const HttpResponse s = Post(r1.http_port(), "/v1/chat/completions", body);
+  ASSERT_EQ(s.status, 200) << s.body;
+  std::string reasoning;
+  for (const json& e : SseEvents(s.body)) {
+    const json& d = e["choices"][0]["delta"];
+    if (d.contains("content")) EXPECT_EQ(d["content"], "") << d;  // only the role's chunk
+    if (d.contains("reasoning_content")) reasoning += d["reasoning_content"].get<std::string>();
+  }
+  EXPECT_EQ(reasoning, m["reasoning_content"]);
+  EXPECT_EQ(r1.WaitIdle().pages_used(), 0);
 }
 
 }  // namespace

@@ -198,10 +198,18 @@ TEST(OpenAiJsonTest, TokenizeAndDetokenizeBodies) {
   auto chat = ParseTokenizeBody(
       R"({"messages":[{"role":"user","content":"Hi"}],"add_generation_prompt":false})", kServed);
   ASSERT_TRUE(chat.ok()) << chat.status();
-  ASSERT_TRUE(chat->messages.has_value());
-  EXPECT_EQ(chat->messages->at(0).content, "Hi");
-  EXPECT_FALSE(chat->add_generation_prompt);
-  EXPECT_TRUE(ParseTokenizeBody(R"({"messages":[]})", kServed)->add_generation_prompt);
+  ASSERT_TRUE(chat->chat.has_value());
+  EXPECT_EQ(chat->chat->messages->at(0).content, "Hi");
+  EXPECT_FALSE(chat->chat->add_generation_prompt);
+  EXPECT_TRUE(ParseTokenizeBody(R"({"messages":[]})", kServed)->chat->add_generation_prompt);
+  // With the tools and kwargs a chat completion renders.
+  auto tools = ParseTokenizeBody(
+      R"({"messages":[],"tools":[{"type":"function","function":{"name":"f"}}],)"
+      R"("chat_template_kwargs":{"enable_thinking":false}})",
+      kServed);
+  ASSERT_TRUE(tools.ok()) << tools.status();
+  EXPECT_EQ(tools->chat->chat_tools, R"([{"type":"function","function":{"name":"f"}}])");
+  EXPECT_EQ(tools->chat->chat_template_kwargs, R"({"enable_thinking":false})");
   EXPECT_EQ(Error(ParseTokenizeBody(R"({"messages":[{"role":1}]})", kServed).status())["param"],
             "messages[0].role");
   EXPECT_EQ(Error(ParseTokenizeBody(R"({"messages":[],"prompt":"x"})", kServed).status())["param"],

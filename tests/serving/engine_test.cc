@@ -13,6 +13,7 @@
 #include <sstream>
 #include <thread>
 
+#include "engine/grammar/constraint.h"
 #include "engine/runner/model_runner.h"
 #include "engine/serving/generator.h"
 #include "engine/serving/request_validation.h"
@@ -1122,6 +1123,56 @@ TEST_F(EngineTest, ConstraintsThatDoNotCompileAreRefusedInSubmit) {
   absl::StatusOr<std::shared_ptr<RequestHandle>> h = engine->Submit(r, c.Callback());
   EXPECT_TRUE(absl::IsInvalidArgument(h.status())) << h.status();
   EXPECT_NE(h.status().message().find("choice"), std::string::npos) << h.status();
+}
+
+// A constraint whose automaton passes its limits mid-way (here more open parses than a state may
+// hold, after the first byte) ends its request with an error naming the limit; its pages are
+// freed and a request beside it is unharmed.
+TEST_F(EngineTest, AConstraintPastItsLimitsEndsWithAnErrorAndFreesItsPages) {
+  auto engine = Make(64);
+  std::string gbnf = "root ::= \"b\"";
+  for (int i = 0; i < 3000; ++i) gbnf += " x";
+  gbnf += "\nx ::= \"a\"*\n";
+  GenerationRequest r = Greedy("Once upon a time", 16);
+  r.constraint.kind = grammar::ConstraintSpec::Kind::kGbnf;
+  r.constraint.text = gbnf;
+  Collector c, free;
+  ASSERT_TRUE(engine->Submit(r, c.Callback()).ok());
+  ASSERT_TRUE(engine->Submit(Greedy("Once upon a time", 16), free.Callback()).ok());
+  c.Wait();
+  free.Wait();
+  EXPECT_EQ(c.last.finish_reason, "error");
+  EXPECT_NE(c.last.error.find("ambiguous"), std::string::npos) << c.last.error;
+  EXPECT_EQ(free.text, Alone("Once upon a time", 16, "full", 0));
+  EXPECT_EQ(engine->Stats().pages_used, 0);
+}
+
+// A constraint holds under every KV policy and with a prompt prefix taken from the cache.
+TEST_F(EngineTest, ConstraintsHoldUnderEveryPolicyAndWithACachedPrefix) {
+  auto engine = Make(64);
+  grammar::ConstraintSpec regex;
+  regex.kind = grammar::ConstraintSpec::Kind::kRegex;
+  regex.text = " (Lily|Tom|Sue) (ran|sat|saw) [a-z ]{3,30}\\.";
+  const std::string prompt(200, 'a');  // long enough to evict and to cache its blocks
+  for (const char* policy : {"full", "window", "sink", "h2o", "tova", "scissorhands", "knorm",
+                             "snapkv"}) {
+    for (int round = 0; round < 2; ++round) {  // the second finds the prompt's blocks cached
+      GenerationRequest r = Greedy(prompt, 40);
+      r.policy = policy;
+      if (std::string(policy) != "full") r.budget_tokens = 64;
+      r.constraint = regex;
+      Collector c;
+      ASSERT_TRUE(engine->Submit(r, c.Callback()).ok()) << policy;
+      c.Wait();
+      SCOPED_TRACE(policy);
+      EXPECT_TRUE(c.last.finish_reason == "stop" || c.last.finish_reason == "length")
+          << c.last.finish_reason << " " << c.last.error;
+      if (c.last.finish_reason == "stop") {
+        ASSERT_TRUE(grammar::Matches(*grammar::CompileGrammar(regex), c.text)) << c.text;
+      }
+    }
+  }
+  EXPECT_GT(engine->Stats().prefix_hits, 0);
 }
 
 }  // namespace
