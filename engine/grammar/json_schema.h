@@ -23,21 +23,25 @@
 //  - Text forms: keys, enum/const strings and pattern/format strings only as json.dumps writes
 //    them (no \u escape for a printable character); numbers under bounds in fixed notation
 //    (exponents only where every number of that form is in range); integers as integers or
-//    with a zero fraction (draft 4: integers only).
+//    with one zero, as Python writes an integral float ("3.0"; draft 4: integers only).
 //  - Objects: up to 8 listed properties in any order, each at most once; more in any order
-//    with the required ones tracked (up to 8 of them) and a key allowed to repeat (harmless:
-//    each occurrence's value passes the key's schema and the parser keeps one); past that, in
-//    the schema's order.
+//    with the keys that required, dependencies or key conditions name tracked (up to 8) and a
+//    key allowed to repeat (harmless: each occurrence's value passes the key's schema and the
+//    parser keeps one); past that, in the schema's order.
 //  - Formats jsonschema checks are compiled as strict subsets (date, time, date-time, uuid,
 //    ipv4, ipv6, hostname, email, uri and friends as scheme://..., duration, json-pointer);
 //    the other checked formats (regex, uri-template, idn-*, color, ...) refuse; unchecked ones
 //    (int32, byte, ...) are annotations.
 //  - pattern: Python's re and ECMA-262 where they agree (json_string_regex.h).
 //  - allOf and $ref beside other keywords are merged (stricter than draft 7's ignored siblings).
-// Refused: oneOf whose branches may overlap, not (but of types and required keys), if/then/else
-// (but boolean if), uniqueItems (but at most one item), contains (but trivial), remote $ref,
-// $dynamicRef, dependentSchemas, propertyNames, multipleOf but integers 1..100 unbounded,
-// patternProperties matching a listed key with additionalProperties false.
+//  - oneOf of objects told apart by required keys ({properties, required} branches): every
+//    branch's property schemas apply to every key present; exactly one branch's keys present.
+// Refused: other oneOf whose branches may overlap, not (but of types and of required keys),
+// if/then/else (but boolean if), uniqueItems (but at most one item), contains (but trivial),
+// remote $ref, $dynamicRef, dependentSchemas, propertyNames beside listed properties,
+// multipleOf but integers 1..100 without bounds, patternProperties matching a listed key with
+// additionalProperties false, minProperties past 1 / maxProperties where keys are open.
+// Enum and const values are checked against the whole schema instead (any keyword above).
 #pragma once
 
 #include <string>
