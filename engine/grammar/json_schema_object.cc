@@ -89,11 +89,22 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
     const json& d = s[kw];
     if (!d.is_object()) return SchemaError(kw, Child(ptr, kw), "not an object");
     for (auto it = d.begin(); it != d.end(); ++it) {
-      if (!it.value().is_array()) {
+      // {required: [...]} (annotations aside) says what an array says.
+      json list = it.value();
+      if (list.is_object() && list.contains("required") && list["required"].is_array()) {
+        bool only_required = true;
+        for (auto jt = list.begin(); jt != list.end(); ++jt) {
+          only_required &= jt.key() == "required" || !IsAssertionKeyword(jt.key());
+        }
+        if (only_required) list = json(list["required"]);
+      } else if (IsTrivialSchema(list)) {
+        list = json::array();
+      }
+      if (!list.is_array()) {
         return SchemaError(kw, Child(Child(ptr, kw), it.key()), "compiles only as an array");
       }
       std::vector<int> needs;
-      for (const json& r : it.value()) {
+      for (const json& r : list) {
         if (!r.is_string() || index_of(r.get<std::string>()) == int(keys.size())) {
           return SchemaError(kw, Child(Child(ptr, kw), it.key()),
                              "compiles only between properties the schema lists");
@@ -188,7 +199,11 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
                        Child(ptr, max_props >= 0 ? "maxProperties" : "minProperties"),
                        "compiles only with no properties listed or additionalProperties false");
   }
-  // A listed key that a pattern matches takes both schemas.
+  // A listed key that a pattern matches takes both schemas. Where only pattern keys may be
+  // added, such a key's text is a pattern key too: that member then takes the listed key's
+  // schema as well (stricter for the other pattern keys; a repeat of the key is harmless, but
+  // would hide the key from key conditions, so those refuse).
+  std::vector<json> listed_for_patterns;
   for (int i = 0; i < n; ++i) {
     std::vector<json> all = {values[i]};
     for (const auto& [pattern, schema] : patterns) {
@@ -199,8 +214,11 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
       }
       if (!*m) continue;
       if (!open) {
-        return SchemaError("patternProperties", Child(Child(ptr, "patternProperties"), pattern),
-                           "matches a listed property while additionalProperties is false");
+        if (!rules.empty() || !deps.empty()) {
+          return SchemaError("patternProperties", Child(Child(ptr, "patternProperties"), pattern),
+                             "matches a listed property that a key condition names");
+        }
+        listed_for_patterns.push_back(values[i]);
       }
       all.push_back(schema);
     }
@@ -224,8 +242,8 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
     Expr key = t_.CanonicalStringExcept(keys);
     if (names) {
       // Keys are strings: the names schema as a string schema.
-      absl::StatusOr<json> as_string = schemas_.MergeInto(json{{"type", "string"}}, *names,
-                                                          Child(ptr, "propertyNames"));
+      absl::StatusOr<json> as_string =
+          schemas_.MergeInto(json{{"type", "string"}}, *names, Child(ptr, "propertyNames"));
       if (!as_string.ok()) return as_string.status();
       absl::StatusOr<Expr> k = Compile(*as_string, Child(ptr, "propertyNames"), depth + 1);
       if (!k.ok()) return k.status();
@@ -233,9 +251,9 @@ absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& p
     }
     extra = b_.Seq({key, t_.Colon(), *v});
   } else if (!patterns.empty()) {
-    // Only keys a pattern matches (and none of the listed ones, checked above).
+    // Only keys a pattern matches.
     std::vector<Expr> key_alts;
-    std::vector<json> all;
+    std::vector<json> all = listed_for_patterns;
     for (const auto& [pattern, schema] : patterns) {
       absl::StatusOr<StringRegex> re = CompileStringRegex(b_, pattern);
       if (!re.ok()) {

@@ -483,12 +483,10 @@ absl::StatusOr<json> SchemaSet::Merge(json a, json b, const std::string& ptr, in
     json patterns;
     if (a.contains("patternProperties") || b.contains("patternProperties")) {
       const bool one_side = a.contains("patternProperties") != b.contains("patternProperties");
-      if (!one_side || a.contains("additionalProperties") ||
-          b.contains("additionalProperties")) {
+      if (!one_side || a.contains("additionalProperties") || b.contains("additionalProperties")) {
         return SchemaError("patternProperties", ptr, "does not merge (allOf)");
       }
-      patterns = a.contains("patternProperties") ? a["patternProperties"]
-                                                 : b["patternProperties"];
+      patterns = a.contains("patternProperties") ? a["patternProperties"] : b["patternProperties"];
       a.erase("patternProperties");
       b.erase("patternProperties");
       r.erase("patternProperties");
@@ -631,6 +629,14 @@ absl::StatusOr<json> SchemaSet::Merge(json a, json b, const std::string& ptr, in
         for (const json& x : p.value()) d[p.key()].push_back(x);
       }
       r[k] = d;
+    } else if (k == "not" && va.is_object() && vb.is_object() && va.size() == 1 && vb.size() == 1 &&
+               va.contains("type") && vb.contains("type")) {
+      // not A and not B = not (A or B): the types together.
+      absl::StatusOr<uint32_t> ta = TypeMask(va["type"]), tb = TypeMask(vb["type"]);
+      if (!ta.ok() || !tb.ok()) return SchemaError(k, kp, "bad types");
+      const json t = TypeJson(*ta | *tb);
+      if (t.is_null()) return SchemaError(k, kp, "the types do not join in type names");
+      r[k] = json{{"type", t}};
     } else if (k == "anyOf" || k == "oneOf") {
       // (A1|A2) and (B1|B2) = (A1 and (B1|B2)) | (A2 and (B1|B2)): each branch of one list
       // carries the other list, distributed again when the branch is compiled.

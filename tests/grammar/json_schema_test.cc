@@ -103,6 +103,20 @@ TEST(JsonSchemaTest, ManyPropertiesTakeAnyOrderAndTrackTheRequiredOnes) {
   EXPECT_FALSE(Matches(g, R"({"k3": 1, "k9": 2, "k3": "1"})"));
 }
 
+TEST(JsonSchemaTest, PatternKeysBesideListedOnes) {
+  Grammar g = MustCompile(R"({"type": "object", "properties": {"x-id": {"type": "integer"}},
+      "patternProperties": {"^x-": {"type": ["integer", "string"]}},
+      "additionalProperties": false, "dependencies": {}})");
+  EXPECT_TRUE(Matches(g, R"({"x-id": 1, "x-name": 2})"));
+  EXPECT_FALSE(Matches(g, R"({"x-id": "1"})"));  // the listed key's schema holds either way
+  EXPECT_FALSE(Matches(g, R"({"y": 1})"));
+  Grammar d = MustCompile(R"({"properties": {"a": {}, "b": {}},
+      "dependencies": {"a": {"required": ["b"]}}})");
+  EXPECT_TRUE(Matches(d, R"({"a": 1, "b": 2})"));
+  EXPECT_TRUE(Matches(d, R"({"b": 2})"));
+  EXPECT_FALSE(Matches(d, R"({"a": 1})"));
+}
+
 TEST(JsonSchemaTest, PropertyNamesShapeTheKeys) {
   Grammar g = MustCompile(R"({"type": "object", "propertyNames": {"pattern": "^[a-z]+$",
       "maxLength": 3}, "additionalProperties": {"type": "integer"}})");
@@ -166,8 +180,9 @@ TEST(JsonSchemaTest, NumberRangesAgreeWithDecimalComparison) {
       const int clo = Decimal::Compare(dx, dlo), chi = Decimal::Compare(dx, dhi);
       bool valid = (lo_ex ? clo > 0 : clo >= 0) && (hi_ex ? chi < 0 : chi <= 0);
       // Integers as integers or with one zero ("3.0", as Python writes an integral float).
-      if (integer) valid = valid && dx.IsInteger() && (x.find('.') == std::string::npos ||
-                                                       x.substr(x.find('.')) == ".0");
+      if (integer)
+        valid = valid && dx.IsInteger() &&
+                (x.find('.') == std::string::npos || x.substr(x.find('.')) == ".0");
       EXPECT_EQ(Matches(g, x), valid) << schema << " on " << x;
     }
   }
@@ -308,10 +323,23 @@ TEST(JsonSchemaTest, PatternsMatchTheDecodedString) {
 // Patterns on random strings against std::regex (ECMAScript) as a reference: a string the
 // grammar takes is one the pattern finds, and over ASCII the two agree.
 TEST(JsonSchemaTest, PatternsAgreeWithStdRegex) {
-  const char* const kPatterns[] = {
-      "^[a-z]+$", "a|b0", "^(ab|b)*$", "[0-9]{2,3}", "^\\d+(\\.\\d+)?$", "^[^a]*$", "\\s",
-      "^[\\w.-]+@[\\w.-]+$", "b{2}", "^.$", "^\\W*$", "(?:a|\\\\)x", "^[\"-]+", "^$",
-      "^a?b?$", "[^\\S]", "x*$"};
+  const char* const kPatterns[] = {"^[a-z]+$",
+                                   "a|b0",
+                                   "^(ab|b)*$",
+                                   "[0-9]{2,3}",
+                                   "^\\d+(\\.\\d+)?$",
+                                   "^[^a]*$",
+                                   "\\s",
+                                   "^[\\w.-]+@[\\w.-]+$",
+                                   "b{2}",
+                                   "^.$",
+                                   "^\\W*$",
+                                   "(?:a|\\\\)x",
+                                   "^[\"-]+",
+                                   "^$",
+                                   "^a?b?$",
+                                   "[^\\S]",
+                                   "x*$"};
   const std::string alphabet = "ab01x-. _@\"\\\n\t";
   std::mt19937 rng(7);
   for (const char* p : kPatterns) {
