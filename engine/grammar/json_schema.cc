@@ -193,7 +193,24 @@ absl::StatusOr<Expr> Compiler::CompileNormalized(const json& s, const std::strin
       }
     }
     const int n = int(s["oneOf"].size());
-    if (key_branches && (typed == 0 || typed == n)) {
+    // Branches already disjoint (a discriminator's values) compile exactly as alternatives.
+    const auto disjoint = [&]() -> bool {
+      json base = s;
+      base.erase("oneOf");
+      std::vector<json> merged;
+      for (size_t i = 0; i < s["oneOf"].size(); ++i) {
+        absl::StatusOr<json> m = schemas_.MergeInto(base, s["oneOf"][i], ptr);
+        if (!m.ok()) return false;
+        merged.push_back(*std::move(m));
+      }
+      for (size_t i = 0; i < merged.size(); ++i) {
+        for (size_t j = i + 1; j < merged.size(); ++j) {
+          if (!schemas_.Disjoint(merged[i], merged[j])) return false;
+        }
+      }
+      return true;
+    };
+    if (key_branches && (typed == 0 || typed == n) && !disjoint()) {
       json base = s;
       base.erase("oneOf");
       json presence = json::array();
