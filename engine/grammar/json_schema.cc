@@ -3,30 +3,16 @@
 #include <algorithm>
 #include <bit>
 #include <chrono>
-#include <map>
-#include <set>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
+#include "engine/grammar/json_schema_compiler.h"
 #include "engine/grammar/json_schema_set.h"
 #include "engine/grammar/json_string_regex.h"
 #include "engine/grammar/json_text.h"
 
 namespace heavykv::grammar {
-namespace {
-
-using json = nlohmann::ordered_json;
-using Expr = GrammarBuilder::Expr;
-
-// The longest string a length bound is written out for.
-constexpr int64_t kMaxLength = 1'000'000;
-
-// Objects with at most this many named properties take them in any order, each once; larger
-// ones in any order too when they have at most kMaxRequiredTracked required properties.
-constexpr int kMaxAnyOrderProperties = 8;
-constexpr int kMaxRequiredTracked = 8;
+namespace json_schema_internal {
 
 // Draft 3 and 4 validators take 1.0 for a number but not for an integer.
 bool IsDraft4(const json& root) {
@@ -34,40 +20,6 @@ bool IsDraft4(const json& root) {
   const std::string& s = root["$schema"].get_ref<const std::string&>();
   return s.find("draft-04") != std::string::npos || s.find("draft-03") != std::string::npos;
 }
-
-class Compiler {
- public:
-  Compiler(GrammarBuilder& b, const json& root, const JsonSchemaOptions& options)
-      : b_(b),
-        t_(b, options.pretty, !IsDraft4(root)),
-        options_(options),
-        schemas_(root) {}
-
-  absl::StatusOr<Expr> Compile(const json& schema, const std::string& ptr, int depth);
-  Expr AnyValue();
-
- private:
-  absl::StatusOr<Expr> CompileNormalized(const json& s, const std::string& ptr, int depth);
-  absl::StatusOr<Expr> CompileRef(const std::string& ref, const std::string& ptr, int depth);
-  absl::StatusOr<Expr> CompileEnum(const json& s, const std::string& ptr);
-  absl::StatusOr<Expr> CompileConst(const json& value, int depth);
-  absl::StatusOr<Expr> CompileString(const json& s, const std::string& ptr);
-  absl::StatusOr<Expr> CompileNumber(const json& s, const std::string& ptr, bool integer_only);
-  absl::StatusOr<Expr> NonIntegerNumber(const json& s, const std::string& ptr);
-  absl::StatusOr<Expr> CompileArray(const json& s, const std::string& ptr, int depth);
-  absl::StatusOr<Expr> CompileObject(const json& s, const std::string& ptr, int depth);
-  absl::StatusOr<uint32_t> TypesOf(const json& s, const std::string& ptr);
-
-  GrammarBuilder& b_;
-  JsonText t_;
-  JsonSchemaOptions options_;
-  SchemaSet schemas_;
-  absl::flat_hash_map<std::string, Expr> ref_rules_;
-  Expr any_value_ = -1, any_object_ = -1;
-  int num_refs_ = 0;
-  std::chrono::steady_clock::time_point deadline_ =
-      std::chrono::steady_clock::now() + std::chrono::milliseconds(options_.max_compile_ms);
-};
 
 // A schema that only says which keys an object has: {required: [...]} and/or
 // {not: {required: [...]}} (annotations aside). anyOf/oneOf lists of these compile as a
@@ -139,15 +91,16 @@ Expr Compiler::AnyValue() {
   Expr ws = t_.Ws();
   Expr member = b_.Seq({t_.AnyString(), t_.Colon(), any_value_});
   const RuleId object = b_.DeclareRule("object");
-  b_.DefineRule(object, b_.Alt({b_.Seq({b_.Literal("{"), ws, b_.Literal("}")}),
-                                b_.Seq({b_.Literal("{"), ws, member,
-                                        b_.Repeat(b_.Seq({t_.Comma(), member}), 0, -1), ws,
-                                        b_.Literal("}")})}));
+  b_.DefineRule(
+      object,
+      b_.Alt({b_.Seq({b_.Literal("{"), ws, b_.Literal("}")}),
+              b_.Seq({b_.Literal("{"), ws, member, b_.Repeat(b_.Seq({t_.Comma(), member}), 0, -1),
+                      ws, b_.Literal("}")})}));
   any_object_ = b_.Ref(object);
-  Expr array = b_.Alt({b_.Seq({b_.Literal("["), ws, b_.Literal("]")}),
-                       b_.Seq({b_.Literal("["), ws, any_value_,
-                               b_.Repeat(b_.Seq({t_.Comma(), any_value_}), 0, -1), ws,
-                               b_.Literal("]")})});
+  Expr array =
+      b_.Alt({b_.Seq({b_.Literal("["), ws, b_.Literal("]")}),
+              b_.Seq({b_.Literal("["), ws, any_value_,
+                      b_.Repeat(b_.Seq({t_.Comma(), any_value_}), 0, -1), ws, b_.Literal("]")})});
   b_.DefineRule(value, b_.Alt({any_object_, array, t_.AnyString(), t_.AnyNumber(),
                                b_.Literal("true"), b_.Literal("false"), b_.Literal("null")}));
   return any_value_;
@@ -157,14 +110,14 @@ Expr Compiler::AnyValue() {
 
 absl::StatusOr<Expr> Compiler::Compile(const json& schema, const std::string& ptr, int depth) {
   if (depth > b_.limits().max_depth) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the JSON Schema nests past the limit of ", b_.limits().max_depth, " levels at ",
-        ptr.empty() ? "/" : ptr, " (max_depth)"));
+    return absl::ResourceExhaustedError(absl::StrCat("the JSON Schema nests past the limit of ",
+                                                     b_.limits().max_depth, " levels at ",
+                                                     ptr.empty() ? "/" : ptr, " (max_depth)"));
   }
   if (std::chrono::steady_clock::now() > deadline_) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the JSON Schema takes longer than ", options_.max_compile_ms,
-        " ms to compile (max_compile_ms)"));
+    return absl::ResourceExhaustedError(absl::StrCat("the JSON Schema takes longer than ",
+                                                     options_.max_compile_ms,
+                                                     " ms to compile (max_compile_ms)"));
   }
   if (schema.is_boolean()) return schema.get<bool>() ? AnyValue() : b_.Nothing();
   if (!schema.is_object()) {
@@ -199,8 +152,7 @@ absl::StatusOr<Expr> Compiler::CompileRef(const std::string& ref, const std::str
   return e;
 }
 
-absl::StatusOr<Expr> Compiler::CompileNormalized(const json& s, const std::string& ptr,
-                                                 int depth) {
+absl::StatusOr<Expr> Compiler::CompileNormalized(const json& s, const std::string& ptr, int depth) {
   // A finite set of values: each is checked against the whole schema (not, anyOf, if ...).
   if (s.contains("enum") || s.contains("const")) return CompileEnum(s, ptr);
   // if: true / false picks then / else once and for all.
@@ -214,10 +166,69 @@ absl::StatusOr<Expr> Compiler::CompileNormalized(const json& s, const std::strin
     return Compile(*m, ptr, depth + 1);
   }
   // Unsupported assertions first, whatever the instance's type.
-  for (const char* kw : {"if", "$dynamicRef", "$recursiveRef", "dependentSchemas"}) {
+  for (const char* kw : {"if", "$dynamicRef", "$recursiveRef", "dependentSchemas", "allOf"}) {
     if (s.contains(kw)) return SchemaError(kw, Child(ptr, kw), "is not supported");
   }
   // anyOf / oneOf: each branch with the rest of the schema.
+  // oneOf of objects told apart by their required keys ({type: object, properties, required}):
+  // every branch's property schemas apply to every present key (stricter: a value one branch
+  // refuses is refused even where another branch is the one that matches), and then exactly one
+  // branch matches when exactly one's required keys are present: a condition on the keys.
+  if (s.contains("oneOf") && !AllPresenceOnly(s["oneOf"]) && s["oneOf"].is_array() &&
+      s["oneOf"].size() >= 2) {
+    bool key_branches = true;
+    int typed = 0;
+    for (const json& b : s["oneOf"]) {
+      if (!b.is_object() || !b.contains("required") || !b["required"].is_array()) {
+        key_branches = false;
+        break;
+      }
+      for (auto it = b.begin(); it != b.end(); ++it) {
+        const std::string& k = it.key();
+        if (k == "type" && it.value() == json("object")) {
+          ++typed;
+        } else if (k != "properties" && k != "required" && IsAssertionKeyword(k)) {
+          key_branches = false;
+        }
+      }
+    }
+    const int n = int(s["oneOf"].size());
+    // Branches already disjoint (a discriminator's values) compile exactly as alternatives.
+    const auto disjoint = [&]() -> bool {
+      json base = s;
+      base.erase("oneOf");
+      std::vector<json> merged;
+      for (size_t i = 0; i < s["oneOf"].size(); ++i) {
+        absl::StatusOr<json> m = schemas_.MergeInto(base, s["oneOf"][i], ptr);
+        if (!m.ok()) return false;
+        merged.push_back(*std::move(m));
+      }
+      for (size_t i = 0; i < merged.size(); ++i) {
+        for (size_t j = i + 1; j < merged.size(); ++j) {
+          if (!schemas_.Disjoint(merged[i], merged[j])) return false;
+        }
+      }
+      return true;
+    };
+    if (key_branches && (typed == 0 || typed == n) && !disjoint()) {
+      json base = s;
+      base.erase("oneOf");
+      json presence = json::array();
+      for (size_t i = 0; i < s["oneOf"].size(); ++i) {
+        const json& b = s["oneOf"][i];
+        json props = json::object();
+        if (b.contains("properties")) props["properties"] = b["properties"];
+        if (typed) props["type"] = "object";
+        absl::StatusOr<json> m = schemas_.MergeInto(base, props, Child(Child(ptr, "oneOf"), i));
+        if (!m.ok()) return m.status();
+        base = *std::move(m);
+        if (!base.is_object()) return Compile(base, ptr, depth + 1);
+        presence.push_back(json{{"required", b["required"]}});
+      }
+      base["oneOf"] = presence;
+      return Compile(base, ptr, depth + 1);
+    }
+  }
   for (const char* kw : {"anyOf", "oneOf"}) {
     if (!s.contains(kw) || AllPresenceOnly(s[kw])) continue;
     const json& branches = s[kw];
@@ -258,7 +269,7 @@ absl::StatusOr<Expr> Compiler::CompileNormalized(const json& s, const std::strin
   if (*types & kBoolean) alts.push_back(b_.Alt({b_.Literal("true"), b_.Literal("false")}));
   if (*types & (kInteger | kFraction)) {
     absl::StatusOr<Expr> e = (*types & kInteger) ? CompileNumber(s, ptr, !(*types & kFraction))
-                                                  : NonIntegerNumber(s, ptr);
+                                                 : NonIntegerNumber(s, ptr);
     if (!e.ok()) return e.status();
     alts.push_back(*e);
   }
@@ -319,6 +330,12 @@ absl::StatusOr<uint32_t> Compiler::TypesOf(const json& s, const std::string& ptr
 // ---- enum / const ----
 
 absl::StatusOr<Expr> Compiler::CompileEnum(const json& s, const std::string& ptr) {
+  // Draft 4's integer type takes 1 but not 1.0, though 1.0 == 1 for enum.
+  bool integers_only = false;
+  if (draft4_ && s.contains("type")) {
+    absl::StatusOr<uint32_t> t = TypeMask(s["type"]);
+    integers_only = t.ok() && !(*t & kFraction);
+  }
   std::vector<json> values;
   std::string kw = s.contains("const") ? "const" : "enum";
   if (s.contains("const")) {
@@ -342,24 +359,28 @@ absl::StatusOr<Expr> Compiler::CompileEnum(const json& s, const std::string& ptr
     if (!*ok) continue;
     if (std::find(kept.begin(), kept.end(), v) != kept.end()) continue;
     kept.push_back(v);
-    absl::StatusOr<Expr> e = CompileConst(v, 0);
+    absl::StatusOr<Expr> e = CompileConst(v, 0, integers_only);
     if (!e.ok()) return e.status();
     alts.push_back(*e);
   }
   return b_.Alt(std::move(alts));
 }
 
-absl::StatusOr<Expr> Compiler::CompileConst(const json& v, int depth) {
+absl::StatusOr<Expr> Compiler::CompileConst(const json& v, int depth, bool integer_text) {
   if (depth > b_.limits().max_depth) {
     return absl::ResourceExhaustedError("a const value nests past the limit (max_depth)");
   }
   switch (v.type()) {
-    case json::value_t::null: return b_.Literal("null");
-    case json::value_t::boolean: return b_.Literal(v.get<bool>() ? "true" : "false");
-    case json::value_t::string: return t_.StringLiteral(v.get_ref<const std::string&>());
+    case json::value_t::null:
+      return b_.Literal("null");
+    case json::value_t::boolean:
+      return b_.Literal(v.get<bool>() ? "true" : "false");
+    case json::value_t::string:
+      return t_.StringLiteral(v.get_ref<const std::string&>());
     case json::value_t::number_integer:
     case json::value_t::number_unsigned:
-    case json::value_t::number_float: return t_.NumberLiteral(v);
+    case json::value_t::number_float:
+      return t_.NumberLiteral(v, integer_text);
     case json::value_t::array: {
       if (v.empty()) return b_.Seq({b_.Literal("["), t_.Ws(), b_.Literal("]")});
       std::vector<Expr> items = {b_.Literal("["), t_.Ws()};
@@ -384,7 +405,8 @@ absl::StatusOr<Expr> Compiler::CompileConst(const json& v, int depth) {
       }
       return CompileObject(schema, "", depth + 1);
     }
-    default: return b_.Nothing();
+    default:
+      return b_.Nothing();
   }
 }
 
@@ -397,8 +419,7 @@ absl::StatusOr<Expr> Compiler::CompileString(const json& s, const std::string& p
     if (!n.ok()) return SchemaError("minLength", Child(ptr, "minLength"), n.status().message());
     if (*n > kMaxLength) {
       return absl::ResourceExhaustedError(absl::StrCat(
-          "minLength ", *n, " at ", Child(ptr, "minLength"), " is over the limit of ",
-          kMaxLength));
+          "minLength ", *n, " at ", Child(ptr, "minLength"), " is over the limit of ", kMaxLength));
     }
     min = *n;
   }
@@ -434,13 +455,24 @@ absl::StatusOr<Expr> Compiler::CompileString(const json& s, const std::string& p
   if (format) {
     body = t_.FormatBody(s["format"].get<std::string>());
     if (!body) {
-      return SchemaError("format", Child(ptr, "format"),
-                         absl::StrCat("the format `", s["format"].get<std::string>(),
-                                      "` is not supported"));
+      return SchemaError(
+          "format", Child(ptr, "format"),
+          absl::StrCat("the format `", s["format"].get<std::string>(), "` is not supported"));
     }
     if (lengths) {
-      return SchemaError("format", Child(ptr, "format"),
-                         "does not compile together with minLength/maxLength");
+      const std::string& f = s["format"].get_ref<const std::string&>();
+      const std::optional<std::pair<int64_t, int64_t>> range = FormatLengths(f);
+      if (range && range->first >= min && (max < 0 || range->second <= max)) {
+        lengths = false;  // every string of the format has an allowed length
+      } else if (!FormatRegex(f).empty()) {
+        absl::StatusOr<StringRegex> re =
+            CompileStringRegex(b_, FormatRegex(f), /*search=*/true, min, max);
+        if (!re.ok()) return re.status();
+        return b_.Seq({b_.Literal("\""), re->expr, b_.Literal("\"")});
+      } else {
+        return SchemaError("format", Child(ptr, "format"),
+                           "does not compile together with these minLength/maxLength");
+      }
     }
   }
   if (body) return b_.Seq({b_.Literal("\""), *body, b_.Literal("\"")});
@@ -505,15 +537,15 @@ absl::StatusOr<Expr> Compiler::CompileNumber(const json& s, const std::string& p
 
 // Numbers that are not integers (`not: {type: integer}`): a fraction with a digit other than 0.
 absl::StatusOr<Expr> Compiler::NonIntegerNumber(const json& s, const std::string& ptr) {
-  for (const char* kw : {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum",
-                         "multipleOf"}) {
+  for (const char* kw :
+       {"minimum", "exclusiveMinimum", "maximum", "exclusiveMaximum", "multipleOf"}) {
     if (s.contains(kw)) {
       return SchemaError(kw, Child(ptr, kw), "does not compile for non-integer numbers only");
     }
   }
   Expr digit = b_.Bytes(ByteSet::Range('0', '9'));
-  Expr int_part = b_.Alt({b_.Literal("0"), b_.Seq({b_.Bytes(ByteSet::Range('1', '9')),
-                                                   b_.Repeat(digit, 0, -1)})});
+  Expr int_part = b_.Alt(
+      {b_.Literal("0"), b_.Seq({b_.Bytes(ByteSet::Range('1', '9')), b_.Repeat(digit, 0, -1)})});
   return b_.Seq({b_.Optional(b_.Literal("-")), int_part, b_.Literal("."),
                  b_.Repeat(b_.Literal("0"), 0, -1), b_.Bytes(ByteSet::Range('1', '9')),
                  b_.Repeat(digit, 0, -1)});
@@ -590,9 +622,9 @@ absl::StatusOr<Expr> Compiler::CompileArray(const json& s, const std::string& pt
   }
   const int64_t limit = b_.limits().max_repeat;
   if (min > limit || max > limit) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "minItems/maxItems at ", ptr.empty() ? "/" : ptr, " over the limit of ", limit,
-        " (max_repeat)"));
+    return absl::ResourceExhaustedError(absl::StrCat("minItems/maxItems at ",
+                                                     ptr.empty() ? "/" : ptr, " over the limit of ",
+                                                     limit, " (max_repeat)"));
   }
   std::vector<Expr> items;
   const size_t k = max >= 0 ? std::min<size_t>(prefix.size(), size_t(max)) : prefix.size();
@@ -633,402 +665,11 @@ absl::StatusOr<Expr> Compiler::CompileArray(const json& s, const std::string& pt
   return b_.Alt(std::move(alts));
 }
 
-// ---- objects ----
+}  // namespace json_schema_internal
 
-absl::StatusOr<Expr> Compiler::CompileObject(const json& s, const std::string& ptr, int depth) {
-  std::vector<std::string> keys;
-  std::vector<json> values;
-  std::vector<std::string> value_ptrs;
-  const auto index_of = [&keys](const std::string& k) {
-    return int(std::find(keys.begin(), keys.end(), k) - keys.begin());
-  };
-  if (s.contains("properties")) {
-    if (!s["properties"].is_object()) {
-      return SchemaError("properties", Child(ptr, "properties"), "not an object");
-    }
-    for (auto it = s["properties"].begin(); it != s["properties"].end(); ++it) {
-      keys.push_back(it.key());
-      values.push_back(it.value());
-      value_ptrs.push_back(Child(Child(ptr, "properties"), it.key()));
-    }
-  }
-  json additional = options_.strict ? json(false) : json(true);
-  std::string additional_ptr = Child(ptr, "additionalProperties");
-  if (s.contains("additionalProperties")) {
-    additional = s["additionalProperties"];
-  } else if (s.contains("unevaluatedProperties")) {
-    additional = s["unevaluatedProperties"];
-    additional_ptr = Child(ptr, "unevaluatedProperties");
-  }
-  // patternProperties: (pattern, schema), the trivial ones dropped where keys are open anyway.
-  std::vector<std::pair<std::string, json>> patterns;
-  if (s.contains("patternProperties")) {
-    const json& pp = s["patternProperties"];
-    if (!pp.is_object()) {
-      return SchemaError("patternProperties", Child(ptr, "patternProperties"), "not an object");
-    }
-    for (auto it = pp.begin(); it != pp.end(); ++it) {
-      const bool trivial = it.value() == json(true) ||
-                           (it.value().is_object() && it.value().empty());
-      if (!trivial || additional == json(false)) patterns.push_back({it.key(), it.value()});
-    }
-  }
-  if (s.contains("propertyNames")) {
-    const json& pn = s["propertyNames"];
-    if (!(pn == json(true) || (pn.is_object() && pn.empty()))) {
-      return SchemaError("propertyNames", Child(ptr, "propertyNames"), "is not supported");
-    }
-  }
-  std::vector<std::string> required;
-  if (s.contains("required")) {
-    if (!s["required"].is_array()) {
-      return SchemaError("required", Child(ptr, "required"), "not an array");
-    }
-    for (const json& r : s["required"]) {
-      if (!r.is_string()) return SchemaError("required", Child(ptr, "required"), "not a string");
-      const std::string& k = r.get_ref<const std::string&>();
-      if (std::find(required.begin(), required.end(), k) != required.end()) continue;
-      required.push_back(k);
-      if (index_of(k) == int(keys.size())) {
-        // Required but not listed: an additional property, which must be allowed.
-        if (additional == json(false)) return b_.Nothing();
-        keys.push_back(k);
-        values.push_back(additional);
-        value_ptrs.push_back(additional_ptr);
-      }
-    }
-  }
-  // Dependencies among the listed keys (dependentRequired, draft 4-7 `dependencies` arrays).
-  std::vector<std::pair<int, std::vector<int>>> deps;
-  for (const char* kw : {"dependentRequired", "dependencies"}) {
-    if (!s.contains(kw)) continue;
-    const json& d = s[kw];
-    if (!d.is_object()) return SchemaError(kw, Child(ptr, kw), "not an object");
-    for (auto it = d.begin(); it != d.end(); ++it) {
-      if (!it.value().is_array()) {
-        return SchemaError(kw, Child(Child(ptr, kw), it.key()), "compiles only as an array");
-      }
-      std::vector<int> needs;
-      for (const json& r : it.value()) {
-        if (!r.is_string() || index_of(r.get<std::string>()) == int(keys.size())) {
-          return SchemaError(kw, Child(Child(ptr, kw), it.key()),
-                             "compiles only between properties the schema lists");
-        }
-        needs.push_back(index_of(r.get<std::string>()));
-      }
-      if (index_of(it.key()) == int(keys.size())) {
-        if (additional == json(false)) continue;  // the key can never appear
-        return SchemaError(kw, Child(Child(ptr, kw), it.key()),
-                           "compiles only between properties the schema lists");
-      }
-      if (!needs.empty()) deps.push_back({index_of(it.key()), needs});
-    }
-  }
-  // Conditions on which keys are present: anyOf/oneOf of required lists, not-required.
-  struct Presence {
-    std::vector<std::vector<int>> required, not_all;
-    bool never = false;  // needs a key that can never be present
-  };
-  struct PresenceRule {
-    bool one_of = false;
-    std::vector<Presence> branches;
-  };
-  std::vector<PresenceRule> rules;
-  const bool may_add_keys = additional != json(false) || !patterns.empty();
-  const auto presence = [&](const json& b, const std::string& at) -> absl::StatusOr<Presence> {
-    Presence p;
-    const auto ids = [&](const json& list, bool& unknown) -> absl::StatusOr<std::vector<int>> {
-      std::vector<int> out;
-      for (const json& k : list) {
-        if (!k.is_string()) return SchemaError("required", at, "not a string");
-        const int i = index_of(k.get<std::string>());
-        if (i == int(keys.size())) {
-          if (may_add_keys) {
-            return SchemaError("required", at,
-                               "a key condition on a property the schema does not list");
-          }
-          unknown = true;
-          continue;
-        }
-        out.push_back(i);
-      }
-      return out;
-    };
-    if (b.contains("required")) {
-      bool unknown = false;
-      absl::StatusOr<std::vector<int>> r = ids(b["required"], unknown);
-      if (!r.ok()) return r.status();
-      p.never |= unknown;
-      p.required.push_back(*r);
-    }
-    if (b.contains("not")) {
-      bool unknown = false;
-      absl::StatusOr<std::vector<int>> r = ids(b["not"]["required"], unknown);
-      if (!r.ok()) return r.status();
-      if (!unknown) p.not_all.push_back(*r);  // a key that never comes: not-all always holds
-    }
-    return p;
-  };
-  for (const char* kw : {"anyOf", "oneOf"}) {
-    if (!s.contains(kw) || !AllPresenceOnly(s[kw])) continue;
-    PresenceRule rule;
-    rule.one_of = std::string_view(kw) == "oneOf";
-    for (size_t i = 0; i < s[kw].size(); ++i) {
-      absl::StatusOr<Presence> p = presence(s[kw][i], Child(Child(ptr, kw), i));
-      if (!p.ok()) return p.status();
-      rule.branches.push_back(*p);
-    }
-    rules.push_back(rule);
-  }
-  if (s.contains("not") && IsPresenceOnly(json{{"not", s["not"]}})) {
-    absl::StatusOr<Presence> p = presence(json{{"not", s["not"]}}, Child(ptr, "not"));
-    if (!p.ok()) return p.status();
-    rules.push_back(PresenceRule{false, {*p}});
-  }
-  int64_t min_props = 0, max_props = -1;
-  for (const char* kw : {"minProperties", "maxProperties"}) {
-    if (!s.contains(kw)) continue;
-    absl::StatusOr<int64_t> n = NonNegativeInt(s[kw]);
-    if (!n.ok()) return SchemaError(kw, Child(ptr, kw), n.status().message());
-    (std::string_view(kw) == "minProperties" ? min_props : max_props) = *n;
-  }
-  const int n = int(keys.size());
-  const bool any_order = !options_.ordered_properties && n <= kMaxAnyOrderProperties;
-  const bool open = additional != json(false);
-  const bool extras = open || !patterns.empty();  // members beyond the listed keys
-  if (!any_order && !rules.empty()) {
-    return SchemaError(s.contains("oneOf") ? "oneOf" : s.contains("anyOf") ? "anyOf" : "not", ptr,
-                       "key conditions compile only for objects of at most 8 properties");
-  }
-  if (!any_order && !deps.empty()) {
-    return SchemaError(s.contains("dependentRequired") ? "dependentRequired" : "dependencies",
-                       ptr, "compiles only for objects of at most 8 properties");
-  }
-  const bool counted = min_props > int64_t(required.size()) || max_props >= 0;
-  if (counted && (extras ? n > 0 : !any_order)) {
-    return SchemaError(max_props >= 0 ? "maxProperties" : "minProperties",
-                       Child(ptr, max_props >= 0 ? "maxProperties" : "minProperties"),
-                       "compiles only with no properties listed or additionalProperties false");
-  }
-  // A listed key that a pattern matches takes both schemas.
-  for (int i = 0; i < n; ++i) {
-    std::vector<json> all = {values[i]};
-    for (const auto& [pattern, schema] : patterns) {
-      absl::StatusOr<bool> m = StringRegexMatches(pattern, keys[i]);
-      if (!m.ok()) {
-        return SchemaError("patternProperties",
-                           Child(Child(ptr, "patternProperties"), pattern), m.status().message());
-      }
-      if (!*m) continue;
-      if (!open) {
-        return SchemaError("patternProperties", Child(Child(ptr, "patternProperties"), pattern),
-                           "matches a listed property while additionalProperties is false");
-      }
-      all.push_back(schema);
-    }
-    if (all.size() > 1) values[i] = AllOf(all);
-  }
-  // Members.
-  std::vector<Expr> members(n);
-  for (int i = 0; i < n; ++i) {
-    absl::StatusOr<Expr> v = Compile(values[i], value_ptrs[i], depth + 1);
-    if (!v.ok()) return v.status();
-    members[i] = b_.Seq({t_.StringLiteral(keys[i]), t_.Colon(), *v});
-  }
-  Expr extra = b_.Nothing();
-  if (open) {
-    // Keys not listed: each must pass additionalProperties and every pattern's schema, which is
-    // exact for the keys a pattern matches and stricter (never looser) for the others.
-    std::vector<json> all = {additional};
-    for (const auto& p : patterns) all.push_back(p.second);
-    absl::StatusOr<Expr> v = Compile(AllOf(all), additional_ptr, depth + 1);
-    if (!v.ok()) return v.status();
-    extra = b_.Seq({t_.CanonicalStringExcept(keys), t_.Colon(), *v});
-  } else if (!patterns.empty()) {
-    // Only keys a pattern matches (and none of the listed ones, checked above).
-    std::vector<Expr> key_alts;
-    std::vector<json> all;
-    for (const auto& [pattern, schema] : patterns) {
-      absl::StatusOr<StringRegex> re = CompileStringRegex(b_, pattern);
-      if (!re.ok()) {
-        return SchemaError("patternProperties", Child(Child(ptr, "patternProperties"), pattern),
-                           re.status().message());
-      }
-      key_alts.push_back(re->expr);
-      all.push_back(schema);
-    }
-    absl::StatusOr<Expr> v = Compile(AllOf(all), Child(ptr, "patternProperties"), depth + 1);
-    if (!v.ok()) return v.status();
-    extra = b_.Seq({b_.Literal("\""), b_.Alt(std::move(key_alts)), b_.Literal("\""),
-                    t_.Colon(), *v});
-  }
-  const Expr open_brace = b_.Seq({b_.Literal("{"), t_.Ws()});
-  const Expr close_brace = b_.Seq({t_.Ws(), b_.Literal("}")});
-  const Expr empty = b_.Seq({b_.Literal("{"), t_.Ws(), b_.Literal("}")});
-  std::vector<bool> is_required(n, false);
-  for (const std::string& r : required) is_required[index_of(r)] = true;
-
-  if (n == 0 && extras) {
-    // Any keys: count-bounded.
-    if (max_props == 0) return min_props == 0 ? empty : b_.Nothing();
-    if (max_props >= 0 && min_props > max_props) return b_.Nothing();
-    const int64_t limit = b_.limits().max_repeat;
-    if (min_props > limit || max_props > limit) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("min/maxProperties at ", ptr.empty() ? "/" : ptr, " over the limit of ",
-                       limit, " (max_repeat)"));
-    }
-    Expr more = b_.Repeat(b_.Seq({t_.Comma(), extra}),
-                          int32_t(std::max<int64_t>(0, min_props - 1)),
-                          max_props < 0 ? -1 : int32_t(max_props - 1));
-    Expr body = b_.Seq({open_brace, extra, more, close_brace});
-    return min_props == 0 ? b_.Alt({empty, body}) : body;
-  }
-
-  if (any_order) {
-    // Body(mask): one member not in `mask` (or an additional one), then After.
-    const auto can_end = [&](uint32_t mask) {
-      for (int i = 0; i < n; ++i) {
-        if (is_required[i] && !(mask >> i & 1)) return false;
-      }
-      for (const auto& [k, needs] : deps) {
-        if (!(mask >> k & 1)) continue;
-        for (int j : needs) {
-          if (!(mask >> j & 1)) return false;
-        }
-      }
-      const auto all_in = [mask](const std::vector<int>& ids) {
-        for (int j : ids) {
-          if (!(mask >> j & 1)) return false;
-        }
-        return true;
-      };
-      for (const PresenceRule& rule : rules) {
-        int satisfied = 0;
-        for (const Presence& p : rule.branches) {
-          bool ok = !p.never;
-          for (const auto& r : p.required) ok = ok && all_in(r);
-          for (const auto& n : p.not_all) ok = ok && !all_in(n);
-          satisfied += ok;
-        }
-        if (rule.one_of ? satisfied != 1 : satisfied == 0) return false;
-      }
-      const int count = std::popcount(mask);
-      if (!extras && (count < min_props || (max_props >= 0 && count > max_props))) return false;
-      return true;
-    };
-    std::map<uint32_t, RuleId> body_rules;
-    std::vector<uint32_t> todo;
-    const auto body_ref = [&](uint32_t mask) {
-      auto [it, fresh] = body_rules.try_emplace(mask, -1);
-      if (fresh) {
-        it->second = b_.DeclareRule(absl::StrCat("obj_", mask));
-        todo.push_back(mask);
-      }
-      return b_.Ref(it->second);
-    };
-    const auto after = [&](uint32_t mask) {
-      std::vector<Expr> alts;
-      if (can_end(mask)) alts.push_back(b_.Empty());
-      const bool room = extras || max_props < 0 || std::popcount(mask) < max_props;
-      const bool any_left = extras || std::popcount(mask) < n;
-      if (room && any_left) alts.push_back(b_.Seq({t_.Comma(), body_ref(mask)}));
-      return b_.Alt(std::move(alts));
-    };
-    std::vector<Expr> start;
-    if (can_end(0)) start.push_back(empty);
-    if (max_props != 0) start.push_back(b_.Seq({open_brace, body_ref(0), close_brace}));
-    while (!todo.empty()) {
-      const uint32_t mask = todo.back();
-      todo.pop_back();
-      std::vector<Expr> alts;
-      for (int i = 0; i < n; ++i) {
-        if (!(mask >> i & 1)) alts.push_back(b_.Seq({members[i], after(mask | (1u << i))}));
-      }
-      if (extras) alts.push_back(b_.Seq({extra, after(mask)}));
-      b_.DefineRule(body_rules[mask], b_.Alt(std::move(alts)));
-    }
-    return b_.Alt(std::move(start));
-  }
-
-  // Many properties: any order, each key any number of times, the required ones tracked as a
-  // set. A repeated key is no risk to validity: every occurrence's value passes that key's
-  // schema, and a JSON parser keeps one of them (Python's the last), which then passes too; only
-  // counts (min/maxProperties) and key conditions need each key once, and those refuse here.
-  std::vector<int> required_ids;
-  for (int i = 0; i < n; ++i) {
-    if (is_required[i]) required_ids.push_back(i);
-  }
-  const int r = int(required_ids.size());
-  if (!options_.ordered_properties && r <= kMaxRequiredTracked && deps.empty() && rules.empty() &&
-      !counted) {
-    std::vector<Expr> free_alts;
-    for (int i = 0; i < n; ++i) {
-      if (!is_required[i]) free_alts.push_back(members[i]);
-    }
-    if (extras) free_alts.push_back(extra);
-    const Expr free = b_.Alt(std::move(free_alts));
-    const uint32_t full = (1u << r) - 1;
-    std::map<uint32_t, RuleId> body_rules;
-    std::vector<uint32_t> todo;
-    const auto body_ref = [&](uint32_t mask) {
-      auto [it, fresh] = body_rules.try_emplace(mask, -1);
-      if (fresh) {
-        it->second = b_.DeclareRule(absl::StrCat("req_", mask));
-        todo.push_back(mask);
-      }
-      return b_.Ref(it->second);
-    };
-    const auto after = [&](uint32_t mask) {
-      std::vector<Expr> alts;
-      if (mask == full) alts.push_back(b_.Empty());
-      alts.push_back(b_.Seq({t_.Comma(), body_ref(mask)}));
-      return b_.Alt(std::move(alts));
-    };
-    std::vector<Expr> start;
-    if (r == 0) start.push_back(empty);
-    start.push_back(b_.Seq({open_brace, body_ref(0), close_brace}));
-    while (!todo.empty()) {
-      const uint32_t mask = todo.back();
-      todo.pop_back();
-      std::vector<Expr> alts;
-      for (int j = 0; j < r; ++j) {
-        alts.push_back(b_.Seq({members[required_ids[j]], after(mask | (1u << j))}));
-      }
-      alts.push_back(b_.Seq({free, after(mask)}));
-      b_.DefineRule(body_rules[mask], b_.Alt(std::move(alts)));
-    }
-    return b_.Alt(std::move(start));
-  }
-
-  // In the schema's order, each at most once, additional members anywhere.
-  // next(i): a member among keys i.. (or an additional one), then then(...).
-  std::vector<RuleId> next(n + 1);
-  for (int i = 0; i <= n; ++i) next[i] = b_.DeclareRule(absl::StrCat("seq", i));
-  std::vector<bool> end_ok(n + 1, true);  // no required key at i or later
-  for (int i = n - 1; i >= 0; --i) end_ok[i] = end_ok[i + 1] && !is_required[i];
-  const auto then = [&](int i) {
-    std::vector<Expr> alts;
-    if (end_ok[i]) alts.push_back(b_.Empty());
-    if (i < n || extras) alts.push_back(b_.Seq({t_.Comma(), b_.Ref(next[i])}));
-    return b_.Alt(std::move(alts));
-  };
-  for (int i = 0; i <= n; ++i) {
-    std::vector<Expr> alts;
-    if (i < n) {
-      alts.push_back(b_.Seq({members[i], then(i + 1)}));
-      if (!is_required[i]) alts.push_back(b_.Ref(next[i + 1]));
-    }
-    if (extras) alts.push_back(b_.Seq({extra, then(i)}));
-    b_.DefineRule(next[i], b_.Alt(std::move(alts)));
-  }
-  std::vector<Expr> start;
-  if (end_ok[0]) start.push_back(empty);
-  start.push_back(b_.Seq({open_brace, b_.Ref(next[0]), close_brace}));
-  return b_.Alt(std::move(start));
-}
-
-}  // namespace
+using json_schema_internal::Compiler;
+using json = nlohmann::ordered_json;
+using Expr = GrammarBuilder::Expr;
 
 absl::StatusOr<GrammarBuilder::Expr> CompileJsonSchema(GrammarBuilder& b, std::string_view schema,
                                                        const JsonSchemaOptions& options) {
@@ -1039,7 +680,12 @@ absl::StatusOr<GrammarBuilder::Expr> CompileJsonSchema(GrammarBuilder& b, std::s
     return absl::InvalidArgumentError(absl::StrCat("the JSON Schema is not JSON: ", e.what()));
   }
   Compiler c(b, root, options);
-  absl::StatusOr<Expr> e = c.Compile(root, "", 0);
+  absl::StatusOr<Expr> e;
+  try {
+    e = c.Compile(root, "", 0);
+  } catch (const json::exception& ex) {  // a keyword's value of an unexpected JSON type
+    return absl::InvalidArgumentError(absl::StrCat("the JSON Schema is malformed: ", ex.what()));
+  }
   if (!e.ok()) return e.status();
   if (!b.status().ok()) return b.status();
   return *e;
@@ -1052,7 +698,11 @@ GrammarBuilder::Expr AnyJsonValue(GrammarBuilder& b, const JsonSchemaOptions& op
 
 GrammarBuilder::Expr AnyJsonObject(GrammarBuilder& b, const JsonSchemaOptions& options) {
   Compiler c(b, json(true), options);
-  absl::StatusOr<Expr> e = c.Compile(json{{"type", "object"}}, "", 0);
+  absl::StatusOr<Expr> e = absl::InternalError("");
+  try {
+    e = c.Compile(json{{"type", "object"}}, "", 0);
+  } catch (const json::exception&) {
+  }
   return e.ok() ? *e : b.Nothing();
 }
 

@@ -19,15 +19,49 @@ constexpr int kMaxInlineDepth = 32;
 }  // namespace
 
 bool IsAssertionKeyword(std::string_view k) {
-  static const char* const kKeywords[] = {
-      "type", "enum", "const", "multipleOf", "maximum", "exclusiveMaximum", "minimum",
-      "exclusiveMinimum", "maxLength", "minLength", "pattern", "maxItems", "minItems",
-      "uniqueItems", "maxContains", "minContains", "contains", "items", "prefixItems",
-      "additionalItems", "unevaluatedItems", "maxProperties", "minProperties", "required",
-      "dependentRequired", "dependencies", "properties", "patternProperties",
-      "additionalProperties", "unevaluatedProperties", "propertyNames", "dependentSchemas",
-      "allOf", "anyOf", "oneOf", "not", "if", "then", "else", "$ref", "$dynamicRef",
-      "$recursiveRef", "format"};
+  static const char* const kKeywords[] = {"type",
+                                          "enum",
+                                          "const",
+                                          "multipleOf",
+                                          "maximum",
+                                          "exclusiveMaximum",
+                                          "minimum",
+                                          "exclusiveMinimum",
+                                          "maxLength",
+                                          "minLength",
+                                          "pattern",
+                                          "maxItems",
+                                          "minItems",
+                                          "uniqueItems",
+                                          "maxContains",
+                                          "minContains",
+                                          "contains",
+                                          "items",
+                                          "prefixItems",
+                                          "additionalItems",
+                                          "unevaluatedItems",
+                                          "maxProperties",
+                                          "minProperties",
+                                          "required",
+                                          "dependentRequired",
+                                          "dependencies",
+                                          "properties",
+                                          "patternProperties",
+                                          "additionalProperties",
+                                          "unevaluatedProperties",
+                                          "propertyNames",
+                                          "dependentSchemas",
+                                          "allOf",
+                                          "anyOf",
+                                          "oneOf",
+                                          "not",
+                                          "if",
+                                          "then",
+                                          "else",
+                                          "$ref",
+                                          "$dynamicRef",
+                                          "$recursiveRef",
+                                          "format"};
   for (const char* kw : kKeywords) {
     if (k == kw) return true;
   }
@@ -136,8 +170,8 @@ int64_t CodePointCount(std::string_view s) {
 }  // namespace
 
 absl::Status SchemaError(absl::string_view keyword, const std::string& ptr, absl::string_view why) {
-  absl::Status s = absl::InvalidArgumentError(absl::StrCat(
-      "JSON Schema keyword `", keyword, "` at ", ptr.empty() ? "/" : ptr, ": ", why));
+  absl::Status s = absl::InvalidArgumentError(
+      absl::StrCat("JSON Schema keyword `", keyword, "` at ", ptr.empty() ? "/" : ptr, ": ", why));
   s.SetPayload(kSchemaParamPayload, absl::Cord(ptr.empty() ? "/" : ptr));
   return s;
 }
@@ -175,18 +209,25 @@ absl::StatusOr<uint32_t> TypeMask(const json& type) {
 
 uint32_t JsonTypeOf(const json& v) {
   switch (v.type()) {
-    case json::value_t::null: return kNull;
-    case json::value_t::boolean: return kBoolean;
-    case json::value_t::object: return kObject;
-    case json::value_t::array: return kArray;
-    case json::value_t::string: return kString;
+    case json::value_t::null:
+      return kNull;
+    case json::value_t::boolean:
+      return kBoolean;
+    case json::value_t::object:
+      return kObject;
+    case json::value_t::array:
+      return kArray;
+    case json::value_t::string:
+      return kString;
     case json::value_t::number_integer:
-    case json::value_t::number_unsigned: return kInteger;
+    case json::value_t::number_unsigned:
+      return kInteger;
     case json::value_t::number_float: {
       const double d = v.get<double>();
       return std::isfinite(d) && d == std::floor(d) ? kInteger : kFraction;
     }
-    default: return 0;
+    default:
+      return 0;
   }
 }
 
@@ -201,10 +242,26 @@ absl::StatusOr<int64_t> NonNegativeInt(const json& v) {
 }
 
 bool IsCheckedFormat(const json& format) {
-  static const char* const kChecked[] = {
-      "email", "idn-email", "hostname", "idn-hostname", "ipv4", "ipv6", "iri", "iri-reference",
-      "uri", "uri-reference", "uri-template", "date-time", "date", "time", "regex",
-      "json-pointer", "relative-json-pointer", "color", "duration", "uuid"};
+  static const char* const kChecked[] = {"email",
+                                         "idn-email",
+                                         "hostname",
+                                         "idn-hostname",
+                                         "ipv4",
+                                         "ipv6",
+                                         "iri",
+                                         "iri-reference",
+                                         "uri",
+                                         "uri-reference",
+                                         "uri-template",
+                                         "date-time",
+                                         "date",
+                                         "time",
+                                         "regex",
+                                         "json-pointer",
+                                         "relative-json-pointer",
+                                         "color",
+                                         "duration",
+                                         "uuid"};
   if (!format.is_string()) return false;
   for (const char* f : kChecked) {
     if (format == json(f)) return true;
@@ -250,8 +307,8 @@ absl::StatusOr<ResolvedRef> SchemaSet::Resolve(const std::string& ref,
   size_t pos = 1;
   while (true) {
     const size_t slash = decoded.find('/', pos);
-    std::string token = decoded.substr(pos, slash == std::string::npos ? std::string::npos
-                                                                       : slash - pos);
+    std::string token =
+        decoded.substr(pos, slash == std::string::npos ? std::string::npos : slash - pos);
     std::string key;
     for (size_t i = 0; i < token.size(); ++i) {
       if (token[i] == '~' && i + 1 < token.size() && (token[i + 1] == '0' || token[i + 1] == '1')) {
@@ -285,12 +342,17 @@ absl::StatusOr<json> SchemaSet::Inline(const json& s, const std::string& ptr, in
   return Inline(*r->schema, r->pointer, depth + 1);
 }
 
-absl::StatusOr<json> SchemaSet::Normalize(const json& s, const std::string& ptr,
-                                          int depth) const {
+absl::Status SchemaSet::Expired() const {
+  if (std::chrono::steady_clock::now() <= deadline_) return absl::OkStatus();
+  return absl::ResourceExhaustedError("the JSON Schema takes too long to compile (max_compile_ms)");
+}
+
+absl::StatusOr<json> SchemaSet::Normalize(const json& s, const std::string& ptr, int depth) const {
+  if (absl::Status e = Expired(); !e.ok()) return e;
   if (depth > kMaxInlineDepth) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "merging allOf/$ref at ", ptr.empty() ? "/" : ptr, " goes deeper than ", kMaxInlineDepth,
-        " references (max_depth)"));
+    return absl::ResourceExhaustedError(absl::StrCat("merging allOf/$ref at ",
+                                                     ptr.empty() ? "/" : ptr, " goes deeper than ",
+                                                     kMaxInlineDepth, " references (max_depth)"));
   }
   if (!s.is_object()) return s;
   json r = s;
@@ -371,10 +433,11 @@ absl::StatusOr<json> SchemaSet::MergeInto(const json& base, const json& branch,
 }
 
 absl::StatusOr<json> SchemaSet::Merge(json a, json b, const std::string& ptr, int depth) const {
+  if (absl::Status e = Expired(); !e.ok()) return e;
   if (depth > kMaxInlineDepth) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "merging allOf/$ref at ", ptr.empty() ? "/" : ptr, " goes deeper than ", kMaxInlineDepth,
-        " levels (max_depth)"));
+    return absl::ResourceExhaustedError(absl::StrCat("merging allOf/$ref at ",
+                                                     ptr.empty() ? "/" : ptr, " goes deeper than ",
+                                                     kMaxInlineDepth, " levels (max_depth)"));
   }
   if (a.is_boolean()) return a.get<bool>() ? b : a;
   if (b.is_boolean()) return b.get<bool>() ? a : b;
@@ -415,8 +478,18 @@ absl::StatusOr<json> SchemaSet::Merge(json a, json b, const std::string& ptr, in
   const bool b_obj = b.contains("properties") || b.contains("additionalProperties") ||
                      b.contains("patternProperties");
   if (a_obj && b_obj) {
+    // patternProperties on one side merge when neither side has additionalProperties: then a
+    // key outside the properties meets the same pattern schemas (and nothing else) either way.
+    json patterns;
     if (a.contains("patternProperties") || b.contains("patternProperties")) {
-      return SchemaError("patternProperties", ptr, "does not merge (allOf)");
+      const bool one_side = a.contains("patternProperties") != b.contains("patternProperties");
+      if (!one_side || a.contains("additionalProperties") || b.contains("additionalProperties")) {
+        return SchemaError("patternProperties", ptr, "does not merge (allOf)");
+      }
+      patterns = a.contains("patternProperties") ? a["patternProperties"] : b["patternProperties"];
+      a.erase("patternProperties");
+      b.erase("patternProperties");
+      r.erase("patternProperties");
     }
     json props = json::object();
     const json empty = json::object();
@@ -425,9 +498,8 @@ absl::StatusOr<json> SchemaSet::Merge(json a, json b, const std::string& ptr, in
     const json add_a = a.contains("additionalProperties") ? a["additionalProperties"] : json(true);
     const json add_b = b.contains("additionalProperties") ? b["additionalProperties"] : json(true);
     for (auto it = pa.begin(); it != pa.end(); ++it) {
-      absl::StatusOr<json> m =
-          Merge(it.value(), pb.contains(it.key()) ? pb[it.key()] : add_b,
-                Child(Child(ptr, "properties"), it.key()), depth + 1);
+      absl::StatusOr<json> m = Merge(it.value(), pb.contains(it.key()) ? pb[it.key()] : add_b,
+                                     Child(Child(ptr, "properties"), it.key()), depth + 1);
       if (!m.ok()) return m.status();
       props[it.key()] = *std::move(m);
     }
@@ -442,22 +514,23 @@ absl::StatusOr<json> SchemaSet::Merge(json a, json b, const std::string& ptr, in
     if (!add.ok()) return add.status();
     r["properties"] = props;
     if (*add != json(true)) r["additionalProperties"] = *add;
+    if (!patterns.is_null()) r["patternProperties"] = patterns;
     a.erase("properties");
     a.erase("additionalProperties");
     b.erase("properties");
     b.erase("additionalProperties");
   }
-  const bool a_arr = a.contains("items") || a.contains("prefixItems") ||
-                     a.contains("additionalItems");
-  const bool b_arr = b.contains("items") || b.contains("prefixItems") ||
-                     b.contains("additionalItems");
+  const bool a_arr =
+      a.contains("items") || a.contains("prefixItems") || a.contains("additionalItems");
+  const bool b_arr =
+      b.contains("items") || b.contains("prefixItems") || b.contains("additionalItems");
   if (a_arr && b_arr) {
     const bool simple = !a.contains("prefixItems") && !b.contains("prefixItems") &&
                         a.contains("items") && b.contains("items") && !a["items"].is_array() &&
                         !b["items"].is_array();
-    if (!simple && !(a["items"] == b["items"] && a.value("prefixItems", json()) ==
-                     b.value("prefixItems", json()) && a.value("additionalItems", json()) ==
-                     b.value("additionalItems", json()))) {
+    if (!simple && !(a["items"] == b["items"] &&
+                     a.value("prefixItems", json()) == b.value("prefixItems", json()) &&
+                     a.value("additionalItems", json()) == b.value("additionalItems", json()))) {
       return SchemaError("items", ptr, "tuple item lists do not merge (allOf)");
     }
     if (simple) {
@@ -507,14 +580,15 @@ absl::StatusOr<json> SchemaSet::Merge(json a, json b, const std::string& ptr, in
       const int c = Decimal::Compare(*da, *db);
       const bool lower = k.find("inimum") != std::string::npos;
       if ((lower && c < 0) || (!lower && c > 0)) r[k] = vb;
-    } else if (k == "minLength" || k == "minItems" || k == "minProperties" ||
-               k == "minContains") {
+    } else if ((k.starts_with("min") || k.starts_with("max")) &&
+               (!va.is_number() || !vb.is_number())) {
+      return SchemaError(k, kp, "must be a number");
+    } else if (k == "minLength" || k == "minItems" || k == "minProperties" || k == "minContains") {
       r[k] = std::max(va.get<double>(), vb.get<double>());
       if (va.is_number_integer() && vb.is_number_integer()) {
         r[k] = std::max(va.get<int64_t>(), vb.get<int64_t>());
       }
-    } else if (k == "maxLength" || k == "maxItems" || k == "maxProperties" ||
-               k == "maxContains") {
+    } else if (k == "maxLength" || k == "maxItems" || k == "maxProperties" || k == "maxContains") {
       r[k] = std::min(va.get<double>(), vb.get<double>());
       if (va.is_number_integer() && vb.is_number_integer()) {
         r[k] = std::min(va.get<int64_t>(), vb.get<int64_t>());
@@ -555,6 +629,14 @@ absl::StatusOr<json> SchemaSet::Merge(json a, json b, const std::string& ptr, in
         for (const json& x : p.value()) d[p.key()].push_back(x);
       }
       r[k] = d;
+    } else if (k == "not" && va.is_object() && vb.is_object() && va.size() == 1 && vb.size() == 1 &&
+               va.contains("type") && vb.contains("type")) {
+      // not A and not B = not (A or B): the types together.
+      absl::StatusOr<uint32_t> ta = TypeMask(va["type"]), tb = TypeMask(vb["type"]);
+      if (!ta.ok() || !tb.ok()) return SchemaError(k, kp, "bad types");
+      const json t = TypeJson(*ta | *tb);
+      if (t.is_null()) return SchemaError(k, kp, "the types do not join in type names");
+      r[k] = json{{"type", t}};
     } else if (k == "anyOf" || k == "oneOf") {
       // (A1|A2) and (B1|B2) = (A1 and (B1|B2)) | (A2 and (B1|B2)): each branch of one list
       // carries the other list, distributed again when the branch is compiled.
@@ -580,7 +662,7 @@ absl::StatusOr<json> SchemaSet::Merge(json a, json b, const std::string& ptr, in
 // ---- disjointness ----
 
 uint32_t SchemaSet::PossibleTypes(const json& s, int depth) const {
-  if (s.is_boolean()) return s.get<bool>() ? kAllTypes : 0;
+  if (s.is_boolean()) return s.get<bool>() ? uint32_t{kAllTypes} : 0u;
   if (!s.is_object() || depth > 16) return kAllTypes;
   if (IsBareRef(s)) {
     if (!s["$ref"].is_string()) return kAllTypes;
@@ -645,6 +727,29 @@ bool SchemaSet::DisjointAt(const json& a0, const json& b0, int depth) const {
     for (const json& x : *va) shared |= std::find(vb->begin(), vb->end(), x) != vb->end();
     if (!shared) return true;
   }
+  // A finite value set none of whose values the other side takes.
+  for (const auto& [x, y] : {std::pair<const json*, const json*>{&a, &b}, {&b, &a}}) {
+    const std::optional<json> vals = values(*x);
+    if (!vals) continue;
+    bool any = false;
+    for (const json& v : *vals) {
+      absl::StatusOr<bool> ok = ValueSatisfies(v, *y, "", /*skip_enum=*/false);
+      if (!ok.ok() || *ok) {
+        any = true;
+        break;
+      }
+    }
+    if (!any) return true;
+  }
+  // Strings of lengths that do not meet.
+  if (common == kString) {
+    const auto len = [](const json& s, const char* k, int64_t dflt) {
+      return s.contains(k) && s[k].is_number() ? int64_t(s[k].get<double>()) : dflt;
+    };
+    const int64_t a_lo = len(a, "minLength", 0), a_hi = len(a, "maxLength", INT64_MAX);
+    const int64_t b_lo = len(b, "minLength", 0), b_hi = len(b, "maxLength", INT64_MAX);
+    if (a_hi < b_lo || b_hi < a_lo) return true;
+  }
   if (common != kObject) return false;
   if (a.contains("anyOf") || a.contains("oneOf") || b.contains("anyOf") || b.contains("oneOf")) {
     return false;
@@ -680,6 +785,7 @@ absl::StatusOr<bool> SchemaSet::ValueSatisfies(const json& value, const json& s,
 
 absl::StatusOr<bool> SchemaSet::Satisfies(const json& v, const json& s0, const std::string& ptr,
                                           bool skip_enum, int depth) const {
+  if (absl::Status e = Expired(); !e.ok()) return e;
   if (depth > 32) {
     return absl::ResourceExhaustedError("checking an enum value goes too deep (max_depth)");
   }
@@ -733,8 +839,7 @@ absl::StatusOr<bool> SchemaSet::Satisfies(const json& v, const json& s0, const s
       int64_t r = 0;
       for (char c : num->int_digits) r = (r * 10 + (c - '0')) % mod;
       if (r != 0) return false;
-    } else if (k == "minItems" || k == "maxItems" || k == "minProperties" ||
-               k == "maxProperties") {
+    } else if (k == "minItems" || k == "maxItems" || k == "minProperties" || k == "maxProperties") {
       const bool items = k.find("Items") != std::string::npos;
       if (items ? !v.is_array() : !v.is_object()) continue;
       if (!x.is_number()) return SchemaError(k, kp, "not a number");
@@ -805,7 +910,8 @@ absl::StatusOr<bool> SchemaSet::Satisfies(const json& v, const json& s0, const s
         n += *ok;
       }
       const int64_t lo = s.contains("minContains") && s["minContains"].is_number()
-                             ? s["minContains"].get<int64_t>() : 1;
+                             ? s["minContains"].get<int64_t>()
+                             : 1;
       if (n < lo) return false;
       if (s.contains("maxContains") && s["maxContains"].is_number() &&
           n > s["maxContains"].get<int64_t>()) {
@@ -821,13 +927,14 @@ absl::StatusOr<bool> SchemaSet::Satisfies(const json& v, const json& s0, const s
       }
     } else if (k == "items" || k == "prefixItems" || k == "additionalItems") {
       if (!v.is_array()) continue;
-      const bool tuple = s.contains("prefixItems") || (s.contains("items") && s["items"].is_array());
+      const bool tuple =
+          s.contains("prefixItems") || (s.contains("items") && s["items"].is_array());
       const json& prefix = s.contains("prefixItems") ? s["prefixItems"]
                            : tuple                   ? s["items"]
                                                      : json::array();
       const json rest = s.contains("prefixItems") ? s.value("items", json(true))
-                        : tuple ? s.value("additionalItems", json(true))
-                                : s.value("items", json(true));
+                        : tuple                   ? s.value("additionalItems", json(true))
+                                                  : s.value("items", json(true));
       if (k != "items" && !(k == "prefixItems" || (k == "additionalItems" && !tuple))) continue;
       for (size_t i = 0; i < v.size(); ++i) {
         absl::StatusOr<bool> ok = sub(i < prefix.size() ? prefix[i] : rest, v[i], k);

@@ -6,6 +6,7 @@
 // INVALID_ARGUMENT naming the keyword and its JSON pointer; Disjoint says false unless sure.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <string>
 #include <string_view>
@@ -52,6 +53,8 @@ struct ResolvedRef {
 class SchemaSet {
  public:
   explicit SchemaSet(const nlohmann::ordered_json& root);
+  // Past it, Normalize, merges and value checks fail with RESOURCE_EXHAUSTED.
+  void set_deadline(std::chrono::steady_clock::time_point t) { deadline_ = t; }
 
   // A local reference: "#", "#/json/pointer" (~0 ~1 and %-escapes), "#anchor", or the root's
   // own $id with one of those. Remote ones are refused.
@@ -84,7 +87,10 @@ class SchemaSet {
   bool DisjointAt(const nlohmann::ordered_json& a, const nlohmann::ordered_json& b,
                   int depth) const;
 
+  absl::Status Expired() const;
+
   const nlohmann::ordered_json& root_;
+  std::chrono::steady_clock::time_point deadline_ = std::chrono::steady_clock::time_point::max();
   std::string root_id_;
   bool nested_bases_with_refs_ = false;  // a $ref under a nested $id: refused
 };

@@ -59,21 +59,28 @@ const Ranges kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
 const Ranges kSpace = {{'\t', '\r'}, {' ', ' '}};
 const Ranges kAscii = {{0, 0x7F}};
 // White space in either dialect (Python's str.isspace, ECMA's \s).
-const Ranges kAnySpace = {{'\t', '\r'}, {0x1C, ' '}, {0x85, 0x85}, {0xA0, 0xA0}, {0x1680, 0x1680},
-                          {0x2000, 0x200A}, {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F},
-                          {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
+const Ranges kAnySpace = {{'\t', '\r'},     {0x1C, ' '},      {0x85, 0x85},     {0xA0, 0xA0},
+                          {0x1680, 0x1680}, {0x2000, 0x200A}, {0x2028, 0x2029}, {0x202F, 0x202F},
+                          {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
 const Ranges kLineTerminators = {{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}};
 
 // The escape (or raw text) json.dumps writes for a code point that must be escaped.
 std::string EscapeText(uint32_t c) {
   switch (c) {
-    case '"': return "\\\"";
-    case '\\': return "\\\\";
-    case '\n': return "\\n";
-    case '\r': return "\\r";
-    case '\t': return "\\t";
-    case '\b': return "\\b";
-    case '\f': return "\\f";
+    case '"':
+      return "\\\"";
+    case '\\':
+      return "\\\\";
+    case '\n':
+      return "\\n";
+    case '\r':
+      return "\\r";
+    case '\t':
+      return "\\t";
+    case '\b':
+      return "\\b";
+    case '\f':
+      return "\\f";
     default: {
       char buf[8];
       std::snprintf(buf, sizeof(buf), "\\u%04x", c);
@@ -131,9 +138,9 @@ class Parser {
 
   int NewState() {
     if (int(nfa_.size()) >= kMaxNfaStates && status_.ok()) {
-      status_ = absl::ResourceExhaustedError(absl::StrCat(
-          "the pattern `", std::string(src_), "` needs more than ", kMaxNfaStates,
-          " automaton states"));
+      status_ = absl::ResourceExhaustedError(absl::StrCat("the pattern `", std::string(src_),
+                                                          "` needs more than ", kMaxNfaStates,
+                                                          " automaton states"));
     }
     nfa_.emplace_back();
     return int(nfa_.size()) - 1;
@@ -178,9 +185,9 @@ class Parser {
       nfa_.push_back(std::move(st));
     }
     if (int(nfa_.size()) > kMaxNfaStates && status_.ok()) {
-      status_ = absl::ResourceExhaustedError(absl::StrCat(
-          "the pattern `", std::string(src_), "` needs more than ", kMaxNfaStates,
-          " automaton states"));
+      status_ = absl::ResourceExhaustedError(absl::StrCat("the pattern `", std::string(src_),
+                                                          "` needs more than ", kMaxNfaStates,
+                                                          " automaton states"));
     }
     return {f.start + offset, f.end + offset, f.first + offset, f.last + offset};
   }
@@ -274,8 +281,8 @@ class Parser {
     const Expr root = ref(f.start, 0);
     while (!todo.empty()) {
       if (rules.size() > 200'000) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "the pattern `", std::string(src_), "` needs more than 200000 rules"));
+        return absl::ResourceExhaustedError(
+            absl::StrCat("the pattern `", std::string(src_), "` needs more than 200000 rules"));
       }
       const auto [q, k] = todo.back();
       todo.pop_back();
@@ -388,9 +395,9 @@ class Parser {
       }
       if (m >= 0 && m < n) return Error("a repetition {n,m} with m < n");
       if (n > b_.limits().max_repeat || m > b_.limits().max_repeat) {
-        return absl::ResourceExhaustedError(absl::StrCat(
-            "the pattern `", std::string(src_), "` repeats ", std::max(n, m),
-            " times, over the limit of ", b_.limits().max_repeat, " (max_repeat)"));
+        return absl::ResourceExhaustedError(
+            absl::StrCat("the pattern `", std::string(src_), "` repeats ", std::max(n, m),
+                         " times, over the limit of ", b_.limits().max_repeat, " (max_repeat)"));
       }
       if (Peek() == '?') ++pos_;  // lazy: the same strings
       if (Peek() == '+' || Peek() == '*' || Peek() == '{') return Error("a quantifier repeated");
@@ -446,7 +453,7 @@ class Parser {
     uint32_t v = 0;
     for (int k = 0; k < digits; ++k) {
       const uint32_t h = Peek();
-      int d = h >= '0' && h <= '9' ? int(h - '0')
+      int d = h >= '0' && h <= '9'   ? int(h - '0')
               : h >= 'a' && h <= 'f' ? int(h - 'a' + 10)
               : h >= 'A' && h <= 'F' ? int(h - 'A' + 10)
                                      : -1;
@@ -464,18 +471,29 @@ class Parser {
     const uint32_t c = Peek();
     ++pos_;
     switch (c) {
-      case 'd': return kDigit;
-      case 'w': return kWord;
-      case 's': return kSpace;
+      case 'd':
+        return kDigit;
+      case 'w':
+        return kWord;
+      case 's':
+        return kSpace;
       // The complements, where Python (Unicode classes) and ECMA (ASCII \d \w) agree.
-      case 'D': return Intersect(Complement(kDigit), {{0, 0x65F}});
-      case 'W': return Intersect(Complement(kWord), kAscii);
-      case 'S': return Complement(kAnySpace);
-      case 'n': return Ranges{{'\n', '\n'}};
-      case 't': return Ranges{{'\t', '\t'}};
-      case 'r': return Ranges{{'\r', '\r'}};
-      case 'f': return Ranges{{'\f', '\f'}};
-      case 'v': return Ranges{{'\v', '\v'}};
+      case 'D':
+        return Intersect(Complement(kDigit), {{0, 0x65F}});
+      case 'W':
+        return Intersect(Complement(kWord), kAscii);
+      case 'S':
+        return Complement(kAnySpace);
+      case 'n':
+        return Ranges{{'\n', '\n'}};
+      case 't':
+        return Ranges{{'\t', '\t'}};
+      case 'r':
+        return Ranges{{'\r', '\r'}};
+      case 'f':
+        return Ranges{{'\f', '\f'}};
+      case 'v':
+        return Ranges{{'\v', '\v'}};
       case '0':
         if (Peek() >= '0' && Peek() <= '9') return Error("an octal escape");
         return Ranges{{0, 0}};
@@ -537,8 +555,8 @@ class Parser {
       uint32_t lo = 0;
       if (Peek() == '\\') {
         const uint32_t kind = Peek(1);
-        unicode_dependent |= kind == 'd' || kind == 'w' || kind == 's' || kind == 'D' ||
-                             kind == 'W' || kind == 'S';
+        unicode_dependent |=
+            kind == 'd' || kind == 'w' || kind == 's' || kind == 'D' || kind == 'W' || kind == 'S';
         absl::StatusOr<Ranges> e = Escape(/*in_class=*/true);
         if (!e.ok()) return e.status();
         item = *e;

@@ -17,7 +17,8 @@ std::string PythonFloatRepr(double d) {
   if (std::isnan(d)) return "NaN";
   if (std::isinf(d)) return d < 0 ? "-Infinity" : "Infinity";
   char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof(buf), std::fabs(d), std::chars_format::scientific);
+  auto [end, ec] =
+      std::to_chars(buf, buf + sizeof(buf), std::fabs(d), std::chars_format::scientific);
   std::string sci(buf, end);  // d[.ddd]e[+-]xx
   const size_t e_pos = sci.find('e');
   std::string digits = sci.substr(0, 1);
@@ -45,13 +46,27 @@ void AppendPythonString(std::string_view s, std::string& out) {
   out += '"';
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
-      case '\b': out += "\\b"; break;
-      case '\f': out += "\\f"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
+      case '\b':
+        out += "\\b";
+        break;
+      case '\f':
+        out += "\\f";
+        break;
       default:
         if (c < 0x20) {
           char buf[8];
@@ -67,12 +82,24 @@ void AppendPythonString(std::string_view s, std::string& out) {
 
 void AppendPython(const json& v, std::string& out) {
   switch (v.type()) {
-    case json::value_t::null: out += "null"; break;
-    case json::value_t::boolean: out += v.get<bool>() ? "true" : "false"; break;
-    case json::value_t::number_integer: out += std::to_string(v.get<int64_t>()); break;
-    case json::value_t::number_unsigned: out += std::to_string(v.get<uint64_t>()); break;
-    case json::value_t::number_float: out += PythonFloatRepr(v.get<double>()); break;
-    case json::value_t::string: AppendPythonString(v.get_ref<const std::string&>(), out); break;
+    case json::value_t::null:
+      out += "null";
+      break;
+    case json::value_t::boolean:
+      out += v.get<bool>() ? "true" : "false";
+      break;
+    case json::value_t::number_integer:
+      out += std::to_string(v.get<int64_t>());
+      break;
+    case json::value_t::number_unsigned:
+      out += std::to_string(v.get<uint64_t>());
+      break;
+    case json::value_t::number_float:
+      out += PythonFloatRepr(v.get<double>());
+      break;
+    case json::value_t::string:
+      AppendPythonString(v.get_ref<const std::string&>(), out);
+      break;
     case json::value_t::array: {
       out += '[';
       bool first = true;
@@ -97,7 +124,9 @@ void AppendPython(const json& v, std::string& out) {
       out += '}';
       break;
     }
-    default: out += "null"; break;
+    default:
+      out += "null";
+      break;
   }
 }
 
@@ -245,11 +274,12 @@ using Expr = JsonText::Expr;
 Expr JsonText::Ws() {
   if (ws_ < 0) {
     Expr space = b_.Literal(" ");
-    ws_ = pretty_ ? b_.Optional(b_.Alt({space, b_.Seq({b_.Literal("\n"),
-                                                         b_.Repeat(b_.Bytes(ByteSet::Of(' ') |
-                                                                            ByteSet::Of('\t')),
-                                                                   0, 20)})}))
-                  : b_.Optional(space);
+    ws_ = pretty_
+              ? b_.Optional(b_.Alt(
+                    {space,
+                     b_.Seq({b_.Literal("\n"),
+                             b_.Repeat(b_.Bytes(ByteSet::Of(' ') | ByteSet::Of('\t')), 0, 20)})}))
+              : b_.Optional(space);
   }
   return ws_;
 }
@@ -284,17 +314,17 @@ Expr JsonText::StringChar(bool canonical) {
     Expr h = b_.Bytes(hex);
     esc_tail.push_back(b_.Literal("/"));
     const ByteSet d = ByteSet::Of('d') | ByteSet::Of('D');
-    Expr non_surrogate = b_.Alt({
-        b_.Seq({b_.Bytes(ByteSet::Range('0', '9') | ByteSet::Range('a', 'c') |
-                         ByteSet::Range('A', 'C') | ByteSet::Range('e', 'f') |
-                         ByteSet::Range('E', 'F')),
-                h, h, h}),
-        b_.Seq({b_.Bytes(d), b_.Bytes(ByteSet::Range('0', '7')), h, h})});
-    Expr pair = b_.Seq({b_.Bytes(d),
-                        b_.Bytes(ByteSet::Range('8', '9') | ByteSet::Range('a', 'b') |
-                                 ByteSet::Range('A', 'B')),
-                        h, h, b_.Literal("\\u"), b_.Bytes(d),
-                        b_.Bytes(ByteSet::Range('c', 'f') | ByteSet::Range('C', 'F')), h, h});
+    Expr non_surrogate =
+        b_.Alt({b_.Seq({b_.Bytes(ByteSet::Range('0', '9') | ByteSet::Range('a', 'c') |
+                                 ByteSet::Range('A', 'C') | ByteSet::Range('e', 'f') |
+                                 ByteSet::Range('E', 'F')),
+                        h, h, h}),
+                b_.Seq({b_.Bytes(d), b_.Bytes(ByteSet::Range('0', '7')), h, h})});
+    Expr pair = b_.Seq(
+        {b_.Bytes(d),
+         b_.Bytes(ByteSet::Range('8', '9') | ByteSet::Range('a', 'b') | ByteSet::Range('A', 'B')),
+         h, h, b_.Literal("\\u"), b_.Bytes(d),
+         b_.Bytes(ByteSet::Range('c', 'f') | ByteSet::Range('C', 'F')), h, h});
     esc_tail.push_back(b_.Seq({b_.Literal("u"), b_.Alt({non_surrogate, pair})}));
   }
   return b_.Alt({raw, b_.Seq({b_.Literal("\\"), b_.Alt(std::move(esc_tail))})});
@@ -303,8 +333,8 @@ Expr JsonText::StringChar(bool canonical) {
 Expr JsonText::AnyString() {
   if (any_string_ < 0) {
     RuleId r = b_.DeclareRule("string");
-    b_.DefineRule(r, b_.Seq({b_.Literal("\""), b_.Repeat(StringChar(false), 0, -1),
-                             b_.Literal("\"")}));
+    b_.DefineRule(
+        r, b_.Seq({b_.Literal("\""), b_.Repeat(StringChar(false), 0, -1), b_.Literal("\"")}));
     any_string_ = b_.Ref(r);
   }
   return any_string_;
@@ -313,8 +343,8 @@ Expr JsonText::AnyString() {
 Expr JsonText::CanonicalString() {
   if (canonical_ < 0) {
     RuleId r = b_.DeclareRule("key");
-    b_.DefineRule(r, b_.Seq({b_.Literal("\""), b_.Repeat(StringChar(true), 0, -1),
-                             b_.Literal("\"")}));
+    b_.DefineRule(r,
+                  b_.Seq({b_.Literal("\""), b_.Repeat(StringChar(true), 0, -1), b_.Literal("\"")}));
     canonical_ = b_.Ref(r);
   }
   return canonical_;
@@ -459,10 +489,11 @@ Expr JsonText::LongRepeat(Expr item, int64_t min, int64_t max) {
     const int64_t q = n / block, r = n % block;
     std::vector<Expr> alts;
     if (q > 0) {
-      alts.push_back(b_.Seq({b_.Repeat(blk, 0, int32_t(q - 1)),
-                             b_.Repeat(item, 0, int32_t(block - 1))}));
+      alts.push_back(
+          b_.Seq({b_.Repeat(blk, 0, int32_t(q - 1)), b_.Repeat(item, 0, int32_t(block - 1))}));
     }
-    alts.push_back(b_.Seq({b_.Repeat(blk, int32_t(q), int32_t(q)), b_.Repeat(item, 0, int32_t(r))}));
+    alts.push_back(
+        b_.Seq({b_.Repeat(blk, int32_t(q), int32_t(q)), b_.Repeat(item, 0, int32_t(r))}));
     return b_.Alt(std::move(alts));
   };
   if (max < 0) return b_.Seq({exactly(min), b_.Repeat(item, 0, -1)});
@@ -473,12 +504,12 @@ Expr JsonText::LongRepeat(Expr item, int64_t min, int64_t max) {
 
 Expr JsonText::AnyNumber() {
   if (any_number_ < 0) {
-    Expr int_part = b_.Alt({b_.Literal("0"), b_.Seq({b_.Bytes(ByteSet::Range('1', '9')),
-                                                     b_.Repeat(Digit(), 0, -1)})});
+    Expr int_part = b_.Alt(
+        {b_.Literal("0"), b_.Seq({b_.Bytes(ByteSet::Range('1', '9')), b_.Repeat(Digit(), 0, -1)})});
     Expr frac = b_.Optional(b_.Seq({b_.Literal("."), Digits()}));
-    Expr exp = b_.Optional(b_.Seq({b_.Bytes(ByteSet::Of('e') | ByteSet::Of('E')),
-                                   b_.Optional(b_.Bytes(ByteSet::Of('+') | ByteSet::Of('-'))),
-                                   Digits()}));
+    Expr exp =
+        b_.Optional(b_.Seq({b_.Bytes(ByteSet::Of('e') | ByteSet::Of('E')),
+                            b_.Optional(b_.Bytes(ByteSet::Of('+') | ByteSet::Of('-'))), Digits()}));
     RuleId r = b_.DeclareRule("number");
     b_.DefineRule(r, b_.Seq({b_.Optional(b_.Literal("-")), int_part, frac, exp}));
     any_number_ = b_.Ref(r);
@@ -488,17 +519,17 @@ Expr JsonText::AnyNumber() {
 
 Expr JsonText::AnyInteger() {
   if (any_integer_ < 0) {
-    Expr int_part = b_.Alt({b_.Literal("0"), b_.Seq({b_.Bytes(ByteSet::Range('1', '9')),
-                                                     b_.Repeat(Digit(), 0, -1)})});
+    Expr int_part = b_.Alt(
+        {b_.Literal("0"), b_.Seq({b_.Bytes(ByteSet::Range('1', '9')), b_.Repeat(Digit(), 0, -1)})});
     Expr zero_frac = IntegerFloatSuffix();
     // Python writes integral floats from 1e16 up as 1e+16 or 1.5e+16.
-    Expr sci = b_.Seq({b_.Bytes(ByteSet::Range('1', '9')),
-                       b_.Optional(b_.Seq({b_.Literal("."), Digit()})), b_.Literal("e+"),
-                       b_.Bytes(ByteSet::Range('1', '9')), Digit()});
+    Expr sci =
+        b_.Seq({b_.Bytes(ByteSet::Range('1', '9')), b_.Optional(b_.Seq({b_.Literal("."), Digit()})),
+                b_.Literal("e+"), b_.Bytes(ByteSet::Range('1', '9')), Digit()});
     RuleId r = b_.DeclareRule("integer");
-    b_.DefineRule(r, b_.Seq({b_.Optional(b_.Literal("-")),
-                             integer_floats_ ? b_.Alt({b_.Seq({int_part, zero_frac}), sci})
-                                             : int_part}));
+    b_.DefineRule(
+        r, b_.Seq({b_.Optional(b_.Literal("-")),
+                   integer_floats_ ? b_.Alt({b_.Seq({int_part, zero_frac}), sci}) : int_part}));
     any_integer_ = b_.Ref(r);
   }
   return any_integer_;
@@ -514,22 +545,22 @@ Expr JsonText::SameLengthRange(std::string_view lo, std::string_view hi) {
   const size_t n = lo.size();
   if (n == 0) return b_.Empty();
   if (lo == hi) return b_.Literal(lo);
-  if (lo[0] == hi[0]) return b_.Seq({b_.Literal(lo.substr(0, 1)), SameLengthRange(lo.substr(1),
-                                                                                   hi.substr(1))});
+  if (lo[0] == hi[0])
+    return b_.Seq({b_.Literal(lo.substr(0, 1)), SameLengthRange(lo.substr(1), hi.substr(1))});
   const bool lo_full = lo.substr(1).find_first_not_of('0') == std::string_view::npos;
   const bool hi_full = hi.substr(1).find_first_not_of('9') == std::string_view::npos;
   const char mid_lo = lo_full ? lo[0] : char(lo[0] + 1);
   const char mid_hi = hi_full ? hi[0] : char(hi[0] - 1);
   std::vector<Expr> alts;
   const std::string nines(n - 1, '9'), zeros(n - 1, '0');
-  if (!lo_full) alts.push_back(b_.Seq({b_.Literal(lo.substr(0, 1)), SameLengthRange(lo.substr(1),
-                                                                                    nines)}));
+  if (!lo_full)
+    alts.push_back(b_.Seq({b_.Literal(lo.substr(0, 1)), SameLengthRange(lo.substr(1), nines)}));
   if (mid_lo <= mid_hi) {
     alts.push_back(b_.Seq({b_.Bytes(ByteSet::Range(mid_lo, mid_hi)),
                            b_.Repeat(Digit(), int32_t(n - 1), int32_t(n - 1))}));
   }
-  if (!hi_full) alts.push_back(b_.Seq({b_.Literal(hi.substr(0, 1)), SameLengthRange(zeros,
-                                                                                    hi.substr(1))}));
+  if (!hi_full)
+    alts.push_back(b_.Seq({b_.Literal(hi.substr(0, 1)), SameLengthRange(zeros, hi.substr(1))}));
   return b_.Alt(std::move(alts));
 }
 
@@ -544,8 +575,8 @@ Expr JsonText::UIntRange(const std::string& lo, const std::optional<std::string>
     alts.push_back(SameLengthRange(low, high));
   }
   if (!hi) {
-    alts.push_back(b_.Seq({b_.Bytes(ByteSet::Range('1', '9')),
-                           b_.Repeat(Digit(), int32_t(lo.size()), -1)}));
+    alts.push_back(
+        b_.Seq({b_.Bytes(ByteSet::Range('1', '9')), b_.Repeat(Digit(), int32_t(lo.size()), -1)}));
   }
   return b_.Alt(std::move(alts));
 }
@@ -563,15 +594,14 @@ Expr JsonText::IntegerRange(std::optional<Decimal> lo, std::optional<Decimal> hi
   // "-m" with m in [-hi, -lo]; "-0" is 0.
   if (!lo || lo->negative || Decimal::Compare(*lo, zero) == 0) {
     const std::string low = hi && hi->negative ? hi->int_digits : "0";
-    alts.push_back(b_.Seq({b_.Literal("-"), UIntRange(low, lo ? std::optional<std::string>(
-                                                                    lo->int_digits)
-                                                              : std::nullopt)}));
+    alts.push_back(
+        b_.Seq({b_.Literal("-"),
+                UIntRange(low, lo ? std::optional<std::string>(lo->int_digits) : std::nullopt)}));
   }
   return b_.Seq({b_.Alt(std::move(alts)), IntegerFloatSuffix()});
 }
 
-Expr JsonText::FracDigits(std::optional<FracBound> lo, std::optional<FracBound> hi,
-                          bool nonempty) {
+Expr JsonText::FracDigits(std::optional<FracBound> lo, std::optional<FracBound> hi, bool nonempty) {
   if (lo && lo->digits.empty() && lo->inclusive) lo.reset();
   Expr star = b_.Repeat(Digit(), 0, -1);
   if (!lo && !hi) return nonempty ? Digits() : star;
@@ -610,8 +640,8 @@ Expr JsonText::FracDigits(std::optional<FracBound> lo, std::optional<FracBound> 
       continue;
     }
     flush();
-    alts.push_back(b_.Seq({b_.Literal(std::string(1, char('0' + c))),
-                           FracDigits(lo2, hi2, /*nonempty=*/false)}));
+    alts.push_back(b_.Seq(
+        {b_.Literal(std::string(1, char('0' + c))), FracDigits(lo2, hi2, /*nonempty=*/false)}));
   }
   flush();
   return b_.Alt(std::move(alts));
@@ -629,9 +659,9 @@ Expr JsonText::NonNegativeRange(std::optional<Bound> lo, std::optional<Bound> hi
   std::optional<FracBound> alpha;
   if (lo) alpha = FracBound{lo->value.frac_digits, lo->inclusive};
   if (!hi) {
-    return b_.Alt({b_.Seq({b_.Literal(a), Fraction(alpha, std::nullopt)}),
-                   b_.Seq({UIntRange(MagPlusOne(a), std::nullopt),
-                           Fraction(std::nullopt, std::nullopt)})});
+    return b_.Alt(
+        {b_.Seq({b_.Literal(a), Fraction(alpha, std::nullopt)}),
+         b_.Seq({UIntRange(MagPlusOne(a), std::nullopt), Fraction(std::nullopt, std::nullopt)})});
   }
   const std::string& z = hi->value.int_digits;
   const FracBound beta{hi->value.frac_digits, hi->inclusive};
@@ -650,19 +680,20 @@ Expr JsonText::NonNegativeRange(std::optional<Bound> lo, std::optional<Bound> hi
 Expr JsonText::NumberRange(std::optional<Bound> lo, std::optional<Bound> hi) {
   if (!lo && !hi) return AnyNumber();
   const Decimal zero;
-  Expr mantissa = b_.Seq({b_.Alt({b_.Literal("0"), b_.Seq({b_.Bytes(ByteSet::Range('1', '9')),
-                                                          b_.Repeat(Digit(), 0, -1)})}),
-                          b_.Optional(b_.Seq({b_.Literal("."), Digits()}))});
-  Expr any_nonneg = b_.Seq({mantissa, b_.Optional(b_.Seq({
-                                          b_.Bytes(ByteSet::Of('e') | ByteSet::Of('E')),
-                                          b_.Optional(b_.Bytes(ByteSet::Of('+') | ByteSet::Of('-'))),
-                                          Digits()}))});
+  Expr mantissa =
+      b_.Seq({b_.Alt({b_.Literal("0"),
+                      b_.Seq({b_.Bytes(ByteSet::Range('1', '9')), b_.Repeat(Digit(), 0, -1)})}),
+              b_.Optional(b_.Seq({b_.Literal("."), Digits()}))});
+  Expr any_nonneg = b_.Seq(
+      {mantissa, b_.Optional(b_.Seq({b_.Bytes(ByteSet::Of('e') | ByteSet::Of('E')),
+                                     b_.Optional(b_.Bytes(ByteSet::Of('+') | ByteSet::Of('-'))),
+                                     Digits()}))});
   std::vector<Expr> alts;
   // x >= 0 without a sign: [max(lo, 0), hi].
   const bool hi_nonneg = !hi || !hi->value.negative;
   if (hi_nonneg) {
-    const bool lo_below_zero = !lo || lo->value.negative ||
-                               (Decimal::Compare(lo->value, zero) == 0 && lo->inclusive);
+    const bool lo_below_zero =
+        !lo || lo->value.negative || (Decimal::Compare(lo->value, zero) == 0 && lo->inclusive);
     if (lo_below_zero && !hi) {
       alts.push_back(any_nonneg);
     } else {
@@ -697,8 +728,8 @@ Expr JsonText::IntegerMultipleOf(int k) {
     std::vector<Expr> alts;
     if (r == 0) alts.push_back(b_.Empty());
     for (int d = 0; d <= 9; ++d) {
-      alts.push_back(b_.Seq({b_.Literal(std::string(1, char('0' + d))),
-                             b_.Ref(rem[(10 * r + d) % k])}));
+      alts.push_back(
+          b_.Seq({b_.Literal(std::string(1, char('0' + d))), b_.Ref(rem[(10 * r + d) % k])}));
     }
     b_.DefineRule(rem[r], b_.Alt(std::move(alts)));
   }
@@ -709,13 +740,18 @@ Expr JsonText::IntegerMultipleOf(int k) {
   return b_.Seq({b_.Optional(b_.Literal("-")), b_.Alt(std::move(first)), IntegerFloatSuffix()});
 }
 
-Expr JsonText::NumberLiteral(const json& number) {
+Expr JsonText::NumberLiteral(const json& number, bool integer_text) {
   std::optional<Decimal> d = Decimal::FromJson(number);
   if (!d) return b_.Nothing();
-  Expr zero_frac = b_.Optional(b_.Seq({b_.Literal("."), b_.Repeat(b_.Literal("0"), 1, -1)}));
+  Expr zero_frac = b_.Optional(b_.Literal(".0"));  // as Python writes an integral float
+  if (integer_text) {
+    if (!d->IsInteger()) return b_.Nothing();
+    const std::string text = (d->negative ? "-" : "") + d->int_digits;
+    return d->int_digits == "0" ? b_.Alt({b_.Literal("0"), b_.Literal("-0")}) : b_.Literal(text);
+  }
   if (!d->IsInteger()) {
-    std::string text = number.is_number_float() ? PythonFloatRepr(number.get<double>())
-                                                : PythonJsonDumps(number);
+    std::string text =
+        number.is_number_float() ? PythonFloatRepr(number.get<double>()) : PythonJsonDumps(number);
     return b_.Literal(text);
   }
   const std::string text = (d->negative ? "-" : "") + d->int_digits;
@@ -740,6 +776,31 @@ Expr JsonText::Int(int lo, int hi, int width) {
   return SameLengthRange(pad(lo), pad(hi));
 }
 
+std::optional<std::pair<int64_t, int64_t>> FormatLengths(std::string_view format) {
+  static const struct {
+    const char* name;
+    int64_t min, max;
+  } kLengths[] = {{"date", 10, 10}, {"time", 9, 24}, {"date-time", 20, 35}, {"uuid", 36, 36},
+                  {"ipv4", 7, 15},  {"ipv6", 2, 45}, {"hostname", 1, 247},  {"email", 5, 227}};
+  for (const auto& f : kLengths) {
+    if (format == f.name) return std::pair<int64_t, int64_t>{f.min, f.max};
+  }
+  return std::nullopt;
+}
+
+std::string_view FormatRegex(std::string_view format) {
+  if (format == "uri" || format == "uri-reference" || format == "iri" ||
+      format == "iri-reference") {
+    // FormatBody's subset of RFC 3986, as a pattern (for lengths beside it).
+    return R"(^[A-Za-z][A-Za-z0-9+.\-]*://(([A-Za-z0-9._~!$&'()*+,;=:\-]|%[0-9A-Fa-f]{2})*@)?)"
+           R"(([A-Za-z0-9._~!$&'()*+,;=\-]|%[0-9A-Fa-f]{2})+(:[0-9]{0,5})?)"
+           R"((/([A-Za-z0-9._~!$&'()*+,;=:@\-]|%[0-9A-Fa-f]{2})*)*)"
+           R"((\?([A-Za-z0-9._~!$&'()*+,;=:@/?\-]|%[0-9A-Fa-f]{2})*)?)"
+           R"((#([A-Za-z0-9._~!$&'()*+,;=:@/?\-]|%[0-9A-Fa-f]{2})*)?$)";
+  }
+  return "";
+}
+
 std::optional<Expr> JsonText::FormatBody(std::string_view format) {
   GrammarBuilder& b = b_;
   const auto L = [&b](std::string_view s) { return b.Literal(s); };
@@ -750,7 +811,8 @@ std::optional<Expr> JsonText::FormatBody(std::string_view format) {
   };
   const ByteSet alpha = ByteSet::Range('a', 'z') | ByteSet::Range('A', 'Z');
   const ByteSet alnum = alpha | ByteSet::Range('0', '9');
-  const ByteSet hex = ByteSet::Range('0', '9') | ByteSet::Range('a', 'f') | ByteSet::Range('A', 'F');
+  const ByteSet hex =
+      ByteSet::Range('0', '9') | ByteSet::Range('a', 'f') | ByteSet::Range('A', 'F');
   Expr d = Digit();
   const auto date = [&] {
     Expr year = b.Alt({b.Seq({b.Bytes(ByteSet::Range('1', '9')), d, d, d}),
@@ -764,19 +826,19 @@ std::optional<Expr> JsonText::FormatBody(std::string_view format) {
     Expr not_feb = b.Alt({L("01"), b.Seq({L("0"), b.Bytes(ByteSet::Range('3', '9'))}),
                           b.Seq({L("1"), b.Bytes(set("012"))})});
     Expr long_month = b.Alt({b.Seq({L("0"), b.Bytes(set("13578"))}), L("10"), L("12")});
-    Expr month_day = b.Alt({b.Seq({Int(1, 12, 2), L("-"), Int(1, 28, 2)}),
-                            b.Seq({not_feb, L("-"), b.Alt({L("29"), L("30")})}),
-                            b.Seq({long_month, L("-31")})});
+    Expr month_day =
+        b.Alt({b.Seq({Int(1, 12, 2), L("-"), Int(1, 28, 2)}),
+               b.Seq({not_feb, L("-"), b.Alt({L("29"), L("30")})}), b.Seq({long_month, L("-31")})});
     return b.Alt({b.Seq({year, L("-"), month_day}), b.Seq({leap_year, L("-02-29")})});
   };
   const auto time = [&] {
-    Expr offset = b.Alt({L("Z"), b.Seq({b.Bytes(set("+-")), Int(0, 23, 2), L(":"), Int(0, 59, 2)})});
+    Expr offset =
+        b.Alt({L("Z"), b.Seq({b.Bytes(set("+-")), Int(0, 23, 2), L(":"), Int(0, 59, 2)})});
     return b.Seq({Int(0, 23, 2), L(":"), Int(0, 59, 2), L(":"), Int(0, 59, 2),
-                  b.Optional(b.Seq({L("."), Digits()})), offset});
+                  b.Optional(b.Seq({L("."), b.Repeat(d, 1, 9)})), offset});
   };
   const auto octet = [&] {
-    return b.Alt({d, b.Seq({b.Bytes(ByteSet::Range('1', '9')), d}),
-                  b.Seq({L("1"), d, d}),
+    return b.Alt({d, b.Seq({b.Bytes(ByteSet::Range('1', '9')), d}), b.Seq({L("1"), d, d}),
                   b.Seq({L("2"), b.Bytes(ByteSet::Range('0', '4')), d}),
                   b.Seq({L("25"), b.Bytes(ByteSet::Range('0', '5'))})});
   };
@@ -786,9 +848,9 @@ std::optional<Expr> JsonText::FormatBody(std::string_view format) {
   };
   // A DNS label: letters, digits and inner hyphens, at most 63.
   const auto label = [&](ByteSet first, int max_inner) {
-    return b.Seq({b.Bytes(first), b.Optional(b.Seq({b.Repeat(b.Bytes(alnum | ByteSet::Of('-')), 0,
-                                                             max_inner),
-                                                    b.Bytes(alnum)}))});
+    return b.Seq({b.Bytes(first),
+                  b.Optional(b.Seq({b.Repeat(b.Bytes(alnum | ByteSet::Of('-')), 0, max_inner),
+                                    b.Bytes(alnum)}))});
   };
   if (format == "date") return date();
   if (format == "time") return time();
@@ -806,27 +868,26 @@ std::optional<Expr> JsonText::FormatBody(std::string_view format) {
     const auto pre = [&](int n) {  // [ *n( h16 ":" ) h16 ]
       return b.Optional(b.Seq({b.Repeat(h16c, 0, n), h16}));
     };
-    return b.Alt({b.Seq({b.Repeat(h16c, 6, 6), ls32}),
-                  b.Seq({L("::"), b.Repeat(h16c, 5, 5), ls32}),
+    return b.Alt({b.Seq({b.Repeat(h16c, 6, 6), ls32}), b.Seq({L("::"), b.Repeat(h16c, 5, 5), ls32}),
                   b.Seq({b.Optional(h16), L("::"), b.Repeat(h16c, 4, 4), ls32}),
                   b.Seq({pre(1), L("::"), b.Repeat(h16c, 3, 3), ls32}),
                   b.Seq({pre(2), L("::"), b.Repeat(h16c, 2, 2), ls32}),
-                  b.Seq({pre(3), L("::"), h16c, ls32}),
-                  b.Seq({pre(4), L("::"), ls32}),
-                  b.Seq({pre(5), L("::"), h16}),
-                  b.Seq({pre(6), L("::")})});
+                  b.Seq({pre(3), L("::"), h16c, ls32}), b.Seq({pre(4), L("::"), ls32}),
+                  b.Seq({pre(5), L("::"), h16}), b.Seq({pre(6), L("::")})});
   }
   if (format == "hostname") {
     // At most 4 labels of at most 61: within the 253 of a name. A label starts with a letter and
     // has no "--" (which punycode's xn-- would need checked) and no hyphen at its end.
-    Expr l = b.Seq({b.Bytes(alpha), b.Repeat(b.Alt({b.Bytes(alnum), b.Seq({L("-"), b.Bytes(alnum)})}),
-                                             0, 30)});
+    Expr l = b.Seq({b.Bytes(alpha),
+                    b.Repeat(b.Alt({b.Bytes(alnum), b.Seq({L("-"), b.Bytes(alnum)})}), 0, 30)});
     return b.Seq({l, b.Repeat(b.Seq({L("."), l}), 0, 3)});
   }
   if (format == "email") {
-    Expr atom = b.Repeat(b.Bytes(alnum | set("!#$%&'*+/=?^_`{|}~-")), 1, 64);
-    Expr l = label(alnum, 61);
-    return b.Seq({atom, b.Repeat(b.Seq({L("."), atom}), 0, 8), L("@"), l,
+    // At most 63 + 1 + 163 characters (FormatLengths): local parts of at most 63 without
+    // leading, trailing or doubled dots; 2 to 4 labels of at most 40.
+    Expr atext = b.Bytes(alnum | set("!#$%&'*+/=?^_`{|}~-"));
+    Expr l = label(alnum, 38);
+    return b.Seq({atext, b.Repeat(b.Alt({atext, b.Seq({L("."), atext})}), 0, 31), L("@"), l,
                   b.Repeat(b.Seq({L("."), l}), 1, 3)});
   }
   if (format == "uri" || format == "uri-reference" || format == "iri" ||
@@ -838,9 +899,8 @@ std::optional<Expr> JsonText::FormatBody(std::string_view format) {
     Expr pchar = b.Alt({b.Bytes(unreserved | sub_delims | set(":@")), pct});
     Expr qchar = b.Alt({b.Bytes(unreserved | sub_delims | set(":@/?")), pct});
     Expr scheme = b.Seq({b.Bytes(alpha), b.Repeat(b.Bytes(alnum | set("+-.")), 0, -1)});
-    Expr userinfo = b.Seq({b.Repeat(b.Alt({b.Bytes(unreserved | sub_delims | set(":")), pct}), 0,
-                                    -1),
-                           L("@")});
+    Expr userinfo =
+        b.Seq({b.Repeat(b.Alt({b.Bytes(unreserved | sub_delims | set(":")), pct}), 0, -1), L("@")});
     Expr host = b.Repeat(b.Alt({b.Bytes(unreserved | sub_delims), pct}), 1, -1);
     Expr port = b.Seq({L(":"), b.Repeat(d, 0, 5)});
     return b.Seq({scheme, L("://"), b.Optional(userinfo), host, b.Optional(port),

@@ -51,6 +51,11 @@ struct Bound {
   bool inclusive = true;
 };
 
+// The shortest and longest strings FormatBody(format) matches, for the bounded ones.
+std::optional<std::pair<int64_t, int64_t>> FormatLengths(std::string_view format);
+// FormatBody(format) as a pattern (json_string_regex.h) where one is written; "" if none.
+std::string_view FormatRegex(std::string_view format);
+
 class JsonText {
  public:
   using Expr = GrammarBuilder::Expr;
@@ -93,11 +98,12 @@ class JsonText {
   // Integers that are multiples of `k` (1 <= k <= 1000), no bounds.
   Expr IntegerMultipleOf(int k);
   // Exactly this JSON number, in the forms json.dumps may write it (1 == 1.0 == 1e0 in value).
-  Expr NumberLiteral(const nlohmann::ordered_json& number);
+  // `integer_text`: only integer forms ("1", not "1.0": draft 4's integer type).
+  Expr NumberLiteral(const nlohmann::ordered_json& number, bool integer_text = false);
 
  private:
   Expr Digit();
-  Expr Digits();  // [0-9]+
+  Expr Digits();              // [0-9]+
   Expr IntegerFloatSuffix();  // ".0" where integers may be written as floats
   Expr StringChar(bool canonical);
   // Unsigned integers (no leading zeros) within [lo, hi] (hi nullopt: unbounded).
