@@ -189,10 +189,12 @@ Automaton::Automaton(std::shared_ptr<const Grammar> grammar,
   // Room for the states a typical constraint meets, so that growing seldom copies.
   states_.reserve(1024);
   next_.reserve(size_t(1024) * 256);
+  row_.reserve(4096);
   frames_.reserve(4096);
   frames_.push_back({-1, 0});       // 0: the bottom of every stack
   states_.emplace_back();           // 0: dead
-  next_.assign(256, kDead);         // the dead state stays dead
+  next_.assign(256, kDead);         // the dead state stays dead: row 0
+  row_.push_back(0);
   state_ids_[std::string(1, '\0')] = 0;
 }
 
@@ -272,7 +274,7 @@ int32_t Automaton::InternState(std::vector<int32_t> stacks, bool accepting) {
     State& st = states_.emplace_back();
     st.stacks = std::move(stacks);
     st.accepting = accepting;
-    next_.resize(next_.size() + 256, -1);
+    row_.push_back(-1);  // its row of transitions comes with its first step
   }
   return it->second;
 }
@@ -290,7 +292,9 @@ int32_t Automaton::Start() {
 }
 
 int32_t Automaton::StepLocked(int32_t state, uint8_t byte) {
-  if (int32_t n = next_[size_t(state) * 256 + byte]; n >= 0) return n;
+  if (row_[size_t(state)] >= 0) {
+    if (int32_t n = next_[size_t(row_[size_t(state)]) * 256 + byte]; n >= 0) return n;
+  }
   const std::vector<int32_t> stacks = states_[state].stacks;  // states_ may grow below
   // Bytes that the same stacks take lead to the same state: one closure per such class (a
   // string's characters are one class, a digit state's digits another), every byte of the
@@ -317,7 +321,11 @@ int32_t Automaton::StepLocked(int32_t state, uint8_t byte) {
   Expand(out, accepting);
   const int32_t n = status_.ok() ? InternState(std::move(out), accepting) : kDead;
   if (!status_.ok()) return n;
-  int32_t* row = &next_[size_t(state) * 256];
+  if (row_[size_t(state)] < 0) {
+    row_[size_t(state)] = int32_t(next_.size() / 256);
+    next_.resize(next_.size() + 256, -1);
+  }
+  int32_t* row = &next_[size_t(row_[size_t(state)]) * 256];
   row[byte] = n;
   if (stacks.size() <= 64) {
     for (int b = 0; b < 256; ++b) {
@@ -456,7 +464,8 @@ void Automaton::Walk(int32_t state, std::vector<uint64_t>& words) {
   const int32_t n = v.num_nodes();
   for (int32_t i = 0; i < n;) {
     const int32_t from = at[depth[i] - 1];
-    int32_t s = next_[size_t(from) * 256 + byte[i]];
+    const int32_t r = row_[size_t(from)];
+    int32_t s = r >= 0 ? next_[size_t(r) * 256 + byte[i]] : -1;
     if (s < 0) s = StepLocked(from, byte[i]);
     if (s == kDead) {
       if (!status_.ok()) return;

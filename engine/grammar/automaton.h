@@ -97,10 +97,12 @@ class TokenVocabulary {
 };
 
 // What one automaton may hold (it lives as long as its compiled constraint is cached): with the
-// compile cache's 32 entries, at most about 32 x (24 + 8 + 40) MiB however hostile the grammars.
+// compile cache's 32 entries, at most about 32 x (24 + 8 + 120) MiB however hostile the grammars.
 struct AutomatonLimits {
   int32_t max_stacks_per_state = 2048;  // an ambiguity past this ends the match
-  int32_t max_states = 40'000;          // interned states (about 1 KiB each with transitions)
+  // Interned states (about 100 bytes each, 1 KiB more once stepped from): a large object's
+  // grammar meets tens of thousands over a few instances.
+  int32_t max_states = 200'000;
   int64_t max_frames = 1'000'000;       // interned stack frames (about 24 bytes each)
   int64_t max_mask_cache_bytes = 8 << 20;  // cached masks (V/8 bytes each); full: dropped
 };
@@ -169,7 +171,10 @@ class Automaton {
   std::vector<Frame> frames_;
   absl::flat_hash_map<uint64_t, int32_t> frame_ids_;
   std::vector<State> states_;
-  std::vector<int32_t> next_;  // [states x 256] byte transitions; -1: not computed yet
+  // Byte transitions, a row of 256 per state stepped from (row_[state]; -1: none yet), -1 where
+  // not computed yet. Many states (a trie walk's leaves) are never stepped from.
+  std::vector<int32_t> row_;
+  std::vector<int32_t> next_;
   absl::flat_hash_map<std::string, int32_t> state_ids_;  // key: accepting + stack ids
   int32_t start_ = -1;
   int64_t mask_bytes_ = 0;

@@ -197,6 +197,9 @@ int GrammarCommand(int argc, char** argv) {
     std::vector<double> mask_us;
     line["tokens_match"] = grammar::WalkTokens(
         *c, grammar::TokensOfExactly(**tok, *(*c)->automaton->vocab(), text), mask_us);
+    if (absl::Status s = (*c)->automaton->status(); !s.ok()) {
+      line["automaton_error"] = std::string(s.message());  // a limit the walk passed
+    }
     line["mask_us"] = Percentiles(mask_us);
   }
   std::printf("%s\n", line.dump(-1, ' ', false, ojson::error_handler_t::replace).c_str());
