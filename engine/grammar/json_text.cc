@@ -5,6 +5,7 @@
 #include <cstdio>
 
 #include "absl/strings/str_cat.h"
+#include "engine/grammar/utf8.h"
 
 namespace heavykv::grammar {
 namespace {
@@ -377,30 +378,10 @@ std::vector<uint32_t> CodePointsOf(std::string_view s) {
   return out;
 }
 
-std::string Utf8Of(uint32_t cp) {
-  std::string s;
-  if (cp < 0x80) {
-    s += char(cp);
-  } else if (cp < 0x800) {
-    s += char(0xC0 | (cp >> 6));
-    s += char(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    s += char(0xE0 | (cp >> 12));
-    s += char(0x80 | ((cp >> 6) & 0x3F));
-    s += char(0x80 | (cp & 0x3F));
-  } else {
-    s += char(0xF0 | (cp >> 18));
-    s += char(0x80 | ((cp >> 12) & 0x3F));
-    s += char(0x80 | ((cp >> 6) & 0x3F));
-    s += char(0x80 | (cp & 0x3F));
-  }
-  return s;
-}
-
 // The canonical text of one code point inside a string.
 std::string UnitText(uint32_t cp) {
   std::string quoted;
-  AppendPythonString(Utf8Of(cp), quoted);
+  AppendPythonString(EncodeUtf8(cp), quoted);
   return quoted.substr(1, quoted.size() - 2);
 }
 
