@@ -19,6 +19,16 @@ namespace {
 
 using Expr = GrammarBuilder::Expr;
 
+// The grammar of `pattern`, or the compiler's refusal.
+absl::StatusOr<Grammar> TryCompile(std::string_view pattern, bool search) {
+  GrammarBuilder b;
+  absl::StatusOr<GrammarBuilder::Expr> e = CompileRegex(b, pattern, {.search = search});
+  if (!e.ok()) return e.status();
+  RuleId root = b.DeclareRule("root");
+  b.DefineRule(root, *e);
+  return std::move(b).Build(root);
+}
+
 std::optional<Grammar> Compile(std::string_view pattern, bool search) {
   GrammarBuilder b;
   absl::StatusOr<GrammarBuilder::Expr> e = CompileRegex(b, pattern, {.search = search});
@@ -561,8 +571,14 @@ void CompareWithStdRegex(const std::vector<std::string>& alphabet, size_t max_le
     }
     const std::wregex re(Widen(for_std), std::regex::ECMAScript);
     for (bool search : {false, true}) {
-      std::optional<Grammar> g = Compile(pattern, search);
-      ASSERT_TRUE(g.has_value());
+      // A quantified group holding only an anchor ("(^)?") is refused by name, never guessed:
+      // the generator may write one (its random numbers differ between standard libraries).
+      absl::StatusOr<Grammar> g = TryCompile(pattern, search);
+      if (!g.ok() && absl::IsInvalidArgument(g.status()) &&
+          g.status().message().find("anchor") != std::string_view::npos) {
+        continue;
+      }
+      ASSERT_TRUE(g.ok()) << pattern << ": " << g.status();
       Automaton a(std::make_shared<const Grammar>(*std::move(g)));
       std::vector<int32_t> state(texts.size());
       state[0] = a.Start();
