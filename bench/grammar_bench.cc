@@ -112,6 +112,7 @@ std::string Llama1bWithLlama3Vocab() {
 void BM_Decode(benchmark::State& state, bool json, int32_t batch) {
   const std::string path = Llama1bWithLlama3Vocab();
   double tokens_per_s = 0;
+  int length_ends = 0;  // requests that ran all their tokens (the constraint never ended one)
   for (auto _ : state) {
     state.PauseTiming();
     absl::StatusOr<Model> model = LoadModel(path);
@@ -143,6 +144,7 @@ void BM_Decode(benchmark::State& state, bool json, int32_t batch) {
     std::mutex mu;
     std::condition_variable cv;
     int finished = 0, first = 0;
+    length_ends = 0;
     int64_t decode_tokens = 0;
     absl::Time decode_start, last;
     for (int i = 0; i < batch; ++i) {
@@ -168,6 +170,7 @@ void BM_Decode(benchmark::State& state, bool json, int32_t batch) {
         }
         last = now;
         if (d.finished) {
+          length_ends += d.finish_reason == "length";
           ++finished;
           cv.notify_all();
         }
@@ -181,6 +184,7 @@ void BM_Decode(benchmark::State& state, bool json, int32_t batch) {
     (*engine)->Shutdown(absl::ZeroDuration());
   }
   state.counters["tokens_per_s"] = tokens_per_s;
+  state.counters["length_ends"] = length_ends;
 }
 
 }  // namespace
