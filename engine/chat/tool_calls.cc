@@ -337,32 +337,34 @@ void ToolCallStreamParser::EmitArgs(ToolCallStreamDelta& out, std::string_view f
   out.tool_calls.back().arguments.append(fragment.data(), fragment.size());
 }
 
+bool ToolCallStreamParser::ScanJson(char ch) {
+  if (in_string_) {
+    if (escaped_) {
+      escaped_ = false;
+    } else if (ch == '\\') {
+      escaped_ = true;
+    } else if (ch == '"') {
+      in_string_ = false;
+    }
+  } else if (ch == '"') {
+    in_string_ = true;
+  } else if (ch == '{' || ch == '[') {
+    ++depth_;
+  } else if (ch == '}' || ch == ']') {
+    return --depth_ == 0;
+  }
+  return false;
+}
+
 bool ToolCallStreamParser::StepArgs(ToolCallStreamDelta& out) {
   std::string fragment;
   size_t i = 0;
   bool done = false;
   for (; i < buf_.size() && !done; ++i) {
     const char ch = buf_[i];
-    if (in_string_) {
-      fragment += ch;
-      if (escaped_) {
-        escaped_ = false;
-      } else if (ch == '\\') {
-        escaped_ = true;
-      } else if (ch == '"') {
-        in_string_ = false;
-      }
-      continue;
-    }
-    if (IsWs(ch)) continue;
+    if (!in_string_ && IsWs(ch)) continue;  // compact arguments: spaces outside strings go
     fragment += ch;
-    if (ch == '"') {
-      in_string_ = true;
-    } else if (ch == '{' || ch == '[') {
-      ++depth_;
-    } else if (ch == '}' || ch == ']') {
-      done = --depth_ == 0;
-    }
+    done = ScanJson(ch);
   }
   buf_.erase(0, i);
   if (!fragment.empty()) EmitArgs(out, fragment);
@@ -375,24 +377,7 @@ bool ToolCallStreamParser::StepArgs(ToolCallStreamDelta& out) {
 bool ToolCallStreamParser::StepCallTail(bool final) {
   size_t i = 0;
   bool done = false;
-  for (; i < buf_.size() && !done; ++i) {
-    const char ch = buf_[i];
-    if (in_string_) {
-      if (escaped_) {
-        escaped_ = false;
-      } else if (ch == '\\') {
-        escaped_ = true;
-      } else if (ch == '"') {
-        in_string_ = false;
-      }
-    } else if (ch == '"') {
-      in_string_ = true;
-    } else if (ch == '{' || ch == '[') {
-      ++depth_;
-    } else if (ch == '}' || ch == ']') {
-      done = --depth_ == 0;
-    }
-  }
+  for (; i < buf_.size() && !done; ++i) done = ScanJson(buf_[i]);
   buf_.erase(0, i);
   if (!done) {
     if (final) buf_.clear();

@@ -109,7 +109,9 @@ class ToolCallStreamParser {
   bool drop_ws_ = false;  // kText: just after a call block: its following spaces are dropped
   bool in_list_ = false;  // bare JSON: inside `[...]`
   int num_calls_ = 0;
-  // kArgs / kCallTail: the JSON scan of the object.
+  // kArgs / kCallTail: the JSON scan of the object. ScanJson takes one more byte and says
+  // whether it closed the outermost bracket.
+  bool ScanJson(char ch);
   int depth_ = 0;
   bool in_string_ = false, escaped_ = false;
 };
