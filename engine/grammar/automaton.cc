@@ -168,6 +168,21 @@ void TokenVocabulary::Build() {
   }
 }
 
+std::pair<int32_t, size_t> TokenVocabulary::LongestPrefixToken(std::string_view text) const {
+  std::pair<int32_t, size_t> best = {-1, 0};
+  int32_t i = 0, end = num_nodes();  // the siblings at this depth: [i, end)
+  for (size_t d = 0; d < text.size() && i < end; ++d) {
+    while (i < end && node_byte_[size_t(i)] != uint8_t(text[d])) i = node_skip_[size_t(i)];
+    if (i == end) break;
+    if (node_tok_[size_t(i)] < node_tok_[size_t(i) + 1]) {  // a token's bytes end here
+      best = {dfs_tokens_[size_t(node_tok_[size_t(i)])], d + 1};
+    }
+    end = node_skip_[size_t(i)];
+    ++i;  // its first child, if any
+  }
+  return best;
+}
+
 // ---- Automaton ----
 
 Automaton::Automaton(std::shared_ptr<const Grammar> grammar,

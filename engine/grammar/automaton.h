@@ -78,6 +78,9 @@ class TokenVocabulary {
   // state that every whole character leads back to.
   const std::vector<bool>& below_utf8() const { return below_utf8_; }
   const std::vector<int32_t>& dfs_tokens() const { return dfs_tokens_; }
+  // The longest text token that `text` starts with, by the trie: {id, its length in bytes};
+  // {-1, 0} when none does.
+  std::pair<int32_t, size_t> LongestPrefixToken(std::string_view text) const;
 
  private:
   enum Kind : uint8_t { kText, kEog, kNever };

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <chrono>
 #include <string_view>
-#include <unordered_map>
 
 #include "engine/grammar/json_text.h"
 
@@ -29,23 +28,11 @@ std::vector<int32_t> TokensOfExactly(const TextTokenizer& tokenizer, const Token
   for (int32_t id : ids) bytes += vocab.IsText(id) ? vocab.bytes(id) : std::string();
   if (bytes == text) return ids;
   // SentencePiece writes a space before the text: take the longest token at each byte instead.
-  std::unordered_map<std::string_view, int32_t> by_bytes;
-  size_t longest = 0;
-  for (int32_t id = 0; id < vocab.size(); ++id) {
-    if (!vocab.IsText(id)) continue;
-    by_bytes.try_emplace(vocab.bytes(id), id);
-    longest = std::max(longest, vocab.bytes(id).size());
-  }
   ids.clear();
   for (size_t at = 0; at < text.size();) {
-    size_t n = std::min(longest, text.size() - at);
-    for (; n > 0; --n) {
-      if (auto it = by_bytes.find(text.substr(at, n)); it != by_bytes.end()) {
-        ids.push_back(it->second);
-        break;
-      }
-    }
-    if (n == 0) return {};  // a byte no token holds
+    const auto [id, n] = vocab.LongestPrefixToken(text.substr(at));
+    if (id < 0) return {};  // a byte no token starts with
+    ids.push_back(id);
     at += n;
   }
   return ids;

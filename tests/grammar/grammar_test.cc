@@ -170,5 +170,14 @@ TEST(AutomatonTest, AmbiguityPastTheLimitEndsTheMatch) {
   EXPECT_EQ(a->status().code(), absl::StatusCode::kResourceExhausted);
 }
 
+TEST(AutomatonTest, LongestPrefixTokenFollowsTheTrie) {
+  auto vocab = TokenVocabulary::FromBytes({"", "a", "ab", "abc", "b", "ba", "<c>"}, {0}, {6});
+  EXPECT_EQ(vocab->LongestPrefixToken("abd"), (std::pair<int32_t, size_t>{2, 2}));
+  EXPECT_EQ(vocab->LongestPrefixToken("abcab"), (std::pair<int32_t, size_t>{3, 3}));
+  EXPECT_EQ(vocab->LongestPrefixToken("bb"), (std::pair<int32_t, size_t>{4, 1}));
+  EXPECT_EQ(vocab->LongestPrefixToken("c"), (std::pair<int32_t, size_t>{-1, 0}));
+  EXPECT_EQ(vocab->LongestPrefixToken("<c>"), (std::pair<int32_t, size_t>{-1, 0}));  // control
+}
+
 }  // namespace
 }  // namespace heavykv::grammar
