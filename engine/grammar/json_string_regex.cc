@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/grammar/json_text.h"
+#include "engine/grammar/utf8_class.h"
 
 namespace heavykv::grammar {
 namespace {
@@ -16,34 +17,10 @@ using Expr = GrammarBuilder::Expr;
 using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
 constexpr uint32_t kMaxCp = 0x10FFFF;
 
-Ranges Normalize(Ranges r) {
-  std::sort(r.begin(), r.end());
-  Ranges out;
-  for (auto [lo, hi] : r) {
-    if (!out.empty() && lo <= out.back().second + 1) {
-      out.back().second = std::max(out.back().second, hi);
-    } else {
-      out.push_back({lo, hi});
-    }
-  }
-  return out;
-}
-
-Ranges Complement(const Ranges& r0) {
-  Ranges r = Normalize(r0), out;
-  uint32_t next = 0;
-  for (auto [lo, hi] : r) {
-    if (lo > next) out.push_back({next, lo - 1});
-    next = hi + 1;
-  }
-  if (next <= kMaxCp) out.push_back({next, kMaxCp});
-  return out;
-}
-
 Ranges Intersect(const Ranges& a, const Ranges& b) {
-  return Complement(Normalize([&] {
-    Ranges u = Complement(a);
-    Ranges cb = Complement(b);
+  return ComplementRanges(NormalizeRanges([&] {
+    Ranges u = ComplementRanges(a);
+    Ranges cb = ComplementRanges(b);
     u.insert(u.end(), cb.begin(), cb.end());
     return u;
   }()));
@@ -51,7 +28,7 @@ Ranges Intersect(const Ranges& a, const Ranges& b) {
 
 Ranges Union(Ranges a, const Ranges& b) {
   a.insert(a.end(), b.begin(), b.end());
-  return Normalize(std::move(a));
+  return NormalizeRanges(std::move(a));
 }
 
 const Ranges kDigit = {{'0', '9'}};
@@ -225,7 +202,7 @@ class Parser {
     if (emitted_.size() < sets_.size()) emitted_.resize(sets_.size(), -1);
     if (emitted_[set] >= 0) return emitted_[set];
     const Ranges& r = sets_[set];
-    const Ranges raw = Intersect(r, Complement({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}));
+    const Ranges raw = Intersect(r, ComplementRanges({{0, 0x1F}, {'"', '"'}, {'\\', '\\'}}));
     std::vector<Expr> alts;
     if (!raw.empty()) alts.push_back(b_.CodePoints(raw));
     for (auto [lo, hi] : Intersect(r, {{0, 0x1F}, {'"', '"'}, {'\\', '\\'}})) {
@@ -437,7 +414,7 @@ class Parser {
     }
     if (c == '.') {
       ++pos_;
-      return Chars(Complement(kLineTerminators));
+      return Chars(ComplementRanges(kLineTerminators));
     }
     if (c == '*' || c == '+' || c == '?') return Error("a quantifier with nothing to repeat");
     if (c == '\\') {
@@ -479,11 +456,11 @@ class Parser {
         return kSpace;
       // The complements, where Python (Unicode classes) and ECMA (ASCII \d \w) agree.
       case 'D':
-        return Intersect(Complement(kDigit), {{0, 0x65F}});
+        return Intersect(ComplementRanges(kDigit), {{0, 0x65F}});
       case 'W':
-        return Intersect(Complement(kWord), kAscii);
+        return Intersect(ComplementRanges(kWord), kAscii);
       case 'S':
-        return Complement(kAnySpace);
+        return ComplementRanges(kAnySpace);
       case 'n':
         return Ranges{{'\n', '\n'}};
       case 't':
@@ -591,9 +568,9 @@ class Parser {
       }
       set.insert(set.end(), item.begin(), item.end());
     }
-    set = Normalize(set);
+    set = NormalizeRanges(set);
     if (!negate) return set;
-    Ranges out = Complement(set);
+    Ranges out = ComplementRanges(set);
     // [^\d] and friends: Python's \d \w \s are Unicode, so keep to ASCII there.
     return unicode_dependent ? Intersect(out, kAscii) : out;
   }

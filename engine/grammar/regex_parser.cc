@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "engine/grammar/unicode_properties.h"
+#include "engine/grammar/utf8_class.h"
 
 namespace heavykv::grammar {
 namespace {
@@ -12,31 +13,6 @@ namespace {
 using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
 
 constexpr uint32_t kMaxCp = 0x10FFFF;
-
-// Sorted, merged, disjoint ranges.
-Ranges Normalize(Ranges rs) {
-  std::sort(rs.begin(), rs.end());
-  Ranges out;
-  for (auto r : rs) {
-    if (!out.empty() && r.first <= out.back().second + 1) {
-      out.back().second = std::max(out.back().second, r.second);
-    } else {
-      out.push_back(r);
-    }
-  }
-  return out;
-}
-
-Ranges Negate(const Ranges& in) {
-  Ranges rs = Normalize(in), out;
-  uint32_t next = 0;
-  for (auto [lo, hi] : rs) {
-    if (lo > next) out.push_back({next, lo - 1});
-    next = hi + 1;
-  }
-  if (next <= kMaxCp) out.push_back({next, kMaxCp});
-  return out;
-}
 
 void Append(Ranges& to, const Ranges& from) { to.insert(to.end(), from.begin(), from.end()); }
 
@@ -113,7 +89,7 @@ class Parser {
   int AddChars(Ranges r) {
     RegexNode n;
     n.kind = RegexNode::Kind::kChars;
-    n.chars = Normalize(std::move(r));
+    n.chars = NormalizeRanges(std::move(r));
     return Add(std::move(n));
   }
 
@@ -298,7 +274,7 @@ class Parser {
       }
       case '.':
         ++pos_;
-        *out = AddChars(Negate(kLineTerminators));
+        *out = AddChars(ComplementRanges(kLineTerminators));
         return absl::OkStatus();
       case '*':
       case '+':
@@ -408,7 +384,7 @@ class Parser {
       }
       Append(set, first);
     }
-    *out = negate ? Negate(set) : Normalize(std::move(set));
+    *out = negate ? ComplementRanges(set) : NormalizeRanges(std::move(set));
     return absl::OkStatus();
   }
 
@@ -483,15 +459,15 @@ class Parser {
       case 'd':
         return cls(kDigit);
       case 'D':
-        return cls(Negate(kDigit));
+        return cls(ComplementRanges(kDigit));
       case 'w':
         return cls(kWord);
       case 'W':
-        return cls(Negate(kWord));
+        return cls(ComplementRanges(kWord));
       case 's':
         return cls(kSpace);
       case 'S':
-        return cls(Negate(kSpace));
+        return cls(ComplementRanges(kSpace));
       case 'n':
         return one('\n');
       case 't':
@@ -543,7 +519,7 @@ class Parser {
           return Unsupported(
               absl::StrCat("the Unicode property escape \\p{", std::string(name), "}"), at);
         }
-        return cls(c == 'P' ? Negate(r) : r);
+        return cls(c == 'P' ? ComplementRanges(r) : r);
       }
       default:
         break;

@@ -114,12 +114,11 @@ class Utf8Trie {
 
 }  // namespace
 
-Expr Utf8Class(GrammarBuilder& b, std::vector<std::pair<uint32_t, uint32_t>> ranges, bool negate) {
-  // Sorted, merged, clipped to U+10FFFF; then negated if asked.
+CodePointRanges NormalizeRanges(CodePointRanges ranges) {
   for (auto& r : ranges) r.second = std::min<uint32_t>(r.second, 0x10FFFF);
   std::erase_if(ranges, [](const auto& r) { return r.first > r.second; });
   std::sort(ranges.begin(), ranges.end());
-  std::vector<std::pair<uint32_t, uint32_t>> merged;
+  CodePointRanges merged;
   for (auto r : ranges) {
     if (!merged.empty() && r.first <= merged.back().second + 1) {
       merged.back().second = std::max(merged.back().second, r.second);
@@ -127,17 +126,22 @@ Expr Utf8Class(GrammarBuilder& b, std::vector<std::pair<uint32_t, uint32_t>> ran
       merged.push_back(r);
     }
   }
-  if (negate) {
-    std::vector<std::pair<uint32_t, uint32_t>> inverse;
-    uint32_t next = 0;
-    for (auto [lo, hi] : merged) {
-      if (lo > next) inverse.push_back({next, lo - 1});
-      next = hi + 1;
-    }
-    if (next <= 0x10FFFF) inverse.push_back({next, 0x10FFFF});
-    merged = std::move(inverse);
+  return merged;
+}
+
+CodePointRanges ComplementRanges(const CodePointRanges& ranges) {
+  CodePointRanges inverse;
+  uint32_t next = 0;
+  for (auto [lo, hi] : NormalizeRanges(ranges)) {
+    if (lo > next) inverse.push_back({next, lo - 1});
+    next = hi + 1;
   }
-  return Utf8Trie(b).Build(merged);
+  if (next <= 0x10FFFF) inverse.push_back({next, 0x10FFFF});
+  return inverse;
+}
+
+Expr Utf8Class(GrammarBuilder& b, std::vector<std::pair<uint32_t, uint32_t>> ranges, bool negate) {
+  return Utf8Trie(b).Build(negate ? ComplementRanges(ranges) : NormalizeRanges(std::move(ranges)));
 }
 
 }  // namespace heavykv::grammar

@@ -13,6 +13,13 @@
 
 namespace heavykv::grammar {
 
+using CodePointRanges = std::vector<std::pair<uint32_t, uint32_t>>;  // [lo, hi] inclusive
+
+// Sorted, merged and disjoint, clipped to U+10FFFF (empty ranges dropped).
+CodePointRanges NormalizeRanges(CodePointRanges ranges);
+// The code points of 0..U+10FFFF in none of `ranges`, normalized.
+CodePointRanges ComplementRanges(const CodePointRanges& ranges);
+
 // One code point in the union of the [lo, hi] ranges (any order, may overlap; surrogates and
 // anything past U+10FFFF never match), as its UTF-8 bytes; `negate`: one code point in none.
 GrammarBuilder::Expr Utf8Class(GrammarBuilder& b, std::vector<std::pair<uint32_t, uint32_t>> ranges,
