@@ -51,9 +51,9 @@ struct Request {
   Sequence seq;
   std::unique_ptr<Sampler> sampler;
   std::unique_ptr<TextStream> text;
-  // Structured output: compiled in Submit; the matcher follows the sampled tokens. `mask` is
-  // its next step's mask [vocab words], filled by the prefetcher when `mask_posted`.
-  std::shared_ptr<const grammar::CompiledConstraint> constraint;
+  // Structured output: compiled in Submit, where its matcher is made; the matcher follows the
+  // sampled tokens. `mask` is its next step's mask [vocab words], filled by the prefetcher when
+  // `mask_posted`.
   std::shared_ptr<grammar::ConstraintMatcher> matcher;
   std::shared_ptr<std::vector<uint64_t>> mask;
   bool mask_posted = false;
@@ -122,7 +122,8 @@ class EngineImpl final : public Engine {
       absl::StatusOr<std::shared_ptr<const grammar::CompiledConstraint>> c =
           CompileConstraint(request.constraint);
       if (!c.ok()) return WithRequestField(c.status(), "constraint");
-      r->constraint = *std::move(c);
+      r->matcher = std::make_shared<grammar::ConstraintMatcher>(*std::move(c));
+      r->mask = std::make_shared<std::vector<uint64_t>>(size_t(compiler_->vocab().num_words()));
     }
     // Token ids need no tokenizer: resolved here, cheaply. Text waits for the tokenizer thread.
     const bool needs_tokenizer = request.prompt.has_value() || request.messages.has_value();
@@ -379,10 +380,6 @@ void EngineImpl::Admit(std::unique_ptr<Request> r) {
     q.seq.kv.budget = p.budget_tokens;
   }
   q.sampler = std::make_unique<Sampler>(p.sampling);
-  if (q.constraint != nullptr) {
-    q.matcher = std::make_shared<grammar::ConstraintMatcher>(q.constraint);
-    q.mask = std::make_shared<std::vector<uint64_t>>(size_t(compiler_->vocab().num_words()));
-  }
   q.text = std::make_unique<TextStream>(tokenizer_.get(), p.prompt.back(), p.stop,
                                         p.skip_special_tokens);
   scheduler_.Enqueue(&q.seq);
