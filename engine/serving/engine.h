@@ -87,6 +87,9 @@ struct EngineOptions {
   // Longest chat accepted: messages, and bytes over all roles and contents (the rendered prompt
   // is held to max_prompt_bytes as well).
   int32_t max_chat_messages = 1024;
+  // Most choices a request may ask for (GenerationRequest::n; `serve --max-n`), and never more
+  // than max_waiting.
+  int32_t max_n = 16;
   // A request held (RequestHandle::Hold) for longer than this without a break is cancelled: its
   // last delta says "cancelled" with DEADLINE_EXCEEDED (`serve --stream-stall-timeout`).
   absl::Duration stall_timeout = absl::Seconds(30);
@@ -123,6 +126,26 @@ struct GenerationRequest {
   std::optional<float> temperature, top_p;
   std::optional<int32_t> top_k;
   std::optional<uint64_t> seed;
+  // The sampling API (docs/ARCHITECTURE.md "The sampling API"; issue 44). Unset: off.
+  // min_p: [0, 1]. presence/frequency (OpenAI): [-2, 2], over the generated tokens.
+  // repetition_penalty (vLLM / Hugging Face): (0, 10], over prompt and generated tokens, or the
+  // last penalty_last_n of them (llama.cpp's repeat_last_n; -1 or unset: all, 0: none).
+  std::optional<float> min_p, presence_penalty, frequency_penalty, repetition_penalty;
+  std::optional<int32_t> penalty_last_n;
+  // (token id, bias in [-100, 100]) added to the logit; at most kMaxLogitBias entries, ids in
+  // the vocabulary. The last entry of an id wins.
+  std::vector<std::pair<int32_t, float>> logit_bias;
+  // End-of-generation and stop tokens are banned until this many tokens were generated (vLLM).
+  int32_t min_tokens = 0;
+  // Choices: the prompt is prefilled once and forks into n sequences (1 to
+  // EngineOptions::max_n). Deltas carry their choice's `index`.
+  int32_t n = 1;
+  // The prompt's own log-probabilities (vLLM's prompt_logprobs, OpenAI's echo with logprobs):
+  // -1 none; 0 each prompt token's; N > 0 also the N most likely tokens at each position (at
+  // most kMaxTopLogprobs). Sent once, on the first delta of choice 0 (GenerationDelta::prompt).
+  // Such a request never takes a cached prefix (every prompt position is computed). With
+  // max_new_tokens 0 (allowed only here) it scores the prompt and ends with "length".
+  int32_t prompt_logprobs = -1;
   std::vector<std::string> stop;
   std::vector<int32_t> stop_token_ids;
   bool ignore_eos = false;
@@ -174,7 +197,22 @@ struct TokenLogprob {
                       // UTF-8 character); empty without a tokenizer
 };
 
+// The prompt's own log-probabilities (GenerationRequest::prompt_logprobs): per prompt token, its
+// log-probability given the tokens before it (NaN for the first, which has none), its bytes as
+// TokenLogprob::bytes, and with prompt_logprobs > 0 the most likely tokens at that position
+// (empty for the first).
+struct PromptLogprobs {
+  std::vector<int32_t> token_ids;
+  std::vector<std::string> token_bytes;
+  std::vector<float> logprobs;
+  std::vector<std::vector<TokenLogprob>> top;
+};
+
 struct GenerationDelta {
+  // The choice this delta belongs to, 0 to n - 1 (GenerationRequest::n).
+  int32_t index = 0;
+  // With prompt_logprobs >= 0: once, on choice 0's first delta, before any generated token.
+  std::shared_ptr<const PromptLogprobs> prompt;
   std::vector<int32_t> token_ids;
   std::string text;              // never ends inside a UTF-8 character
   // With logprobs, one entry per token of token_ids: its log-probability under the model
@@ -183,15 +221,20 @@ struct GenerationDelta {
   std::vector<float> logprobs;
   std::vector<std::string> token_bytes;
   std::vector<std::vector<TokenLogprob>> top_logprobs;
+  // `finished`: the request's last delta (every choice has ended), exactly once.
+  // `choice_finished`: this choice's last delta, with its finish_reason (and error/status); for
+  // n = 1 both are set on the same delta. A choice that ends before the others sends its own.
   bool finished = false;
-  // On the last delta: length, stop (also: a constraint's grammar matched whole), eos,
+  bool choice_finished = false;
+  // On a choice's last delta: length, stop (also: a constraint's grammar matched whole), eos,
   // cancelled, error, or rejected (the request failed a check that needed its prompt's tokens,
   // after Submit had accepted it: `status` says why).
   std::string finish_reason;
   std::string error;             // with finish_reason "error"
   absl::Status status;           // with "rejected": INVALID_ARGUMENT and what to change; with
                                  // "cancelled": DEADLINE_EXCEEDED when the deadline stopped it
-  GenerationUsage usage;         // on the last delta
+  GenerationUsage usage;         // on the last delta: the prompt once, the choices' completion
+                                 // tokens summed, peak_pages the request's (all choices)
   GenerationTimings timings;     // on the last delta
 };
 

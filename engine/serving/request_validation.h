@@ -37,6 +37,7 @@ inline constexpr size_t kMaxStopStringBytes = 256;
 inline constexpr size_t kMaxChatRoleBytes = 64;
 inline constexpr size_t kMaxStopTokenIds = 256;
 inline constexpr int32_t kMaxTopLogprobs = 20;  // as OpenAI and vLLM's default
+inline constexpr size_t kMaxLogitBias = 4096;    // logit_bias entries of one request
 inline constexpr size_t kMaxPolicyNameBytes = 64;
 inline constexpr size_t kMaxClientKeyBytes = 256;
 

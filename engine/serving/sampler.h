@@ -1,12 +1,25 @@
-// Sampler: turns a row of logits into a token id, as llama2.c run.c does, plus top-k.
+// Sampler: turns a row of logits into a token id, as llama2.c run.c does, plus top-k, min-p,
+// logit bias and the penalties of the OpenAI, vLLM and llama.cpp APIs.
 //
-// temperature == 0: argmax (first index on ties). Otherwise logits / temperature, softmax, keep
-// the top_k most likely tokens when top_k > 0, then nucleus (top-p) sampling when 0 < top_p < 1,
-// drawing one number from run.c's xorshift RNG per sample. The same seed gives the same tokens.
+// The order (docs/ARCHITECTURE.md "The sampling API"; vLLM's, with the constraint's mask first):
+//   1. the caller's mask (a constraint: disallowed tokens are -inf before Sample is called)
+//   2. min_tokens: end-of-generation and stop tokens -inf while fewer were generated
+//   3. logit_bias: logit[id] += bias
+//   4. repetition_penalty r over the tokens seen (prompt and generated, or the last
+//      penalty_last_n of them): a positive logit is divided by r, a negative one multiplied
+//   5. frequency_penalty f and presence_penalty p over the generated tokens:
+//      logit[id] -= f * count(id) + p * (count(id) > 0)
+//   -- temperature == 0: argmax of the adjusted logits (first index on ties). Otherwise:
+//   6. logits / temperature, softmax
+//   7. min_p: tokens below min_p x the largest probability are dropped
+//   8. top_k, then top_p (nucleus), as run.c; one number from run.c's xorshift RNG per sample.
+// With every option off this is run.c's sampler exactly: the same seed gives the same tokens.
+// Steps 2-5 cost O(entries + distinct tokens seen), never O(vocab).
 #pragma once
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 namespace heavykv {
@@ -16,14 +29,26 @@ struct SamplingParams {
   float top_p = 0.9f;
   int32_t top_k = 0;  // 0: disabled
   uint64_t seed = 1;
+  float min_p = 0.0f;               // 0: off
+  float presence_penalty = 0.0f;    // 0: off
+  float frequency_penalty = 0.0f;   // 0: off
+  float repetition_penalty = 1.0f;  // 1: off
+  int32_t penalty_last_n = -1;      // repetition_penalty's window: -1 every token seen, 0 none
+  std::vector<std::pair<int32_t, float>> logit_bias;  // (id, bias); ids inside the vocabulary
+  int32_t min_tokens = 0;
+  std::vector<int32_t> banned_until_min;  // EOS and stop token ids, for min_tokens
 };
 
 class Sampler {
  public:
-  explicit Sampler(const SamplingParams& params);
+  // `prompt`: the tokens repetition_penalty counts before any is generated.
+  explicit Sampler(const SamplingParams& params, std::span<const int32_t> prompt = {});
 
-  // Samples from `logits` [vocab]; the span is used as scratch and modified.
+  // Samples from `logits` [vocab] (steps 2-8); the span is used as scratch and modified.
   int32_t Sample(std::span<float> logits);
+  // Records a generated token (the penalties' counts, min_tokens). The engine calls it for every
+  // token it keeps, sampled here or not.
+  void Accept(int32_t token);
 
   static int32_t Argmax(std::span<const float> logits);
   // log softmax(logits)[token], computed in double around the maximum.
