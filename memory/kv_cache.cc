@@ -82,6 +82,7 @@ KvCache::KvCache(const KvShape& shape, int32_t num_pages, KvStorage storage)
     : shape_(shape),
       storage_(storage),
       alloc_(num_pages),
+      page_refs_(static_cast<size_t>(num_pages), 0),
       // The pages' K/V bytes, in floats (rounded up for quantized rows).
       kv_(storage == KvStorage::kHost
               ? static_cast<size_t>((shape.PageKvBytes() * num_pages + 3) / 4)
@@ -439,7 +440,7 @@ void KvCache::CommitStep(SequenceKv& seq, int32_t num_new) {
     const int32_t bd = PackedBlockSize(shape_, seq.policy->demote());
     for (int32_t l = 0; l < shape_.num_layers; ++l) {
       seq.demoted[l].num_slots = DemotedAfterStep(seq, l, seq.Slots(l) + num_new);
-      FreeUnusedPages(seq.demoted[l], bd, alloc_);
+      FreeUnusedPages(seq.demoted[l], bd);
     }
   }
   for (size_t t = 0; t < seq.tables.size(); ++t) {
@@ -454,13 +455,13 @@ void KvCache::ShrinkTable(SequenceKv& seq, KvTable& table, int32_t kept, int64_t
   seq.layer_tokens_evicted += evicted;
   seq.tokens_evicted = seq.layer_tokens_evicted / shape_.num_layers;
   table.num_slots = kept;
-  FreeUnusedPages(table, BlockSize(seq), alloc_);
+  FreeUnusedPages(table, BlockSize(seq));
 }
 
 void KvCache::Unreserve(SequenceKv& seq) {
-  for (KvTable& table : seq.tables) FreeUnusedPages(table, BlockSize(seq), alloc_);
+  for (KvTable& table : seq.tables) FreeUnusedPages(table, BlockSize(seq));
   for (KvTable& table : seq.demoted) {
-    FreeUnusedPages(table, PackedBlockSize(shape_, seq.policy->demote()), alloc_);
+    FreeUnusedPages(table, PackedBlockSize(shape_, seq.policy->demote()));
   }
 }
 
@@ -477,26 +478,32 @@ void KvCache::Truncate(SequenceKv& seq, int32_t num_slots) {
       std::abort();
     }
     table.num_slots = num_slots;
-    FreeUnusedPages(table, BlockSize(seq), alloc_);
+    FreeUnusedPages(table, BlockSize(seq));
   }
 }
 
-void KvCache::FreeUnusedPages(KvTable& table, int32_t block_size, PageAllocator& alloc) {
+void KvCache::FreeUnusedPages(KvTable& table, int32_t block_size) {
   const size_t pages_used = (size_t(table.num_slots) + block_size - 1) / block_size;
   while (table.pages.size() > pages_used) {
-    alloc.Free(table.pages.back());
+    DropPage(table.pages.back());
     table.pages.pop_back();
   }
 }
 
+void KvCache::DropPage(int32_t page) {
+  uint16_t& refs = page_refs_[size_t(page)];
+  if (refs == 0) return alloc_.Free(page);
+  if (--refs == 0) --fork_shared_pages_;
+}
+
 void KvCache::Release(SequenceKv& seq) {
   for (KvTable& table : seq.tables) {  // the shared pages at its head are the cache's
-    for (size_t i = seq.shared.size(); i < table.pages.size(); ++i) alloc_.Free(table.pages[i]);
+    for (size_t i = seq.shared.size(); i < table.pages.size(); ++i) DropPage(table.pages[i]);
   }
   for (int32_t id : seq.shared) prefix_->Unpin(id);
   seq.shared.clear();
   for (KvTable& table : seq.demoted) {
-    for (int32_t p : table.pages) alloc_.Free(p);
+    for (int32_t p : table.pages) DropPage(p);
   }
   seq.tables.clear();
   seq.demoted.clear();

@@ -322,6 +322,27 @@ class KvCache {
   // copies may reclaim older entries; when there are none, it stops registering.
   void RegisterPrefix(SequenceKv& seq, std::span<const int32_t> prompt, int32_t computed);
 
+  // n choices of one request (docs/ARCHITECTURE.md "The sampling API"; memory/kv_fork.cc).
+  // Fork gives `dst` (no tables yet) what `src` holds, between steps: its settings, counters and
+  // tokens, on pages that are
+  //  - for the full cache (no policy: it never writes into a slot it did not append) src's own
+  //    whole pages, shared: one more holder each (a page goes back to the pool when its last
+  //    holder drops it), and the prefix cache's entries src shares, pinned once more; the last,
+  //    partly filled page of each table is copied (both append into it);
+  //  - for a policy that evicts (it compacts, its channel is its own), private copies of every
+  //    page, the demoted store's included.
+  // UNIMPLEMENTED without host storage, RESOURCE_EXHAUSTED (nothing taken) when
+  // AvailablePages() < ForkPages(src). dst never registers prefix blocks (src did) until a
+  // Release starts it over.
+  absl::Status Fork(const SequenceKv& src, SequenceKv& dst);
+  // Pages Fork(src, ...) takes from AvailablePages().
+  int64_t ForkPages(const SequenceKv& src) const;
+  // Distinct pages with more than one holder (counted once in the pool; the scheduler adds them
+  // once to what it promises).
+  int32_t ForkSharedPages() const { return fork_shared_pages_; }
+  // Of seq's pages, those it holds with other sequences (WorstCasePages leaves them out).
+  int64_t ForkSharedPagesOf(const SequenceKv& seq) const;
+
   // Slots a page of seq's tables holds: shape().block_size, or PackedBlockSize(seq.quant).
   int32_t BlockSize(const SequenceKv& seq) const;
   // Ensures every table of seq has slots for `num_new` more tokens (Slots(l) + num_new).
@@ -379,7 +400,10 @@ class KvCache {
 
  private:
   KvCache(const KvShape& shape, int32_t num_pages, KvStorage storage);
-  static void FreeUnusedPages(KvTable& table, int32_t block_size, PageAllocator& alloc);
+  // Drops the table's pages past its last used slot (DropPage).
+  void FreeUnusedPages(KvTable& table, int32_t block_size);
+  // Drops one holder of a sequence's page: back to the pool when it had no other.
+  void DropPage(int32_t page);
   // Pages `table` (of `block_size` slots a page) needs to hold `num_new` more tokens.
   static int64_t TablePages(const KvTable& table, int32_t num_new, int32_t block_size);
   // View of `table`'s packed pages (PackedBlockSize(quant) slots each) for `kv_head`.
@@ -409,6 +433,10 @@ class KvCache {
   KvShape shape_;
   KvStorage storage_;
   PageAllocator alloc_;
+  // Holders of each page beyond the first (Fork's shared pages; 0 for almost every page), and
+  // how many pages have any.
+  std::vector<uint16_t> page_refs_;
+  int32_t fork_shared_pages_ = 0;
   // [num_pages][LayersPerPage][num_kv_heads][2][block_size][head_dim] elements of element_bytes.
   // Zeroed without being written (ZeroedVector): a page's memory becomes resident when it is
   // first written, so a large pool costs what its sequences have used, up to its size.

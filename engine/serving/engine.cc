@@ -42,6 +42,21 @@ absl::Status Stalled(absl::Duration timeout) {
 // Prompt tokens of one sequence per step: long prompts are split so decodes keep flowing.
 int32_t PrefillChunk(const EngineOptions& o) { return std::max(1, std::min(256, o.max_step_tokens)); }
 
+struct Request;
+
+// The choices of a request with n > 1 (docs/ARCHITECTURE.md "The sampling API"): one Request
+// each, made from choice 0 when its prompt's logits are sampled. Engine thread only (choice 0
+// alone exists before that, so the tokenizer thread never sees a group with others).
+struct ChoiceGroup {
+  int32_t n = 1;
+  bool forked = false;      // choices 1..n-1 were made
+  int32_t unfinished = 1;   // choices made whose last delta has not been sent
+  int32_t completion = 0;   // completion tokens of the finished choices
+  int32_t peak_pages = 0;   // the most distinct pages the choices held at once
+  int64_t counted_pages = -1;  // the choices' pages summed when peak_pages was last measured
+  std::function<void(const GenerationDelta&)> on_delta;  // the client's
+};
+
 // One request inside the engine. Created by Submit; owned by the tokenizer thread while its text
 // prompt is tokenized (`raw` holds it until then), by the engine thread from then on.
 struct Request {
@@ -68,6 +83,9 @@ struct Request {
   int32_t cached_tokens = 0;  // of its prompt, from the prefix cache at its first admission
   bool waiting = true;  // counted in the engine's waiting count
   bool done = false;    // its final delta was sent; dropped from live_ at the end of the step
+  // n > 1: the choices' shared state, and which choice this is (0: the one submitted).
+  std::shared_ptr<ChoiceGroup> group;
+  int32_t index = 0;
 };
 
 class Handle final : public RequestHandle {
@@ -306,6 +324,15 @@ class EngineImpl final : public Engine {
   // Copies the engine thread's counters where Stats() reads them.
   void PublishStats();
   void OnToken(Request& r, int32_t token, const float* logits);
+  // Samples r's next token from the logits row `lrow` (copied into `row`: its constraint's mask,
+  // the sampler) and takes it (OnToken); posts its next mask.
+  void SampleInto(Request& r, const float* lrow, std::vector<float>& row,
+                  std::vector<MaskPrefetcher::Job>& next_masks);
+  // n > 1, at choice 0's first sampling step: makes choices 1..n-1 (Scheduler::Fork of its
+  // pages) and returns all n, choice 0 first, none of them with a token yet.
+  std::vector<Request*> ForkChoices(Request& parent);
+  // Updates the forked groups' peak_pages (the end of a step).
+  void MeasureGroupPages();
   // Masks `row` [vocab] to the tokens r's constraint allows; false (r finished with an error)
   // when none is.
   bool ApplyConstraint(Request& r, std::vector<float>& row);
@@ -360,6 +387,7 @@ class EngineImpl final : public Engine {
   std::unique_ptr<grammar::ConstraintCompiler> compiler_;
   MaskPrefetcher prefetcher_;
   int64_t tokens_evicted_ = 0, preemptions_ = 0;
+  int32_t forked_groups_ = 0;  // groups of choices with a choice still live
 };
 
 void EngineImpl::Admit(std::unique_ptr<Request> r) {
@@ -382,12 +410,20 @@ void EngineImpl::Admit(std::unique_ptr<Request> r) {
   q.sampler = std::make_unique<Sampler>(p.sampling);
   q.text = std::make_unique<TextStream>(tokenizer_.get(), p.prompt.back(), p.stop,
                                         p.skip_special_tokens);
+  if (p.n > 1) {  // every choice's deltas go to the client's callback through the group
+    q.group = std::make_shared<ChoiceGroup>();
+    q.group->n = p.n;
+    q.group->on_delta = std::move(q.on_delta);
+    q.on_delta = [g = q.group.get()](const GenerationDelta& d) { g->on_delta(d); };
+  }
   scheduler_.Enqueue(&q.seq);
   live_.emplace(q.seq.id, std::move(r));
 }
 
 void EngineImpl::Finish(Request& r, const std::string& reason, GenerationDelta d,
                         const std::string& error) {
+  d.index = r.index;
+  d.choice_finished = true;
   d.finished = true;
   d.finish_reason = reason;
   d.error = error;
@@ -397,6 +433,16 @@ void EngineImpl::Finish(Request& r, const std::string& reason, GenerationDelta d
   d.usage.kv_tokens_kept = r.seq.kv.MeanSlots();
   d.usage.kv_tokens_evicted = r.seq.kv.tokens_evicted;
   d.usage.peak_pages = r.seq.kv.peak_pages;
+  if (ChoiceGroup* g = r.group.get(); g != nullptr) {
+    // The request's last delta is its last choice's; before the fork choice 0 is the only one.
+    g->completion += r.completion;
+    g->peak_pages = std::max(g->peak_pages, r.seq.kv.peak_pages);
+    g->unfinished = g->forked ? g->unfinished - 1 : 0;
+    d.finished = g->unfinished == 0;
+    if (d.finished && g->forked) --forked_groups_;
+    d.usage.completion_tokens = g->completion;
+    d.usage.peak_pages = g->peak_pages;
+  }
   d.usage.policy = r.params.policy;
   d.usage.kv_budget_tokens = r.params.policy == "full" ? 0 : r.params.budget_tokens;
   d.usage.kv_dtype = r.params.kv_dtype;
@@ -411,7 +457,9 @@ void EngineImpl::Finish(Request& r, const std::string& reason, GenerationDelta d
   scheduler_.Remove(&r.seq);
   r.done = true;
   PublishStats();  // a client that saw the final delta sees the pages returned
-  if (options_.observer) options_.observer->OnRequestFinished(reason, d.timings.total_seconds);
+  if (options_.observer && d.finished) {  // a request, not each of its choices
+    options_.observer->OnRequestFinished(reason, d.timings.total_seconds);
+  }
   r.on_delta(d);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -423,7 +471,7 @@ void EngineImpl::Finish(Request& r, const std::string& reason, GenerationDelta d
 
 void EngineImpl::FinishUnadmitted(Request& r, const std::string& reason, absl::Status status) {
   GenerationDelta d;
-  d.finished = true;
+  d.finished = d.choice_finished = true;
   d.finish_reason = reason;
   d.status = std::move(status);
   d.usage.policy = r.raw.policy.value_or(options_.default_policy);
@@ -564,7 +612,8 @@ void EngineImpl::OnToken(Request& r, int32_t token, const float* logits) {
   const absl::Time now = absl::Now();
   if (r.first_token == absl::InfinitePast()) {
     r.first_token = now;
-    if (options_.observer) options_.observer->OnFirstToken(Seconds(now - p.arrival));
+    // The request's first token (its other choices' come in the same step).
+    if (options_.observer && r.index == 0) options_.observer->OnFirstToken(Seconds(now - p.arrival));
   } else if (options_.observer) {
     options_.observer->OnInterToken(Seconds(now - r.last_token));
   }
@@ -585,6 +634,7 @@ void EngineImpl::OnToken(Request& r, int32_t token, const float* logits) {
   r.seq.tokens.push_back(token);
   if (options_.observer) options_.observer->OnGenerationTokens(1);
   GenerationDelta d;
+  d.index = r.index;
   d.token_ids.push_back(token);
   if (p.logprobs) AddLogprobs(r, token, logits, d);
   bool stopped = false;
@@ -711,20 +761,104 @@ void EngineImpl::Loop() {
       cache_->RegisterPrefix(c.seq->kv, c.seq->prompt(), c.seq->num_computed);
       if (!c.samples) continue;
       const float* lrow = logits->data() + i * V;
-      row.assign(lrow, lrow + V);
-      if (r.matcher != nullptr && r.matcher->active() && !ApplyConstraint(r, row)) continue;
-      OnToken(r, r.sampler->Sample(row), lrow);
-      if (r.matcher != nullptr && !r.done && r.matcher->active()) {
-        r.mask_posted = true;
-        next_masks.push_back({r.matcher, r.mask});
+      if (r.group != nullptr && !r.group->forked) {
+        // The prompt's logits: every choice samples its first token from them.
+        for (Request* choice : ForkChoices(r)) SampleInto(*choice, lrow, row, next_masks);
+      } else {
+        SampleInto(r, lrow, row, next_masks);
       }
     }
     // Posted once every token is accepted, so the prefetcher never holds up an Accept of the
     // same automaton; they are filled while the next forward pass runs.
     for (MaskPrefetcher::Job& job : next_masks) prefetcher_.Post(std::move(job));
     next_masks.clear();
+    if (forked_groups_ > 0) MeasureGroupPages();
     DropFinished();
     PublishStats();
+  }
+}
+
+void EngineImpl::SampleInto(Request& r, const float* lrow, std::vector<float>& row,
+                            std::vector<MaskPrefetcher::Job>& next_masks) {
+  row.assign(lrow, lrow + model_.config.vocab_size);
+  if (r.matcher != nullptr && r.matcher->active() && !ApplyConstraint(r, row)) return;
+  OnToken(r, r.sampler->Sample(row), lrow);
+  if (r.matcher != nullptr && !r.done && r.matcher->active()) {
+    r.mask_posted = true;
+    next_masks.push_back({r.matcher, r.mask});
+  }
+}
+
+std::vector<Request*> EngineImpl::ForkChoices(Request& parent) {
+  ChoiceGroup& g = *parent.group;
+  g.forked = true;
+  g.unfinished = g.n;
+  ++forked_groups_;
+  std::vector<Request*> choices{&parent};
+  for (int32_t i = 1; i < g.n; ++i) {
+    auto child = std::make_unique<Request>();
+    Request& c = *child;
+    c.arrival = parent.arrival;
+    c.params = parent.params;
+    c.params.sampling.seed = ChoiceSeed(parent.params.sampling.seed, i);
+    c.seq.id = next_id_++;
+    c.seq.tokens = parent.params.prompt;
+    c.seq.num_prompt = parent.seq.num_prompt;
+    c.seq.max_total = parent.seq.max_total;
+    c.seq.arrival = parent.seq.arrival;
+    c.seq.client = parent.seq.client;
+    c.seq.kv.quant = parent.seq.kv.quant;
+    c.seq.kv.prefix_enabled = parent.seq.kv.prefix_enabled;
+    c.seq.kv.prefix_root = parent.seq.kv.prefix_root;
+    c.seq.kv.policy = parent.seq.kv.policy;
+    c.seq.kv.budget = parent.seq.kv.budget;
+    c.sampler = std::make_unique<Sampler>(c.params.sampling);
+    c.text = std::make_unique<TextStream>(tokenizer_.get(), c.params.prompt.back(), c.params.stop,
+                                          c.params.skip_special_tokens);
+    if (parent.matcher != nullptr) {  // its state before the first token: choice 0's now
+      c.matcher = std::make_shared<grammar::ConstraintMatcher>(*parent.matcher);
+      c.mask = std::make_shared<std::vector<uint64_t>>(parent.mask->size());
+    }
+    c.on_delta = parent.on_delta;  // forwards to the group's callback
+    c.cancelled = parent.cancelled;
+    c.held = parent.held;
+    c.admitted = parent.admitted;
+    c.group = parent.group;
+    c.index = i;
+    // Before any choice's first token is accepted: one may end at once and release its pages.
+    c.waiting = !scheduler_.Fork(parent.seq, &c.seq);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      ++num_live_;
+      if (c.waiting) ++num_waiting_;
+    }
+    choices.push_back(&c);
+    live_.emplace(c.seq.id, std::move(child));
+  }
+  return choices;
+}
+
+void EngineImpl::MeasureGroupPages() {
+  // The distinct pages each forked group's choices hold (shared ones once), measured again
+  // whenever the pages they hold, summed, have changed.
+  std::map<ChoiceGroup*, std::vector<const Request*>> groups;
+  for (const auto& [id, r] : live_) {
+    if (r->group != nullptr && r->group->forked && !r->done) groups[r->group.get()].push_back(r.get());
+  }
+  std::vector<int32_t> pages;
+  for (auto& [g, members] : groups) {
+    int64_t sum = 0;
+    for (const Request* r : members) sum += r->seq.kv.NumPages();
+    if (sum == g->counted_pages) continue;
+    g->counted_pages = sum;
+    pages.clear();
+    for (const Request* r : members) {
+      for (const KvTable& t : r->seq.kv.tables) pages.insert(pages.end(), t.pages.begin(), t.pages.end());
+      for (const KvTable& t : r->seq.kv.demoted) pages.insert(pages.end(), t.pages.begin(), t.pages.end());
+    }
+    std::sort(pages.begin(), pages.end());
+    const int64_t distinct = std::unique(pages.begin(), pages.end()) - pages.begin();
+    g->peak_pages = std::max(g->peak_pages, static_cast<int32_t>(distinct));
   }
 }
 
@@ -757,6 +891,14 @@ void EngineImpl::PublishStats() {
 }
 
 }  // namespace
+
+uint64_t ChoiceSeed(uint64_t seed, int32_t index) {
+  if (index == 0) return seed;
+  uint64_t z = seed + uint64_t(index) * 0x9E3779B97F4A7C15ull;  // SplitMix64 (Vigna)
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
 
 absl::StatusOr<std::unique_ptr<Engine>> Engine::Create(Model model,
                                                        std::shared_ptr<const TextTokenizer> tokenizer,

@@ -286,6 +286,11 @@ struct ModelInfo {
   std::vector<std::pair<std::string, int64_t>> device_weight_bytes;
 };
 
+// The seed choice `index` of a request seeded `seed` samples with (GenerationRequest::n): the
+// seed itself for choice 0 (n = 1 is the request it always was), a SplitMix64 of (seed, index)
+// for the others, so a seeded request gives the same n texts every time.
+uint64_t ChoiceSeed(uint64_t seed, int32_t index);
+
 class RequestHandle {
  public:
   virtual ~RequestHandle() = default;

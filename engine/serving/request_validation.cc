@@ -148,6 +148,12 @@ absl::Status RequestValidator::Precheck(const GenerationRequest& q) const {
   }
   if (q.client.size() > kMaxClientKeyBytes) return Invalid("the client key is too long");
   if (q.tenant.size() > kMaxClientKeyBytes) return Invalid("the tenant key is too long");
+  // n choices: each is a sequence of its own once forked, so the queue bounds them too.
+  const int32_t max_n = std::max(1, std::min(options_.max_n, std::max(1, options_.max_waiting)));
+  if (q.n < 1 || q.n > max_n) {
+    return Invalid("n", absl::StrCat("n must be in [1, ", max_n, "] (serve --max-n, --max-waiting), got ",
+                                     q.n));
+  }
   if (q.prompt.has_value()) {
     if (q.prompt->empty()) return Invalid("prompt", "the prompt is empty: send some text");
     if (absl::Status s = CheckText(*q.prompt, "prompt"); !s.ok()) return s;
@@ -373,6 +379,7 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
   r.top_logprobs = q.top_logprobs;
   r.skip_special_tokens = q.skip_special_tokens;
   r.deadline = q.deadline;
+  r.n = q.n;
   r.policy = q.policy.value_or(options_.default_policy);
   r.recent_fraction = q.recent_fraction.value_or(options_.default_recent_fraction);
 

@@ -70,6 +70,7 @@ struct ResolvedRequest {
   bool skip_special_tokens = true;
   std::optional<absl::Time> deadline;
   absl::Time arrival;
+  int32_t n = 1;  // choices (GenerationRequest::n)
 };
 
 // Checks the server defaults of `options` (policy, budget, recent fraction).

@@ -103,7 +103,7 @@ int32_t SampleTopP(std::span<const float> probs, float top_p, float coin,
 
 }  // namespace
 
-Sampler::Sampler(const SamplingParams& params)
+Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> /*prompt*/)
     : params_(params), rng_state_(params.seed != 0 ? params.seed : kZeroSeedReplacement) {}
 
 double Sampler::LogSumExp(std::span<const float> logits) {

@@ -30,11 +30,11 @@ int32_t Scheduler::PagesClamped(int64_t pages) {
 }
 
 int32_t Scheduler::WorstCasePages(const Sequence& seq) const {
-  // Pages it shares with the prefix cache are not its own (KvCache::SharedCachedPages counts
-  // them once for all the sequences that share them).
+  // Pages it shares with the prefix cache or with other choices of its request are not its own
+  // (KvCache::SharedCachedPages and ForkSharedPages count them once for all their holders).
   return PagesClamped(PeakPages(cache_->shape(), seq.bounded() ? seq.kv.policy : nullptr,
                                 seq.kv.budget, seq.max_total, seq.kv.quant) -
-                      seq.kv.SharedPages());
+                      seq.kv.SharedPages() - cache_->ForkSharedPagesOf(seq.kv));
 }
 
 int32_t Scheduler::ScratchPages() const {
@@ -285,16 +285,9 @@ StepPlan Scheduler::Schedule() {
       // Pages promised: every running sequence's worst case (owed ones included), the scratch
       // reserve while bounded sequences run, this one's growth, and the shared prefix pages
       // once.
-      int64_t promised = WorstCasePages(*w) + cache_->SharedCachedPages();
+      int64_t promised = WorstCasePages(*w);
       if (hit.shares) promised += hit.new_pins - hit.pages;
-      bool bounded_running = false;
-      for (const Sequence* s : running_) {
-        promised += WorstCasePages(*s);
-        bounded_running |= s->bounded();
-      }
-      if (bounded_running) promised += ScratchPages();
-      const int32_t total = cache_->allocator().num_pages_total();
-      if (promised > config_.full_overcommit * total && running_.size() > 0) {
+      if (OverPromised(promised) && running_.size() > 0) {
         if (PreemptHeld(plan, &free, &owed)) continue;
         break;
       }
@@ -312,6 +305,47 @@ StepPlan Scheduler::Schedule() {
     }
   }
   return plan;
+}
+
+bool Scheduler::OverPromised(int64_t more) const {
+  // Every running sequence's worst case (owed ones included), the scratch reserve while bounded
+  // sequences run, and the pages several hold (the prefix cache's, forks') once.
+  int64_t promised = more + cache_->SharedCachedPages() + cache_->ForkSharedPages();
+  bool bounded_running = false;
+  for (const Sequence* s : running_) {
+    promised += WorstCasePages(*s);
+    bounded_running |= s->bounded();
+  }
+  if (bounded_running) promised += ScratchPages();
+  return promised > config_.full_overcommit * cache_->allocator().num_pages_total();
+}
+
+bool Scheduler::Fork(const Sequence& parent, Sequence* child) {
+  const int64_t copies = cache_->ForkPages(parent.kv);
+  const int32_t free = cache_->AvailablePages();
+  const int32_t owed = TotalOwed();
+  const bool any_bounded = child->bounded() || std::any_of(running_.begin(), running_.end(),
+                                                           [](Sequence* s) { return s->bounded(); });
+  const int32_t scratch = any_bounded ? ScratchPages() : 0;
+  bool fits = !parent.held && parent.num_computed == parent.num_prompt &&
+              num_active() < config_.max_running && copies <= free - owed - scratch;
+  if (fits && child->bounded()) {
+    // As admission: its worst case beside what is owed, with the whole reserve still free.
+    fits = WorstCasePages(*child) + ScratchPages() <= free - owed;
+  } else if (fits) {
+    // Its worst case less the pages it will share (all but the copies of partial pages).
+    const int64_t worst = PeakPages(cache_->shape(), nullptr, 0, child->max_total, child->kv.quant);
+    fits = !OverPromised(std::min<int64_t>(worst, copies + (worst - parent.kv.NumPages())));
+  }
+  if (fits && cache_->Fork(parent.kv, child->kv).ok()) {
+    child->num_computed = parent.num_computed;
+    running_.push_back(child);
+    return true;
+  }
+  // It computes the prompt itself once admitted (a preempted sequence's path).
+  child->num_computed = 0;
+  waiting_.push_front(child);
+  return false;
 }
 
 absl::Status ApplyPagePlan(const StepPlan& plan, KvCache& cache) {

@@ -120,6 +120,12 @@ class Scheduler {
   // been released by the caller.
   void Remove(Sequence* seq);
   StepPlan Schedule();
+  // n choices (docs/ARCHITECTURE.md "The sampling API"), between steps: `child` (tokens: the
+  // parent's prompt and its first token; no pages) joins the running batch on a KvCache::Fork
+  // of `parent`'s pages (parent running, its prompt computed, nothing past it) when they fit
+  // beside what is owed and promised and a batch slot is free; true then. Otherwise it waits at
+  // the head of the queue with nothing computed, to compute its prompt once admitted (false).
+  bool Fork(const Sequence& parent, Sequence* child);
 
   // Pages a bounded sequence is owed (PeakPages): per table ceil(min(PeakDecodeSlots, max_total)
   // / block_size) with its layer's budget, where the peak is budget + 1 (budget + block_size at
@@ -148,6 +154,10 @@ class Scheduler {
   // Pages a bounded running sequence may still claim beyond what it holds now.
   int32_t Owed(const Sequence& seq) const;
   int32_t TotalOwed() const;
+  // Whether `more` pages beyond what running sequences are promised (their worst cases, the
+  // scratch reserve while bounded ones run, pages several hold counted once) pass the full
+  // cache's overcommit limit.
+  bool OverPromised(int64_t more) const;
   void Preempt(Sequence* seq, StepPlan& plan);
   // Index in waiting_ of the next sequence to admit: the oldest of the client with the fewest
   // running sequences, held ones skipped; waiting_.size() when every waiting one is held.
