@@ -23,6 +23,7 @@ namespace heavykv::bench {
 void RegisterAll();
 void RegisterServe();
 void RegisterPrefixCache();
+void RegisterChoices();
 void RegisterTokenizer();
 void RegisterQuant();
 void RegisterGguf();
@@ -87,6 +88,7 @@ int main(int argc, char** argv) {
   heavykv::bench::RegisterGguf();
   heavykv::bench::RegisterGrammar();
   heavykv::bench::RegisterPrefixCache();
+  heavykv::bench::RegisterChoices();
   CollectingReporter reporter;
   benchmark::RunSpecifiedBenchmarks(&reporter);
 

@@ -337,6 +337,7 @@ bool Scheduler::Fork(const Sequence& parent, Sequence* child) {
     const int64_t worst = PeakPages(cache_->shape(), nullptr, 0, child->max_total, child->kv.quant);
     fits = !OverPromised(std::min<int64_t>(worst, copies + (worst - parent.kv.NumPages())));
   }
+  child->fork_of = parent.id;
   if (fits && cache_->Fork(parent.kv, child->kv).ok()) {
     child->num_computed = parent.num_computed;
     running_.push_back(child);
@@ -344,7 +345,9 @@ bool Scheduler::Fork(const Sequence& parent, Sequence* child) {
   }
   // It computes the prompt itself once admitted (a preempted sequence's path).
   child->num_computed = 0;
-  waiting_.push_front(child);
+  auto at = waiting_.begin();
+  while (at != waiting_.end() && (*at)->fork_of == parent.id) ++at;
+  waiting_.insert(at, child);
   return false;
 }
 

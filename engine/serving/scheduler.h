@@ -62,6 +62,8 @@ struct Sequence {
   // max_running, is not admitted while waiting, and is the first preempted when another
   // sequence needs pages or a batch slot. Set by the engine before each Schedule().
   bool held = false;
+  // n choices: the sequence this one was forked from (Scheduler::Fork); 0 for none.
+  int64_t fork_of = 0;
 
   // Bounded by its budget: its pages never exceed WorstCasePages().
   bool bounded() const { return kv.policy != nullptr && kv.budget < max_total; }
@@ -124,7 +126,8 @@ class Scheduler {
   // parent's prompt and its first token; no pages) joins the running batch on a KvCache::Fork
   // of `parent`'s pages (parent running, its prompt computed, nothing past it) when they fit
   // beside what is owed and promised and a batch slot is free; true then. Otherwise it waits at
-  // the head of the queue with nothing computed, to compute its prompt once admitted (false).
+  // the head of the queue (after its siblings that wait: choices keep their order) with nothing
+  // computed, to compute its prompt once admitted (false).
   bool Fork(const Sequence& parent, Sequence* child);
 
   // Pages a bounded sequence is owed (PeakPages): per table ceil(min(PeakDecodeSlots, max_total)

@@ -4,6 +4,7 @@
 // which renders it with the server's chat template.
 #include <chrono>
 #include <cstdio>
+#include <map>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -88,20 +89,40 @@ int GenerateCommand(int argc, char** argv) {
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
       chat ? stub->Chat(&context, chat_request) : stub->Generate(&context, request);
   v1::GenerateResponse message, last;
-  std::string text, id;  // the server sends the request id in the first message only
-  std::vector<int32_t> ids;
+  std::string id;  // the server sends the request id in the first message only
+  // By choice (--n): one text streams as it comes; several are printed whole at the end.
+  struct Choice {
+    std::string text;
+    std::vector<int32_t> ids;
+    v1::FinishReason finish = v1::FINISH_REASON_UNSPECIFIED;
+  };
+  std::map<int32_t, Choice> choices;
+  const bool several = rf.n > 1;
   while (reader->Read(&message)) {
     if (id.empty()) id = message.request_id();
-    text += message.text();
-    ids.insert(ids.end(), message.token_ids().begin(), message.token_ids().end());
-    if (!json) {
+    Choice& c = choices[message.index()];
+    c.text += message.text();
+    c.ids.insert(c.ids.end(), message.token_ids().begin(), message.token_ids().end());
+    if (!json && !several) {
       std::fwrite(message.text().data(), 1, message.text().size(), stdout);
       std::fflush(stdout);
     }
-    if (message.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) last = message;
+    if (message.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+      c.finish = message.finish_reason();
+      last = message;
+    }
   }
   const grpc::Status status = reader->Finish();
-  if (!json && !text.empty()) std::fputc('\n', stdout);
+  const std::string text = choices[0].text;
+  const std::vector<int32_t> ids = choices[0].ids;
+  if (!json && several && status.ok()) {
+    for (const auto& [index, c] : choices) {
+      std::printf("--- choice %d (%s)\n%s\n", index, server::FinishReasonName(c.finish).c_str(),
+                  c.text.c_str());
+    }
+  } else if (!json && !several && !text.empty()) {
+    std::fputc('\n', stdout);
+  }
   if (!status.ok()) {
     std::fprintf(stderr, "error: %s: %s\n", StatusCodeName(status.error_code()).c_str(),
                  status.error_message().c_str());
@@ -110,7 +131,15 @@ int GenerateCommand(int argc, char** argv) {
   const v1::Usage& u = last.usage();
   const v1::Timings& t = last.timings();
   if (json) {
+    nlohmann::ordered_json all = nlohmann::ordered_json::array();
+    for (const auto& [index, c] : choices) {
+      all.push_back({{"index", index},
+                     {"text", c.text},
+                     {"token_ids", c.ids},
+                     {"finish_reason", server::FinishReasonName(c.finish)}});
+    }
     PrintJsonLine({{"request_id", id},
+                   {"choices", all},
                    {"text", text},
                    {"token_ids", ids},
                    {"finish_reason", server::FinishReasonName(last.finish_reason())},

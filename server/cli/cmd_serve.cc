@@ -119,6 +119,7 @@ int ServeCommand(int argc, char** argv) {
   PolicyDefaultFlags policy_defaults;
   DtypeFlags dtypes;
   int64_t block_size = 16, kv_pages = 0, kv_pool_mb = 0, max_step_tokens = 512, max_running = 64;
+  int64_t max_n = 16;
   int64_t max_waiting = 256, max_prompt_tokens = 0, max_new_tokens_limit = 0, threads = 0;
   int64_t max_prompt_bytes = 0, max_streams_per_connection = 128, http_threads = 2;
   int64_t max_model_len = 0;
@@ -188,6 +189,7 @@ int ServeCommand(int argc, char** argv) {
             "tokens per engine step (decodes + prefill chunks)");
   flags.Int("max-running", &max_running, "most sequences in the running batch");
   flags.Int("max-waiting", &max_waiting, "queue limit; beyond it requests get RESOURCE_EXHAUSTED");
+  flags.Int("max-n", &max_n, "most choices (n) a request may ask for; at most --max-waiting");
   flags.Int("max-prompt-tokens", &max_prompt_tokens,
             "longest prompt accepted; 0 = context length - 1");
   flags.Int("max-prompt-bytes", &max_prompt_bytes,
@@ -238,6 +240,7 @@ int ServeCommand(int argc, char** argv) {
                          CheckRange("max-step-tokens", max_step_tokens, 1, 1 << 20),
                          CheckRange("max-running", max_running, 1, 1 << 16),
                          CheckRange("max-waiting", max_waiting, 1, 1 << 24),
+                         CheckRange("max-n", max_n, 1, 1024),
                          CheckRange("max-prompt-bytes", max_prompt_bytes, 0, int64_t(1) << 30),
                          CheckRange("max-streams-per-connection", max_streams_per_connection, 1,
                                     1 << 20),
@@ -365,6 +368,7 @@ int ServeCommand(int argc, char** argv) {
   options.max_step_tokens = static_cast<int32_t>(max_step_tokens);
   options.max_running = static_cast<int32_t>(max_running);
   options.max_waiting = static_cast<int32_t>(max_waiting);
+  options.max_n = static_cast<int32_t>(max_n);
   options.max_prompt_tokens = static_cast<int32_t>(max_prompt_tokens);
   options.max_prompt_bytes = max_prompt_bytes;
   options.max_new_tokens_limit = static_cast<int32_t>(max_new_tokens_limit);

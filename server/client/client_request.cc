@@ -25,6 +25,7 @@ void AddRequestFlags(FlagSet& flags, RequestFlags* f) {
   flags.Int("top-logprobs", &f->top_logprobs, "with --logprobs: the N most likely tokens too");
   flags.Bool("keep-special-tokens", &f->keep_special_tokens,
              "keep control tokens (<|im_end|>, </s>) in the text: skip_special_tokens=false");
+  flags.Int("n", &f->n, "choices: the prompt runs once and forks into N sequences");
 }
 
 namespace {
@@ -55,6 +56,7 @@ absl::Status FillSharedFields(const FlagSet& flags, const RequestFlags& f, Reque
   out->set_logprobs(f.logprobs);
   out->set_top_logprobs(static_cast<int32_t>(f.top_logprobs));
   if (f.keep_special_tokens) out->set_skip_special_tokens(false);
+  if (f.n != 1) out->set_n(static_cast<int32_t>(f.n));
   return absl::OkStatus();
 }
 

@@ -22,11 +22,12 @@ struct RequestFlags {
   int64_t top_k = 0, seed = 0, top_logprobs = 0;
   std::string policy, kv_budget, stop;
   bool ignore_eos = false, logprobs = false, keep_special_tokens = false;
+  int64_t n = 1;  // choices
 };
 
 // Registers --max-tokens, --temperature, --top-p, --top-k, --seed, --policy, --kv-budget,
 // --recent-fraction, --stop (comma-separated), --ignore-eos, --logprobs, --top-logprobs,
-// --keep-special-tokens.
+// --keep-special-tokens, --n.
 void AddRequestFlags(FlagSet& flags, RequestFlags* f);
 
 // Fills everything but the input (the prompt, or the chat's messages). INVALID_ARGUMENT for a

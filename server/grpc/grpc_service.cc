@@ -1,5 +1,6 @@
 #include "server/grpc/grpc_service.h"
 
+#include <deque>
 #include <functional>
 #include <memory>
 #include <mutex>
@@ -105,7 +106,14 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
     bool cancel_call = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      AppendDelta(d, &pending_);
+      // Deltas of one choice merge into one message; another choice's starts the next (a
+      // message carries one index).
+      if (pending_.empty() || pending_.back().message.index() != d.index ||
+          pending_.back().message.finish_reason() != v1::FINISH_REASON_UNSPECIFIED) {
+        pending_.emplace_back();
+      }
+      AppendDelta(d, &pending_.back().message);
+      pending_.back().bytes += DeltaBytes(d);
       pending_bytes_ += DeltaBytes(d);
       has_pending_ = true;
       if (d.finished) {
@@ -113,6 +121,8 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
         if (d.finish_reason == "rejected") {  // failed a check after tokenizing: as if refused
           status_ = ToGrpcStatus(d.status);
           has_pending_ = false;
+          pending_.clear();
+          pending_bytes_ = 0;
           spdlog::info("request {} rejected: {}", log_id_, d.status.ToString());
           if (on_rejected_ != nullptr && *on_rejected_) (*on_rejected_)(d.status.code());
         } else {
@@ -153,10 +163,10 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   // once the last delta is written.
   void WriteLocked() {
     if (has_pending_) {
-      current_ = std::move(pending_);
-      pending_.Clear();
-      pending_bytes_ = 0;
-      has_pending_ = false;
+      current_ = std::move(pending_.front().message);
+      pending_bytes_ -= pending_.front().bytes;
+      pending_.pop_front();
+      has_pending_ = !pending_.empty();
       if (held_) {  // the client read the last message: decode on
         held_ = false;
         if (handle_) handle_->Hold(false);
@@ -193,11 +203,18 @@ class GenerateReactor final : public grpc::ServerWriteReactor<v1::GenerateRespon
   std::atomic<int> refs_ = 3;
   std::mutex mu_;
   std::shared_ptr<RequestHandle> handle_;
-  v1::GenerateResponse pending_, current_;  // current_ is in flight while writing_
+  // Messages not yet written, each one choice's merged deltas; current_ is in flight while
+  // writing_.
+  struct Pending {
+    v1::GenerateResponse message;
+    size_t bytes = 0;  // DeltaBytes merged into it
+  };
+  std::deque<Pending> pending_;
+  v1::GenerateResponse current_;
   grpc::Status status_;
   bool has_pending_ = false, writing_ = false, engine_done_ = false, finish_called_ = false;
   bool cancel_requested_ = false, id_sent_ = false;
-  size_t pending_bytes_ = 0;  // DeltaBytes merged into pending_
+  size_t pending_bytes_ = 0;  // DeltaBytes of pending_, all messages
   bool held_ = false;         // the request is held (see the class comment)
   bool cancelling_ = false;   // OnDelta is in TryCancel: nothing may Finish the call
 };

@@ -56,6 +56,7 @@ void CopyGenerationFields(const Request& q, GenerationRequest* out) {
   r.top_logprobs = q.top_logprobs();
   if (q.has_skip_special_tokens()) r.skip_special_tokens = q.skip_special_tokens();
   if (q.has_constraint()) CopyConstraint(q.constraint(), r.constraint);
+  if (q.n() != 0) r.n = q.n();  // unset: one choice
 }
 
 }  // namespace
@@ -122,8 +123,9 @@ void AppendDelta(const GenerationDelta& d, v1::GenerateResponse* out) {
       t->add_logprobs(c.logprob);
     }
   }
+  out->set_index(d.index);
+  if (d.choice_finished) out->set_finish_reason(FinishReasonFromName(d.finish_reason));
   if (!d.finished) return;
-  out->set_finish_reason(FinishReasonFromName(d.finish_reason));
   v1::Usage* u = out->mutable_usage();
   u->set_prompt_tokens(d.usage.prompt_tokens);
   u->set_completion_tokens(d.usage.completion_tokens);

@@ -117,6 +117,15 @@ class Harness {
     seqs_.push_back(std::move(s));
     return seqs_.back().get();
   }
+  // n choices, between steps: a sequence like `parent` (its prompt, then one token of its own)
+  // given to Scheduler::Fork; *running says whether it runs on the parent's pages or waits.
+  Sequence* Fork(Sequence* parent, bool* running) {
+    Sequence* c = Add(parent->num_prompt, parent->max_total, parent->bounded() ? parent->kv.budget : 0);
+    c->tokens.assign(parent->tokens.begin(), parent->tokens.begin() + parent->num_prompt);
+    c->tokens.push_back(kToken);
+    *running = sched_.Fork(*parent, c);
+    return c;
+  }
   Sequence* Enqueue(int32_t prompt, int32_t max_total, int32_t budget = 0) {
     Sequence* s = Add(prompt, max_total, budget);
     sched_.Enqueue(s);
@@ -343,9 +352,12 @@ class Harness {
   }
 
   void CheckBetweenSteps() {
-    int32_t held = 0;  // the sequences' own pages; shared ones are the prefix cache's
+    // The sequences' own pages; those shared with the prefix cache are its, and those several
+    // choices hold (KvCache::Fork) count once.
+    int32_t held = cache_->ForkSharedPages();
     for (Sequence* s : sched_.running()) {
-      held += static_cast<int32_t>(s->kv.NumPages() - s->kv.SharedPages());
+      held += static_cast<int32_t>(s->kv.NumPages() - s->kv.SharedPages() -
+                                   cache_->ForkSharedPagesOf(s->kv));
       for (int32_t l = 0; l < cache_->shape().num_layers && !s->kv.tables.empty(); ++l) {
         EXPECT_EQ(static_cast<int32_t>(s->kv.Table(l).pages.size()),
                   CeilDiv(s->kv.Slots(l), kBlock));
@@ -1139,6 +1151,52 @@ TEST(SchedulerHeldTest, RandomHoldsKeepTheRulesAndEverythingFinishes) {
     EXPECT_EQ(h.stats().finished, static_cast<int64_t>(all.size())) << "seed " << seed;
     EXPECT_EQ(h.cache().allocator().num_pages_used(), 0) << "seed " << seed;
   }
+}
+
+}  // namespace
+}  // namespace heavykv
+
+namespace heavykv {
+namespace {
+
+// n choices (Scheduler::Fork): full-cache choices run on their parent's prompt pages, which
+// admission counts once, so eight run at once in a pool where eight copies would not fit
+// (40 pages; 32-token prompt = 8 pages, 36 tokens at most = 9 pages each: 72 as copies, 8 + 8
+// shared). Bounded choices get copies and are counted like any bounded sequence; one that does
+// not fit waits and computes its prompt itself. Every page goes back.
+TEST(SchedulerTest, ForkedChoicesShareTheFullCachesPromptAndWaitWhenNothingFits) {
+  Harness h(40, Config(/*max_step_tokens=*/64, 64, /*prefill_chunk=*/32));
+  Sequence* parent = h.Enqueue(32, 36);
+  while (parent->num_computed < parent->num_prompt) h.Step();
+  for (int i = 0; i < 7; ++i) {
+    bool running = false;
+    h.Fork(parent, &running);
+    EXPECT_TRUE(running) << "choice " << i + 1;
+  }
+  EXPECT_EQ(h.cache().ForkSharedPages(), 8);
+  EXPECT_EQ(h.cache().allocator().num_pages_used(), 8);  // the prompt's, once
+  ASSERT_TRUE(h.RunToCompletion(1000));
+  EXPECT_EQ(h.stats().max_running, 8);
+  EXPECT_EQ(h.stats().preemptions, 0);
+  EXPECT_EQ(h.cache().allocator().num_pages_used(), 0);
+
+  // Bounded (window, budget 8: 3 pages at most each, 2 of them copies) in a pool of 20 with 6
+  // scratch pages: three choices fit beside the parent, the fourth and fifth wait.
+  Harness b(20, Config(/*max_step_tokens=*/8, 64, /*prefill_chunk=*/8));
+  ASSERT_EQ(b.sched().ScratchPages(), 6);
+  Sequence* q = b.Enqueue(8, 40, /*budget=*/8);
+  while (q->num_computed < q->num_prompt) b.Step();
+  std::vector<bool> ran;
+  for (int i = 0; i < 5; ++i) {
+    bool running = false;
+    b.Fork(q, &running);
+    ran.push_back(running);
+  }
+  EXPECT_EQ(ran, (std::vector<bool>{true, true, true, false, false}));
+  EXPECT_EQ(b.sched().num_waiting(), 2);
+  ASSERT_TRUE(b.RunToCompletion(5000));
+  EXPECT_EQ(b.stats().finished, 6);
+  EXPECT_EQ(b.cache().allocator().num_pages_used(), 0);
 }
 
 }  // namespace
