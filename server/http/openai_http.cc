@@ -1,8 +1,11 @@
 #include "server/http/openai_http.h"
 
 #include <functional>
+#include <map>
 #include <mutex>
+#include <optional>
 #include <random>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -75,66 +78,123 @@ absl::Status FinishStatus(const GenerationDelta& last) {
   return absl::OkStatus();
 }
 
-// The SSE events of one streamed response.
-struct Stream {
-  ResponseMeta meta;
-  bool include_usage = false;
+// One choice's output so far (GenerationRequest::n; choice 0 alone for n = 1).
+struct ChoiceOut {
   LogprobsJson logprobs{ApiKind::kCompletion, false};
   // A chat whose output is parsed (tools, reasoning); null: the text as it comes.
   std::unique_ptr<ChatOutput> chat;
   bool role_sent = false;
+  std::string text;  // non-streamed: the whole text so far
+  std::optional<GenerationDelta> last;  // its choice_finished delta, once it came
+};
+
+// The choices of one response, made as their first deltas come.
+struct Choices {
+  ResponseMeta meta;
+  bool logprobs = false;
+  // A parser of choice i's chat output (tools, reasoning), or null when the output is not parsed.
+  std::function<std::unique_ptr<ChatOutput>(int32_t)> make_chat;
+  std::map<int32_t, ChoiceOut> by_index;
+
+  ChoiceOut& At(int32_t index) {
+    auto it = by_index.find(index);
+    if (it != by_index.end()) return it->second;
+    ChoiceOut& c = by_index[index];
+    c.logprobs = LogprobsJson(meta.kind, logprobs);
+    if (make_chat) c.chat = make_chat(index);
+    return c;
+  }
+};
+
+// The runs of consecutive deltas of one choice in `deltas`, in order.
+std::vector<std::span<const GenerationDelta>> RunsByChoice(const std::vector<GenerationDelta>& deltas) {
+  std::vector<std::span<const GenerationDelta>> runs;
+  for (size_t i = 0; i < deltas.size();) {
+    size_t j = i + 1;
+    while (j < deltas.size() && deltas[j].index == deltas[i].index) ++j;
+    runs.emplace_back(deltas.data() + i, j - i);
+    i = j;
+  }
+  return runs;
+}
+
+// The SSE events of one streamed response.
+struct Stream {
+  Choices choices;
+  bool include_usage = false;
   bool done = false;
 
-  // The events for `deltas`; sets `done` after the last one and [DONE]. Deltas taken together
-  // go out as one event, as gRPC merges queued deltas into one message.
+  // The events for `deltas`; sets `done` after the last one and [DONE]. Deltas of one choice
+  // taken together go out as one event, as gRPC merges queued deltas into one message; choices
+  // interleave by index as they came.
   std::string Events(const std::vector<GenerationDelta>& deltas) {
     std::string out;
-    if (meta.kind == ApiKind::kChat && !role_sent) {
-      out += SseEvent(StreamChunkJson(meta, "", std::nullopt, /*first=*/true, include_usage));
-      role_sent = true;
+    const GenerationDelta* last = nullptr;
+    absl::Status failed;
+    for (std::span<const GenerationDelta> run : RunsByChoice(deltas)) {
+      out += ChoiceEvents(run, &failed);
+      if (run.back().finished) last = &run.back();
+    }
+    if (last == nullptr) return out;
+    LogFinished(choices.meta.id, *last);
+    if (!failed.ok()) {
+      out += SseEvent(nlohmann::json::parse(ErrorBody(failed)));
+    } else if (include_usage) {
+      out += SseEvent(UsageChunkJson(choices.meta, last->usage));
+    }
+    out.append(kSseDone.data(), kSseDone.size());
+    done = true;
+    return out;
+  }
+
+ private:
+  // One choice's deltas; *failed set when the request ended failing (a request of one choice:
+  // the error goes out as an error event; one of several ends "abort", as a cancelled one).
+  std::string ChoiceEvents(std::span<const GenerationDelta> run, absl::Status* failed) {
+    const ResponseMeta& meta = choices.meta;
+    const int32_t index = run.front().index;
+    ChoiceOut& c = choices.At(index);
+    std::string out;
+    if (meta.kind == ApiKind::kChat && !c.role_sent) {
+      out += SseEvent(
+          StreamChunkJson(meta, "", std::nullopt, /*first=*/true, include_usage, nullptr, index));
+      c.role_sent = true;
     }
     std::string text;
     bool tokens = false;
     const GenerationDelta* last = nullptr;
-    for (const GenerationDelta& d : deltas) {
+    for (const GenerationDelta& d : run) {
       text += d.text;
       tokens |= !d.token_ids.empty();
-      logprobs.Add(d);
-      if (d.finished) last = &d;
+      c.logprobs.Add(d);
+      if (d.choice_finished) last = &d;
     }
     // A chat with tools or reasoning: the text goes out as the parsed delta.
     std::optional<ChatOutputDelta> parsed;
-    if (chat != nullptr) {
-      parsed = chat->Feed(text);
-      if (last != nullptr) parsed->Append(chat->Finish());
+    if (c.chat != nullptr) {
+      parsed = c.chat->Feed(text);
+      if (last != nullptr) parsed->Append(c.chat->Finish());
     }
     // A token that ends inside a character has no text yet; with logprobs it still goes out.
     const bool content = (parsed ? !parsed->empty() : !text.empty()) ||
-                         (tokens && logprobs.enabled());
-    if (last != nullptr) LogFinished(meta.id, *last);
-    const absl::Status failed = last != nullptr ? FinishStatus(*last) : absl::OkStatus();
+                         (tokens && c.logprobs.enabled());
+    if (last != nullptr && choices.by_index.size() == 1 && last->finished) {
+      *failed = FinishStatus(*last);
+    }
     const auto chunk = [&](const std::optional<std::string>& finish_reason) {
-      nlohmann::json c =
-          StreamChunkJson(meta, text, finish_reason, false, include_usage, logprobs.Take());
-      if (parsed) c["choices"][0]["delta"] = ChatDeltaJson(*parsed);
-      return SseEvent(c);
+      nlohmann::json j = StreamChunkJson(meta, text, finish_reason, false, include_usage,
+                                         c.logprobs.Take(), index);
+      if (parsed) j["choices"][0]["delta"] = ChatDeltaJson(*parsed);
+      return SseEvent(j);
     };
-    // The finish reason rides on the last chunk; a failed request's text goes out before its
-    // error event.
-    if (last != nullptr && failed.ok()) {
-      out += chunk(chat != nullptr ? ChatFinishReason(last->finish_reason, *chat)
-                                   : OpenAiFinishReason(last->finish_reason));
+    // The finish reason rides on the choice's last chunk; a failed request's text goes out
+    // before its error event.
+    if (last != nullptr && failed->ok()) {
+      out += chunk(c.chat != nullptr ? ChatFinishReason(last->finish_reason, *c.chat)
+                                     : OpenAiFinishReason(last->finish_reason));
     } else if (content) {
       out += chunk(std::nullopt);
     }
-    if (last == nullptr) return out;
-    if (!failed.ok()) {
-      out += SseEvent(nlohmann::json::parse(ErrorBody(failed)));
-    } else if (include_usage) {
-      out += SseEvent(UsageChunkJson(meta, last->usage));
-    }
-    out.append(kSseDone.data(), kSseDone.size());
-    done = true;
     return out;
   }
 };
@@ -161,16 +221,17 @@ size_t EventBytes(const GenerationDelta& d) {
 // server's write timeout, and the engine's stall timeout, end one that never reads.
 class Generation final : public std::enable_shared_from_this<Generation> {
  public:
+  // `make_chat`: choice i's chat output parser (null when chat output is not parsed).
   Generation(std::shared_ptr<HttpExchange> exchange, bool stream, bool include_usage,
              bool logprobs, ResponseMeta meta, RejectionObserver on_rejected,
-             std::unique_ptr<ChatOutput> chat)
+             std::function<std::unique_ptr<ChatOutput>(int32_t)> make_chat)
       : exchange_(std::move(exchange)),
         stream_(stream),
         on_rejected_(std::move(on_rejected)) {
-    sse_.meta = std::move(meta);
+    sse_.choices.meta = std::move(meta);
+    sse_.choices.logprobs = logprobs;
+    sse_.choices.make_chat = std::move(make_chat);
     sse_.include_usage = include_usage;
-    sse_.logprobs = LogprobsJson(sse_.meta.kind, logprobs);
-    sse_.chat = std::move(chat);
   }
 
   // The client went away (or the server stops): stop the engine's work.
@@ -247,28 +308,39 @@ class Generation final : public std::enable_shared_from_this<Generation> {
     started_ = true;
     const GenerationDelta& last = batch.back();
     // No byte goes out before the first delta, so a refusal after tokenizing keeps its status.
+    const ResponseMeta& meta = sse_.choices.meta;
     if (first && last.finished && last.finish_reason == "rejected") {
       finished_ = true;
-      spdlog::info("request {} rejected: {}", sse_.meta.id, last.status.ToString());
+      spdlog::info("request {} rejected: {}", meta.id, last.status.ToString());
       return SendRefusal(*exchange_, last.status, on_rejected_);
     }
     if (!stream_) {
       for (const GenerationDelta& d : batch) {
-        text_ += d.text;
-        sse_.logprobs.Add(d);
+        ChoiceOut& c = sse_.choices.At(d.index);
+        c.text += d.text;
+        c.logprobs.Add(d);
+        if (d.choice_finished) c.last = d;
       }
       if (!last.finished) return;
       finished_ = true;
-      LogFinished(sse_.meta.id, last);
-      if (absl::Status s = FinishStatus(last); !s.ok()) return SendError(*exchange_, s);
-      nlohmann::json response = ResponseJson(sse_.meta, text_, last, sse_.logprobs.Take());
-      if (ChatOutput* chat = sse_.chat.get()) {
-        ChatOutputDelta whole = chat->Feed(text_);
-        whole.Append(chat->Finish());
-        response["choices"][0]["message"] = ChatMessageJson(*chat, whole);
-        response["choices"][0]["finish_reason"] = ChatFinishReason(last.finish_reason, *chat);
+      LogFinished(meta.id, last);
+      std::map<int32_t, ChoiceOut>& all = sse_.choices.by_index;
+      if (all.size() == 1) {  // one choice: its failure is the response's
+        if (absl::Status s = FinishStatus(last); !s.ok()) return SendError(*exchange_, s);
       }
-      return SendJson(*exchange_, response);
+      nlohmann::json choices = nlohmann::json::array();
+      for (auto& [index, c] : all) {
+        const std::string reason = c.last ? c.last->finish_reason : last.finish_reason;
+        nlohmann::json choice = ChoiceJson(meta.kind, index, c.text, reason, c.logprobs.Take());
+        if (ChatOutput* chat = c.chat.get()) {
+          ChatOutputDelta whole = chat->Feed(c.text);
+          whole.Append(chat->Finish());
+          choice["message"] = ChatMessageJson(*chat, whole);
+          choice["finish_reason"] = ChatFinishReason(reason, *chat);
+        }
+        choices.push_back(std::move(choice));
+      }
+      return SendJson(*exchange_, ResponseJson(meta, std::move(choices), last.usage));
     }
     if (first) {
       HttpResponse head;
@@ -297,8 +369,7 @@ class Generation final : public std::enable_shared_from_this<Generation> {
 
   // The job's (one at a time).
   bool started_ = false, finished_ = false;
-  std::string text_;  // non-streamed: the whole text so far
-  Stream sse_;
+  Stream sse_;  // its choices are the non-streamed response's too
 };
 
 class OpenAiFront {
@@ -399,18 +470,24 @@ class OpenAiFront {
 
     // A chat's output is parsed for reasoning and tool calls where its template and tools say
     // so; the call ids follow the request's seed when it has one.
-    std::unique_ptr<ChatOutput> chat;
+    // Each choice has its own parser (and call ids of its own: the seed's stream for it).
+    std::function<std::unique_ptr<ChatOutput>(int32_t)> make_chat;
     if (kind == ApiKind::kChat) {
       const uint64_t seed = q->generation.seed.value_or(std::random_device{}());
       ChatOutputOptions parse = ChatOutputOptionsFor(info_.chat_template.get(), q->generation,
                                                      q->tools, seed ^ 0x9e3779b97f4a7c15ULL);
       ConstrainAfterReasoning(parse, q->generation.constraint);
-      ChatOutput parsed(std::move(parse));
-      if (parsed.active()) chat = std::make_unique<ChatOutput>(std::move(parsed));
+      if (ChatOutput(parse).active()) {
+        make_chat = [parse, seed](int32_t index) {
+          ChatOutputOptions o = parse;
+          o.seed = ChoiceSeed(seed, index) ^ 0x9e3779b97f4a7c15ULL;
+          return std::make_unique<ChatOutput>(std::move(o));
+        };
+      }
     }
     auto generation =
         std::make_shared<Generation>(ex, q->stream, q->include_usage, q->generation.logprobs,
-                                     std::move(meta), options_.on_rejected, std::move(chat));
+                                     std::move(meta), options_.on_rejected, std::move(make_chat));
     // A client that goes (or a server that stops) before the end cancels the engine's work; the
     // engine then sends its finished delta, whose events go nowhere.
     ex->OnAbort([weak = std::weak_ptr<Generation>(generation)] {

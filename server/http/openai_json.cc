@@ -287,10 +287,12 @@ absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_vie
       f.Fail("stop", "must be a string or a list of strings");
     }
   }
-  if (auto n = f.Int("n", 0, kInt32Max); n && *n != 1) {
-    f.Fail("n", "must be 1: heavykv returns one choice per request (send more requests)");
+  // n choices share the prompt's pages (the engine bounds n: serve --max-n). best_of (vLLM:
+  // sample best_of, return the n most likely) is served only as n itself.
+  if (auto n = f.Int("n", 1, kInt32Max)) r.n = int32_t(*n);
+  if (auto n = f.Int("best_of", 1, kInt32Max); n && *n != r.n) {
+    f.Fail("best_of", "is not served beyond n: send best_of equal to n, or leave it out");
   }
-  if (auto n = f.Int("best_of", 0, kInt32Max); n && *n != 1) f.Fail("best_of", "must be 1");
   f.Unsupported("echo", "is not served: send echo false or leave it out");
   if (kind == ApiKind::kCompletion) {  // the legacy API: how many top tokens, 0 for none
     if (auto n = f.Int("logprobs", 0, kMaxTopLogprobs)) {
@@ -512,27 +514,40 @@ nlohmann::json LogprobsJson::Take() {
   return out;
 }
 
-nlohmann::json ResponseJson(const ResponseMeta& meta, const std::string& text,
-                            const GenerationDelta& last, const nlohmann::json& logprobs) {
-  json out = Envelope(meta, "text_completion", "chat.completion");
-  json choice = {{"index", 0}};
-  if (meta.kind == ApiKind::kChat) {
+nlohmann::json ChoiceJson(ApiKind kind, int32_t index, const std::string& text,
+                          const std::string& finish_reason, const nlohmann::json& logprobs) {
+  json choice = {{"index", index}};
+  if (kind == ApiKind::kChat) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
   } else {
     choice["text"] = text;
   }
   choice["logprobs"] = logprobs;
-  choice["finish_reason"] = OpenAiFinishReason(last.finish_reason);
-  out["choices"] = json::array({std::move(choice)});
-  out["usage"] = UsageJson(last.usage);
+  choice["finish_reason"] = OpenAiFinishReason(finish_reason);
+  return choice;
+}
+
+nlohmann::json ResponseJson(const ResponseMeta& meta, nlohmann::json choices,
+                            const GenerationUsage& usage) {
+  json out = Envelope(meta, "text_completion", "chat.completion");
+  out["choices"] = std::move(choices);
+  out["usage"] = UsageJson(usage);
   return out;
+}
+
+nlohmann::json ResponseJson(const ResponseMeta& meta, const std::string& text,
+                            const GenerationDelta& last, const nlohmann::json& logprobs) {
+  return ResponseJson(
+      meta, json::array({ChoiceJson(meta.kind, 0, text, last.finish_reason, logprobs)}),
+      last.usage);
 }
 
 nlohmann::json StreamChunkJson(const ResponseMeta& meta, absl::string_view text,
                                const std::optional<std::string>& finish_reason, bool first,
-                               bool include_usage, const nlohmann::json& logprobs) {
+                               bool include_usage, const nlohmann::json& logprobs,
+                               int32_t index) {
   json out = Envelope(meta, "text_completion", "chat.completion.chunk");
-  json choice = {{"index", 0}};
+  json choice = {{"index", index}};
   if (meta.kind == ApiKind::kChat) {
     json delta = json::object();
     if (first) delta["role"] = "assistant";

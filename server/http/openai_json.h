@@ -100,18 +100,26 @@ class LogprobsJson {
   int64_t text_chars_ = 0;  // code points of the text added so far
 };
 
-// The whole (non-streaming) response: `text` is the generated text, `last` the finished delta,
-// `logprobs` choices[0].logprobs (null unless asked for).
+// One choice of a whole response: {index, text | message, logprobs, finish_reason (OpenAI's
+// for the engine's `finish_reason`)}.
+nlohmann::json ChoiceJson(ApiKind kind, int32_t index, const std::string& text,
+                          const std::string& finish_reason, const nlohmann::json& logprobs);
+// The whole (non-streaming) response of `choices` (ChoiceJson, in index order) and `usage`.
+nlohmann::json ResponseJson(const ResponseMeta& meta, nlohmann::json choices,
+                            const GenerationUsage& usage);
+// The same for one choice: `text` is the generated text, `last` the finished delta, `logprobs`
+// choices[0].logprobs (null unless asked for).
 nlohmann::json ResponseJson(const ResponseMeta& meta, const std::string& text,
                             const GenerationDelta& last,
                             const nlohmann::json& logprobs = nullptr);
 
-// One stream chunk: completion `text`, or a chat delta (with the role when `first`).
-// `finish_reason` is null until the last chunk; `include_usage` adds "usage": null; `logprobs`
-// are those of the chunk's tokens (null unless asked for).
+// One stream chunk of choice `index`: completion `text`, or a chat delta (with the role when
+// `first`). `finish_reason` is null until the choice's last chunk; `include_usage` adds
+// "usage": null; `logprobs` are those of the chunk's tokens (null unless asked for).
 nlohmann::json StreamChunkJson(const ResponseMeta& meta, absl::string_view text,
                                const std::optional<std::string>& finish_reason, bool first,
-                               bool include_usage, const nlohmann::json& logprobs = nullptr);
+                               bool include_usage, const nlohmann::json& logprobs = nullptr,
+                               int32_t index = 0);
 // The usage chunk sent before [DONE] with stream_options.include_usage: choices [] and usage.
 nlohmann::json UsageChunkJson(const ResponseMeta& meta, const GenerationUsage& usage);
 

@@ -6,7 +6,9 @@
 // ChatML template (chats).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 #include <string>
 #include <thread>
 #include <vector>
@@ -337,7 +339,7 @@ TEST_F(OpenAiE2eTest, BadRequestsGetErrorObjectsAndTheServerStaysUp) {
       body["stream"] = stream;
       return Post(port, "/v1/completions", body);
     };
-    ExpectError(post({{"prompt", "x"}, {"n", 2}}), 400, "invalid_request_error", "n");
+    ExpectError(post({{"prompt", "x"}, {"n", 99}}), 400, "invalid_request_error", "n");
     ExpectError(post({{"prompt", "x"}, {"max_tokens", -5}}), 400, "invalid_request_error",
                 "max_tokens");
     ExpectError(post({{"prompt", "x"}, {"kv_policy", "lru"}}), 400, "invalid_request_error");
@@ -418,9 +420,9 @@ TEST_F(OpenAiE2eTest, EveryRefusalNamesOpenAiFields) {
        "seed must be an integer"},
       {kFast, "POST", c, body({{"prompt", "x"}, {"stop", 5}}), 400, "stop",
        "stop must be a string or a list of strings"},
-      {kFast, "POST", c, body({{"prompt", "x"}, {"n", 2}}), 400, "n", "n must be 1"},
+      {kFast, "POST", c, body({{"prompt", "x"}, {"n", 17}}), 400, "n", "n must be in [1, 16]"},
       {kFast, "POST", c, body({{"prompt", "x"}, {"best_of", 3}}), 400, "best_of",
-       "best_of must be 1"},
+       "best_of is not served beyond n"},
       {kFast, "POST", c, body({{"prompt", "x"}, {"echo", true}}), 400, "echo", "echo is not served"},
       {kFast, "POST", c, body({{"prompt", "x"}, {"presence_penalty", 0.5}}), 400,
        "presence_penalty", "is not served"},
@@ -1280,6 +1282,81 @@ TEST_F(OpenAiE2eTest, ReasoningOpenedByThePromptIsReasoningContent) {
   }
   EXPECT_EQ(reasoning, m["reasoning_content"]);
   EXPECT_EQ(r1.WaitIdle().pages_used(), 0);
+}
+
+}  // namespace
+}  // namespace heavykv
+
+namespace heavykv {
+namespace {
+
+// n choices over HTTP (issue 44): one prompt, n texts under their indices, each with its own
+// finish_reason; choice 0 is the request with n = 1 and the same seed; usage counts the prompt
+// once and every choice's tokens; a stream interleaves the choices, each ending with its finish
+// reason, then one usage chunk and [DONE].
+TEST_F(OpenAiE2eTest, NChoicesShareOnePromptAndStreamByIndex) {
+  const int port = fast_->http_port();
+  const json one = {{"prompt", "Once upon a time"}, {"max_tokens", 10}, {"seed", 21},
+                    {"temperature", 1.0}, {"ignore_eos", true}};
+  json three = one;
+  three["n"] = 3;
+  const HttpResponse a = Post(port, "/v1/completions", one);
+  const HttpResponse b = Post(port, "/v1/completions", three);
+  ASSERT_EQ(a.status, 200) << a.body;
+  ASSERT_EQ(b.status, 200) << b.body;
+  const json ja = json::parse(a.body), jb = json::parse(b.body);
+  ASSERT_EQ(jb["choices"].size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(jb["choices"][i]["index"], i);
+    EXPECT_EQ(jb["choices"][i]["finish_reason"], "length");
+  }
+  EXPECT_EQ(jb["choices"][0]["text"], ja["choices"][0]["text"]);
+  EXPECT_EQ(jb["usage"]["prompt_tokens"], ja["usage"]["prompt_tokens"]);
+  EXPECT_EQ(jb["usage"]["completion_tokens"], 30);
+
+  json streamed = three;
+  streamed["stream"] = true;
+  streamed["stream_options"] = {{"include_usage", true}};
+  const HttpResponse s = Post(port, "/v1/completions", streamed);
+  ASSERT_EQ(s.status, 200) << s.body;
+  const std::vector<json> events = SseEvents(s.body);
+  std::map<int, std::string> texts;
+  std::map<int, int> finishes;
+  std::vector<int> order;
+  for (size_t i = 0; i + 1 < events.size(); ++i) {
+    ASSERT_EQ(events[i]["choices"].size(), 1u);
+    const json& c = events[i]["choices"][0];
+    texts[c["index"].get<int>()] += c["text"].get<std::string>();
+    order.push_back(c["index"].get<int>());
+    if (!c["finish_reason"].is_null()) ++finishes[c["index"].get<int>()];
+  }
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(texts[i], jb["choices"][i]["text"]) << i;
+    EXPECT_EQ(finishes[i], 1) << i;
+  }
+  EXPECT_NE(std::adjacent_find(order.begin(), order.end(),
+                               [](int x, int y) { return x != y; }),
+            order.end())
+      << "the choices did not interleave";
+  EXPECT_EQ(events.back()["usage"]["completion_tokens"], 30);
+  EXPECT_EQ(events.back()["choices"], json::array());
+}
+
+// Chat with n: each choice is an assistant message of its own.
+TEST_F(OpenAiE2eTest, ChatNChoices) {
+  ServerProcess* chat = ChatServer();
+  if (chat == nullptr) GTEST_SKIP() << "no ../shared/gguf/qwen-vocab.gguf";
+  const json body = {{"messages", {{{"role", "user"}, {"content", "Hello"}}}},
+                     {"max_tokens", 6}, {"n", 2}, {"seed", 3}};
+  const HttpResponse r = Post(chat->http_port(), "/v1/chat/completions", body);
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  ASSERT_EQ(j["choices"].size(), 2u);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(j["choices"][i]["index"], i);
+    EXPECT_EQ(j["choices"][i]["message"]["role"], "assistant");
+    EXPECT_TRUE(j["choices"][i]["message"]["content"].is_string());
+  }
 }
 
 }  // namespace

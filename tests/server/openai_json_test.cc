@@ -116,7 +116,7 @@ TEST(OpenAiJsonTest, BadBodiesAreInvalidArgumentNamingTheField) {
       {ApiKind::kCompletion, "{bad", ""},
       {ApiKind::kCompletion, "[1,2]", ""},
       {ApiKind::kCompletion, "", ""},
-      {ApiKind::kCompletion, R"({"prompt":"x","n":2})", "n"},
+      {ApiKind::kCompletion, R"({"prompt":"x","n":0})", "n"},
       {ApiKind::kCompletion, R"({"prompt":"x","best_of":3})", "best_of"},
       {ApiKind::kCompletion, R"({"prompt":"x","max_tokens":-1})", "max_tokens"},
       {ApiKind::kCompletion, R"({"prompt":"x","max_tokens":0})", "max_tokens"},
