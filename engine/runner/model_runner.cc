@@ -181,6 +181,10 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
     split_allowed = split_allowed && st.tokens.size() == 1 && !demotes;
   }
   SplitPlan split;
+  // Decode steps that share their first pages (n choices; prefix-cache loans) attend them in one
+  // walk (engine/runner/shared_prefix.h); their own slots after, then the two are combined.
+  const bool shared = shared_prefix_ && shared_.Plan(steps, *cache_, c.num_layers, n_kv, G, hd);
+  std::vector<cpu::AttentionArgs> shared_args(shared ? size_t(num_tasks) : 0);
   cpu::RopeParams rope;
   rope.head_dim = hd;
   rope.theta = c.rope_theta;
@@ -276,6 +280,22 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
     cache_->EvictHead(*st.kv, l, static_cast<int32_t>(task % n_kv), a.kv.num_slots,
                       st.start_pos + n - 1, n);
   };
+  // The shared-prefix phases' units (SharedPrefixAttention::Items) and each task's end.
+  auto attend_item = [&](int32_t l, const SharedPrefixAttention::Item& item) {
+    if (item.group >= 0) {
+      shared_.AttendShared(l, item.group, item.head, qkv_.data(), qkv_dim, first_token, *cache_,
+                           steps);
+    } else if (shared_.Member(l, item.task)) {
+      shared_.AttendOwn(l, item.task, shared_args[size_t(item.task)]);
+    } else {
+      attend(l, item.task, shared_args[size_t(item.task)]);
+    }
+  };
+  auto finish_task = [&](int32_t l, int64_t task) {
+    const cpu::AttentionArgs& a = shared_args[size_t(task)];
+    if (shared_.Member(l, task)) shared_.Combine(l, task, a);
+    evict(l, task, a);
+  };
   // The final norm of the rows whose logits are wanted, into out[rows][dim]; then the classifier.
   auto final_norm = [&](float* out) {
     int64_t r = 0;
@@ -330,12 +350,25 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
         cpu::RmsNorm(x_.data(), w.rms_att.data(), xb, T, dim, c.rms_norm_eps);
         w.wqkv.MultiplyTeam(xb, qkv_.data(), T, qkv_dim, /*accumulate=*/false);
 #pragma omp barrier
+        if (shared) {  // three phases: rows appended; walks and parts; combines
 #pragma omp for schedule(dynamic, 1)
-        for (int64_t task = 0; task < num_tasks; ++task) {
-          prepare_heads(w, task);
-          const cpu::AttentionArgs a = prepare(l, task);
-          attend(l, task, a);
-          evict(l, task, a);
+          for (int64_t task = 0; task < num_tasks; ++task) {
+            prepare_heads(w, task);
+            shared_args[size_t(task)] = prepare(l, task);
+          }
+          const std::vector<SharedPrefixAttention::Item>& items = shared_.Items(l);
+#pragma omp for schedule(dynamic, 1)
+          for (int64_t i = 0; i < int64_t(items.size()); ++i) attend_item(l, items[size_t(i)]);
+#pragma omp for schedule(dynamic, 1)
+          for (int64_t task = 0; task < num_tasks; ++task) finish_task(l, task);
+        } else {
+#pragma omp for schedule(dynamic, 1)
+          for (int64_t task = 0; task < num_tasks; ++task) {
+            prepare_heads(w, task);
+            const cpu::AttentionArgs a = prepare(l, task);
+            attend(l, task, a);
+            evict(l, task, a);
+          }
         }
         w.wo.MultiplyTeam(att_.data(), x_.data(), T, dim, /*accumulate=*/true);
 #pragma omp barrier
@@ -398,6 +431,14 @@ absl::StatusOr<std::span<const float>> ModelRunner::Forward(
           evict(l, task, args[task]);
         }
         split_parts_ += int64_t(split.items.size());
+      } else if (shared) {
+#pragma omp parallel for schedule(dynamic, 1) if (parallel_attention)
+        for (int64_t task = 0; task < num_tasks; ++task) shared_args[size_t(task)] = prepare(l, task);
+        const std::vector<SharedPrefixAttention::Item>& items = shared_.Items(l);
+#pragma omp parallel for schedule(dynamic, 1) if (parallel_attention)
+        for (int64_t i = 0; i < int64_t(items.size()); ++i) attend_item(l, items[size_t(i)]);
+#pragma omp parallel for schedule(dynamic, 1) if (parallel_attention)
+        for (int64_t task = 0; task < num_tasks; ++task) finish_task(l, task);
       } else {
 #pragma omp parallel for schedule(dynamic, 1) if (parallel_attention)
         for (int64_t task = 0; task < num_tasks; ++task) {

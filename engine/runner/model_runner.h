@@ -14,6 +14,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/model/model.h"
+#include "engine/runner/shared_prefix.h"
 #include "engine/runner/step_runner.h"
 #include "memory/kv_cache.h"
 
@@ -65,6 +66,11 @@ class ModelRunner : public StepRunner {
   int64_t split_attention_parts() const { return split_parts_; }
   // Split-K on (the default) or off, for benchmarks that time the one against the other.
   void set_split_attention(bool on) { split_attention_ = on; }
+  // Decode steps sharing their first pages attend them in one walk (engine/runner/shared_prefix.h);
+  // on by default, off for comparisons.
+  void set_shared_prefix_attention(bool on) { shared_prefix_ = on; }
+  // Shared-prefix walks (group, layer, kv head) run since construction.
+  int64_t shared_prefix_walks() const { return shared_.walks(); }
   // The team path on (the default) or off, for tests and benchmarks that compare the two.
   void set_team(bool on) { team_ = on; }
   // Steps that ran on the team path since construction.
@@ -94,6 +100,8 @@ class ModelRunner : public StepRunner {
   int64_t split_parts_ = 0;
   int64_t team_steps_ = 0;
   bool split_attention_ = true;
+  bool shared_prefix_ = true;
+  SharedPrefixAttention shared_;  // the step's plan and buffers, kept across steps
   bool team_ = true;
   bool team_weights_ = false;     // every layer matrix TeamCapable
   bool team_classifier_ = false;  // the classifier too: the team path runs it as well
