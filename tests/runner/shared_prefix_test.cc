@@ -107,7 +107,7 @@ TEST(SharedPrefixTest, ForkedChoicesGetTheLogitsOfWholeAttentionOnTheTeamPath) {
   o.config.dim = 256;
   o.config.hidden_dim = 512;
   o.config.num_layers = 2;
-  o.config.num_heads = 8;
+  o.config.num_heads = 16;  // G = 8: three choices walk 24 query heads, over one tile's 16
   o.config.num_kv_heads = 2;
   o.config.vocab_size = 300;
   o.config.seq_len = 256;
@@ -116,8 +116,7 @@ TEST(SharedPrefixTest, ForkedChoicesGetTheLogitsOfWholeAttentionOnTheTeamPath) {
   ASSERT_TRUE(WriteRandomGgufModel(o, dir.File("q.gguf")).ok());
   std::unique_ptr<Model> model = Load(dir.File("q.gguf"));
   cpu::SetNumThreads(2);
-  // 5 choices x G = 4: a walk of 20 query heads, more than one tile (kMaxTilePairs).
-  const Outcome off = Decode(*model, false, 120, 5, 5), on = Decode(*model, true, 120, 5, 5);
+  const Outcome off = Decode(*model, false, 120, 3, 5), on = Decode(*model, true, 120, 3, 5);
   EXPECT_EQ(on.team_steps, off.team_steps);
   EXPECT_EQ(on.team_steps, 5);
   EXPECT_GT(on.walks, 0);
