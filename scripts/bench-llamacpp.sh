@@ -22,13 +22,19 @@
 # another over HTTP, PREFIX_ROUNDS rounds (default 3), each round a new 2,000-token prefix:
 # the time to a 1-token answer of prefix + suffix B after prefix + suffix A, and cold.
 #
-# usage: scripts/bench-llamacpp.sh [--decode-b1|--prefix-ttft] LLAMA_CPP_BIN_DIR [BENCH_DIR] [MIX...]
+# With --n-choices first, it measures n choices on one prompt only (issue 44;
+# scripts/bench_n_choices.py): llama-server with 8 slots (-np 8, its prompt cache on) sent the
+# same 2,000-token prompt 8 times at once, against one `heavykv serve` request with n = 8, each
+# choice 64 tokens, NCHOICES_ROUNDS rounds (default 3): the time to the last answer's end.
+#
+# usage: scripts/bench-llamacpp.sh [--decode-b1|--prefix-ttft|--n-choices] LLAMA_CPP_BIN_DIR [BENCH_DIR] [MIX...]
 #   LLAMA_CPP_BIN_DIR: llama.cpp's build/bin (../shared/tools/setup-llamacpp.sh builds it)
 #   BENCH_DIR: default /tmp/heavykv-bench; HEAVYKV_BUILD: heavykv's build dir (default build)
 set -euo pipefail
-DECODE_B1=0 PREFIX_TTFT=0
+DECODE_B1=0 PREFIX_TTFT=0 N_CHOICES=0
 if [ "${1:-}" = --decode-b1 ]; then DECODE_B1=1; shift; fi
 if [ "${1:-}" = --prefix-ttft ]; then PREFIX_TTFT=1; shift; fi
+if [ "${1:-}" = --n-choices ]; then N_CHOICES=1; shift; fi
 LLAMA=${1:?usage: scripts/bench-llamacpp.sh LLAMA_CPP_BIN_DIR [BENCH_DIR] [MIX...]}
 DIR=${2:-/tmp/heavykv-bench}
 shift $(( $# >= 2 ? 2 : 1 ))
@@ -55,6 +61,12 @@ if ((PREFIX_TTFT)); then
   for mix in "${MIXES[@]}"; do make_model "$mix"; done
   exec python3 "$(dirname "$0")/bench_prefix_ttft.py" "$LLAMA" "$HK" "$DIR" \
     "${PREFIX_ROUNDS:-3}" $THREADS "${MIXES[@]}"
+fi
+if ((N_CHOICES)); then
+  [ ${#MIXES[@]} -eq 0 ] && MIXES=(q4_k_m)
+  for mix in "${MIXES[@]}"; do make_model "$mix"; done
+  exec python3 "$(dirname "$0")/bench_n_choices.py" "$LLAMA" "$HK" "$DIR" \
+    "${NCHOICES_ROUNDS:-3}" $THREADS "${MIXES[@]}"
 fi
 [ ${#MIXES[@]} -eq 0 ] && MIXES=(q4_k_m q8_0)
 now() { date +%s.%N; }
