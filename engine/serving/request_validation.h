@@ -108,6 +108,8 @@ class RequestValidator {
   int64_t max_prompt_bytes() const { return max_prompt_bytes_; }
 
  private:
+  // The sampling API's fields (min_p, penalties, logit_bias, min_tokens) are in range and finite.
+  absl::Status CheckSampling(const GenerationRequest& q) const;
   // A chat template and a tokenizer exist (else FAILED_PRECONDITION); 1..max_chat_messages
   // messages with a role each, within max_prompt_bytes() in all, valid UTF-8.
   absl::Status CheckChat(const GenerationRequest& q) const;
@@ -126,6 +128,8 @@ class RequestValidator {
   // The text of the tokenizer's BOS / EOS ("" without one): a chat template's bos_token and
   // eos_token.
   std::string bos_text_, eos_text_;
+  // The ids that end a generation (EndsSequence), which min_tokens bans until it is reached.
+  std::vector<int32_t> end_of_generation_ids_;
 };
 
 }  // namespace heavykv
