@@ -189,7 +189,7 @@ absl::Status RequestValidator::Precheck(const GenerationRequest& q) const {
   if (q.top_k && (*q.top_k < 0 || *q.top_k > config_.vocab_size)) {
     return Invalid("sampling.top_k", absl::StrCat("top_k must be in [0, ", config_.vocab_size, "] (0 = off)"));
   }
-  if (absl::Status s = CheckSampling(q); !s.ok()) return s;
+  if (absl::Status s = CheckSamplingApi(q, config_.vocab_size); !s.ok()) return s;
   if (q.top_logprobs < 0 || q.top_logprobs > kMaxTopLogprobs) {
     return Invalid("top_logprobs",
                    absl::StrCat("top_logprobs must be in [0, ", kMaxTopLogprobs, "]"));
@@ -246,7 +246,7 @@ absl::Status RequestValidator::Precheck(const GenerationRequest& q) const {
   return absl::OkStatus();
 }
 
-absl::Status RequestValidator::CheckSampling(const GenerationRequest& q) const {
+absl::Status CheckSamplingApi(const GenerationRequest& q, int32_t vocab_size) {
   // Written as !(in range) so that NaN, which compares false, is refused too; inf is out of
   // every range.
   const auto in = [](const std::optional<float>& v, float lo, float hi) {
@@ -276,10 +276,10 @@ absl::Status RequestValidator::CheckSampling(const GenerationRequest& q) const {
                                                        " are accepted"));
   }
   for (const auto& [id, bias] : q.logit_bias) {
-    if (id < 0 || id >= config_.vocab_size) {
+    if (id < 0 || id >= vocab_size) {
       return Invalid("sampling.logit_bias",
                      absl::StrCat("logit_bias token id ", id, " is outside the vocabulary [0, ",
-                                  config_.vocab_size, ")"));
+                                  vocab_size, ")"));
     }
     if (!(bias >= -100 && bias <= 100)) {
       return Invalid("sampling.logit_bias",
@@ -292,6 +292,25 @@ absl::Status RequestValidator::CheckSampling(const GenerationRequest& q) const {
                                 ")], got ", q.min_tokens));
   }
   return absl::OkStatus();
+}
+
+void ResolveSamplingApi(const GenerationRequest& q, std::span<const int32_t> end_ids,
+                        SamplingParams& out) {
+  out.min_p = q.min_p.value_or(0.0f);
+  out.presence_penalty = q.presence_penalty.value_or(0.0f);
+  out.frequency_penalty = q.frequency_penalty.value_or(0.0f);
+  out.repetition_penalty = q.repetition_penalty.value_or(1.0f);
+  out.penalty_last_n = q.penalty_last_n.value_or(-1);
+  out.logit_bias = q.logit_bias;
+  out.min_tokens = q.min_tokens;
+  out.banned_until_min.clear();
+  if (q.min_tokens > 0) {
+    // What would end the request early: its stop tokens, and the end-of-generation tokens
+    // unless ignore_eos makes them ordinary tokens (vLLM's rule).
+    if (!q.ignore_eos) out.banned_until_min.assign(end_ids.begin(), end_ids.end());
+    out.banned_until_min.insert(out.banned_until_min.end(), q.stop_token_ids.begin(),
+                                q.stop_token_ids.end());
+  }
 }
 
 absl::Status RequestValidator::CheckChat(const GenerationRequest& q) const {
@@ -420,20 +439,7 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
   r.sampling.top_p = q.top_p.value_or(1.0f);
   r.sampling.top_k = q.top_k.value_or(0);
   r.sampling.seed = q.seed.has_value() ? *q.seed : std::random_device{}();
-  r.sampling.min_p = q.min_p.value_or(0.0f);
-  r.sampling.presence_penalty = q.presence_penalty.value_or(0.0f);
-  r.sampling.frequency_penalty = q.frequency_penalty.value_or(0.0f);
-  r.sampling.repetition_penalty = q.repetition_penalty.value_or(1.0f);
-  r.sampling.penalty_last_n = q.penalty_last_n.value_or(-1);
-  r.sampling.logit_bias = q.logit_bias;
-  r.sampling.min_tokens = q.min_tokens;
-  if (q.min_tokens > 0) {
-    // What would end the request early: its stop tokens, and the end-of-generation tokens
-    // unless ignore_eos makes them ordinary tokens (vLLM's rule).
-    if (!q.ignore_eos) r.sampling.banned_until_min = end_of_generation_ids_;
-    r.sampling.banned_until_min.insert(r.sampling.banned_until_min.end(),
-                                       q.stop_token_ids.begin(), q.stop_token_ids.end());
-  }
+  ResolveSamplingApi(q, end_of_generation_ids_, r.sampling);
   r.stop = q.stop;
   r.stop_token_ids = q.stop_token_ids;
   r.ignore_eos = q.ignore_eos;

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -72,6 +73,15 @@ struct ResolvedRequest {
   absl::Time arrival;
 };
 
+// The sampling API's fields of `q` (min_p, the penalties, logit_bias, min_tokens) are in range
+// and finite, token ids within `vocab_size`: what Precheck checks of them, for callers that run a
+// Sampler without a RequestValidator (`heavykv run`).
+absl::Status CheckSamplingApi(const GenerationRequest& q, int32_t vocab_size);
+// Sets those fields of `out` from `q` (unset: off). banned_until_min: `end_ids` (the tokens that
+// end a generation, unless q.ignore_eos) and q's stop_token_ids, when min_tokens > 0.
+void ResolveSamplingApi(const GenerationRequest& q, std::span<const int32_t> end_ids,
+                        SamplingParams& out);
+
 // Checks the server defaults of `options` (policy, budget, recent fraction).
 absl::Status ValidateDefaults(const EngineOptions& options);
 
@@ -108,8 +118,6 @@ class RequestValidator {
   int64_t max_prompt_bytes() const { return max_prompt_bytes_; }
 
  private:
-  // The sampling API's fields (min_p, penalties, logit_bias, min_tokens) are in range and finite.
-  absl::Status CheckSampling(const GenerationRequest& q) const;
   // A chat template and a tokenizer exist (else FAILED_PRECONDITION); 1..max_chat_messages
   // messages with a role each, within max_prompt_bytes() in all, valid UTF-8.
   absl::Status CheckChat(const GenerationRequest& q) const;

@@ -3,7 +3,8 @@
 //
 // The order (docs/ARCHITECTURE.md "The sampling API"; vLLM's, with the constraint's mask first):
 //   1. the caller's mask (a constraint: disallowed tokens are -inf before Sample is called)
-//   2. min_tokens: end-of-generation and stop tokens -inf while fewer were generated
+//   2. min_tokens: end-of-generation and stop tokens -inf while fewer were generated (unless
+//      that leaves no token at all: a constraint that allows only the end wins)
 //   3. logit_bias: logit[id] += bias
 //   4. repetition_penalty r over the tokens seen (prompt and generated, or the last
 //      penalty_last_n of them): a positive logit is divided by r, a negative one multiplied
