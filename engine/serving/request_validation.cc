@@ -268,7 +268,8 @@ absl::Status CheckSamplingApi(const GenerationRequest& q, int32_t vocab_size) {
   }
   if (q.penalty_last_n.has_value() && *q.penalty_last_n < -1) {
     return Invalid("sampling.penalty_last_n",
-                   "penalty_last_n must be >= -1 (-1 = every token seen, 0 = none)");
+                   // The path, so that each front writes its own name (repeat_last_n in HTTP).
+                   "sampling.penalty_last_n must be >= -1 (-1 = every token seen, 0 = none)");
   }
   if (q.logit_bias.size() > kMaxLogitBias) {
     return Invalid("sampling.logit_bias", absl::StrCat("logit_bias has ", q.logit_bias.size(),

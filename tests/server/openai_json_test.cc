@@ -527,6 +527,7 @@ TEST(OpenAiJsonTest, EngineRangeErrorsNameTheHttpField) {
   EXPECT_EQ(OpenAiParam("sampling.penalty_last_n"), "repeat_last_n");
   EXPECT_EQ(OpenAiParam("sampling.logit_bias"), "logit_bias");
   EXPECT_EQ(OpenAiParam("sampling.min_tokens"), "min_tokens");
+  EXPECT_EQ(OpenAiMessage("sampling.penalty_last_n must be >= -1"), "repeat_last_n must be >= -1");
 }
 
 TEST(OpenAiJsonTest, UnknownFieldsAreReportedOnceAndBounded) {
