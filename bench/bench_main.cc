@@ -28,6 +28,7 @@ void RegisterTokenizer();
 void RegisterQuant();
 void RegisterGguf();
 void RegisterGrammar();
+void RegisterSampler();
 }
 
 namespace {
@@ -87,6 +88,7 @@ int main(int argc, char** argv) {
   heavykv::bench::RegisterQuant();
   heavykv::bench::RegisterGguf();
   heavykv::bench::RegisterGrammar();
+  heavykv::bench::RegisterSampler();
   heavykv::bench::RegisterPrefixCache();
   heavykv::bench::RegisterChoices();
   CollectingReporter reporter;
@@ -155,6 +157,10 @@ int main(int argc, char** argv) {
     const double v = F[json].counters["tokens_per_s"] / F[free].counters["tokens_per_s"];
     add(json + " / " + free, "decode tokens/s ratio", v, ">= 0.95", v >= 0.95);
   }
+  // The sampling API (issue 44): 32 rows sampled with every option on, against a decode step.
+  time_ratio("sampler/b32/all_on", "decode/b32/ctx512/full", "<= 0.03", 0.03, false);
+  time_ratio("sampler/b32/plain", "decode/b32/ctx512/full", "(info)", 1e9, false);
+  time_ratio("sampler/b32/penalties", "sampler/b32/plain", "(info)", 1e9, false);
   time_ratio("decode/b1/ctx512/h2o512", "decode/b1/ctx512/full", "<= 1.10", 1.10, false);
   time_ratio("decode/b32/ctx512/h2o512", "decode/b32/ctx512/full", "<= 1.10", 1.10, false);
   time_ratio("decode/b1/ctx4096/h2o819", "decode/b1/ctx4096/full", "< 1.00", 1.0, true);

@@ -407,7 +407,7 @@ void EngineImpl::Admit(std::unique_ptr<Request> r) {
     q.seq.kv.policy = p.kv_policy.get();
     q.seq.kv.budget = p.budget_tokens;
   }
-  q.sampler = std::make_unique<Sampler>(p.sampling);
+  q.sampler = std::make_unique<Sampler>(p.sampling, p.prompt);
   q.text = std::make_unique<TextStream>(tokenizer_.get(), p.prompt.back(), p.stop,
                                         p.skip_special_tokens);
   if (p.n > 1) {  // every choice's deltas go to the client's callback through the group
@@ -632,6 +632,7 @@ void EngineImpl::OnToken(Request& r, int32_t token, const float* logits) {
   }
   ++r.completion;
   r.seq.tokens.push_back(token);
+  r.sampler->Accept(token);
   if (options_.observer) options_.observer->OnGenerationTokens(1);
   GenerationDelta d;
   d.index = r.index;

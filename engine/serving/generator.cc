@@ -57,7 +57,7 @@ absl::StatusOr<GenerateResult> Generate(StepRunner& runner, std::span<const int3
   result.num_prompt_tokens = static_cast<int32_t>(prompt.size());
   for (size_t i = 1; i < prompt.size(); ++i) on_token(prompt[i - 1], prompt[i]);
 
-  Sampler sampler(options.sampling);
+  Sampler sampler(options.sampling, prompt);
   std::vector<float> logits(c.vocab_size);
   auto t0 = std::chrono::steady_clock::now();
   int32_t pos = 0;
@@ -86,6 +86,7 @@ absl::StatusOr<GenerateResult> Generate(StepRunner& runner, std::span<const int3
     }
     on_token(result.tokens.back(), next);
     result.tokens.push_back(next);
+    sampler.Accept(next);
     if (pos >= options.steps) break;  // run.c runs the model at positions [0, steps)
     SequenceStep step{&kv, {&result.tokens.back(), 1}, pos, false};
     absl::StatusOr<std::span<const float>> r = runner.Forward({&step, 1});

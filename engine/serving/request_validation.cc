@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "engine/runner/step_runner.h"
+#include "engine/serving/generator.h"
 #include "engine/serving/request_field.h"
 #include "engine/tokenizer/text_stream.h"
 #include "memory/kv_cache.h"
@@ -88,6 +89,10 @@ RequestValidator::RequestValidator(const ModelConfig& config, const TextTokenize
     };
     bos_text_ = special_text(tokenizer_->bos_id());
     eos_text_ = special_text(tokenizer_->eos_id());
+  }
+  // One pass over the vocabulary here, so that no request pays for it (min_tokens).
+  for (int32_t id = 0; id < config_.vocab_size; ++id) {
+    if (EndsSequence(tokenizer_, config_, id)) end_of_generation_ids_.push_back(id);
   }
 }
 
@@ -190,6 +195,7 @@ absl::Status RequestValidator::Precheck(const GenerationRequest& q) const {
   if (q.top_k && (*q.top_k < 0 || *q.top_k > config_.vocab_size)) {
     return Invalid("sampling.top_k", absl::StrCat("top_k must be in [0, ", config_.vocab_size, "] (0 = off)"));
   }
+  if (absl::Status s = CheckSamplingApi(q, config_.vocab_size); !s.ok()) return s;
   if (q.top_logprobs < 0 || q.top_logprobs > kMaxTopLogprobs) {
     return Invalid("top_logprobs",
                    absl::StrCat("top_logprobs must be in [0, ", kMaxTopLogprobs, "]"));
@@ -244,6 +250,74 @@ absl::Status RequestValidator::Precheck(const GenerationRequest& q) const {
     return Invalid("kv.budget_fraction", "kv.budget_fraction must be in (0, 1]");
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckSamplingApi(const GenerationRequest& q, int32_t vocab_size) {
+  // Written as !(in range) so that NaN, which compares false, is refused too; inf is out of
+  // every range.
+  const auto in = [](const std::optional<float>& v, float lo, float hi) {
+    return !v.has_value() || (*v >= lo && *v <= hi);
+  };
+  if (!in(q.min_p, 0, 1)) {
+    return Invalid("sampling.min_p", "min_p must be in [0, 1] (0 = off)");
+  }
+  if (!in(q.presence_penalty, -2, 2)) {
+    return Invalid("sampling.presence_penalty", "presence_penalty must be in [-2, 2] (0 = off)");
+  }
+  if (!in(q.frequency_penalty, -2, 2)) {
+    return Invalid("sampling.frequency_penalty",
+                   "frequency_penalty must be in [-2, 2] (0 = off)");
+  }
+  if (!in(q.repetition_penalty, 0, 10) || q.repetition_penalty == 0.0f) {
+    return Invalid("sampling.repetition_penalty",
+                   "repetition_penalty must be in (0, 10] (1 = off; above 1 penalises repeats)");
+  }
+  if (q.penalty_last_n.has_value() && *q.penalty_last_n < -1) {
+    return Invalid("sampling.penalty_last_n",
+                   // The path, so that each front writes its own name (repeat_last_n in HTTP).
+                   "sampling.penalty_last_n must be >= -1 (-1 = every token seen, 0 = none)");
+  }
+  if (q.logit_bias.size() > kMaxLogitBias) {
+    return Invalid("sampling.logit_bias", absl::StrCat("logit_bias has ", q.logit_bias.size(),
+                                                       " entries; at most ", kMaxLogitBias,
+                                                       " are accepted"));
+  }
+  for (const auto& [id, bias] : q.logit_bias) {
+    if (id < 0 || id >= vocab_size) {
+      return Invalid("sampling.logit_bias",
+                     absl::StrCat("logit_bias token id ", id, " is outside the vocabulary [0, ",
+                                  vocab_size, ")"));
+    }
+    if (!(bias >= -100 && bias <= 100)) {
+      return Invalid("sampling.logit_bias",
+                     absl::StrCat("logit_bias of token ", id, " must be in [-100, 100]"));
+    }
+  }
+  if (q.min_tokens < 0 || q.min_tokens > q.max_new_tokens) {
+    return Invalid("sampling.min_tokens",
+                   absl::StrCat("min_tokens must be in [0, max_new_tokens (", q.max_new_tokens,
+                                ")], got ", q.min_tokens));
+  }
+  return absl::OkStatus();
+}
+
+void ResolveSamplingApi(const GenerationRequest& q, std::span<const int32_t> end_ids,
+                        SamplingParams& out) {
+  out.min_p = q.min_p.value_or(0.0f);
+  out.presence_penalty = q.presence_penalty.value_or(0.0f);
+  out.frequency_penalty = q.frequency_penalty.value_or(0.0f);
+  out.repetition_penalty = q.repetition_penalty.value_or(1.0f);
+  out.penalty_last_n = q.penalty_last_n.value_or(-1);
+  out.logit_bias = q.logit_bias;
+  out.min_tokens = q.min_tokens;
+  out.banned_until_min.clear();
+  if (q.min_tokens > 0) {
+    // What would end the request early: its stop tokens, and the end-of-generation tokens
+    // unless ignore_eos makes them ordinary tokens (vLLM's rule).
+    if (!q.ignore_eos) out.banned_until_min.assign(end_ids.begin(), end_ids.end());
+    out.banned_until_min.insert(out.banned_until_min.end(), q.stop_token_ids.begin(),
+                                q.stop_token_ids.end());
+  }
 }
 
 absl::Status RequestValidator::CheckChat(const GenerationRequest& q) const {
@@ -372,6 +446,7 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
   r.sampling.top_p = q.top_p.value_or(1.0f);
   r.sampling.top_k = q.top_k.value_or(0);
   r.sampling.seed = q.seed.has_value() ? *q.seed : std::random_device{}();
+  ResolveSamplingApi(q, end_of_generation_ids_, r.sampling);
   r.stop = q.stop;
   r.stop_token_ids = q.stop_token_ids;
   r.ignore_eos = q.ignore_eos;

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -73,6 +74,15 @@ struct ResolvedRequest {
   int32_t n = 1;  // choices (GenerationRequest::n)
 };
 
+// The sampling API's fields of `q` (min_p, the penalties, logit_bias, min_tokens) are in range
+// and finite, token ids within `vocab_size`: what Precheck checks of them, for callers that run a
+// Sampler without a RequestValidator (`heavykv run`).
+absl::Status CheckSamplingApi(const GenerationRequest& q, int32_t vocab_size);
+// Sets those fields of `out` from `q` (unset: off). banned_until_min: `end_ids` (the tokens that
+// end a generation, unless q.ignore_eos) and q's stop_token_ids, when min_tokens > 0.
+void ResolveSamplingApi(const GenerationRequest& q, std::span<const int32_t> end_ids,
+                        SamplingParams& out);
+
 // Checks the server defaults of `options` (policy, budget, recent fraction).
 absl::Status ValidateDefaults(const EngineOptions& options);
 
@@ -127,6 +137,8 @@ class RequestValidator {
   // The text of the tokenizer's BOS / EOS ("" without one): a chat template's bos_token and
   // eos_token.
   std::string bos_text_, eos_text_;
+  // The ids that end a generation (EndsSequence), which min_tokens bans until it is reached.
+  std::vector<int32_t> end_of_generation_ids_;
 };
 
 }  // namespace heavykv

@@ -1,6 +1,7 @@
 // Token sampling, mirroring karpathy/llama2.c run.c (sample(), sample_mult(), sample_topp(), its
-// xorshift RNG and its float softmax) so that a given seed reproduces run.c's tokens; top-k is our
-// addition and is a no-op unless enabled.
+// xorshift RNG and its float softmax) so that a given seed reproduces run.c's tokens; top-k, min-p,
+// logit bias and the penalties are our additions and each is a no-op (not even a pass over the
+// row) unless enabled.
 #include "engine/serving/sampler.h"
 
 #include <algorithm>
@@ -28,6 +29,21 @@ void Softmax(std::span<float> x) {
     sum += v;
   }
   for (float& v : x) v /= sum;
+}
+
+// min_p: zeroes the probabilities under min_p x the largest and renormalises (vLLM, llama.cpp).
+// The largest always stays, so the row keeps some mass.
+void KeepMinP(std::span<float> probs, float min_p) {
+  const float threshold = min_p * *std::max_element(probs.begin(), probs.end());
+  float sum = 0.0f;
+  for (float& p : probs) {
+    if (p < threshold) {
+      p = 0.0f;
+    } else {
+      sum += p;
+    }
+  }
+  for (float& p : probs) p /= sum;
 }
 
 // Zeroes all but the k most probable entries and renormalises. Ties at the boundary keep the lower
@@ -103,8 +119,85 @@ int32_t SampleTopP(std::span<const float> probs, float top_p, float coin,
 
 }  // namespace
 
-Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> /*prompt*/)
-    : params_(params), rng_state_(params.seed != 0 ? params.seed : kZeroSeedReplacement) {}
+Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> prompt)
+    : params_(params), rng_state_(params.seed != 0 ? params.seed : kZeroSeedReplacement) {
+  // One entry per id, the last given winning (as a JSON object's last key would): stable sort by
+  // id, then keep the last of each run.
+  std::vector<std::pair<int32_t, float>>& bias = params_.logit_bias;
+  std::stable_sort(bias.begin(), bias.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  size_t kept = 0;
+  for (size_t i = 0; i < bias.size(); ++i) {
+    if (i + 1 < bias.size() && bias[i + 1].first == bias[i].first) continue;
+    bias[kept++] = bias[i];
+  }
+  bias.resize(kept);
+  if (params_.repetition_penalty != 1.0f && params_.penalty_last_n != 0) {
+    // Only the last penalty_last_n prompt tokens can ever be in the window.
+    const size_t n = params_.penalty_last_n < 0
+                         ? prompt.size()
+                         : std::min(prompt.size(), size_t(params_.penalty_last_n));
+    for (int32_t t : prompt.subspan(prompt.size() - n)) PushWindow(t);
+  }
+}
+
+void Sampler::PushWindow(int32_t token) {
+  ++window_counts_[token];
+  if (params_.penalty_last_n < 0) return;  // every token counts: no ring to keep
+  if (window_.size() < size_t(params_.penalty_last_n)) {
+    window_.push_back(token);
+    return;
+  }
+  // Full: the oldest token leaves the window (and its count) as this one takes its slot.
+  int32_t& slot = window_[window_head_];
+  const auto it = window_counts_.find(slot);
+  if (--it->second == 0) window_counts_.erase(it);
+  slot = token;
+  window_head_ = (window_head_ + 1) % window_.size();
+}
+
+void Sampler::Accept(int32_t token) {
+  ++num_accepted_;
+  if (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f) {
+    ++generated_counts_[token];
+  }
+  if (params_.repetition_penalty != 1.0f && params_.penalty_last_n != 0) PushWindow(token);
+}
+
+bool Sampler::AdjustLogits(std::span<float> logits) {
+  const auto in_vocab = [&](int32_t id) { return id >= 0 && size_t(id) < logits.size(); };
+  // 3. logit_bias (-inf stays -inf: a bias never revives a masked token).
+  for (const auto& [id, bias] : params_.logit_bias) {
+    if (in_vocab(id)) logits[id] += bias;
+  }
+  // 4. repetition_penalty: dividing a positive logit and multiplying a negative one both make
+  // the token less likely for r > 1 (more likely for r < 1), as Hugging Face and vLLM do.
+  const float r = params_.repetition_penalty;
+  if (r != 1.0f) {
+    for (const auto& [id, count] : window_counts_) {
+      if (!in_vocab(id)) continue;
+      float& l = logits[id];
+      l = l > 0.0f ? l / r : l * r;
+    }
+  }
+  // 5. frequency and presence (OpenAI), over the generated tokens only.
+  const float f = params_.frequency_penalty, p = params_.presence_penalty;
+  for (const auto& [id, count] : generated_counts_) {
+    if (in_vocab(id)) logits[id] -= f * float(count) + p;
+  }
+  // 2. min_tokens, applied last: -inf stays -inf through steps 3-5, so the row is the same as in
+  // the documented order, and the logits saved here (for Sample to undo a ban that left nothing)
+  // are the adjusted ones.
+  banned_saved_.clear();
+  if (num_accepted_ < params_.min_tokens) {
+    for (int32_t id : params_.banned_until_min) {
+      if (!in_vocab(id)) continue;
+      banned_saved_.emplace_back(id, logits[id]);
+      logits[id] = -INFINITY;
+    }
+  }
+  return !banned_saved_.empty();
+}
 
 double Sampler::LogSumExp(std::span<const float> logits) {
   const float mx = *std::max_element(logits.begin(), logits.end());
@@ -152,11 +245,22 @@ int32_t Sampler::Argmax(std::span<const float> logits) {
 
 int32_t Sampler::Sample(std::span<float> logits) {
   if (logits.empty()) return -1;
+  if (AdjustLogits(logits)) {
+    // min_tokens banned every token a constraint left (a grammar that can only end): ending
+    // honours the constraint, so the ban gives way. One pass over the row, only while banning.
+    if (*std::max_element(logits.begin(), logits.end()) == -INFINITY) {
+      // Last saved first: an id listed twice was saved a second time as -inf.
+      for (auto it = banned_saved_.rbegin(); it != banned_saved_.rend(); ++it) {
+        logits[it->first] = it->second;
+      }
+    }
+  }
   // Greedy decoding draws no random number, so it does not advance the RNG.
   if (params_.temperature == 0.0f) return Argmax(logits);
   // Divide (not multiply by the reciprocal) to round exactly as run.c does.
   for (float& l : logits) l /= params_.temperature;
   Softmax(logits);
+  if (params_.min_p > 0.0f) KeepMinP(logits, params_.min_p);
   if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < logits.size()) {
     KeepTopK(logits, static_cast<size_t>(params_.top_k), candidates_);
   }

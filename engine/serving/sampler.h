@@ -3,7 +3,8 @@
 //
 // The order (docs/ARCHITECTURE.md "The sampling API"; vLLM's, with the constraint's mask first):
 //   1. the caller's mask (a constraint: disallowed tokens are -inf before Sample is called)
-//   2. min_tokens: end-of-generation and stop tokens -inf while fewer were generated
+//   2. min_tokens: end-of-generation and stop tokens -inf while fewer were generated (unless
+//      that leaves no token at all: a constraint that allows only the end wins)
 //   3. logit_bias: logit[id] += bias
 //   4. repetition_penalty r over the tokens seen (prompt and generated, or the last
 //      penalty_last_n of them): a positive logit is divided by r, a negative one multiplied
@@ -21,6 +22,8 @@
 #include <span>
 #include <utility>
 #include <vector>
+
+#include "absl/container/flat_hash_map.h"
 
 namespace heavykv {
 
@@ -59,12 +62,25 @@ class Sampler {
   static std::vector<int32_t> TopTokens(std::span<const float> logits, int32_t n);
 
  private:
+  // Steps 2-5 on `logits`; true when step 2 banned something (the row may be all -inf then).
+  bool AdjustLogits(std::span<float> logits);
+  // Adds `token` to repetition_penalty's window, dropping the oldest past penalty_last_n.
+  void PushWindow(int32_t token);
   float RandomF32();  // run.c random_f32()
   uint32_t RandomU32();
 
-  SamplingParams params_;
+  SamplingParams params_;  // logit_bias: one entry per id (the last given), sorted by id
   uint64_t rng_state_;
   std::vector<std::pair<float, int32_t>> candidates_;  // scratch: (prob, id)
+  std::vector<std::pair<int32_t, float>> banned_saved_;  // scratch: step 2's (id, logit before)
+  // Invariants: counts are > 0 (an id whose count falls to 0 is erased); window_counts_ is the
+  // multiset of window_ (the last penalty_last_n tokens seen, a ring whose oldest is at
+  // window_head_ once full; every token seen when penalty_last_n is -1, then window_ stays empty).
+  absl::flat_hash_map<int32_t, int32_t> generated_counts_;  // presence / frequency
+  absl::flat_hash_map<int32_t, int32_t> window_counts_;     // repetition_penalty
+  std::vector<int32_t> window_;
+  size_t window_head_ = 0;
+  int32_t num_accepted_ = 0;  // tokens generated so far (min_tokens)
 };
 
 }  // namespace heavykv

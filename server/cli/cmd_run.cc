@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "engine/serving/generator.h"
+#include "engine/serving/request_validation.h"
 #include "engine/gguf/gguf.h"
 #include "engine/tokenizer/gguf_tokenizer.h"
 #include "engine/runner/step_runner.h"
@@ -20,6 +21,7 @@
 #include "server/flags/cli_flags.h"
 #include "server/flags/dtype_flags.h"
 #include "server/flags/policy_flags.h"
+#include "server/flags/sampling_flags.h"
 #include "server/cli/commands.h"
 #include "server/cli/host_memory.h"
 
@@ -138,6 +140,8 @@ int RunCommand(int argc, char** argv) {
   flags.Double("top-p", &top_p, "nucleus sampling; 1 = off");
   flags.Int("top-k", &top_k, "keep the k most likely tokens; 0 = off");
   flags.Int("seed", &seed, "sampling seed; -1 = from the clock");
+  SamplingApiFlags sampling_api;
+  sampling_api.Register(flags);
   flags.String("policy", &policy_name,
                "KV policy: full, window, sink, h2o, tova, scissorhands, knorm or snapkv, as "
                "name[:key=value]... (e.g. snapkv:window=32:kernel=7:decode=h2o)");
@@ -181,6 +185,12 @@ int RunCommand(int argc, char** argv) {
     return Fail(absl::InvalidArgumentError(
         "need --temperature >= 0, --top-p in [0, 1], --top-k in [0, vocab size]"));
   }
+  // The sampling API's flags, checked and resolved as the engine does a request's.
+  GenerationRequest api;
+  api.max_new_tokens = static_cast<int32_t>(steps - int64_t(ids->size()) + 1);
+  api.ignore_eos = ignore_eos;
+  if (absl::Status s = sampling_api.Fill(flags, api); !s.ok()) return Fail(s);
+  if (absl::Status s = CheckSamplingApi(api, c.vocab_size); !s.ok()) return Fail(s);
   if (absl::Status s = policy_defaults.Resolve(); !s.ok()) return Fail(s);
   absl::StatusOr<std::unique_ptr<EvictionPolicy>> policy = MakePolicy(
       policy_name, recent_fraction, policy_defaults.granularity, policy_defaults.layers);
@@ -196,6 +206,13 @@ int RunCommand(int argc, char** argv) {
   opt.sampling.top_k = static_cast<int32_t>(top_k);
   opt.sampling.seed = seed >= 0 ? uint64_t(seed)
                                 : uint64_t(std::chrono::system_clock::now().time_since_epoch().count());
+  std::vector<int32_t> end_ids;  // what min_tokens holds back
+  if (api.min_tokens > 0) {
+    for (int32_t id = 0; id < c.vocab_size; ++id) {
+      if (EndsSequence(tok->get(), c, id)) end_ids.push_back(id);
+    }
+  }
+  ResolveSamplingApi(api, end_ids, opt.sampling);
   opt.policy = full ? nullptr : policy->get();
   // A fraction is of the steps, or of the context when the run goes past it.
   opt.budget = full ? kUnboundedBudget : budget->Resolve(std::min(opt.steps, c.seq_len));

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "nlohmann/json.hpp"
@@ -38,6 +40,17 @@ std::string CompletionBody(const v1::GenerateRequest& q) {
   if (s.has_top_p()) body["top_p"] = s.top_p();
   if (s.has_top_k()) body["top_k"] = s.top_k();
   if (s.has_seed()) body["seed"] = s.seed();
+  if (s.has_min_p()) body["min_p"] = s.min_p();
+  if (s.has_presence_penalty()) body["presence_penalty"] = s.presence_penalty();
+  if (s.has_frequency_penalty()) body["frequency_penalty"] = s.frequency_penalty();
+  if (s.has_repetition_penalty()) body["repetition_penalty"] = s.repetition_penalty();
+  if (s.has_penalty_last_n()) body["repeat_last_n"] = s.penalty_last_n();
+  if (s.logit_bias_size() > 0) {
+    nlohmann::json bias = nlohmann::json::object();  // OpenAI's form: {"id": bias}
+    for (const auto& [id, b] : s.logit_bias()) bias[std::to_string(id)] = b;
+    body["logit_bias"] = std::move(bias);
+  }
+  if (s.min_tokens() > 0) body["min_tokens"] = s.min_tokens();
   if (q.stop_size() > 0) body["stop"] = std::vector<std::string>(q.stop().begin(), q.stop().end());
   if (q.ignore_eos()) body["ignore_eos"] = true;
   const v1::KvParams& kv = q.kv();

@@ -13,6 +13,7 @@ void AddRequestFlags(FlagSet& flags, RequestFlags* f) {
   flags.Double("top-p", &f->top_p, "nucleus sampling (unset: server default)");
   flags.Int("top-k", &f->top_k, "top-k sampling; 0 = off (unset: server default)");
   flags.Int("seed", &f->seed, "sampling seed (unset: random)");
+  f->sampling.Register(flags);
   flags.String("policy", &f->policy,
                "KV policy: full, window, sink, h2o, tova, scissorhands, knorm, snapkv, as "
                "name[:key=value]... (unset: server default)");
@@ -39,6 +40,16 @@ absl::Status FillSharedFields(const FlagSet& flags, const RequestFlags& f, Reque
   if (flags.IsSet("top-p")) s->set_top_p(static_cast<float>(f.top_p));
   if (flags.IsSet("top-k")) s->set_top_k(static_cast<int32_t>(f.top_k));
   if (flags.IsSet("seed")) s->set_seed(static_cast<uint64_t>(f.seed));
+  GenerationRequest api;  // the sampling API's flags, as the engine's request holds them
+  if (absl::Status st = f.sampling.Fill(flags, api); !st.ok()) return st;
+  if (api.min_p) s->set_min_p(*api.min_p);
+  if (api.presence_penalty) s->set_presence_penalty(*api.presence_penalty);
+  if (api.frequency_penalty) s->set_frequency_penalty(*api.frequency_penalty);
+  if (api.repetition_penalty) s->set_repetition_penalty(*api.repetition_penalty);
+  if (api.penalty_last_n) s->set_penalty_last_n(*api.penalty_last_n);
+  // A map keeps the last bias of an id, as the engine does with a list.
+  for (const auto& [id, bias] : api.logit_bias) (*s->mutable_logit_bias())[id] = bias;
+  s->set_min_tokens(api.min_tokens);
   v1::KvParams* kv = out->mutable_kv();
   if (!f.policy.empty()) kv->set_policy(f.policy);
   if (!f.kv_budget.empty()) {

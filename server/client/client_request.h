@@ -13,6 +13,7 @@
 #include "heavykv/v1/generation.pb.h"
 #include "server/common/tls.h"
 #include "server/flags/cli_flags.h"
+#include "server/flags/sampling_flags.h"
 
 namespace heavykv::cli {
 
@@ -22,16 +23,17 @@ struct RequestFlags {
   int64_t top_k = 0, seed = 0, top_logprobs = 0;
   std::string policy, kv_budget, stop;
   bool ignore_eos = false, logprobs = false, keep_special_tokens = false;
-  int64_t n = 1;  // choices
+  SamplingApiFlags sampling;  // --min-p, the penalties, --logit-bias, --min-tokens
+  int64_t n = 1;              // choices
 };
 
-// Registers --max-tokens, --temperature, --top-p, --top-k, --seed, --policy, --kv-budget,
-// --recent-fraction, --stop (comma-separated), --ignore-eos, --logprobs, --top-logprobs,
-// --keep-special-tokens, --n.
+// Registers --max-tokens, --temperature, --top-p, --top-k, --seed, the sampling API's flags
+// (sampling_flags.h), --policy, --kv-budget, --recent-fraction, --stop (comma-separated),
+// --ignore-eos, --logprobs, --top-logprobs, --keep-special-tokens, --n.
 void AddRequestFlags(FlagSet& flags, RequestFlags* f);
 
 // Fills everything but the input (the prompt, or the chat's messages). INVALID_ARGUMENT for a
-// --kv-budget that is not a token count or a fraction.
+// --kv-budget that is not a token count or a fraction, or a malformed --logit-bias.
 absl::Status FillRequest(const FlagSet& flags, const RequestFlags& f, v1::GenerateRequest* out);
 absl::Status FillRequest(const FlagSet& flags, const RequestFlags& f, v1::ChatRequest* out);
 

@@ -1,5 +1,7 @@
 #include "server/grpc/proto_convert.h"
 
+#include <algorithm>
+
 namespace heavykv::server {
 
 namespace {
@@ -43,6 +45,15 @@ void CopyGenerationFields(const Request& q, GenerationRequest* out) {
   if (s.has_top_p()) r.top_p = s.top_p();
   if (s.has_top_k()) r.top_k = s.top_k();
   if (s.has_seed()) r.seed = s.seed();
+  if (s.has_min_p()) r.min_p = s.min_p();
+  if (s.has_presence_penalty()) r.presence_penalty = s.presence_penalty();
+  if (s.has_frequency_penalty()) r.frequency_penalty = s.frequency_penalty();
+  if (s.has_repetition_penalty()) r.repetition_penalty = s.repetition_penalty();
+  if (s.has_penalty_last_n()) r.penalty_last_n = s.penalty_last_n();
+  // A proto map's order is unspecified: by id, so a request reads the same every time.
+  r.logit_bias.assign(s.logit_bias().begin(), s.logit_bias().end());
+  std::sort(r.logit_bias.begin(), r.logit_bias.end());
+  r.min_tokens = s.min_tokens();
   r.stop.assign(q.stop().begin(), q.stop().end());
   r.stop_token_ids.assign(q.stop_token_ids().begin(), q.stop_token_ids().end());
   r.ignore_eos = q.ignore_eos();

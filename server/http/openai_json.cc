@@ -8,6 +8,9 @@
 #include "engine/serving/request_validation.h"
 #include "server/http/http_status.h"
 #include "server/http/openai_constraint.h"
+#include "server/http/openai_fields.h"
+#include "server/http/openai_sampling.h"
+#include "server/http/openai_unknown_fields.h"
 
 namespace heavykv::server {
 namespace {
@@ -51,97 +54,6 @@ absl::StatusOr<ojson> ParseObject(absl::string_view body) {
   }
   return value;
 }
-
-// Typed reads of an object's fields. Absent and null read as unset; a value of the wrong type
-// sets the first error (naming the field) and reads as unset.
-class Fields {
- public:
-  explicit Fields(const ojson& object) : object_(object) {}
-
-  const ojson* Get(const char* key) const {
-    const auto it = object_.find(key);
-    return it == object_.end() || it->is_null() ? nullptr : &*it;
-  }
-
-  std::optional<bool> Bool(const char* key) {
-    const ojson* v = Get(key);
-    if (v == nullptr) return std::nullopt;
-    if (!v->is_boolean()) return Fail(key, "must be true or false"), std::nullopt;
-    return v->get<bool>();
-  }
-  std::optional<std::string> String(const char* key) {
-    const ojson* v = Get(key);
-    if (v == nullptr) return std::nullopt;
-    if (!v->is_string()) return Fail(key, "must be a string"), std::nullopt;
-    return v->get<std::string>();
-  }
-  std::optional<double> Number(const char* key) {
-    const ojson* v = Get(key);
-    if (v == nullptr) return std::nullopt;
-    if (!v->is_number()) return Fail(key, "must be a number"), std::nullopt;
-    return v->get<double>();
-  }
-  // An integer in [lo, hi] (a float with no fraction counts, as pydantic reads it).
-  std::optional<int64_t> Int(const char* key, int64_t lo, int64_t hi) {
-    const ojson* v = Get(key);
-    if (v == nullptr) return std::nullopt;
-    std::optional<int64_t> i = AsInt(*v, lo, hi);
-    if (!i) Fail(key, absl::StrCat("must be an integer in [", lo, ", ", hi, "]"));
-    return i;
-  }
-  std::vector<int32_t> Ints(const char* key, int64_t lo, int64_t hi) {
-    std::vector<int32_t> out;
-    const ojson* v = Get(key);
-    if (v == nullptr) return out;
-    if (!v->is_array()) return Fail(key, "must be a list of integers"), out;
-    for (const ojson& e : *v) {
-      std::optional<int64_t> i = AsInt(e, lo, hi);
-      if (!i) {
-        Fail(key, absl::StrCat("must hold integers in [", lo, ", ", hi, "]"));
-        return {};
-      }
-      out.push_back(static_cast<int32_t>(*i));
-    }
-    return out;
-  }
-  // A field heavykv does not serve: absent, null, false, 0, or empty only.
-  void Unsupported(const char* key, absl::string_view why) {
-    const ojson* v = Get(key);
-    if (v == nullptr) return;
-    const bool unset = (v->is_boolean() && !v->get<bool>()) ||
-                       (v->is_number() && v->get<double>() == 0) ||
-                       ((v->is_array() || v->is_object() || v->is_string()) && v->empty());
-    if (!unset) Fail(key, why);
-  }
-
-  void Fail(absl::string_view key, absl::string_view message) {
-    if (status_.ok()) status_ = Invalid(key, absl::StrCat(key, " ", message));
-  }
-  const absl::Status& status() const { return status_; }
-
-  static std::optional<int64_t> AsInt(const ojson& v, int64_t lo, int64_t hi) {
-    int64_t i = 0;
-    if (v.is_number_unsigned()) {
-      const uint64_t u = v.get<uint64_t>();
-      if (u > uint64_t(std::numeric_limits<int64_t>::max())) return std::nullopt;
-      i = int64_t(u);
-    } else if (v.is_number_integer()) {
-      i = v.get<int64_t>();
-    } else if (v.is_number_float()) {
-      const double d = v.get<double>();
-      if (!(d == std::floor(d) && std::abs(d) < 9e15)) return std::nullopt;
-      i = int64_t(d);
-    } else {
-      return std::nullopt;
-    }
-    if (i < lo || i > hi) return std::nullopt;
-    return i;
-  }
-
- private:
-  const ojson& object_;
-  absl::Status status_;
-};
 
 constexpr int64_t kInt32Max = std::numeric_limits<int32_t>::max();
 
@@ -236,6 +148,7 @@ absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_vie
   absl::StatusOr<ojson> parsed = ParseObject(body);
   if (!parsed.ok()) return parsed.status();
   const ojson& o = *parsed;
+  WarnUnknownFields(kind, o);
   Fields f(o);
   if (absl::Status s = CheckModel(f, served); !s.ok()) return s;
   OpenAiRequest q;
@@ -254,9 +167,18 @@ absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_vie
 
   std::optional<int64_t> max_tokens = f.Int("max_tokens", 1, kInt32Max);
   if (auto v = f.Int("max_completion_tokens", 1, kInt32Max)) max_tokens = v;
+  bool to_limit = kind == ApiKind::kChat;  // OpenAI and vLLM: until the context is full
+  if (!max_tokens) {  // llama.cpp's name; its -1 is "until the limit" on both APIs
+    if (auto v = f.Int("n_predict", -1, kInt32Max); v && *v != -1) {
+      if (*v == 0) f.Fail("n_predict", "must be -1 (until the limit) or at least 1");
+      max_tokens = v;
+    } else if (v) {
+      to_limit = true;
+    }
+  }
   if (max_tokens) {
     r.max_new_tokens = static_cast<int32_t>(*max_tokens);
-  } else if (kind == ApiKind::kChat) {  // OpenAI and vLLM: until the context is full
+  } else if (to_limit) {
     r.max_new_tokens = std::max(1, served.max_new_tokens_limit);
     r.max_new_tokens_to_context = true;
   }
@@ -306,18 +228,10 @@ absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_vie
       r.top_logprobs = static_cast<int32_t>(*n);
     }
   }
-  // Sampling controls issue 44 will serve: refused by name until then, never ignored.
-  f.Unsupported("logit_bias", "is not served yet: leave it out");
-  f.Unsupported("min_tokens", "is not served yet: send 0 or leave it out");
   f.Unsupported("prompt_logprobs", "is not served yet: leave it out");
   f.Unsupported("use_beam_search", "is not served: leave it out");
   f.Unsupported("suffix", "is not served: leave it out");
-  if (auto v = f.Number("min_p"); v && *v != 0) f.Fail("min_p", "is not served yet: send 0");
-  for (const char* one : {"repetition_penalty", "typical_p", "length_penalty"}) {
-    if (auto v = f.Number(one); v && *v != 1) f.Fail(one, "is not served yet: send 1");
-  }
-  f.Unsupported("presence_penalty", "is not served: send 0 or leave it out");
-  f.Unsupported("frequency_penalty", "is not served: send 0 or leave it out");
+  ReadSamplingFields(f, r);  // the penalties, logit_bias, min_p, ...; refuses what is not served
   if (auto v = f.Bool("stream")) q.stream = *v;
   if (const ojson* options = f.Get("stream_options")) {
     if (!options->is_object()) {

@@ -22,6 +22,13 @@ constexpr Name kOpenAiNames[] = {
     {"sampling.top_p", "top_p"},
     {"sampling.top_k", "top_k"},
     {"sampling.seed", "seed"},
+    {"sampling.min_p", "min_p"},
+    {"sampling.presence_penalty", "presence_penalty"},
+    {"sampling.frequency_penalty", "frequency_penalty"},
+    {"sampling.repetition_penalty", "repetition_penalty"},
+    {"sampling.penalty_last_n", "repeat_last_n"},  // llama.cpp's name; OpenAI has none
+    {"sampling.logit_bias", "logit_bias"},
+    {"sampling.min_tokens", "min_tokens"},
     {"kv.policy", "kv_policy"},
     {"kv.dtype", "kv_dtype"},
     {"kv.recent_fraction", "kv_recent_fraction"},

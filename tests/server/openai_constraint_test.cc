@@ -97,10 +97,9 @@ TEST(OpenAiConstraintTest, MalformedFieldsAndTwoConstraintsAreRefusedByName) {
       {R"("json_schema": {}, "grammar": "root ::= \"a\"")", "grammar"},
       {R"("response_format": {"type": "json_object"}, "guided_regex": "a")", "guided_regex"},
       {R"("guided_whitespace_pattern": " ")", "guided_whitespace_pattern"},
-      {R"("logit_bias": {"50256": -100})", "logit_bias"},
-      {R"("min_p": 0.1)", "min_p"},
-      {R"("repetition_penalty": 1.2)", "repetition_penalty"},
-      {R"("min_tokens": 4)", "min_tokens"},
+      {R"("logit_bias": [1])", "logit_bias"},
+      {R"("typical_p": 0.9)", "typical_p"},
+      {R"("mirostat": 2)", "mirostat"},
   };
   for (const auto& [fields, param] : cases) {
     absl::StatusOr<OpenAiRequest> q = Chat(absl::StrCat("{", kMessages, ", ", fields, "}"));
@@ -110,7 +109,7 @@ TEST(OpenAiConstraintTest, MalformedFieldsAndTwoConstraintsAreRefusedByName) {
   }
   // Neutral values of the refused sampling fields are fine.
   absl::StatusOr<OpenAiRequest> q = Chat(absl::StrCat(
-      "{", kMessages, R"(, "logit_bias": {}, "min_p": 0, "repetition_penalty": 1.0})"));
+      "{", kMessages, R"(, "logit_bias": {}, "typical_p": 1, "mirostat": 0})"));
   EXPECT_TRUE(q.ok()) << q.status();
 }
 

@@ -5,11 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 
 #include "engine/serving/request_field.h"
 #include "server/http/cors.h"
 #include "server/http/http_status.h"
 #include "server/http/openai_names.h"
+#include "server/http/openai_unknown_fields.h"
 
 namespace heavykv::server {
 namespace {
@@ -133,7 +138,7 @@ TEST(OpenAiJsonTest, BadBodiesAreInvalidArgumentNamingTheField) {
       {ApiKind::kChat, R"({"messages":[],"logprobs":2})", "logprobs"},
       {ApiKind::kChat, R"({"messages":[],"top_logprobs":2})", "top_logprobs"},
       {ApiKind::kChat, R"({"messages":[],"logprobs":true,"top_logprobs":21})", "top_logprobs"},
-      {ApiKind::kCompletion, R"({"prompt":"x","presence_penalty":0.5})", "presence_penalty"},
+      {ApiKind::kCompletion, R"({"prompt":"x","presence_penalty":"high"})", "presence_penalty"},
       {ApiKind::kCompletion, R"({"prompt":"x","kv_budget":0})", "kv_budget"},
       {ApiKind::kCompletion, R"({"prompt":"x","kv_budget":2.5})", "kv_budget"},
       {ApiKind::kCompletion, R"({"prompt":"x","kv_policy":3})", "kv_policy"},
@@ -408,6 +413,142 @@ TEST(OpenAiJsonTest, ResponseShapes) {
   EXPECT_EQ(event.substr(event.size() - 2), "\n\n");
   EXPECT_EQ(std::string(kSseDone), "data: [DONE]\n\n");
   EXPECT_EQ(ModelsJson("tiny", 9, 512)["data"][0]["max_model_len"], 512);
+}
+
+// ---- The sampling API (issue 44) ----
+
+TEST(OpenAiJsonTest, SamplingApiFieldsAreServed) {
+  auto q = Completion(R"({"prompt":"x","presence_penalty":0.5,"frequency_penalty":-0.25,
+      "repetition_penalty":1.2,"min_p":0.05,"min_tokens":3,
+      "logit_bias":{"50":-100,"7":2.5}})");
+  ASSERT_TRUE(q.ok()) << q.status();
+  const GenerationRequest& r = q->generation;
+  EXPECT_EQ(r.presence_penalty, 0.5f);
+  EXPECT_EQ(r.frequency_penalty, -0.25f);
+  EXPECT_EQ(r.repetition_penalty, 1.2f);
+  EXPECT_FALSE(r.penalty_last_n.has_value());  // vLLM's: every token seen
+  EXPECT_EQ(r.min_p, 0.05f);
+  EXPECT_EQ(r.min_tokens, 3);
+  EXPECT_EQ(r.logit_bias, (std::vector<std::pair<int32_t, float>>{{50, -100.0f}, {7, 2.5f}}));
+  // Chat reads the same.
+  q = Chat(R"({"messages":[],"presence_penalty":1,"logit_bias":{"3":1}})");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->generation.presence_penalty, 1.0f);
+  EXPECT_EQ(q->generation.logit_bias.size(), 1u);
+}
+
+TEST(OpenAiJsonTest, LlamaCppNamesAreServed) {
+  // repeat_penalty: llama.cpp's window of 64 unless repeat_last_n says otherwise.
+  auto q = Completion(R"({"prompt":"x","repeat_penalty":1.1})");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->generation.repetition_penalty, 1.1f);
+  EXPECT_EQ(q->generation.penalty_last_n, 64);
+  q = Completion(R"({"prompt":"x","repeat_penalty":1.1,"repeat_last_n":-1})");
+  EXPECT_EQ(q->generation.penalty_last_n, -1);
+  q = Completion(R"({"prompt":"x","repeat_last_n":0,"repeat_penalty":1.1})");
+  EXPECT_EQ(q->generation.penalty_last_n, 0);
+  EXPECT_FALSE(Completion(R"({"prompt":"x","repeat_penalty":1.1,"repetition_penalty":1.2})").ok());
+  // n_probs: top logprobs, logprobs on.
+  q = Chat(R"({"messages":[],"n_probs":5})");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_TRUE(q->generation.logprobs);
+  EXPECT_EQ(q->generation.top_logprobs, 5);
+  EXPECT_FALSE(Completion(R"({"prompt":"x","n_probs":0})")->generation.logprobs);
+  // n_predict: max_tokens; -1 until the limit; max_tokens wins when both are sent.
+  EXPECT_EQ(Completion(R"({"prompt":"x","n_predict":9})")->generation.max_new_tokens, 9);
+  q = Completion(R"({"prompt":"x","n_predict":-1})");
+  EXPECT_EQ(q->generation.max_new_tokens, 512);
+  EXPECT_TRUE(q->generation.max_new_tokens_to_context);
+  EXPECT_EQ(Completion(R"({"prompt":"x","n_predict":9,"max_tokens":4})")
+                ->generation.max_new_tokens, 4);
+  EXPECT_EQ(Completion(R"({"prompt":"x"})")->generation.max_new_tokens, 16);
+}
+
+TEST(OpenAiJsonTest, UnservedSamplingFieldsAreRefusedByName) {
+  const std::pair<std::string, std::string> cases[] = {
+      {R"("typical_p":0.9)", "typical_p"},
+      {R"("length_penalty":2)", "length_penalty"},
+      {R"("mirostat":2)", "mirostat"},
+      {R"("tfs_z":0.5)", "tfs_z"},
+      {R"("dynatemp_range":0.5)", "dynatemp_range"},
+      {R"("dry_multiplier":0.8)", "dry_multiplier"},
+      {R"("xtc_probability":0.5)", "xtc_probability"},
+      {R"("top_n_sigma":1.5)", "top_n_sigma"},
+      {R"("penalize_nl":true)", "penalize_nl"},
+      {R"("bad_words":["x"])", "bad_words"},
+      {R"("allowed_token_ids":[1,2])", "allowed_token_ids"},
+      {R"("logits_processors":["x"])", "logits_processors"},
+      {R"("samplers":["top_k"])", "samplers"},
+      {R"("include_stop_str_in_output":true)", "include_stop_str_in_output"},
+      {R"("truncate_prompt_tokens":10)", "truncate_prompt_tokens"},
+      {R"("functions":[{"name":"f"}])", "functions"},
+      {R"("function_call":"auto")", "function_call"},
+      {R"("reasoning_effort":"high")", "reasoning_effort"},
+      {R"("prediction":{"type":"content","content":"x"})", "prediction"},
+      {R"("audio":{"voice":"x"})", "audio"},
+      {R"("modalities":["text","audio"])", "modalities"},
+      {R"("web_search_options":{"search_context_size":"low"})", "web_search_options"},
+      {R"("n_predict":0)", "n_predict"},
+      {R"("logit_bias":[[1,2]])", "logit_bias"},
+      {R"("logit_bias":{"abc":1})", "logit_bias"},
+      {R"("logit_bias":{"-1":1})", "logit_bias"},
+      {R"("logit_bias":{" 1":1})", "logit_bias"},
+      {R"("logit_bias":{"99999999999":1})", "logit_bias"},
+      {R"("logit_bias":{"1":"big"})", "logit_bias"},
+      {R"("min_tokens":-1)", "min_tokens"},
+      {R"("min_p":"low")", "min_p"},
+  };
+  for (const auto& [field, param] : cases) {
+    absl::StatusOr<OpenAiRequest> q = Chat(absl::StrCat(R"({"messages":[],)", field, "}"));
+    ASSERT_FALSE(q.ok()) << field;
+    EXPECT_EQ(q.status().code(), absl::StatusCode::kInvalidArgument) << field;
+    EXPECT_EQ(Error(q.status())["param"], param) << field << ": " << q.status();
+  }
+  // The message says what is served.
+  EXPECT_EQ(Error(Completion(R"({"prompt":"x","typical_p":0.5})").status())["message"],
+            "typical_p is not served: send 1 or leave it out");
+  // Their "off" values, the parameters of samplers that are off, and the fields that change no
+  // output are accepted.
+  auto q = Chat(R"({"messages":[],"typical_p":1,"length_penalty":1,"mirostat":0,"tfs_z":1,
+      "mirostat_tau":5,"mirostat_eta":0.1,"dynatemp_range":0,"dry_multiplier":0,"dry_base":1.75,
+      "xtc_probability":0,"xtc_threshold":0.1,"top_n_sigma":-1,"penalize_nl":false,
+      "bad_words":[],"allowed_token_ids":[],"logits_processors":[],"samplers":[],
+      "include_stop_str_in_output":false,"modalities":["text"],"guided_decoding_backend":"xgrammar",
+      "user":"u","store":false,"metadata":{"a":"b"},"service_tier":"auto","cache_prompt":true,
+      "id_slot":-1,"parallel_tool_calls":true})");
+  EXPECT_TRUE(q.ok()) << q.status();
+}
+
+TEST(OpenAiJsonTest, EngineRangeErrorsNameTheHttpField) {
+  EXPECT_EQ(OpenAiParam("sampling.min_p"), "min_p");
+  EXPECT_EQ(OpenAiParam("sampling.presence_penalty"), "presence_penalty");
+  EXPECT_EQ(OpenAiParam("sampling.frequency_penalty"), "frequency_penalty");
+  EXPECT_EQ(OpenAiParam("sampling.repetition_penalty"), "repetition_penalty");
+  EXPECT_EQ(OpenAiParam("sampling.penalty_last_n"), "repeat_last_n");
+  EXPECT_EQ(OpenAiParam("sampling.logit_bias"), "logit_bias");
+  EXPECT_EQ(OpenAiParam("sampling.min_tokens"), "min_tokens");
+  EXPECT_EQ(OpenAiMessage("sampling.penalty_last_n must be >= -1"), "repeat_last_n must be >= -1");
+}
+
+TEST(OpenAiJsonTest, UnknownFieldsAreReportedOnceAndBounded) {
+  UnknownFieldLog log;
+  const auto body = [](const std::string& text) { return nlohmann::ordered_json::parse(text); };
+  EXPECT_EQ(log.Take(body(R"({"prompt":"x","foo":1,"temperature":0,"bar\n":2,"n_probs":1})")),
+            (std::vector<std::string>{"foo", "bar\\n"}));
+  EXPECT_TRUE(log.Take(body(R"({"foo":1,"bar\n":2})")).empty());  // already reported
+  EXPECT_EQ(log.Take(body(R"({"foo":1,"baz":2})")), (std::vector<std::string>{"baz"}));
+  // Every field the parsers read is known.
+  for (const char* known : {"model", "messages", "max_tokens", "logit_bias", "repeat_penalty",
+                            "response_format", "guided_json", "tool_choice", "chat_template_kwargs",
+                            "kv_policy", "stream_options", "user", "mirostat_eta"}) {
+    EXPECT_TRUE(IsKnownBodyField(known)) << known;
+  }
+  // At most kMaxNames names are ever remembered (and reported).
+  size_t reported = 3;
+  for (int i = 0; i < 1000; ++i) {
+    reported += log.Take(body(absl::StrCat(R"({"unknown_)", i, R"(":1})"))).size();
+  }
+  EXPECT_EQ(reported, UnknownFieldLog::kMaxNames);
 }
 
 }  // namespace

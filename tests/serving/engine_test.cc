@@ -8,6 +8,8 @@
 
 #include <condition_variable>
 #include <fstream>
+#include <functional>
+#include <limits>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -16,6 +18,7 @@
 #include "engine/grammar/constraint.h"
 #include "engine/runner/model_runner.h"
 #include "engine/serving/generator.h"
+#include "engine/serving/request_field.h"
 #include "engine/serving/request_validation.h"
 #include "engine/tokenizer/tokenizer.h"
 #include "kernels/cpu/gemm.h"
@@ -1173,6 +1176,146 @@ TEST_F(EngineTest, ConstraintsHoldUnderEveryPolicyAndWithACachedPrefix) {
     }
   }
   EXPECT_GT(engine->Stats().prefix_hits, 0);
+}
+
+// ---- The sampling API (issue 44) through the engine ----
+
+// The engine's tokens for `r`, run alone.
+std::vector<int32_t> EngineTokens(Engine& engine, const GenerationRequest& r,
+                                  GenerationDelta* last = nullptr) {
+  Collector c;
+  EXPECT_TRUE(engine.Submit(r, c.Callback()).ok());
+  c.Wait();
+  if (last != nullptr) *last = c.last;
+  return c.tokens;
+}
+
+size_t Distinct(const std::vector<int32_t>& tokens) {
+  return std::set<int32_t>(tokens.begin(), tokens.end()).size();
+}
+
+TEST_F(EngineTest, LogitBiasForcesAGreedyToken) {
+  auto engine = Make(64);
+  GenerationRequest r = Greedy("Once upon a time", 8);
+  r.logit_bias = {{300, 100.0f}};
+  EXPECT_EQ(EngineTokens(*engine, r), std::vector<int32_t>(8, 300));
+  // -100 on the greedy first token: another one comes first.
+  const std::vector<int32_t> plain = EngineTokens(*engine, Greedy("Once upon a time", 8));
+  ASSERT_FALSE(plain.empty());
+  r.logit_bias = {{plain[0], -100.0f}};
+  const std::vector<int32_t> banned = EngineTokens(*engine, r);
+  ASSERT_FALSE(banned.empty());
+  for (int32_t t : banned) EXPECT_NE(t, plain[0]);
+}
+
+// Penalties change a greedy output that repeats, towards more distinct tokens, and the engine
+// gives the same tokens as the one-sequence Generate with the same sampling (both Accept).
+TEST_F(EngineTest, PenaltiesChangeARepeatingGreedyOutputAsGenerateDoes) {
+  auto engine = Make(64);
+  const std::string prompt = "Once upon a time";
+  GenerationRequest plain_request = Greedy(prompt, 60);
+  plain_request.ignore_eos = true;
+  const std::vector<int32_t> plain = EngineTokens(*engine, plain_request);
+  ASSERT_EQ(plain.size(), 60u);
+  ASSERT_LT(Distinct(plain), plain.size());  // it repeats
+
+  Model m = *LoadModel(testing::ModelPath());
+  Tokenizer tok = *Tokenizer::Load(testing::TokenizerPath(), 512);
+  auto cache = *KvCache::Create(KvShapeFor(m.config, 16), 64 * kLayers);
+  ModelRunner runner(m, cache.get());
+  const std::vector<int32_t> ids = tok.Encode(prompt, true, false);
+  for (int which = 0; which < 3; ++which) {
+    SCOPED_TRACE(which);
+    GenerationRequest r = plain_request;
+    GenerateOptions opt;
+    opt.sampling.temperature = 0;
+    opt.ignore_eos = true;
+    opt.steps = static_cast<int32_t>(ids.size()) + 60 - 1;
+    if (which == 0) {
+      r.repetition_penalty = opt.sampling.repetition_penalty = 1.8f;
+    } else if (which == 1) {
+      r.presence_penalty = opt.sampling.presence_penalty = 1.5f;
+    } else {
+      r.frequency_penalty = opt.sampling.frequency_penalty = 1.0f;
+      r.repetition_penalty = opt.sampling.repetition_penalty = 1.3f;
+      r.penalty_last_n = opt.sampling.penalty_last_n = 8;
+    }
+    const std::vector<int32_t> penalised = EngineTokens(*engine, r);
+    EXPECT_NE(penalised, plain);
+    EXPECT_GT(Distinct(penalised), Distinct(plain));
+    auto alone = Generate(runner, ids, opt, [](int32_t, int32_t) {});
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    EXPECT_EQ(std::vector<int32_t>(alone->tokens.begin() + int32_t(ids.size()),
+                                   alone->tokens.end()),
+              penalised);
+  }
+}
+
+// min_tokens bans the stop tokens (and EOS) until that many tokens were generated.
+TEST_F(EngineTest, MinTokensHoldsBackStopTokens) {
+  auto engine = Make(64);
+  GenerationRequest r = Greedy("Once upon a time", 40);
+  r.ignore_eos = true;
+  const std::vector<int32_t> plain = EngineTokens(*engine, r);
+  ASSERT_GE(plain.size(), 6u);
+  r.stop_token_ids = {plain[2]};  // ends the request at its third token at the latest
+  GenerationDelta last;
+  EXPECT_LE(EngineTokens(*engine, r, &last).size(), 2u);
+  EXPECT_EQ(last.finish_reason, "stop");
+  r.min_tokens = 10;
+  const std::vector<int32_t> held = EngineTokens(*engine, r, &last);
+  ASSERT_GE(held.size(), 10u);
+  for (size_t i = 0; i < 10; ++i) EXPECT_NE(held[i], plain[2]) << i;
+}
+
+TEST_F(EngineTest, OutOfRangeSamplingFieldsAreRefusedByName) {
+  auto engine = Make(16);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const float inf = std::numeric_limits<float>::infinity();
+  struct Case {
+    std::function<void(GenerationRequest&)> set;
+    std::string field;
+  };
+  const std::vector<Case> cases = {
+      {[](GenerationRequest& r) { r.min_p = 1.5f; }, "sampling.min_p"},
+      {[&](GenerationRequest& r) { r.min_p = nan; }, "sampling.min_p"},
+      {[](GenerationRequest& r) { r.presence_penalty = -2.5f; }, "sampling.presence_penalty"},
+      {[&](GenerationRequest& r) { r.presence_penalty = inf; }, "sampling.presence_penalty"},
+      {[](GenerationRequest& r) { r.frequency_penalty = 3.0f; }, "sampling.frequency_penalty"},
+      {[](GenerationRequest& r) { r.repetition_penalty = 0.0f; }, "sampling.repetition_penalty"},
+      {[](GenerationRequest& r) { r.repetition_penalty = 11.0f; }, "sampling.repetition_penalty"},
+      {[&](GenerationRequest& r) { r.repetition_penalty = nan; }, "sampling.repetition_penalty"},
+      {[](GenerationRequest& r) { r.penalty_last_n = -2; }, "sampling.penalty_last_n"},
+      {[](GenerationRequest& r) { r.logit_bias = {{512, 1.0f}}; }, "sampling.logit_bias"},
+      {[](GenerationRequest& r) { r.logit_bias = {{-1, 1.0f}}; }, "sampling.logit_bias"},
+      {[](GenerationRequest& r) { r.logit_bias = {{3, 100.5f}}; }, "sampling.logit_bias"},
+      {[&](GenerationRequest& r) { r.logit_bias = {{3, nan}}; }, "sampling.logit_bias"},
+      {[](GenerationRequest& r) {
+         r.logit_bias.assign(kMaxLogitBias + 1, {3, 1.0f});
+       },
+       "sampling.logit_bias"},
+      {[](GenerationRequest& r) { r.min_tokens = -1; }, "sampling.min_tokens"},
+      {[](GenerationRequest& r) { r.min_tokens = 9; }, "sampling.min_tokens"},  // > max_new
+  };
+  for (const Case& c : cases) {
+    GenerationRequest r = Greedy("Once upon a time", 8);
+    c.set(r);
+    Collector collector;
+    const auto refused = engine->Submit(r, collector.Callback());
+    ASSERT_FALSE(refused.ok()) << c.field;
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument) << c.field;
+    EXPECT_EQ(RequestFieldOf(refused.status()), c.field) << refused.status();
+  }
+  // The edges are accepted.
+  GenerationRequest edges = Greedy("Once upon a time", 8);
+  edges.min_p = 1.0f;
+  edges.presence_penalty = -2.0f;
+  edges.frequency_penalty = 2.0f;
+  edges.repetition_penalty = 10.0f;
+  edges.penalty_last_n = -1;
+  edges.logit_bias = {{0, -100.0f}, {511, 100.0f}};
+  edges.min_tokens = 8;
+  EXPECT_EQ(EngineTokens(*engine, edges).size(), 8u);
 }
 
 }  // namespace

@@ -103,7 +103,9 @@ TEST_F(GenerateTest, PromptIsEchoedAndContinued) {
 TEST_F(GenerateTest, SameSeedSameTextOtherSeedOtherText) {
   GenerateOptions opt;
   opt.steps = 128;
-  opt.sampling = {1.0f, 0.9f, 0, 1234};
+  opt.sampling.temperature = 1.0f;
+  opt.sampling.top_p = 0.9f;
+  opt.sampling.seed = 1234;
   std::string a = Text("", opt), b = Text("", opt);
   opt.sampling.seed = 99;
   std::string c = Text("", opt);
@@ -127,6 +129,51 @@ TEST_F(GenerateTest, H2oBudgetBoundsPagesAndCountsEvictions) {
   EXPECT_EQ(r.tokens_evicted, 256 - 64);
   EXPECT_EQ(r.peak_pages, 5 * model_->config.num_layers);  // per layer
   EXPECT_EQ(cache_->allocator().num_pages_used(), 0);
+}
+
+// The sampling API's flags on `heavykv run` (sampling_flags.h): set, checked as the engine checks
+// a request, and malformed ones refused.
+TEST_F(GenerateTest, CliRunTakesTheSamplingApiFlags) {
+  int rc = 0;
+  const std::string base = std::string(HEAVYKV_BINARY) + " run --model " + testing::ModelPath() +
+                           " --prompt 1 --temperature 0 --steps 6 --threads 1";
+  // +100 forces token 300 at every step; the ids are printed as the prompt was given.
+  std::string out = RunCapture(base + " --logit-bias 300=100 2>/dev/null", &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out.find("300 300 300 300 300"), std::string::npos) << out;
+  // A penalty changes the greedy text, as through Generate.
+  const std::string plain = RunCapture(base + " --steps 40 2>/dev/null", &rc);
+  out = RunCapture(base + " --steps 40 --repetition-penalty 2 --presence-penalty 1 2>/dev/null",
+                   &rc);
+  EXPECT_EQ(rc, 0);
+  EXPECT_NE(out, plain);
+  std::string err = RunCapture(base + " --repetition-penalty 0 2>&1", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(err.find("repetition_penalty must be in (0, 10]"), std::string::npos) << err;
+  err = RunCapture(base + " --logit-bias 3:1 2>&1", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(err.find("--logit-bias wants ID=BIAS"), std::string::npos) << err;
+  err = RunCapture(base + " --logit-bias 600=1 2>&1", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(err.find("outside the vocabulary"), std::string::npos) << err;
+}
+
+// min_tokens in the one-sequence loop: the end-of-generation tokens are banned until reached.
+TEST_F(GenerateTest, MinTokensHoldsBackTheEnd) {
+  GenerateOptions opt;
+  opt.steps = 64;
+  opt.sampling.temperature = 0;
+  opt.tokenizer = tok_.get();
+  opt.sampling.logit_bias = {{tok_->eos_id(), 100.0f}};  // EOS at once
+  GenerateResult r;
+  Text("Once upon a time", opt, &r);
+  EXPECT_EQ(r.finish_reason, "eos");
+  EXPECT_EQ(r.tokens.size(), size_t(r.num_prompt_tokens));
+  opt.sampling.min_tokens = 5;
+  opt.sampling.banned_until_min = {tok_->bos_id(), tok_->eos_id()};
+  Text("Once upon a time", opt, &r);
+  EXPECT_EQ(r.finish_reason, "eos");
+  EXPECT_EQ(r.tokens.size(), size_t(r.num_prompt_tokens) + 5);
 }
 
 }  // namespace
