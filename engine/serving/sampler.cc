@@ -103,7 +103,9 @@ int32_t SampleTopP(std::span<const float> probs, float top_p, float coin,
 
 }  // namespace
 
-Sampler::Sampler(const SamplingParams& params)
+// The penalties (and so `prompt`) are the sampling-API work's (issue 44); the contract commit
+// declared the parameter, which is unused until then.
+Sampler::Sampler(const SamplingParams& params, std::span<const int32_t> /*prompt*/)
     : params_(params), rng_state_(params.seed != 0 ? params.seed : kZeroSeedReplacement) {}
 
 double Sampler::LogSumExp(std::span<const float> logits) {
