@@ -15,8 +15,8 @@ absl::StatusOr<GenerationRequest> FromProto(const v1::GenerateRequest& request);
 // The conversation and Generate's fields; the engine checks the messages (Engine::Submit).
 absl::StatusOr<GenerationRequest> FromProto(const v1::ChatRequest& request);
 
-// Appends a delta to `response` (token ids, text, logprobs); the last delta also sets
-// finish_reason, usage and timings.
+// Appends a delta to `response` (token ids, text, logprobs, and the prompt's logprobs when the
+// delta carries them); the last delta also sets finish_reason, usage and timings.
 void AppendDelta(const GenerationDelta& delta, v1::GenerateResponse* response);
 
 v1::FinishReason FinishReasonFromName(const std::string& name);  // "length", "stop", ...
