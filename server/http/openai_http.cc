@@ -15,6 +15,7 @@
 #include "server/http/http_metrics.h"
 #include "server/http/http_status.h"
 #include "server/http/openai_json.h"
+#include "server/http/openai_prompt_logprobs.h"
 #include "server/http/openai_tools.h"
 #include "spdlog/spdlog.h"
 
@@ -75,11 +76,35 @@ absl::Status FinishStatus(const GenerationDelta& last) {
   return absl::OkStatus();
 }
 
-// The SSE events of one streamed response.
+// What a response shows of its prompt: completions' echo (its text first, and with logprobs its
+// tokens' with `echo_top` top tokens), vLLM's prompt_logprobs (`prompt_top` top tokens).
+struct PromptOutput {
+  std::optional<std::string> echo;
+  int32_t echo_top = 0;
+  std::optional<int32_t> prompt_top;
+};
+
+// The SSE events of one streamed response (and the pieces of a whole one).
 struct Stream {
   ResponseMeta meta;
   bool include_usage = false;
   LogprobsJson logprobs{ApiKind::kCompletion, false};
+  PromptOutput prompt;
+  bool echo_sent = false;
+  nlohmann::json prompt_logprobs;  // vLLM's, once the engine sent the prompt's scores
+
+  // The echoed prompt text, the first time (then ""); the prompt's scores where `d` has them
+  // (the engine sends them on the first delta, before any token).
+  std::string TakeEcho() {
+    if (!prompt.echo || echo_sent) return "";
+    echo_sent = true;
+    return *prompt.echo;
+  }
+  void AddPrompt(const GenerationDelta& d) {
+    if (d.prompt == nullptr) return;
+    if (prompt.echo) logprobs.AddPrompt(*d.prompt, prompt.echo_top, *prompt.echo);
+    if (prompt.prompt_top) prompt_logprobs = PromptLogprobsJson(*d.prompt, *prompt.prompt_top);
+  }
   // A chat whose output is parsed (tools, reasoning); null: the text as it comes.
   std::unique_ptr<ChatOutput> chat;
   bool role_sent = false;
@@ -93,12 +118,13 @@ struct Stream {
       out += SseEvent(StreamChunkJson(meta, "", std::nullopt, /*first=*/true, include_usage));
       role_sent = true;
     }
-    std::string text;
+    std::string text = TakeEcho();  // the first chunk carries the echoed prompt, as vLLM's
     bool tokens = false;
     const GenerationDelta* last = nullptr;
     for (const GenerationDelta& d : deltas) {
       text += d.text;
-      tokens |= !d.token_ids.empty();
+      tokens |= !d.token_ids.empty() || d.prompt != nullptr;
+      AddPrompt(d);
       logprobs.Add(d);
       if (d.finished) last = &d;
     }
@@ -163,7 +189,7 @@ class Generation final : public std::enable_shared_from_this<Generation> {
  public:
   Generation(std::shared_ptr<HttpExchange> exchange, bool stream, bool include_usage,
              bool logprobs, ResponseMeta meta, RejectionObserver on_rejected,
-             std::unique_ptr<ChatOutput> chat)
+             std::unique_ptr<ChatOutput> chat, PromptOutput prompt)
       : exchange_(std::move(exchange)),
         stream_(stream),
         on_rejected_(std::move(on_rejected)) {
@@ -171,6 +197,7 @@ class Generation final : public std::enable_shared_from_this<Generation> {
     sse_.include_usage = include_usage;
     sse_.logprobs = LogprobsJson(sse_.meta.kind, logprobs);
     sse_.chat = std::move(chat);
+    sse_.prompt = std::move(prompt);
   }
 
   // The client went away (or the server stops): stop the engine's work.
@@ -253,15 +280,18 @@ class Generation final : public std::enable_shared_from_this<Generation> {
       return SendRefusal(*exchange_, last.status, on_rejected_);
     }
     if (!stream_) {
+      text_ += sse_.TakeEcho();
       for (const GenerationDelta& d : batch) {
         text_ += d.text;
+        sse_.AddPrompt(d);
         sse_.logprobs.Add(d);
       }
       if (!last.finished) return;
       finished_ = true;
       LogFinished(sse_.meta.id, last);
       if (absl::Status s = FinishStatus(last); !s.ok()) return SendError(*exchange_, s);
-      nlohmann::json response = ResponseJson(sse_.meta, text_, last, sse_.logprobs.Take());
+      nlohmann::json response =
+          ResponseJson(sse_.meta, text_, last, sse_.logprobs.Take(), sse_.prompt_logprobs);
       if (ChatOutput* chat = sse_.chat.get()) {
         ChatOutputDelta whole = chat->Feed(text_);
         whole.Append(chat->Finish());
@@ -408,9 +438,11 @@ class OpenAiFront {
       ChatOutput parsed(std::move(parse));
       if (parsed.active()) chat = std::make_unique<ChatOutput>(std::move(parsed));
     }
-    auto generation =
-        std::make_shared<Generation>(ex, q->stream, q->include_usage, q->generation.logprobs,
-                                     std::move(meta), options_.on_rejected, std::move(chat));
+    absl::StatusOr<PromptOutput> prompt = PromptOutputOf(*q);
+    if (!prompt.ok()) return Refused(*ex, prompt.status());
+    auto generation = std::make_shared<Generation>(
+        ex, q->stream, q->include_usage, q->generation.logprobs, std::move(meta),
+        options_.on_rejected, std::move(chat), *std::move(prompt));
     // A client that goes (or a server that stops) before the end cancels the engine's work; the
     // engine then sends its finished delta, whose events go nowhere.
     ex->OnAbort([weak = std::weak_ptr<Generation>(generation)] {
@@ -430,6 +462,24 @@ class OpenAiFront {
       return Refused(*ex, s);
     }
     generation->SetHandle(*std::move(handle));
+  }
+
+  // What the response shows of the prompt: echo's text is the prompt's, or for token ids their
+  // text as /detokenize gives it.
+  absl::StatusOr<PromptOutput> PromptOutputOf(const OpenAiRequest& q) const {
+    PromptOutput out;
+    out.prompt_top = q.prompt_logprobs;
+    if (!q.echo) return out;
+    out.echo_top = q.generation.top_logprobs;
+    if (q.generation.prompt.has_value()) {
+      out.echo = *q.generation.prompt;
+      return out;
+    }
+    absl::StatusOr<std::string> text =
+        engine_->Detokenize(q.generation.prompt_token_ids, /*skip_special_tokens=*/false);
+    if (!text.ok()) return WithParam(text.status(), "prompt");
+    out.echo = *std::move(text);
+    return out;
   }
 
   void Models(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {

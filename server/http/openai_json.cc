@@ -229,6 +229,36 @@ absl::Status ReadMessages(const ojson* messages, GenerationRequest& r) {
   return absl::OkStatus();
 }
 
+// echo (completions: the prompt before the completion, with logprobs its tokens' too) and vLLM's
+// prompt_logprobs: both are the engine's prompt_logprobs, asked for once with the most top tokens
+// either wants. max_tokens 0 is allowed with them only (a prompt scored, as lm-evaluation-harness
+// asks), and makes the engine end after the prompt.
+void ReadPromptScoring(ApiKind kind, Fields& f, std::optional<int64_t> max_tokens,
+                       OpenAiRequest& q) {
+  GenerationRequest& r = q.generation;
+  if (auto v = f.Bool("echo"); v && *v) {
+    if (kind == ApiKind::kChat) {
+      f.Fail("echo", "is served on /v1/completions only (a chat has prompt_logprobs)");
+    } else {
+      q.echo = true;
+      if (r.logprobs) r.prompt_logprobs = r.top_logprobs;
+    }
+  }
+  if (auto n = f.Int("prompt_logprobs", 0, kMaxTopLogprobs)) {
+    // Sent once in the whole response, as vLLM does; a stream has no place for it.
+    if (q.stream) f.Fail("prompt_logprobs", "is not served with \"stream\": true");
+    q.prompt_logprobs = static_cast<int32_t>(*n);
+    r.prompt_logprobs = std::max(r.prompt_logprobs, *q.prompt_logprobs);
+  }
+  if (max_tokens && *max_tokens == 0) {
+    if (!q.echo && !q.prompt_logprobs) {
+      f.Fail(f.Get("max_completion_tokens") ? "max_completion_tokens" : "max_tokens",
+             "must be at least 1; 0 (score the prompt alone) needs echo or prompt_logprobs");
+    }
+    r.prompt_logprobs = std::max(r.prompt_logprobs, 0);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_view body,
@@ -252,8 +282,9 @@ absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_vie
     f.Unsupported("tools", "are served on /v1/chat/completions only");
   }
 
-  std::optional<int64_t> max_tokens = f.Int("max_tokens", 1, kInt32Max);
-  if (auto v = f.Int("max_completion_tokens", 1, kInt32Max)) max_tokens = v;
+  // 0 scores the prompt alone (echo, prompt_logprobs: checked below).
+  std::optional<int64_t> max_tokens = f.Int("max_tokens", 0, kInt32Max);
+  if (auto v = f.Int("max_completion_tokens", 0, kInt32Max)) max_tokens = v;
   if (max_tokens) {
     r.max_new_tokens = static_cast<int32_t>(*max_tokens);
   } else if (kind == ApiKind::kChat) {  // OpenAI and vLLM: until the context is full
@@ -291,7 +322,6 @@ absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_vie
     f.Fail("n", "must be 1: heavykv returns one choice per request (send more requests)");
   }
   if (auto n = f.Int("best_of", 0, kInt32Max); n && *n != 1) f.Fail("best_of", "must be 1");
-  f.Unsupported("echo", "is not served: send echo false or leave it out");
   if (kind == ApiKind::kCompletion) {  // the legacy API: how many top tokens, 0 for none
     if (auto n = f.Int("logprobs", 0, kMaxTopLogprobs)) {
       r.logprobs = true;
@@ -307,7 +337,6 @@ absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_vie
   // Sampling controls issue 44 will serve: refused by name until then, never ignored.
   f.Unsupported("logit_bias", "is not served yet: leave it out");
   f.Unsupported("min_tokens", "is not served yet: send 0 or leave it out");
-  f.Unsupported("prompt_logprobs", "is not served yet: leave it out");
   f.Unsupported("use_beam_search", "is not served: leave it out");
   f.Unsupported("suffix", "is not served: leave it out");
   if (auto v = f.Number("min_p"); v && *v != 0) f.Fail("min_p", "is not served yet: send 0");
@@ -317,6 +346,7 @@ absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_vie
   f.Unsupported("presence_penalty", "is not served: send 0 or leave it out");
   f.Unsupported("frequency_penalty", "is not served: send 0 or leave it out");
   if (auto v = f.Bool("stream")) q.stream = *v;
+  ReadPromptScoring(kind, f, max_tokens, q);
   if (const ojson* options = f.Get("stream_options")) {
     if (!options->is_object()) {
       f.Fail("stream_options", "must be an object");
@@ -448,10 +478,6 @@ int64_t CodePoints(absl::string_view text) {
   return n;
 }
 
-std::string TokenString(const std::string& bytes, int32_t id) {
-  return bytes.empty() ? absl::StrCat("token_id:", id) : bytes;
-}
-
 json ByteList(const std::string& bytes) {
   json out = json::array();
   for (char c : bytes) out.push_back(static_cast<unsigned char>(c));
@@ -460,6 +486,39 @@ json ByteList(const std::string& bytes) {
 
 }  // namespace
 
+std::string LogprobTokenString(const std::string& bytes, int32_t id) {
+  return bytes.empty() ? absl::StrCat("token_id:", id) : bytes;
+}
+
+void LogprobsJson::AddPrompt(const PromptLogprobs& p, int32_t top_n, absl::string_view text) {
+  if (!enabled_ || kind_ != ApiKind::kCompletion) return;
+  Start();
+  const int64_t end = CodePoints(text);
+  int64_t offset = 0;
+  for (size_t i = 0; i < p.token_ids.size(); ++i) {
+    const std::string& bytes = p.token_bytes[i];
+    const std::string token = LogprobTokenString(bytes, p.token_ids[i]);
+    pending_["tokens"].push_back(token);
+    pending_["text_offset"].push_back(std::min(offset, end));
+    offset += CodePoints(bytes);
+    if (i == 0) {  // nothing before it to predict it from
+      pending_["token_logprobs"].push_back(nullptr);
+      pending_["top_logprobs"].push_back(nullptr);
+      continue;
+    }
+    json alternatives = json::object();
+    const size_t n = std::min(p.top[i].size(), size_t(std::max(top_n, 0)));
+    for (size_t k = 0; k < n; ++k) {
+      const TokenLogprob& t = p.top[i][k];
+      alternatives[LogprobTokenString(t.bytes, t.token)] = t.logprob;
+    }
+    alternatives[token] = p.logprobs[i];
+    pending_["token_logprobs"].push_back(p.logprobs[i]);
+    pending_["top_logprobs"].push_back(std::move(alternatives));
+  }
+  text_chars_ = end;
+}
+
 void LogprobsJson::Add(const GenerationDelta& d) {
   if (!enabled_) return;
   Start();
@@ -467,13 +526,13 @@ void LogprobsJson::Add(const GenerationDelta& d) {
   int64_t offset = text_chars_;
   for (size_t i = 0; i < d.token_ids.size() && i < d.logprobs.size(); ++i) {
     const std::string bytes = i < d.token_bytes.size() ? d.token_bytes[i] : std::string();
-    const std::string token = TokenString(bytes, d.token_ids[i]);
+    const std::string token = LogprobTokenString(bytes, d.token_ids[i]);
     static const std::vector<TokenLogprob> kNone;
     const std::vector<TokenLogprob>& top = i < d.top_logprobs.size() ? d.top_logprobs[i] : kNone;
     if (kind_ == ApiKind::kChat) {
       json alternatives = json::array();
       for (const TokenLogprob& t : top) {
-        alternatives.push_back({{"token", TokenString(t.bytes, t.token)},
+        alternatives.push_back({{"token", LogprobTokenString(t.bytes, t.token)},
                                 {"logprob", t.logprob},
                                 {"bytes", ByteList(t.bytes)}});
       }
@@ -484,7 +543,7 @@ void LogprobsJson::Add(const GenerationDelta& d) {
       continue;
     }
     json alternatives = json::object();
-    for (const TokenLogprob& t : top) alternatives[TokenString(t.bytes, t.token)] = t.logprob;
+    for (const TokenLogprob& t : top) alternatives[LogprobTokenString(t.bytes, t.token)] = t.logprob;
     alternatives[token] = d.logprobs[i];
     pending_["tokens"].push_back(token);
     pending_["token_logprobs"].push_back(d.logprobs[i]);
@@ -513,7 +572,8 @@ nlohmann::json LogprobsJson::Take() {
 }
 
 nlohmann::json ResponseJson(const ResponseMeta& meta, const std::string& text,
-                            const GenerationDelta& last, const nlohmann::json& logprobs) {
+                            const GenerationDelta& last, const nlohmann::json& logprobs,
+                            const nlohmann::json& prompt_logprobs) {
   json out = Envelope(meta, "text_completion", "chat.completion");
   json choice = {{"index", 0}};
   if (meta.kind == ApiKind::kChat) {
@@ -523,7 +583,14 @@ nlohmann::json ResponseJson(const ResponseMeta& meta, const std::string& text,
   }
   choice["logprobs"] = logprobs;
   choice["finish_reason"] = OpenAiFinishReason(last.finish_reason);
+  // vLLM's place for it: the choice's in a completion, the response's in a chat.
+  if (!prompt_logprobs.is_null() && meta.kind == ApiKind::kCompletion) {
+    choice["prompt_logprobs"] = prompt_logprobs;
+  }
   out["choices"] = json::array({std::move(choice)});
+  if (!prompt_logprobs.is_null() && meta.kind == ApiKind::kChat) {
+    out["prompt_logprobs"] = prompt_logprobs;
+  }
   out["usage"] = UsageJson(last.usage);
   return out;
 }
