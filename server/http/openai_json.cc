@@ -493,14 +493,19 @@ std::string LogprobTokenString(const std::string& bytes, int32_t id) {
 void LogprobsJson::AddPrompt(const PromptLogprobs& p, int32_t top_n, absl::string_view text) {
   if (!enabled_ || kind_ != ApiKind::kCompletion) return;
   Start();
-  const int64_t end = CodePoints(text);
-  int64_t offset = 0;
+  // A token's offset is where its bytes are in the text; one whose bytes the text does not show
+  // there (BOS, a control token) takes the place of the next and moves nothing.
+  size_t at = 0;       // bytes of `text` matched so far
+  int64_t offset = 0;  // the same in code points
   for (size_t i = 0; i < p.token_ids.size(); ++i) {
     const std::string& bytes = p.token_bytes[i];
     const std::string token = LogprobTokenString(bytes, p.token_ids[i]);
     pending_["tokens"].push_back(token);
-    pending_["text_offset"].push_back(std::min(offset, end));
-    offset += CodePoints(bytes);
+    pending_["text_offset"].push_back(offset);
+    if (text.substr(std::min(at, text.size()), bytes.size()) == bytes) {
+      at += bytes.size();
+      offset += CodePoints(bytes);
+    }
     if (i == 0) {  // nothing before it to predict it from
       pending_["token_logprobs"].push_back(nullptr);
       pending_["top_logprobs"].push_back(nullptr);
@@ -516,7 +521,7 @@ void LogprobsJson::AddPrompt(const PromptLogprobs& p, int32_t top_n, absl::strin
     pending_["token_logprobs"].push_back(p.logprobs[i]);
     pending_["top_logprobs"].push_back(std::move(alternatives));
   }
-  text_chars_ = end;
+  text_chars_ = CodePoints(text);
 }
 
 void LogprobsJson::Add(const GenerationDelta& d) {
