@@ -64,8 +64,9 @@ class PromptLogprobsTest : public ::testing::Test {
                                          testing::SourcePath("tests/data/eval_stories.txt")));
   }
   std::unique_ptr<Engine> Make(int32_t max_step_tokens = 512, bool prefix_cache = true,
-                               int32_t pages = 64) {
+                               int32_t pages = 64, double overcommit = 1.0) {
     EngineOptions o;
+    o.full_overcommit = overcommit;
     o.num_pages = pages * kLayers;
     o.max_step_tokens = max_step_tokens;
     o.prefix_cache = prefix_cache;
@@ -237,6 +238,45 @@ TEST_F(PromptLogprobsTest, RefusesOutOfRangeAndZeroTokensWithoutIt) {
   EXPECT_EQ(RequestFieldOf(h.status()), "prompt_logprobs");
   r.prompt_logprobs = -2;
   EXPECT_FALSE(engine->Submit(r, [](const auto&) {}).ok());
+}
+
+TEST_F(PromptLogprobsTest, PreemptedRequestsSendTheirScoresOnce) {
+  // 16 pages = 256 slots; each request grows to 60 + 120 tokens = 12 pages: two cannot coexist,
+  // but an overcommitting server admits them on their first chunk and preempts.
+  auto engine = Make(512, true, 16, /*overcommit=*/4.0);
+  auto calm = Make();
+  std::vector<std::unique_ptr<Deltas>> ds;
+  for (int i = 0; i < 3; ++i) {
+    GenerationRequest r;
+    r.prompt_token_ids.assign(stream_.begin() + 60 * i, stream_.begin() + 60 * (i + 1));
+    r.max_new_tokens = 120;
+    r.temperature = 0.0f;
+    r.ignore_eos = true;
+    r.prompt_logprobs = 0;
+    ds.push_back(std::make_unique<Deltas>());
+    ASSERT_TRUE(engine->Submit(r, ds.back()->Callback()).ok());
+  }
+  for (int i = 0; i < 3; ++i) {
+    ds[size_t(i)]->Wait();
+    int with_prompt = 0;
+    for (const GenerationDelta& d : ds[size_t(i)]->all) with_prompt += d.prompt != nullptr;
+    EXPECT_EQ(with_prompt, 1) << i;
+    ASSERT_NE(ds[size_t(i)]->all.front().prompt, nullptr);
+    const PromptLogprobs& got = *ds[size_t(i)]->all.front().prompt;
+    std::vector<int32_t> ids(stream_.begin() + 60 * i, stream_.begin() + 60 * (i + 1));
+    GenerationRequest r;
+    r.prompt_token_ids = ids;
+    r.max_new_tokens = 0;
+    r.prompt_logprobs = 0;
+    Deltas alone;
+    ASSERT_TRUE(calm->Submit(r, alone.Callback()).ok());
+    alone.Wait();
+    for (size_t t = 1; t < 60; ++t) {
+      EXPECT_NEAR(got.logprobs[t], alone.all.front().prompt->logprobs[t], 1e-5) << i << " " << t;
+    }
+  }
+  EXPECT_GT(engine->Stats().preemptions, 0);
+  EXPECT_EQ(engine->Stats().pages_used, 0);
 }
 
 TEST(PromptScorerTest, RecordsEachPositionOnce) {
