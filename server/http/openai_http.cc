@@ -15,7 +15,7 @@
 #include "server/http/http_metrics.h"
 #include "server/http/http_status.h"
 #include "server/http/openai_json.h"
-#include "server/http/openai_prompt_logprobs.h"
+#include "server/http/openai_logprobs.h"
 #include "server/http/openai_tools.h"
 #include "spdlog/spdlog.h"
 

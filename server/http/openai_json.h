@@ -20,11 +20,10 @@
 #include "absl/status/statusor.h"
 #include "engine/serving/engine.h"
 #include "nlohmann/json.hpp"
+#include "server/http/openai_logprobs.h"
 #include "server/http/openai_tools.h"
 
 namespace heavykv::server {
-
-enum class ApiKind { kCompletion, kChat };
 
 // What a request body is checked against.
 struct OpenAiServed {
@@ -81,40 +80,9 @@ std::string OpenAiFinishReason(const std::string& engine_reason);
 // tokens_evicted, peak_pages}}.
 nlohmann::json UsageJson(const GenerationUsage& usage);
 
-// The logprobs of a response's tokens in its API's shape, gathered delta by delta (with echo, the
-// prompt's first):
-//   completion (legacy): {tokens: [str], token_logprobs: [num], top_logprobs: [{str: num}] (the
-//     top n and the sampled token, as vLLM), text_offset: [code points into the text]}
-//   chat: {content: [{token, logprob, bytes: [int], top_logprobs: [{token, logprob, bytes}]}]}
-// A token's string is its bytes (U+FFFD for part of a character; `bytes` has them exactly), or
-// "token_id:N" without a tokenizer (LogprobTokenString).
-std::string LogprobTokenString(const std::string& bytes, int32_t token);
-
-class LogprobsJson {
- public:
-  LogprobsJson(ApiKind kind, bool enabled) : kind_(kind), enabled_(enabled) {}
-  bool enabled() const { return enabled_; }
-  // Completions' echo: adds the prompt's tokens (the first with null logprob and top_logprobs),
-  // with at most `top_n` top tokens each; `text` is the echoed prompt text, which the text of
-  // later deltas follows. Before any Add.
-  void AddPrompt(const PromptLogprobs& prompt, int32_t top_n, absl::string_view text);
-  // Adds the tokens of `d`, whose text follows all text added before.
-  void Add(const GenerationDelta& d);
-  // What was added since the last Take, for choices[0].logprobs; null when not enabled.
-  nlohmann::json Take();
-
- private:
-  void Start();  // pending_ = the empty lists, unless it holds some
-
-  ApiKind kind_;
-  bool enabled_;
-  nlohmann::json pending_;
-  int64_t text_chars_ = 0;  // code points of the text added so far
-};
-
 // The whole (non-streaming) response: `text` is the generated text (after the prompt's with
 // echo), `last` the finished delta, `logprobs` choices[0].logprobs (null unless asked for),
-// `prompt_logprobs` vLLM's (PromptLogprobsJson; null unless asked for): choices[0]'s in a
+// `prompt_logprobs` vLLM's (PromptLogprobsJson, openai_logprobs.h; null unless asked for): choices[0]'s in a
 // completion, the response's in a chat.
 nlohmann::json ResponseJson(const ResponseMeta& meta, const std::string& text,
                             const GenerationDelta& last,

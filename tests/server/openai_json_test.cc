@@ -10,7 +10,7 @@
 #include "server/http/cors.h"
 #include "server/http/http_status.h"
 #include "server/http/openai_names.h"
-#include "server/http/openai_prompt_logprobs.h"
+#include "server/http/openai_logprobs.h"
 
 namespace heavykv::server {
 namespace {
