@@ -279,6 +279,50 @@ TEST_F(PromptLogprobsTest, PreemptedRequestsSendTheirScoresOnce) {
   EXPECT_EQ(engine->Stats().pages_used, 0);
 }
 
+TEST(PromptLogprobsGgufTest, QwenGgufPromptEqualsEvaluate) {
+  // A random qwen3 GGUF (make-model's), token ids only: another architecture and file format.
+  testing::TempDir dir;
+  const std::string path = dir.File("q.gguf");
+  int code = 0;
+  testing::RunCapture(std::string(HEAVYKV_BINARY) +
+                          " make-model --format gguf --shape stories260K --arch qwen3 --out " +
+                          path + " 2>&1",
+                      &code);
+  ASSERT_EQ(code, 0);
+  absl::StatusOr<Model> model = LoadModel(path);
+  ASSERT_TRUE(model.ok()) << model.status();
+  cpu::SetNumThreads(1);
+  std::vector<int32_t> ids = {1};
+  for (int32_t i = 1; i < 120; ++i) ids.push_back(3 + (i * 37) % (model->config.vocab_size - 3));
+  for (const std::string policy : {"full", "h2o"}) {
+    EngineOptions o;
+    o.num_pages = 64 * model->config.num_layers;
+    o.threads = 1;
+    auto engine = Engine::Create(*LoadModel(path), nullptr, o);
+    ASSERT_TRUE(engine.ok()) << engine.status();
+    GenerationRequest r;
+    r.prompt_token_ids = ids;
+    r.max_new_tokens = 0;
+    r.prompt_logprobs = 0;
+    r.policy = policy;
+    if (policy == "h2o") r.budget_tokens = 24;
+    Deltas d;
+    ASSERT_TRUE((*engine)->Submit(r, d.Callback()).ok());
+    d.Wait();
+    ASSERT_NE(d.all.front().prompt, nullptr);
+    EXPECT_TRUE(d.all.front().prompt->token_bytes[1].empty());  // no tokenizer: no bytes
+    EvalOptions opt;
+    opt.window = 120;
+    opt.max_windows = 1;
+    opt.prefill = 119;
+    opt.configs.push_back({policy, *KvBudget::Parse(policy == "h2o" ? "24" : "1")});
+    absl::StatusOr<std::vector<EvalResult>> res = Evaluate(*model, ids, opt);
+    ASSERT_TRUE(res.ok()) << res.status();
+    EXPECT_NEAR(Perplexity(*d.all.front().prompt), res->front().ppl, 1e-5 * res->front().ppl)
+        << policy;
+  }
+}
+
 TEST(PromptScorerTest, RecordsEachPositionOnce) {
   // Vocabulary of 3; row t's largest logit is token (t + 1) % 3.
   const std::vector<int32_t> prompt = {0, 1, 2, 0};
