@@ -1398,5 +1398,34 @@ TEST_F(OpenAiE2eTest, PromptLogprobsAreVllmsFormat) {
             400);
 }
 
+// A chat's prompt_logprobs sit at the top of the response (vLLM's place); max_tokens 0 scores
+// the rendered prompt alone. A streamed echo with max_tokens 0 is the prompt in one chunk.
+TEST_F(OpenAiE2eTest, ChatPromptLogprobsAndAStreamedScoringEcho) {
+  const HttpResponse e = Post(fast_->http_port(), "/v1/completions",
+                              {{"prompt", "Once upon"}, {"max_tokens", 0}, {"echo", true},
+                               {"logprobs", 0}, {"stream", true}});
+  ASSERT_EQ(e.status, 200) << e.body;
+  const std::vector<json> events = SseEvents(e.body);
+  ASSERT_EQ(events.size(), 1u) << e.body;
+  EXPECT_EQ(events[0]["choices"][0]["text"], "Once upon");
+  EXPECT_EQ(events[0]["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(events[0]["choices"][0]["logprobs"]["token_logprobs"][0], nullptr);
+
+  ServerProcess* chat = ChatServer();
+  if (chat == nullptr) GTEST_SKIP() << "no ../shared/gguf/qwen-vocab.gguf";
+  const HttpResponse r = Post(chat->http_port(), "/v1/chat/completions",
+                              {{"messages", {{{"role", "user"}, {"content", "Hi there"}}}},
+                               {"max_tokens", 0},
+                               {"prompt_logprobs", 1}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  ASSERT_TRUE(j.contains("prompt_logprobs")) << r.body;
+  EXPECT_EQ(j["prompt_logprobs"].size(), j["usage"]["prompt_tokens"].get<size_t>());
+  EXPECT_EQ(j["prompt_logprobs"][0], nullptr);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 0);
+  EXPECT_FALSE(j["choices"][0].contains("prompt_logprobs"));
+}
+
 }  // namespace
 }  // namespace heavykv
