@@ -124,6 +124,7 @@ void AppendDelta(const GenerationDelta& d, v1::GenerateResponse* out) {
     v1::PromptLogprobs* p = out->mutable_prompt_logprobs();
     p->mutable_token_ids()->Add(d.prompt->token_ids.begin(), d.prompt->token_ids.end());
     p->mutable_logprobs()->Add(d.prompt->logprobs.begin(), d.prompt->logprobs.end());
+    p->mutable_ranks()->Add(d.prompt->ranks.begin(), d.prompt->ranks.end());
     for (const std::vector<TokenLogprob>& step : d.prompt->top) AppendTop(step, p->add_top());
   }
   for (int32_t id : d.token_ids) out->add_token_ids(id);

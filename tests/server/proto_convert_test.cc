@@ -51,6 +51,8 @@ TEST(ProtoConvertTest, PromptLogprobsGoOnTheResponse) {
   ASSERT_EQ(got.logprobs_size(), 3);
   EXPECT_TRUE(std::isnan(got.logprobs(0)));
   EXPECT_FLOAT_EQ(got.logprobs(2), -0.25f);
+  ASSERT_EQ(got.ranks_size(), 3);
+  EXPECT_EQ(got.ranks(1), 2);
   ASSERT_EQ(got.top_size(), 3);
   EXPECT_EQ(got.top(0).token_ids_size(), 0);
   EXPECT_EQ(got.top(1).token_ids(0), 4);
