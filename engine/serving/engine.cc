@@ -14,6 +14,7 @@
 #include "engine/runner/model_runner.h"
 #include "engine/serving/generator.h"
 #include "engine/serving/mask_prefetcher.h"
+#include "engine/serving/prompt_scoring.h"
 #include "engine/serving/request_field.h"
 #include "engine/serving/request_validation.h"
 #include "engine/serving/scheduler.h"
@@ -81,6 +82,10 @@ struct Request {
   absl::Time last_token = absl::InfinitePast();
   int32_t completion = 0;
   int32_t cached_tokens = 0;  // of its prompt, from the prefix cache at its first admission
+  // prompt_logprobs >= 0: its prompt's scores as its chunks run, then (`prompt_scores`) the
+  // result until its first delta carries it.
+  std::unique_ptr<PromptScorer> prompt_scorer;
+  std::shared_ptr<const PromptLogprobs> prompt_scores;
   bool waiting = true;  // counted in the engine's waiting count
   bool done = false;    // its final delta was sent; dropped from live_ at the end of the step
   // n > 1: the choices' shared state, and which choice this is (0: the one submitted).
@@ -338,6 +343,9 @@ class EngineImpl final : public Engine {
   bool ApplyConstraint(Request& r, std::vector<float>& row);
   void AddLogprobs(const Request& r, int32_t token, const float* logits,
                    GenerationDelta& d) const;
+  // Scores chunk `c` of r's prompt from its step's `rows` (one per token when the chunk ran with
+  // all_logits) and, once the prompt is scored, keeps the result for r's first delta.
+  void ScorePrompt(Request& r, const ScheduledChunk& c, std::span<const float> rows);
   // The tokenizer thread: tokenizes text prompts and Tokenize calls, one at a time, in order.
   void PrepareLoop();
   // The last delta of a request that never reached the engine thread (tokenizer thread).
@@ -400,7 +408,12 @@ void EngineImpl::Admit(std::unique_ptr<Request> r) {
   q.seq.arrival = p.arrival;
   q.seq.client = p.client;
   q.seq.kv.quant = p.kv_quant;
-  q.seq.kv.prefix_enabled = cache_->prefix_cache_enabled();
+  // Prompt logprobs need every prompt position computed: no cached prefix.
+  q.seq.kv.prefix_enabled = cache_->prefix_cache_enabled() && p.prompt_logprobs < 0;
+  if (p.prompt_logprobs >= 0) {
+    q.prompt_scorer =
+        std::make_unique<PromptScorer>(p.prompt, p.prompt_logprobs, tokenizer_.get());
+  }
   q.seq.kv.prefix_root =
       PrefixCache::Root(options_.prefix_cache_share_tenants ? std::string() : p.tenant);
   if (p.kv_policy != nullptr) {  // null for full
@@ -427,6 +440,7 @@ void EngineImpl::Finish(Request& r, const std::string& reason, GenerationDelta d
   d.finished = true;
   d.finish_reason = reason;
   d.error = error;
+  if (r.prompt_scores != nullptr) d.prompt = std::move(r.prompt_scores);
   d.text += r.text->Flush();
   d.usage.prompt_tokens = r.seq.num_prompt;
   d.usage.completion_tokens = r.completion;
@@ -560,6 +574,16 @@ void EngineImpl::DropFinished() {
   }
 }
 
+void EngineImpl::ScorePrompt(Request& r, const ScheduledChunk& c, std::span<const float> rows) {
+  PromptScorer& scorer = *r.prompt_scorer;
+  if (scorer.NeedsRows(c.start, c.count)) {
+    scorer.Score(c.start, c.count, rows, model_.config.vocab_size);
+  }
+  if (!scorer.complete()) return;
+  r.prompt_scores = scorer.Take();
+  r.prompt_scorer.reset();  // a recompute after a preemption scores nothing again
+}
+
 void EngineImpl::AddLogprobs(const Request& r, int32_t token, const float* logits,
                              GenerationDelta& d) const {
   // Of the model's distribution, before temperature and truncation.
@@ -649,6 +673,7 @@ void EngineImpl::OnToken(Request& r, int32_t token, const float* logits) {
        !StreamsPastContext(r.seq.kv, 1, model_.config.seq_len))) {
     return Finish(r, "length", std::move(d));
   }
+  if (r.prompt_scores != nullptr) d.prompt = std::move(r.prompt_scores);
   r.on_delta(d);
 }
 
@@ -730,11 +755,19 @@ void EngineImpl::Loop() {
     }
     steps.clear();
     std::vector<int64_t> evicted_before;
+    // A chunk whose prompt positions are scored returns one row per token, the others one:
+    // chunk i's rows start at first_row[i].
+    std::vector<size_t> first_row;
+    size_t num_rows = 0;
     for (const ScheduledChunk& c : plan.chunks) {
+      const PromptScorer* scorer = live_[c.seq->id]->prompt_scorer.get();
+      const bool all_logits = scorer != nullptr && scorer->NeedsRows(c.start, c.count);
       steps.push_back(SequenceStep{
           &c.seq->kv, std::span<const int32_t>(c.seq->tokens).subspan(c.start, c.count),
-          c.start, false});
+          c.start, all_logits});
       evicted_before.push_back(c.seq->kv.tokens_evicted);
+      first_row.push_back(num_rows);
+      num_rows += all_logits ? size_t(c.count) : 1;
     }
     // The scheduler planned the pages; they are allocated here, and the runner only uses them.
     const absl::Status applied = ApplyPagePlan(plan, *cache_);
@@ -760,8 +793,15 @@ void EngineImpl::Loop() {
       // Prompt blocks finished by this step become reusable (never those of a step that
       // failed, or of a chunk a cancelled request did not finish).
       cache_->RegisterPrefix(c.seq->kv, c.seq->prompt(), c.seq->num_computed);
+      if (r.prompt_scorer != nullptr) ScorePrompt(r, c, logits->subspan(first_row[i] * V));
       if (!c.samples) continue;
-      const float* lrow = logits->data() + i * V;
+      if (r.params.max_new_tokens == 0) {  // it scores its prompt alone: done after it
+        Finish(r, "length");
+        continue;
+      }
+      // The chunk's last row gives the next token.
+      const size_t last_row = first_row[i] + (steps[i].all_logits ? size_t(c.count) - 1 : 0);
+      const float* lrow = logits->data() + last_row * V;
       if (r.group != nullptr && !r.group->forked) {
         // The prompt's logits: every choice samples its first token from them.
         for (Request* choice : ForkChoices(r)) SampleInto(*choice, lrow, row, next_masks);

@@ -199,12 +199,13 @@ struct TokenLogprob {
 
 // The prompt's own log-probabilities (GenerationRequest::prompt_logprobs): per prompt token, its
 // log-probability given the tokens before it (NaN for the first, which has none), its bytes as
-// TokenLogprob::bytes, and with prompt_logprobs > 0 the most likely tokens at that position
-// (empty for the first).
+// TokenLogprob::bytes, its rank (vLLM's: 1 + the tokens strictly more likely; 0 for the first),
+// and with prompt_logprobs > 0 the most likely tokens at that position (empty for the first).
 struct PromptLogprobs {
   std::vector<int32_t> token_ids;
   std::vector<std::string> token_bytes;
   std::vector<float> logprobs;
+  std::vector<int32_t> ranks;
   std::vector<std::vector<TokenLogprob>> top;
 };
 

@@ -182,9 +182,19 @@ absl::Status RequestValidator::Precheck(const GenerationRequest& q) const {
   }
   const int32_t limit =
       options_.max_new_tokens_limit > 0 ? options_.max_new_tokens_limit : config_.seq_len;
-  if (q.max_new_tokens < 1 || q.max_new_tokens > limit) {
-    return Invalid("max_new_tokens", absl::StrCat("max_new_tokens must be in [1, ", limit,
-                                                  "], got ", q.max_new_tokens));
+  if (q.prompt_logprobs < -1 || q.prompt_logprobs > kMaxTopLogprobs) {
+    return Invalid("prompt_logprobs", absl::StrCat("prompt_logprobs must be in [-1, ",
+                                                   kMaxTopLogprobs, "] (-1 = off)"));
+  }
+  // 0 only scores the prompt, which only a request that asks for its logprobs can want.
+  const int32_t min_new_tokens = q.prompt_logprobs >= 0 ? 0 : 1;
+  if (q.max_new_tokens < min_new_tokens || q.max_new_tokens > limit) {
+    return Invalid("max_new_tokens",
+                   absl::StrCat("max_new_tokens must be in [", min_new_tokens, ", ", limit,
+                                "], got ", q.max_new_tokens,
+                                min_new_tokens == 1 && q.max_new_tokens == 0
+                                    ? " (0, scoring the prompt alone, needs prompt_logprobs)"
+                                    : ""));
   }
   if (q.temperature && !(std::isfinite(*q.temperature) && *q.temperature >= 0)) {
     return Invalid("sampling.temperature", "temperature must be >= 0 (0 = greedy)");
@@ -452,6 +462,7 @@ absl::StatusOr<ResolvedRequest> RequestValidator::Resolve(const GenerationReques
   r.ignore_eos = q.ignore_eos;
   r.logprobs = q.logprobs;
   r.top_logprobs = q.top_logprobs;
+  r.prompt_logprobs = q.prompt_logprobs;
   r.skip_special_tokens = q.skip_special_tokens;
   r.deadline = q.deadline;
   r.n = q.n;

@@ -68,6 +68,7 @@ struct ResolvedRequest {
   double recent_fraction = 0.5;
   bool logprobs = false;
   int32_t top_logprobs = 0;
+  int32_t prompt_logprobs = -1;  // GenerationRequest::prompt_logprobs
   bool skip_special_tokens = true;
   std::optional<absl::Time> deadline;
   absl::Time arrival;

@@ -1,7 +1,8 @@
 // heavykv generate: one streamed generation from a running `heavykv serve`. The text goes to
 // stdout as it arrives; one summary line (finish reason, tokens, timings) goes to stderr. With
 // --chat the PROMPT is one user message (after an optional --system message) sent to the Chat RPC,
-// which renders it with the server's chat template.
+// which renders it with the server's chat template. With --prompt-logprobs N the prompt's scores
+// follow the text on stdout, one line per prompt token (in --json, "prompt_logprobs").
 #include <chrono>
 #include <cstdio>
 #include <map>
@@ -17,6 +18,42 @@
 #include "server/grpc/proto_convert.h"
 
 namespace heavykv::cli {
+namespace {
+
+// With --prompt-logprobs, to stdout after the text: one line per prompt token, "id<TAB>logprob"
+// ("-" for the first, which has none) and then the most likely tokens as "id:logprob".
+void PrintPromptLogprobs(const v1::PromptLogprobs& p) {
+  for (int i = 0; i < p.token_ids_size(); ++i) {
+    std::string line = absl::StrCat(p.token_ids(i), "\t",
+                                    i == 0 ? std::string("-") : absl::StrCat(p.logprobs(i)));
+    if (i < p.top_size()) {
+      for (int k = 0; k < p.top(i).token_ids_size(); ++k) {
+        absl::StrAppend(&line, "\t", p.top(i).token_ids(k), ":", p.top(i).logprobs(k));
+      }
+    }
+    std::printf("%s\n", line.c_str());
+  }
+}
+
+// --json's "prompt_logprobs": {"token_ids", "logprobs" (null first), "top" ([[id, logprob]...]
+// per token)}; null without them.
+nlohmann::ordered_json PromptLogprobsJson(const v1::PromptLogprobs& p) {
+  if (p.token_ids_size() == 0) return nullptr;
+  nlohmann::ordered_json logprobs = nlohmann::ordered_json::array(), top = logprobs;
+  for (int i = 0; i < p.logprobs_size(); ++i) {
+    logprobs.push_back(i == 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(p.logprobs(i)));
+  }
+  for (const v1::TopLogprobs& t : p.top()) {
+    nlohmann::ordered_json step = nlohmann::ordered_json::array();
+    for (int k = 0; k < t.token_ids_size(); ++k) step.push_back({t.token_ids(k), t.logprobs(k)});
+    top.push_back(std::move(step));
+  }
+  return {{"token_ids", std::vector<int32_t>(p.token_ids().begin(), p.token_ids().end())},
+          {"logprobs", std::move(logprobs)},
+          {"top", std::move(top)}};
+}
+
+}  // namespace
 
 int GenerateCommand(int argc, char** argv) {
   ConnectionFlags conn;
@@ -89,6 +126,7 @@ int GenerateCommand(int argc, char** argv) {
   std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader =
       chat ? stub->Chat(&context, chat_request) : stub->Generate(&context, request);
   v1::GenerateResponse message, last;
+  v1::PromptLogprobs prompt_scores;  // with --prompt-logprobs: from the first message
   std::string id;  // the server sends the request id in the first message only
   // By choice (--n): one text streams as it comes; several are printed whole at the end.
   struct Choice {
@@ -100,6 +138,7 @@ int GenerateCommand(int argc, char** argv) {
   const bool several = rf.n > 1;
   while (reader->Read(&message)) {
     if (id.empty()) id = message.request_id();
+    if (message.has_prompt_logprobs()) prompt_scores = message.prompt_logprobs();
     Choice& c = choices[message.index()];
     c.text += message.text();
     c.ids.insert(c.ids.end(), message.token_ids().begin(), message.token_ids().end());
@@ -142,6 +181,7 @@ int GenerateCommand(int argc, char** argv) {
                    {"choices", all},
                    {"text", text},
                    {"token_ids", ids},
+                   {"prompt_logprobs", PromptLogprobsJson(prompt_scores)},
                    {"finish_reason", server::FinishReasonName(last.finish_reason())},
                    {"prompt_tokens", u.prompt_tokens()},
                    {"completion_tokens", u.completion_tokens()},
@@ -154,6 +194,7 @@ int GenerateCommand(int argc, char** argv) {
                    {"time_to_first_token_seconds", Rounded(t.time_to_first_token_seconds(), 6)},
                    {"total_seconds", Rounded(t.total_seconds(), 6)}});
   } else {
+    PrintPromptLogprobs(prompt_scores);
     std::fprintf(stderr,
                  "finish %s: %d prompt + %d completion tokens, ttft %.3fs, total %.3fs, "
                  "policy %s budget %d, peak pages %d, evicted %lld\n",

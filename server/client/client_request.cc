@@ -24,6 +24,9 @@ void AddRequestFlags(FlagSet& flags, RequestFlags* f) {
   flags.Bool("ignore-eos", &f->ignore_eos, "keep generating past end-of-sequence");
   flags.Bool("logprobs", &f->logprobs, "ask for the sampled tokens' log-probabilities");
   flags.Int("top-logprobs", &f->top_logprobs, "with --logprobs: the N most likely tokens too");
+  flags.Int("prompt-logprobs", &f->prompt_logprobs,
+            "the prompt tokens' log-probabilities, with the N most likely tokens at each (0: "
+            "none of those); with it --max-tokens 0 scores the prompt alone");
   flags.Bool("keep-special-tokens", &f->keep_special_tokens,
              "keep control tokens (<|im_end|>, </s>) in the text: skip_special_tokens=false");
   flags.Int("n", &f->n, "choices: the prompt runs once and forks into N sequences");
@@ -68,6 +71,9 @@ absl::Status FillSharedFields(const FlagSet& flags, const RequestFlags& f, Reque
   out->set_top_logprobs(static_cast<int32_t>(f.top_logprobs));
   if (f.keep_special_tokens) out->set_skip_special_tokens(false);
   if (f.n != 1) out->set_n(static_cast<int32_t>(f.n));
+  if (flags.IsSet("prompt-logprobs")) {
+    out->set_prompt_logprobs(static_cast<int32_t>(f.prompt_logprobs));
+  }
   return absl::OkStatus();
 }
 

@@ -21,6 +21,7 @@ struct RequestFlags {
   int64_t max_tokens = 64;
   double temperature = 1, top_p = 1, recent_fraction = 0.5;
   int64_t top_k = 0, seed = 0, top_logprobs = 0;
+  int64_t prompt_logprobs = -1;  // -1: unset
   std::string policy, kv_budget, stop;
   bool ignore_eos = false, logprobs = false, keep_special_tokens = false;
   SamplingApiFlags sampling;  // --min-p, the penalties, --logit-bias, --min-tokens
@@ -29,7 +30,7 @@ struct RequestFlags {
 
 // Registers --max-tokens, --temperature, --top-p, --top-k, --seed, the sampling API's flags
 // (sampling_flags.h), --policy, --kv-budget, --recent-fraction, --stop (comma-separated),
-// --ignore-eos, --logprobs, --top-logprobs, --keep-special-tokens, --n.
+// --ignore-eos, --logprobs, --top-logprobs, --prompt-logprobs, --keep-special-tokens, --n.
 void AddRequestFlags(FlagSet& flags, RequestFlags* f);
 
 // Fills everything but the input (the prompt, or the chat's messages). INVALID_ARGUMENT for a

@@ -68,6 +68,14 @@ void CopyGenerationFields(const Request& q, GenerationRequest* out) {
   if (q.has_skip_special_tokens()) r.skip_special_tokens = q.skip_special_tokens();
   if (q.has_constraint()) CopyConstraint(q.constraint(), r.constraint);
   if (q.n() != 0) r.n = q.n();  // unset: one choice
+  if (q.has_prompt_logprobs()) r.prompt_logprobs = q.prompt_logprobs();
+}
+
+void AppendTop(const std::vector<TokenLogprob>& step, v1::TopLogprobs* t) {
+  for (const TokenLogprob& c : step) {
+    t->add_token_ids(c.token);
+    t->add_logprobs(c.logprob);
+  }
 }
 
 }  // namespace
@@ -124,15 +132,18 @@ std::string FinishReasonName(v1::FinishReason reason) {
 }
 
 void AppendDelta(const GenerationDelta& d, v1::GenerateResponse* out) {
+  if (d.prompt != nullptr) {  // once, on the first message (the first logprob is NaN)
+    v1::PromptLogprobs* p = out->mutable_prompt_logprobs();
+    p->mutable_token_ids()->Add(d.prompt->token_ids.begin(), d.prompt->token_ids.end());
+    p->mutable_logprobs()->Add(d.prompt->logprobs.begin(), d.prompt->logprobs.end());
+    p->mutable_ranks()->Add(d.prompt->ranks.begin(), d.prompt->ranks.end());
+    for (const std::vector<TokenLogprob>& step : d.prompt->top) AppendTop(step, p->add_top());
+  }
   for (int32_t id : d.token_ids) out->add_token_ids(id);
   out->mutable_text()->append(d.text);
   for (float lp : d.logprobs) out->add_logprobs(lp);
   for (const std::vector<TokenLogprob>& step : d.top_logprobs) {
-    v1::TopLogprobs* t = out->add_top_logprobs();
-    for (const TokenLogprob& c : step) {
-      t->add_token_ids(c.token);
-      t->add_logprobs(c.logprob);
-    }
+    AppendTop(step, out->add_top_logprobs());
   }
   out->set_index(d.index);
   if (d.choice_finished) out->set_finish_reason(FinishReasonFromName(d.finish_reason));

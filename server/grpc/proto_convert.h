@@ -15,8 +15,9 @@ absl::StatusOr<GenerationRequest> FromProto(const v1::GenerateRequest& request);
 // The conversation and Generate's fields; the engine checks the messages (Engine::Submit).
 absl::StatusOr<GenerationRequest> FromProto(const v1::ChatRequest& request);
 
-// Appends a delta of one choice to `response` (its index, token ids, text, logprobs); a
-// choice's last delta sets finish_reason, the request's last also usage and timings.
+// Appends a delta of one choice to `response` (its index, token ids, text, logprobs, and the
+// prompt's logprobs when the delta carries them); a choice's last delta sets finish_reason, the
+// request's last also usage and timings.
 void AppendDelta(const GenerationDelta& delta, v1::GenerateResponse* response);
 
 v1::FinishReason FinishReasonFromName(const std::string& name);  // "length", "stop", ...

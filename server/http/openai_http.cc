@@ -18,6 +18,7 @@
 #include "server/http/http_metrics.h"
 #include "server/http/http_status.h"
 #include "server/http/openai_json.h"
+#include "server/http/openai_logprobs.h"
 #include "server/http/openai_tools.h"
 #include "spdlog/spdlog.h"
 
@@ -78,9 +79,34 @@ absl::Status FinishStatus(const GenerationDelta& last) {
   return absl::OkStatus();
 }
 
+// What a response shows of its prompt: completions' echo (its text first, and with logprobs its
+// tokens' with `echo_top` top tokens), vLLM's prompt_logprobs (`prompt_top` top tokens).
+struct PromptOutput {
+  std::optional<std::string> echo;
+  int32_t echo_top = 0;
+  std::optional<int32_t> prompt_top;
+};
+
 // One choice's output so far (GenerationRequest::n; choice 0 alone for n = 1).
 struct ChoiceOut {
+  bool echo_sent = false;
   LogprobsJson logprobs{ApiKind::kCompletion, false};
+  PromptOutput prompt;
+  bool echo_sent = false;
+  nlohmann::json prompt_logprobs;  // vLLM's, once the engine sent the prompt's scores
+
+  // The echoed prompt text, the first time (then ""); the prompt's scores where `d` has them
+  // (the engine sends them on the first delta, before any token).
+  std::string TakeEcho() {
+    if (!prompt.echo || echo_sent) return "";
+    echo_sent = true;
+    return *prompt.echo;
+  }
+  void AddPrompt(const GenerationDelta& d) {
+    if (d.prompt == nullptr) return;
+    if (prompt.echo) logprobs.AddPrompt(*d.prompt, prompt.echo_top, *prompt.echo);
+    if (prompt.prompt_top) prompt_logprobs = PromptLogprobsJson(*d.prompt, *prompt.prompt_top);
+  }
   // A chat whose output is parsed (tools, reasoning); null: the text as it comes.
   std::unique_ptr<ChatOutput> chat;
   bool role_sent = false;
@@ -92,6 +118,11 @@ struct ChoiceOut {
 struct Choices {
   ResponseMeta meta;
   bool logprobs = false;
+  PromptOutput prompt;
+  // The prompt's scores, from the engine's first delta (choice 0's, before any token), and
+  // vLLM's prompt_logprobs made of them.
+  std::shared_ptr<const PromptLogprobs> scores;
+  nlohmann::json prompt_logprobs;
   // A parser of choice i's chat output (tools, reasoning), or null when the output is not parsed.
   std::function<std::unique_ptr<ChatOutput>(int32_t)> make_chat;
   std::map<int32_t, ChoiceOut> by_index;
@@ -103,6 +134,24 @@ struct Choices {
     c.logprobs = LogprobsJson(meta.kind, logprobs);
     if (make_chat) c.chat = make_chat(index);
     return c;
+  }
+
+  // Takes `d` of choice `c` in: returns the text it adds (after the echoed prompt, on the
+  // choice's first delta; every choice echoes it, as vLLM's do), its logprobs (the prompt's
+  // first, with echo and logprobs).
+  std::string Feed(ChoiceOut& c, const GenerationDelta& d) {
+    if (d.prompt != nullptr && scores == nullptr) {
+      scores = d.prompt;
+      if (prompt.prompt_top) prompt_logprobs = PromptLogprobsJson(*scores, *prompt.prompt_top);
+    }
+    std::string text;
+    if (prompt.echo && !c.echo_sent) {
+      c.echo_sent = true;
+      text = *prompt.echo;
+      if (scores != nullptr) c.logprobs.AddPrompt(*scores, prompt.echo_top, *prompt.echo);
+    }
+    c.logprobs.Add(d);
+    return text + d.text;
   }
 };
 
@@ -160,13 +209,12 @@ struct Stream {
           StreamChunkJson(meta, "", std::nullopt, /*first=*/true, include_usage, nullptr, index));
       c.role_sent = true;
     }
-    std::string text;
+    std::string text = TakeEcho();  // the first chunk carries the echoed prompt, as vLLM's
     bool tokens = false;
     const GenerationDelta* last = nullptr;
     for (const GenerationDelta& d : run) {
-      text += d.text;
-      tokens |= !d.token_ids.empty();
-      c.logprobs.Add(d);
+      text += choices.Feed(c, d);  // the first chunk carries the echoed prompt, as vLLM's
+      tokens |= !d.token_ids.empty() || d.prompt != nullptr;
       if (d.choice_finished) last = &d;
     }
     // A chat with tools or reasoning: the text goes out as the parsed delta.
@@ -224,13 +272,14 @@ class Generation final : public std::enable_shared_from_this<Generation> {
   // `make_chat`: choice i's chat output parser (null when chat output is not parsed).
   Generation(std::shared_ptr<HttpExchange> exchange, bool stream, bool include_usage,
              bool logprobs, ResponseMeta meta, RejectionObserver on_rejected,
-             std::function<std::unique_ptr<ChatOutput>(int32_t)> make_chat)
+             std::function<std::unique_ptr<ChatOutput>(int32_t)> make_chat, PromptOutput prompt)
       : exchange_(std::move(exchange)),
         stream_(stream),
         on_rejected_(std::move(on_rejected)) {
     sse_.choices.meta = std::move(meta);
     sse_.choices.logprobs = logprobs;
     sse_.choices.make_chat = std::move(make_chat);
+    sse_.choices.prompt = std::move(prompt);
     sse_.include_usage = include_usage;
   }
 
@@ -315,10 +364,10 @@ class Generation final : public std::enable_shared_from_this<Generation> {
       return SendRefusal(*exchange_, last.status, on_rejected_);
     }
     if (!stream_) {
+      text_ += sse_.TakeEcho();
       for (const GenerationDelta& d : batch) {
         ChoiceOut& c = sse_.choices.At(d.index);
-        c.text += d.text;
-        c.logprobs.Add(d);
+        c.text += sse_.choices.Feed(c, d);
         if (d.choice_finished) c.last = d;
       }
       if (!last.finished) return;
@@ -331,7 +380,8 @@ class Generation final : public std::enable_shared_from_this<Generation> {
       nlohmann::json choices = nlohmann::json::array();
       for (auto& [index, c] : all) {
         const std::string reason = c.last ? c.last->finish_reason : last.finish_reason;
-        nlohmann::json choice = ChoiceJson(meta.kind, index, c.text, reason, c.logprobs.Take());
+        nlohmann::json choice = ChoiceJson(meta.kind, index, c.text, reason, c.logprobs.Take(),
+                                           sse_.choices.prompt_logprobs);
         if (ChatOutput* chat = c.chat.get()) {
           ChatOutputDelta whole = chat->Feed(c.text);
           whole.Append(chat->Finish());
@@ -340,7 +390,8 @@ class Generation final : public std::enable_shared_from_this<Generation> {
         }
         choices.push_back(std::move(choice));
       }
-      return SendJson(*exchange_, ResponseJson(meta, std::move(choices), last.usage));
+      return SendJson(*exchange_, ResponseJson(meta, std::move(choices), last.usage,
+                                               sse_.choices.prompt_logprobs));
     }
     if (first) {
       HttpResponse head;
@@ -485,9 +536,11 @@ class OpenAiFront {
         };
       }
     }
-    auto generation =
-        std::make_shared<Generation>(ex, q->stream, q->include_usage, q->generation.logprobs,
-                                     std::move(meta), options_.on_rejected, std::move(make_chat));
+    absl::StatusOr<PromptOutput> prompt = PromptOutputOf(*q);
+    if (!prompt.ok()) return Refused(*ex, prompt.status());
+    auto generation = std::make_shared<Generation>(
+        ex, q->stream, q->include_usage, q->generation.logprobs, std::move(meta),
+        options_.on_rejected, std::move(make_chat), *std::move(prompt));
     // A client that goes (or a server that stops) before the end cancels the engine's work; the
     // engine then sends its finished delta, whose events go nowhere.
     ex->OnAbort([weak = std::weak_ptr<Generation>(generation)] {
@@ -507,6 +560,24 @@ class OpenAiFront {
       return Refused(*ex, s);
     }
     generation->SetHandle(*std::move(handle));
+  }
+
+  // What the response shows of the prompt: echo's text is the prompt's, or for token ids their
+  // text as /detokenize gives it.
+  absl::StatusOr<PromptOutput> PromptOutputOf(const OpenAiRequest& q) const {
+    PromptOutput out;
+    out.prompt_top = q.prompt_logprobs;
+    if (!q.echo) return out;
+    out.echo_top = q.generation.top_logprobs;
+    if (q.generation.prompt.has_value()) {
+      out.echo = *q.generation.prompt;
+      return out;
+    }
+    absl::StatusOr<std::string> text =
+        engine_->Detokenize(q.generation.prompt_token_ids, /*skip_special_tokens=*/false);
+    if (!text.ok()) return WithParam(text.status(), "prompt");
+    out.echo = *std::move(text);
+    return out;
   }
 
   void Models(const HttpRequest& req, std::shared_ptr<HttpExchange> ex) {

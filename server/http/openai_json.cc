@@ -141,6 +141,36 @@ absl::Status ReadMessages(const ojson* messages, GenerationRequest& r) {
   return absl::OkStatus();
 }
 
+// echo (completions: the prompt before the completion, with logprobs its tokens' too) and vLLM's
+// prompt_logprobs: both are the engine's prompt_logprobs, asked for once with the most top tokens
+// either wants. max_tokens 0 is allowed with them only (a prompt scored, as lm-evaluation-harness
+// asks), and makes the engine end after the prompt.
+void ReadPromptScoring(ApiKind kind, Fields& f, std::optional<int64_t> max_tokens,
+                       OpenAiRequest& q) {
+  GenerationRequest& r = q.generation;
+  if (auto v = f.Bool("echo"); v && *v) {
+    if (kind == ApiKind::kChat) {
+      f.Fail("echo", "is served on /v1/completions only (a chat has prompt_logprobs)");
+    } else {
+      q.echo = true;
+      if (r.logprobs) r.prompt_logprobs = r.top_logprobs;
+    }
+  }
+  if (auto n = f.Int("prompt_logprobs", 0, kMaxTopLogprobs)) {
+    // Sent once in the whole response, as vLLM does; a stream has no place for it.
+    if (q.stream) f.Fail("prompt_logprobs", "is not served with \"stream\": true");
+    q.prompt_logprobs = static_cast<int32_t>(*n);
+    r.prompt_logprobs = std::max(r.prompt_logprobs, *q.prompt_logprobs);
+  }
+  if (max_tokens && *max_tokens == 0) {
+    if (!q.echo && !q.prompt_logprobs) {
+      f.Fail(f.Get("max_completion_tokens") ? "max_completion_tokens" : "max_tokens",
+             "must be at least 1; 0 (score the prompt alone) needs echo or prompt_logprobs");
+    }
+    r.prompt_logprobs = std::max(r.prompt_logprobs, 0);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_view body,
@@ -165,8 +195,9 @@ absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_vie
     f.Unsupported("tools", "are served on /v1/chat/completions only");
   }
 
-  std::optional<int64_t> max_tokens = f.Int("max_tokens", 1, kInt32Max);
-  if (auto v = f.Int("max_completion_tokens", 1, kInt32Max)) max_tokens = v;
+  // 0 scores the prompt alone (echo, prompt_logprobs: ReadPromptScoring checks it).
+  std::optional<int64_t> max_tokens = f.Int("max_tokens", 0, kInt32Max);
+  if (auto v = f.Int("max_completion_tokens", 0, kInt32Max)) max_tokens = v;
   bool to_limit = kind == ApiKind::kChat;  // OpenAI and vLLM: until the context is full
   if (!max_tokens) {  // llama.cpp's name; its -1 is "until the limit" on both APIs
     if (auto v = f.Int("n_predict", -1, kInt32Max); v && *v != -1) {
@@ -215,7 +246,6 @@ absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_vie
   if (auto n = f.Int("best_of", 1, kInt32Max); n && *n != r.n) {
     f.Fail("best_of", "is not served beyond n: send best_of equal to n, or leave it out");
   }
-  f.Unsupported("echo", "is not served: send echo false or leave it out");
   if (kind == ApiKind::kCompletion) {  // the legacy API: how many top tokens, 0 for none
     if (auto n = f.Int("logprobs", 0, kMaxTopLogprobs)) {
       r.logprobs = true;
@@ -228,11 +258,11 @@ absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_vie
       r.top_logprobs = static_cast<int32_t>(*n);
     }
   }
-  f.Unsupported("prompt_logprobs", "is not served yet: leave it out");
   f.Unsupported("use_beam_search", "is not served: leave it out");
   f.Unsupported("suffix", "is not served: leave it out");
   ReadSamplingFields(f, r);  // the penalties, logit_bias, min_p, ...; refuses what is not served
   if (auto v = f.Bool("stream")) q.stream = *v;
+  ReadPromptScoring(kind, f, max_tokens, q);
   if (const ojson* options = f.Get("stream_options")) {
     if (!options->is_object()) {
       f.Fail("stream_options", "must be an object");
@@ -355,81 +385,9 @@ json Envelope(const ResponseMeta& meta, const char* completion_object, const cha
 
 }  // namespace
 
-namespace {
-
-// Code points in UTF-8 text (bytes that do not continue a character).
-int64_t CodePoints(absl::string_view text) {
-  int64_t n = 0;
-  for (char c : text) n += (static_cast<unsigned char>(c) & 0xC0) != 0x80;
-  return n;
-}
-
-std::string TokenString(const std::string& bytes, int32_t id) {
-  return bytes.empty() ? absl::StrCat("token_id:", id) : bytes;
-}
-
-json ByteList(const std::string& bytes) {
-  json out = json::array();
-  for (char c : bytes) out.push_back(static_cast<unsigned char>(c));
-  return out;
-}
-
-}  // namespace
-
-void LogprobsJson::Add(const GenerationDelta& d) {
-  if (!enabled_) return;
-  Start();
-  const int64_t end = text_chars_ + CodePoints(d.text);
-  int64_t offset = text_chars_;
-  for (size_t i = 0; i < d.token_ids.size() && i < d.logprobs.size(); ++i) {
-    const std::string bytes = i < d.token_bytes.size() ? d.token_bytes[i] : std::string();
-    const std::string token = TokenString(bytes, d.token_ids[i]);
-    static const std::vector<TokenLogprob> kNone;
-    const std::vector<TokenLogprob>& top = i < d.top_logprobs.size() ? d.top_logprobs[i] : kNone;
-    if (kind_ == ApiKind::kChat) {
-      json alternatives = json::array();
-      for (const TokenLogprob& t : top) {
-        alternatives.push_back({{"token", TokenString(t.bytes, t.token)},
-                                {"logprob", t.logprob},
-                                {"bytes", ByteList(t.bytes)}});
-      }
-      pending_["content"].push_back({{"token", token},
-                                     {"logprob", d.logprobs[i]},
-                                     {"bytes", ByteList(bytes)},
-                                     {"top_logprobs", std::move(alternatives)}});
-      continue;
-    }
-    json alternatives = json::object();
-    for (const TokenLogprob& t : top) alternatives[TokenString(t.bytes, t.token)] = t.logprob;
-    alternatives[token] = d.logprobs[i];
-    pending_["tokens"].push_back(token);
-    pending_["token_logprobs"].push_back(d.logprobs[i]);
-    pending_["top_logprobs"].push_back(std::move(alternatives));
-    pending_["text_offset"].push_back(std::min(offset, end));
-    offset += CodePoints(bytes);
-  }
-  text_chars_ = end;
-}
-
-void LogprobsJson::Start() {
-  if (!pending_.is_null()) return;
-  pending_ = kind_ == ApiKind::kChat ? json{{"content", json::array()}}
-                                     : json{{"tokens", json::array()},
-                                            {"token_logprobs", json::array()},
-                                            {"top_logprobs", json::array()},
-                                            {"text_offset", json::array()}};
-}
-
-nlohmann::json LogprobsJson::Take() {
-  if (!enabled_) return nullptr;
-  Start();
-  json out = std::move(pending_);
-  pending_ = nullptr;
-  return out;
-}
-
 nlohmann::json ChoiceJson(ApiKind kind, int32_t index, const std::string& text,
-                          const std::string& finish_reason, const nlohmann::json& logprobs) {
+                          const std::string& finish_reason, const nlohmann::json& logprobs,
+                          const nlohmann::json& prompt_logprobs) {
   json choice = {{"index", index}};
   if (kind == ApiKind::kChat) {
     choice["message"] = {{"role", "assistant"}, {"content", text}};
@@ -438,22 +396,31 @@ nlohmann::json ChoiceJson(ApiKind kind, int32_t index, const std::string& text,
   }
   choice["logprobs"] = logprobs;
   choice["finish_reason"] = OpenAiFinishReason(finish_reason);
+  // vLLM's place for it: the choice's in a completion, the response's in a chat.
+  if (!prompt_logprobs.is_null() && kind == ApiKind::kCompletion) {
+    choice["prompt_logprobs"] = prompt_logprobs;
+  }
   return choice;
 }
 
 nlohmann::json ResponseJson(const ResponseMeta& meta, nlohmann::json choices,
-                            const GenerationUsage& usage) {
+                            const GenerationUsage& usage, const nlohmann::json& prompt_logprobs) {
   json out = Envelope(meta, "text_completion", "chat.completion");
   out["choices"] = std::move(choices);
+  if (!prompt_logprobs.is_null() && meta.kind == ApiKind::kChat) {
+    out["prompt_logprobs"] = prompt_logprobs;
+  }
   out["usage"] = UsageJson(usage);
   return out;
 }
 
 nlohmann::json ResponseJson(const ResponseMeta& meta, const std::string& text,
-                            const GenerationDelta& last, const nlohmann::json& logprobs) {
-  return ResponseJson(
-      meta, json::array({ChoiceJson(meta.kind, 0, text, last.finish_reason, logprobs)}),
-      last.usage);
+                            const GenerationDelta& last, const nlohmann::json& logprobs,
+                            const nlohmann::json& prompt_logprobs) {
+  return ResponseJson(meta,
+                      json::array({ChoiceJson(meta.kind, 0, text, last.finish_reason, logprobs,
+                                              prompt_logprobs)}),
+                      last.usage, prompt_logprobs);
 }
 
 nlohmann::json StreamChunkJson(const ResponseMeta& meta, absl::string_view text,

@@ -20,11 +20,10 @@
 #include "absl/status/statusor.h"
 #include "engine/serving/engine.h"
 #include "nlohmann/json.hpp"
+#include "server/http/openai_logprobs.h"
 #include "server/http/openai_tools.h"
 
 namespace heavykv::server {
-
-enum class ApiKind { kCompletion, kChat };
 
 // What a request body is checked against.
 struct OpenAiServed {
@@ -42,6 +41,11 @@ struct OpenAiRequest {
   // The field generation.constraint came from (response_format, json_schema, ...): where the
   // engine's compile errors point (openai_constraint.h).
   std::string constraint_param;
+  // Completions' echo: the response's text (and with logprobs its tokens) starts with the
+  // prompt's. generation.prompt_logprobs asks the engine for what it needs.
+  bool echo = false;
+  // vLLM's prompt_logprobs: the response's per-prompt-token dicts, with this many top tokens.
+  std::optional<int32_t> prompt_logprobs;
 };
 
 absl::StatusOr<OpenAiRequest> ParseGenerationBody(ApiKind kind, absl::string_view body,
@@ -76,42 +80,23 @@ std::string OpenAiFinishReason(const std::string& engine_reason);
 // tokens_evicted, peak_pages}}.
 nlohmann::json UsageJson(const GenerationUsage& usage);
 
-// The logprobs of a response's tokens in its API's shape, gathered delta by delta:
-//   completion (legacy): {tokens: [str], token_logprobs: [num], top_logprobs: [{str: num}] (the
-//     top n and the sampled token, as vLLM), text_offset: [code points into the text]}
-//   chat: {content: [{token, logprob, bytes: [int], top_logprobs: [{token, logprob, bytes}]}]}
-// A token's string is its bytes (U+FFFD for part of a character; `bytes` has them exactly), or
-// "token_id:N" without a tokenizer.
-class LogprobsJson {
- public:
-  LogprobsJson(ApiKind kind, bool enabled) : kind_(kind), enabled_(enabled) {}
-  bool enabled() const { return enabled_; }
-  // Adds the tokens of `d`, whose text follows all text added before.
-  void Add(const GenerationDelta& d);
-  // What was added since the last Take, for choices[0].logprobs; null when not enabled.
-  nlohmann::json Take();
-
- private:
-  void Start();  // pending_ = the empty lists, unless it holds some
-
-  ApiKind kind_;
-  bool enabled_;
-  nlohmann::json pending_;
-  int64_t text_chars_ = 0;  // code points of the text added so far
-};
-
 // One choice of a whole response: {index, text | message, logprobs, finish_reason (OpenAI's
-// for the engine's `finish_reason`)}.
+// for the engine's `finish_reason`)}, and a completion's `prompt_logprobs` (vLLM's:
+// PromptLogprobsJson, openai_logprobs.h; null unless asked for).
 nlohmann::json ChoiceJson(ApiKind kind, int32_t index, const std::string& text,
-                          const std::string& finish_reason, const nlohmann::json& logprobs);
-// The whole (non-streaming) response of `choices` (ChoiceJson, in index order) and `usage`.
+                          const std::string& finish_reason, const nlohmann::json& logprobs,
+                          const nlohmann::json& prompt_logprobs = nullptr);
+// The whole (non-streaming) response of `choices` (ChoiceJson, in index order) and `usage`;
+// a chat's `prompt_logprobs` is the response's (vLLM's place for it).
 nlohmann::json ResponseJson(const ResponseMeta& meta, nlohmann::json choices,
-                            const GenerationUsage& usage);
-// The same for one choice: `text` is the generated text, `last` the finished delta, `logprobs`
-// choices[0].logprobs (null unless asked for).
+                            const GenerationUsage& usage,
+                            const nlohmann::json& prompt_logprobs = nullptr);
+// The same for one choice: `text` is the generated text (after the prompt's with echo), `last`
+// the finished delta, `logprobs` choices[0].logprobs (null unless asked for).
 nlohmann::json ResponseJson(const ResponseMeta& meta, const std::string& text,
                             const GenerationDelta& last,
-                            const nlohmann::json& logprobs = nullptr);
+                            const nlohmann::json& logprobs = nullptr,
+                            const nlohmann::json& prompt_logprobs = nullptr);
 
 // One stream chunk of choice `index`: completion `text`, or a chat delta (with the role when
 // `first`). `finish_reason` is null until the choice's last chunk; `include_usage` adds

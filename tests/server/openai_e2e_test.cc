@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <map>
 #include <string>
 #include <thread>
@@ -407,9 +408,9 @@ TEST_F(OpenAiE2eTest, EveryRefusalNamesOpenAiFields) {
       {kFast, "POST", c, body({{"prompt", {"a", "b"}}}), 400, "prompt", "more than one prompt"},
       {kFast, "POST", c, body({{"prompt", {1, -2}}}), 400, "prompt", "integers >= 0"},
       {kFast, "POST", c, body({{"prompt", "x"}, {"max_tokens", -5}}), 400, "max_tokens",
-       "max_tokens must be an integer in [1, "},
+       "max_tokens must be an integer in [0, "},
       {kFast, "POST", c, body({{"prompt", "x"}, {"max_completion_tokens", 0}}), 400,
-       "max_completion_tokens", "max_completion_tokens must be an integer"},
+       "max_completion_tokens", "needs echo or prompt_logprobs"},
       {kFast, "POST", c, body({{"prompt", "x"}, {"temperature", "hot"}}), 400, "temperature",
        "temperature must be a number"},
       {kFast, "POST", c, body({{"prompt", "x"}, {"top_p", true}}), 400, "top_p",
@@ -423,7 +424,8 @@ TEST_F(OpenAiE2eTest, EveryRefusalNamesOpenAiFields) {
       {kFast, "POST", c, body({{"prompt", "x"}, {"n", 17}}), 400, "n", "n must be in [1, 16]"},
       {kFast, "POST", c, body({{"prompt", "x"}, {"best_of", 3}}), 400, "best_of",
        "best_of is not served beyond n"},
-      {kFast, "POST", c, body({{"prompt", "x"}, {"echo", true}}), 400, "echo", "echo is not served"},
+      {kFast, "POST", chat, body({{"messages", hi}, {"echo", true}}), 400, "echo",
+       "echo is served on /v1/completions only"},
       {kFast, "POST", c, body({{"prompt", "x"}, {"presence_penalty", 2.5}}), 400,
        "presence_penalty", "presence_penalty must be in [-2, 2]"},
       {kFast, "POST", c, body({{"prompt", "x"}, {"typical_p", 0.5}}), 400, "typical_p",
@@ -1282,6 +1284,149 @@ TEST_F(OpenAiE2eTest, ReasoningOpenedByThePromptIsReasoningContent) {
   }
   EXPECT_EQ(reasoning, m["reasoning_content"]);
   EXPECT_EQ(r1.WaitIdle().pages_used(), 0);
+}
+
+// Echo (issue 44): the completion's text starts with the prompt's; with stream the first chunk
+// carries it.
+TEST_F(OpenAiE2eTest, EchoPutsThePromptBeforeTheCompletion) {
+  const std::string prompt = "Once upon a time";
+  const json plain = {{"prompt", prompt}, {"max_tokens", 8}, {"temperature", 0}};
+  const HttpResponse a = Post(fast_->http_port(), "/v1/completions", plain);
+  ASSERT_EQ(a.status, 200) << a.body;
+  const std::string completion = json::parse(a.body)["choices"][0]["text"];
+  json echoed = plain;
+  echoed["echo"] = true;
+  const HttpResponse b = Post(fast_->http_port(), "/v1/completions", echoed);
+  ASSERT_EQ(b.status, 200) << b.body;
+  EXPECT_EQ(json::parse(b.body)["choices"][0]["text"], prompt + completion);
+  echoed["stream"] = true;
+  echoed["logprobs"] = 1;
+  const HttpResponse c = Post(fast_->http_port(), "/v1/completions", echoed);
+  ASSERT_EQ(c.status, 200) << c.body;
+  const std::vector<json> events = SseEvents(c.body);
+  ASSERT_FALSE(events.empty());
+  const std::string first = events[0]["choices"][0]["text"];
+  EXPECT_EQ(first.substr(0, prompt.size()), prompt);
+  EXPECT_EQ(events[0]["choices"][0]["logprobs"]["token_logprobs"][0], nullptr);
+  std::string text;
+  size_t tokens = 0;
+  for (const json& e : events) {
+    text += e["choices"][0]["text"].get<std::string>();
+    if (!e["choices"][0]["logprobs"].is_null()) {
+      tokens += e["choices"][0]["logprobs"]["tokens"].size();
+    }
+  }
+  EXPECT_EQ(text, prompt + completion);
+  // A token-id prompt echoes its text.
+  const HttpResponse ids = Post(fast_->http_port(), "/v1/completions",
+                                {{"prompt", {1, 403, 407}}, {"max_tokens", 1}, {"echo", true}});
+  ASSERT_EQ(ids.status, 200) << ids.body;
+  const Streamed grpc = Generate(fast_->stub(), Greedy(prompt, 8));
+  EXPECT_EQ(tokens, size_t(grpc.last.usage().prompt_tokens()) + 8);
+}
+
+// lm-evaluation-harness's scoring call: echo, max_tokens 0, logprobs N. The prompt comes back
+// with its tokens' scores (null first), the same numbers gRPC's prompt_logprobs gives.
+TEST_F(OpenAiE2eTest, EchoWithMaxTokensZeroScoresThePrompt) {
+  const std::string prompt = "Once upon a time there was a little girl";
+  const HttpResponse r =
+      Post(fast_->http_port(), "/v1/completions",
+           {{"prompt", prompt}, {"max_tokens", 0}, {"echo", true}, {"logprobs", 2}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  const json& choice = j["choices"][0];
+  EXPECT_EQ(choice["text"], prompt);
+  EXPECT_EQ(choice["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 0);
+  const json& l = choice["logprobs"];
+  const size_t n = j["usage"]["prompt_tokens"];
+  ASSERT_EQ(l["tokens"].size(), n);
+  ASSERT_EQ(l["token_logprobs"].size(), n);
+  ASSERT_EQ(l["top_logprobs"].size(), n);
+  ASSERT_EQ(l["text_offset"].size(), n);
+  EXPECT_EQ(l["token_logprobs"][0], nullptr);
+  EXPECT_EQ(l["top_logprobs"][0], nullptr);
+  for (size_t i = 1; i < n; ++i) {
+    EXPECT_LE(l["text_offset"][i - 1].get<int64_t>(), l["text_offset"][i].get<int64_t>());
+    const std::string token = l["tokens"][i];
+    // Each token's text is the echoed text's at its offset (ASCII here: offsets are bytes).
+    EXPECT_EQ(prompt.substr(l["text_offset"][i].get<size_t>(), token.size()), token) << i;
+    EXPECT_GE(l["top_logprobs"][i].size(), 2u);
+    EXPECT_LE(l["top_logprobs"][i].size(), 3u);
+  }
+  v1::GenerateRequest q = Greedy(prompt, 0);
+  q.set_prompt_logprobs(2);
+  const Streamed grpc = Generate(fast_->stub(), q);
+  ASSERT_TRUE(grpc.status.ok()) << grpc.status.error_message();
+  EXPECT_EQ(grpc.last.finish_reason(), v1::FINISH_REASON_LENGTH);
+  EXPECT_TRUE(grpc.ids.empty());
+  ASSERT_EQ(size_t(grpc.prompt_logprobs.logprobs_size()), n);
+  EXPECT_TRUE(std::isnan(grpc.prompt_logprobs.logprobs(0)));
+  for (size_t i = 1; i < n; ++i) {
+    EXPECT_FLOAT_EQ(l["token_logprobs"][i].get<float>(), grpc.prompt_logprobs.logprobs(int(i)));
+  }
+}
+
+// vLLM's prompt_logprobs: per prompt token, null first, then {"<id>": {logprob, rank,
+// decoded_token}} for the prompt token and the top N.
+TEST_F(OpenAiE2eTest, PromptLogprobsAreVllmsFormat) {
+  const std::string prompt = "Once upon a time";
+  const HttpResponse r = Post(fast_->http_port(), "/v1/completions",
+                              {{"prompt", prompt}, {"max_tokens", 2}, {"prompt_logprobs", 1}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  const json& p = j["choices"][0]["prompt_logprobs"];
+  v1::TokenizeRequest tq;
+  tq.set_text(prompt);
+  v1::TokenizeResponse ids;
+  grpc::ClientContext context;
+  ASSERT_TRUE(fast_->stub().Tokenize(&context, tq, &ids).ok());
+  ASSERT_EQ(p.size(), size_t(ids.token_ids_size()));
+  EXPECT_EQ(p[0], nullptr);
+  for (size_t i = 1; i < p.size(); ++i) {
+    const std::string id = std::to_string(ids.token_ids(int(i)));
+    ASSERT_TRUE(p[i].contains(id)) << p[i];
+    EXPECT_GE(p[i][id]["rank"].get<int>(), 1);
+    EXPECT_LE(p[i][id]["logprob"].get<double>(), 0.0);
+    EXPECT_TRUE(p[i][id]["decoded_token"].is_string());
+    EXPECT_LE(p[i].size(), 2u);
+    for (const auto& [key, entry] : p[i].items()) {
+      if (key != id) EXPECT_EQ(entry["rank"], 1);
+    }
+  }
+  EXPECT_EQ(Post(fast_->http_port(), "/v1/completions",
+                 {{"prompt", prompt}, {"prompt_logprobs", 1}, {"stream", true}})
+                .status,
+            400);
+}
+
+// A chat's prompt_logprobs sit at the top of the response (vLLM's place); max_tokens 0 scores
+// the rendered prompt alone. A streamed echo with max_tokens 0 is the prompt in one chunk.
+TEST_F(OpenAiE2eTest, ChatPromptLogprobsAndAStreamedScoringEcho) {
+  const HttpResponse e = Post(fast_->http_port(), "/v1/completions",
+                              {{"prompt", "Once upon"}, {"max_tokens", 0}, {"echo", true},
+                               {"logprobs", 0}, {"stream", true}});
+  ASSERT_EQ(e.status, 200) << e.body;
+  const std::vector<json> events = SseEvents(e.body);
+  ASSERT_EQ(events.size(), 1u) << e.body;
+  EXPECT_EQ(events[0]["choices"][0]["text"], "Once upon");
+  EXPECT_EQ(events[0]["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(events[0]["choices"][0]["logprobs"]["token_logprobs"][0], nullptr);
+
+  ServerProcess* chat = ChatServer();
+  if (chat == nullptr) GTEST_SKIP() << "no ../shared/gguf/qwen-vocab.gguf";
+  const HttpResponse r = Post(chat->http_port(), "/v1/chat/completions",
+                              {{"messages", {{{"role", "user"}, {"content", "Hi there"}}}},
+                               {"max_tokens", 0},
+                               {"prompt_logprobs", 1}});
+  ASSERT_EQ(r.status, 200) << r.body;
+  const json j = json::parse(r.body);
+  ASSERT_TRUE(j.contains("prompt_logprobs")) << r.body;
+  EXPECT_EQ(j["prompt_logprobs"].size(), j["usage"]["prompt_tokens"].get<size_t>());
+  EXPECT_EQ(j["prompt_logprobs"][0], nullptr);
+  EXPECT_EQ(j["choices"][0]["finish_reason"], "length");
+  EXPECT_EQ(j["usage"]["completion_tokens"], 0);
+  EXPECT_FALSE(j["choices"][0].contains("prompt_logprobs"));
 }
 
 }  // namespace

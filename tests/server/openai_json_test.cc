@@ -15,6 +15,7 @@
 #include "server/http/http_status.h"
 #include "server/http/openai_names.h"
 #include "server/http/openai_unknown_fields.h"
+#include "server/http/openai_logprobs.h"
 
 namespace heavykv::server {
 namespace {
@@ -132,7 +133,10 @@ TEST(OpenAiJsonTest, BadBodiesAreInvalidArgumentNamingTheField) {
       {ApiKind::kCompletion, R"({"prompt":"x","stream":"yes"})", "stream"},
       {ApiKind::kCompletion, R"({"prompt":"x","stream_options":{"include_usage":1}})",
        "stream_options.include_usage"},
-      {ApiKind::kCompletion, R"({"prompt":"x","echo":true})", "echo"},
+      {ApiKind::kChat, R"({"messages":[],"echo":true})", "echo"},
+      {ApiKind::kCompletion, R"({"prompt":"x","prompt_logprobs":21})", "prompt_logprobs"},
+      {ApiKind::kCompletion, R"({"prompt":"x","prompt_logprobs":1,"stream":true})",
+       "prompt_logprobs"},
       {ApiKind::kCompletion, R"({"prompt":"x","logprobs":21})", "logprobs"},
       {ApiKind::kCompletion, R"({"prompt":"x","logprobs":true})", "logprobs"},
       {ApiKind::kChat, R"({"messages":[],"logprobs":2})", "logprobs"},
@@ -549,6 +553,76 @@ TEST(OpenAiJsonTest, UnknownFieldsAreReportedOnceAndBounded) {
     reported += log.Take(body(absl::StrCat(R"({"unknown_)", i, R"(":1})"))).size();
   }
   EXPECT_EQ(reported, UnknownFieldLog::kMaxNames);
+TEST(OpenAiJsonTest, EchoAndPromptLogprobsAskTheEngineForThePromptsScores) {
+  auto q = Completion(R"({"prompt":"x","echo":true})");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_TRUE(q->echo);
+  EXPECT_EQ(q->generation.prompt_logprobs, -1);  // the text alone needs no scores
+  q = Completion(R"({"prompt":"x","echo":true,"logprobs":3})");
+  EXPECT_EQ(q->generation.prompt_logprobs, 3);
+  // max_tokens 0 scores the prompt alone: the engine ends after it.
+  q = Completion(R"({"prompt":"x","echo":true,"max_tokens":0})");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_EQ(q->generation.max_new_tokens, 0);
+  EXPECT_EQ(q->generation.prompt_logprobs, 0);
+  // The engine is asked once, for the most top tokens either field wants.
+  q = Completion(R"({"prompt":"x","echo":true,"logprobs":1,"prompt_logprobs":4})");
+  EXPECT_EQ(q->generation.prompt_logprobs, 4);
+  EXPECT_EQ(q->prompt_logprobs, 4);
+  q = Chat(R"({"messages":[],"prompt_logprobs":0,"max_tokens":0})");
+  ASSERT_TRUE(q.ok()) << q.status();
+  EXPECT_FALSE(q->echo);
+  EXPECT_EQ(q->prompt_logprobs, 0);
+  EXPECT_EQ(q->generation.max_new_tokens, 0);
+  EXPECT_EQ(Completion(R"({"prompt":"x","prompt_logprobs":null})")->prompt_logprobs,
+            std::nullopt);
+}
+
+// Two prompt tokens ("", "Hi") and the scores of the second: "Hi" at -0.5, rank 2 after "Yo".
+PromptLogprobs TwoTokenPrompt() {
+  PromptLogprobs p;
+  p.token_ids = {1, 40};
+  p.token_bytes = {"", "Hi"};
+  p.logprobs = {std::nanf(""), -0.5f};
+  p.ranks = {0, 2};
+  p.top = {{}, {{41, -0.25f, "Yo"}, {40, -0.5f, "Hi"}}};
+  return p;
+}
+
+TEST(OpenAiJsonTest, EchoedLogprobsCoverThePromptThenTheCompletion) {
+  LogprobsJson l(ApiKind::kCompletion, true);
+  l.AddPrompt(TwoTokenPrompt(), /*top_n=*/1, "Hi");
+  GenerationDelta d;
+  d.token_ids = {50};
+  d.text = " there";
+  d.logprobs = {-1.0f};
+  d.token_bytes = {" there"};
+  l.Add(d);
+  EXPECT_EQ(l.Take(), json::parse(R"({"tokens":["token_id:1","Hi"," there"],
+      "token_logprobs":[null,-0.5,-1.0],"top_logprobs":[null,{"Yo":-0.25,"Hi":-0.5},
+      {" there":-1.0}],"text_offset":[0,0,2]})"));
+}
+
+TEST(OpenAiJsonTest, PromptLogprobsAreVllmsDictsByTokenId) {
+  const PromptLogprobs p = TwoTokenPrompt();
+  EXPECT_EQ(PromptLogprobsJson(p, 2), json::parse(R"([null,
+      {"40":{"logprob":-0.5,"rank":2,"decoded_token":"Hi"},
+       "41":{"logprob":-0.25,"rank":1,"decoded_token":"Yo"}}])"));
+  EXPECT_EQ(PromptLogprobsJson(p, 0),
+            json::parse(R"([null,{"40":{"logprob":-0.5,"rank":2,"decoded_token":"Hi"}}])"));
+  // A completion's choice holds them; a chat's response.
+  GenerationDelta last;
+  last.finish_reason = "length";
+  const json c = ResponseJson({ApiKind::kCompletion, "cmpl-1", 5, "tiny"}, "Hi", last, nullptr,
+                              PromptLogprobsJson(p, 0));
+  EXPECT_EQ(c["choices"][0]["prompt_logprobs"][0], nullptr);
+  EXPECT_FALSE(c.contains("prompt_logprobs"));
+  const json h = ResponseJson({ApiKind::kChat, "chatcmpl-1", 5, "tiny"}, "", last, nullptr,
+                              PromptLogprobsJson(p, 0));
+  EXPECT_EQ(h["prompt_logprobs"].size(), 2u);
+  EXPECT_FALSE(h["choices"][0].contains("prompt_logprobs"));
+  EXPECT_FALSE(ResponseJson({ApiKind::kChat, "chatcmpl-1", 5, "tiny"}, "", last)
+                   .contains("prompt_logprobs"));
 }
 
 }  // namespace

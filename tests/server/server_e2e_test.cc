@@ -13,6 +13,9 @@
 #include <thread>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
 namespace heavykv {
 namespace {
 
@@ -425,6 +428,38 @@ TEST(ServerConnectionAgeTest, StreamsOutliveTheConnectionAge) {
   Streamed second = Generate(server.stub(), req);
   EXPECT_TRUE(second.status.ok()) << second.status.error_message();
   EXPECT_EQ(second.ids.size(), 5u);
+}
+
+// Prompt logprobs over gRPC (issue 44): max_new_tokens 0 scores the prompt alone, and
+// `heavykv generate --prompt-logprobs N` prints one line per prompt token: id, log-probability
+// ("-" for the first), then the N most likely as id:logprob.
+TEST_F(ServerE2eTest, GeneratePrintsThePromptsLogprobs) {
+  const std::string prompt = "Once upon a time";
+  v1::GenerateRequest req = Greedy(prompt, 0);
+  req.set_prompt_logprobs(2);
+  Streamed s = Generate(fast_->stub(), req);
+  ASSERT_TRUE(s.status.ok()) << s.status.error_message();
+  EXPECT_TRUE(s.ids.empty());
+  EXPECT_EQ(s.last.finish_reason(), v1::FINISH_REASON_LENGTH);
+  const v1::PromptLogprobs& p = s.prompt_logprobs;
+  ASSERT_EQ(p.token_ids_size(), s.last.usage().prompt_tokens());
+  ASSERT_EQ(p.top_size(), p.token_ids_size());
+  const std::string out = RunCapture(Bin() + " generate --server " + fast_->address() +
+                                     " --prompt-logprobs 2 --max-tokens 0 '" + prompt +
+                                     "' 2>/dev/null");
+  std::vector<std::string> lines = absl::StrSplit(out, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), size_t(p.token_ids_size())) << out;
+  EXPECT_EQ(lines[0], absl::StrCat(p.token_ids(0), "\t-"));
+  for (int i = 1; i < p.token_ids_size(); ++i) {
+    std::vector<std::string> fields = absl::StrSplit(lines[size_t(i)], '\t');
+    ASSERT_EQ(fields.size(), 4u) << lines[size_t(i)];
+    EXPECT_EQ(fields[0], absl::StrCat(p.token_ids(i)));
+    EXPECT_EQ(fields[1], absl::StrCat(p.logprobs(i)));
+    EXPECT_EQ(fields[2], absl::StrCat(p.top(i).token_ids(0), ":", p.top(i).logprobs(0)));
+  }
+  // Without prompt_logprobs, 0 new tokens stays refused.
+  EXPECT_EQ(Generate(fast_->stub(), Greedy(prompt, 0)).status.error_code(),
+            grpc::StatusCode::INVALID_ARGUMENT);
 }
 
 }  // namespace

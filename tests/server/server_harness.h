@@ -351,6 +351,7 @@ struct Streamed {
   v1::GenerateResponse last;
   std::vector<float> logprobs;
   std::vector<v1::TopLogprobs> top_logprobs;
+  v1::PromptLogprobs prompt_logprobs;  // with prompt_logprobs: from the message that has them
 };
 
 // Reads a Generate or Chat stream to its end.
@@ -362,6 +363,7 @@ inline Streamed ReadStream(grpc::ClientReader<v1::GenerateResponse>& reader) {
     out.logprobs.insert(out.logprobs.end(), m.logprobs().begin(), m.logprobs().end());
     out.top_logprobs.insert(out.top_logprobs.end(), m.top_logprobs().begin(),
                             m.top_logprobs().end());
+    if (m.has_prompt_logprobs()) out.prompt_logprobs = m.prompt_logprobs();
     out.last = m;
   }
   out.status = reader.Finish();
