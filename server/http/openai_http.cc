@@ -91,22 +91,6 @@ struct PromptOutput {
 struct ChoiceOut {
   bool echo_sent = false;
   LogprobsJson logprobs{ApiKind::kCompletion, false};
-  PromptOutput prompt;
-  bool echo_sent = false;
-  nlohmann::json prompt_logprobs;  // vLLM's, once the engine sent the prompt's scores
-
-  // The echoed prompt text, the first time (then ""); the prompt's scores where `d` has them
-  // (the engine sends them on the first delta, before any token).
-  std::string TakeEcho() {
-    if (!prompt.echo || echo_sent) return "";
-    echo_sent = true;
-    return *prompt.echo;
-  }
-  void AddPrompt(const GenerationDelta& d) {
-    if (d.prompt == nullptr) return;
-    if (prompt.echo) logprobs.AddPrompt(*d.prompt, prompt.echo_top, *prompt.echo);
-    if (prompt.prompt_top) prompt_logprobs = PromptLogprobsJson(*d.prompt, *prompt.prompt_top);
-  }
   // A chat whose output is parsed (tools, reasoning); null: the text as it comes.
   std::unique_ptr<ChatOutput> chat;
   bool role_sent = false;
@@ -209,7 +193,7 @@ struct Stream {
           StreamChunkJson(meta, "", std::nullopt, /*first=*/true, include_usage, nullptr, index));
       c.role_sent = true;
     }
-    std::string text = TakeEcho();  // the first chunk carries the echoed prompt, as vLLM's
+    std::string text;
     bool tokens = false;
     const GenerationDelta* last = nullptr;
     for (const GenerationDelta& d : run) {
@@ -364,7 +348,6 @@ class Generation final : public std::enable_shared_from_this<Generation> {
       return SendRefusal(*exchange_, last.status, on_rejected_);
     }
     if (!stream_) {
-      text_ += sse_.TakeEcho();
       for (const GenerationDelta& d : batch) {
         ChoiceOut& c = sse_.choices.At(d.index);
         c.text += sse_.choices.Feed(c, d);

@@ -553,6 +553,8 @@ TEST(OpenAiJsonTest, UnknownFieldsAreReportedOnceAndBounded) {
     reported += log.Take(body(absl::StrCat(R"({"unknown_)", i, R"(":1})"))).size();
   }
   EXPECT_EQ(reported, UnknownFieldLog::kMaxNames);
+}
+
 TEST(OpenAiJsonTest, EchoAndPromptLogprobsAskTheEngineForThePromptsScores) {
   auto q = Completion(R"({"prompt":"x","echo":true})");
   ASSERT_TRUE(q.ok()) << q.status();

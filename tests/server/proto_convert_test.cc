@@ -50,6 +50,7 @@ TEST(ProtoConvertTest, UnsetSamplingApiFieldsStayUnset) {
   EXPECT_FALSE(r->penalty_last_n.has_value());
   EXPECT_TRUE(r->logit_bias.empty());
   EXPECT_EQ(r->min_tokens, 0);
+}
 
 TEST(ProtoConvertTest, PromptLogprobsReachTheRequest) {
   v1::GenerateRequest q;
