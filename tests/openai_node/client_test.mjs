@@ -123,9 +123,12 @@ test("models and errors as the client reads them", async () => {
   await assert.rejects(
     stories.client.models.retrieve("other"),
     (err) => err instanceof OpenAI.NotFoundError && err.code === "model_not_found");
-  await assert.rejects(
-    stories.client.completions.create({ model: "stories", prompt: "x", n: 2 }),
+  await assert.rejects(  // over serve --max-n
+    stories.client.completions.create({ model: "stories", prompt: "x", n: 99 }),
     (err) => err instanceof OpenAI.BadRequestError && err.status === 400 && err.param === "n");
+  const several = await stories.client.completions.create(
+    { model: "stories", prompt: "Once", n: 2, max_tokens: 4 });
+  assert.deepEqual(several.choices.map((c) => c.index), [0, 1]);
   await assert.rejects(
     stories.client.completions.create({ model: "other", prompt: "x" }),
     (err) => err instanceof OpenAI.NotFoundError && err.code === "model_not_found");

@@ -81,7 +81,7 @@ TEST(ProtoConvertTest, PromptLogprobsGoOnTheResponse) {
   p->top = {{}, {{4, -0.5f, "x"}, {7, -1.5f, "a"}}, {{9, -0.25f, "b"}, {3, -2.0f, "y"}}};
   GenerationDelta d;
   d.prompt = p;
-  d.finished = true;
+  d.finished = d.choice_finished = true;  // as the engine sends a request's last delta
   d.finish_reason = "length";
   v1::GenerateResponse out;
   AppendDelta(d, &out);
