@@ -9,6 +9,11 @@
 //       the generated tokens' pages, i.e. peak_pages_n1 + 8 x (peak_pages_n1 - the prompt's)),
 //       pages_ratio (peak_pages_n8 / pages_target, target <= 1.25); decode tokens per second
 //       after the first token, tps_n1 and tps_n8 (all eight choices), tps_ratio (target >= 4).
+//   choices/llama3.2-1b/q4_k_m/step_b8_ctx{2000,64}   the runner alone: one decode
+//       step of the eight choices forked from a 2,000-token prompt (KvCache::Fork), with the
+//       shared-prefix walk (engine/runner/shared_prefix.h) and without it (each choice attends
+//       the prompt's pages itself), alternating, the same caches, and the parent alone (b1).
+//       Counters: b8_shared_ms, b8_separate_ms, b1_ms per step, their ratios, walks.
 #include <benchmark/benchmark.h>
 
 #include <condition_variable>
@@ -17,8 +22,10 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "bench/bench_fixtures.h"
+#include "engine/runner/model_runner.h"
 #include "engine/serving/engine.h"
 
 namespace heavykv::bench {
@@ -115,9 +122,94 @@ void BM_Choices(benchmark::State& state, std::string mix, std::string kv_dtype, 
   }
 }
 
+// The runner with a 2,000-token prompt prefilled once and forked into `choices` sequences.
+struct ForkedSteps {
+  std::unique_ptr<Model> model;
+  std::unique_ptr<KvCache> cache;
+  std::unique_ptr<ModelRunner> runner;
+  std::vector<SequenceKv> kv;
+  std::vector<int32_t> next;
+  int32_t pos = 0;
+
+  ForkedSteps(const std::string& mix, int32_t prompt, int32_t choices) {
+    absl::StatusOr<Model> m = LoadModel(Llama1bFile(mix));
+    if (!m.ok()) Die(m.status());
+    model = std::make_unique<Model>(*std::move(m));
+    const ModelConfig& c = model->config;
+    cache = *KvCache::Create(KvShapeFor(c, kBlock), c.num_layers * (prompt + 512) / kBlock * 2);
+    runner = std::make_unique<ModelRunner>(*model, cache.get());
+    kv.resize(size_t(choices));
+    const std::vector<int32_t> ids = Ids(prompt, 77);
+    for (int32_t t0 = 0; t0 < prompt; t0 += 512) {
+      const int32_t n = std::min(512, prompt - t0);
+      SequenceStep step{&kv[0], std::span<const int32_t>(ids).subspan(size_t(t0), size_t(n)), t0,
+                        false};
+      if (absl::StatusOr<std::span<const float>> out = runner->Forward({&step, 1}); !out.ok()) {
+        Die(out.status());
+      }
+    }
+    for (int32_t i = 1; i < choices; ++i) {
+      if (absl::Status s = cache->Fork(kv[0], kv[size_t(i)]); !s.ok()) Die(s);
+    }
+    next.assign(size_t(choices), 0);
+    for (int32_t i = 0; i < choices; ++i) next[size_t(i)] = 100 + 17 * i;
+    pos = prompt;
+  }
+  // One decode step of the first `n` sequences.
+  void Step(int32_t n) {
+    std::vector<SequenceStep> steps;
+    for (int32_t i = 0; i < n; ++i) {
+      steps.push_back({&kv[size_t(i)], std::span<const int32_t>(&next[size_t(i)], 1), pos, false});
+    }
+    if (absl::StatusOr<std::span<const float>> out = runner->Forward(steps); !out.ok()) {
+      Die(out.status());
+    }
+    // Every sequence appended one token: drop it again so each step sees the same context.
+    for (int32_t i = 0; i < n; ++i) cache->Truncate(kv[size_t(i)], pos);
+  }
+};
+
+// The three figures side by side, steps alternating: b8 shared, b8 separate, b1.
+void BM_ForkedStep(benchmark::State& state, std::string mix, int32_t prompt) {
+  ForkedSteps f(mix, prompt, 8);
+  double shared = 0, separate = 0, one = 0;
+  int64_t steps = 0;
+  for (auto _ : state) {
+    for (int rep = 0; rep < 3; ++rep) {
+      f.runner->set_shared_prefix_attention(true);
+      absl::Time t0 = absl::Now();
+      f.Step(8);
+      shared += absl::ToDoubleSeconds(absl::Now() - t0);
+      f.runner->set_shared_prefix_attention(false);
+      t0 = absl::Now();
+      f.Step(8);
+      separate += absl::ToDoubleSeconds(absl::Now() - t0);
+      t0 = absl::Now();
+      f.Step(1);
+      one += absl::ToDoubleSeconds(absl::Now() - t0);
+      ++steps;
+    }
+    state.SetIterationTime((shared + separate + one) / double(steps) / 3);
+  }
+  state.counters["b8_shared_ms"] = 1e3 * shared / double(steps);
+  state.counters["b8_separate_ms"] = 1e3 * separate / double(steps);
+  state.counters["b1_ms"] = 1e3 * one / double(steps);
+  state.counters["shared_over_separate"] = shared / separate;
+  state.counters["b8_tps_over_b1"] = 8 * one / shared;
+  state.counters["walks"] = double(f.runner->shared_prefix_walks());
+}
+
 }  // namespace
 
 void RegisterChoices() {
+  for (int32_t ctx : {2000, 8000, 64}) {  // 64: the step without the prompt's attention, nearly
+    benchmark::RegisterBenchmark(
+        absl::StrCat("choices/llama3.2-1b/q4_k_m/step_b8_ctx", ctx).c_str(), BM_ForkedStep,
+        std::string("q4_k_m"), ctx)
+        ->Iterations(4)
+        ->UseManualTime()
+        ->Unit(benchmark::kMillisecond);
+  }
   for (const char* dtype : {"auto", "bf16"}) {
     const std::string name = std::string("choices/llama3.2-1b/q4_k_m/n8_prompt2000") +
                              (std::string(dtype) == "auto" ? "" : "/bf16");
