@@ -179,4 +179,10 @@ void DecodeStep(ModelRunner& runner, Batch& b, int32_t context) {
   ++b.next_pos;
 }
 
+std::vector<int32_t> SyntheticTokenIds(int32_t n, int32_t salt) {
+  std::vector<int32_t> v;
+  for (int32_t i = 0; i < n; ++i) v.push_back(100 + (salt * 7919 + i * 131) % 30000);
+  return v;
+}
+
 }  // namespace heavykv::bench

@@ -25,6 +25,9 @@ std::string GgufBenchModelPath(const std::string& shape, const std::string& mix)
 std::string Llama1bFile(const std::string& mix);
 // <scratch dir>/<file> (the directory is created), for any other file a benchmark writes once.
 std::string BenchFilePath(const std::string& file);
+// `n` token ids of a random-weight model's "text" (any ids in range do), in [100, 30100),
+// different for each `salt`.
+std::vector<int32_t> SyntheticTokenIds(int32_t n, int32_t salt);
 // Prints the status and exits 1: a fixture that cannot be made ends the run.
 [[noreturn]] void Die(const absl::Status& s);
 

@@ -48,12 +48,6 @@ std::unique_ptr<Engine> MakeEngine(const std::string& mix, const std::string& kv
   return *std::move(e);
 }
 
-std::vector<int32_t> Ids(int32_t n, int32_t salt) {
-  std::vector<int32_t> v;
-  for (int32_t i = 0; i < n; ++i) v.push_back(100 + (salt * 7919 + i * 131) % 30000);
-  return v;
-}
-
 struct Result {
   double all_first = 0;  // seconds from Submit to the first token of the last choice to get one
   double end = 0;        // seconds from Submit to the request's last delta
@@ -99,8 +93,8 @@ void BM_Choices(benchmark::State& state, std::string mix, std::string kv_dtype, 
   auto engine = MakeEngine(mix, kv_dtype, &layers);
   int32_t round = 0;
   for (auto _ : state) {
-    const Result one = RunChoices(*engine, Ids(prompt, 500 + round), 1, max_new);
-    const Result many = RunChoices(*engine, Ids(prompt, 900 + round), n, max_new);
+    const Result one = RunChoices(*engine, SyntheticTokenIds(prompt, 500 + round), 1, max_new);
+    const Result many = RunChoices(*engine, SyntheticTokenIds(prompt, 900 + round), n, max_new);
     ++round;
     state.SetIterationTime(one.end + many.end);
     const double prompt_pages = double((prompt + kBlock - 1) / kBlock) * layers;
@@ -139,7 +133,7 @@ struct ForkedSteps {
     cache = *KvCache::Create(KvShapeFor(c, kBlock), c.num_layers * (prompt + 512) / kBlock * 2);
     runner = std::make_unique<ModelRunner>(*model, cache.get());
     kv.resize(size_t(choices));
-    const std::vector<int32_t> ids = Ids(prompt, 77);
+    const std::vector<int32_t> ids = SyntheticTokenIds(prompt, 77);
     for (int32_t t0 = 0; t0 < prompt; t0 += 512) {
       const int32_t n = std::min(512, prompt - t0);
       SequenceStep step{&kv[0], std::span<const int32_t>(ids).subspan(size_t(t0), size_t(n)), t0,

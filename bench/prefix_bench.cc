@@ -36,13 +36,6 @@ std::unique_ptr<Engine> MakeEngine(const std::string& mix, bool prefix_cache) {
   return *std::move(e);
 }
 
-// Token ids of a random-weight model's "text": any ids in range do.
-std::vector<int32_t> Ids(int32_t n, int32_t salt) {
-  std::vector<int32_t> v;
-  for (int32_t i = 0; i < n; ++i) v.push_back(100 + (salt * 7919 + i * 131) % 30000);
-  return v;
-}
-
 // Runs one greedy request to its end; returns its last delta, its tokens in *out.
 GenerationDelta Run(Engine& engine, std::vector<int32_t> prompt, int32_t max_new,
                     std::vector<int32_t>* out = nullptr) {
@@ -83,10 +76,10 @@ void BM_Ttft(benchmark::State& state, std::string mix, int32_t prefix, int32_t r
     std::vector<double> cold, warm;
     int32_t cached = 0;
     for (int32_t round = 0; round < rounds; ++round) {
-      const std::vector<int32_t> shared = Ids(prefix, 1000 + round);
+      const std::vector<int32_t> shared = SyntheticTokenIds(prefix, 1000 + round);
       std::vector<int32_t> first = shared, second = shared;
-      for (int32_t t : Ids(24, 1)) first.push_back(t);
-      for (int32_t t : Ids(24, 2)) second.push_back(t);
+      for (int32_t t : SyntheticTokenIds(24, 1)) first.push_back(t);
+      for (int32_t t : SyntheticTokenIds(24, 2)) second.push_back(t);
       cold.push_back(Run(*off, second, 1).timings.time_to_first_token_seconds);
       Run(*on, first, 1);  // sends the prefix
       const GenerationDelta d = Run(*on, second, 1);
@@ -108,10 +101,10 @@ void BM_Chat(benchmark::State& state, std::string mix, int32_t system, int32_t t
     double seconds[2] = {0, 0};
     std::vector<int32_t> generated[2];
     // The two engines alternate turn by turn, so that a slow minute of the VM hits both.
-    std::vector<int32_t> history[2] = {Ids(system, 7), Ids(system, 7)};
+    std::vector<int32_t> history[2] = {SyntheticTokenIds(system, 7), SyntheticTokenIds(system, 7)};
     for (int32_t t = 0; t < turns; ++t) {
       for (int e = 0; e < 2; ++e) {
-        for (int32_t id : Ids(user, 100 + t)) history[e].push_back(id);
+        for (int32_t id : SyntheticTokenIds(user, 100 + t)) history[e].push_back(id);
         std::vector<int32_t> out;
         const absl::Time t0 = absl::Now();
         Run(e == 0 ? *on : *off, history[e], reply, &out);

@@ -23,10 +23,22 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 
-from bench_prefix_ttft import free_port, post, wait_ready
+from bench_prefix_ttft import free_port, wait_ready
 
 PROMPT, NEW, N = 2000, 64, 8
+
+
+def post(url, body):
+    """POST `body` as JSON; (seconds, the JSON answer). No timeout: llama-server's eight slots
+    have taken over ten minutes here."""
+    req = urllib.request.Request(url, json.dumps(body).encode(),
+                                 {"Content-Type": "application/json"})
+    t0 = time.monotonic()
+    with urllib.request.urlopen(req, timeout=7200) as r:
+        data = json.loads(r.read())
+    return time.monotonic() - t0, data
 
 
 def main():
