@@ -242,6 +242,10 @@ int BenchCommand(int argc, char** argv) {
             "and swallows a short stream whole");
   AddRequestFlags(flags, &rf);
   if (std::optional<int> code = ParseOrExit(flags, argc, argv)) return *code;
+  if (!http_url.empty() && rf.n > 1) {
+    return Fail(absl::InvalidArgumentError(
+        "--n above 1 is measured over gRPC only: bench --http reads one choice's stream"));
+  }
   if ((slow_connections >= 0 || overflow_connections > 0) && http_url.empty()) {
     return Fail(absl::InvalidArgumentError(
         absl::StrCat(slow_connections >= 0 ? "--slow-connections" : "--overflow-connections",
