@@ -329,6 +329,9 @@ class EngineImpl final : public Engine {
   // Copies the engine thread's counters where Stats() reads them.
   void PublishStats();
   void OnToken(Request& r, int32_t token, const float* logits);
+  // A request's sequence (a new id, its prompt, length, client, K/V settings), sampler and text
+  // stream, from its resolved params: Admit's, and each choice's that ForkChoices makes.
+  void InitSequence(Request& q);
   // Samples r's next token from the logits row `lrow` (copied into `row`: its constraint's mask,
   // the sampler) and takes it (OnToken); posts its next mask.
   void SampleInto(Request& r, const float* lrow, std::vector<float>& row,
@@ -398,8 +401,7 @@ class EngineImpl final : public Engine {
   int32_t forked_groups_ = 0;  // groups of choices with a choice still live
 };
 
-void EngineImpl::Admit(std::unique_ptr<Request> r) {
-  Request& q = *r;
+void EngineImpl::InitSequence(Request& q) {
   const ResolvedRequest& p = q.params;
   q.seq.id = next_id_++;
   q.seq.tokens = p.prompt;
@@ -410,10 +412,6 @@ void EngineImpl::Admit(std::unique_ptr<Request> r) {
   q.seq.kv.quant = p.kv_quant;
   // Prompt logprobs need every prompt position computed: no cached prefix.
   q.seq.kv.prefix_enabled = cache_->prefix_cache_enabled() && p.prompt_logprobs < 0;
-  if (p.prompt_logprobs >= 0) {
-    q.prompt_scorer =
-        std::make_unique<PromptScorer>(p.prompt, p.prompt_logprobs, tokenizer_.get());
-  }
   q.seq.kv.prefix_root =
       PrefixCache::Root(options_.prefix_cache_share_tenants ? std::string() : p.tenant);
   if (p.kv_policy != nullptr) {  // null for full
@@ -423,6 +421,16 @@ void EngineImpl::Admit(std::unique_ptr<Request> r) {
   q.sampler = std::make_unique<Sampler>(p.sampling, p.prompt);
   q.text = std::make_unique<TextStream>(tokenizer_.get(), p.prompt.back(), p.stop,
                                         p.skip_special_tokens);
+}
+
+void EngineImpl::Admit(std::unique_ptr<Request> r) {
+  Request& q = *r;
+  const ResolvedRequest& p = q.params;
+  InitSequence(q);
+  if (p.prompt_logprobs >= 0) {
+    q.prompt_scorer =
+        std::make_unique<PromptScorer>(p.prompt, p.prompt_logprobs, tokenizer_.get());
+  }
   if (p.n > 1) {  // every choice's deltas go to the client's callback through the group
     q.group = std::make_shared<ChoiceGroup>();
     q.group->n = p.n;
@@ -842,20 +850,7 @@ std::vector<Request*> EngineImpl::ForkChoices(Request& parent) {
     c.arrival = parent.arrival;
     c.params = parent.params;
     c.params.sampling.seed = ChoiceSeed(parent.params.sampling.seed, i);
-    c.seq.id = next_id_++;
-    c.seq.tokens = parent.params.prompt;
-    c.seq.num_prompt = parent.seq.num_prompt;
-    c.seq.max_total = parent.seq.max_total;
-    c.seq.arrival = parent.seq.arrival;
-    c.seq.client = parent.seq.client;
-    c.seq.kv.quant = parent.seq.kv.quant;
-    c.seq.kv.prefix_enabled = parent.seq.kv.prefix_enabled;
-    c.seq.kv.prefix_root = parent.seq.kv.prefix_root;
-    c.seq.kv.policy = parent.seq.kv.policy;
-    c.seq.kv.budget = parent.seq.kv.budget;
-    c.sampler = std::make_unique<Sampler>(c.params.sampling);
-    c.text = std::make_unique<TextStream>(tokenizer_.get(), c.params.prompt.back(), c.params.stop,
-                                          c.params.skip_special_tokens);
+    InitSequence(c);  // the prompt's scores are choice 0's alone: no scorer
     if (parent.matcher != nullptr) {  // its state before the first token: choice 0's now
       c.matcher = std::make_shared<grammar::ConstraintMatcher>(*parent.matcher);
       c.mask = std::make_shared<std::vector<uint64_t>>(parent.mask->size());

@@ -182,6 +182,27 @@ TEST(ChoicesTest, EachChoiceIsTheRequestAloneWithItsSeed) {
   }
 }
 
+// Each choice's sampler counts what the request's would: the prompt for repetition_penalty,
+// its own tokens for presence and frequency.
+TEST(ChoicesTest, EachChoiceSamplesWithTheRequestsPenalties) {
+  auto engine = Make(128);
+  GenerationRequest r = Sampled(Story(400), 3, 40, 31);
+  r.repetition_penalty = 1.8f;
+  r.presence_penalty = 0.7f;
+  r.frequency_penalty = 0.3f;
+  Choices forked;
+  RunRequest(*engine, r, forked);
+  ASSERT_EQ(forked.by_index.size(), 3u);
+  for (int32_t i = 0; i < 3; ++i) {
+    GenerationRequest one = r;
+    one.n = 1;
+    one.seed = ChoiceSeed(31, i);
+    Choices alone;
+    RunRequest(*engine, one, alone);
+    EXPECT_EQ(forked.by_index[i].tokens, alone.by_index[0].tokens) << "choice " << i;
+  }
+}
+
 TEST(ChoicesTest, FullCacheChoicesHoldThePromptOnce) {
   const std::string prompt = Story(1200);  // about 300 tokens: 19 pages a layer
   auto engine = Make(160);
