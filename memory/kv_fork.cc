@@ -10,11 +10,6 @@
 namespace heavykv {
 namespace {
 
-// Pages of a table of `num_slots` tokens at `block_size` slots a page.
-size_t PagesOf(int32_t num_slots, int32_t block_size) {
-  return (size_t(num_slots) + size_t(block_size) - 1) / size_t(block_size);
-}
-
 // Whether Fork shares src's whole pages: the full cache never writes into a slot it did not
 // append, so a page both hold stays what it was for both.
 bool SharesPages(const SequenceKv& src) { return src.policy == nullptr; }
@@ -25,7 +20,7 @@ int64_t KvCache::ForkPages(const SequenceKv& src) const {
   const int32_t bs = BlockSize(src);
   int64_t pages = 0;
   for (const KvTable& t : src.tables) {
-    const size_t used = PagesOf(t.num_slots, bs);
+    const size_t used = size_t(TablePages(t, 0, bs));
     if (SharesPages(src)) {
       pages += (t.num_slots % bs != 0 && used > src.shared.size()) ? 1 : 0;
     } else {
@@ -34,7 +29,7 @@ int64_t KvCache::ForkPages(const SequenceKv& src) const {
   }
   if (!src.demoted.empty()) {
     const int32_t bd = PackedBlockSize(shape_, src.policy->demote());
-    for (const KvTable& t : src.demoted) pages += static_cast<int64_t>(PagesOf(t.num_slots, bd));
+    for (const KvTable& t : src.demoted) pages += TablePages(t, 0, bd);
   }
   return pages;
 }
@@ -63,7 +58,7 @@ absl::Status KvCache::Fork(const SequenceKv& src, SequenceKv& dst) {
   };
   for (size_t t = 0; t < dst.tables.size(); ++t) {
     KvTable& table = dst.tables[t];
-    table.pages.resize(PagesOf(table.num_slots, bs));  // a reserve src holds past its slots stays
+    table.pages.resize(size_t(TablePages(table, 0, bs)));  // a reserve src holds past its slots stays
     for (size_t i = shared; i < table.pages.size(); ++i) {
       const int32_t page = table.pages[i];
       const bool whole = (int64_t(i) + 1) * bs <= table.num_slots;
@@ -82,7 +77,7 @@ absl::Status KvCache::Fork(const SequenceKv& src, SequenceKv& dst) {
   if (!dst.demoted.empty()) {
     const int32_t bd = PackedBlockSize(shape_, src.policy->demote());
     for (KvTable& table : dst.demoted) {
-      table.pages.resize(PagesOf(table.num_slots, bd));
+      table.pages.resize(size_t(TablePages(table, 0, bd)));
       for (int32_t& page : table.pages) page = copy_of(page);
     }
   }

@@ -166,9 +166,7 @@ StepPlan Scheduler::Schedule() {
   int32_t free = cache_->AvailablePages();
   int32_t owed = TotalOwed();                           // still owed to bounded sequences
   // The scratch reserve exists only while bounded sequences run.
-  const bool any_bounded =
-      std::any_of(running_.begin(), running_.end(), [](Sequence* s) { return s->bounded(); });
-  int32_t scratch = any_bounded ? std::min(ScratchPages(), std::max(0, free - owed)) : 0;
+  int32_t scratch = AnyBoundedRunning() ? std::min(ScratchPages(), std::max(0, free - owed)) : 0;
   const int32_t max_chunk = std::max(1, config_.prefill_chunk);
   // Prompt chunks end on a fixed grid (multiples of prefill_chunk from position 0) whatever the
   // load, so that a sequence resuming from a cached prefix and a cold run share their chunk
@@ -307,16 +305,17 @@ StepPlan Scheduler::Schedule() {
   return plan;
 }
 
+bool Scheduler::AnyBoundedRunning() const {
+  return std::any_of(running_.begin(), running_.end(),
+                     [](const Sequence* s) { return s->bounded(); });
+}
+
 bool Scheduler::OverPromised(int64_t more) const {
   // Every running sequence's worst case (owed ones included), the scratch reserve while bounded
   // sequences run, and the pages several hold (the prefix cache's, forks') once.
   int64_t promised = more + cache_->SharedCachedPages() + cache_->ForkSharedPages();
-  bool bounded_running = false;
-  for (const Sequence* s : running_) {
-    promised += WorstCasePages(*s);
-    bounded_running |= s->bounded();
-  }
-  if (bounded_running) promised += ScratchPages();
+  for (const Sequence* s : running_) promised += WorstCasePages(*s);
+  if (AnyBoundedRunning()) promised += ScratchPages();
   return promised > config_.full_overcommit * cache_->allocator().num_pages_total();
 }
 
@@ -324,9 +323,7 @@ bool Scheduler::Fork(const Sequence& parent, Sequence* child) {
   const int64_t copies = cache_->ForkPages(parent.kv);
   const int32_t free = cache_->AvailablePages();
   const int32_t owed = TotalOwed();
-  const bool any_bounded = child->bounded() || std::any_of(running_.begin(), running_.end(),
-                                                           [](Sequence* s) { return s->bounded(); });
-  const int32_t scratch = any_bounded ? ScratchPages() : 0;
+  const int32_t scratch = child->bounded() || AnyBoundedRunning() ? ScratchPages() : 0;
   bool fits = !parent.held && parent.num_computed == parent.num_prompt &&
               num_active() < config_.max_running && copies <= free - owed - scratch;
   if (fits && child->bounded()) {
@@ -334,7 +331,7 @@ bool Scheduler::Fork(const Sequence& parent, Sequence* child) {
     fits = WorstCasePages(*child) + ScratchPages() <= free - owed;
   } else if (fits) {
     // Its worst case less the pages it will share (all but the copies of partial pages).
-    const int64_t worst = PeakPages(cache_->shape(), nullptr, 0, child->max_total, child->kv.quant);
+    const int64_t worst = WorstCasePages(*child);  // no pages yet: nothing shared to leave out
     fits = !OverPromised(std::min<int64_t>(worst, copies + (worst - parent.kv.NumPages())));
   }
   child->fork_of = parent.id;

@@ -161,6 +161,8 @@ class Scheduler {
   // scratch reserve while bounded ones run, pages several hold counted once) pass the full
   // cache's overcommit limit.
   bool OverPromised(int64_t more) const;
+  // Whether a bounded sequence runs (the scratch reserve exists only then).
+  bool AnyBoundedRunning() const;
   void Preempt(Sequence* seq, StepPlan& plan);
   // Index in waiting_ of the next sequence to admit: the oldest of the client with the fewest
   // running sequences, held ones skipped; waiting_.size() when every waiting one is held.
